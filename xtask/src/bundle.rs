@@ -1,0 +1,297 @@
+//! The GPU bundle: built binaries plus the scripts that run them on a machine
+//! that has a GPU but no cargo.
+//!
+//! ```text
+//! DIR/run          runs bin/cuhal info, then each test binary; ends "N passed, N failed"
+//! DIR/bench        runs bin/cuhal bench "$@"
+//! DIR/bin/cuhal
+//! DIR/bin/<test>   one per test target of cuhal-gpu-tests (e.g. bin/driver)
+//! ```
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The bundle must fit through the transfer to the GPU machine.
+pub const MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+const RUN_TEMPLATE: &str = include_str!("bundle/run.sh");
+const BENCH_SCRIPT: &str = include_str!("bundle/bench.sh");
+
+/// A test binary to put in the bundle, under the name the run script uses.
+#[derive(Debug, Clone)]
+pub struct TestBinary {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+/// Names go into a shell script unquoted, so only plain target names are allowed.
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name == "cuhal"
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        bail!("test target name {name:?} cannot be used as a bundle file name");
+    }
+    Ok(())
+}
+
+/// The `run` script for these test names, in this order.
+pub fn run_script(tests: &[&str]) -> Result<String> {
+    for t in tests {
+        check_name(t)?;
+    }
+    Ok(RUN_TEMPLATE.replace("@TESTS@", &tests.join(" ")))
+}
+
+/// Writes (or refreshes) a bundle in `dir`: removes its old `bin/`, copies and
+/// strips the binaries, writes the scripts. Returns the bundle's size in bytes.
+pub fn write(dir: &Path, cuhal: &Path, tests: &[TestBinary]) -> Result<u64> {
+    let bin = dir.join("bin");
+    if bin.exists() {
+        fs::remove_dir_all(&bin).with_context(|| format!("removing the old {}", bin.display()))?;
+    }
+    fs::create_dir_all(&bin).with_context(|| format!("creating {}", bin.display()))?;
+
+    let mut names = Vec::with_capacity(tests.len());
+    for t in tests {
+        check_name(&t.name)?;
+        if names.contains(&t.name.as_str()) {
+            bail!("two test targets are both named {:?}", t.name);
+        }
+        names.push(t.name.as_str());
+        copy_binary(&t.path, &bin.join(&t.name))?;
+    }
+    copy_binary(cuhal, &bin.join("cuhal"))?;
+
+    write_script(&dir.join("run"), &run_script(&names)?)?;
+    write_script(&dir.join("bench"), BENCH_SCRIPT)?;
+    size_of(dir)
+}
+
+/// Writes only the bench part of a bundle: `bin/cuhal` and `bench`.
+pub fn write_bench(dir: &Path, cuhal: &Path) -> Result<u64> {
+    let bin = dir.join("bin");
+    fs::create_dir_all(&bin).with_context(|| format!("creating {}", bin.display()))?;
+    copy_binary(cuhal, &bin.join("cuhal"))?;
+    write_script(&dir.join("bench"), BENCH_SCRIPT)?;
+    size_of(dir)
+}
+
+/// Copies an executable and strips it when `strip` is available (release
+/// builds are already stripped by the profile, so a missing `strip` is fine).
+fn copy_binary(from: &Path, to: &Path) -> Result<()> {
+    fs::copy(from, to)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    if let Ok(out) = Command::new("strip").arg(to).output()
+        && !out.status.success()
+    {
+        eprintln!(
+            "xtask: warning: `strip {}` failed ({}); keeping it as built: {}",
+            to.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn write_script(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    make_executable(path)
+}
+
+#[cfg(unix)]
+fn make_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("making {} executable", path.display()))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_path: &Path) -> Result<()> {
+    Ok(())
+}
+
+/// Total size of the regular files under `dir`.
+pub fn size_of(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            total += size_of(&entry.path())?;
+        } else {
+            total += meta.len();
+        }
+    }
+    Ok(total)
+}
+
+/// `12.3 MiB`.
+pub fn human(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::process::Output;
+
+    /// A scratch directory of this test process, emptied first.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cuhal-xtask-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("bin")).unwrap();
+        dir
+    }
+
+    /// A stand-in for a test binary: prints `body` and exits with `code`.
+    fn fake(dir: &Path, name: &str, body: &str, code: i32) {
+        let path = dir.join("bin").join(name);
+        write_script(
+            &path,
+            &format!("#!/usr/bin/env bash\ncat <<'OUT'\n{body}\nOUT\nexit {code}\n"),
+        )
+        .unwrap();
+    }
+
+    fn run_bundle(dir: &Path, tests: &[&str]) -> Output {
+        write_script(&dir.join("run"), &run_script(tests).unwrap()).unwrap();
+        Command::new("bash")
+            .arg(dir.join("run"))
+            .env("CUHAL_TEST_TIMEOUT", "20")
+            .output()
+            .unwrap()
+    }
+
+    fn last_line(out: &Output) -> String {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    const OK_3: &str = "running 3 tests\ntest a ... ok\ntest b ... ok\ntest c ... ok\n\n\
+        test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s";
+    const FAIL_1_OF_2: &str = "running 2 tests\ntest a ... ok\ntest b ... FAILED\n\n\
+        failures:\n---- b stdout ----\ntest result: ok. 99 passed; 0 failed; (printed by the test)\n\n\
+        test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s";
+
+    #[test]
+    fn all_passing_binaries_sum_and_exit_zero() {
+        let dir = scratch("bundle-pass");
+        fake(&dir, "cuhal", "driver 13.0", 0);
+        fake(&dir, "one", OK_3, 0);
+        fake(&dir, "two", OK_3, 0);
+        let out = run_bundle(&dir, &["one", "two"]);
+        assert_eq!(last_line(&out), "6 passed, 0 failed");
+        assert!(out.status.success());
+    }
+
+    #[test]
+    fn failures_are_counted_from_the_last_summary() {
+        let dir = scratch("bundle-fail");
+        fake(&dir, "cuhal", "driver 13.0", 0);
+        fake(&dir, "one", OK_3, 0);
+        fake(&dir, "two", FAIL_1_OF_2, 101);
+        let out = run_bundle(&dir, &["one", "two"]);
+        assert_eq!(last_line(&out), "4 passed, 1 failed");
+        assert!(!out.status.success());
+    }
+
+    #[test]
+    fn a_crashing_binary_counts_as_one_failure() {
+        let dir = scratch("bundle-crash");
+        fake(&dir, "cuhal", "driver 13.0", 0);
+        fake(&dir, "one", "running 1 test\ntest a ... ", 139);
+        fake(&dir, "two", OK_3, 0);
+        let out = run_bundle(&dir, &["one", "two"]);
+        assert_eq!(last_line(&out), "3 passed, 1 failed");
+        assert!(!out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("one exited with status 139"), "{text}");
+    }
+
+    #[test]
+    fn a_failing_info_counts_as_a_failure() {
+        let dir = scratch("bundle-noinfo");
+        fake(&dir, "cuhal", "no CUDA driver", 2);
+        fake(&dir, "one", OK_3, 0);
+        let out = run_bundle(&dir, &["one"]);
+        assert_eq!(last_line(&out), "3 passed, 1 failed");
+        assert!(!out.status.success());
+    }
+
+    #[test]
+    fn a_binary_without_a_summary_is_a_failure() {
+        let dir = scratch("bundle-silent");
+        fake(&dir, "cuhal", "driver 13.0", 0);
+        fake(&dir, "one", "hello", 0);
+        let out = run_bundle(&dir, &["one"]);
+        assert_eq!(last_line(&out), "0 passed, 1 failed");
+        assert!(!out.status.success());
+    }
+
+    #[test]
+    fn arguments_reach_every_test_binary() {
+        let dir = scratch("bundle-args");
+        fake(&dir, "cuhal", "driver 13.0", 0);
+        // Echo the arguments back as part of a summary so the count shows them.
+        write_script(
+            &dir.join("bin/one"),
+            "#!/usr/bin/env bash\necho \"args: $*\"\n\
+             echo 'test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out'\n",
+        )
+        .unwrap();
+        write_script(&dir.join("run"), &run_script(&["one"]).unwrap()).unwrap();
+        let out = Command::new("bash")
+            .arg(dir.join("run"))
+            .arg("fill")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("args: --include-ignored --test-threads=1 fill"),
+            "{text}"
+        );
+        assert_eq!(last_line(&out), "1 passed, 0 failed");
+    }
+
+    #[test]
+    fn write_copies_binaries_and_scripts() {
+        let dir = scratch("bundle-write");
+        let src = scratch("bundle-write-src");
+        fake(&src, "cuhal", "driver 13.0", 0);
+        fake(&src, "driver", OK_3, 0);
+        fs::write(dir.join("bin/stale"), "old").unwrap();
+        let tests = [TestBinary {
+            name: "driver".into(),
+            path: src.join("bin/driver"),
+        }];
+        let size = write(&dir, &src.join("bin/cuhal"), &tests).unwrap();
+        assert!(!dir.join("bin/stale").exists(), "old binaries are removed");
+        assert!(dir.join("bin/driver").exists() && dir.join("bin/cuhal").exists());
+        assert!(
+            fs::read_to_string(dir.join("bench"))
+                .unwrap()
+                .contains("bin/cuhal\" bench")
+        );
+        assert_eq!(size, size_of(&dir).unwrap());
+        let out = Command::new(dir.join("run")).output().unwrap();
+        assert_eq!(last_line(&out), "3 passed, 0 failed");
+    }
+
+    #[test]
+    fn unsafe_names_are_refused() {
+        assert!(run_script(&["ok_name-1"]).is_ok());
+        for bad in ["", "a b", "$(rm)", "x;y", "cuhal"] {
+            assert!(run_script(&[bad]).is_err(), "{bad:?}");
+        }
+    }
+}

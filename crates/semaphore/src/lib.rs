@@ -1,1 +1,98 @@
-//! Placeholder; filled in by its issue.
+//! Timeline semaphores for cuhal: host and device timepoints, failure, multi-wait, listeners.
+//!
+//! Every queue operation in cuhal is ordered by timeline semaphores, as in Vulkan and IREE. A
+//! [`Semaphore`] holds a `u64` value that only increases, or a [`Failure`]. Queue operations wait
+//! for `(semaphore, value)` pairs and signal new values when they complete. This crate is the
+//! primitive alone: it knows nothing of CUDA. It is generic over the [`DeviceEvent`] type, so the
+//! CUDA device crate binds timepoints to pooled `CUevent`s, a CPU backend binds them to
+//! [`testing::FlagEvent`]s, and a host-only user picks [`NoEvent`].
+//!
+//! # The model
+//!
+//! - **Value**: [`Semaphore::query`], [`Semaphore::signal`] (strictly increasing; a value not above
+//!   the current one is [`Error::NotMonotonic`] and changes nothing), [`Semaphore::advance_to`]
+//!   (the completion path: `max(current, value)`, never an error for a reached value).
+//! - **Failure**: [`Semaphore::fail`] keeps the first failure, wakes every waiter and fires every
+//!   listener with it. From then on `query`, `signal`, `advance_to`, every wait that includes the
+//!   semaphore and [`Semaphore::record_device_signal`] return [`Error::Failed`] with that same
+//!   failure ([`Failure::ptr_eq`] holds).
+//! - **Host waits**: [`Semaphore::wait`], [`wait_all`], [`wait_any`], with a [`Timeout`] (immediate,
+//!   a duration, a deadline, or infinite). Waiters park on a per-thread parker; nothing spins
+//!   unboundedly and no wake-up is lost (see `waiter.rs` for the argument).
+//! - **Device-signal timepoints**: [`Semaphore::record_device_signal`] binds an event that completes
+//!   when a value is reached, before it is reached. Other queues find it with
+//!   [`Semaphore::device_wait_event`] (the smallest recorded value `>= v`) or
+//!   [`Semaphore::wait_point`] and wait on the device, with no host round trip. The semaphore drops
+//!   its clone of an event as soon as its value reaches the timepoint (or it fails), so a pool can
+//!   reuse the event once every other clone is gone too.
+//! - **Host waits on device events**: a host wait whose value has a recorded event queries that
+//!   event for a bounded time ([`SemaphoreOptions`]) before parking. When it sees the event complete
+//!   it advances the semaphore itself ([`Semaphore::advance_to`]), so the host value never lags
+//!   behind what the waiter observed; when the query errors it fails the semaphore with that error.
+//! - **Listeners**: [`Semaphore::listen`] registers a one-shot [`Listener`], fired outside the lock
+//!   when the value reaches `v`, a device signal `>= v` is recorded, or the semaphore fails; this is
+//!   how a scheduler re-examines only the work waiting on a semaphore that changed.
+//!
+//! # Public API (what the scheduler and device crates call)
+//!
+//! ```text
+//! Failure::{new(e), msg(text), downcast_ref::<E>(), ptr_eq(&other), inner()}   Clone + Error
+//! trait DeviceEvent: Clone + Send + Sync + 'static { fn query(&self) -> Result<bool, Failure>; }
+//! enum NoEvent {}                                                    (host-only semaphores)
+//! enum Error { Failed(Failure), NotMonotonic { current, requested }, Timeout, EmptyWaitList }  non_exhaustive
+//! enum Timeout { Immediate, After(Duration), At(Instant), Infinite }  From<Duration>, From<Instant>
+//! struct SemaphoreId(u64)  Copy + Eq + Ord + Hash + Debug; .get() -> u64
+//! struct SemaphoreOptions  ::new() / default(), .with_event_spin(Duration), .without_event_queries(), .event_spin()
+//! struct Semaphore<E: DeviceEvent>   Clone (same semaphore) + Debug
+//!   new(initial) / with_options(initial, options) / id() / options() / ptr_eq(&other)
+//!   query() -> Result<u64, Error>
+//!   signal(value) -> Result<(), Error>          advance_to(value) -> Result<(), Error>
+//!   fail(Failure)                               failure() -> Option<Failure>
+//!   wait(value, impl Into<Timeout>) -> Result<(), Error>
+//!   record_device_signal(value, event: E) -> Result<(), Error>
+//!   device_wait_event(value) -> Option<E>
+//!   wait_point(value) -> Result<WaitPoint<E>, Error>   WaitPoint::{Reached, Device { value, event }, Pending}
+//!   listen(value, &Arc<dyn Listener>, key: u64) -> ListenToken      cancel_listen(ListenToken)
+//!   listener_count() / timepoint_count() / waiter_count() -> usize   (diagnostics)
+//! trait Listener: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64); }
+//! wait_all(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<(), Error>
+//! wait_any(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<usize, Error>
+//! testing::{FlagEvent, LiveCounter}
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use cuhal_semaphore::{Semaphore, NoEvent, Error, wait_all};
+//!
+//! let a = Semaphore::<NoEvent>::new(0);
+//! let b = a.clone();
+//! let t = std::thread::spawn(move || b.signal(2));
+//! a.wait(2, Duration::from_secs(5)).unwrap();
+//! t.join().unwrap().unwrap();
+//! assert!(matches!(a.signal(1), Err(Error::NotMonotonic { current: 2, requested: 1 })));
+//! wait_all(&[(&a, 1), (&a, 2)], Duration::ZERO).unwrap();
+//! ```
+
+mod error;
+mod event;
+mod failure;
+mod listener;
+mod multi_wait;
+mod options;
+mod semaphore;
+pub mod testing;
+mod timeout;
+mod timepoint;
+mod waiter;
+
+pub use error::Error;
+pub use event::{DeviceEvent, NoEvent};
+pub use failure::Failure;
+pub use listener::{ListenToken, Listener};
+pub use multi_wait::{wait_all, wait_any};
+pub use options::SemaphoreOptions;
+pub use semaphore::{Semaphore, SemaphoreId};
+pub use timeout::Timeout;
+pub use timepoint::WaitPoint;

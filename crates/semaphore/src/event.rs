@@ -1,0 +1,31 @@
+//! [`DeviceEvent`]: the device-side completion a semaphore timepoint is bound to.
+
+use crate::failure::Failure;
+
+/// The device-side event a device-signal timepoint is bound to.
+///
+/// The CUDA implementation (in the device crate) is a pooled `CU_EVENT_DISABLE_TIMING` event; tests
+/// use [`testing::FlagEvent`](crate::testing::FlagEvent); a CPU backend can use a flag too.
+///
+/// `Clone` must be cheap (an `Arc`), and an implementation backed by a pool must return the event to
+/// the pool only when its last clone is dropped: a semaphore drops its clone as soon as its value
+/// reaches the timepoint, and whoever obtained a clone through
+/// [`Semaphore::device_wait_event`](crate::Semaphore::device_wait_event) holds theirs until the
+/// device wait is issued.
+pub trait DeviceEvent: Clone + Send + Sync + 'static {
+    /// `Ok(true)`: the work before the event has completed. `Ok(false)`: not yet.
+    /// `Err`: the device failed; the semaphore that queried it fails with this failure.
+    ///
+    /// Called by host waiters in a bounded spin, so it must be cheap and must not block.
+    fn query(&self) -> Result<bool, Failure>;
+}
+
+/// The event type of a host-only semaphore: it has no values, so no device signal can be recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoEvent {}
+
+impl DeviceEvent for NoEvent {
+    fn query(&self) -> Result<bool, Failure> {
+        match *self {}
+    }
+}

@@ -1,0 +1,51 @@
+//! [`SemaphoreOptions`]: per-semaphore tuning of host waits.
+
+use std::time::Duration;
+
+/// Tuning of host waits on a semaphore.
+///
+/// A host wait for a value whose device-signal event is already recorded queries that event in a
+/// spin for at most [`event_spin`](SemaphoreOptions::event_spin) before it parks; when it sees the
+/// event complete it advances the semaphore itself, sparing the round trip through the completion
+/// thread (a parked thread takes microseconds to wake; a spinning one sees completion at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SemaphoreOptions {
+    event_spin: Option<Duration>,
+}
+
+impl SemaphoreOptions {
+    /// The default spin budget of a host wait on a recorded device event.
+    pub const DEFAULT_EVENT_SPIN: Duration = Duration::from_micros(50);
+
+    /// Defaults: host waits spin on a recorded device event for [`Self::DEFAULT_EVENT_SPIN`].
+    pub const fn new() -> Self {
+        SemaphoreOptions {
+            event_spin: Some(Self::DEFAULT_EVENT_SPIN),
+        }
+    }
+
+    /// Host waits query a recorded device event for at most `budget` (per wait call) before they
+    /// park. `Duration::ZERO` still queries each event once, which costs about as much as a
+    /// `cuEventQuery`.
+    pub const fn with_event_spin(mut self, budget: Duration) -> Self {
+        self.event_spin = Some(budget);
+        self
+    }
+
+    /// Host waits never query device events: they only park until the value is signalled.
+    pub const fn without_event_queries(mut self) -> Self {
+        self.event_spin = None;
+        self
+    }
+
+    /// The spin budget, or `None` when host waits never query device events.
+    pub const fn event_spin(&self) -> Option<Duration> {
+        self.event_spin
+    }
+}
+
+impl Default for SemaphoreOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}

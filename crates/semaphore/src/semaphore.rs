@@ -1,0 +1,402 @@
+//! [`Semaphore`]: the timeline semaphore itself.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crossbeam_utils::sync::Unparker;
+use smallvec::SmallVec;
+
+use crate::error::Error;
+use crate::event::DeviceEvent;
+use crate::failure::Failure;
+use crate::listener::{Due, FIRED_SLOT, ListenToken, Listener, Listeners};
+use crate::multi_wait::{Mode, wait_list};
+use crate::options::SemaphoreOptions;
+use crate::timeout::Timeout;
+use crate::timepoint::{Timepoints, WaitPoint};
+use crate::waiter::{FAILURE_ONLY, Waiters};
+
+/// A semaphore's identity, unique in the process for its lifetime: a key to index pending work by.
+#[derive(Copy, Clone, Eq, PartialEq, Hash, Ord, PartialOrd, Debug)]
+pub struct SemaphoreId(u64);
+
+impl SemaphoreId {
+    fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        SemaphoreId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The id as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// A timeline semaphore: a `u64` value that only increases, or a failure.
+///
+/// `Clone` gives another handle to the same semaphore. See the [crate docs](crate) for the model.
+pub struct Semaphore<E: DeviceEvent> {
+    shared: Arc<Shared<E>>,
+}
+
+struct Shared<E: DeviceEvent> {
+    id: SemaphoreId,
+    options: SemaphoreOptions,
+    state: Mutex<State<E>>,
+}
+
+struct State<E: DeviceEvent> {
+    value: u64,
+    failure: Option<Failure>,
+    timepoints: Timepoints<E>,
+    waiters: Waiters,
+    listeners: Listeners,
+}
+
+impl<E: DeviceEvent> State<E> {
+    /// The highest value a listener can be satisfied by: the value, or a recorded device signal above it.
+    fn listen_threshold(&self) -> u64 {
+        self.timepoints
+            .max_value()
+            .map_or(self.value, |v| v.max(self.value))
+    }
+
+    fn advance(&mut self, value: u64, wake: &mut Wake<E>) {
+        self.value = value;
+        self.timepoints.release_through(value, &mut wake.released);
+        self.waiters.take_reached(value, &mut wake.unparkers);
+        let threshold = self.listen_threshold();
+        self.listeners.take_due(threshold, &mut wake.due);
+    }
+}
+
+/// What a state change must do once the lock is released: wake parked waiters, notify listeners,
+/// and drop released events (which may return them to a pool that has its own lock).
+pub(crate) struct Wake<E> {
+    unparkers: SmallVec<[Unparker; 4]>,
+    due: SmallVec<[Due; 4]>,
+    released: SmallVec<[E; 4]>,
+}
+
+impl<E> Wake<E> {
+    fn new() -> Self {
+        Wake {
+            unparkers: SmallVec::new(),
+            due: SmallVec::new(),
+            released: SmallVec::new(),
+        }
+    }
+
+    fn run(self, id: SemaphoreId) {
+        for unparker in &self.unparkers {
+            unparker.unpark();
+        }
+        for (listener, key) in &self.due {
+            listener.notify(id, *key);
+        }
+        drop(self.released);
+    }
+}
+
+/// A check of one wait entry, taken under the lock.
+pub(crate) enum Check<E> {
+    Failed(Failure),
+    Reached,
+    /// Not reached; the recorded device-signal timepoint to query, if host waits query events.
+    Pending(Option<(u64, E)>),
+}
+
+impl<E: DeviceEvent> Semaphore<E> {
+    /// A semaphore at `initial`, with default [`SemaphoreOptions`].
+    pub fn new(initial: u64) -> Self {
+        Self::with_options(initial, SemaphoreOptions::default())
+    }
+
+    /// A semaphore at `initial` with the given options.
+    pub fn with_options(initial: u64, options: SemaphoreOptions) -> Self {
+        Semaphore {
+            shared: Arc::new(Shared {
+                id: SemaphoreId::next(),
+                options,
+                state: Mutex::new(State {
+                    value: initial,
+                    failure: None,
+                    timepoints: Timepoints::new(),
+                    waiters: Waiters::new(),
+                    listeners: Listeners::new(),
+                }),
+            }),
+        }
+    }
+
+    /// This semaphore's identity.
+    pub fn id(&self) -> SemaphoreId {
+        self.shared.id
+    }
+
+    /// This semaphore's options.
+    pub fn options(&self) -> SemaphoreOptions {
+        self.shared.options
+    }
+
+    /// Whether `self` and `other` are handles to the same semaphore.
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<E>> {
+        // Nothing user-supplied runs under the lock, so a poisoned lock still guards a consistent state.
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The current value, or `Err(Failed)` once the semaphore has failed.
+    pub fn query(&self) -> Result<u64, Error> {
+        let state = self.lock();
+        match &state.failure {
+            Some(failure) => Err(Error::Failed(failure.clone())),
+            None => Ok(state.value),
+        }
+    }
+
+    /// Host signal: sets the value to `value`, which must be greater than the current one
+    /// (else `Err(NotMonotonic)` and nothing changes). `Err(Failed)` once failed.
+    pub fn signal(&self, value: u64) -> Result<(), Error> {
+        let mut wake = Wake::new();
+        {
+            let mut state = self.lock();
+            if let Some(failure) = &state.failure {
+                return Err(Error::Failed(failure.clone()));
+            }
+            if value <= state.value {
+                return Err(Error::NotMonotonic {
+                    current: state.value,
+                    requested: value,
+                });
+            }
+            state.advance(value, &mut wake);
+        }
+        wake.run(self.id());
+        Ok(())
+    }
+
+    /// Completion-path signal: raises the value to `max(current, value)`. Reaching a value that is
+    /// already reached is not an error, because a host waiter that saw the device event complete may
+    /// have advanced the semaphore first. `Err(Failed)` once failed.
+    pub fn advance_to(&self, value: u64) -> Result<(), Error> {
+        let mut wake = Wake::new();
+        {
+            let mut state = self.lock();
+            if let Some(failure) = &state.failure {
+                return Err(Error::Failed(failure.clone()));
+            }
+            if value <= state.value {
+                return Ok(());
+            }
+            state.advance(value, &mut wake);
+        }
+        wake.run(self.id());
+        Ok(())
+    }
+
+    /// Fails the semaphore. The first failure wins and is kept; later ones are ignored. Wakes every
+    /// waiter, fires every listener, and releases every recorded device event.
+    pub fn fail(&self, failure: Failure) {
+        let mut wake = Wake::new();
+        {
+            let mut state = self.lock();
+            if state.failure.is_some() {
+                return;
+            }
+            state.failure = Some(failure);
+            state.timepoints.release_all(&mut wake.released);
+            state.waiters.take_all(&mut wake.unparkers);
+            state.listeners.take_all(&mut wake.due);
+        }
+        wake.run(self.id());
+    }
+
+    /// The failure, if the semaphore has failed.
+    pub fn failure(&self) -> Option<Failure> {
+        self.lock().failure.clone()
+    }
+
+    /// Blocks until the value is at least `value` (`Ok`), the semaphore fails (`Err(Failed)`), or the
+    /// timeout passes (`Err(Timeout)`). A failed semaphore returns its failure even if the value was
+    /// reached before it failed.
+    ///
+    /// If a device signal for a value `>= value` is recorded, the wait first queries its event for a
+    /// bounded time ([`SemaphoreOptions::event_spin`]); on completion it advances the semaphore to
+    /// that timepoint itself, on a query error it fails the semaphore with it. Then it parks.
+    pub fn wait(&self, value: u64, timeout: impl Into<Timeout>) -> Result<(), Error> {
+        wait_list(&[(self, value)], Mode::All, timeout.into().deadline()).map(|_| ())
+    }
+
+    /// Records a device-signal timepoint: `event` completes when `value` is reached. Other queues can
+    /// then wait for `value` on the device through [`device_wait_event`](Self::device_wait_event).
+    /// If `value` is already reached the event is dropped at once. Fires listeners waiting for values
+    /// `<= value`. `Err(Failed)` (and the event dropped) once failed.
+    pub fn record_device_signal(&self, value: u64, event: E) -> Result<(), Error> {
+        let mut wake = Wake::new();
+        let result = {
+            let mut state = self.lock();
+            if let Some(failure) = &state.failure {
+                wake.released.push(event);
+                Err(Error::Failed(failure.clone()))
+            } else if value <= state.value {
+                wake.released.push(event);
+                Ok(())
+            } else {
+                state.timepoints.insert(value, event);
+                state.listeners.take_due(value, &mut wake.due);
+                Ok(())
+            }
+        };
+        wake.run(self.id());
+        result
+    }
+
+    /// The event of the recorded device signal with the smallest value `>= value`, or `None` if none
+    /// is recorded, the value is already reached (nothing to wait for), or the semaphore failed.
+    /// [`wait_point`](Self::wait_point) answers all of these in one look.
+    pub fn device_wait_event(&self, value: u64) -> Option<E> {
+        match self.wait_point(value) {
+            Ok(WaitPoint::Device { event, .. }) => Some(event),
+            _ => None,
+        }
+    }
+
+    /// What a wait for `value` needs, decided under one lock: reached, a device event to wait on, or
+    /// pending. `Err(Failed)` once failed.
+    pub fn wait_point(&self, value: u64) -> Result<WaitPoint<E>, Error> {
+        let state = self.lock();
+        if let Some(failure) = &state.failure {
+            return Err(Error::Failed(failure.clone()));
+        }
+        if state.value >= value {
+            return Ok(WaitPoint::Reached);
+        }
+        Ok(match state.timepoints.at_least(value) {
+            Some((v, event)) => WaitPoint::Device {
+                value: *v,
+                event: event.clone(),
+            },
+            None => WaitPoint::Pending,
+        })
+    }
+
+    /// Registers a one-shot listener: `listener.notify(self.id(), key)` is called once, outside the
+    /// lock, when the value reaches `value`, a device signal for a value `>= value` is recorded, or
+    /// the semaphore fails. If one of these already holds it is called at once on this thread (and the
+    /// token's cancel does nothing).
+    ///
+    /// The listener's storage is reused, so registering allocates nothing in steady state.
+    pub fn listen(&self, value: u64, listener: &Arc<dyn Listener>, key: u64) -> ListenToken {
+        let id = self.id();
+        let mut state = self.lock();
+        if state.failure.is_some() || state.listen_threshold() >= value {
+            drop(state);
+            listener.notify(id, key);
+            return ListenToken {
+                semaphore: id,
+                slot: FIRED_SLOT,
+                seq: 0,
+            };
+        }
+        let (slot, seq) = state.listeners.insert(value, listener, key);
+        ListenToken {
+            semaphore: id,
+            slot,
+            seq,
+        }
+    }
+
+    /// Cancels a listener. Does nothing if it already fired, was cancelled, or belongs to another
+    /// semaphore. A notification already under way on another thread may still arrive.
+    pub fn cancel_listen(&self, token: ListenToken) {
+        if token.semaphore != self.id() || token.slot == FIRED_SLOT {
+            return;
+        }
+        let removed = self.lock().listeners.cancel(token.slot, token.seq);
+        // The listener may be the last reference to something with its own lock: drop it unlocked.
+        drop(removed);
+    }
+
+    /// Number of registered listeners (diagnostics and tests).
+    pub fn listener_count(&self) -> usize {
+        self.lock().listeners.len()
+    }
+
+    /// Number of recorded device-signal timepoints still held (diagnostics and tests).
+    pub fn timepoint_count(&self) -> usize {
+        self.lock().timepoints.len()
+    }
+
+    /// Number of host waiters currently registered (diagnostics and tests).
+    pub fn waiter_count(&self) -> usize {
+        self.lock().waiters.len()
+    }
+
+    /// Checks one wait entry (used by the wait loop).
+    pub(crate) fn check(&self, value: u64) -> Check<E> {
+        let query_events = self.shared.options.event_spin().is_some();
+        let state = self.lock();
+        if let Some(failure) = &state.failure {
+            return Check::Failed(failure.clone());
+        }
+        if state.value >= value {
+            return Check::Reached;
+        }
+        let timepoint = if query_events {
+            state.timepoints.at_least(value).cloned()
+        } else {
+            None
+        };
+        Check::Pending(timepoint)
+    }
+
+    /// Registers a parked waiter for `value`. Returns its slot and whether `value` is already
+    /// reached (then it is only woken by a failure), or the failure.
+    pub(crate) fn register_waiter(
+        &self,
+        value: u64,
+        unparker: &Unparker,
+    ) -> Result<(usize, bool), Failure> {
+        let mut state = self.lock();
+        if let Some(failure) = &state.failure {
+            return Err(failure.clone());
+        }
+        let reached = state.value >= value;
+        let slot = state
+            .waiters
+            .insert(if reached { FAILURE_ONLY } else { value }, unparker);
+        Ok((slot, reached))
+    }
+
+    pub(crate) fn remove_waiter(&self, slot: usize) {
+        self.lock().waiters.remove(slot);
+    }
+}
+
+impl<E: DeviceEvent> Clone for Semaphore<E> {
+    fn clone(&self) -> Self {
+        Semaphore {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<E: DeviceEvent> fmt::Debug for Semaphore<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Semaphore")
+            .field("id", &self.shared.id)
+            .field("value", &state.value)
+            .field("failure", &state.failure)
+            .field("timepoints", &state.timepoints.len())
+            .finish()
+    }
+}

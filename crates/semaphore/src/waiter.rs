@@ -1,0 +1,128 @@
+//! Host waiters: parked threads registered on the semaphores they wait for.
+//!
+//! A waiter registers its thread's [`Unparker`] on every semaphore of its wait under that semaphore's
+//! lock, checking the condition in the same critical section, and only then parks. A signal that
+//! satisfies it after registration therefore finds it and unparks it; one before registration is seen
+//! by the check. The parker keeps an unpark that arrives before the park, so nothing is lost in
+//! between. That is the whole no-lost-wake-up argument, and it holds for any number of semaphores
+//! sharing one parker.
+
+use std::cell::Cell;
+
+use crossbeam_utils::sync::{Parker, Unparker};
+use slab::Slab;
+use smallvec::SmallVec;
+
+/// Registered value of a waiter that only wants to hear about a failure (its value is reached).
+pub(crate) const FAILURE_ONLY: u64 = u64::MAX;
+
+struct Entry {
+    value: u64,
+    /// Taken when the waiter is woken, so later advances skip it and the entry stays until its
+    /// owner removes it (its slot can't be reused under the owner's feet).
+    unparker: Option<Unparker>,
+}
+
+/// The parked host waiters of one semaphore, kept under its lock.
+pub(crate) struct Waiters {
+    entries: Slab<Entry>,
+    /// No armed waiter waits for a value below this (a stale-low bound is harmless).
+    min_value: u64,
+}
+
+impl Waiters {
+    pub(crate) fn new() -> Self {
+        Waiters {
+            entries: Slab::new(),
+            min_value: u64::MAX,
+        }
+    }
+
+    pub(crate) fn insert(&mut self, value: u64, unparker: &Unparker) -> usize {
+        self.min_value = self.min_value.min(value);
+        self.entries.insert(Entry {
+            value,
+            unparker: Some(unparker.clone()),
+        })
+    }
+
+    pub(crate) fn remove(&mut self, slot: usize) {
+        if self.entries.contains(slot) {
+            self.entries.remove(slot);
+        }
+    }
+
+    /// Takes the unparker of every armed waiter whose value is `<= value`.
+    pub(crate) fn take_reached<const N: usize>(
+        &mut self,
+        value: u64,
+        out: &mut SmallVec<[Unparker; N]>,
+    ) {
+        if value < self.min_value {
+            return;
+        }
+        let mut min_value = u64::MAX;
+        for (_, entry) in self.entries.iter_mut() {
+            if entry.unparker.is_none() {
+                continue;
+            }
+            if entry.value <= value {
+                out.extend(entry.unparker.take());
+            } else {
+                min_value = min_value.min(entry.value);
+            }
+        }
+        self.min_value = min_value;
+    }
+
+    /// Takes the unparker of every armed waiter (the semaphore failed).
+    pub(crate) fn take_all<const N: usize>(&mut self, out: &mut SmallVec<[Unparker; N]>) {
+        for (_, entry) in self.entries.iter_mut() {
+            out.extend(entry.unparker.take());
+        }
+        self.min_value = u64::MAX;
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+thread_local! {
+    /// One parker per thread, reused by every wait on it so a wait allocates nothing.
+    static PARKER: Cell<Option<Parker>> = const { Cell::new(None) };
+}
+
+/// Borrows this thread's parker (or a fresh one if it is in use or the thread is exiting).
+pub(crate) struct ThreadParker {
+    parker: Option<Parker>,
+}
+
+impl ThreadParker {
+    pub(crate) fn take() -> Self {
+        let parker = PARKER
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        // An unpark meant for an earlier wait may still be pending; consume it now rather than
+        // take a spurious turn round the wait loop.
+        parker.park_timeout(std::time::Duration::ZERO);
+        ThreadParker {
+            parker: Some(parker),
+        }
+    }
+
+    pub(crate) fn parker(&self) -> &Parker {
+        // Always `Some` until drop.
+        self.parker.as_ref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl Drop for ThreadParker {
+    fn drop(&mut self) {
+        if let Some(parker) = self.parker.take() {
+            let _ = PARKER.try_with(|cell| cell.set(Some(parker)));
+        }
+    }
+}

@@ -29,12 +29,14 @@
 //! ```
 
 mod api;
+mod context;
 mod error;
 mod info;
 mod result;
 pub mod types;
 
 pub use api::{DEFAULT_LIBRARIES, DriverApi, LIBRARY_ENV, TABLE_CUDA_VERSION};
+pub use context::PrimaryContext;
 pub use error::{Error, LoadAttempt, format_cuda_version};
 pub use info::{DeviceInfo, device_count, device_info, devices};
 pub use result::CUresult;

@@ -1,0 +1,112 @@
+//! The primary context of a device, retained for as long as anything of cuhal's uses it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::types::*;
+use crate::{DriverApi, Error};
+
+/// A retained primary context (`cuDevicePrimaryCtxRetain`) and the driver table that owns it.
+///
+/// cuhal uses primary contexts so it shares them with the runtime API (PyTorch, CuPy) in the same
+/// process. Every RAII handle of the higher crates (buffers, streams, events, graphs) keeps an
+/// `Arc<PrimaryContext>` and calls [`PrimaryContext::bind`] before destroying its object, so a
+/// handle may be dropped on any thread. The context is released when the last handle goes.
+pub struct PrimaryContext {
+    api: Arc<DriverApi>,
+    device: CUdevice,
+    ordinal: i32,
+    context: CUcontext,
+}
+
+// SAFETY: a CUcontext handle may be used from any thread (the driver synchronizes); the handle
+// is only read after construction.
+unsafe impl Send for PrimaryContext {}
+// SAFETY: as above; no interior mutability.
+unsafe impl Sync for PrimaryContext {}
+
+impl PrimaryContext {
+    /// Retains the primary context of device `ordinal` and makes it current on this thread.
+    pub fn retain(api: Arc<DriverApi>, ordinal: i32) -> Result<Arc<Self>, Error> {
+        let mut device: CUdevice = 0;
+        // SAFETY: `device` is a valid out-pointer.
+        api.check("cuDeviceGet", unsafe {
+            (api.cuDeviceGet)(&mut device, ordinal)
+        })?;
+        let mut context: CUcontext = std::ptr::null_mut();
+        // SAFETY: `context` is a valid out-pointer; `device` came from cuDeviceGet.
+        api.check("cuDevicePrimaryCtxRetain", unsafe {
+            (api.cuDevicePrimaryCtxRetain)(&mut context, device)
+        })?;
+        let this = Arc::new(Self {
+            api,
+            device,
+            ordinal,
+            context,
+        });
+        this.bind()?;
+        Ok(this)
+    }
+
+    /// Makes the context current on the calling thread (`cuCtxSetCurrent`; cheap when it
+    /// already is).
+    pub fn bind(&self) -> Result<(), Error> {
+        let mut current: CUcontext = std::ptr::null_mut();
+        // SAFETY: `current` is a valid out-pointer.
+        let r = unsafe { (self.api.cuCtxGetCurrent)(&mut current) };
+        if r.is_success() && current == self.context {
+            return Ok(());
+        }
+        // SAFETY: `self.context` is a live retained primary context.
+        self.api.check("cuCtxSetCurrent", unsafe {
+            (self.api.cuCtxSetCurrent)(self.context)
+        })
+    }
+
+    /// The driver table.
+    pub fn api(&self) -> &Arc<DriverApi> {
+        &self.api
+    }
+
+    /// The raw context handle.
+    pub fn raw(&self) -> CUcontext {
+        self.context
+    }
+
+    /// The device handle.
+    pub fn device(&self) -> CUdevice {
+        self.device
+    }
+
+    /// The device ordinal the context was retained for.
+    pub fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    /// Reads a device attribute.
+    pub fn attribute(&self, attribute: CUdevice_attribute) -> Result<i32, Error> {
+        let mut value = 0;
+        // SAFETY: `value` is a valid out-pointer.
+        self.api.check("cuDeviceGetAttribute", unsafe {
+            (self.api.cuDeviceGetAttribute)(&mut value, attribute, self.device)
+        })?;
+        Ok(value)
+    }
+}
+
+impl Drop for PrimaryContext {
+    fn drop(&mut self) {
+        // The release can only fail on a deinitialized driver (process exit); nothing to do then.
+        // SAFETY: balances the retain in `retain`.
+        let _ = unsafe { (self.api.cuDevicePrimaryCtxRelease)(self.device) };
+    }
+}
+
+impl fmt::Debug for PrimaryContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PrimaryContext")
+            .field("ordinal", &self.ordinal)
+            .field("context", &self.context)
+            .finish()
+    }
+}

@@ -1,0 +1,236 @@
+//! Device-signal timepoints: lookup, release of events, and host waits that use recorded events.
+
+mod common;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{bounded, failure};
+use cuhal_semaphore::testing::{FlagEvent, LiveCounter};
+use cuhal_semaphore::{Error, Semaphore, SemaphoreOptions, Timeout, WaitPoint, wait_all, wait_any};
+
+type Sem = Semaphore<FlagEvent>;
+
+const LONG: Duration = Duration::from_secs(10);
+
+#[test]
+fn device_wait_event_picks_the_smallest_recorded_value_at_least_v() {
+    let s = Sem::new(0);
+    let (e5, e7, e10) = (FlagEvent::new(), FlagEvent::new(), FlagEvent::new());
+    s.record_device_signal(5, e5.clone()).unwrap();
+    s.record_device_signal(10, e10.clone()).unwrap();
+    s.record_device_signal(7, e7.clone()).unwrap();
+    assert!(s.device_wait_event(1).unwrap().ptr_eq(&e5));
+    assert!(s.device_wait_event(5).unwrap().ptr_eq(&e5));
+    assert!(s.device_wait_event(6).unwrap().ptr_eq(&e7));
+    assert!(s.device_wait_event(7).unwrap().ptr_eq(&e7));
+    assert!(s.device_wait_event(8).unwrap().ptr_eq(&e10));
+    assert!(s.device_wait_event(11).is_none());
+    match s.wait_point(6).unwrap() {
+        WaitPoint::Device { value, event } => assert!(value == 7 && event.ptr_eq(&e7)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(s.wait_point(11).unwrap(), WaitPoint::Pending));
+    s.signal(7).unwrap();
+    assert!(
+        s.device_wait_event(6).is_none(),
+        "value reached: nothing to wait on"
+    );
+    assert!(matches!(s.wait_point(6).unwrap(), WaitPoint::Reached));
+    assert!(s.device_wait_event(8).unwrap().ptr_eq(&e10));
+    assert_eq!(s.timepoint_count(), 1);
+    s.fail(failure("x"));
+    assert!(s.device_wait_event(8).is_none());
+    assert!(matches!(s.wait_point(8), Err(Error::Failed(_))));
+}
+
+#[test]
+fn events_are_released_once_their_value_is_reached() {
+    let live = LiveCounter::new();
+    let s = Sem::new(0);
+    for v in [1, 2, 3, 5] {
+        s.record_device_signal(v, FlagEvent::counted(&live))
+            .unwrap();
+    }
+    assert_eq!(live.live(), 4);
+    s.signal(2).unwrap();
+    assert_eq!(live.live(), 2, "timepoints 1 and 2 released");
+    let held = s.device_wait_event(4).unwrap();
+    s.advance_to(5).unwrap();
+    assert_eq!(
+        live.live(),
+        1,
+        "only the clone a device waiter still holds is alive"
+    );
+    assert_eq!(held.clone_count(), 1);
+    drop(held);
+    assert_eq!(live.live(), 0);
+    // Recording a reached value keeps nothing.
+    s.record_device_signal(4, FlagEvent::counted(&live))
+        .unwrap();
+    assert_eq!((live.live(), s.timepoint_count()), (0, 0));
+}
+
+#[test]
+fn failure_and_drop_release_every_event() {
+    let live = LiveCounter::new();
+    let s = Sem::new(0);
+    s.record_device_signal(3, FlagEvent::counted(&live))
+        .unwrap();
+    s.fail(failure("gone"));
+    assert_eq!(live.live(), 0);
+    assert!(matches!(
+        s.record_device_signal(4, FlagEvent::counted(&live)),
+        Err(Error::Failed(_))
+    ));
+    assert_eq!(
+        live.live(),
+        0,
+        "an event recorded on a failed semaphore is dropped"
+    );
+    let t = Sem::new(0);
+    t.record_device_signal(3, FlagEvent::counted(&live))
+        .unwrap();
+    t.record_device_signal(3, FlagEvent::counted(&live))
+        .unwrap();
+    assert_eq!(live.live(), 2);
+    drop(t);
+    assert_eq!(live.live(), 0);
+}
+
+#[test]
+fn host_wait_advances_the_semaphore_through_a_completed_event() {
+    let s = Sem::new(0);
+    let e = FlagEvent::new();
+    s.record_device_signal(5, e.clone()).unwrap();
+    assert!(matches!(s.wait(3, Timeout::Immediate), Err(Error::Timeout)));
+    assert!(
+        e.query_count() >= 1,
+        "the immediate wait queried the event once"
+    );
+    e.complete();
+    s.wait(3, Timeout::Immediate).unwrap();
+    assert_eq!(
+        s.query().unwrap(),
+        5,
+        "brought up to the timepoint's value by the waiter"
+    );
+    assert_eq!(e.clone_count(), 1, "and the semaphore let go of the event");
+}
+
+#[test]
+fn host_wait_spins_on_the_event_then_sees_it_complete() {
+    bounded(LONG, || {
+        let s = Sem::with_options(
+            0,
+            SemaphoreOptions::new().with_event_spin(Duration::from_secs(20)),
+        );
+        let e = FlagEvent::new();
+        s.record_device_signal(2, e.clone()).unwrap();
+        let e2 = e.clone();
+        let completer = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(10));
+            e2.complete();
+        });
+        // Nobody signals the semaphore: only the waiter's own query can end this wait.
+        s.wait(2, Duration::from_secs(8)).unwrap();
+        assert_eq!(s.query().unwrap(), 2);
+        completer.join().unwrap();
+    });
+}
+
+#[test]
+fn event_spin_is_bounded_then_the_waiter_parks() {
+    bounded(LONG, || {
+        let s = Sem::with_options(
+            0,
+            SemaphoreOptions::new().with_event_spin(Duration::from_millis(2)),
+        );
+        let e = FlagEvent::new();
+        s.record_device_signal(1, e.clone()).unwrap();
+        let s2 = s.clone();
+        let waiter = thread::spawn(move || s2.wait(1, Timeout::Infinite));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while s.waiter_count() == 0 {
+            assert!(Instant::now() < deadline, "the waiter never parked");
+            thread::sleep(Duration::from_millis(1));
+        }
+        let queries = e.query_count();
+        assert!(queries >= 1);
+        thread::sleep(Duration::from_millis(30));
+        assert_eq!(e.query_count(), queries, "a parked waiter does not poll");
+        s.signal(1).unwrap();
+        waiter.join().unwrap().unwrap();
+    });
+}
+
+#[test]
+fn waits_without_event_queries_leave_events_alone() {
+    let s = Sem::with_options(0, SemaphoreOptions::new().without_event_queries());
+    let e = FlagEvent::new();
+    e.complete();
+    s.record_device_signal(1, e.clone()).unwrap();
+    assert!(matches!(
+        s.wait(1, Duration::from_millis(5)),
+        Err(Error::Timeout)
+    ));
+    assert_eq!(e.query_count(), 0);
+    assert_eq!(s.query().unwrap(), 0);
+}
+
+#[test]
+fn an_event_that_errors_fails_the_semaphore() {
+    let s = Sem::new(0);
+    let e = FlagEvent::new();
+    s.record_device_signal(4, e.clone()).unwrap();
+    let f = failure("illegal address");
+    e.fail(f.clone());
+    match s.wait(4, Timeout::Infinite) {
+        Err(Error::Failed(got)) => assert!(got.ptr_eq(&f)),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.failure().unwrap().ptr_eq(&f));
+    assert_eq!(
+        e.clone_count(),
+        1,
+        "the failed semaphore released its event"
+    );
+}
+
+#[test]
+fn multi_waits_use_recorded_events_too() {
+    let a = Sem::new(0);
+    let b = Sem::new(0);
+    let (ea, eb) = (FlagEvent::new(), FlagEvent::new());
+    a.record_device_signal(1, ea.clone()).unwrap();
+    b.record_device_signal(3, eb.clone()).unwrap();
+    ea.complete();
+    assert!(matches!(
+        wait_all(&[(&a, 1), (&b, 2)], Timeout::Immediate),
+        Err(Error::Timeout)
+    ));
+    assert_eq!(
+        a.query().unwrap(),
+        1,
+        "a's completed event was applied on the way"
+    );
+    assert_eq!(
+        wait_any(&[(&b, 2), (&a, 1)], Timeout::Immediate).unwrap(),
+        1
+    );
+    eb.complete();
+    wait_all(&[(&a, 1), (&b, 2)], Timeout::Immediate).unwrap();
+    assert_eq!(b.query().unwrap(), 3);
+}
+
+#[test]
+fn a_completion_thread_and_a_waiter_may_both_advance() {
+    // The completion path uses advance_to, which does not complain when a waiter got there first.
+    let s = Sem::new(0);
+    let e = FlagEvent::new();
+    s.record_device_signal(2, e.clone()).unwrap();
+    e.complete();
+    s.wait(2, Timeout::Immediate).unwrap();
+    s.advance_to(2).unwrap();
+    assert_eq!(s.query().unwrap(), 2);
+}

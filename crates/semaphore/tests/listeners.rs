@@ -1,0 +1,191 @@
+//! One-shot listeners: fired exactly once, outside the lock, on value, device signal or failure.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{bounded, failure};
+use cuhal_semaphore::testing::FlagEvent;
+use cuhal_semaphore::{Listener, Semaphore, SemaphoreId};
+
+type Sem = Semaphore<FlagEvent>;
+
+#[derive(Default)]
+struct Record(Mutex<Vec<(SemaphoreId, u64)>>);
+
+impl Listener for Record {
+    fn notify(&self, semaphore: SemaphoreId, key: u64) {
+        self.0.lock().unwrap().push((semaphore, key));
+    }
+}
+
+impl Record {
+    fn keys(&self) -> Vec<u64> {
+        self.0.lock().unwrap().iter().map(|(_, k)| *k).collect()
+    }
+}
+
+fn record() -> (Arc<Record>, Arc<dyn Listener>) {
+    let r = Arc::new(Record::default());
+    let l: Arc<dyn Listener> = r.clone();
+    (r, l)
+}
+
+#[test]
+fn fires_exactly_once_when_the_value_is_reached() {
+    let s = Sem::new(0);
+    let (r, l) = record();
+    s.listen(3, &l, 7);
+    s.listen(5, &l, 8);
+    s.signal(2).unwrap();
+    assert!(r.keys().is_empty());
+    s.signal(3).unwrap();
+    assert_eq!(r.keys(), vec![7]);
+    assert_eq!(r.0.lock().unwrap()[0].0, s.id());
+    s.signal(4).unwrap();
+    s.advance_to(9).unwrap();
+    s.signal(10).unwrap();
+    assert_eq!(r.keys(), vec![7, 8]);
+    assert_eq!(s.listener_count(), 0);
+}
+
+#[test]
+fn fires_at_once_when_already_satisfied() {
+    let s = Sem::new(4);
+    let (r, l) = record();
+    let token = s.listen(4, &l, 1);
+    assert_eq!(r.keys(), vec![1]);
+    s.cancel_listen(token);
+    s.record_device_signal(9, FlagEvent::new()).unwrap();
+    s.listen(8, &l, 2);
+    assert_eq!(
+        r.keys(),
+        vec![1, 2],
+        "a recorded device signal >= v satisfies a listener"
+    );
+    s.fail(failure("x"));
+    s.listen(100, &l, 3);
+    assert_eq!(r.keys(), vec![1, 2, 3]);
+    assert_eq!(s.listener_count(), 0);
+}
+
+#[test]
+fn fires_on_a_device_signal_at_or_above_the_value() {
+    let s = Sem::new(0);
+    let (r, l) = record();
+    s.listen(5, &l, 1);
+    s.record_device_signal(4, FlagEvent::new()).unwrap();
+    assert!(r.keys().is_empty());
+    s.record_device_signal(6, FlagEvent::new()).unwrap();
+    assert_eq!(r.keys(), vec![1]);
+    s.signal(6).unwrap();
+    assert_eq!(r.keys(), vec![1], "not again when the value arrives");
+}
+
+#[test]
+fn fires_on_failure() {
+    let s = Sem::new(0);
+    let (r, l) = record();
+    s.listen(5, &l, 1);
+    s.listen(50, &l, 2);
+    s.fail(failure("x"));
+    let mut keys = r.keys();
+    keys.sort();
+    assert_eq!(keys, vec![1, 2]);
+    s.fail(failure("y"));
+    assert_eq!(r.keys().len(), 2);
+}
+
+#[test]
+fn cancel_works_and_stale_tokens_do_nothing() {
+    let s = Sem::new(0);
+    let (r, l) = record();
+    let token = s.listen(5, &l, 1);
+    s.cancel_listen(token);
+    assert_eq!(s.listener_count(), 0);
+    // The freed slot is reused; the old token must not cancel the new listener.
+    let _new = s.listen(5, &l, 2);
+    s.cancel_listen(token);
+    assert_eq!(s.listener_count(), 1);
+    // A token of another semaphore does nothing here.
+    let other = Sem::new(0);
+    let foreign = other.listen(5, &l, 3);
+    s.cancel_listen(foreign);
+    s.signal(5).unwrap();
+    assert_eq!(r.keys(), vec![2]);
+    // Cancelling after firing is a no-op.
+    s.cancel_listen(_new);
+    other.cancel_listen(foreign);
+    other.signal(5).unwrap();
+    assert_eq!(r.keys(), vec![2]);
+}
+
+/// A listener that calls back into the semaphore that notifies it: it would deadlock if notified
+/// under the lock.
+struct Reentrant {
+    semaphore: Sem,
+    me: Mutex<Option<Arc<dyn Listener>>>,
+    fired: AtomicUsize,
+}
+
+impl Listener for Reentrant {
+    fn notify(&self, semaphore: SemaphoreId, key: u64) {
+        assert_eq!(semaphore, self.semaphore.id());
+        self.fired.fetch_add(1, Ordering::SeqCst);
+        let value = self.semaphore.query().unwrap();
+        assert!(value >= key);
+        self.semaphore.device_wait_event(key + 1);
+        if key < 5 {
+            let me = self.me.lock().unwrap().clone().unwrap();
+            // Listen for the next value and signal it from inside the notification.
+            self.semaphore.listen(key + 1, &me, key + 1);
+            self.semaphore.signal(key + 1).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_listener_may_call_back_into_the_semaphore() {
+    bounded(Duration::from_secs(10), || {
+        let s = Sem::new(0);
+        let r = Arc::new(Reentrant {
+            semaphore: s.clone(),
+            me: Mutex::new(None),
+            fired: AtomicUsize::new(0),
+        });
+        let l: Arc<dyn Listener> = r.clone();
+        *r.me.lock().unwrap() = Some(l.clone());
+        s.listen(1, &l, 1);
+        s.signal(1).unwrap();
+        assert_eq!(s.query().unwrap(), 5);
+        assert_eq!(r.fired.load(Ordering::SeqCst), 5);
+        r.me.lock().unwrap().take();
+    });
+}
+
+#[test]
+fn many_listeners_fire_in_one_signal_and_storage_is_reused() {
+    let s = Sem::new(0);
+    let (r, l) = record();
+    for round in 0..3u64 {
+        let base = round * 100;
+        for k in 0..40 {
+            s.listen(base + 1 + (k % 4), &l, base + k);
+        }
+        assert_eq!(s.listener_count(), 40);
+        s.signal(base + 2).unwrap();
+        assert_eq!(s.listener_count(), 20);
+        s.signal(base + 4).unwrap();
+        assert_eq!(s.listener_count(), 0);
+        s.signal(base + 100).unwrap();
+    }
+    let mut keys = r.keys();
+    keys.sort();
+    let mut expected: Vec<u64> = (0..3)
+        .flat_map(|r| (0..40).map(move |k| r * 100 + k))
+        .collect();
+    expected.sort();
+    assert_eq!(keys, expected, "each listener exactly once");
+}

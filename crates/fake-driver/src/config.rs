@@ -1,0 +1,135 @@
+//! The fake's settings and its record of symbol requests.
+//!
+//! Settings start from these environment variables, read once when the library is first
+//! used:
+//!
+//! | variable | meaning | example |
+//! |---|---|---|
+//! | `CUHAL_FAKE_HIDE` | names `cuGetProcAddress` reports missing | `cuGraphLaunch,cuStreamGetId` |
+//! | `CUHAL_FAKE_FAIL` | functions that return an error code | `cuInit=100,cuDeviceGetCount=3` |
+//! | `CUHAL_FAKE_DRIVER_VERSION` | what `cuDriverGetVersion` reports | `13000` |
+//! | `CUHAL_FAKE_DEVICES` | how many devices there are | `2` |
+//!
+//! Malformed entries are reported on stderr and ignored: a driver must not panic.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Names `cuGetProcAddress` reports missing (comma-separated).
+pub const HIDE_ENV: &str = "CUHAL_FAKE_HIDE";
+/// Functions that fail, as `name=code` pairs (comma-separated).
+pub const FAIL_ENV: &str = "CUHAL_FAKE_FAIL";
+/// The CUDA version `cuDriverGetVersion` reports.
+pub const DRIVER_VERSION_ENV: &str = "CUHAL_FAKE_DRIVER_VERSION";
+/// The number of devices.
+pub const DEVICES_ENV: &str = "CUHAL_FAKE_DEVICES";
+
+/// The version reported when none is configured: CUDA 13.0, as on the project's H200.
+pub const DEFAULT_DRIVER_VERSION: i32 = 13000;
+
+/// Which resolver a request came through.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// `cuGetProcAddress` (CUDA 11.3 to 12.x signature, no status out-parameter).
+    V1 = 1,
+    /// `cuGetProcAddress_v2` (CUDA 12.0 and later).
+    V2 = 2,
+}
+
+/// One call to a `cuGetProcAddress` form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The symbol asked for.
+    pub name: String,
+    /// The `cudaVersion` argument.
+    pub cuda_version: i32,
+    /// The `flags` argument.
+    pub flags: u64,
+    /// The resolver called.
+    pub via: Via,
+}
+
+/// Everything the fake is told and remembers.
+#[derive(Debug, Default)]
+pub struct State {
+    /// Names reported missing.
+    pub hidden: Vec<String>,
+    /// Function name to the `CUresult` it returns.
+    pub failures: HashMap<String, i32>,
+    /// `cuDriverGetVersion`'s answer.
+    pub driver_version: i32,
+    /// `cuDeviceGetCount`'s answer.
+    pub device_count: i32,
+    /// Whether `cuInit` has succeeded.
+    pub initialized: bool,
+    /// Every resolution request, in order.
+    pub requests: Vec<Request>,
+}
+
+impl State {
+    fn from_env() -> Self {
+        let mut state = State {
+            driver_version: DEFAULT_DRIVER_VERSION,
+            device_count: 1,
+            ..State::default()
+        };
+        if let Ok(list) = std::env::var(HIDE_ENV) {
+            state.hidden = names(&list).map(str::to_owned).collect();
+        }
+        if let Ok(list) = std::env::var(FAIL_ENV) {
+            for entry in names(&list) {
+                match entry
+                    .split_once('=')
+                    .map(|(n, c)| (n.trim(), c.trim().parse::<i32>()))
+                {
+                    Some((name, Ok(code))) if !name.is_empty() => {
+                        state.failures.insert(name.to_owned(), code);
+                    }
+                    _ => warn(FAIL_ENV, entry),
+                }
+            }
+        }
+        if let Ok(text) = std::env::var(DRIVER_VERSION_ENV) {
+            match text.trim().parse() {
+                Ok(v) => state.driver_version = v,
+                Err(_) => warn(DRIVER_VERSION_ENV, &text),
+            }
+        }
+        if let Ok(text) = std::env::var(DEVICES_ENV) {
+            match text.trim().parse() {
+                Ok(n) if n >= 0 => state.device_count = n,
+                _ => warn(DEVICES_ENV, &text),
+            }
+        }
+        state
+    }
+
+    /// The error `function` is configured to return, if any.
+    pub fn failure(&self, function: &str) -> Option<i32> {
+        self.failures.get(function).copied()
+    }
+
+    /// Whether `name` is hidden from `cuGetProcAddress`.
+    pub fn is_hidden(&self, name: &str) -> bool {
+        self.hidden.iter().any(|h| h == name)
+    }
+}
+
+fn names(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn warn(var: &str, entry: &str) {
+    eprintln!("cuhal-fake-driver: ignoring malformed {var} entry {entry:?}");
+}
+
+/// The instance's state, created from the environment on first use.
+pub fn state() -> MutexGuard<'static, State> {
+    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+    // A poisoned lock only means a holder panicked; the data is still consistent enough for
+    // a test double, and panicking here would abort the host process.
+    STATE
+        .get_or_init(|| Mutex::new(State::from_env()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,1 +1,44 @@
-fn main() {}
+//! `cuhal`: the command-line face of cuhal.
+//!
+//! - `cuhal info`: the CUDA driver and every device it sees.
+//!
+//! Arguments are parsed by hand (the workspace keeps its dependencies few). Exit codes are
+//! part of the interface, because scripts (`cargo xtask gpu-test`, the GPU bundle) act on them:
+//! see [`exit`].
+
+mod command;
+mod info;
+
+use std::process::ExitCode;
+
+use command::Command;
+
+/// Exit codes of `cuhal`.
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// Any other failure (the message says what).
+    pub const FAILURE: u8 = 1;
+    /// No CUDA driver library could be loaded.
+    pub const NO_DRIVER: u8 = 2;
+    /// A driver was loaded but reports no usable device.
+    pub const NO_DEVICE: u8 = 3;
+    /// The command line was not understood (`EX_USAGE`).
+    pub const USAGE: u8 = 64;
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match command::parse(&args) {
+        Ok(Command::Help) => {
+            println!("{}", command::USAGE);
+            exit::OK
+        }
+        Ok(Command::Info) => info::run(),
+        Err(message) => {
+            eprintln!("cuhal: {message}\n\n{}", command::USAGE);
+            exit::USAGE
+        }
+    };
+    ExitCode::from(code)
+}

@@ -1,1 +1,82 @@
-//! Placeholder; filled in by its issue.
+//! The pending-action scheduler of cuhal: issue work when it is ready, complete it off the
+//! driver's threads.
+//!
+//! A device queue receives *actions*: wait for some `(semaphore, value)` pairs, run a payload,
+//! then signal other `(semaphore, value)` pairs. This crate decides when each action may be
+//! issued to the device, issues it, and retires it when it completes. It follows IREE's
+//! `pending_queue_actions.c` and fixes its defects; it knows nothing of CUDA: a device provides a
+//! [`Backend`] (the CUDA one lives in the device crate; [`host`] is a CPU one), and semaphores come
+//! from `cuhal-semaphore`.
+//!
+//! # The life of an action
+//!
+//! 1. [`Queue::submit`] takes the waits, the signals, the payload, the resources to keep alive
+//!    and the cleanup callbacks. All of it lives inline (smallvec) in a slab slot that is reused,
+//!    so steady state allocates nothing.
+//! 2. Readiness, per wait: a reached value is dropped; a value whose device-signal event is
+//!    already recorded (some issued action will signal it) becomes a device wait, with no host
+//!    round trip; otherwise the action is pending, and a one-shot listener on that one semaphore
+//!    (keyed by slot and generation) is all that will look at it again. Nothing ever rescans the
+//!    pending list, so an action costs the same with 100 or 100,000 others pending.
+//! 3. Issue, strictly in submission order per queue: the backend enqueues the device waits, the
+//!    payload and a completion event, which is then recorded as the device-signal timepoint of
+//!    every signal semaphore, so other queues can wait for it on the device. An action that is
+//!    ready when submitted, with nothing pending ahead of it, is issued by the submitting thread
+//!    (no thread hand-off on the hot path); the queue's worker thread issues only those that
+//!    become ready later.
+//! 4. The queue's completion thread waits for completion events in issue order (polling for a
+//!    bounded, configurable time, then blocking), advances the signal semaphores on the host, runs
+//!    the cleanup callbacks (where tracing is collected), then releases the resources and gives
+//!    the payload back to the backend. Nothing runs inside a driver callback.
+//! 5. Failure: a failed wait semaphore fails the action and every one of its signal semaphores with
+//!    the same [`Failure`]. A backend error fails that action and loses the queue: pending actions
+//!    fail with it and every later submit returns [`Error::Lost`]. Cleanups run and resources are
+//!    released either way; nothing waits forever.
+//! 6. Shutdown ([`Queue`]'s drop): ready work is issued, everything else pending fails with
+//!    [`Error::ShutDown`], issued work is waited for, the threads are joined, nothing leaks.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use cuhal_scheduler::{Cleanups, QueueOptions, Resources};
+//! use cuhal_scheduler::host::{self, HostPayload, HostSemaphore};
+//!
+//! let upload = host::queue(QueueOptions::new("upload")).unwrap();
+//! let compute = host::queue(QueueOptions::new("compute")).unwrap();
+//! let uploaded = HostSemaphore::new(0);
+//! let computed = HostSemaphore::new(0);
+//! // Submitted first, it waits: the upload is not even submitted yet.
+//! compute
+//!     .submit(&[(&uploaded, 1)], &[(&computed, 1)], HostPayload::Nop, Resources::new(), Cleanups::new())
+//!     .unwrap();
+//! upload
+//!     .submit(&[], &[(&uploaded, 1)], HostPayload::Nop, Resources::new(), Cleanups::new())
+//!     .unwrap();
+//! computed.wait(1, Duration::from_secs(5)).unwrap();
+//! ```
+
+mod action;
+mod backend;
+mod completion;
+mod error;
+pub mod host;
+mod notifier;
+mod options;
+mod pending;
+mod queue;
+mod readiness;
+mod shared;
+mod spin;
+mod worker;
+
+pub use action::{
+    Cleanup, Cleanups, INLINE_CLEANUPS, INLINE_RESOURCES, INLINE_SEMAPHORES, Outcome, Resource,
+    Resources, SemaphoreList,
+};
+pub use backend::{Backend, ThreadRole};
+pub use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
+pub use error::Error;
+pub use options::QueueOptions;
+pub use queue::{Queue, QueueStats};
+pub use spin::spin_until;

@@ -1,0 +1,82 @@
+//! [`Backend`]: the few operations a device gives the scheduler.
+
+use std::time::Duration;
+
+use cuhal_semaphore::{DeviceEvent, Failure};
+
+/// Which scheduler thread is starting, for [`Backend::bind_thread`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ThreadRole {
+    /// The queue's worker: issues actions that become ready after they were submitted.
+    Worker,
+    /// The queue's completion thread: waits for completion events in issue order.
+    Completion,
+    /// A thread a backend runs to stand for the device itself (the host backend's executor).
+    /// Never passed to [`Backend::bind_thread`]; it appears in [`Error::Spawn`](crate::Error::Spawn).
+    Device,
+}
+
+/// The device side of one queue: what the scheduler needs from CUDA, HIP, or the CPU.
+///
+/// A queue calls these methods under a strict discipline, which an implementation may rely on:
+///
+/// - [`issue`](Backend::issue) is called for one queue by one thread at a time, in the queue's
+///   issue order, under the queue's issue lock; the calling thread is either a thread that called
+///   [`Queue::submit`](crate::Queue::submit) (the fast path) or the queue's worker. A CUDA backend
+///   must therefore make its context current inside `issue` (a cheap check of `cuCtxGetCurrent`)
+///   rather than rely on [`bind_thread`](Backend::bind_thread) alone.
+/// - [`wait_event`](Backend::wait_event) is called only by the completion thread, once per issued
+///   action, in issue order.
+/// - [`release`](Backend::release) is called on the completion thread once per action, after the
+///   action completed or failed and after its cleanup callbacks ran, whether or not it was issued.
+/// - No method is ever called from inside a driver callback, and no scheduler lock that `issue`
+///   may wait on is held by a driver callback (the scheduler registers none).
+///
+/// Errors are [`Failure`]s: an error from `issue` or `wait_event` fails the action, fails its
+/// signal semaphores with that failure and marks the queue lost.
+pub trait Backend: Send + Sync + 'static {
+    /// The device event: the completion of an issued action, and the device-signal timepoint of
+    /// every semaphore that action signals. Cloned into those semaphores, so it must be cheap to
+    /// clone and, if pooled, go back to its pool only when its last clone is dropped.
+    type Event: DeviceEvent;
+
+    /// The work of one action: command buffers, a graph launch, a host call. The scheduler owns
+    /// it from submission until [`release`](Backend::release).
+    type Payload: Send + 'static;
+
+    /// Called once at the start of each scheduler thread, before any other call from it: make the
+    /// device's context current. An error here fails the queue's creation.
+    fn bind_thread(&self, role: ThreadRole) -> Result<(), Failure> {
+        let _ = role;
+        Ok(())
+    }
+
+    /// Enqueues, in order: a device wait on every event of `device_waits` (CUDA:
+    /// `cuStreamWaitEvent`), then the payload (`cuGraphLaunch`, a replay onto the stream, a host
+    /// call), then the recording of one new completion event, which it returns.
+    ///
+    /// `device_waits` are events from this or other queues of the same backend type whose
+    /// semaphores have not yet reached the awaited values on the host; they are already issued,
+    /// so they will complete or fail. The payload stays owned by the scheduler (and alive) until
+    /// `release`; a backend that runs it elsewhere may take what it needs out of it.
+    fn issue(
+        &self,
+        device_waits: &[Self::Event],
+        payload: &mut Self::Payload,
+    ) -> Result<Self::Event, Failure>;
+
+    /// Blocks until `event` completes (`Ok`) or reports a device error (`Err`). Poll the event for
+    /// at most `spin` (the queue's [`completion_spin`](crate::QueueOptions::completion_spin)) and
+    /// then block in whatever way the device blocks cheaply (CUDA: a blocking-sync event or
+    /// `cuEventSynchronize`).
+    ///
+    /// Must return even when the device is lost (the CUDA driver does: every query of a context
+    /// with a sticky error returns that error), or a dropped queue would wait forever.
+    fn wait_event(&self, event: &Self::Event, spin: Duration) -> Result<(), Failure>;
+
+    /// Gives back a payload the scheduler is done with: its action completed or failed (it may
+    /// never have been issued). The default drops it.
+    fn release(&self, payload: Self::Payload) {
+        drop(payload);
+    }
+}

@@ -1,0 +1,254 @@
+//! [`Queue`]: one device queue's scheduler: submit, and the two threads that serve it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle};
+
+use crossbeam_utils::sync::Parker;
+use cuhal_semaphore::{Failure, Semaphore};
+
+use crate::action::{Body, Cleanups, Resources};
+use crate::backend::{Backend, ThreadRole};
+use crate::error::Error;
+use crate::options::QueueOptions;
+use crate::shared::Shared;
+use crate::{completion, worker};
+
+/// A snapshot of a queue's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Actions accepted by [`Queue::submit`].
+    pub submitted: u64,
+    /// Actions waiting for a semaphore, or behind one that is (not yet issued).
+    pub pending: usize,
+    /// Actions issued by the submitting thread (the fast path).
+    pub issued_on_submit: u64,
+    /// Actions issued by the worker thread (they became ready after submission).
+    pub issued_by_worker: u64,
+    /// Actions retired successfully (signalled, cleaned up, released).
+    pub completed: u64,
+    /// Actions retired with a failure (failed signals, cleaned up, released).
+    pub failed: u64,
+}
+
+impl QueueStats {
+    /// Actions retired either way.
+    pub fn retired(&self) -> u64 {
+        self.completed + self.failed
+    }
+}
+
+/// The scheduler of one device queue.
+///
+/// Actions are submitted with [`submit`](Queue::submit) and issued to the [`Backend`] in submission
+/// order once every wait is reached or can be waited for on the device. Each queue runs two
+/// threads: a worker, which issues actions that become ready after submission, and a completion
+/// thread, which retires issued actions in order.
+///
+/// Dropping the queue shuts it down: the worker issues every pending action that is ready by then
+/// and fails the rest with [`Error::ShutDown`] (an action waiting for a semaphore nobody will
+/// signal must not keep the drop waiting forever); the completion thread then retires everything
+/// issued (waiting for its completion events) and both threads are joined. The wait is bounded by
+/// the backend's completion of work already issued.
+pub struct Queue<B: Backend> {
+    shared: Arc<Shared<B>>,
+    worker: Option<JoinHandle<()>>,
+    completion: Option<JoinHandle<()>>,
+}
+
+impl<B: Backend> Queue<B> {
+    /// Starts a queue on `backend`: spawns its worker and completion threads and binds them to
+    /// the device ([`Backend::bind_thread`]); fails if either cannot start or bind.
+    pub fn new(backend: B, options: QueueOptions) -> Result<Self, Error> {
+        let worker_parker = Parker::new();
+        let completion_parker = Parker::new();
+        let shared = Arc::new(Shared::new(
+            backend,
+            options,
+            worker_parker.unparker().clone(),
+            completion_parker.unparker().clone(),
+        ));
+        let mut queue = Queue {
+            shared: shared.clone(),
+            worker: None,
+            completion: None,
+        };
+        let (bound_tx, bound_rx) = mpsc::channel::<Result<(), (ThreadRole, Failure)>>();
+        queue.completion = Some(spawn(
+            &shared,
+            ThreadRole::Completion,
+            bound_tx.clone(),
+            move |shared| completion::run(shared, completion_parker),
+        )?);
+        match spawn(&shared, ThreadRole::Worker, bound_tx, move |shared| {
+            worker::run(shared, worker_parker)
+        }) {
+            Ok(handle) => queue.worker = Some(handle),
+            Err(error) => {
+                // No worker will ever say it is done: say it for it, so the drop of `queue`
+                // lets the completion thread finish.
+                shared.worker_done.store(true, Ordering::Release);
+                return Err(error);
+            }
+        }
+        for _ in 0..2 {
+            match bound_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err((role, failure))) => {
+                    // Dropping `queue` shuts down and joins the threads.
+                    return Err(Error::Bind {
+                        queue: shared.label.clone(),
+                        role,
+                        failure,
+                    });
+                }
+                Err(_) => break, // a thread ended without reporting: only if it panicked
+            }
+        }
+        Ok(queue)
+    }
+
+    /// Submits an action: once every `(semaphore, value)` of `waits` is reached or device-waitable,
+    /// and every action submitted earlier to this queue is issued, `payload` is issued after device
+    /// waits on the waitable ones; when it completes, every signal semaphore is advanced to its value,
+    /// the `cleanup` callbacks run, and `resources` and the payload are released.
+    ///
+    /// If a wait semaphore fails, the action fails: its signal semaphores fail with the same
+    /// [`Failure`], its cleanups run with it, and everything is released. Such failures are not
+    /// errors of `submit`, which only fails (with [`Error::Lost`], dropping the action) when the queue
+    /// is lost.
+    ///
+    /// An action that is ready at once, with nothing pending ahead of it, is issued on the calling
+    /// thread before `submit` returns. Steady state allocates nothing (with at most
+    /// [`INLINE_SEMAPHORES`](crate::INLINE_SEMAPHORES) waits and signals and a backend payload that
+    /// does not allocate).
+    pub fn submit(
+        &self,
+        waits: &[(&Semaphore<B::Event>, u64)],
+        signals: &[(&Semaphore<B::Event>, u64)],
+        payload: B::Payload,
+        resources: Resources,
+        cleanup: Cleanups,
+    ) -> Result<(), Error> {
+        let body = Body {
+            waits: waits.iter().map(|(s, v)| ((*s).clone(), *v)).collect(),
+            signals: signals.iter().map(|(s, v)| ((*s).clone(), *v)).collect(),
+            payload,
+            resources,
+            cleanups: cleanup,
+        };
+        let rejected = {
+            let mut state = self.shared.lock_state();
+            if let Some(error) = self.shared.lost_error() {
+                Some((body, error))
+            } else {
+                self.shared.enqueue(&mut state, body);
+                None
+            }
+        };
+        match rejected {
+            // Dropped outside the lock: a resource's Drop may do anything, even submit.
+            Some((body, error)) => {
+                drop(body);
+                Err(error)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The failure that lost the queue, if it is lost.
+    pub fn lost(&self) -> Option<Failure> {
+        self.shared.lost.get().cloned()
+    }
+
+    /// The queue's label.
+    pub fn label(&self) -> &str {
+        &self.shared.label
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
+    }
+
+    /// The queue's counters.
+    pub fn stats(&self) -> QueueStats {
+        let state = self.shared.lock_state();
+        QueueStats {
+            submitted: state.submitted,
+            pending: state.pending.len(),
+            issued_on_submit: state.issued_on_submit,
+            issued_by_worker: state.issued_by_worker,
+            completed: self.shared.completed.load(Ordering::Acquire),
+            failed: self.shared.failed.load(Ordering::Acquire),
+        }
+    }
+}
+
+fn spawn<B: Backend>(
+    shared: &Arc<Shared<B>>,
+    role: ThreadRole,
+    bound: mpsc::Sender<Result<(), (ThreadRole, Failure)>>,
+    body: impl FnOnce(Arc<Shared<B>>) + Send + 'static,
+) -> Result<JoinHandle<()>, Error> {
+    let name = match role {
+        ThreadRole::Worker => format!("{}-issue", shared.label),
+        ThreadRole::Completion | ThreadRole::Device => format!("{}-complete", shared.label),
+    };
+    let thread_shared = shared.clone();
+    thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            if let Err(failure) = thread_shared.backend.bind_thread(role) {
+                // Leave at once; the creator sees the error and drops the queue.
+                thread_shared.mark_lost(&failure);
+                let _ = bound.send(Err((role, failure)));
+                if role == ThreadRole::Worker {
+                    thread_shared.worker_done.store(true, Ordering::Release);
+                    thread_shared.completion.unpark();
+                    return;
+                }
+            } else {
+                let _ = bound.send(Ok(()));
+            }
+            drop(bound);
+            body(thread_shared);
+        })
+        .map_err(|error| Error::Spawn {
+            queue: shared.label.clone(),
+            role,
+            error: Arc::new(error),
+        })
+}
+
+impl<B: Backend> Drop for Queue<B> {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.notifier.wake();
+        let this = thread::current().id();
+        // Dropped from one of its own threads (a cleanup owning the queue): they finish on their own.
+        if let Some(worker) = self.worker.take()
+            && worker.thread().id() != this
+        {
+            let _ = worker.join();
+        }
+        self.shared.completion.unpark();
+        if let Some(completion) = self.completion.take()
+            && completion.thread().id() != this
+        {
+            let _ = completion.join();
+        }
+    }
+}
+
+impl<B: Backend> fmt::Debug for Queue<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queue")
+            .field("label", &self.shared.label)
+            .field("lost", &self.shared.lost.get())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}

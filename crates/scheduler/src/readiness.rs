@@ -1,0 +1,43 @@
+//! Readiness of an action's waits (DESIGN.md, "The life of a submission", step 2).
+//!
+//! Per wait `(semaphore, value)`: reached, drop it; a device signal for a value at least as high is
+//! recorded, wait on the device; otherwise the action stays pending on that semaphore. A wait
+//! never moves backwards (a device-waitable value becomes reached, or the semaphore fails), so
+//! waits before the first pending one need not be looked at again until the action is issued.
+
+use cuhal_semaphore::{DeviceEvent, Error as SemaphoreError, Failure, WaitPoint};
+
+use crate::action::{EventList, SemaphoreList};
+
+/// What the waits from some index on need.
+pub(crate) enum Readiness {
+    /// Every wait is reached or device-waitable.
+    Ready,
+    /// The wait at this index is neither reached nor device-waitable.
+    Blocked(usize),
+    /// A wait semaphore failed.
+    Failed(Failure),
+}
+
+/// Examines `waits[from..]`. With `device_waits`, collects the event of every device-waitable wait
+/// (the caller is about to issue; then `from` is 0).
+pub(crate) fn examine<E: DeviceEvent>(
+    waits: &SemaphoreList<E>,
+    from: usize,
+    mut device_waits: Option<&mut EventList<E>>,
+) -> Readiness {
+    for (index, (semaphore, value)) in waits.iter().enumerate().skip(from) {
+        match semaphore.wait_point(*value) {
+            Ok(WaitPoint::Reached) => {}
+            Ok(WaitPoint::Device { event, .. }) => {
+                if let Some(list) = device_waits.as_deref_mut() {
+                    list.push(event);
+                }
+            }
+            Ok(WaitPoint::Pending) => return Readiness::Blocked(index),
+            Err(SemaphoreError::Failed(failure)) => return Readiness::Failed(failure),
+            Err(other) => return Readiness::Failed(Failure::new(other)),
+        }
+    }
+    Readiness::Ready
+}

@@ -142,12 +142,27 @@ mod tests {
     use super::*;
     use std::process::Output;
 
-    /// A scratch directory of this test process, emptied first.
-    fn scratch(name: &str) -> PathBuf {
+    /// A scratch directory of this test process with a `bin/`, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl std::ops::Deref for Scratch {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn scratch(name: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!("cuhal-xtask-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("bin")).unwrap();
-        dir
+        Scratch(dir)
     }
 
     /// A stand-in for a test binary: prints `body` and exits with `code`.

@@ -1,7 +1,7 @@
 //! Running cargo from xtask: the workspace root, plain steps, and builds whose
 //! artifacts we need to locate.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
@@ -126,7 +126,7 @@ pub enum Message {
     Other,
 }
 
-/// Runs a cargo build command with `--message-format=json-diagnostic-rendered-ansi`
+/// Runs a cargo build command with `--message-format=json`
 /// and returns the executables it produced. Diagnostics are printed as cargo
 /// would print them; a failed build is an error.
 pub fn build_executables(mut cmd: Command) -> Result<Vec<Executable>> {

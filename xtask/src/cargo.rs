@@ -130,8 +130,13 @@ pub enum Message {
 /// and returns the executables it produced. Diagnostics are printed as cargo
 /// would print them; a failed build is an error.
 pub fn build_executables(mut cmd: Command) -> Result<Vec<Executable>> {
-    cmd.arg("--message-format=json-diagnostic-rendered-ansi")
-        .stdout(Stdio::piped());
+    // Colour the re-printed diagnostics only when a person is reading them.
+    let format = if std::io::stderr().is_terminal() {
+        "--message-format=json-diagnostic-rendered-ansi"
+    } else {
+        "--message-format=json"
+    };
+    cmd.arg(format).stdout(Stdio::piped());
     let shown = display(&cmd);
     eprintln!("xtask: {shown}");
     let mut child = cmd

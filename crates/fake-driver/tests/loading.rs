@@ -104,6 +104,22 @@ fn a_missing_required_symbol_is_named_with_the_driver_version() {
 }
 
 #[test]
+fn an_unknown_driver_version_is_reported_as_unknown() {
+    let fake = Fake::new("no-version");
+    fake.hide("cuDriverGetVersion");
+    let err = DriverApi::load_from(&fake.path).unwrap_err();
+    assert_eq!(
+        err,
+        Error::MissingSymbol {
+            symbol: "cuDriverGetVersion",
+            library: fake.path.display().to_string(),
+            driver_version: None,
+        }
+    );
+    assert!(err.to_string().contains("driver version unknown"), "{err}");
+}
+
+#[test]
 fn a_missing_optional_symbol_is_none() {
     let fake = Fake::new("optional");
     fake.hide("cuStreamGetId");

@@ -109,6 +109,7 @@ macro_rules! driver_api {
             $( $(#[$odoc])* pub $oname: Option<unsafe extern "C" fn($($oty),*) -> CUresult>, )*
             driver_version: i32,
             path: String,
+            resolver: Resolver,
             // Dropped last: every pointer above points into it.
             _library: Library,
         }
@@ -131,7 +132,7 @@ macro_rules! driver_api {
                         return Err(Error::MissingSymbol {
                             symbol: stringify!($rname),
                             library: path,
-                            driver_version: Some(driver_version),
+                            driver_version: (driver_version > 0).then_some(driver_version),
                         });
                     }
                     // SAFETY: the driver returned this entry point for the CUDA version whose
@@ -163,6 +164,7 @@ macro_rules! driver_api {
                     $($oname,)*
                     driver_version,
                     path,
+                    resolver,
                     _library: library,
                 })
             }
@@ -437,7 +439,8 @@ impl DriverApi {
         Ok(api)
     }
 
-    /// The driver's CUDA version as `cuDriverGetVersion` reports it (e.g. 13000 for 13.0).
+    /// The driver's CUDA version as `cuDriverGetVersion` reports it (e.g. 13000 for 13.0), or 0
+    /// if the driver could not say.
     pub fn driver_version(&self) -> i32 {
         self.driver_version
     }
@@ -498,23 +501,7 @@ impl DriverApi {
     /// `cuda.h` declares.
     pub fn raw_symbol(&self, name: &str, cuda_version: i32) -> Option<*mut c_void> {
         let name = CString::new(name).ok()?;
-        // SAFETY: the symbol types match cuda.h's declarations; the library lives in `self`.
-        let resolver = unsafe {
-            if let Ok(v2) = self
-                ._library
-                .get::<GetProcAddressV2>(b"cuGetProcAddress_v2\0")
-            {
-                Resolver::V2(*v2)
-            } else {
-                Resolver::V1(
-                    *self
-                        ._library
-                        .get::<GetProcAddressV1>(b"cuGetProcAddress\0")
-                        .ok()?,
-                )
-            }
-        };
-        let ptr = resolver.resolve(&name, cuda_version);
+        let ptr = self.resolver.resolve(&name, cuda_version);
         (!ptr.is_null()).then_some(ptr)
     }
 }

@@ -1,1 +1,114 @@
-//! Placeholder; filled in by its issue.
+//! Command recording for cuhal: what users record once and replay many times.
+//!
+//! The pieces, in the order a program meets them:
+//! - [`Buffer`] and [`HostBuffer`]: device and pinned host allocations; [`BufferRange`]: a
+//!   checked `(offset, length)` of a buffer. Every range is checked when made and again when
+//!   recorded, with an [`Error`] that carries the numbers.
+//! - [`Executable`]: a module loaded from PTX (compiled by the driver's JIT; a compile error
+//!   carries the JIT's log) or cubin; [`Function`]: one kernel and its attributes.
+//! - [`CommandRecorder`]: the recording API every command buffer shares: fill (1, 2 or 4 byte
+//!   patterns), update (host bytes copied at record time), copy, dispatch ([`Dispatch`] with
+//!   [`KernelArgs`] packed at their ABI alignment), execution barrier, debug groups, `end()`.
+//!   Commands are validated before they reach the driver; a rejected command records nothing.
+//! - Three kinds of command buffer, each a [`CommandBuffer`] the device crate can hold as
+//!   `Arc<dyn CommandBuffer>` and [`issue`](CommandBuffer::issue) onto its queue's stream:
+//!   - [`GraphCommandBuffer`]: a `CUgraph` whose nodes between barriers run concurrently,
+//!     instantiated once at `end()`, launched any number of times (`cuGraphLaunch`);
+//!   - [`StreamCommandBuffer`]: each command goes to a stream as it is recorded (one shot);
+//!   - [`DeferredCommandBuffer`]: recorded into an arena without touching the GPU, replayed
+//!     onto a stream at every issue.
+//! - [`ZoneRecorder`]: the hook `cuhal-trace` implements to time command buffers with GPU
+//!   events (zones at debug groups, and around each command at [`Verbosity::Fine`]). Without
+//!   one, tracing costs a branch per command.
+//!
+//! A command buffer keeps every buffer and function it records alive until it is dropped, and
+//! the queue keeps the command buffer until its submissions complete, so nothing recorded is
+//! freed under running work.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use cuhal_command::*;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let (context, stream): (Arc<cuhal_sys::PrimaryContext>, cuhal_sys::CUstream) = todo!();
+//! let data = Buffer::new(&context, 1024)?;
+//! let mut cb = GraphCommandBuffer::new(&context, None)?;
+//! cb.fill(&data.range(0, 512)?, FillPattern::U32(7))?;
+//! cb.update(&data.range(512, 4)?, &[1, 2, 3, 4])?;
+//! cb.barrier()?;
+//! cb.copy(&data.range(0, 256)?, &data.range(768, 256)?)?;
+//! cb.end()?;
+//! let cb: Arc<dyn CommandBuffer> = Arc::new(cb);
+//! // SAFETY: `stream` is a live stream of `context`.
+//! unsafe {
+//!     cb.issue(stream)?;
+//!     cb.issue(stream)?; // graphs and deferred buffers run again on every issue
+//! }
+//! # Ok(()) }
+//! ```
+
+mod arena;
+mod buffer;
+mod deferred;
+mod error;
+mod executable;
+mod graph;
+mod kernel_args;
+mod range;
+mod recorder;
+mod stream;
+mod stream_ops;
+mod trace_hook;
+
+pub use buffer::{Buffer, HostBuffer};
+pub use deferred::DeferredCommandBuffer;
+pub use error::Error;
+pub use executable::{Executable, Function, FunctionAttributes};
+pub use graph::GraphCommandBuffer;
+pub use kernel_args::{ArgSlot, KernelArg, KernelArgs};
+pub use range::BufferRange;
+pub use recorder::{CommandBufferState, CommandRecorder, Dispatch, FillPattern};
+pub use stream::StreamCommandBuffer;
+pub use trace_hook::{Verbosity, ZoneInfo, ZoneRecorder};
+
+use std::sync::Arc;
+
+use cuhal_sys::CUstream;
+
+/// Which kind a command buffer is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CommandBufferKind {
+    /// [`GraphCommandBuffer`].
+    Graph,
+    /// [`StreamCommandBuffer`].
+    Stream,
+    /// [`DeferredCommandBuffer`].
+    Deferred,
+}
+
+/// What a queue needs of any command buffer: issue it onto a stream, and reach its tracing
+/// zones. Record through [`CommandRecorder`] (e.g. on a `Box<dyn CommandBuffer>`), then share
+/// it as `Arc<dyn CommandBuffer>`.
+pub trait CommandBuffer: CommandRecorder + Send + Sync {
+    /// The kind.
+    fn kind(&self) -> CommandBufferKind;
+
+    /// Enqueues the recorded work on `stream`, after the stream's earlier work. Requires a
+    /// successful `end()`.
+    ///
+    /// - graph: `cuGraphLaunch`; any number of times;
+    /// - deferred: replays every command; any number of times;
+    /// - stream: its work already ran on the stream it was created with: succeeds once, for
+    ///   that stream, and is an error for any other stream or a second time.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the command buffer's context. (A dangling stream
+    /// handle is not something the driver can be relied on to reject.)
+    unsafe fn issue(&self, stream: CUstream) -> Result<(), Error>;
+
+    /// The zone recorder given at creation, so the queue can call
+    /// [`ZoneRecorder::on_submit`].
+    fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>>;
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,222 @@
+//! Device and pinned host allocations, freed in `Drop` with their context bound.
+
+use std::fmt;
+use std::sync::Arc;
+
+use cuhal_sys::{CUdeviceptr, PrimaryContext};
+
+use crate::Error;
+use crate::range::{BufferRange, check_range};
+
+/// A device allocation (`cuMemAlloc`), freed when the last `Arc` goes.
+///
+/// Command buffers hold an `Arc<Buffer>` for every buffer they record, so a buffer lives at
+/// least as long as the work that uses it. Dropping binds the buffer's context first, so the
+/// last reference may go on any thread.
+pub struct Buffer {
+    context: Arc<PrimaryContext>,
+    ptr: CUdeviceptr,
+    len: usize,
+}
+
+impl Buffer {
+    /// Allocates `len` bytes of device memory (uninitialized; 256-byte aligned).
+    pub fn new(context: &Arc<PrimaryContext>, len: usize) -> Result<Arc<Self>, Error> {
+        if len == 0 {
+            return Err(Error::ZeroSize { what: "buffer" });
+        }
+        context.bind()?;
+        let api = context.api();
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: `ptr` is a valid out-pointer and the context is current.
+        api.check("cuMemAlloc", unsafe { (api.cuMemAlloc)(&mut ptr, len) })?;
+        Ok(Arc::new(Self {
+            context: Arc::clone(context),
+            ptr,
+            len,
+        }))
+    }
+
+    /// The device address of the first byte.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: buffers are never empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The context the memory belongs to.
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.context
+    }
+
+    /// The whole buffer as a range.
+    pub fn whole(self: &Arc<Self>) -> BufferRange {
+        BufferRange::of_buffer(self, 0, self.len).expect("the whole buffer is in bounds")
+    }
+
+    /// `length` bytes at `offset`; checked against the buffer's length.
+    pub fn range(self: &Arc<Self>, offset: usize, length: usize) -> Result<BufferRange, Error> {
+        BufferRange::of_buffer(self, offset, length)
+    }
+
+    /// Copies `data` into the buffer at `offset` (`cuMemcpyHtoD`, synchronous for the host).
+    ///
+    /// Not ordered with work on non-blocking streams: synchronize them first.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
+        check_range(offset, data.len(), self.len)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.context.bind()?;
+        let api = self.context.api();
+        // SAFETY: the destination range was checked against the allocation; `data` is a live
+        // host slice of exactly that many bytes.
+        api.check("cuMemcpyHtoD", unsafe {
+            (api.cuMemcpyHtoD)(self.ptr + offset as u64, data.as_ptr().cast(), data.len())
+        })?;
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` into `out` (`cuMemcpyDtoH`, synchronous for the host).
+    ///
+    /// Not ordered with work on non-blocking streams: synchronize them first.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
+        check_range(offset, out.len(), self.len)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.context.bind()?;
+        let api = self.context.api();
+        // SAFETY: the source range was checked against the allocation; `out` is a live,
+        // exclusively borrowed host slice of exactly that many bytes.
+        api.check("cuMemcpyDtoH", unsafe {
+            (api.cuMemcpyDtoH)(out.as_mut_ptr().cast(), self.ptr + offset as u64, out.len())
+        })?;
+        Ok(())
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // A failure here means the context is already lost or the driver is shutting down;
+        // there is nothing better to do than to leak the address range.
+        if self.context.bind().is_ok() {
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed exactly once.
+            let _ = unsafe { (self.context.api().cuMemFree)(self.ptr) };
+        }
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Page-locked host memory (`cuMemAllocHost`): the source or destination of fast,
+/// truly asynchronous copies.
+///
+/// The device may read or write it at any time while work that uses it runs, so its bytes are
+/// reached through copies ([`HostBuffer::read`], [`HostBuffer::write`]) or raw pointers rather
+/// than slices.
+pub struct HostBuffer {
+    context: Arc<PrimaryContext>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the pointer is an allocation owned by this value; it is only dereferenced through
+// bounds-checked copies, and the driver's pinned memory may be used from any thread.
+unsafe impl Send for HostBuffer {}
+// SAFETY: as above; `&self` methods only copy out of or into the allocation.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// Allocates `len` bytes of pinned host memory, zeroed.
+    pub fn new(context: &Arc<PrimaryContext>, len: usize) -> Result<Self, Error> {
+        if len == 0 {
+            return Err(Error::ZeroSize {
+                what: "host buffer",
+            });
+        }
+        context.bind()?;
+        let api = context.api();
+        let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: `ptr` is a valid out-pointer and the context is current.
+        api.check("cuMemAllocHost", unsafe {
+            (api.cuMemAllocHost)(&mut ptr, len)
+        })?;
+        // SAFETY: the driver returned `len` writable bytes at `ptr`.
+        unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, len) };
+        Ok(Self {
+            context: Arc::clone(context),
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: host buffers are never empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The host address of the first byte (also valid on the device under unified addressing).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Copies `data` into the buffer at `offset`. The caller orders this with device work.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
+        check_range(offset, data.len(), self.len)?;
+        // SAFETY: the range was checked against the allocation; `data` cannot alias it (it is
+        // a shared Rust slice and the allocation is only reached through raw copies).
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len());
+        }
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` into `out`. The caller orders this with device work.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
+        check_range(offset, out.len(), self.len)?;
+        // SAFETY: the range was checked against the allocation; `out` is exclusively borrowed.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.add(offset), out.as_mut_ptr(), out.len());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        if self.context.bind().is_ok() {
+            // SAFETY: `ptr` came from cuMemAllocHost and is freed exactly once.
+            let _ = unsafe { (self.context.api().cuMemFreeHost)(self.ptr.cast()) };
+        }
+    }
+}
+
+impl fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}

@@ -1,0 +1,380 @@
+//! The deferred command buffer: recorded once into an arena, replayed onto a stream each time
+//! it is issued.
+//!
+//! The arena is a `Vec` of compact [`Op`]s plus one 16-byte-aligned byte vector holding every
+//! update's bytes and every dispatch's packed arguments. `end()` freezes it and computes the
+//! `void**` argument arrays once, so a replay walks the ops and makes one driver call each,
+//! with no allocation. Barriers vanish: a stream already runs its work in order.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+
+use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, PrimaryContext};
+
+use crate::arena::{AlignedBytes, MAX_ALIGN};
+use crate::recorder::{CommandZone, Encoder, Recorder};
+use crate::stream_ops::{self, LaunchShape};
+use crate::{
+    BufferRange, CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch,
+    Error, FillPattern, KernelArgs, ZoneRecorder,
+};
+
+/// One encoded command.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) enum Op {
+    Fill {
+        target: CUdeviceptr,
+        length: usize,
+        pattern: FillPattern,
+    },
+    Update {
+        target: CUdeviceptr,
+        /// Offset of the bytes in the arena.
+        offset: usize,
+        length: usize,
+    },
+    Copy {
+        source: CUdeviceptr,
+        target: CUdeviceptr,
+        length: usize,
+    },
+    Dispatch {
+        function: CUfunction,
+        shape: LaunchShape,
+        /// Index of the first argument pointer in `arg_pointers`.
+        first_arg: u32,
+        args: u32,
+    },
+    Event(CUevent),
+}
+
+#[derive(Default)]
+pub(crate) struct DeferredEncoder {
+    pub(crate) ops: Vec<Op>,
+    pub(crate) bytes: AlignedBytes,
+    /// Arena offset of each dispatch argument, in op order.
+    pub(crate) arg_offsets: Vec<u32>,
+    /// `arg_offsets` turned into addresses by `end()`, when the arena stops moving.
+    arg_pointers: Vec<*mut c_void>,
+}
+
+impl DeferredEncoder {
+    fn zone(&mut self, event: Option<CUevent>) {
+        if let Some(event) = event {
+            self.ops.push(Op::Event(event));
+        }
+    }
+
+    fn push(&mut self, zone: CommandZone, op: Op) {
+        self.zone(zone.begin);
+        self.ops.push(op);
+        self.zone(zone.end);
+    }
+
+    /// The argument pointers of a dispatch op (valid after `end()`).
+    pub(crate) fn pointers(&self, first: u32, count: u32) -> *mut *mut c_void {
+        if count == 0 {
+            return std::ptr::null_mut();
+        }
+        let start = first as usize;
+        // The driver takes `void**` but only reads the array.
+        self.arg_pointers[start..start + count as usize]
+            .as_ptr()
+            .cast_mut()
+    }
+}
+
+impl DeferredEncoder {
+    /// Copies the packed arguments into the arena and records where each one lives.
+    pub(crate) fn encode_dispatch(
+        &mut self,
+        function: CUfunction,
+        shape: LaunchShape,
+        args: &KernelArgs,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        let too_big = || Error::BadKernelArgument {
+            reason: "a deferred command buffer's arena is limited to 4 GiB of arguments",
+        };
+        // The packed block keeps its internal layout (each value aligned) because it starts at
+        // an offset aligned to the largest alignment the builder uses.
+        let base = self.bytes.push(args.bytes(), MAX_ALIGN);
+        let first_arg = u32::try_from(self.arg_offsets.len()).map_err(|_| too_big())?;
+        let mut offsets = Vec::with_capacity(args.len());
+        for slot in args.slots() {
+            offsets.push(u32::try_from(base + slot.offset as usize).map_err(|_| too_big())?);
+        }
+        self.arg_offsets.extend_from_slice(&offsets);
+        self.push(
+            zone,
+            Op::Dispatch {
+                function,
+                shape,
+                first_arg,
+                args: args.len() as u32,
+            },
+        );
+        Ok(())
+    }
+}
+
+impl Encoder for DeferredEncoder {
+    fn fill(
+        &mut self,
+        target: CUdeviceptr,
+        length: usize,
+        pattern: FillPattern,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        self.push(
+            zone,
+            Op::Fill {
+                target,
+                length,
+                pattern,
+            },
+        );
+        Ok(())
+    }
+
+    fn update(&mut self, target: CUdeviceptr, data: &[u8], zone: CommandZone) -> Result<(), Error> {
+        let offset = self.bytes.push(data, 1);
+        self.push(
+            zone,
+            Op::Update {
+                target,
+                offset,
+                length: data.len(),
+            },
+        );
+        Ok(())
+    }
+
+    fn copy(
+        &mut self,
+        source: CUdeviceptr,
+        target: CUdeviceptr,
+        length: usize,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        self.push(
+            zone,
+            Op::Copy {
+                source,
+                target,
+                length,
+            },
+        );
+        Ok(())
+    }
+
+    fn dispatch(&mut self, dispatch: &Dispatch<'_>, zone: CommandZone) -> Result<(), Error> {
+        let shape = LaunchShape {
+            grid: dispatch.grid,
+            block: dispatch.block,
+            shared_memory: dispatch.shared_memory_bytes,
+        };
+        self.encode_dispatch(dispatch.function.raw(), shape, dispatch.args, zone)
+    }
+
+    fn barrier(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {
+        self.zone(Some(event));
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<(), Error> {
+        let base = self.bytes.base();
+        self.arg_pointers = self
+            .arg_offsets
+            .iter()
+            // SAFETY: every offset was returned by a push into `bytes`, so it is in bounds.
+            .map(|&o| unsafe { base.add(o as usize) }.cast_mut().cast::<c_void>())
+            .collect();
+        self.ops.shrink_to_fit();
+        Ok(())
+    }
+}
+
+/// A command buffer recorded into an arena and replayed onto a stream at each issue.
+///
+/// Recording needs no GPU and makes no driver call. Replays may run any number of times and
+/// concurrently from several threads; each is one driver call per command.
+pub struct DeferredCommandBuffer {
+    recorder: Recorder<DeferredEncoder>,
+}
+
+// SAFETY: the raw pointers (function handles, events, argument pointers into the owned arena)
+// are only read after `end()`, when the arena no longer changes; CUDA handles may be used from
+// any thread; the zone recorder is Send + Sync.
+unsafe impl Send for DeferredCommandBuffer {}
+// SAFETY: as above: `&self` methods only read.
+unsafe impl Sync for DeferredCommandBuffer {}
+
+impl DeferredCommandBuffer {
+    /// Starts recording without a context: the first buffer or function recorded sets it, and
+    /// every later one must belong to the same. Records without any GPU.
+    pub fn new(zones: Option<Arc<dyn ZoneRecorder>>) -> Result<Self, Error> {
+        Self::begin(None, zones)
+    }
+
+    /// Starts recording for `context` (needed to replay a buffer that records only raw ranges).
+    pub fn with_context(
+        context: &Arc<PrimaryContext>,
+        zones: Option<Arc<dyn ZoneRecorder>>,
+    ) -> Result<Self, Error> {
+        Self::begin(Some(Arc::clone(context)), zones)
+    }
+
+    fn begin(
+        context: Option<Arc<PrimaryContext>>,
+        zones: Option<Arc<dyn ZoneRecorder>>,
+    ) -> Result<Self, Error> {
+        Ok(Self {
+            recorder: Recorder::begin(
+                DeferredEncoder::default(),
+                context,
+                zones,
+                "deferred command buffer",
+            )?,
+        })
+    }
+
+    /// Enqueues every recorded command on `stream`, in order. Only after `end()`.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the command buffer's context (given at creation or
+    /// adopted from the first resource recorded).
+    pub unsafe fn replay(&self, stream: CUstream) -> Result<(), Error> {
+        let state = self.recorder.state();
+        if state != CommandBufferState::Ended {
+            return Err(Error::InvalidState {
+                operation: "replay",
+                state,
+            });
+        }
+        let encoder = &self.recorder.encoder;
+        if encoder.ops.is_empty() {
+            return Ok(());
+        }
+        let Some(context) = self.recorder.context() else {
+            return Err(Error::NoContext);
+        };
+        context.bind()?;
+        let api = context.api();
+        for op in &encoder.ops {
+            // SAFETY: (all arms) every range was checked when recorded and its buffer is
+            // retained by this command buffer (raw ranges: the caller's contract); update bytes
+            // and argument values live in the arena, frozen since `end()`; functions' modules
+            // are retained; events belong to the zone recorder, which outlives this buffer.
+            unsafe {
+                match *op {
+                    Op::Fill {
+                        target,
+                        length,
+                        pattern,
+                    } => stream_ops::fill(api, stream, target, length, pattern)?,
+                    Op::Update {
+                        target,
+                        offset,
+                        length,
+                    } => {
+                        let source = encoder.bytes.base().add(offset);
+                        stream_ops::update(api, stream, target, source, length)?
+                    }
+                    Op::Copy {
+                        source,
+                        target,
+                        length,
+                    } => stream_ops::copy(api, stream, source, target, length)?,
+                    Op::Dispatch {
+                        function,
+                        shape,
+                        first_arg,
+                        args,
+                    } => stream_ops::launch(
+                        api,
+                        stream,
+                        function,
+                        shape,
+                        encoder.pointers(first_arg, args),
+                    )?,
+                    Op::Event(event) => stream_ops::record_event(api, stream, event)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of encoded commands (zone events included, barriers excluded).
+    pub fn command_count(&self) -> usize {
+        self.recorder.encoder.ops.len()
+    }
+
+    /// Bytes of update data and kernel arguments in the arena.
+    pub fn arena_bytes(&self) -> usize {
+        self.recorder.encoder.bytes.len()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn recorder(&self) -> &Recorder<DeferredEncoder> {
+        &self.recorder
+    }
+}
+
+impl CommandRecorder for DeferredCommandBuffer {
+    fn state(&self) -> CommandBufferState {
+        self.recorder.state()
+    }
+    fn fill(&mut self, target: &BufferRange, pattern: FillPattern) -> Result<(), Error> {
+        self.recorder.fill(target, pattern)
+    }
+    fn update(&mut self, target: &BufferRange, data: &[u8]) -> Result<(), Error> {
+        self.recorder.update(target, data)
+    }
+    fn copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
+        self.recorder.copy(source, target)
+    }
+    fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error> {
+        self.recorder.dispatch(dispatch)
+    }
+    fn barrier(&mut self) -> Result<(), Error> {
+        self.recorder.barrier()
+    }
+    fn begin_debug_group(&mut self, name: &str) -> Result<(), Error> {
+        self.recorder.begin_debug_group(name)
+    }
+    fn end_debug_group(&mut self) -> Result<(), Error> {
+        self.recorder.end_debug_group()
+    }
+    fn end(&mut self) -> Result<(), Error> {
+        self.recorder.end()
+    }
+}
+
+impl CommandBuffer for DeferredCommandBuffer {
+    fn kind(&self) -> CommandBufferKind {
+        CommandBufferKind::Deferred
+    }
+    unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
+        // SAFETY: the caller upholds `issue`'s contract, which is `replay`'s.
+        unsafe { self.replay(stream) }
+    }
+    fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
+        self.recorder.zones()
+    }
+}
+
+impl fmt::Debug for DeferredCommandBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeferredCommandBuffer")
+            .field("state", &self.recorder.state())
+            .field("commands", &self.recorder.encoder.ops.len())
+            .field("arena_bytes", &self.recorder.encoder.bytes.len())
+            .finish()
+    }
+}

@@ -1,0 +1,277 @@
+//! The one error type of `cuhal-command`: every rejected command says what and by how much.
+
+use std::fmt;
+
+use crate::CommandBufferState;
+
+/// Errors from allocating buffers, loading executables and recording or issuing commands.
+///
+/// Validation errors (ranges, alignment, dispatch shape, state) are returned before anything
+/// reaches the driver: the command is not recorded and the command buffer stays usable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A driver call failed.
+    Cuda(cuhal_sys::Error),
+    /// `offset + length` does not fit in a `usize`.
+    RangeOverflow {
+        /// Offset of the range.
+        offset: usize,
+        /// Length of the range.
+        length: usize,
+    },
+    /// A range reaches past the end of its buffer.
+    OutOfBounds {
+        /// Offset of the range within the buffer (or parent range).
+        offset: usize,
+        /// Length of the range.
+        length: usize,
+        /// Length of the buffer (or parent range).
+        capacity: usize,
+    },
+    /// A size that must be non-zero was zero.
+    ZeroSize {
+        /// What was empty (`"buffer"`, `"fill"`, `"update"`, `"copy"`).
+        what: &'static str,
+    },
+    /// An offset, address or length is not a multiple of the alignment the operation needs.
+    Misaligned {
+        /// What is misaligned (`"fill offset"`, `"fill length"`, ...).
+        what: &'static str,
+        /// The offending value.
+        value: u64,
+        /// The required alignment in bytes.
+        alignment: usize,
+    },
+    /// A fill pattern of a size other than 1, 2 or 4 bytes.
+    BadPattern {
+        /// The pattern's length in bytes.
+        length: usize,
+    },
+    /// The two sides of an update or copy differ in length.
+    LengthMismatch {
+        /// `"update"` or `"copy"`.
+        what: &'static str,
+        /// Length of the target range.
+        target: usize,
+        /// Length of the source (bytes or range).
+        source: usize,
+    },
+    /// A copy whose source and target overlap (the driver's copies have undefined results then).
+    OverlappingCopy {
+        /// Device address of the source range.
+        source: u64,
+        /// Device address of the target range.
+        target: u64,
+        /// Bytes to copy.
+        length: usize,
+    },
+    /// A buffer of another context was recorded into a command buffer.
+    ContextMismatch,
+    /// A deferred command buffer recorded only raw ranges and was created without a context,
+    /// so it has none to replay in (see `DeferredCommandBuffer::with_context`).
+    NoContext,
+    /// A kernel argument was rejected by [`crate::KernelArgs`].
+    BadKernelArgument {
+        /// Why.
+        reason: &'static str,
+    },
+    /// The driver could not load a module; `log` is the JIT compiler's error log.
+    ModuleLoad {
+        /// The driver's error.
+        source: cuhal_sys::Error,
+        /// The JIT error log (empty when the driver wrote none).
+        log: String,
+    },
+    /// A module image was rejected before reaching the driver.
+    BadImage {
+        /// Why.
+        reason: &'static str,
+    },
+    /// No function of that name in the module.
+    UnknownFunction {
+        /// The name looked up.
+        name: String,
+        /// The driver's error.
+        source: cuhal_sys::Error,
+    },
+    /// A dispatch asked for more threads per block than the function can run with.
+    BlockTooLarge {
+        /// The function.
+        function: String,
+        /// The block's dimensions.
+        block: [u32; 3],
+        /// The most threads per block the function allows.
+        max_threads: u32,
+    },
+    /// A grid or block dimension is zero or above CUDA's limit for that axis.
+    BadDimension {
+        /// `"grid"` or `"block"`.
+        what: &'static str,
+        /// The dimensions given.
+        dims: [u32; 3],
+        /// The largest value each axis may take.
+        max: [u32; 3],
+    },
+    /// A dispatch asked for more dynamic shared memory than the function is set up for.
+    SharedMemoryTooLarge {
+        /// The function.
+        function: String,
+        /// Bytes asked for.
+        requested: u32,
+        /// Bytes allowed (see `Function::set_max_dynamic_shared_memory`).
+        max: u32,
+    },
+    /// The operation is not valid in the command buffer's current state.
+    InvalidState {
+        /// The operation attempted.
+        operation: &'static str,
+        /// The state the command buffer was in.
+        state: CommandBufferState,
+    },
+    /// `end_debug_group` without an open group.
+    NoOpenDebugGroup,
+    /// `end()` with debug groups still open.
+    UnclosedDebugGroups {
+        /// How many are open.
+        open: u32,
+    },
+    /// A stream command buffer was issued to a stream other than the one it executed on.
+    StreamMismatch,
+    /// A one-shot (stream) command buffer was issued a second time.
+    AlreadyIssued,
+}
+
+impl Error {
+    /// The underlying driver error, if this is one.
+    pub fn cuda(&self) -> Option<&cuhal_sys::Error> {
+        match self {
+            Error::Cuda(e) | Error::ModuleLoad { source: e, .. } => Some(e),
+            Error::UnknownFunction { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// Whether this error lost the context (a sticky CUDA error).
+    pub fn is_sticky(&self) -> bool {
+        self.cuda().is_some_and(cuhal_sys::Error::is_sticky)
+    }
+}
+
+impl From<cuhal_sys::Error> for Error {
+    fn from(e: cuhal_sys::Error) -> Self {
+        Error::Cuda(e)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Cuda(e) => write!(f, "{e}"),
+            Error::RangeOverflow { offset, length } => {
+                write!(f, "range offset {offset} + length {length} overflows")
+            }
+            Error::OutOfBounds {
+                offset,
+                length,
+                capacity,
+            } => write!(
+                f,
+                "range [{offset}, {offset}+{length}) is out of bounds of a {capacity}-byte buffer"
+            ),
+            Error::ZeroSize { what } => write!(f, "{what} of zero bytes"),
+            Error::Misaligned {
+                what,
+                value,
+                alignment,
+            } => write!(f, "{what} {value} is not a multiple of {alignment}"),
+            Error::BadPattern { length } => {
+                write!(f, "fill pattern of {length} bytes (must be 1, 2 or 4)")
+            }
+            Error::LengthMismatch {
+                what,
+                target,
+                source,
+            } => write!(
+                f,
+                "{what} source of {source} bytes does not match its {target}-byte target range"
+            ),
+            Error::OverlappingCopy {
+                source,
+                target,
+                length,
+            } => write!(
+                f,
+                "copy of {length} bytes from {source:#x} to {target:#x}: source and target overlap"
+            ),
+            Error::ContextMismatch => {
+                write!(
+                    f,
+                    "buffer belongs to another context than the command buffer"
+                )
+            }
+            Error::NoContext => write!(
+                f,
+                "the deferred command buffer has no context: it recorded only raw ranges; \
+                 create it with DeferredCommandBuffer::with_context"
+            ),
+            Error::BadKernelArgument { reason } => write!(f, "bad kernel argument: {reason}"),
+            Error::ModuleLoad { source, log } => {
+                write!(f, "module load failed: {source}")?;
+                if !log.is_empty() {
+                    write!(f, "\nJIT log:\n{log}")?;
+                }
+                Ok(())
+            }
+            Error::BadImage { reason } => write!(f, "bad module image: {reason}"),
+            Error::UnknownFunction { name, source } => {
+                write!(f, "no function named {name:?} in the module ({source})")
+            }
+            Error::BlockTooLarge {
+                function,
+                block,
+                max_threads,
+            } => write!(
+                f,
+                "block {}x{}x{} = {} threads exceeds the {max_threads} threads per block \
+                 that {function} allows",
+                block[0],
+                block[1],
+                block[2],
+                u64::from(block[0]) * u64::from(block[1]) * u64::from(block[2])
+            ),
+            Error::BadDimension { what, dims, max } => write!(
+                f,
+                "{what} {}x{}x{}: each axis must be between 1 and {}x{}x{}",
+                dims[0], dims[1], dims[2], max[0], max[1], max[2]
+            ),
+            Error::SharedMemoryTooLarge {
+                function,
+                requested,
+                max,
+            } => write!(
+                f,
+                "{requested} bytes of dynamic shared memory exceed the {max} that {function} \
+                 is set up for"
+            ),
+            Error::InvalidState { operation, state } => {
+                write!(f, "cannot {operation}: the command buffer is {state}")
+            }
+            Error::NoOpenDebugGroup => write!(f, "end_debug_group without an open debug group"),
+            Error::UnclosedDebugGroups { open } => {
+                write!(f, "end() with {open} debug group(s) still open")
+            }
+            Error::StreamMismatch => write!(
+                f,
+                "a stream command buffer can only be issued to the stream it executed on"
+            ),
+            Error::AlreadyIssued => write!(f, "a stream command buffer can be issued only once"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cuda().map(|e| e as _)
+    }
+}

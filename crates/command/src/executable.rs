@@ -1,0 +1,467 @@
+//! Executables: modules loaded from PTX (compiled by the driver's JIT) or cubin, and their
+//! kernel functions with the attributes a dispatch is checked against.
+
+use std::ffi::{CString, c_int, c_uint, c_void};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use cuhal_sys::{
+    CU_FUNC_ATTRIBUTE_BINARY_VERSION, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
+    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_FUNC_ATTRIBUTE_NUM_REGS,
+    CU_FUNC_ATTRIBUTE_PTX_VERSION, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    CU_JIT_LOG_VERBOSE, CUfunction, CUfunction_attribute, CUjit_option, CUmodule, PrimaryContext,
+};
+
+use crate::Error;
+
+/// Bytes reserved for each of the JIT's logs.
+const JIT_LOG_BYTES: usize = 16 * 1024;
+
+struct Module {
+    context: Arc<PrimaryContext>,
+    raw: CUmodule,
+}
+
+// SAFETY: a CUmodule may be used from any thread of its context; it is only read after load.
+unsafe impl Send for Module {}
+// SAFETY: as above.
+unsafe impl Sync for Module {}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if self.context.bind().is_ok() {
+            // SAFETY: `raw` was loaded in this context and is unloaded once, after every
+            // Function (each holds an Arc of this Module) and command buffer that uses it.
+            let _ = unsafe { (self.context.api().cuModuleUnload)(self.raw) };
+        }
+    }
+}
+
+/// A loaded module (`cuModuleLoadDataEx`).
+///
+/// Functions looked up from it keep it loaded, as do command buffers that record them.
+#[derive(Clone)]
+pub struct Executable {
+    module: Arc<Module>,
+    info_log: Arc<str>,
+}
+
+impl Executable {
+    /// Compiles and loads PTX text. A compile error is an [`Error::ModuleLoad`] whose `log` is
+    /// the JIT's error log.
+    pub fn load_ptx(context: &Arc<PrimaryContext>, ptx: &str) -> Result<Self, Error> {
+        let text = CString::new(ptx).map_err(|_| Error::BadImage {
+            reason: "PTX text contains a NUL byte",
+        })?;
+        Self::load_image(context, text.as_ptr().cast())
+    }
+
+    /// Loads a cubin or fatbin image.
+    pub fn load_cubin(context: &Arc<PrimaryContext>, image: &[u8]) -> Result<Self, Error> {
+        if image.len() < 4 {
+            return Err(Error::BadImage {
+                reason: "image shorter than an ELF or fatbin header",
+            });
+        }
+        // The driver reads the image's headers in place: give it 8-byte-aligned storage.
+        let mut aligned = vec![0u64; image.len().div_ceil(8)];
+        // SAFETY: `aligned` holds at least `image.len()` bytes; the two do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                image.as_ptr(),
+                aligned.as_mut_ptr().cast::<u8>(),
+                image.len(),
+            );
+        }
+        Self::load_image(context, aligned.as_ptr().cast())
+    }
+
+    fn load_image(context: &Arc<PrimaryContext>, image: *const c_void) -> Result<Self, Error> {
+        context.bind()?;
+        let api = context.api();
+        let mut info = vec![0u8; JIT_LOG_BYTES];
+        let mut error = vec![0u8; JIT_LOG_BYTES];
+        let mut options: [CUjit_option; 5] = [
+            CU_JIT_INFO_LOG_BUFFER,
+            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            CU_JIT_ERROR_LOG_BUFFER,
+            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            CU_JIT_LOG_VERBOSE,
+        ];
+        // Sizes and flags travel as integers in pointer-sized slots (cuda.h's convention);
+        // the driver overwrites the size slots with the bytes it wrote.
+        let mut values: [*mut c_void; 5] = [
+            info.as_mut_ptr().cast(),
+            std::ptr::without_provenance_mut::<c_void>(JIT_LOG_BYTES),
+            error.as_mut_ptr().cast(),
+            std::ptr::without_provenance_mut::<c_void>(JIT_LOG_BYTES),
+            std::ptr::without_provenance_mut::<c_void>(1),
+        ];
+        let mut module: CUmodule = std::ptr::null_mut();
+        // SAFETY: `image` is a NUL-terminated PTX string or an aligned cubin that outlives the
+        // call; the option and value arrays have 5 entries each; the log buffers are writable
+        // for the sizes given and outlive the call.
+        let r = unsafe {
+            (api.cuModuleLoadDataEx)(
+                &mut module,
+                image,
+                options.len() as c_uint,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        let info_log = log_text(&info, values[1].addr());
+        if !r.is_success() {
+            let mut log = log_text(&error, values[3].addr());
+            if log.is_empty() {
+                log = info_log;
+            }
+            return Err(Error::ModuleLoad {
+                source: api.error("cuModuleLoadDataEx", r),
+                log,
+            });
+        }
+        Ok(Self {
+            module: Arc::new(Module {
+                context: Arc::clone(context),
+                raw: module,
+            }),
+            info_log: info_log.into(),
+        })
+    }
+
+    /// The JIT's informational log from loading (register use and the like; may be empty).
+    pub fn info_log(&self) -> &str {
+        &self.info_log
+    }
+
+    /// The raw module handle.
+    pub fn raw(&self) -> CUmodule {
+        self.module.raw
+    }
+
+    /// The context the module is loaded in.
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.module.context
+    }
+
+    /// Looks up a kernel by its (mangled) name and reads its attributes.
+    pub fn function(&self, name: &str) -> Result<Function, Error> {
+        let context = &self.module.context;
+        let api = context.api();
+        let c_name = CString::new(name).map_err(|_| Error::BadImage {
+            reason: "function name contains a NUL byte",
+        })?;
+        context.bind()?;
+        let mut raw: CUfunction = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer, the module is loaded, `c_name` is
+        // NUL-terminated.
+        let r = unsafe { (api.cuModuleGetFunction)(&mut raw, self.module.raw, c_name.as_ptr()) };
+        if !r.is_success() {
+            return Err(Error::UnknownFunction {
+                name: name.to_owned(),
+                source: api.error("cuModuleGetFunction", r),
+            });
+        }
+        let get = |attribute: CUfunction_attribute| -> Result<u32, Error> {
+            let mut value: c_int = 0;
+            // SAFETY: `value` is a valid out-pointer; `raw` is a function of a loaded module.
+            api.check("cuFuncGetAttribute", unsafe {
+                (api.cuFuncGetAttribute)(&mut value, attribute, raw)
+            })?;
+            Ok(value.max(0) as u32)
+        };
+        let attributes = FunctionAttributes {
+            max_threads_per_block: get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            registers: get(CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            static_shared_bytes: get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+            local_bytes_per_thread: get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            const_bytes: get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)?,
+            ptx_version: get(CU_FUNC_ATTRIBUTE_PTX_VERSION)?,
+            binary_version: get(CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
+        };
+        let max_dynamic_shared = get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?;
+        Ok(Function {
+            inner: Arc::new(FunctionInner {
+                module: Arc::clone(&self.module),
+                raw,
+                name: name.into(),
+                attributes,
+                max_dynamic_shared: AtomicU32::new(max_dynamic_shared),
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for Executable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executable")
+            .field("module", &self.module.raw)
+            .finish()
+    }
+}
+
+/// The text of a JIT log buffer: up to the bytes written, up to the first NUL, trimmed.
+fn log_text(buffer: &[u8], written: usize) -> String {
+    let bytes = &buffer[..written.min(buffer.len())];
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).trim_end().to_owned()
+}
+
+/// What the driver reports about a kernel (`cuFuncGetAttribute`), read once at lookup.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct FunctionAttributes {
+    /// Most threads per block a launch may use (limited by `.maxntid` and register use).
+    pub max_threads_per_block: u32,
+    /// Registers per thread.
+    pub registers: u32,
+    /// Statically allocated shared memory per block, in bytes.
+    pub static_shared_bytes: u32,
+    /// Local memory per thread, in bytes.
+    pub local_bytes_per_thread: u32,
+    /// Constant memory, in bytes.
+    pub const_bytes: u32,
+    /// PTX ISA version the kernel was compiled from, times 10 (70 for 7.0).
+    pub ptx_version: u32,
+    /// Binary architecture, times 10 (90 for sm_90).
+    pub binary_version: u32,
+}
+
+struct FunctionInner {
+    module: Arc<Module>,
+    raw: CUfunction,
+    name: Box<str>,
+    attributes: FunctionAttributes,
+    max_dynamic_shared: AtomicU32,
+}
+
+// SAFETY: a CUfunction may be launched and queried from any thread; attribute updates go
+// through the driver (thread safe) and an atomic.
+unsafe impl Send for FunctionInner {}
+// SAFETY: as above.
+unsafe impl Sync for FunctionInner {}
+
+/// A kernel of an [`Executable`]. Cheap to clone; keeps its module loaded.
+#[derive(Clone)]
+pub struct Function {
+    inner: Arc<FunctionInner>,
+}
+
+impl Function {
+    /// The name it was looked up by.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The raw function handle.
+    pub fn raw(&self) -> CUfunction {
+        self.inner.raw
+    }
+
+    /// Attributes read at lookup.
+    pub fn attributes(&self) -> FunctionAttributes {
+        self.inner.attributes
+    }
+
+    /// The most dynamic shared memory a dispatch of this function may ask for, in bytes.
+    ///
+    /// Tracked per `Function` value (and its clones): a second lookup of the same name starts
+    /// from the driver's current setting.
+    pub fn max_dynamic_shared_memory(&self) -> u32 {
+        self.inner.max_dynamic_shared.load(Ordering::Relaxed)
+    }
+
+    /// Raises (or lowers) the dynamic shared memory limit
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`); needed above 48 KiB.
+    pub fn set_max_dynamic_shared_memory(&self, bytes: u32) -> Result<(), Error> {
+        let context = &self.inner.module.context;
+        let api = context.api();
+        let value = c_int::try_from(bytes).map_err(|_| Error::SharedMemoryTooLarge {
+            function: self.name().to_owned(),
+            requested: bytes,
+            max: c_int::MAX as u32,
+        })?;
+        context.bind()?;
+        // SAFETY: `raw` is a function of a loaded module; the attribute takes an int.
+        api.check("cuFuncSetAttribute", unsafe {
+            (api.cuFuncSetAttribute)(
+                self.inner.raw,
+                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value,
+            )
+        })?;
+        self.inner
+            .max_dynamic_shared
+            .store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The limits a dispatch is checked against.
+    pub(crate) fn limits(&self) -> DispatchLimits {
+        DispatchLimits {
+            max_threads_per_block: self.inner.attributes.max_threads_per_block,
+            max_dynamic_shared: self.max_dynamic_shared_memory(),
+        }
+    }
+
+    /// The context of the function's module.
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.inner.module.context
+    }
+
+    pub(crate) fn same(&self, other: &Function) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+}
+
+impl fmt::Debug for Function {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Function")
+            .field("name", &self.inner.name)
+            .field("attributes", &self.inner.attributes)
+            .finish()
+    }
+}
+
+/// Per-function limits of a dispatch.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DispatchLimits {
+    pub(crate) max_threads_per_block: u32,
+    pub(crate) max_dynamic_shared: u32,
+}
+
+/// CUDA's grid limits per axis (every GPU since compute capability 3.0).
+pub(crate) const MAX_GRID: [u32; 3] = [i32::MAX as u32, 65_535, 65_535];
+/// CUDA's block limits per axis.
+pub(crate) const MAX_BLOCK: [u32; 3] = [1024, 1024, 64];
+
+/// Checks a dispatch's shape against CUDA's limits and the function's.
+pub(crate) fn validate_dispatch(
+    function: &str,
+    limits: DispatchLimits,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_memory: u32,
+) -> Result<(), Error> {
+    let within =
+        |dims: [u32; 3], max: [u32; 3]| dims.iter().zip(max).all(|(&d, m)| d >= 1 && d <= m);
+    if !within(grid, MAX_GRID) {
+        return Err(Error::BadDimension {
+            what: "grid",
+            dims: grid,
+            max: MAX_GRID,
+        });
+    }
+    if !within(block, MAX_BLOCK) {
+        return Err(Error::BadDimension {
+            what: "block",
+            dims: block,
+            max: MAX_BLOCK,
+        });
+    }
+    let threads = u64::from(block[0]) * u64::from(block[1]) * u64::from(block[2]);
+    if threads > u64::from(limits.max_threads_per_block) {
+        return Err(Error::BlockTooLarge {
+            function: function.to_owned(),
+            block,
+            max_threads: limits.max_threads_per_block,
+        });
+    }
+    if shared_memory > limits.max_dynamic_shared {
+        return Err(Error::SharedMemoryTooLarge {
+            function: function.to_owned(),
+            requested: shared_memory,
+            max: limits.max_dynamic_shared,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: DispatchLimits = DispatchLimits {
+        max_threads_per_block: 256,
+        max_dynamic_shared: 48 * 1024,
+    };
+
+    #[test]
+    fn dispatch_within_limits_passes() {
+        assert_eq!(
+            validate_dispatch("k", LIMITS, [4096, 1, 1], [256, 1, 1], 0),
+            Ok(())
+        );
+        assert_eq!(
+            validate_dispatch("k", LIMITS, [1, 2, 3], [16, 16, 1], 48 * 1024),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn block_above_the_functions_limit_is_rejected() {
+        let e = validate_dispatch("scale", LIMITS, [1, 1, 1], [16, 16, 2], 0).unwrap_err();
+        assert_eq!(
+            e,
+            Error::BlockTooLarge {
+                function: "scale".into(),
+                block: [16, 16, 2],
+                max_threads: 256
+            }
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("512 threads") && text.contains("256"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn zero_and_oversized_axes_are_rejected() {
+        assert!(matches!(
+            validate_dispatch("k", LIMITS, [0, 1, 1], [1, 1, 1], 0),
+            Err(Error::BadDimension { what: "grid", .. })
+        ));
+        assert!(matches!(
+            validate_dispatch("k", LIMITS, [1, 65_536, 1], [1, 1, 1], 0),
+            Err(Error::BadDimension { what: "grid", .. })
+        ));
+        assert!(matches!(
+            validate_dispatch("k", LIMITS, [1, 1, 1], [1, 1, 0], 0),
+            Err(Error::BadDimension { what: "block", .. })
+        ));
+        assert!(matches!(
+            validate_dispatch("k", LIMITS, [1, 1, 1], [1, 1, 65], 0),
+            Err(Error::BadDimension { what: "block", .. })
+        ));
+    }
+
+    #[test]
+    fn shared_memory_above_the_setting_is_rejected() {
+        assert!(matches!(
+            validate_dispatch("k", LIMITS, [1, 1, 1], [1, 1, 1], 48 * 1024 + 1),
+            Err(Error::SharedMemoryTooLarge {
+                requested: 49153,
+                max: 49152,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn jit_logs_stop_at_the_nul_and_the_written_size() {
+        let mut buffer = b"ptxas error: bad\0garbage".to_vec();
+        assert_eq!(log_text(&buffer, buffer.len()), "ptxas error: bad");
+        assert_eq!(log_text(&buffer, 5), "ptxas");
+        buffer.truncate(3);
+        assert_eq!(log_text(&buffer, 1000), "ptx");
+        assert_eq!(log_text(&[0; 8], 8), "");
+    }
+}

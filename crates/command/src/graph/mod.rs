@@ -1,0 +1,435 @@
+//! The graph command buffer: commands become nodes of a `CUgraph`, instantiated once at
+//! `end()` and launched any number of times.
+//!
+//! Dependencies follow barriers ([`deps`]): nodes between two barriers share one dependency
+//! and run concurrently; a wide group is joined by an empty node. Tracing zones are event-record
+//! nodes: a command's FINE zone is a chain `begin -> command -> end` inside its group, and a
+//! debug group's or the whole buffer's zone edge is a serialization point (everything before
+//! it, then the event, then everything after it).
+
+pub(crate) mod deps;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use cuhal_sys::{
+    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D,
+    CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphExec, CUgraphNode, CUstream,
+    PrimaryContext,
+};
+use smallvec::SmallVec;
+
+use crate::arena::StableArena;
+use crate::recorder::{CommandZone, Encoder, Recorder};
+use crate::{
+    BufferRange, CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch,
+    Error, FillPattern, ZoneRecorder,
+};
+use deps::Dependencies;
+
+type Deps = SmallVec<[CUgraphNode; 1]>;
+
+fn deps_ptr(deps: &[CUgraphNode]) -> *const CUgraphNode {
+    if deps.is_empty() {
+        std::ptr::null()
+    } else {
+        deps.as_ptr()
+    }
+}
+
+pub(crate) struct GraphEncoder {
+    context: Arc<PrimaryContext>,
+    graph: CUgraph,
+    exec: CUgraphExec,
+    deps: Dependencies<CUgraphNode>,
+    /// Update bytes: memcpy nodes keep the host address, read at every launch.
+    host_bytes: StableArena,
+    nodes: usize,
+}
+
+impl GraphEncoder {
+    fn new(context: Arc<PrimaryContext>) -> Result<Self, Error> {
+        context.bind()?;
+        let api = context.api();
+        let mut graph: CUgraph = std::ptr::null_mut();
+        // SAFETY: `graph` is a valid out-pointer; flags must be 0.
+        api.check("cuGraphCreate", unsafe {
+            (api.cuGraphCreate)(&mut graph, 0)
+        })?;
+        Ok(Self {
+            context,
+            graph,
+            exec: std::ptr::null_mut(),
+            deps: Dependencies::default(),
+            host_bytes: StableArena::default(),
+            nodes: 0,
+        })
+    }
+
+    fn add_event(&mut self, deps: &[CUgraphNode], event: CUevent) -> Result<CUgraphNode, Error> {
+        let api = self.context.api();
+        let mut node: CUgraphNode = std::ptr::null_mut();
+        // SAFETY: `node` is a valid out-pointer; `deps` are nodes of `self.graph` and the
+        // slice outlives the call; the event is owned by the zone recorder, which outlives this
+        // graph (contract of ZoneRecorder).
+        api.check("cuGraphAddEventRecordNode", unsafe {
+            (api.cuGraphAddEventRecordNode)(
+                &mut node,
+                self.graph,
+                deps_ptr(deps),
+                deps.len(),
+                event,
+            )
+        })?;
+        self.nodes += 1;
+        Ok(node)
+    }
+
+    /// Adds a command node (made by `add` from its dependencies) to the current group, inside
+    /// its FINE zone's chain if it has one.
+    fn add_command(
+        &mut self,
+        zone: CommandZone,
+        add: impl FnOnce(&Self, &[CUgraphNode]) -> Result<CUgraphNode, Error>,
+    ) -> Result<(), Error> {
+        self.context.bind()?;
+        let mut deps: Deps = self.deps.frontier().iter().copied().collect();
+        if let Some(event) = zone.begin {
+            let begin = self.add_event(&deps, event)?;
+            deps = smallvec::smallvec![begin];
+        }
+        let mut tail = add(self, &deps)?;
+        self.nodes += 1;
+        if let Some(event) = zone.end {
+            tail = self.add_event(&[tail], event)?;
+        }
+        self.deps.push(tail);
+        Ok(())
+    }
+
+    fn join(&mut self) -> Result<(), Error> {
+        let (graph, api) = (self.graph, self.context.api().clone());
+        let mut added = 0;
+        self.deps.barrier(|group| {
+            let mut node: CUgraphNode = std::ptr::null_mut();
+            // SAFETY: `node` is a valid out-pointer; `group` holds nodes of `graph` and
+            // outlives the call.
+            api.check("cuGraphAddEmptyNode", unsafe {
+                (api.cuGraphAddEmptyNode)(&mut node, graph, group.as_ptr(), group.len())
+            })?;
+            added += 1;
+            Ok::<_, Error>(node)
+        })?;
+        self.nodes += added;
+        Ok(())
+    }
+}
+
+impl Encoder for GraphEncoder {
+    fn fill(
+        &mut self,
+        target: CUdeviceptr,
+        length: usize,
+        pattern: FillPattern,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        let params = CUDA_MEMSET_NODE_PARAMS {
+            dst: target,
+            pitch: 0, // unused for one row
+            value: pattern.value(),
+            elementSize: pattern.size() as u32,
+            width: length / pattern.size(),
+            height: 1,
+        };
+        self.add_command(zone, |this, deps| {
+            let api = this.context.api();
+            let mut node: CUgraphNode = std::ptr::null_mut();
+            // SAFETY: out-pointer valid; deps are nodes of the graph; `params` describes a
+            // range checked against a live allocation (retained by the command buffer) with
+            // the element alignment memset requires.
+            api.check("cuGraphAddMemsetNode", unsafe {
+                (api.cuGraphAddMemsetNode)(
+                    &mut node,
+                    this.graph,
+                    deps_ptr(deps),
+                    deps.len(),
+                    &params,
+                    this.context.raw(),
+                )
+            })?;
+            Ok(node)
+        })
+    }
+
+    fn update(&mut self, target: CUdeviceptr, data: &[u8], zone: CommandZone) -> Result<(), Error> {
+        // The node reads the host bytes at every launch: copy them into storage whose address
+        // is fixed for as long as the graph exists.
+        let source = self.host_bytes.copy(data);
+        let params = CUDA_MEMCPY3D {
+            srcMemoryType: CU_MEMORYTYPE_HOST,
+            srcHost: source.cast(),
+            srcPitch: data.len(),
+            srcHeight: 1,
+            dstMemoryType: CU_MEMORYTYPE_DEVICE,
+            dstDevice: target,
+            dstPitch: data.len(),
+            dstHeight: 1,
+            WidthInBytes: data.len(),
+            Height: 1,
+            Depth: 1,
+            ..CUDA_MEMCPY3D::zeroed()
+        };
+        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))
+    }
+
+    fn copy(
+        &mut self,
+        source: CUdeviceptr,
+        target: CUdeviceptr,
+        length: usize,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        let params = CUDA_MEMCPY3D::linear_device_to_device(target, source, length);
+        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))
+    }
+
+    fn dispatch(&mut self, dispatch: &Dispatch<'_>, zone: CommandZone) -> Result<(), Error> {
+        self.add_command(zone, |this, deps| {
+            let api = this.context.api();
+            // Points into `dispatch.args`, borrowed for this whole call; the driver copies the
+            // values when it creates the node.
+            let mut pointers = dispatch.args.pointers();
+            let params = CUDA_KERNEL_NODE_PARAMS {
+                func: dispatch.function.raw(),
+                gridDimX: dispatch.grid[0],
+                gridDimY: dispatch.grid[1],
+                gridDimZ: dispatch.grid[2],
+                blockDimX: dispatch.block[0],
+                blockDimY: dispatch.block[1],
+                blockDimZ: dispatch.block[2],
+                sharedMemBytes: dispatch.shared_memory_bytes,
+                kernelParams: if pointers.is_empty() {
+                    std::ptr::null_mut()
+                } else {
+                    pointers.as_mut_ptr()
+                },
+                extra: std::ptr::null_mut(),
+                kern: std::ptr::null_mut(),
+                ctx: std::ptr::null_mut(),
+            };
+            let mut node: CUgraphNode = std::ptr::null_mut();
+            // SAFETY: out-pointer valid; deps are nodes of the graph; the function belongs to a
+            // module the command buffer retains; `kernelParams` has one pointer per argument,
+            // each to a live value of that argument's size.
+            api.check("cuGraphAddKernelNode", unsafe {
+                (api.cuGraphAddKernelNode)(
+                    &mut node,
+                    this.graph,
+                    deps_ptr(deps),
+                    deps.len(),
+                    &params,
+                )
+            })?;
+            Ok(node)
+        })
+    }
+
+    fn barrier(&mut self) -> Result<(), Error> {
+        self.context.bind()?;
+        self.join()
+    }
+
+    fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {
+        self.context.bind()?;
+        self.join()?;
+        let deps: Deps = self.deps.frontier().iter().copied().collect();
+        let node = self.add_event(&deps, event)?;
+        self.deps.fence(node);
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<(), Error> {
+        if self.nodes == 0 {
+            // Nothing to run: launching is a no-op and needs no executable graph.
+            return Ok(());
+        }
+        self.context.bind()?;
+        let api = self.context.api();
+        let mut exec: CUgraphExec = std::ptr::null_mut();
+        // SAFETY: `exec` is a valid out-pointer; the graph is complete and not used by any
+        // other thread (recording holds `&mut self`).
+        api.check("cuGraphInstantiateWithFlags", unsafe {
+            (api.cuGraphInstantiateWithFlags)(&mut exec, self.graph, 0)
+        })?;
+        self.exec = exec;
+        Ok(())
+    }
+}
+
+fn add_memcpy(
+    this: &GraphEncoder,
+    deps: &[CUgraphNode],
+    params: &CUDA_MEMCPY3D,
+) -> Result<CUgraphNode, Error> {
+    let api = this.context.api();
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: out-pointer valid; deps are nodes of the graph; `params` describes a 1D copy
+    // between a checked, retained device range and a retained device range or host bytes
+    // that live as long as the graph.
+    api.check("cuGraphAddMemcpyNode", unsafe {
+        (api.cuGraphAddMemcpyNode)(
+            &mut node,
+            this.graph,
+            deps_ptr(deps),
+            deps.len(),
+            params,
+            this.context.raw(),
+        )
+    })?;
+    Ok(node)
+}
+
+impl Drop for GraphEncoder {
+    fn drop(&mut self) {
+        if self.context.bind().is_err() {
+            return;
+        }
+        let api = self.context.api();
+        if !self.exec.is_null() {
+            // SAFETY: `exec` was instantiated here and is destroyed once. A launch still in
+            // flight is not cut short: the driver frees the executable when it completes.
+            let _ = unsafe { (api.cuGraphExecDestroy)(self.exec) };
+        }
+        // SAFETY: `graph` was created here and is destroyed once.
+        let _ = unsafe { (api.cuGraphDestroy)(self.graph) };
+    }
+}
+
+/// A command buffer recorded into a CUDA graph.
+///
+/// Record with [`CommandRecorder`], then [`end`](CommandRecorder::end) instantiates the graph
+/// (its error is returned there). [`GraphCommandBuffer::launch`] then enqueues it on a stream,
+/// any number of times, from any thread. Share it as `Arc<GraphCommandBuffer>`: a submission
+/// holds an `Arc` until it completes, so the owner may drop theirs at any time.
+pub struct GraphCommandBuffer {
+    recorder: Recorder<GraphEncoder>,
+    /// The driver does not synchronize uses of one executable graph; launches take turns.
+    launch: Mutex<()>,
+}
+
+// SAFETY: the raw graph handles are used only through `&mut self` while recording and, once
+// ended, only by `launch`, which serializes on `self.launch`; the zone recorder is Send + Sync.
+unsafe impl Send for GraphCommandBuffer {}
+// SAFETY: as above: no `&self` method touches the graph except under the launch lock.
+unsafe impl Sync for GraphCommandBuffer {}
+
+impl GraphCommandBuffer {
+    /// Creates an empty graph and starts recording.
+    pub fn new(
+        context: &Arc<PrimaryContext>,
+        zones: Option<Arc<dyn ZoneRecorder>>,
+    ) -> Result<Self, Error> {
+        let encoder = GraphEncoder::new(Arc::clone(context))?;
+        Ok(Self {
+            recorder: Recorder::begin(
+                encoder,
+                Some(Arc::clone(context)),
+                zones,
+                "graph command buffer",
+            )?,
+            launch: Mutex::new(()),
+        })
+    }
+
+    /// Enqueues the graph on `stream` (`cuGraphLaunch`): after the stream's earlier work and
+    /// any earlier launch of this graph. Only after a successful `end()`.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this command buffer's context.
+    pub unsafe fn launch(&self, stream: CUstream) -> Result<(), Error> {
+        let state = self.recorder.state();
+        if state != CommandBufferState::Ended {
+            return Err(Error::InvalidState {
+                operation: "launch",
+                state,
+            });
+        }
+        let encoder = &self.recorder.encoder;
+        if encoder.exec.is_null() {
+            return Ok(());
+        }
+        // A poisoned lock only means another launch panicked; the executable is unaffected.
+        let _turn = self.launch.lock().unwrap_or_else(|e| e.into_inner());
+        encoder.context.bind()?;
+        let api = encoder.context.api();
+        // SAFETY: `exec` is a live instantiated graph (destroyed only in Drop, which cannot
+        // run while `&self` exists); launches are serialized by the lock; the caller
+        // guarantees the stream.
+        api.check("cuGraphLaunch", unsafe {
+            (api.cuGraphLaunch)(encoder.exec, stream)
+        })?;
+        Ok(())
+    }
+
+    /// Number of graph nodes, including joins and zone events.
+    pub fn node_count(&self) -> usize {
+        self.recorder.encoder.nodes
+    }
+
+    /// The raw graph (for inspection, e.g. `cuGraphDebugDotPrint`).
+    pub fn raw_graph(&self) -> CUgraph {
+        self.recorder.encoder.graph
+    }
+}
+
+impl CommandRecorder for GraphCommandBuffer {
+    fn state(&self) -> CommandBufferState {
+        self.recorder.state()
+    }
+    fn fill(&mut self, target: &BufferRange, pattern: FillPattern) -> Result<(), Error> {
+        self.recorder.fill(target, pattern)
+    }
+    fn update(&mut self, target: &BufferRange, data: &[u8]) -> Result<(), Error> {
+        self.recorder.update(target, data)
+    }
+    fn copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
+        self.recorder.copy(source, target)
+    }
+    fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error> {
+        self.recorder.dispatch(dispatch)
+    }
+    fn barrier(&mut self) -> Result<(), Error> {
+        self.recorder.barrier()
+    }
+    fn begin_debug_group(&mut self, name: &str) -> Result<(), Error> {
+        self.recorder.begin_debug_group(name)
+    }
+    fn end_debug_group(&mut self) -> Result<(), Error> {
+        self.recorder.end_debug_group()
+    }
+    fn end(&mut self) -> Result<(), Error> {
+        self.recorder.end()
+    }
+}
+
+impl CommandBuffer for GraphCommandBuffer {
+    fn kind(&self) -> CommandBufferKind {
+        CommandBufferKind::Graph
+    }
+    unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
+        // SAFETY: the caller upholds `issue`'s contract, which is `launch`'s.
+        unsafe { self.launch(stream) }
+    }
+    fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
+        self.recorder.zones()
+    }
+}
+
+impl fmt::Debug for GraphCommandBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GraphCommandBuffer")
+            .field("state", &self.recorder.state())
+            .field("nodes", &self.recorder.encoder.nodes)
+            .finish()
+    }
+}

@@ -1,0 +1,489 @@
+//! The recording API all three command buffers share, and the front end that implements it
+//! once: state machine, validation, retention of resources and tracing zones. Each kind only
+//! supplies an [`Encoder`] that turns checked commands into graph nodes, stream calls or arena
+//! entries.
+
+use std::fmt;
+use std::sync::Arc;
+
+use cuhal_sys::{CUcontext, CUdeviceptr, CUevent, PrimaryContext};
+
+use crate::executable::validate_dispatch;
+use crate::range::{check_fill_alignment, check_no_overlap, check_non_empty};
+use crate::{Buffer, BufferRange, Error, Function, KernelArgs, Verbosity, ZoneRecorder};
+
+/// Where a command buffer is in its life.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CommandBufferState {
+    /// Commands may be recorded (from creation until `end()`).
+    Recording,
+    /// `end()` succeeded: it may be issued.
+    Ended,
+    /// A driver call failed while recording or ending; it can be neither recorded nor issued.
+    Failed,
+}
+
+impl fmt::Display for CommandBufferState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CommandBufferState::Recording => "recording",
+            CommandBufferState::Ended => "ended",
+            CommandBufferState::Failed => "failed",
+        })
+    }
+}
+
+/// A fill pattern: 1, 2 or 4 bytes, repeated over the target range.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FillPattern {
+    /// One byte.
+    U8(u8),
+    /// Two bytes (native byte order); offset and length must be multiples of 2.
+    U16(u16),
+    /// Four bytes (native byte order); offset and length must be multiples of 4.
+    U32(u32),
+}
+
+impl FillPattern {
+    /// A pattern from its bytes (in memory order); 1, 2 or 4 of them.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, Error> {
+        match *bytes {
+            [a] => Ok(FillPattern::U8(a)),
+            [a, b] => Ok(FillPattern::U16(u16::from_ne_bytes([a, b]))),
+            [a, b, c, d] => Ok(FillPattern::U32(u32::from_ne_bytes([a, b, c, d]))),
+            _ => Err(Error::BadPattern {
+                length: bytes.len(),
+            }),
+        }
+    }
+
+    /// The pattern's size in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            FillPattern::U8(_) => 1,
+            FillPattern::U16(_) => 2,
+            FillPattern::U32(_) => 4,
+        }
+    }
+
+    /// The value widened to 32 bits, as memset nodes take it.
+    pub fn value(self) -> u32 {
+        match self {
+            FillPattern::U8(v) => v.into(),
+            FillPattern::U16(v) => v.into(),
+            FillPattern::U32(v) => v,
+        }
+    }
+}
+
+/// One kernel launch: function, grid and block shape, dynamic shared memory and arguments.
+#[derive(Copy, Clone, Debug)]
+pub struct Dispatch<'a> {
+    /// The kernel.
+    pub function: &'a Function,
+    /// Grid size in blocks (x, y, z).
+    pub grid: [u32; 3],
+    /// Block size in threads (x, y, z).
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_memory_bytes: u32,
+    /// The kernel's arguments (copied at record time).
+    pub args: &'a KernelArgs,
+}
+
+impl<'a> Dispatch<'a> {
+    /// A dispatch with no dynamic shared memory.
+    pub fn new(
+        function: &'a Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &'a KernelArgs,
+    ) -> Self {
+        Self {
+            function,
+            grid,
+            block,
+            shared_memory_bytes: 0,
+            args,
+        }
+    }
+
+    /// Sets the dynamic shared memory per block.
+    pub fn with_shared_memory(mut self, bytes: u32) -> Self {
+        self.shared_memory_bytes = bytes;
+        self
+    }
+}
+
+/// The recording API of every command buffer kind.
+///
+/// A command buffer records from creation until [`CommandRecorder::end`]. Each command is
+/// checked when recorded; a rejected command records nothing and the command buffer stays
+/// usable. A driver failure while recording moves it to [`CommandBufferState::Failed`].
+pub trait CommandRecorder {
+    /// The command buffer's state.
+    fn state(&self) -> CommandBufferState;
+
+    /// Fills `target` with `pattern`. For 2 and 4 byte patterns the range's offset and length
+    /// must be multiples of the pattern size (the rule of the driver's memset).
+    fn fill(&mut self, target: &BufferRange, pattern: FillPattern) -> Result<(), Error>;
+
+    /// Writes `data` (copied now) into `target`; `data.len()` must equal `target.len()`.
+    fn update(&mut self, target: &BufferRange, data: &[u8]) -> Result<(), Error>;
+
+    /// Copies `source` to `target` (same length, no overlap).
+    fn copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error>;
+
+    /// Launches a kernel. The block size is checked against the function's limit.
+    fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error>;
+
+    /// Everything recorded before the barrier completes before anything recorded after it
+    /// starts. Commands between two barriers may run concurrently.
+    fn barrier(&mut self) -> Result<(), Error>;
+
+    /// Opens a named debug group (a tracing zone when tracing is on).
+    fn begin_debug_group(&mut self, name: &str) -> Result<(), Error>;
+
+    /// Closes the innermost debug group.
+    fn end_debug_group(&mut self) -> Result<(), Error>;
+
+    /// Finishes recording. Every debug group must be closed.
+    fn end(&mut self) -> Result<(), Error>;
+}
+
+/// The tracing events around one command (FINE verbosity).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CommandZone {
+    pub(crate) begin: Option<CUevent>,
+    pub(crate) end: Option<CUevent>,
+}
+
+/// What a command buffer kind does with checked commands.
+pub(crate) trait Encoder {
+    fn fill(
+        &mut self,
+        target: CUdeviceptr,
+        length: usize,
+        pattern: FillPattern,
+        zone: CommandZone,
+    ) -> Result<(), Error>;
+    fn update(&mut self, target: CUdeviceptr, data: &[u8], zone: CommandZone) -> Result<(), Error>;
+    fn copy(
+        &mut self,
+        source: CUdeviceptr,
+        target: CUdeviceptr,
+        length: usize,
+        zone: CommandZone,
+    ) -> Result<(), Error>;
+    fn dispatch(&mut self, dispatch: &Dispatch<'_>, zone: CommandZone) -> Result<(), Error>;
+    fn barrier(&mut self) -> Result<(), Error>;
+    /// Records a coarse zone edge (command buffer or debug group begin/end). Everything before
+    /// it happens before it, everything after it happens after it.
+    fn zone_event(&mut self, event: CUevent) -> Result<(), Error>;
+    fn end(&mut self) -> Result<(), Error>;
+}
+
+/// The tracer attached to a command buffer, with its verbosity read once.
+pub(crate) struct ZoneHooks {
+    recorder: Option<Arc<dyn ZoneRecorder>>,
+    verbosity: Verbosity,
+}
+
+impl ZoneHooks {
+    pub(crate) fn new(recorder: Option<Arc<dyn ZoneRecorder>>) -> Self {
+        let verbosity = recorder.as_ref().map_or(Verbosity::Off, |r| r.verbosity());
+        Self {
+            recorder,
+            verbosity,
+        }
+    }
+
+    pub(crate) fn recorder(&self) -> Option<&Arc<dyn ZoneRecorder>> {
+        self.recorder.as_ref()
+    }
+
+    /// Opens a coarse zone if tracing is on: `Some(event)` to record.
+    fn begin_coarse(&self, name: &str) -> Option<CUevent> {
+        match &self.recorder {
+            Some(r) if self.verbosity >= Verbosity::Coarse => r.begin_zone(name),
+            _ => None,
+        }
+    }
+
+    fn end_coarse(&self) -> Option<CUevent> {
+        match &self.recorder {
+            Some(r) if self.verbosity >= Verbosity::Coarse => r.end_zone(),
+            _ => None,
+        }
+    }
+
+    /// Opens and closes the zone of one command at FINE verbosity. Both events are taken
+    /// before the command is encoded; the encoder records them around it.
+    fn command(&self, name: &str) -> CommandZone {
+        match &self.recorder {
+            Some(r) if self.verbosity >= Verbosity::Fine => {
+                let begin = r.begin_zone(name);
+                let end = r.end_zone();
+                CommandZone { begin, end }
+            }
+            _ => CommandZone::default(),
+        }
+    }
+}
+
+/// Resources the recorded commands refer to, kept alive as long as the command buffer.
+#[derive(Default)]
+pub(crate) struct Retained {
+    buffers: Vec<Arc<Buffer>>,
+    functions: Vec<Function>,
+}
+
+impl Retained {
+    fn buffer(&mut self, buffer: &Arc<Buffer>) {
+        if !self.buffers.last().is_some_and(|b| Arc::ptr_eq(b, buffer)) {
+            self.buffers.push(Arc::clone(buffer));
+        }
+    }
+
+    fn function(&mut self, function: &Function) {
+        if !self.functions.last().is_some_and(|f| f.same(function)) {
+            self.functions.push(function.clone());
+        }
+    }
+
+    /// Drops duplicate references once recording is over.
+    fn compact(&mut self) {
+        self.buffers.sort_by_key(|b| Arc::as_ptr(b) as usize);
+        self.buffers.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        self.functions.sort_by_key(Function::identity);
+        self.functions.dedup_by(|a, b| a.same(b));
+        self.buffers.shrink_to_fit();
+        self.functions.shrink_to_fit();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (self.buffers.len(), self.functions.len())
+    }
+}
+
+/// The shared front end: checks, state, retention and zones around an [`Encoder`].
+pub(crate) struct Recorder<E> {
+    pub(crate) encoder: E,
+    state: CommandBufferState,
+    /// The context every resource must belong to. Graph and stream command buffers are given
+    /// theirs; a deferred one adopts the context of the first resource it records.
+    context: Option<Arc<PrimaryContext>>,
+    zones: ZoneHooks,
+    open_groups: u32,
+    retained: Retained,
+}
+
+impl<E: Encoder> Recorder<E> {
+    /// Starts recording: opens the whole-command-buffer zone.
+    pub(crate) fn begin(
+        encoder: E,
+        context: Option<Arc<PrimaryContext>>,
+        zones: Option<Arc<dyn ZoneRecorder>>,
+        name: &'static str,
+    ) -> Result<Self, Error> {
+        let mut this = Self {
+            encoder,
+            state: CommandBufferState::Recording,
+            context,
+            zones: ZoneHooks::new(zones),
+            open_groups: 0,
+            retained: Retained::default(),
+        };
+        if let Some(event) = this.zones.begin_coarse(name) {
+            this.encoder.zone_event(event)?;
+        }
+        Ok(this)
+    }
+
+    pub(crate) fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
+        self.zones.recorder()
+    }
+
+    pub(crate) fn context(&self) -> Option<&Arc<PrimaryContext>> {
+        self.context.as_ref()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn retained(&self) -> &Retained {
+        &self.retained
+    }
+
+    fn recording(&self, operation: &'static str) -> Result<(), Error> {
+        if self.state == CommandBufferState::Recording {
+            Ok(())
+        } else {
+            Err(Error::InvalidState {
+                operation,
+                state: self.state,
+            })
+        }
+    }
+
+    /// Checks that `context` is the command buffer's (adopting it if there is none yet).
+    fn same_context(&mut self, context: &Arc<PrimaryContext>) -> Result<(), Error> {
+        match &self.context {
+            Some(mine) if raw(mine) == raw(context) => Ok(()),
+            Some(_) => Err(Error::ContextMismatch),
+            None => {
+                self.context = Some(Arc::clone(context));
+                Ok(())
+            }
+        }
+    }
+
+    fn check_range(&mut self, range: &BufferRange) -> Result<(), Error> {
+        if let Some(buffer) = range.buffer() {
+            self.same_context(buffer.context())?;
+        }
+        Ok(())
+    }
+
+    fn retain_range(&mut self, range: &BufferRange) {
+        if let Some(buffer) = range.buffer() {
+            self.retained.buffer(buffer);
+        }
+    }
+
+    /// Runs an encoder step, moving to `Failed` if the driver rejects it.
+    fn encode(&mut self, step: impl FnOnce(&mut E) -> Result<(), Error>) -> Result<(), Error> {
+        let result = step(&mut self.encoder);
+        if result.is_err() {
+            self.state = CommandBufferState::Failed;
+        }
+        result
+    }
+}
+
+fn raw(context: &PrimaryContext) -> CUcontext {
+    context.raw()
+}
+
+impl<E: Encoder> CommandRecorder for Recorder<E> {
+    fn state(&self) -> CommandBufferState {
+        self.state
+    }
+
+    fn fill(&mut self, target: &BufferRange, pattern: FillPattern) -> Result<(), Error> {
+        self.recording("fill")?;
+        check_non_empty("fill", target.len())?;
+        check_fill_alignment(
+            target.device_ptr(),
+            target.offset(),
+            target.len(),
+            pattern.size(),
+        )?;
+        self.check_range(target)?;
+        let zone = self.zones.command("fill");
+        self.encode(|e| e.fill(target.device_ptr(), target.len(), pattern, zone))?;
+        self.retain_range(target);
+        Ok(())
+    }
+
+    fn update(&mut self, target: &BufferRange, data: &[u8]) -> Result<(), Error> {
+        self.recording("update")?;
+        check_non_empty("update", data.len())?;
+        if data.len() != target.len() {
+            return Err(Error::LengthMismatch {
+                what: "update",
+                target: target.len(),
+                source: data.len(),
+            });
+        }
+        self.check_range(target)?;
+        let zone = self.zones.command("update");
+        self.encode(|e| e.update(target.device_ptr(), data, zone))?;
+        self.retain_range(target);
+        Ok(())
+    }
+
+    fn copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
+        self.recording("copy")?;
+        check_non_empty("copy", source.len())?;
+        if source.len() != target.len() {
+            return Err(Error::LengthMismatch {
+                what: "copy",
+                target: target.len(),
+                source: source.len(),
+            });
+        }
+        check_no_overlap(source.device_ptr(), target.device_ptr(), source.len())?;
+        self.check_range(source)?;
+        self.check_range(target)?;
+        let zone = self.zones.command("copy");
+        self.encode(|e| e.copy(source.device_ptr(), target.device_ptr(), source.len(), zone))?;
+        self.retain_range(source);
+        self.retain_range(target);
+        Ok(())
+    }
+
+    fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error> {
+        self.recording("dispatch")?;
+        let function = dispatch.function;
+        validate_dispatch(
+            function.name(),
+            function.limits(),
+            dispatch.grid,
+            dispatch.block,
+            dispatch.shared_memory_bytes,
+        )?;
+        self.same_context(function.context())?;
+        for buffer in dispatch.args.buffers() {
+            self.same_context(buffer.context())?;
+        }
+        let zone = self.zones.command(function.name());
+        self.encode(|e| e.dispatch(dispatch, zone))?;
+        self.retained.function(function);
+        for buffer in dispatch.args.buffers() {
+            self.retained.buffer(buffer);
+        }
+        Ok(())
+    }
+
+    fn barrier(&mut self) -> Result<(), Error> {
+        self.recording("barrier")?;
+        self.encode(|e| e.barrier())
+    }
+
+    fn begin_debug_group(&mut self, name: &str) -> Result<(), Error> {
+        self.recording("begin a debug group")?;
+        self.open_groups += 1;
+        if let Some(event) = self.zones.begin_coarse(name) {
+            self.encode(|e| e.zone_event(event))?;
+        }
+        Ok(())
+    }
+
+    fn end_debug_group(&mut self) -> Result<(), Error> {
+        self.recording("end a debug group")?;
+        if self.open_groups == 0 {
+            return Err(Error::NoOpenDebugGroup);
+        }
+        self.open_groups -= 1;
+        if let Some(event) = self.zones.end_coarse() {
+            self.encode(|e| e.zone_event(event))?;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<(), Error> {
+        self.recording("end")?;
+        if self.open_groups > 0 {
+            return Err(Error::UnclosedDebugGroups {
+                open: self.open_groups,
+            });
+        }
+        if let Some(event) = self.zones.end_coarse() {
+            self.encode(|e| e.zone_event(event))?;
+        }
+        self.encode(|e| e.end())?;
+        self.retained.compact();
+        self.state = CommandBufferState::Ended;
+        Ok(())
+    }
+}

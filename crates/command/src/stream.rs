@@ -1,0 +1,247 @@
+//! The stream command buffer: every command goes to the stream as it is recorded.
+//!
+//! It is the immediate form, for work recorded at the moment it should run (IREE uses it to
+//! replay deferred command buffers and for one-off transfers). It cannot run twice: `issue`
+//! only confirms that its work is already on the stream asked for.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cuhal_sys::{CUdeviceptr, CUevent, CUstream, PrimaryContext};
+
+use crate::arena::StableArena;
+use crate::recorder::{CommandZone, Encoder, Recorder};
+use crate::stream_ops::{self, LaunchShape};
+use crate::{
+    BufferRange, CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch,
+    Error, FillPattern, ZoneRecorder,
+};
+
+pub(crate) struct StreamEncoder {
+    context: Arc<PrimaryContext>,
+    stream: CUstream,
+    /// Update bytes, kept until the command buffer is dropped (the copies read them
+    /// asynchronously; the owner keeps the command buffer until its work completes).
+    host_bytes: StableArena,
+}
+
+impl StreamEncoder {
+    fn zone(&self, event: Option<CUevent>) -> Result<(), Error> {
+        if let Some(event) = event {
+            // SAFETY: the recorder's event lives as long as this command buffer; the stream is
+            // live (contract of StreamCommandBuffer::new); the context is bound.
+            unsafe { stream_ops::record_event(self.context.api(), self.stream, event) }?;
+        }
+        Ok(())
+    }
+
+    /// Binds the context, records the zone's begin, runs `op`, records the zone's end.
+    fn around(
+        &mut self,
+        zone: CommandZone,
+        op: impl FnOnce(&mut Self) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.context.bind()?;
+        self.zone(zone.begin)?;
+        op(self)?;
+        self.zone(zone.end)
+    }
+}
+
+impl Encoder for StreamEncoder {
+    fn fill(
+        &mut self,
+        target: CUdeviceptr,
+        length: usize,
+        pattern: FillPattern,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        self.around(zone, |this| {
+            // SAFETY: the range was checked against a live, retained allocation and for the
+            // pattern's alignment; stream and context as above.
+            unsafe { stream_ops::fill(this.context.api(), this.stream, target, length, pattern) }
+        })
+    }
+
+    fn update(&mut self, target: CUdeviceptr, data: &[u8], zone: CommandZone) -> Result<(), Error> {
+        self.around(zone, |this| {
+            let source = this.host_bytes.copy(data);
+            // SAFETY: `source` holds `data.len()` bytes that live as long as this command
+            // buffer; the target range was checked and is retained.
+            unsafe {
+                stream_ops::update(this.context.api(), this.stream, target, source, data.len())
+            }
+        })
+    }
+
+    fn copy(
+        &mut self,
+        source: CUdeviceptr,
+        target: CUdeviceptr,
+        length: usize,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        self.around(zone, |this| {
+            // SAFETY: both ranges were checked, do not overlap, and are retained.
+            unsafe { stream_ops::copy(this.context.api(), this.stream, source, target, length) }
+        })
+    }
+
+    fn dispatch(&mut self, dispatch: &Dispatch<'_>, zone: CommandZone) -> Result<(), Error> {
+        self.around(zone, |this| {
+            let mut pointers = dispatch.args.pointers();
+            let params = if pointers.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                pointers.as_mut_ptr()
+            };
+            let shape = LaunchShape {
+                grid: dispatch.grid,
+                block: dispatch.block,
+                shared_memory: dispatch.shared_memory_bytes,
+            };
+            // SAFETY: the function's module is retained; `params` points into `dispatch.args`,
+            // borrowed for this call, one pointer per argument.
+            unsafe {
+                stream_ops::launch(
+                    this.context.api(),
+                    this.stream,
+                    dispatch.function.raw(),
+                    shape,
+                    params,
+                )
+            }
+        })
+    }
+
+    fn barrier(&mut self) -> Result<(), Error> {
+        // A stream runs its work in order: every command is already behind the ones before.
+        Ok(())
+    }
+
+    fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {
+        self.context.bind()?;
+        self.zone(Some(event))
+    }
+
+    fn end(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// A command buffer that enqueues each command on its stream as it is recorded (one shot).
+///
+/// [`CommandBuffer::issue`] does no work: it succeeds once, for the stream the commands went
+/// to (they are already ahead of anything enqueued later), and fails for another stream or a
+/// second time, since the work cannot be moved or repeated.
+pub struct StreamCommandBuffer {
+    recorder: Recorder<StreamEncoder>,
+    stream: CUstream,
+    issued: AtomicBool,
+}
+
+// SAFETY: the stream handle is only used while recording (`&mut self`) and compared in
+// `issue`; the zone recorder is Send + Sync.
+unsafe impl Send for StreamCommandBuffer {}
+// SAFETY: `&self` methods read immutable fields and an atomic.
+unsafe impl Sync for StreamCommandBuffer {}
+
+impl StreamCommandBuffer {
+    /// Starts recording onto `stream`.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of `context` for as long as commands are recorded.
+    pub unsafe fn new(
+        context: &Arc<PrimaryContext>,
+        stream: CUstream,
+        zones: Option<Arc<dyn ZoneRecorder>>,
+    ) -> Result<Self, Error> {
+        let encoder = StreamEncoder {
+            context: Arc::clone(context),
+            stream,
+            host_bytes: StableArena::default(),
+        };
+        Ok(Self {
+            recorder: Recorder::begin(
+                encoder,
+                Some(Arc::clone(context)),
+                zones,
+                "stream command buffer",
+            )?,
+            stream,
+            issued: AtomicBool::new(false),
+        })
+    }
+
+    /// The stream the commands were enqueued on.
+    pub fn stream(&self) -> CUstream {
+        self.stream
+    }
+}
+
+impl CommandRecorder for StreamCommandBuffer {
+    fn state(&self) -> CommandBufferState {
+        self.recorder.state()
+    }
+    fn fill(&mut self, target: &BufferRange, pattern: FillPattern) -> Result<(), Error> {
+        self.recorder.fill(target, pattern)
+    }
+    fn update(&mut self, target: &BufferRange, data: &[u8]) -> Result<(), Error> {
+        self.recorder.update(target, data)
+    }
+    fn copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
+        self.recorder.copy(source, target)
+    }
+    fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error> {
+        self.recorder.dispatch(dispatch)
+    }
+    fn barrier(&mut self) -> Result<(), Error> {
+        self.recorder.barrier()
+    }
+    fn begin_debug_group(&mut self, name: &str) -> Result<(), Error> {
+        self.recorder.begin_debug_group(name)
+    }
+    fn end_debug_group(&mut self) -> Result<(), Error> {
+        self.recorder.end_debug_group()
+    }
+    fn end(&mut self) -> Result<(), Error> {
+        self.recorder.end()
+    }
+}
+
+impl CommandBuffer for StreamCommandBuffer {
+    fn kind(&self) -> CommandBufferKind {
+        CommandBufferKind::Stream
+    }
+
+    unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
+        let state = self.recorder.state();
+        if state != CommandBufferState::Ended {
+            return Err(Error::InvalidState {
+                operation: "issue",
+                state,
+            });
+        }
+        if stream != self.stream {
+            return Err(Error::StreamMismatch);
+        }
+        if self.issued.swap(true, Ordering::AcqRel) {
+            return Err(Error::AlreadyIssued);
+        }
+        Ok(())
+    }
+
+    fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
+        self.recorder.zones()
+    }
+}
+
+impl fmt::Debug for StreamCommandBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamCommandBuffer")
+            .field("state", &self.recorder.state())
+            .field("stream", &self.stream)
+            .finish()
+    }
+}

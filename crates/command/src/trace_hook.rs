@@ -1,0 +1,58 @@
+//! The hook through which a tracer times command buffers, without this crate knowing the tracer.
+//!
+//! `cuhal-trace` implements [`ZoneRecorder`]; a command buffer is given one at creation (or
+//! `None`). The command buffer asks it for a timing event wherever a zone begins or ends and
+//! records that event where the work is: `cuEventRecord` on a stream, an event-record node in a
+//! graph, or an event command in a deferred buffer's arena. With no recorder, or one whose
+//! verbosity is [`Verbosity::Off`], recording costs one branch per command and nothing more.
+
+use cuhal_sys::CUevent;
+
+/// How much a queue traces. Chosen per queue at creation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub enum Verbosity {
+    /// No zones at all.
+    #[default]
+    Off,
+    /// Submissions, whole command buffers and debug groups.
+    Coarse,
+    /// Also every dispatch, fill, copy and update.
+    Fine,
+}
+
+/// Source of a zone, for viewers (static so recording never allocates).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ZoneInfo {
+    /// The zone's name.
+    pub name: &'static str,
+    /// The source file that opened it.
+    pub file: &'static str,
+    /// The line in `file`.
+    pub line: u32,
+}
+
+/// A command buffer's list of timing zones, supplied by a tracer. One per command buffer.
+///
+/// Events handed out are owned by the recorder: the command buffer only records them. The
+/// recorder returns them to its pool when it is dropped (which happens when the command buffer
+/// is dropped), never while a submission may still record them.
+pub trait ZoneRecorder: Send + Sync {
+    /// The verbosity this recorder wants. Read once, when the command buffer is created.
+    fn verbosity(&self) -> Verbosity;
+
+    /// Opens a zone. Returns the timing event the command buffer must record where the zone
+    /// begins (stream: `cuEventRecord` on the stream; graph: a `cuGraphAddEventRecordNode`
+    /// wired into the graph's dependencies), or `None` if the zone is dropped (pool exhausted:
+    /// the tracer counts it).
+    fn begin_zone(&self, name: &str) -> Option<CUevent>;
+
+    /// Closes the innermost open zone; same contract for the returned event. Called once for
+    /// every `begin_zone`, even one that returned `None`, so the recorder keeps nesting balanced.
+    fn end_zone(&self) -> Option<CUevent>;
+
+    /// Called by the queue when a submission that contains this list is issued (after its
+    /// events were enqueued). Returns a collector to run on the scheduler's completion thread
+    /// after the submission completes (never inside a driver callback), or `None` when there is
+    /// nothing to collect.
+    fn on_submit(&self) -> Option<Box<dyn FnOnce() + Send>>;
+}

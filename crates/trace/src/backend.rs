@@ -1,0 +1,205 @@
+//! What the tracer needs from a device: timing events, their times, and a clock.
+//!
+//! The pool, the event lists and the collection logic are written against [`EventBackend`], so
+//! they run on the CPU in tests with a fake device, and on CUDA through [`CudaEvents`].
+
+use std::sync::Arc;
+
+use cuhal_sys::{
+    CU_STREAM_NON_BLOCKING, CUevent, CUgraph, CUgraphNode, CUresult, CUstream, PrimaryContext,
+};
+
+use crate::Error;
+use crate::clock;
+
+/// The device operations the tracer uses. Event handles are `CUevent`s; a fake backend may hand
+/// out any non-null values it likes, since only the backend itself interprets them.
+///
+/// # Safety (of the `unsafe` methods)
+/// Every event passed in must have been made by this backend's [`EventBackend::create_event`]
+/// and not destroyed; streams and graphs must be live objects of the backend's context.
+pub trait EventBackend: Send + Sync {
+    /// Creates a timing event (timing enabled: `cuEventCreate(&e, CU_EVENT_DEFAULT)`).
+    fn create_event(&self) -> Result<CUevent, Error>;
+    /// Destroys an event made by [`EventBackend::create_event`]. Never fails loudly.
+    ///
+    /// # Safety
+    /// See the trait: handles must be live objects of this backend.
+    unsafe fn destroy_event(&self, event: CUevent);
+    /// Whether the event's latest record has completed (`cuEventQuery`).
+    ///
+    /// # Safety
+    /// See the trait: handles must be live objects of this backend.
+    unsafe fn query(&self, event: CUevent) -> Result<bool, Error>;
+    /// Milliseconds from `start` to `end` (`cuEventElapsedTime`; negative when `end` came
+    /// first), or `None` while either is not complete (`CUDA_ERROR_NOT_READY`).
+    ///
+    /// # Safety
+    /// See the trait: handles must be live objects of this backend.
+    unsafe fn elapsed_ms(&self, start: CUevent, end: CUevent) -> Result<Option<f32>, Error>;
+    /// Records `event` on a private idle stream and waits for it, so the event's time lies
+    /// between the host times just before and just after this call.
+    ///
+    /// # Safety
+    /// See the trait: handles must be live objects of this backend.
+    unsafe fn calibrate(&self, event: CUevent) -> Result<(), Error>;
+    /// Records `event` on `stream` (`cuEventRecord`).
+    ///
+    /// # Safety
+    /// See the trait: handles must be live objects of this backend.
+    unsafe fn record(&self, event: CUevent, stream: CUstream) -> Result<(), Error>;
+    /// Adds a node recording `event` to `graph` after `deps` (`cuGraphAddEventRecordNode`).
+    ///
+    /// # Safety
+    /// See the trait: handles must be live objects of this backend.
+    unsafe fn add_graph_record_node(
+        &self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        event: CUevent,
+    ) -> Result<CUgraphNode, Error>;
+    /// Makes the device current on the calling thread, if the device needs that.
+    fn bind(&self) -> Result<(), Error> {
+        Ok(())
+    }
+    /// The host clock timestamps are expressed on (the trace clock).
+    fn now_ns(&self) -> u64 {
+        clock::now_ns()
+    }
+}
+
+/// [`EventBackend`] on a CUDA primary context: default-flag (timing) events, and a private
+/// non-blocking stream used only to calibrate, so calibrating never waits for a queue's work.
+pub struct CudaEvents {
+    context: Arc<PrimaryContext>,
+    calibration_stream: CUstream,
+}
+
+// SAFETY: CUstream is a driver handle usable from any thread; it is only passed to the driver,
+// which synchronizes internally, and destroyed once in Drop.
+unsafe impl Send for CudaEvents {}
+// SAFETY: as above; the struct has no interior mutability.
+unsafe impl Sync for CudaEvents {}
+
+impl CudaEvents {
+    /// Creates the calibration stream in `context` (made current on this thread).
+    pub fn new(context: Arc<PrimaryContext>) -> Result<Self, Error> {
+        context.bind()?;
+        let api = context.api();
+        let mut stream: CUstream = std::ptr::null_mut();
+        // SAFETY: `stream` is a valid out-pointer; the context is current.
+        api.check("cuStreamCreate", unsafe {
+            (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING)
+        })?;
+        Ok(Self {
+            context,
+            calibration_stream: stream,
+        })
+    }
+
+    /// The context the events live in.
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.context
+    }
+}
+
+impl EventBackend for CudaEvents {
+    fn create_event(&self) -> Result<CUevent, Error> {
+        let api = self.context.api();
+        let mut event: CUevent = std::ptr::null_mut();
+        // SAFETY: `event` is a valid out-pointer; flags 0 is CU_EVENT_DEFAULT (timing enabled).
+        api.check("cuEventCreate", unsafe {
+            (api.cuEventCreate)(&mut event, 0)
+        })?;
+        Ok(event)
+    }
+
+    unsafe fn destroy_event(&self, event: CUevent) {
+        let api = self.context.api();
+        // Destroying can only fail on a lost or deinitialized context; the event is gone either way.
+        // SAFETY: `event` was created by `create_event` in this context and is destroyed once
+        // (the pool owns it); cuEventDestroy is safe to call while a record is pending.
+        let _ = unsafe { (api.cuEventDestroy)(event) };
+    }
+
+    unsafe fn query(&self, event: CUevent) -> Result<bool, Error> {
+        let api = self.context.api();
+        // SAFETY: `event` is a live event of this context.
+        let r = unsafe { (api.cuEventQuery)(event) };
+        match r {
+            CUresult::SUCCESS => Ok(true),
+            CUresult::ERROR_NOT_READY => Ok(false),
+            r => Err(api.error("cuEventQuery", r).into()),
+        }
+    }
+
+    unsafe fn elapsed_ms(&self, start: CUevent, end: CUevent) -> Result<Option<f32>, Error> {
+        let api = self.context.api();
+        let mut ms = 0f32;
+        // SAFETY: `ms` is a valid out-pointer; both events are live timing events of this context.
+        let r = unsafe { (api.cuEventElapsedTime)(&mut ms, start, end) };
+        match r {
+            CUresult::SUCCESS => Ok(Some(ms)),
+            CUresult::ERROR_NOT_READY => Ok(None),
+            r => Err(api.error("cuEventElapsedTime", r).into()),
+        }
+    }
+
+    unsafe fn calibrate(&self, event: CUevent) -> Result<(), Error> {
+        let api = self.context.api();
+        // SAFETY: both handles are live objects of this context.
+        api.check("cuEventRecord", unsafe {
+            (api.cuEventRecord)(event, self.calibration_stream)
+        })?;
+        // The stream is private and idle, so this waits only for the record itself.
+        // SAFETY: `event` is live and was just recorded.
+        api.check("cuEventSynchronize", unsafe {
+            (api.cuEventSynchronize)(event)
+        })?;
+        Ok(())
+    }
+
+    unsafe fn record(&self, event: CUevent, stream: CUstream) -> Result<(), Error> {
+        let api = self.context.api();
+        // SAFETY: `event` is a live event of this context; the caller passes a live stream of it.
+        api.check("cuEventRecord", unsafe {
+            (api.cuEventRecord)(event, stream)
+        })?;
+        Ok(())
+    }
+
+    ///
+    /// # Safety
+    /// See the trait: handles must be live objects of this backend.
+    unsafe fn add_graph_record_node(
+        &self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        event: CUevent,
+    ) -> Result<CUgraphNode, Error> {
+        let api = self.context.api();
+        let mut node: CUgraphNode = std::ptr::null_mut();
+        // SAFETY: `node` is a valid out-pointer; `deps` is a live slice of nodes of `graph`
+        // (the caller's contract), passed with its length; `event` is live.
+        api.check("cuGraphAddEventRecordNode", unsafe {
+            (api.cuGraphAddEventRecordNode)(&mut node, graph, deps.as_ptr(), deps.len(), event)
+        })?;
+        Ok(node)
+    }
+
+    fn bind(&self) -> Result<(), Error> {
+        Ok(self.context.bind()?)
+    }
+}
+
+impl Drop for CudaEvents {
+    fn drop(&mut self) {
+        // Without a current context the stream cannot be destroyed; at process exit that is moot.
+        if self.context.bind().is_ok() {
+            let api = self.context.api();
+            // SAFETY: the stream was created in `new` and is destroyed once; pending work (a
+            // calibration record at most) completes on its own.
+            let _ = unsafe { (api.cuStreamDestroy)(self.calibration_stream) };
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The one error type of `cuhal-trace`.
+
+use std::fmt;
+
+/// Errors from creating a tracing context, recording a zone or talking to a sink.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A driver call failed (the call and the driver's words for it are inside).
+    Driver(cuhal_sys::Error),
+    /// A sink could not be set up (for example Tracy's limit of 255 GPU contexts per process).
+    Sink {
+        /// Which sink.
+        sink: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Writing a trace file failed.
+    Io {
+        /// What was being written.
+        what: &'static str,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The CUDA status code, when a driver call failed.
+    pub fn result(&self) -> Option<cuhal_sys::CUresult> {
+        match self {
+            Error::Driver(e) => e.result(),
+            _ => None,
+        }
+    }
+}
+
+impl From<cuhal_sys::Error> for Error {
+    fn from(e: cuhal_sys::Error) -> Self {
+        Error::Driver(e)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Driver(e) => write!(f, "tracing: {e}"),
+            Error::Sink { sink, reason } => write!(f, "tracing: {sink} sink: {reason}"),
+            Error::Io { what, source } => write!(f, "tracing: writing {what}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Driver(e) => Some(e),
+            Error::Io { source, .. } => Some(source),
+            Error::Sink { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! A command buffer's list of zones: the events it records, and their bookkeeping.
+//!
+//! A [`ZoneList`] hands out a begin and an end event per zone from its context's pool (both at
+//! `begin_zone`, so a zone is timed whole or dropped whole), remembers the order of begins and
+//! ends, and on each submission queues itself on its context for collection. Its events return
+//! to the pool when the last holder goes: the command buffer, and every submission of it not yet
+//! collected. So an event is never reused while a submission may still record it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use cuhal_sys::{CUevent, CUgraph, CUgraphNode, CUstream};
+use smallvec::SmallVec;
+
+use crate::Error;
+use crate::context::Shared;
+use crate::hook::Verbosity;
+use crate::lock::lock;
+use crate::pool::Ev;
+use crate::sink::DropReason;
+
+/// One step of a list, in recording order.
+pub(crate) enum Record {
+    /// A timed zone began; `end` is reserved for its end.
+    Begin { name: Arc<str>, begin: Ev },
+    /// The innermost timed zone ended.
+    End { end: Ev },
+}
+
+pub(crate) struct ListState {
+    pub(crate) records: Vec<Record>,
+    /// The reserved end event of each open zone, innermost last; `None` for a dropped zone.
+    open: SmallVec<[Option<Ev>; 8]>,
+    /// Every event taken from the pool, returned on drop.
+    events: Vec<Ev>,
+    /// Submissions so far: a queued collection is current only if no later one was issued.
+    pub(crate) submissions: u64,
+    /// Zones with events (begun, whether or not ended).
+    pub(crate) timed_zones: u64,
+}
+
+pub(crate) struct ListInner {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) state: std::sync::Mutex<ListState>,
+}
+
+impl Drop for ListInner {
+    fn drop(&mut self) {
+        let state = self
+            .state
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.submissions == 0 && state.timed_zones > 0 {
+            self.shared
+                .count_dropped(DropReason::NeverSubmitted, state.timed_zones);
+        }
+        self.shared.pool.release(&state.events);
+    }
+}
+
+/// The zones of one command buffer (or of one submission), implementing
+/// [`ZoneRecorder`](crate::ZoneRecorder).
+///
+/// Made by [`crate::TraceContext::zone_list`] or [`crate::TraceContext::recorder`]. Recording
+/// is meant for one thread at a time (a command buffer is recorded by one thread); the methods
+/// take `&self` and are safe from any thread.
+pub struct ZoneList {
+    inner: Arc<ListInner>,
+    verbosity: Verbosity,
+}
+
+impl std::fmt::Debug for ZoneList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZoneList")
+            .field("verbosity", &self.verbosity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZoneList {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let verbosity = shared.verbosity;
+        Self {
+            inner: Arc::new(ListInner {
+                shared,
+                state: std::sync::Mutex::new(ListState {
+                    records: Vec::new(),
+                    open: SmallVec::new(),
+                    events: Vec::new(),
+                    submissions: 0,
+                    timed_zones: 0,
+                }),
+            }),
+            verbosity,
+        }
+    }
+
+    /// How much this list traces (its context's verbosity).
+    pub fn verbosity(&self) -> Verbosity {
+        self.verbosity
+    }
+
+    /// Opens a zone named `name` and returns the event to record where it begins, or `None` when
+    /// the zone is dropped (pool exhausted: counted). Every call needs a matching
+    /// [`ZoneList::end_zone`].
+    pub fn begin_zone(&self, name: &str) -> Option<CUevent> {
+        if self.verbosity == Verbosity::Off {
+            return None;
+        }
+        let shared = &self.inner.shared;
+        let mut state = lock(&self.inner.state);
+        let Some((begin, end)) = shared.pool.acquire_pair() else {
+            state.open.push(None);
+            drop(state);
+            shared.count_dropped(DropReason::PoolExhausted, 1);
+            return None;
+        };
+        let name = shared.intern(name);
+        state.events.push(begin);
+        state.events.push(end);
+        state.records.push(Record::Begin { name, begin });
+        state.open.push(Some(end));
+        state.timed_zones += 1;
+        shared
+            .counters
+            .zones_recorded
+            .fetch_add(1, Ordering::Relaxed);
+        Some(begin.0)
+    }
+
+    /// Closes the innermost open zone and returns the event to record where it ends, or `None`
+    /// when that zone was dropped (or no zone is open).
+    pub fn end_zone(&self) -> Option<CUevent> {
+        if self.verbosity == Verbosity::Off {
+            return None;
+        }
+        let mut state = lock(&self.inner.state);
+        let end = state.open.pop().flatten()?;
+        state.records.push(Record::End { end });
+        Some(end.0)
+    }
+
+    /// Queues this list for collection after the submission just issued (its events must
+    /// already be enqueued), and returns the collector to run on the completion thread once that
+    /// submission completed. `None` when there is nothing to collect.
+    ///
+    /// Any collector collects everything of its context that is ready, so running several (one
+    /// per command buffer of a submission) costs little and running them late loses nothing.
+    pub fn on_submit(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        if self.verbosity == Verbosity::Off {
+            return None;
+        }
+        let shared = &self.inner.shared;
+        let generation = {
+            let mut state = lock(&self.inner.state);
+            if state.timed_zones == 0 {
+                return None;
+            }
+            state.submissions += 1;
+            if shared.is_closed() {
+                drop(state);
+                shared.count_dropped(DropReason::Abandoned, self.zone_count());
+                return None;
+            }
+            state.submissions
+        };
+        shared.enqueue(self.inner.clone(), generation);
+        let shared = shared.clone();
+        Some(Box::new(move || {
+            shared.collect();
+        }))
+    }
+
+    /// Zones with events in this list.
+    pub fn zone_count(&self) -> u64 {
+        lock(&self.inner.state).timed_zones
+    }
+
+    /// Opens a zone by recording its begin event on `stream` (`cuEventRecord`). Returns whether
+    /// the zone is timed (false: dropped and counted).
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the context this list's events belong to.
+    pub unsafe fn begin_on_stream(&self, stream: CUstream, name: &str) -> Result<bool, Error> {
+        match self.begin_zone(name) {
+            Some(event) => {
+                // SAFETY: the event comes from the pool; the caller vouches for the stream.
+                unsafe { self.inner.shared.backend.record(event, stream)? };
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Closes the innermost zone by recording its end event on `stream`.
+    ///
+    /// # Safety
+    /// As for [`ZoneList::begin_on_stream`].
+    pub unsafe fn end_on_stream(&self, stream: CUstream) -> Result<bool, Error> {
+        match self.end_zone() {
+            Some(event) => {
+                // SAFETY: the event comes from the pool; the caller vouches for the stream.
+                unsafe { self.inner.shared.backend.record(event, stream)? };
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Opens a zone inside `graph`: adds a node recording its begin event after `deps`. Returns
+    /// the node (to make the zone's work depend on it), or `None` when the zone is dropped.
+    ///
+    /// # Safety
+    /// `graph` must be a live graph of the list's context and `deps` nodes of it.
+    pub unsafe fn begin_in_graph(
+        &self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        name: &str,
+    ) -> Result<Option<CUgraphNode>, Error> {
+        match self.begin_zone(name) {
+            // SAFETY: the event comes from the pool; the caller vouches for the graph and nodes.
+            Some(event) => Ok(Some(unsafe {
+                self.inner
+                    .shared
+                    .backend
+                    .add_graph_record_node(graph, deps, event)?
+            })),
+            None => Ok(None),
+        }
+    }
+
+    /// Closes the innermost zone inside `graph`: adds a node recording its end event after
+    /// `deps` (the zone's work). Returns the node, or `None` when the zone was dropped.
+    ///
+    /// # Safety
+    /// As for [`ZoneList::begin_in_graph`].
+    pub unsafe fn end_in_graph(
+        &self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+    ) -> Result<Option<CUgraphNode>, Error> {
+        match self.end_zone() {
+            // SAFETY: the event comes from the pool; the caller vouches for the graph and nodes.
+            Some(event) => Ok(Some(unsafe {
+                self.inner
+                    .shared
+                    .backend
+                    .add_graph_record_node(graph, deps, event)?
+            })),
+            None => Ok(None),
+        }
+    }
+}
+
+impl crate::hook::ZoneRecorder for ZoneList {
+    fn verbosity(&self) -> Verbosity {
+        ZoneList::verbosity(self)
+    }
+
+    fn begin_zone(&self, name: &str) -> Option<CUevent> {
+        ZoneList::begin_zone(self, name)
+    }
+
+    fn end_zone(&self) -> Option<CUevent> {
+        ZoneList::end_zone(self)
+    }
+
+    fn on_submit(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        ZoneList::on_submit(self)
+    }
+}

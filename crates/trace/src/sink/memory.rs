@@ -1,0 +1,254 @@
+//! An in-memory sink, for tests: keeps every call, and pairs begins with ends.
+
+use std::sync::Mutex;
+
+use super::{DropReason, Sink, TrackId};
+use crate::Error;
+use crate::cpu_zone::thread_id;
+use crate::lock::lock;
+
+/// One call a [`MemorySink`] received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemoryRecord {
+    /// [`Sink::register_gpu_track`].
+    Track {
+        /// The track handed out.
+        track: TrackId,
+        /// Its name.
+        name: String,
+    },
+    /// [`Sink::gpu_zone_begin`].
+    Begin {
+        /// The track.
+        track: TrackId,
+        /// The zone's name.
+        name: String,
+        /// Trace-clock nanoseconds.
+        ns: u64,
+    },
+    /// [`Sink::gpu_zone_end`].
+    End {
+        /// The track.
+        track: TrackId,
+        /// Trace-clock nanoseconds.
+        ns: u64,
+    },
+    /// [`Sink::zones_dropped`].
+    Dropped {
+        /// The track.
+        track: TrackId,
+        /// Why.
+        reason: DropReason,
+        /// How many.
+        count: u64,
+    },
+    /// [`Sink::cpu_zone`].
+    Cpu {
+        /// The zone's name.
+        name: String,
+        /// The thread ([`crate::cpu_zone::thread_id`]).
+        thread: u64,
+        /// Trace-clock nanoseconds.
+        begin_ns: u64,
+        /// Trace-clock nanoseconds.
+        end_ns: u64,
+    },
+}
+
+/// A GPU zone reassembled from a begin and its end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryZone {
+    /// The track.
+    pub track: TrackId,
+    /// The zone's name.
+    pub name: String,
+    /// Trace-clock nanoseconds.
+    pub begin_ns: u64,
+    /// Trace-clock nanoseconds.
+    pub end_ns: u64,
+    /// How many zones of the same track were open around it.
+    pub depth: usize,
+}
+
+impl MemoryZone {
+    /// `end_ns - begin_ns`.
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.begin_ns)
+    }
+}
+
+/// A sink that keeps everything in memory.
+#[derive(Debug, Default)]
+pub struct MemorySink {
+    records: Mutex<Vec<MemoryRecord>>,
+    tracks: Mutex<u32>,
+}
+
+impl MemorySink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every call so far, in order.
+    pub fn records(&self) -> Vec<MemoryRecord> {
+        lock(&self.records).clone()
+    }
+
+    /// Forgets everything received so far.
+    pub fn clear(&self) {
+        lock(&self.records).clear();
+    }
+
+    /// The GPU zones received so far, in the order they began; a begin still open is left out.
+    pub fn zones(&self) -> Vec<MemoryZone> {
+        let records = lock(&self.records);
+        let mut zones: Vec<Option<MemoryZone>> = Vec::new();
+        // Per track, the indices (into `zones`) of open zones.
+        let mut open: Vec<(TrackId, Vec<usize>)> = Vec::new();
+        let mut built: Vec<(TrackId, String, u64, usize)> = Vec::new();
+        for r in records.iter() {
+            match r {
+                MemoryRecord::Begin { track, name, ns } => {
+                    let stack = match open.iter_mut().find(|(t, _)| t == track) {
+                        Some((_, s)) => s,
+                        None => {
+                            open.push((*track, Vec::new()));
+                            &mut open.last_mut().expect("just pushed").1
+                        }
+                    };
+                    built.push((*track, name.clone(), *ns, stack.len()));
+                    zones.push(None);
+                    stack.push(built.len() - 1);
+                }
+                MemoryRecord::End { track, ns } => {
+                    let Some((_, stack)) = open.iter_mut().find(|(t, _)| t == track) else {
+                        continue;
+                    };
+                    let Some(i) = stack.pop() else { continue };
+                    let (track, name, begin_ns, depth) = built[i].clone();
+                    zones[i] = Some(MemoryZone {
+                        track,
+                        name,
+                        begin_ns,
+                        end_ns: *ns,
+                        depth,
+                    });
+                }
+                _ => {}
+            }
+        }
+        zones.into_iter().flatten().collect()
+    }
+
+    /// Zones dropped for `reason`, over all tracks.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        lock(&self.records)
+            .iter()
+            .map(|r| match r {
+                MemoryRecord::Dropped {
+                    reason: r, count, ..
+                } if *r == reason => *count,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Begins minus ends on `track`: zero when every zone is closed.
+    pub fn open_zones(&self, track: TrackId) -> i64 {
+        lock(&self.records)
+            .iter()
+            .map(|r| match r {
+                MemoryRecord::Begin { track: t, .. } if *t == track => 1,
+                MemoryRecord::End { track: t, .. } if *t == track => -1,
+                _ => 0,
+            })
+            .sum()
+    }
+}
+
+impl Sink for MemorySink {
+    fn register_gpu_track(&self, name: &str, _now_ns: u64) -> Result<TrackId, Error> {
+        let track = {
+            let mut n = lock(&self.tracks);
+            *n += 1;
+            TrackId(*n - 1)
+        };
+        lock(&self.records).push(MemoryRecord::Track {
+            track,
+            name: name.to_owned(),
+        });
+        Ok(track)
+    }
+
+    fn gpu_zone_begin(&self, track: TrackId, name: &str, timestamp_ns: u64) {
+        lock(&self.records).push(MemoryRecord::Begin {
+            track,
+            name: name.to_owned(),
+            ns: timestamp_ns,
+        });
+    }
+
+    fn gpu_zone_end(&self, track: TrackId, timestamp_ns: u64) {
+        lock(&self.records).push(MemoryRecord::End {
+            track,
+            ns: timestamp_ns,
+        });
+    }
+
+    fn zones_dropped(&self, track: TrackId, reason: DropReason, count: u64) {
+        lock(&self.records).push(MemoryRecord::Dropped {
+            track,
+            reason,
+            count,
+        });
+    }
+
+    fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
+        lock(&self.records).push(MemoryRecord::Cpu {
+            name: name.to_owned(),
+            thread: thread_id(),
+            begin_ns,
+            end_ns,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zones_pair_per_track_with_depth() {
+        let s = MemorySink::new();
+        let a = s.register_gpu_track("a", 0).unwrap();
+        let b = s.register_gpu_track("b", 0).unwrap();
+        assert_ne!(a, b);
+        s.gpu_zone_begin(a, "outer", 10);
+        s.gpu_zone_begin(b, "other", 11);
+        s.gpu_zone_begin(a, "inner", 12);
+        s.gpu_zone_end(a, 13);
+        s.gpu_zone_end(b, 14);
+        s.gpu_zone_end(a, 20);
+        s.gpu_zone_begin(a, "open", 30);
+        s.zones_dropped(a, DropReason::PoolExhausted, 3);
+        s.zones_dropped(b, DropReason::PoolExhausted, 2);
+        let z = s.zones();
+        let names: Vec<_> = z
+            .iter()
+            .map(|z| (z.name.as_str(), z.depth, z.begin_ns, z.end_ns))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("outer", 0, 10, 20),
+                ("other", 0, 11, 14),
+                ("inner", 1, 12, 13)
+            ]
+        );
+        assert_eq!(s.dropped(DropReason::PoolExhausted), 5);
+        assert_eq!(s.dropped(DropReason::Superseded), 0);
+        assert_eq!(s.open_zones(a), 1);
+        assert_eq!(s.open_zones(b), 0);
+    }
+}

@@ -1,0 +1,159 @@
+//! Where collected zones go.
+//!
+//! A [`Sink`] receives GPU zones as begin/end pairs with trace-clock timestamps, in the order the
+//! zones were recorded: for one track, every end closes the innermost open begin, and one
+//! command buffer's zones arrive together, on one thread, after its work completed. Dropped
+//! zones arrive as counts with a [`DropReason`]. CPU zones are optional.
+//!
+//! Sinks: [`MemorySink`] (tests), [`JsonSink`] (Chrome/Perfetto trace-event JSON) and, with the
+//! `tracy` feature, `TracySink`.
+
+mod json;
+mod memory;
+#[cfg(feature = "tracy")]
+mod tracy;
+
+use std::sync::Arc;
+
+pub use json::JsonSink;
+pub use memory::{MemoryRecord, MemorySink, MemoryZone};
+#[cfg(feature = "tracy")]
+pub use tracy::TracySink;
+
+use crate::Error;
+
+/// A GPU timeline of a sink: one per tracing context (queue).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TrackId(pub u32);
+
+/// Why zones were not shown.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    /// The event pool was at its cap with no free events when the zone began.
+    PoolExhausted,
+    /// All 65,536 Tracy query ids were in flight.
+    QueryIdsExhausted,
+    /// The zone's command buffer was dropped without ever being submitted.
+    NeverSubmitted,
+    /// The command buffer was submitted again before this submission was collected, so its
+    /// events now time the later submission (which reports them).
+    Superseded,
+    /// The driver failed to report the zone's times (a lost context, an event never recorded).
+    EventError,
+    /// The tracing context went away before the submission completed.
+    Abandoned,
+}
+
+impl DropReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [DropReason; 6] = [
+        DropReason::PoolExhausted,
+        DropReason::QueryIdsExhausted,
+        DropReason::NeverSubmitted,
+        DropReason::Superseded,
+        DropReason::EventError,
+        DropReason::Abandoned,
+    ];
+
+    /// A short human name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::PoolExhausted => "pool exhausted",
+            DropReason::QueryIdsExhausted => "query ids exhausted",
+            DropReason::NeverSubmitted => "never submitted",
+            DropReason::Superseded => "superseded",
+            DropReason::EventError => "event error",
+            DropReason::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// A consumer of collected zones. All timestamps are trace-clock nanoseconds
+/// ([`crate::clock::now_ns`]).
+pub trait Sink: Send + Sync {
+    /// Opens a GPU track named `name` (a queue); `now_ns` is the trace clock now, for sinks that
+    /// calibrate their own GPU clock against it (Tracy).
+    fn register_gpu_track(&self, name: &str, now_ns: u64) -> Result<TrackId, Error>;
+    /// A zone of `track` began at `timestamp_ns`.
+    fn gpu_zone_begin(&self, track: TrackId, name: &str, timestamp_ns: u64);
+    /// The innermost open zone of `track` ended at `timestamp_ns`.
+    fn gpu_zone_end(&self, track: TrackId, timestamp_ns: u64);
+    /// `count` zones of `track` were not shown, for `reason`.
+    fn zones_dropped(&self, track: TrackId, reason: DropReason, count: u64);
+    /// A CPU zone on the calling thread. Sinks without CPU tracks ignore it.
+    fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
+        let _ = (name, begin_ns, end_ns);
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for Arc<S> {
+    fn register_gpu_track(&self, name: &str, now_ns: u64) -> Result<TrackId, Error> {
+        (**self).register_gpu_track(name, now_ns)
+    }
+    fn gpu_zone_begin(&self, track: TrackId, name: &str, timestamp_ns: u64) {
+        (**self).gpu_zone_begin(track, name, timestamp_ns)
+    }
+    fn gpu_zone_end(&self, track: TrackId, timestamp_ns: u64) {
+        (**self).gpu_zone_end(track, timestamp_ns)
+    }
+    fn zones_dropped(&self, track: TrackId, reason: DropReason, count: u64) {
+        (**self).zones_dropped(track, reason, count)
+    }
+    fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
+        (**self).cpu_zone(name, begin_ns, end_ns)
+    }
+}
+
+/// Sends everything to several sinks (e.g. Tracy and a JSON file).
+pub struct Fanout {
+    sinks: Vec<Arc<dyn Sink>>,
+    /// Per fanned-out track, each sink's own track.
+    tracks: std::sync::Mutex<Vec<smallvec::SmallVec<[TrackId; 4]>>>,
+}
+
+impl Fanout {
+    /// A sink that forwards to every one of `sinks`.
+    pub fn new(sinks: Vec<Arc<dyn Sink>>) -> Self {
+        Self {
+            sinks,
+            tracks: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn each(&self, track: TrackId, mut f: impl FnMut(&dyn Sink, TrackId)) {
+        let own = crate::lock::lock(&self.tracks)
+            .get(track.0 as usize)
+            .cloned()
+            .unwrap_or_default();
+        for (sink, t) in self.sinks.iter().zip(own) {
+            f(sink.as_ref(), t);
+        }
+    }
+}
+
+impl Sink for Fanout {
+    fn register_gpu_track(&self, name: &str, now_ns: u64) -> Result<TrackId, Error> {
+        let own = self
+            .sinks
+            .iter()
+            .map(|s| s.register_gpu_track(name, now_ns))
+            .collect::<Result<smallvec::SmallVec<[TrackId; 4]>, _>>()?;
+        let mut tracks = crate::lock::lock(&self.tracks);
+        tracks.push(own);
+        Ok(TrackId(tracks.len() as u32 - 1))
+    }
+    fn gpu_zone_begin(&self, track: TrackId, name: &str, timestamp_ns: u64) {
+        self.each(track, |s, t| s.gpu_zone_begin(t, name, timestamp_ns));
+    }
+    fn gpu_zone_end(&self, track: TrackId, timestamp_ns: u64) {
+        self.each(track, |s, t| s.gpu_zone_end(t, timestamp_ns));
+    }
+    fn zones_dropped(&self, track: TrackId, reason: DropReason, count: u64) {
+        self.each(track, |s, t| s.zones_dropped(t, reason, count));
+    }
+    fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
+        for s in &self.sinks {
+            s.cpu_zone(name, begin_ns, end_ns);
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! Tests of the whole pipeline (pool, lists, collection, sinks) on the fake device.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fake::FakeGpu;
+use crate::lock::locks_taken_on_this_thread;
+use crate::{DropReason, MemorySink, PoolLimits, TraceConfig, TraceContext, Verbosity};
+
+const MS: u64 = 1_000_000;
+
+fn context(gpu: &Arc<FakeGpu>, sink: &Arc<MemorySink>, pool: PoolLimits) -> TraceContext {
+    let config = TraceConfig {
+        pool,
+        ..TraceConfig::new(Verbosity::Fine, "queue 0")
+    };
+    TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap()
+}
+
+fn small_pool(max: usize) -> PoolLimits {
+    PoolLimits {
+        initial: 0,
+        grow_by: 8,
+        max,
+    }
+}
+
+#[test]
+fn off_records_nothing_and_takes_no_lock() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let locks_before = locks_taken_on_this_thread();
+    let trace = TraceContext::with_backend(
+        gpu.clone(),
+        TraceConfig::new(Verbosity::Off, "off"),
+        sink.clone(),
+    )
+    .unwrap();
+    assert_eq!(trace.verbosity(), Verbosity::Off);
+    assert!(trace.recorder().is_none());
+    assert!(trace.zone_list().is_none());
+    assert!(trace.collector().is_none());
+    assert_eq!(trace.collect(), 0);
+    trace.recalibrate().unwrap();
+    assert_eq!(trace.stats(), Default::default());
+    assert_eq!(trace.track(), None);
+    drop(trace);
+    assert_eq!(
+        locks_taken_on_this_thread(),
+        locks_before,
+        "a lock was taken at Off"
+    );
+    assert_eq!(gpu.calls(), 0, "the device was touched at Off");
+    assert!(sink.records().is_empty(), "the sink was touched at Off");
+}
+
+#[test]
+fn the_lock_counter_sees_locks() {
+    // The Off test relies on the counter; make sure it counts when tracing is on.
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let before = locks_taken_on_this_thread();
+    let list = trace.zone_list().unwrap();
+    list.begin_zone("x");
+    assert!(locks_taken_on_this_thread() > before);
+}
+
+#[test]
+fn zones_get_the_times_their_events_completed_at() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    gpu.set_now(7 * MS);
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let recorder = trace.recorder().unwrap();
+    assert_eq!(recorder.verbosity(), Verbosity::Fine);
+    let cb_begin = recorder.begin_zone("command buffer").unwrap();
+    let d_begin = recorder.begin_zone("dispatch").unwrap();
+    let d_end = recorder.end_zone().unwrap();
+    let cb_end = recorder.end_zone().unwrap();
+    assert!(recorder.end_zone().is_none(), "nothing left open");
+    gpu.complete_at(cb_begin, 10 * MS);
+    gpu.complete_at(d_begin, 10 * MS + 1_500);
+    gpu.complete_at(d_end, 10 * MS + 41_500);
+    gpu.complete_at(cb_end, 10 * MS + 42_000);
+    let collector = recorder.on_submit().unwrap();
+    assert!(
+        sink.zones().is_empty(),
+        "nothing is collected before the collector runs"
+    );
+    collector();
+    let zones: Vec<_> = sink
+        .zones()
+        .into_iter()
+        .map(|z| (z.name, z.depth, z.begin_ns, z.end_ns))
+        .collect();
+    assert_eq!(
+        zones,
+        [
+            ("command buffer".to_owned(), 0, 10 * MS, 10 * MS + 42_000),
+            ("dispatch".to_owned(), 1, 10 * MS + 1_500, 10 * MS + 41_500),
+        ]
+    );
+    let stats = trace.stats();
+    assert_eq!(stats.zones_recorded, 2);
+    assert_eq!(stats.zones_collected, 2);
+    assert_eq!(stats.pending_submissions, 0);
+    assert_eq!(stats.dropped.total(), 0);
+}
+
+#[test]
+fn a_zone_still_running_is_not_collected_early() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let list = trace.zone_list().unwrap();
+    let b = list.begin_zone("long kernel").unwrap();
+    let e = list.end_zone().unwrap();
+    gpu.complete_at(b, 2 * MS);
+    gpu.pend(e); // the kernel is still running
+    let collector = list.on_submit().unwrap();
+    collector();
+    assert!(sink.zones().is_empty());
+    assert_eq!(trace.stats().pending_submissions, 1);
+    // A later collection (another submission's collector) picks it up once complete.
+    assert_eq!(trace.collect(), 0);
+    gpu.complete_at(e, 9 * MS);
+    assert_eq!(trace.collect(), 1);
+    let z = &sink.zones()[0];
+    assert_eq!((z.begin_ns, z.end_ns), (2 * MS, 9 * MS));
+    assert_eq!(trace.stats().pending_submissions, 0);
+}
+
+#[test]
+fn a_not_ready_list_does_not_hold_back_later_ones() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let first = trace.zone_list().unwrap();
+    let (b1, e1) = (
+        first.begin_zone("first").unwrap(),
+        first.end_zone().unwrap(),
+    );
+    gpu.complete_at(b1, 2 * MS);
+    gpu.pend(e1);
+    let second = trace.zone_list().unwrap();
+    let (b2, e2) = (
+        second.begin_zone("second").unwrap(),
+        second.end_zone().unwrap(),
+    );
+    gpu.complete_at(b2, 3 * MS);
+    gpu.complete_at(e2, 4 * MS);
+    let _first = first.on_submit().unwrap();
+    second.on_submit().unwrap()();
+    assert_eq!(sink.zones().len(), 1);
+    assert_eq!(sink.zones()[0].name, "second");
+    gpu.complete_at(e1, 5 * MS);
+    trace.collect();
+    assert_eq!(sink.zones().len(), 2);
+}
+
+#[test]
+fn exhaustion_drops_zones_counts_them_and_keeps_nesting() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    // Four events: two zones.
+    let trace = context(&gpu, &sink, small_pool(4));
+    let list = trace.zone_list().unwrap();
+    let a = list.begin_zone("a").unwrap();
+    let b = list.begin_zone("b").unwrap();
+    assert!(list.begin_zone("c").is_none(), "the pool is exhausted");
+    assert!(list.begin_zone("d").is_none());
+    assert!(list.end_zone().is_none(), "d was dropped");
+    assert!(list.end_zone().is_none(), "c was dropped");
+    let b_end = list.end_zone().unwrap();
+    assert!(list.begin_zone("e").is_none());
+    assert!(list.end_zone().is_none());
+    let a_end = list.end_zone().unwrap();
+    for (i, e) in [a, b, b_end, a_end].into_iter().enumerate() {
+        gpu.complete_at(e, (i as u64 + 1) * MS);
+    }
+    list.on_submit().unwrap()();
+    let names: Vec<_> = sink
+        .zones()
+        .into_iter()
+        .map(|z| (z.name, z.depth))
+        .collect();
+    assert_eq!(names, [("a".to_owned(), 0), ("b".to_owned(), 1)]);
+    assert_eq!(trace.stats().dropped.get(DropReason::PoolExhausted), 3);
+    assert_eq!(sink.dropped(DropReason::PoolExhausted), 3);
+    assert_eq!(sink.open_zones(trace.track().unwrap()), 0);
+    // The list still holds its events; dropping it gives them back.
+    assert_eq!(trace.stats().events_free, 0);
+    drop(list);
+    let stats = trace.stats();
+    assert_eq!((stats.events_created, stats.events_free), (4, 4));
+    // ...and a new list can use them.
+    let again = trace.zone_list().unwrap();
+    assert!(again.begin_zone("again").is_some());
+}
+
+#[test]
+fn events_return_to_the_pool_only_after_the_last_submission_is_collected() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, small_pool(64));
+    let list = trace.zone_list().unwrap();
+    let b = list.begin_zone("z").unwrap();
+    let e = list.end_zone().unwrap();
+    gpu.complete_at(b, MS);
+    gpu.pend(e);
+    let collector = list.on_submit().unwrap();
+    // The command buffer is dropped while its submission is in flight.
+    drop(list);
+    let s = trace.stats();
+    assert_eq!(
+        s.events_created - s.events_free,
+        2,
+        "events still owned by the submission"
+    );
+    collector();
+    let s = trace.stats();
+    assert_eq!(
+        s.events_created - s.events_free,
+        2,
+        "not complete, still owned"
+    );
+    gpu.complete_at(e, 2 * MS);
+    trace.collect();
+    let s = trace.stats();
+    assert_eq!(
+        s.events_created, s.events_free,
+        "back in the pool after collection"
+    );
+    assert_eq!(sink.zones().len(), 1);
+}
+
+#[test]
+fn never_submitted_lists_are_counted_and_never_shown() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let list = trace.zone_list().unwrap();
+    list.begin_zone("outer");
+    list.begin_zone("inner");
+    list.end_zone();
+    // "outer" is left open, and the list is dropped unsubmitted.
+    drop(list);
+    trace.collect();
+    assert_eq!(trace.stats().dropped.get(DropReason::NeverSubmitted), 2);
+    assert_eq!(sink.dropped(DropReason::NeverSubmitted), 2);
+    assert_eq!(sink.open_zones(trace.track().unwrap()), 0);
+    assert!(sink.zones().is_empty());
+    let s = trace.stats();
+    assert_eq!(s.events_created, s.events_free);
+}
+
+#[test]
+fn zones_left_open_at_submission_are_closed_at_the_lists_last_time() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let list = trace.zone_list().unwrap();
+    let a = list.begin_zone("never ended").unwrap();
+    let b = list.begin_zone("inner").unwrap();
+    let b_end = list.end_zone().unwrap();
+    gpu.complete_at(a, MS);
+    gpu.complete_at(b, 2 * MS);
+    gpu.complete_at(b_end, 3 * MS);
+    list.on_submit().unwrap()();
+    let zones: Vec<_> = sink
+        .zones()
+        .into_iter()
+        .map(|z| (z.name, z.begin_ns, z.end_ns))
+        .collect();
+    assert_eq!(
+        zones,
+        [
+            ("never ended".to_owned(), MS, 3 * MS),
+            ("inner".to_owned(), 2 * MS, 3 * MS)
+        ]
+    );
+    assert_eq!(sink.open_zones(trace.track().unwrap()), 0);
+}
+
+#[test]
+fn a_resubmission_before_collection_supersedes_the_earlier_one() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let list = trace.zone_list().unwrap();
+    let b = list.begin_zone("graph").unwrap();
+    let e = list.end_zone().unwrap();
+    // First launch.
+    gpu.complete_at(b, MS);
+    gpu.complete_at(e, 2 * MS);
+    let first = list.on_submit().unwrap();
+    // Second launch re-records the same events before the first is collected.
+    gpu.complete_at(b, 5 * MS);
+    gpu.complete_at(e, 7 * MS);
+    let second = list.on_submit().unwrap();
+    first();
+    second();
+    let zones: Vec<_> = sink
+        .zones()
+        .into_iter()
+        .map(|z| (z.begin_ns, z.end_ns))
+        .collect();
+    assert_eq!(
+        zones,
+        [(5 * MS, 7 * MS)],
+        "shown once, with the times the events hold"
+    );
+    assert_eq!(trace.stats().dropped.get(DropReason::Superseded), 1);
+    // A third launch after collection is shown normally.
+    gpu.complete_at(b, 8 * MS);
+    gpu.complete_at(e, 9 * MS);
+    list.on_submit().unwrap()();
+    assert_eq!(sink.zones().len(), 2);
+}
+
+#[test]
+fn collection_rebases_a_stale_calibration() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let config = TraceConfig {
+        rebase_after: Duration::from_secs(1),
+        ..TraceConfig::new(Verbosity::Coarse, "q")
+    };
+    let trace = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap();
+    assert_eq!(trace.stats().calibrations, 1);
+    let zone = |at: u64| {
+        let list = trace.zone_list().unwrap();
+        let b = list.begin_zone("z").unwrap();
+        let e = list.end_zone().unwrap();
+        gpu.complete_at(b, at);
+        gpu.complete_at(e, at + 1_000);
+        list.on_submit().unwrap()();
+    };
+    gpu.advance(500 * MS);
+    zone(gpu.now() - 100);
+    assert_eq!(trace.stats().calibrations, 1, "fresh enough");
+    gpu.advance(3_000 * MS);
+    zone(gpu.now() - 100);
+    assert_eq!(trace.stats().calibrations, 2, "re-based after 1 s");
+    // Times stay right across the re-base.
+    let z = sink.zones();
+    assert_eq!(z[1].begin_ns, 3_501 * MS - 100);
+    assert_eq!(z[1].duration_ns(), 1_000);
+}
+
+#[test]
+fn a_hundred_thousand_zones_through_a_pool_of_a_thousand_events() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(
+        &gpu,
+        &sink,
+        PoolLimits {
+            initial: 0,
+            grow_by: 100,
+            max: 1_000,
+        },
+    );
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut zones = 0u64;
+    let mut t = 10 * MS;
+    while zones < 100_000 {
+        let list = trace.zone_list().unwrap();
+        for _ in 0..100 {
+            let b = list.begin_zone("z").unwrap();
+            let e = list.end_zone().unwrap();
+            gpu.complete_at(b, t);
+            gpu.complete_at(e, t + 10);
+            t += 20;
+        }
+        zones += 100;
+        let collector = list.on_submit().unwrap();
+        in_flight.push_back((list, collector));
+        // Up to four command buffers alive at once: 800 events.
+        if in_flight.len() == 4 {
+            let (list, collector) = in_flight.pop_front().unwrap();
+            collector();
+            drop(list);
+        }
+    }
+    for (list, collector) in in_flight.drain(..) {
+        collector();
+        drop(list);
+    }
+    let s = trace.stats();
+    assert_eq!(s.zones_collected, 100_000);
+    assert_eq!(s.dropped.total(), 0);
+    assert!(s.events_created <= 1_000, "{}", s.events_created);
+    assert_eq!(s.events_created, s.events_free, "no event leaked");
+    assert_eq!(
+        gpu.live_events(),
+        s.events_created + 1,
+        "the pool's events and the base"
+    );
+    drop(trace);
+    drop(sink);
+    assert_eq!(gpu.live_events(), 0, "everything destroyed");
+}
+
+#[test]
+fn dropping_the_context_abandons_what_is_still_running_and_frees_everything() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let list = trace.zone_list().unwrap();
+    list.begin_zone("running").unwrap();
+    let e = list.end_zone().unwrap();
+    gpu.pend(e);
+    let collector = list.on_submit().unwrap();
+    drop(trace);
+    assert_eq!(sink.dropped(DropReason::Abandoned), 1);
+    // A late collector or submission is harmless.
+    collector();
+    assert!(list.on_submit().is_none());
+    drop(list);
+    assert_eq!(gpu.live_events(), 0);
+}
+
+#[test]
+fn stream_and_graph_helpers_record_through_the_backend() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let list = trace.zone_list().unwrap();
+    gpu.set_now(20 * MS);
+    // SAFETY: the fake device accepts any stream and graph handle.
+    unsafe {
+        assert!(
+            list.begin_on_stream(std::ptr::null_mut(), "submission")
+                .unwrap()
+        );
+        gpu.set_now(21 * MS);
+        let node = list
+            .begin_in_graph(std::ptr::null_mut(), &[], "graph zone")
+            .unwrap();
+        assert!(node.is_some());
+        gpu.set_now(22 * MS);
+        list.end_in_graph(std::ptr::null_mut(), &[node.unwrap()])
+            .unwrap();
+        gpu.set_now(23 * MS);
+        assert!(list.end_on_stream(std::ptr::null_mut()).unwrap());
+    }
+    list.on_submit().unwrap()();
+    let zones: Vec<_> = sink
+        .zones()
+        .into_iter()
+        .map(|z| (z.name, z.begin_ns, z.end_ns))
+        .collect();
+    assert_eq!(
+        zones,
+        [
+            ("submission".to_owned(), 20 * MS, 23 * MS),
+            ("graph zone".to_owned(), 21 * MS, 22 * MS)
+        ]
+    );
+}
+
+#[test]
+fn recording_and_collecting_from_many_threads() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = Arc::new(context(
+        &gpu,
+        &sink,
+        PoolLimits {
+            initial: 0,
+            grow_by: 16,
+            max: 256,
+        },
+    ));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let trace = trace.clone();
+            let gpu = gpu.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let list = trace.zone_list().unwrap();
+                    for _ in 0..5 {
+                        if let Some(b) = list.begin_zone("z") {
+                            gpu.complete_at(b, gpu.now());
+                        }
+                        if let Some(e) = list.end_zone() {
+                            gpu.complete_at(e, gpu.now() + 5);
+                        }
+                    }
+                    if let Some(c) = list.on_submit() {
+                        c();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    trace.collect();
+    let s = trace.stats();
+    assert_eq!(s.zones_collected + s.dropped.total(), 4 * 200 * 5);
+    assert_eq!(s.zones_collected, sink.zones().len() as u64);
+    assert_eq!(s.events_created, s.events_free);
+    assert_eq!(s.pending_submissions, 0);
+}

@@ -12,5 +12,6 @@
 //! - [`kernels`]: the test kernels, hand-written PTX that the driver compiles at load time,
 //!   so building the suite needs no CUDA toolkit.
 
+pub mod command_support;
 pub mod gpu;
 pub mod kernels;

@@ -1,5 +1,6 @@
 //! Device and pinned host allocations, freed in `Drop` with their context bound.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -8,7 +9,8 @@ use cuhal_sys::{CUdeviceptr, PrimaryContext};
 use crate::Error;
 use crate::range::{BufferRange, check_range};
 
-/// A device allocation (`cuMemAlloc`), freed when the last `Arc` goes.
+/// Device memory: an allocation of its own (`cuMemAlloc`, freed when the last `Arc` goes), or
+/// memory owned by something else that the buffer keeps alive (see [`Buffer::from_raw`]).
 ///
 /// Command buffers hold an `Arc<Buffer>` for every buffer they record, so a buffer lives at
 /// least as long as the work that uses it. Dropping binds the buffer's context first, so the
@@ -17,6 +19,8 @@ pub struct Buffer {
     context: Arc<PrimaryContext>,
     ptr: CUdeviceptr,
     len: usize,
+    /// `None`: the buffer owns its `cuMemAlloc`. `Some`: the owner of the memory.
+    keeper: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Buffer {
@@ -34,7 +38,34 @@ impl Buffer {
             context: Arc::clone(context),
             ptr,
             len,
+            keeper: None,
         }))
+    }
+
+    /// A buffer over `len` bytes at `ptr` that some other object owns (a stream-ordered
+    /// allocation, another runtime's tensor). The buffer holds `keeper` and never frees the
+    /// memory itself.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must be device memory of `context` that stays allocated for as long
+    /// as `keeper` lives (or, if freed earlier by its owner, is no longer used by any work).
+    pub unsafe fn from_raw(
+        context: &Arc<PrimaryContext>,
+        ptr: CUdeviceptr,
+        len: usize,
+        keeper: Arc<dyn Any + Send + Sync>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            context: Arc::clone(context),
+            ptr,
+            len,
+            keeper: Some(keeper),
+        })
+    }
+
+    /// The owner of the memory, for buffers made by [`Buffer::from_raw`].
+    pub fn keeper(&self) -> Option<&Arc<dyn Any + Send + Sync>> {
+        self.keeper.as_ref()
     }
 
     /// The device address of the first byte.
@@ -47,7 +78,7 @@ impl Buffer {
         self.len
     }
 
-    /// Always false: buffers are never empty.
+    /// Whether the buffer has no bytes (only possible through [`Buffer::from_raw`]).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -67,7 +98,9 @@ impl Buffer {
         BufferRange::of_buffer(self, offset, length)
     }
 
-    /// Copies `data` into the buffer at `offset` (`cuMemcpyHtoD`, synchronous for the host).
+    /// Copies `data` into the buffer at `offset` and returns when the bytes are on the device
+    /// (`cuMemcpyHtoD`, then a wait on the legacy stream, since a copy from pageable memory may
+    /// return while its DMA is still under way).
     ///
     /// Not ordered with work on non-blocking streams: synchronize them first.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
@@ -81,6 +114,10 @@ impl Buffer {
         // host slice of exactly that many bytes.
         api.check("cuMemcpyHtoD", unsafe {
             (api.cuMemcpyHtoD)(self.ptr + offset as u64, data.as_ptr().cast(), data.len())
+        })?;
+        // SAFETY: the null stream is the context's legacy default stream.
+        api.check("cuStreamSynchronize", unsafe {
+            (api.cuStreamSynchronize)(std::ptr::null_mut())
         })?;
         Ok(())
     }
@@ -106,6 +143,9 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
+        if self.keeper.is_some() {
+            return; // the keeper frees the memory, if anything does
+        }
         // A failure here means the context is already lost or the driver is shutting down;
         // there is nothing better to do than to leak the address range.
         if self.context.bind().is_ok() {
@@ -120,6 +160,7 @@ impl fmt::Debug for Buffer {
         f.debug_struct("Buffer")
             .field("ptr", &format_args!("{:#x}", self.ptr))
             .field("len", &self.len)
+            .field("owned", &self.keeper.is_none())
             .finish()
     }
 }

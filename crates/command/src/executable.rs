@@ -224,7 +224,8 @@ pub struct FunctionAttributes {
     pub local_bytes_per_thread: u32,
     /// Constant memory, in bytes.
     pub const_bytes: u32,
-    /// PTX ISA version the kernel was compiled from, times 10 (70 for 7.0).
+    /// The PTX virtual architecture the kernel was compiled from (its `.target`), as
+    /// major * 10 + minor (75 for `sm_75`).
     pub ptx_version: u32,
     /// Binary architecture, times 10 (90 for sm_90).
     pub binary_version: u32,

@@ -1,0 +1,489 @@
+//! Behaviour of one or two queues: fast path, readiness, ordering, device waits, failures.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use cuhal_scheduler::host::{self, HostPayload, HostSemaphore};
+use cuhal_scheduler::{Cleanup, Cleanups, Error, Failure, Queue, QueueOptions, Resources};
+use cuhal_semaphore::testing::FlagEvent;
+use cuhal_semaphore::{DeviceEvent, Error as SemaphoreError, Semaphore};
+use smallvec::smallvec;
+
+use support::{Script, Scripted, eventually, tracked};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn scripted(label: &str, auto_complete: bool) -> Queue<Scripted> {
+    Queue::new(Scripted::new(auto_complete), QueueOptions::new(label)).unwrap()
+}
+
+fn none() -> (Resources, Cleanups) {
+    (Resources::new(), Cleanups::new())
+}
+
+/// Records each action's outcome: `Ok` or the failure.
+type Outcomes = Arc<Mutex<Vec<(u64, Result<(), Failure>)>>>;
+
+fn record(outcomes: &Outcomes, id: u64) -> Cleanups {
+    let outcomes = outcomes.clone();
+    smallvec![Cleanup::once(move |outcome| {
+        outcomes
+            .lock()
+            .unwrap()
+            .push((id, outcome.map_err(Clone::clone)));
+    })]
+}
+
+#[test]
+fn ready_action_is_issued_by_the_submitting_thread() {
+    let queue = scripted("fast", true);
+    let done = Semaphore::<FlagEvent>::new(0);
+    let reached = Semaphore::<FlagEvent>::new(3);
+    let (r, c) = none();
+    queue
+        .submit(&[(&reached, 2)], &[(&done, 1)], Script::id(1), r, c)
+        .unwrap();
+    let issued = queue
+        .backend()
+        .find(1)
+        .expect("issued before submit returned");
+    assert_eq!(issued.thread, thread::current().id());
+    assert!(issued.device_waits.is_empty(), "a reached wait is dropped");
+    done.wait(1, WAIT).unwrap();
+    let stats = queue.stats();
+    assert_eq!((stats.issued_on_submit, stats.issued_by_worker), (1, 0));
+}
+
+#[test]
+fn pending_action_is_issued_by_the_worker_once_its_semaphore_is_signalled() {
+    let queue = scripted("later", true);
+    let gate = Semaphore::<FlagEvent>::new(0);
+    let done = Semaphore::<FlagEvent>::new(0);
+    let (r, c) = none();
+    queue
+        .submit(&[(&gate, 2)], &[(&done, 1)], Script::id(1), r, c)
+        .unwrap();
+    assert!(queue.backend().issued_ids().is_empty());
+    assert_eq!(queue.stats().pending, 1);
+    gate.signal(1).unwrap();
+    thread::sleep(Duration::from_millis(20));
+    assert!(
+        queue.backend().issued_ids().is_empty(),
+        "value 1 does not satisfy a wait for 2"
+    );
+    gate.signal(2).unwrap();
+    done.wait(1, WAIT).unwrap();
+    let issued = queue.backend().find(1).unwrap();
+    assert_ne!(issued.thread, thread::current().id());
+    let stats = queue.stats();
+    assert_eq!((stats.pending, stats.issued_by_worker), (0, 1));
+}
+
+#[test]
+fn a_ready_action_never_overtakes_an_earlier_pending_one() {
+    let queue = scripted("order", true);
+    let gate = Semaphore::<FlagEvent>::new(0);
+    let done = Semaphore::<FlagEvent>::new(0);
+    let (r, c) = none();
+    queue
+        .submit(&[(&gate, 1)], &[], Script::id(1), r, c)
+        .unwrap();
+    for id in 2..=4 {
+        let (r, c) = none();
+        queue
+            .submit(&[], &[(&done, id - 1)], Script::id(id), r, c)
+            .unwrap();
+    }
+    thread::sleep(Duration::from_millis(20));
+    assert!(queue.backend().issued_ids().is_empty());
+    assert_eq!(done.query().unwrap(), 0);
+    gate.signal(1).unwrap();
+    done.wait(3, WAIT).unwrap();
+    assert_eq!(queue.backend().issued_ids(), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn a_recorded_device_signal_becomes_a_device_wait_without_a_host_round_trip() {
+    let producer = scripted("producer", false);
+    let consumer = scripted("consumer", true);
+    let data = Semaphore::<FlagEvent>::new(0);
+    let done = Semaphore::<FlagEvent>::new(0);
+    let (r, c) = none();
+    producer
+        .submit(&[], &[(&data, 1)], Script::id(1), r, c)
+        .unwrap();
+    let (r, c) = none();
+    consumer
+        .submit(&[(&data, 1)], &[(&done, 1)], Script::id(2), r, c)
+        .unwrap();
+    // Issued at once, before the producer's work completed, with a device wait on its event.
+    let produced = producer.backend().find(1).unwrap();
+    let consumed = consumer.backend().find(2).expect("issued on submit");
+    assert_eq!(consumed.thread, thread::current().id());
+    assert_eq!(consumed.device_waits.len(), 1);
+    assert!(consumed.device_waits[0].ptr_eq(&produced.event));
+    assert_eq!(data.query().unwrap(), 0);
+    produced.event.complete();
+    data.wait(1, WAIT).unwrap();
+    done.wait(1, WAIT).unwrap();
+}
+
+#[test]
+fn a_device_signal_recorded_later_also_becomes_a_device_wait() {
+    let producer = scripted("producer", false);
+    let consumer = scripted("consumer", true);
+    let data = Semaphore::<FlagEvent>::new(0);
+    let (r, c) = none();
+    consumer
+        .submit(&[(&data, 1)], &[], Script::id(2), r, c)
+        .unwrap();
+    assert!(consumer.backend().issued_ids().is_empty());
+    let (r, c) = none();
+    producer
+        .submit(&[], &[(&data, 1)], Script::id(1), r, c)
+        .unwrap();
+    eventually("the consumer is issued", || {
+        consumer.backend().find(2).is_some()
+    });
+    let produced = producer.backend().find(1).unwrap();
+    let consumed = consumer.backend().find(2).unwrap();
+    assert!(consumed.device_waits[0].ptr_eq(&produced.event));
+    assert_eq!(
+        data.query().unwrap(),
+        0,
+        "issued before the producer completed"
+    );
+    produced.event.complete();
+}
+
+#[test]
+fn a_failed_wait_fails_the_action_and_its_signals_with_the_same_failure() {
+    let queue = scripted("fail", true);
+    let gate = Semaphore::<FlagEvent>::new(0);
+    let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+    let outcomes = Outcomes::default();
+    let drops = Arc::new(AtomicUsize::new(0));
+    // One action fails at submission (already failed), one while pending.
+    let early = Failure::msg("early");
+    let already = Semaphore::<FlagEvent>::new(0);
+    already.fail(early.clone());
+    queue
+        .submit(
+            &[(&already, 1)],
+            &[(&a, 1)],
+            Script::id(1),
+            smallvec![tracked(&drops)],
+            record(&outcomes, 1),
+        )
+        .unwrap();
+    queue
+        .submit(
+            &[(&gate, 1)],
+            &[(&b, 1)],
+            Script::id(2),
+            smallvec![tracked(&drops)],
+            record(&outcomes, 2),
+        )
+        .unwrap();
+    let late = Failure::msg("late");
+    gate.fail(late.clone());
+    for (semaphore, failure) in [(&a, &early), (&b, &late)] {
+        match semaphore.wait(1, WAIT) {
+            Err(SemaphoreError::Failed(seen)) => assert!(seen.ptr_eq(failure)),
+            other => panic!("expected the failure, got {other:?}"),
+        }
+    }
+    eventually("both retired", || queue.stats().failed == 2);
+    assert!(queue.backend().issued_ids().is_empty(), "nothing issued");
+    assert_eq!(drops.load(Ordering::SeqCst), 2, "resources released");
+    assert_eq!(queue.backend().released.load(Ordering::SeqCst), 2);
+    let outcomes = outcomes.lock().unwrap();
+    assert!(outcomes[0].1.as_ref().unwrap_err().ptr_eq(&early));
+    assert!(outcomes[1].1.as_ref().unwrap_err().ptr_eq(&late));
+    assert!(
+        queue.lost().is_none(),
+        "a failed wait does not lose the queue"
+    );
+}
+
+#[test]
+fn a_failed_pending_action_leaves_the_actions_behind_it_in_order() {
+    let queue = scripted("middle", true);
+    let first = Semaphore::<FlagEvent>::new(0);
+    let second = Semaphore::<FlagEvent>::new(0);
+    let done = Semaphore::<FlagEvent>::new(0);
+    for (id, wait) in [(1, &first), (2, &second), (3, &first)] {
+        let (r, c) = none();
+        queue
+            .submit(&[(wait, 1)], &[(&done, id)], Script::id(id), r, c)
+            .unwrap();
+    }
+    second.fail(Failure::msg("second"));
+    // The middle action failed: the queue does not wait for it, and `done` is failed by it.
+    first.signal(1).unwrap();
+    eventually("all retired", || queue.stats().retired() == 3);
+    assert_eq!(queue.backend().issued_ids(), vec![1, 3]);
+    assert_eq!(queue.stats().pending, 0);
+}
+
+#[test]
+fn an_issue_error_loses_the_queue_and_fails_everything_pending() {
+    let queue = scripted("issue-error", true);
+    let gate = Semaphore::<FlagEvent>::new(0);
+    let never = Semaphore::<FlagEvent>::new(0);
+    let (a, b, c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+    let device = Failure::msg("launch failed");
+    let outcomes = Outcomes::default();
+    let (r, _) = none();
+    queue
+        .submit(
+            &[(&gate, 1)],
+            &[(&a, 1)],
+            Script {
+                id: 1,
+                fail_issue: Some(device.clone()),
+                ..Script::default()
+            },
+            r,
+            record(&outcomes, 1),
+        )
+        .unwrap();
+    let (r, _) = none();
+    queue
+        .submit(&[], &[(&b, 1)], Script::id(2), r, record(&outcomes, 2))
+        .unwrap();
+    let (r, _) = none();
+    queue
+        .submit(
+            &[(&never, 1)],
+            &[(&c, 1)],
+            Script::id(3),
+            r,
+            record(&outcomes, 3),
+        )
+        .unwrap();
+    gate.signal(1).unwrap();
+    for semaphore in [&a, &b, &c] {
+        let error = semaphore.wait(1, WAIT).unwrap_err();
+        assert!(error.failure().unwrap().ptr_eq(&device));
+    }
+    eventually("all retired", || queue.stats().failed == 3);
+    assert!(queue.lost().unwrap().ptr_eq(&device));
+    let (r, c) = none();
+    match queue.submit(&[], &[], Script::id(4), r, c) {
+        Err(Error::Lost { failure, .. }) => assert!(failure.ptr_eq(&device)),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert_eq!(never.listener_count(), 0, "the listener was cancelled");
+    assert!(queue.backend().issued_ids().is_empty());
+    assert_eq!(outcomes.lock().unwrap().len(), 3);
+}
+
+#[test]
+fn a_completion_error_loses_the_queue() {
+    let queue = host::queue(QueueOptions::new("completion-error")).unwrap();
+    let device = Failure::msg("illegal address");
+    let (a, b) = (HostSemaphore::new(0), HostSemaphore::new(0));
+    let failing = device.clone();
+    let (r, c) = none();
+    queue
+        .submit(
+            &[],
+            &[(&a, 1)],
+            HostPayload::once(move || Err(failing)),
+            r,
+            c,
+        )
+        .unwrap();
+    assert!(
+        a.wait(1, WAIT)
+            .unwrap_err()
+            .failure()
+            .unwrap()
+            .ptr_eq(&device)
+    );
+    eventually("lost", || queue.lost().is_some());
+    let (r, c) = none();
+    assert!(matches!(
+        queue.submit(&[], &[(&b, 1)], HostPayload::Nop, r, c),
+        Err(Error::Lost { .. })
+    ));
+}
+
+#[test]
+fn an_upstream_failure_through_a_device_wait_fails_the_action_but_not_its_queue() {
+    let upstream = host::queue(QueueOptions::new("upstream")).unwrap();
+    let downstream = host::queue(QueueOptions::new("downstream")).unwrap();
+    let (data, out, after) = (
+        HostSemaphore::new(0),
+        HostSemaphore::new(0),
+        HostSemaphore::new(0),
+    );
+    let device = Failure::msg("trap");
+    let failing = device.clone();
+    let (r, c) = none();
+    upstream
+        .submit(
+            &[],
+            &[(&data, 1)],
+            HostPayload::once(move || {
+                thread::sleep(Duration::from_millis(30));
+                Err(failing)
+            }),
+            r,
+            c,
+        )
+        .unwrap();
+    let (r, c) = none();
+    downstream
+        .submit(&[(&data, 1)], &[(&out, 1)], HostPayload::Nop, r, c)
+        .unwrap();
+    assert_eq!(
+        downstream.stats().issued_on_submit,
+        1,
+        "issued with a device wait"
+    );
+    assert!(
+        out.wait(1, WAIT)
+            .unwrap_err()
+            .failure()
+            .unwrap()
+            .ptr_eq(&device)
+    );
+    let (r, c) = none();
+    downstream
+        .submit(&[], &[(&after, 1)], HostPayload::Nop, r, c)
+        .unwrap();
+    after.wait(1, WAIT).unwrap();
+    assert!(downstream.lost().is_none());
+    eventually("upstream lost", || upstream.lost().is_some());
+}
+
+#[test]
+fn cleanups_run_after_completion_before_release_and_a_panic_does_not_stop_the_queue() {
+    let queue = host::queue(QueueOptions::new("cleanup")).unwrap();
+    let done = HostSemaphore::new(0);
+    let drops = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for value in 1..=3u64 {
+        let (seen, drops_now, done_now) = (seen.clone(), drops.clone(), done.clone());
+        let cleanups: Cleanups = smallvec![
+            Cleanup::once(|_| panic!("a buggy cleanup")),
+            Cleanup::once(move |outcome| {
+                // Completed and signalled, not yet released.
+                seen.lock().unwrap().push((
+                    outcome.is_ok(),
+                    done_now.query().unwrap() >= value,
+                    drops_now.load(Ordering::SeqCst) == (value - 1) as usize,
+                ));
+            }),
+        ];
+        queue
+            .submit(
+                &[],
+                &[(&done, value)],
+                HostPayload::Nop,
+                smallvec![tracked(&drops)],
+                cleanups,
+            )
+            .unwrap();
+    }
+    done.wait(3, WAIT).unwrap();
+    eventually("all retired", || queue.stats().completed == 3);
+    assert_eq!(*seen.lock().unwrap(), vec![(true, true, true); 3]);
+    assert_eq!(drops.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn host_payloads_run_in_issue_order_after_their_waits() {
+    let a = host::queue(QueueOptions::new("a")).unwrap();
+    let b = host::queue(QueueOptions::new("b")).unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (s, t) = (HostSemaphore::new(0), HostSemaphore::new(0));
+    let push = |n: u32| {
+        let log = log.clone();
+        HostPayload::once(move || {
+            thread::sleep(Duration::from_millis(2));
+            log.lock().unwrap().push(n);
+            Ok(())
+        })
+    };
+    // b's action waits for a's second action, which is submitted after it.
+    let (r, c) = none();
+    b.submit(&[(&s, 2)], &[(&t, 1)], push(3), r, c).unwrap();
+    let (r, c) = none();
+    a.submit(&[], &[(&s, 1)], push(1), r, c).unwrap();
+    let (r, c) = none();
+    a.submit(&[], &[(&s, 2)], push(2), r, c).unwrap();
+    t.wait(1, WAIT).unwrap();
+    assert_eq!(*log.lock().unwrap(), vec![1, 2, 3]);
+}
+
+#[test]
+fn several_waits_and_signals_on_timelines() {
+    let queue = host::queue(QueueOptions::new("timeline")).unwrap();
+    let (x, y, z) = (
+        HostSemaphore::new(5),
+        HostSemaphore::new(0),
+        HostSemaphore::new(0),
+    );
+    let (r, c) = none();
+    queue
+        .submit(
+            &[(&x, 3), (&y, 2), (&x, 7)],
+            &[(&z, 10), (&y, 4)],
+            HostPayload::Nop,
+            r,
+            c,
+        )
+        .unwrap();
+    y.signal(2).unwrap();
+    thread::sleep(Duration::from_millis(10));
+    assert_eq!(z.query().unwrap(), 0, "x has not reached 7");
+    x.signal(8).unwrap();
+    z.wait(10, WAIT).unwrap();
+    assert_eq!(y.query().unwrap(), 4);
+}
+
+#[test]
+fn a_cleanup_may_submit_to_its_own_queue() {
+    let queue = Arc::new(host::queue(QueueOptions::new("resubmit")).unwrap());
+    let done = HostSemaphore::new(0);
+    let (weak, again) = (Arc::downgrade(&queue), done.clone());
+    let cleanups: Cleanups = smallvec![Cleanup::once(move |_| {
+        let queue = weak.upgrade().unwrap();
+        let (r, c) = none();
+        queue
+            .submit(&[], &[(&again, 2)], HostPayload::Nop, r, c)
+            .unwrap();
+    })];
+    queue
+        .submit(
+            &[],
+            &[(&done, 1)],
+            HostPayload::Nop,
+            Resources::new(),
+            cleanups,
+        )
+        .unwrap();
+    done.wait(2, WAIT).unwrap();
+}
+
+#[test]
+fn a_host_wait_on_a_device_signal_sees_the_event_directly() {
+    // The semaphore crate's event spin: the waiter advances the value itself.
+    let queue = scripted("direct", false);
+    let done = Semaphore::<FlagEvent>::new(0);
+    let (r, c) = none();
+    queue
+        .submit(&[], &[(&done, 1)], Script::id(1), r, c)
+        .unwrap();
+    let event = queue.backend().find(1).unwrap().event;
+    event.complete();
+    done.wait(1, WAIT).unwrap();
+    assert!(event.query().unwrap());
+}

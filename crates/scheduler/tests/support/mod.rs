@@ -1,0 +1,140 @@
+//! Test doubles shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, ThreadId};
+use std::time::{Duration, Instant};
+
+use cuhal_scheduler::{Backend, Failure, Resource};
+use cuhal_semaphore::DeviceEvent;
+use cuhal_semaphore::testing::{FlagEvent, LiveCounter};
+
+/// One `issue` call as the scripted backend saw it.
+#[derive(Clone)]
+pub struct Issued {
+    pub id: u64,
+    pub thread: ThreadId,
+    pub device_waits: Vec<FlagEvent>,
+    pub event: FlagEvent,
+}
+
+/// The payload of the scripted backend.
+#[derive(Default)]
+pub struct Script {
+    pub id: u64,
+    /// `issue` returns this error.
+    pub fail_issue: Option<Failure>,
+    /// The completion event reports this error (when auto-completing).
+    pub fail_completion: Option<Failure>,
+}
+
+impl Script {
+    pub fn id(id: u64) -> Self {
+        Script {
+            id,
+            ..Script::default()
+        }
+    }
+}
+
+/// A backend whose events are `FlagEvent`s the test completes (or that complete at issue), and
+/// which records every issue.
+pub struct Scripted {
+    pub issued: Mutex<Vec<Issued>>,
+    pub live: LiveCounter,
+    pub auto_complete: bool,
+    pub released: AtomicUsize,
+}
+
+impl Scripted {
+    pub fn new(auto_complete: bool) -> Self {
+        Scripted {
+            issued: Mutex::new(Vec::new()),
+            live: LiveCounter::new(),
+            auto_complete,
+            released: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn issued_ids(&self) -> Vec<u64> {
+        self.issued.lock().unwrap().iter().map(|i| i.id).collect()
+    }
+
+    pub fn find(&self, id: u64) -> Option<Issued> {
+        self.issued
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|i| i.id == id)
+            .cloned()
+    }
+}
+
+impl Backend for Scripted {
+    type Event = FlagEvent;
+    type Payload = Script;
+
+    fn issue(
+        &self,
+        device_waits: &[FlagEvent],
+        payload: &mut Script,
+    ) -> Result<FlagEvent, Failure> {
+        if let Some(failure) = payload.fail_issue.clone() {
+            return Err(failure);
+        }
+        let event = FlagEvent::counted(&self.live);
+        if self.auto_complete {
+            match payload.fail_completion.clone() {
+                Some(failure) => event.fail(failure),
+                None => event.complete(),
+            }
+        }
+        self.issued.lock().unwrap().push(Issued {
+            id: payload.id,
+            thread: thread::current().id(),
+            device_waits: device_waits.to_vec(),
+            event: event.clone(),
+        });
+        Ok(event)
+    }
+
+    fn wait_event(&self, event: &FlagEvent, _spin: Duration) -> Result<(), Failure> {
+        // Bounded, so a test that fails before completing its events fails instead of hanging.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if event.query()? {
+                return Ok(());
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        Err(Failure::msg("scripted event never completed"))
+    }
+
+    fn release(&self, payload: Script) {
+        self.released.fetch_add(1, Ordering::SeqCst);
+        drop(payload);
+    }
+}
+
+/// A resource that counts its drops.
+pub struct Tracked(pub Arc<AtomicUsize>);
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+pub fn tracked(drops: &Arc<AtomicUsize>) -> Resource {
+    Arc::new(Tracked(drops.clone()))
+}
+
+/// Polls `done` for up to five seconds.
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -1,11 +1,13 @@
 //! `cuhal`: the command-line face of cuhal.
 //!
 //! - `cuhal info`: the CUDA driver and every device it sees.
+//! - `cuhal bench`: cuhal against the raw driver, in one process (see `bench`).
 //!
 //! Arguments are parsed by hand (the workspace keeps its dependencies few). Exit codes are
 //! part of the interface, because scripts (`cargo xtask gpu-test`, the GPU bundle) act on them:
 //! see [`exit`].
 
+mod bench;
 mod command;
 mod info;
 
@@ -29,6 +31,9 @@ pub mod exit {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "bench") {
+        return ExitCode::from(bench::run(&args[1..]));
+    }
     let code = match command::parse(&args) {
         Ok(Command::Help) => {
             println!("{}", command::USAGE);

@@ -1,0 +1,68 @@
+//! The benchmark cases, one module each; every case measures its raw-driver floor and its cuhal
+//! figure in this process, one after the other, with the same kernels and the same repetitions.
+
+pub mod dependency;
+pub mod replay;
+pub mod round_trip;
+pub mod scheduler;
+pub mod submit;
+pub mod tracing;
+pub mod wake;
+
+use crate::bench::clock::Clock;
+use crate::bench::gpu::{Gpu, TimerResolution};
+use crate::bench::stats::Summary;
+
+use anyhow::{Result, anyhow};
+
+/// What every GPU case gets.
+pub struct Env<'a> {
+    /// The device, its context current on this thread, the kernels loaded.
+    pub gpu: &'a Gpu,
+    /// The clock every stamp of the run is taken on.
+    pub clock: Clock,
+    /// A smoke run: about a tenth of the repetitions.
+    pub quick: bool,
+    /// `%globaltimer`'s measured resolution.
+    pub timer: TimerResolution,
+}
+
+impl Env<'_> {
+    /// `full` repetitions, or a tenth of them (at least 10) for `--quick`.
+    pub fn scaled(&self, full: usize) -> usize {
+        scaled(self.quick, full)
+    }
+}
+
+/// `full`, or a tenth of it (at least 10) when `quick`.
+pub fn scaled(quick: bool, full: usize) -> usize {
+    if quick { (full / 10).max(10) } else { full }
+}
+
+/// One line of progress on stderr (stdout carries the report).
+pub fn progress(text: &str) {
+    eprintln!("cuhal bench: {text}");
+}
+
+/// Summarizes samples that must exist: an empty or broken set is an error naming `what`.
+pub fn summarize(what: &str, samples: &mut [f64]) -> Result<Summary> {
+    Summary::of(samples).ok_or_else(|| anyhow!("{what}: no valid samples"))
+}
+
+/// Why a cuhal figure is missing while the device crate's API is not there to measure.
+pub const CUHAL_PENDING: &str =
+    "cuhal side not measured: this build of cuhal has no Device/Queue API to drive yet";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_runs_a_tenth_but_never_almost_nothing() {
+        assert_eq!(scaled(false, 10_000), 10_000);
+        assert_eq!(scaled(true, 10_000), 1_000);
+        assert_eq!(scaled(true, 50), 10);
+        assert!(summarize("x", &mut []).is_err());
+        assert_eq!(summarize("x", &mut [2.0, 1.0, 3.0]).unwrap().median, 2.0);
+    }
+}

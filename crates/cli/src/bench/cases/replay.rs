@@ -1,0 +1,160 @@
+//! Case 4, command buffer replay: 100 tiny dispatches, each depending on the one before, replayed
+//! and waited for; wall time per replay, submit to the host's return.
+//!
+//! The dispatches are `step` kernels with indices 0..100, so a replay whose order broke counts a
+//! violation on the device, and the launch count is checked after every variant.
+//!
+//! Floors: `cuGraphLaunch` of a 100-node chain graph, and 100 `cuLaunchKernel` back to back on
+//! one stream; each followed by `cuEventRecord` and `cuEventSynchronize` (spinning event).
+
+use anyhow::Result;
+
+use super::{Env, progress, summarize};
+use crate::bench::gpu::StepCounter;
+use crate::bench::gpu::raw::{Event, GraphExec, KernelNode, Stream, SyncMode, launch};
+use crate::bench::report::{Comparison, Goal, Report};
+use crate::bench::stats::Summary;
+
+/// Dispatches per command buffer.
+pub const CHAIN: u32 = 100;
+/// Replays per variant (warm-up on top).
+pub const REPLAYS: usize = 1_000;
+/// The goal: cuhal at most this many times the floor.
+pub const GOAL_RATIO: f64 = 1.1;
+/// The design's goal for 100 dependent dispatches, submit to host return.
+pub const GOAL_100_NS: f64 = 80_000.0;
+
+/// The two floors, for case 6 to reuse.
+pub struct Floors {
+    /// One graph launch of the chain, then wait.
+    pub graph: Summary,
+    /// 100 launches, then wait.
+    pub stream: Summary,
+}
+
+/// Runs case 4.
+pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
+    let floors = floors(env)?;
+    report.measured(
+        "4",
+        "floor: cuGraphLaunch of a 100-node chain + record + sync, per replay",
+        floors.graph,
+    );
+    report.measured(
+        "4",
+        "floor: 100 x cuLaunchKernel + record + sync, per replay",
+        floors.stream,
+    );
+    report.comparisons.push(
+        Comparison::new(
+            "4",
+            "replay: 100 dependent dispatches as a graph command buffer, submit + host wait",
+            None,
+            Some(floors.graph),
+            Goal::RatioAtMost(GOAL_RATIO),
+        )
+        .note(super::CUHAL_PENDING),
+    );
+    report.comparisons.push(Comparison::new(
+        "4",
+        "replay: 100 dependent dispatches as a deferred (stream) command buffer, submit + host wait",
+        None,
+        Some(floors.stream),
+        Goal::RatioAtMost(GOAL_RATIO),
+    ));
+    report.comparisons.push(Comparison::new(
+        "4",
+        "replay: 100 dependent dispatches, graph, against the design's absolute goal",
+        None,
+        Some(floors.graph),
+        Goal::AtMost(GOAL_100_NS),
+    ));
+    Ok(())
+}
+
+/// Measures both floors.
+pub fn floors(env: &Env<'_>) -> Result<Floors> {
+    let n = env.scaled(REPLAYS);
+    let warm = env.scaled(50);
+    progress(&format!("case 4 (replay): graph floor, {n} replays"));
+    let mut graph = graph_floor(env, warm, n)?;
+    progress(&format!("case 4 (replay): stream floor, {n} replays"));
+    let mut stream = stream_floor(env, warm, n)?;
+    Ok(Floors {
+        graph: summarize("case 4 graph floor", &mut graph)?,
+        stream: summarize("case 4 stream floor", &mut stream)?,
+    })
+}
+
+fn graph_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
+    let gpu = env.gpu;
+    let api = gpu.api();
+    let clock = env.clock;
+    let stream = Stream::new(&gpu.ctx)?;
+    let event = Event::new(&gpu.ctx, SyncMode::Spin)?;
+    let mut counter = StepCounter::new(gpu)?;
+    let mut nodes: Vec<KernelNode> = (0..CHAIN)
+        .map(|i| KernelNode {
+            function: gpu.kernels.step,
+            args: counter.args(i, CHAIN),
+        })
+        .collect();
+    let exec = GraphExec::chain(&gpu.ctx, &mut nodes)?;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..warm + n {
+        let t0 = clock.now_ns();
+        // SAFETY: a live executable graph and stream.
+        api.check("cuGraphLaunch", unsafe {
+            (api.cuGraphLaunch)(exec.raw(), stream.raw())
+        })?;
+        // SAFETY: live event and stream.
+        api.check("cuEventRecord", unsafe {
+            (api.cuEventRecord)(event.raw(), stream.raw())
+        })?;
+        // SAFETY: a live, recorded event.
+        api.check("cuEventSynchronize", unsafe {
+            (api.cuEventSynchronize)(event.raw())
+        })?;
+        let t1 = clock.now_ns();
+        if i >= warm {
+            samples.push((t1 - t0) as f64);
+        }
+    }
+    stream.sync()?;
+    counter.expect_more(((warm + n) * CHAIN as usize) as u64);
+    counter.check("case 4 graph floor")?;
+    Ok(samples)
+}
+
+fn stream_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
+    let gpu = env.gpu;
+    let api = gpu.api();
+    let clock = env.clock;
+    let stream = Stream::new(&gpu.ctx)?;
+    let event = Event::new(&gpu.ctx, SyncMode::Spin)?;
+    let mut counter = StepCounter::new(gpu)?;
+    let mut args: Vec<_> = (0..CHAIN).map(|i| counter.args(i, CHAIN)).collect();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..warm + n {
+        let t0 = clock.now_ns();
+        for a in args.iter_mut() {
+            launch(api, gpu.kernels.step, stream.raw(), a)?;
+        }
+        // SAFETY: live event and stream.
+        api.check("cuEventRecord", unsafe {
+            (api.cuEventRecord)(event.raw(), stream.raw())
+        })?;
+        // SAFETY: a live, recorded event.
+        api.check("cuEventSynchronize", unsafe {
+            (api.cuEventSynchronize)(event.raw())
+        })?;
+        let t1 = clock.now_ns();
+        if i >= warm {
+            samples.push((t1 - t0) as f64);
+        }
+    }
+    stream.sync()?;
+    counter.expect_more(((warm + n) * CHAIN as usize) as u64);
+    counter.check("case 4 stream floor")?;
+    Ok(samples)
+}

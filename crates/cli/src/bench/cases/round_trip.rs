@@ -1,0 +1,131 @@
+//! Case 5, round trip: submit one tiny dispatch and wait for it on the host, per call.
+//!
+//! Floor: `cuLaunchKernel` (a one-thread `step`) + `cuEventRecord` + `cuEventSynchronize`
+//! (spinning event), timed together. References: the same through a one-node graph, and the
+//! host cost of an empty-kernel `cuLaunchKernel` back to back (the design brief's 3.7 us line).
+//! The goal is the design's: under 10 us per call, whatever the floor.
+
+use anyhow::Result;
+
+use super::{Env, progress, summarize};
+use crate::bench::gpu::StepCounter;
+use crate::bench::gpu::raw::{Args, Event, GraphExec, KernelNode, Stream, SyncMode, launch};
+use crate::bench::report::{Comparison, Goal, Report};
+
+/// Round trips per variant (warm-up on top).
+pub const CALLS: usize = 5_000;
+/// The design's goal for one dispatch, submit to host return.
+pub const GOAL_NS: f64 = 10_000.0;
+/// Empty launches per timed batch in the launch-cost reference.
+const LAUNCH_BATCH: usize = 100;
+
+/// How the dispatch is submitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Submit {
+    Kernel,
+    Graph,
+}
+
+/// Runs case 5.
+pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
+    let n = env.scaled(CALLS);
+    let warm = env.scaled(500);
+    progress(&format!("case 5 (round trip): floor, {n} calls"));
+    let mut kernel = measure(env, Submit::Kernel, warm, n)?;
+    let mut graph = measure(env, Submit::Graph, warm, n)?;
+    let kernel = summarize("case 5 floor", &mut kernel)?;
+    report.measured(
+        "5",
+        "floor: cuLaunchKernel + cuEventRecord + cuEventSynchronize",
+        kernel,
+    );
+    report.measured(
+        "5",
+        "reference: cuGraphLaunch (1 node) + cuEventRecord + cuEventSynchronize",
+        summarize("case 5 graph", &mut graph)?,
+    );
+    let mut launches = launch_cost(env, env.scaled(200), env.scaled(2_000))?;
+    report.measured(
+        "5",
+        "reference: cuLaunchKernel of an empty kernel, back to back, host cost each",
+        summarize("case 5 launch cost", &mut launches)?.per_item(LAUNCH_BATCH as f64),
+    );
+    report.comparisons.push(
+        Comparison::new(
+            "5",
+            "round trip: submit 1 dispatch, host waits on its semaphore (design goal < 10 us)",
+            None,
+            Some(kernel),
+            Goal::AtMost(GOAL_NS),
+        )
+        .note(super::CUHAL_PENDING),
+    );
+    Ok(())
+}
+
+fn measure(env: &Env<'_>, submit: Submit, warm: usize, n: usize) -> Result<Vec<f64>> {
+    let gpu = env.gpu;
+    let api = gpu.api();
+    let clock = env.clock;
+    let stream = Stream::new(&gpu.ctx)?;
+    let event = Event::new(&gpu.ctx, SyncMode::Spin)?;
+    let mut counter = StepCounter::new(gpu)?;
+    let mut args = counter.args(0, 1);
+    let exec = GraphExec::chain(
+        &gpu.ctx,
+        &mut [KernelNode {
+            function: gpu.kernels.step,
+            args,
+        }],
+    )?;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..warm + n {
+        let t0 = clock.now_ns();
+        match submit {
+            Submit::Kernel => launch(api, gpu.kernels.step, stream.raw(), &mut args)?,
+            // SAFETY: a live executable graph and stream.
+            Submit::Graph => api.check("cuGraphLaunch", unsafe {
+                (api.cuGraphLaunch)(exec.raw(), stream.raw())
+            })?,
+        }
+        // SAFETY: live event and stream.
+        api.check("cuEventRecord", unsafe {
+            (api.cuEventRecord)(event.raw(), stream.raw())
+        })?;
+        // SAFETY: a live, recorded event.
+        api.check("cuEventSynchronize", unsafe {
+            (api.cuEventSynchronize)(event.raw())
+        })?;
+        let t1 = clock.now_ns();
+        if i >= warm {
+            samples.push((t1 - t0) as f64);
+        }
+    }
+    stream.sync()?;
+    counter.expect_more((warm + n) as u64);
+    counter.check("case 5")?;
+    Ok(samples)
+}
+
+/// Batches of `LAUNCH_BATCH` empty launches, each batch timed, then the stream drained
+/// (untimed): the host cost of a launch when the queue is not full.
+fn launch_cost(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
+    let gpu = env.gpu;
+    let api = gpu.api();
+    let clock = env.clock;
+    let stream = Stream::new(&gpu.ctx)?;
+    let mut args = Args::None;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..warm + n {
+        let t0 = clock.now_ns();
+        for _ in 0..LAUNCH_BATCH {
+            launch(api, gpu.kernels.empty, stream.raw(), &mut args)?;
+        }
+        let t1 = clock.now_ns();
+        stream.sync()?;
+        if i >= warm {
+            samples.push((t1 - t0) as f64);
+        }
+    }
+    Ok(samples)
+}

@@ -1,0 +1,265 @@
+//! Case 2, host wake latency: a 50 us spin kernel, then the host waits for it; the time from the
+//! kernel's end to the waiting thread's return.
+//!
+//! The kernel's end is taken on the host clock by the flag observer ([`FlagObserver`]): the
+//! kernel's last act is a store to mapped host memory and a spinning thread stamps the moment it
+//! lands. The waiter stamps its own return on the same clock; the latency is the difference.
+//! (It reads a little low, by one GPU-to-host write, the same for every variant.)
+//!
+//! Also measured, the figure the design brief quotes: the waiter's return minus the launch call,
+//! minus the kernel's own duration from `%globaltimer`, which adds the launch latency.
+//!
+//! Floor: `cuEventSynchronize` on a spinning `CU_EVENT_DISABLE_TIMING` event recorded after the
+//! kernel. References: the same with `CU_EVENT_BLOCKING_SYNC`; polling `cuEventQuery` (what a
+//! completion thread does); and the seeds' design, a `cuLaunchHostFunc` after the kernel whose
+//! callback signals a condition variable the waiter sleeps on.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use cuhal_sys::CUresult;
+
+use super::{Env, progress, summarize};
+use crate::bench::clock::{Clock, delta};
+use crate::bench::gpu::SpinRecord;
+use crate::bench::gpu::observer::FlagObserver;
+use crate::bench::gpu::raw::{Event, MappedFlags, Stream, SyncMode, launch};
+use crate::bench::report::{Comparison, Goal, Report};
+
+/// The kernel's length.
+pub const KERNEL_NS: u64 = 50_000;
+/// Samples per variant (warm-up on top).
+pub const SAMPLES: usize = 2_000;
+/// The goal: cuhal's median at most the floor's plus this.
+pub const GOAL_ADDED_NS: f64 = 3_000.0;
+
+/// How the host waits for the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// `cuEventRecord` + `cuEventSynchronize`, spinning event.
+    SpinSync,
+    /// The same with a `CU_EVENT_BLOCKING_SYNC` event.
+    BlockingSync,
+    /// `cuEventRecord`, then `cuEventQuery` until complete.
+    QueryPoll,
+    /// `cuLaunchHostFunc` whose callback wakes the waiter through a condition variable.
+    HostFunc,
+}
+
+impl Wait {
+    fn describe(self) -> &'static str {
+        match self {
+            Wait::SpinSync => "cuEventSynchronize, spinning event",
+            Wait::BlockingSync => "cuEventSynchronize, BLOCKING_SYNC event",
+            Wait::QueryPoll => "cuEventQuery polled in a loop",
+            Wait::HostFunc => "seeds' design: cuLaunchHostFunc signals a condvar, waiter wakes",
+        }
+    }
+}
+
+/// What the seeds' host function shares with the waiter.
+struct HostFnSlot {
+    clock: Clock,
+    /// Callbacks run so far.
+    ran: Mutex<u64>,
+    woke: Condvar,
+    /// When the last callback started.
+    ran_at: AtomicU64,
+}
+
+/// The seeds' completion callback: stamp, count, wake the waiter. No CUDA calls, no panics.
+unsafe extern "C" fn host_fn(user: *mut c_void) {
+    // SAFETY: `user` is a leaked, never freed `HostFnSlot` (see `measure`).
+    let slot = unsafe { &*(user as *const HostFnSlot) };
+    slot.ran_at.store(slot.clock.now_ns(), Ordering::Relaxed);
+    let mut ran = slot.ran.lock().unwrap_or_else(PoisonError::into_inner);
+    *ran += 1;
+    drop(ran);
+    slot.woke.notify_one();
+}
+
+/// One variant's samples.
+struct Samples {
+    /// Kernel end (seen by the observer) to the waiter's return.
+    latency: Vec<f64>,
+    /// Waiter's return minus launch call, minus the kernel's duration.
+    beyond_kernel: Vec<f64>,
+    /// Host-function variant: kernel end to the callback's start.
+    callback: Vec<f64>,
+}
+
+/// Runs case 2.
+pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
+    let n = env.scaled(SAMPLES);
+    let warm = env.scaled(200);
+    let gpu = env.gpu;
+    let flags = Arc::new(MappedFlags::new(&gpu.ctx, 1)?);
+    let observer = FlagObserver::start(flags.clone(), env.clock)?;
+    let mut record = SpinRecord::new(gpu)?;
+
+    let mut floor = None;
+    for wait in [
+        Wait::SpinSync,
+        Wait::BlockingSync,
+        Wait::QueryPoll,
+        Wait::HostFunc,
+    ] {
+        progress(&format!("case 2 (wake): {}, {n} samples", wait.describe()));
+        let mut s = measure(env, &flags, &observer, &mut record, wait, warm, n)?;
+        let latency = summarize("case 2 latency", &mut s.latency)?;
+        report.measured(
+            "2",
+            format!("kernel end -> waiter returns: {}", wait.describe()),
+            latency,
+        );
+        report.measured(
+            "2",
+            format!(
+                "return - launch - kernel (includes launch latency): {}",
+                wait.describe()
+            ),
+            summarize("case 2 beyond kernel", &mut s.beyond_kernel)?,
+        );
+        if wait == Wait::HostFunc {
+            report.measured(
+                "2",
+                "kernel end -> host function starts (seeds' design)",
+                summarize("case 2 host function", &mut s.callback)?,
+            );
+        }
+        if wait == Wait::SpinSync {
+            floor = Some(latency);
+        }
+    }
+    report.comparisons.push(
+        Comparison::new(
+            "2",
+            "wake: 50 us kernel, then a semaphore signal; kernel end -> host semaphore wait returns",
+            None,
+            floor,
+            Goal::AddedAtMost(GOAL_ADDED_NS),
+        )
+        .note(super::CUHAL_PENDING),
+    );
+    Ok(())
+}
+
+fn measure(
+    env: &Env<'_>,
+    flags: &MappedFlags,
+    observer: &FlagObserver,
+    record: &mut SpinRecord,
+    wait: Wait,
+    warm: usize,
+    n: usize,
+) -> Result<Samples> {
+    let gpu = env.gpu;
+    let api = gpu.api();
+    let clock = env.clock;
+    let stream = Stream::new(&gpu.ctx)?;
+    let event = Event::new(
+        &gpu.ctx,
+        if wait == Wait::BlockingSync {
+            SyncMode::Blocking
+        } else {
+            SyncMode::Spin
+        },
+    )?;
+    // Leaked (once per variant, a few dozen bytes): a host function still queued when an error
+    // ends this function early can then never outlive what it points to.
+    let slot: &'static HostFnSlot = Box::leak(Box::new(HostFnSlot {
+        clock,
+        ran: Mutex::new(0),
+        woke: Condvar::new(),
+        ran_at: AtomicU64::new(0),
+    }));
+    let mut callbacks = 0u64;
+    let mut out = Samples {
+        latency: Vec::with_capacity(n),
+        beyond_kernel: Vec::with_capacity(n),
+        callback: Vec::with_capacity(n),
+    };
+    for i in 0..warm + n {
+        let (mut args, count) = record.next(KERNEL_NS, flags.device(0), 0);
+        let value = count as u32;
+        observer.expect(value);
+        let t_launch = clock.now_ns();
+        launch(api, gpu.kernels.spin, stream.raw(), &mut args)?;
+        match wait {
+            Wait::SpinSync | Wait::BlockingSync => {
+                // SAFETY: live event and stream.
+                api.check("cuEventRecord", unsafe {
+                    (api.cuEventRecord)(event.raw(), stream.raw())
+                })?;
+                // SAFETY: a live, recorded event.
+                api.check("cuEventSynchronize", unsafe {
+                    (api.cuEventSynchronize)(event.raw())
+                })?;
+            }
+            Wait::QueryPoll => {
+                // SAFETY: live event and stream.
+                api.check("cuEventRecord", unsafe {
+                    (api.cuEventRecord)(event.raw(), stream.raw())
+                })?;
+                loop {
+                    // SAFETY: a live, recorded event.
+                    let r = unsafe { (api.cuEventQuery)(event.raw()) };
+                    if r.is_success() {
+                        break;
+                    }
+                    if r != CUresult::ERROR_NOT_READY {
+                        api.check("cuEventQuery", r)?;
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+            Wait::HostFunc => {
+                let user = slot as *const HostFnSlot as *mut c_void;
+                // SAFETY: `host_fn` makes no CUDA calls and takes no lock a CUDA-calling thread
+                // holds; `slot` is 'static.
+                api.check("cuLaunchHostFunc", unsafe {
+                    (api.cuLaunchHostFunc)(stream.raw(), Some(host_fn), user)
+                })?;
+                callbacks += 1;
+                wait_for_callbacks(slot, callbacks)?;
+            }
+        }
+        let t_return = clock.now_ns();
+        let seen = observer.seen(value)?;
+        stream.sync()?;
+        let times = record.read("case 2")?;
+        if i >= warm {
+            out.latency.push(delta(seen, t_return));
+            let kernel = (times.end - times.start) as f64;
+            out.beyond_kernel.push(delta(t_launch, t_return) - kernel);
+            if wait == Wait::HostFunc {
+                out.callback
+                    .push(delta(seen, slot.ran_at.load(Ordering::Relaxed)));
+            }
+        }
+    }
+    stream.sync()?;
+    Ok(out)
+}
+
+/// Sleeps on the condition variable until `count` callbacks ran; a callback that never comes is
+/// an error after a few seconds, not a hang.
+fn wait_for_callbacks(slot: &HostFnSlot, count: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut ran = slot.ran.lock().unwrap_or_else(PoisonError::into_inner);
+    while *ran < count {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            bail!("the host function did not run within 5 s");
+        }
+        ran = slot
+            .woke
+            .wait_timeout(ran, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! `cuhal bench`: cuhal against the raw CUDA driver, in one process.
+//!
+//! Every cuhal figure stands beside a raw-driver floor measured in the same run, with the same
+//! kernels, so the ratio says what cuhal costs whatever the machine's day. The run:
+//!
+//! 1. loads the driver (exit 2 without one, 3 without a device), retains device 0's primary
+//!    context and compiles the benchmark kernels (hand-written PTX, `gpu::ptx`);
+//! 2. measures `%globaltimer`'s resolution, which also proves that kernels run;
+//! 3. runs each selected case (`cases`): warm-up, then many timed repetitions of the floor and
+//!    of cuhal's side; every case checks on the device that its kernels ran, as often and in the
+//!    order expected, and fails loudly otherwise. A failed case is reported and the others run;
+//! 4. prints a markdown table (median, p99, the floor beside, ratio, goal, met?) and the raw
+//!    figures, and writes the same as JSON (`--json`, default `cuhal-bench.json`).
+//!
+//! The whole run takes well under a minute on an H200 (`--quick`: a few seconds). Progress goes
+//! to stderr, the report to stdout. docs/benchmarks.md explains each case's method.
+
+mod alloc_count;
+mod cases;
+mod clock;
+mod gpu;
+mod json;
+mod machine;
+mod options;
+mod report;
+mod stats;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use cuhal_sys::{CUresult, DriverApi, Error, format_cuda_version};
+
+use cases::{Env, progress};
+use clock::{Clock, utc_now};
+use gpu::Gpu;
+use options::{Case, Options};
+use report::Report;
+
+use crate::exit;
+
+/// Runs `cuhal bench` with the arguments after `bench`; returns the exit code (see
+/// [`crate::exit`]: 2 without a driver, 3 without a device, 1 when a case failed).
+pub fn run(args: &[String]) -> u8 {
+    let opts = match options::parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cuhal bench: {e}\n\n{}", options::usage());
+            return exit::USAGE;
+        }
+    };
+    if opts.help {
+        println!("{}", options::usage());
+        return exit::OK;
+    }
+    match bench(&opts) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cuhal bench: {e:#}");
+            exit::FAILURE
+        }
+    }
+}
+
+fn bench(opts: &Options) -> Result<u8> {
+    let started = Instant::now();
+    let clock = Clock::new();
+    let mut report = Report::default();
+    report.fact("date", utc_now());
+    report.fact("cuhal", env!("CARGO_PKG_VERSION"));
+    report.fact(
+        "mode",
+        if opts.quick {
+            "quick (a tenth of the repetitions: a smoke run, not figures to quote)"
+        } else {
+            "full"
+        },
+    );
+    report.fact(
+        "host",
+        format!(
+            "{} ({} logical CPUs)",
+            machine::cpu_model().unwrap_or_else(|| "unknown CPU".to_owned()),
+            machine::logical_cpus()
+        ),
+    );
+
+    let gpu = if opts.cases.iter().any(|c| c.needs_gpu()) {
+        match open_gpu()? {
+            Ok(gpu) => Some(gpu),
+            Err(code) => return Ok(code),
+        }
+    } else {
+        None
+    };
+    let mut failures = 0;
+    if let Some(gpu) = &gpu {
+        describe_gpu(gpu, &mut report);
+        let timer = gpu
+            .timer_resolution()
+            .context("the first kernel launch (the %globaltimer probe) failed")?;
+        report.fact(
+            "%globaltimer",
+            format!(
+                "smallest step {} ns, mean step {:.0} ns",
+                timer.step_ns, timer.mean_step_ns
+            ),
+        );
+        let env = Env {
+            gpu,
+            clock,
+            quick: opts.quick,
+            timer,
+        };
+        for &case in opts.cases.iter().filter(|c| c.needs_gpu()) {
+            let result = match case {
+                Case::Submit => cases::submit::run(&env, &mut report),
+                Case::Wake => cases::wake::run(&env, &mut report),
+                Case::Dependency => cases::dependency::run(&env, &mut report),
+                Case::Replay => cases::replay::run(&env, &mut report),
+                Case::RoundTrip => cases::round_trip::run(&env, &mut report),
+                Case::Tracing => cases::tracing::run(&env, &mut report),
+                Case::Scheduler => Ok(()),
+            };
+            failures += record_failure(case, result, &mut report);
+        }
+    }
+    if opts.cases.contains(&Case::Scheduler) {
+        let result = cases::scheduler::run(opts.quick, clock, &mut report);
+        failures += record_failure(Case::Scheduler, result, &mut report);
+    }
+
+    report.fact(
+        "bench wall time",
+        format!("{:.1} s", started.elapsed().as_secs_f64()),
+    );
+    println!("{}", report.to_markdown());
+    let json = report.to_json().to_pretty() + "\n";
+    std::fs::write(&opts.json, json).with_context(|| format!("writing {}", opts.json.display()))?;
+    progress(&format!("wrote {}", opts.json.display()));
+    if failures > 0 {
+        eprintln!("cuhal bench: {failures} case(s) failed; see the notes");
+        return Ok(exit::FAILURE);
+    }
+    Ok(exit::OK)
+}
+
+/// Loads the driver and opens device 0; `Err(code)` for the clean exits (no driver, no device),
+/// each after one line on stderr, as `cuhal info` does.
+fn open_gpu() -> Result<std::result::Result<Gpu, u8>> {
+    let no_device = |e: &dyn std::fmt::Display| {
+        eprintln!("cuhal bench: a CUDA driver was found but it sees no device: {e}");
+        Ok(Err(exit::NO_DEVICE))
+    };
+    let api = match DriverApi::load() {
+        Ok(api) => api,
+        Err(e @ Error::LibraryNotFound { .. }) => {
+            eprintln!("cuhal bench: no CUDA driver found: {e}");
+            return Ok(Err(exit::NO_DRIVER));
+        }
+        Err(e) if e.result() == Some(CUresult::ERROR_NO_DEVICE) => return no_device(&e),
+        Err(e) => return Err(e).context("the CUDA driver could not be used"),
+    };
+    match cuhal_sys::device_count(&api) {
+        Ok(n) if n > 0 => {}
+        Ok(_) => return no_device(&"cuDeviceGetCount reports 0 devices"),
+        Err(e) if e.result() == Some(CUresult::ERROR_NO_DEVICE) => return no_device(&e),
+        Err(e) => return Err(e).context("counting CUDA devices"),
+    }
+    Ok(Ok(Gpu::open(Arc::new(api))?))
+}
+
+fn describe_gpu(gpu: &Gpu, report: &mut Report) {
+    let info = &gpu.info;
+    report.fact(
+        "gpu",
+        format!(
+            "{} (compute {}.{}, {} SMs, {:.0} GiB)",
+            info.name,
+            info.compute_capability.0,
+            info.compute_capability.1,
+            info.multiprocessors,
+            info.total_memory as f64 / (1u64 << 30) as f64
+        ),
+    );
+    let cuda = format_cuda_version(gpu.api().driver_version());
+    report.fact(
+        "driver",
+        match machine::nvidia_module_version() {
+            Some(v) => format!("{v} (CUDA {cuda})"),
+            None => format!("CUDA {cuda}"),
+        },
+    );
+}
+
+/// Notes a failed case in the report; returns 1 for a failure, else 0.
+fn record_failure(case: Case, result: Result<()>, report: &mut Report) -> usize {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            let text = format!("case {} ({}) FAILED: {e:#}", case.number(), case.name());
+            eprintln!("cuhal bench: {text}");
+            report.notes.push(text);
+            1
+        }
+    }
+}

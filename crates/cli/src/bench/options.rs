@@ -1,0 +1,239 @@
+//! `cuhal bench [--quick] [--json PATH] [--case NAME...]`.
+
+use std::path::PathBuf;
+
+/// The benchmark cases, numbered as in docs/benchmarks.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Case {
+    /// 1: host cost of one submission.
+    Submit,
+    /// 2: from a kernel's end to the host waiter's return.
+    Wake,
+    /// 3: GPU gap of a dependency across two queues.
+    Dependency,
+    /// 4: replay of a 100-dispatch command buffer.
+    Replay,
+    /// 5: submit one dispatch and wait for it.
+    RoundTrip,
+    /// 6: case 4 with tracing on.
+    Tracing,
+    /// 7: scheduler cost per action with many pending (CPU only).
+    Scheduler,
+}
+
+impl Case {
+    /// Every case, in run order.
+    pub const ALL: [Case; 7] = [
+        Case::Submit,
+        Case::Wake,
+        Case::Dependency,
+        Case::Replay,
+        Case::RoundTrip,
+        Case::Tracing,
+        Case::Scheduler,
+    ];
+
+    /// The case's number as text.
+    pub fn number(self) -> &'static str {
+        match self {
+            Case::Submit => "1",
+            Case::Wake => "2",
+            Case::Dependency => "3",
+            Case::Replay => "4",
+            Case::RoundTrip => "5",
+            Case::Tracing => "6",
+            Case::Scheduler => "7",
+        }
+    }
+
+    /// The name `--case` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::Submit => "submit",
+            Case::Wake => "wake",
+            Case::Dependency => "dependency",
+            Case::Replay => "replay",
+            Case::RoundTrip => "round-trip",
+            Case::Tracing => "tracing",
+            Case::Scheduler => "scheduler",
+        }
+    }
+
+    /// Whether the case needs a GPU (all but the scheduler's).
+    pub fn needs_gpu(self) -> bool {
+        self != Case::Scheduler
+    }
+
+    /// The case named by `text`: its name or its number.
+    pub fn parse(text: &str) -> Option<Case> {
+        Case::ALL
+            .into_iter()
+            .find(|c| c.name() == text || c.number() == text)
+    }
+}
+
+/// The default `--json` path.
+pub const DEFAULT_JSON: &str = "cuhal-bench.json";
+
+/// Parsed options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// About a tenth of the repetitions: a smoke run.
+    pub quick: bool,
+    /// Where the JSON goes.
+    pub json: PathBuf,
+    /// The cases to run, in run order, without repeats.
+    pub cases: Vec<Case>,
+    /// `--help` was given.
+    pub help: bool,
+}
+
+/// The usage text.
+pub fn usage() -> String {
+    let names: Vec<&str> = Case::ALL.iter().map(|c| c.name()).collect();
+    format!(
+        "usage: cuhal bench [--quick] [--json PATH] [--case NAME...]\n\
+         \n\
+         Times cuhal against the raw CUDA driver in the same process and prints a markdown table.\n\
+         \n\
+         --quick        about a tenth of the repetitions (a smoke run)\n\
+         --json PATH    where to write the results (default {DEFAULT_JSON})\n\
+         --case NAME    run only these cases (names or numbers; repeat, or separate with commas):\n\
+         \x20              {}",
+        names.join(", ")
+    )
+}
+
+/// Parses the arguments after `bench`.
+pub fn parse(args: &[String]) -> Result<Options, String> {
+    let mut quick = false;
+    let mut json = None;
+    let mut cases = Vec::new();
+    let mut help = false;
+    let mut it = args.iter().peekable();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "-h" | "--help" => help = true,
+            "--json" => match it.next() {
+                Some(path) if !path.is_empty() => json = Some(PathBuf::from(path)),
+                _ => return Err("--json needs a path".to_owned()),
+            },
+            "--case" => {
+                let mut any = false;
+                while let Some(next) = it.next_if(|a| !a.starts_with('-')) {
+                    add_cases(&mut cases, next)?;
+                    any = true;
+                }
+                if !any {
+                    return Err("--case needs a name".to_owned());
+                }
+            }
+            other => {
+                if let Some(path) = other.strip_prefix("--json=") {
+                    if path.is_empty() {
+                        return Err("--json needs a path".to_owned());
+                    }
+                    json = Some(PathBuf::from(path));
+                } else if let Some(names) = other.strip_prefix("--case=") {
+                    add_cases(&mut cases, names)?;
+                } else {
+                    return Err(format!("unknown argument {other:?}"));
+                }
+            }
+        }
+    }
+    if cases.is_empty() {
+        cases = Case::ALL.to_vec();
+    }
+    cases.sort();
+    cases.dedup();
+    Ok(Options {
+        quick,
+        json: json.unwrap_or_else(|| PathBuf::from(DEFAULT_JSON)),
+        cases,
+        help,
+    })
+}
+
+fn add_cases(cases: &mut Vec<Case>, list: &str) -> Result<(), String> {
+    for name in list.split(',').filter(|n| !n.is_empty()) {
+        let case = Case::parse(name).ok_or_else(|| {
+            let names: Vec<&str> = Case::ALL.iter().map(|c| c.name()).collect();
+            format!("unknown case {name:?} (cases: {})", names.join(", "))
+        })?;
+        cases.push(case);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn defaults_run_everything() {
+        let o = parse(&[]).unwrap();
+        assert!(!o.quick && !o.help);
+        assert_eq!(o.json, PathBuf::from(DEFAULT_JSON));
+        assert_eq!(o.cases, Case::ALL.to_vec());
+    }
+
+    #[test]
+    fn cases_by_name_number_list_and_repeat() {
+        let o = parse(&args(&[
+            "--case",
+            "replay",
+            "1",
+            "--quick",
+            "--case=wake,7",
+        ]))
+        .unwrap();
+        assert!(o.quick);
+        assert_eq!(
+            o.cases,
+            vec![Case::Submit, Case::Wake, Case::Replay, Case::Scheduler]
+        );
+        let o = parse(&args(&["--case", "round-trip", "5"])).unwrap();
+        assert_eq!(o.cases, vec![Case::RoundTrip]);
+    }
+
+    #[test]
+    fn json_path_in_both_spellings() {
+        assert_eq!(
+            parse(&args(&["--json", "out/x.json"])).unwrap().json,
+            PathBuf::from("out/x.json")
+        );
+        assert_eq!(
+            parse(&args(&["--json=y.json"])).unwrap().json,
+            PathBuf::from("y.json")
+        );
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        assert!(parse(&args(&["--json"])).is_err());
+        assert!(parse(&args(&["--json="])).is_err());
+        assert!(parse(&args(&["--case"])).is_err());
+        assert!(parse(&args(&["--case", "--quick"])).is_err());
+        let e = parse(&args(&["--case", "warp"])).unwrap_err();
+        assert!(e.contains("warp") && e.contains("round-trip"), "{e}");
+        assert!(parse(&args(&["--fast"])).is_err());
+        assert!(parse(&args(&["extra"])).is_err());
+    }
+
+    #[test]
+    fn only_the_scheduler_case_runs_without_a_gpu() {
+        for c in Case::ALL {
+            assert_eq!(c.needs_gpu(), c != Case::Scheduler);
+            assert_eq!(Case::parse(c.name()), Some(c));
+            assert_eq!(Case::parse(c.number()), Some(c));
+        }
+        assert!(parse(&args(&["-h"])).unwrap().help);
+        assert!(usage().contains("round-trip"));
+    }
+}

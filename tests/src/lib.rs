@@ -15,3 +15,4 @@
 pub mod command_support;
 pub mod gpu;
 pub mod kernels;
+pub mod trace_support;

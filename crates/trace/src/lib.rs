@@ -62,7 +62,7 @@ pub use backend::{CudaEvents, EventBackend};
 pub use context::{DropCounts, TraceConfig, TraceContext, TraceStats};
 pub use cpu_zone::{CpuZone, thread_id};
 pub use error::Error;
-pub use hook::{Verbosity, ZoneRecorder};
+pub use hook::{Verbosity, ZoneInfo, ZoneRecorder};
 pub use list::ZoneList;
 pub use pool::{EventPool, PoolCounts, PoolLimits};
 #[cfg(feature = "tracy")]

@@ -1,0 +1,289 @@
+//! Helpers for the tracing tests (`tests/trace.rs`): a stream, a graph, and a kernel that spins
+//! for a given number of nanoseconds of `%globaltimer`, so a zone around it has a known length.
+
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+
+use cuhal_sys::{
+    CU_STREAM_NON_BLOCKING, CUDA_KERNEL_NODE_PARAMS, CUfunction, CUgraph, CUgraphExec, CUgraphNode,
+    CUmodule, CUstream, Error, PrimaryContext,
+};
+use cuhal_trace::{MemorySink, PoolLimits, TraceConfig, TraceContext, Verbosity};
+
+/// `spin(u64 ns, u64 *out)`: one thread reads `%globaltimer` until `ns` nanoseconds have passed
+/// since it started; if `out` is not null it writes the start and end readings to `out[0..2]`.
+pub const SPIN_PTX: &str = r#"
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry spin(
+    .param .u64 spin_ns,
+    .param .u64 spin_out
+)
+{
+    .reg .pred  %p<3>;
+    .reg .b64   %rd<8>;
+
+    ld.param.u64        %rd1, [spin_ns];
+    ld.param.u64        %rd2, [spin_out];
+    mov.u64             %rd3, %globaltimer;
+SPIN_LOOP:
+    mov.u64             %rd4, %globaltimer;
+    sub.u64             %rd5, %rd4, %rd3;
+    setp.lt.u64         %p1, %rd5, %rd1;
+    @%p1 bra            SPIN_LOOP;
+
+    setp.eq.u64         %p2, %rd2, 0;
+    @%p2 bra            SPIN_DONE;
+    cvta.to.global.u64  %rd6, %rd2;
+    st.global.u64       [%rd6], %rd3;
+    st.global.u64       [%rd6+8], %rd4;
+SPIN_DONE:
+    ret;
+}
+"#;
+
+/// The entry point of [`SPIN_PTX`].
+pub const SPIN_NAME: &str = "spin";
+
+/// A non-blocking stream, destroyed on drop.
+pub struct TraceStream {
+    context: Arc<PrimaryContext>,
+    raw: CUstream,
+}
+
+impl TraceStream {
+    /// Creates a `CU_STREAM_NON_BLOCKING` stream in `context`.
+    pub fn new(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
+        context.bind()?;
+        let api = context.api();
+        let mut raw: CUstream = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the context is current.
+        api.check("cuStreamCreate", unsafe {
+            (api.cuStreamCreate)(&mut raw, CU_STREAM_NON_BLOCKING)
+        })?;
+        Ok(Self {
+            context: context.clone(),
+            raw,
+        })
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> CUstream {
+        self.raw
+    }
+
+    /// Waits for everything enqueued so far.
+    pub fn synchronize(&self) -> Result<(), Error> {
+        self.context.bind()?;
+        let api = self.context.api();
+        // SAFETY: `raw` is a live stream of the bound context.
+        api.check("cuStreamSynchronize", unsafe {
+            (api.cuStreamSynchronize)(self.raw)
+        })
+    }
+}
+
+impl Drop for TraceStream {
+    fn drop(&mut self) {
+        if self.context.bind().is_ok() {
+            let api = self.context.api();
+            // SAFETY: `raw` is live and destroyed once.
+            let _ = unsafe { (api.cuStreamDestroy)(self.raw) };
+        }
+    }
+}
+
+/// The spin kernel, loaded.
+pub struct Spin {
+    context: Arc<PrimaryContext>,
+    module: CUmodule,
+    function: CUfunction,
+}
+
+impl Spin {
+    /// JIT-compiles [`SPIN_PTX`] in `context`.
+    pub fn load(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
+        context.bind()?;
+        let api = context.api();
+        let image = CString::new(SPIN_PTX).expect("no NUL in PTX");
+        let mut module: CUmodule = std::ptr::null_mut();
+        // SAFETY: `image` is NUL-terminated PTX; `module` is a valid out-pointer.
+        api.check("cuModuleLoadData", unsafe {
+            (api.cuModuleLoadData)(&mut module, image.as_ptr().cast())
+        })?;
+        let mut function: CUfunction = std::ptr::null_mut();
+        let name = CString::new(SPIN_NAME).unwrap();
+        // SAFETY: `module` is live; `name` is NUL-terminated.
+        let r = unsafe { (api.cuModuleGetFunction)(&mut function, module, name.as_ptr()) };
+        if let Err(e) = api.check("cuModuleGetFunction", r) {
+            // SAFETY: loaded above, unloaded once.
+            let _ = unsafe { (api.cuModuleUnload)(module) };
+            return Err(e);
+        }
+        Ok(Self {
+            context: context.clone(),
+            module,
+            function,
+        })
+    }
+
+    /// Enqueues one thread spinning for `ns` nanoseconds on `stream`.
+    pub fn launch(&self, stream: &TraceStream, ns: u64) -> Result<(), Error> {
+        let api = self.context.api();
+        let mut ns = ns;
+        let mut out: u64 = 0;
+        let mut params: [*mut c_void; 2] = [(&raw mut ns).cast(), (&raw mut out).cast()];
+        // SAFETY: `spin` takes (u64, u64) and `params` points at one of each, read during the
+        // call; the stream and function are live objects of this context.
+        api.check("cuLaunchKernel", unsafe {
+            (api.cuLaunchKernel)(
+                self.function,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// The raw function, for command buffers.
+    pub fn raw(&self) -> CUfunction {
+        self.function
+    }
+
+    /// Adds a node running one thread spinning for `ns` to `graph`, after `deps`.
+    pub fn add_node(
+        &self,
+        graph: &Graph,
+        deps: &[CUgraphNode],
+        ns: u64,
+    ) -> Result<CUgraphNode, Error> {
+        let api = self.context.api();
+        let mut ns = ns;
+        let mut out: u64 = 0;
+        let mut params: [*mut c_void; 2] = [(&raw mut ns).cast(), (&raw mut out).cast()];
+        let node_params = CUDA_KERNEL_NODE_PARAMS {
+            func: self.function,
+            gridDimX: 1,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: 1,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            kernelParams: params.as_mut_ptr(),
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        };
+        let mut node: CUgraphNode = std::ptr::null_mut();
+        // SAFETY: the parameters are copied into the graph during the call; `deps` are nodes
+        // of `graph`; every handle is live.
+        api.check("cuGraphAddKernelNode", unsafe {
+            (api.cuGraphAddKernelNode)(
+                &mut node,
+                graph.raw(),
+                deps.as_ptr(),
+                deps.len(),
+                &node_params,
+            )
+        })?;
+        Ok(node)
+    }
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        if self.context.bind().is_ok() {
+            // SAFETY: loaded in `load`, unloaded once.
+            let _ = unsafe { (self.context.api().cuModuleUnload)(self.module) };
+        }
+    }
+}
+
+/// A graph and, once instantiated, its executable.
+pub struct Graph {
+    context: Arc<PrimaryContext>,
+    graph: CUgraph,
+    exec: CUgraphExec,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
+        context.bind()?;
+        let api = context.api();
+        let mut graph: CUgraph = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; flags must be 0.
+        api.check("cuGraphCreate", unsafe {
+            (api.cuGraphCreate)(&mut graph, 0)
+        })?;
+        Ok(Self {
+            context: context.clone(),
+            graph,
+            exec: std::ptr::null_mut(),
+        })
+    }
+
+    /// The raw graph.
+    pub fn raw(&self) -> CUgraph {
+        self.graph
+    }
+
+    /// Instantiates the graph.
+    pub fn instantiate(&mut self) -> Result<(), Error> {
+        let api = self.context.api();
+        // SAFETY: valid out-pointer; the graph is complete.
+        api.check("cuGraphInstantiateWithFlags", unsafe {
+            (api.cuGraphInstantiateWithFlags)(&mut self.exec, self.graph, 0)
+        })
+    }
+
+    /// Launches the instantiated graph on `stream`.
+    pub fn launch(&self, stream: &TraceStream) -> Result<(), Error> {
+        assert!(!self.exec.is_null(), "instantiate first");
+        let api = self.context.api();
+        // SAFETY: both handles are live objects of this context.
+        api.check("cuGraphLaunch", unsafe {
+            (api.cuGraphLaunch)(self.exec, stream.raw())
+        })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.context.bind().is_ok() {
+            let api = self.context.api();
+            // SAFETY: created here, destroyed once; launched work completes on its own.
+            unsafe {
+                if !self.exec.is_null() {
+                    let _ = (api.cuGraphExecDestroy)(self.exec);
+                }
+                let _ = (api.cuGraphDestroy)(self.graph);
+            }
+        }
+    }
+}
+
+/// A tracing context at `verbosity` with a pool of `limits`, collecting into a memory sink.
+pub fn traced(
+    context: &Arc<PrimaryContext>,
+    verbosity: Verbosity,
+    limits: PoolLimits,
+) -> (TraceContext, Arc<MemorySink>) {
+    let sink = Arc::new(MemorySink::new());
+    let config = TraceConfig {
+        pool: limits,
+        ..TraceConfig::new(verbosity, "test queue")
+    };
+    let trace = TraceContext::new(context.clone(), config, sink.clone()).expect("tracing context");
+    (trace, sink)
+}

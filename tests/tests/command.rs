@@ -18,6 +18,39 @@ use cuhal_gpu_tests::gpu::{Gpu, Rng, seed};
 use cuhal_gpu_tests::kernels::{BAD_PTX, BAD_PTX_TOKEN};
 use cuhal_sys::{CUevent, CUresult, PrimaryContext};
 
+/// Counts the calling thread's heap allocations, to show that issuing allocates nothing.
+struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator unchanged; the counter is a const-initialized
+// thread-local without a destructor, so touching it never allocates or re-enters.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's layout contract is passed on.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `alloc` above, i.e. from the system allocator.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: as for alloc and dealloc.
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(|c| c.get())
+}
+
 struct Env {
     gpu: Gpu,
     stream: Stream,
@@ -1090,4 +1123,59 @@ fn a_graph_is_issued_from_several_threads() {
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn a_deferred_buffer_is_issued_from_several_threads() {
     issue_from_several_threads(Kind::Deferred);
+}
+
+/// Issuing a recorded graph or deferred buffer makes no heap allocation (the driver's own
+/// memory is not Rust's and is not counted): every command of every kind is in it.
+fn issuing_allocates_nothing(kind: Kind) {
+    let mut e = env();
+    let n = 4096usize;
+    let input = e.random_u32(n);
+    let in_buf = e.buffer_with(&bytes_of(&input));
+    let (out_buf, _) = e.poisoned(n * 4);
+    let (scratch, _) = e.poisoned(1024);
+    let f = e.function(SCALE_ADD_NAME);
+    let args = scale_add_args(&out_buf.whole(), &in_buf.whole(), 9, 4, n as u32);
+    let mut cb = e.cb(kind);
+    cb.fill(&scratch.range(0, 256).unwrap(), FillPattern::U16(7))
+        .unwrap();
+    cb.update(&scratch.range(256, 3).unwrap(), &[1, 2, 3])
+        .unwrap();
+    cb.barrier().unwrap();
+    cb.copy(
+        &scratch.range(0, 64).unwrap(),
+        &scratch.range(512, 64).unwrap(),
+    )
+    .unwrap();
+    cb.dispatch(&Dispatch::new(
+        &f,
+        [(n as u32).div_ceil(256), 1, 1],
+        [256, 1, 1],
+        &args,
+    ))
+    .unwrap();
+    cb.end().unwrap();
+    // SAFETY: the fixture's stream, live, of the command buffer's context.
+    unsafe { cb.issue(e.stream.raw()) }.unwrap(); // the driver's first-launch work
+    let before = allocations();
+    for _ in 0..100 {
+        // SAFETY: as above.
+        unsafe { cb.issue(e.stream.raw()) }.unwrap();
+    }
+    let during = allocations() - before;
+    e.stream.synchronize().unwrap();
+    assert_eq!(during, 0, "heap allocations while issuing 100 times");
+    check_scale_add("after 101 issues", &read_u32(&out_buf), &input, 9, 4, &[]);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn issuing_a_graph_allocates_nothing() {
+    issuing_allocates_nothing(Kind::Graph);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn replaying_a_deferred_buffer_allocates_nothing() {
+    issuing_allocates_nothing(Kind::Deferred);
 }

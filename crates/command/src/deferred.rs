@@ -367,6 +367,10 @@ impl CommandBuffer for DeferredCommandBuffer {
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
         self.recorder.zones()
     }
+
+    fn context(&self) -> Option<&Arc<PrimaryContext>> {
+        self.recorder.context()
+    }
 }
 
 impl fmt::Debug for DeferredCommandBuffer {

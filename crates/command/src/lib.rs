@@ -72,7 +72,7 @@ pub use trace_hook::{Verbosity, ZoneInfo, ZoneRecorder};
 
 use std::sync::Arc;
 
-use cuhal_sys::CUstream;
+use cuhal_sys::{CUstream, PrimaryContext};
 
 /// Which kind a command buffer is.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -108,6 +108,10 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
     /// The zone recorder given at creation, so the queue can call
     /// [`ZoneRecorder::on_submit`].
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>>;
+
+    /// The context the command buffer records for; `None` for a deferred buffer that has not
+    /// yet recorded anything that names one (it then issues on any stream as a no-op).
+    fn context(&self) -> Option<&Arc<PrimaryContext>>;
 }
 
 #[cfg(test)]

@@ -235,6 +235,10 @@ impl CommandBuffer for StreamCommandBuffer {
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
         self.recorder.zones()
     }
+
+    fn context(&self) -> Option<&Arc<PrimaryContext>> {
+        self.recorder.context()
+    }
 }
 
 impl fmt::Debug for StreamCommandBuffer {

@@ -1,1 +1,67 @@
-//! Placeholder; filled in by its issue.
+//! cuhal: an asynchronous CUDA hardware abstraction layer.
+//!
+//! This crate is the thin composition users start from. It loads the driver ([`Driver`]),
+//! opens a device ([`Device`]) with one or more [`Queue`]s, and hands out timeline
+//! [`Semaphore`]s, buffers, executables and command buffers. Most of the logic lives in the
+//! crates it composes:
+//!
+//! - `cuhal-sys`: the driver's symbol table, loaded at run time;
+//! - `cuhal-semaphore`: timeline semaphores and timepoints (generic; here bound to
+//!   [`CudaEvent`]s from the device's event pool);
+//! - `cuhal-scheduler`: the pending-action queue; this crate provides its CUDA backend;
+//! - `cuhal-command`: graph and deferred command buffers, buffers, executables;
+//! - `cuhal-trace`: GPU timing zones collected after completion.
+//!
+//! Every queue operation ([`Queue::execute`], [`Queue::fill`], [`Queue::copy`],
+//! [`Queue::write`], [`Queue::read`], [`Queue::alloca`], [`Queue::dealloca`],
+//! [`Queue::barrier`], [`Queue::host_call`]) takes a list of `(semaphore, value)` waits and a
+//! list of signals, and is ordered only by them. A wait whose value some issued work will signal
+//! becomes a device-side wait (`cuStreamWaitEvent`), with no host round trip; work that is ready
+//! when submitted is issued by the submitting thread; completions are seen by a completion thread
+//! that polls briefly and then blocks, never inside a driver callback. A sticky CUDA error marks
+//! the device lost: everything pending fails with it, and nothing waits forever.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use cuhal::{CommandBuffer, DeviceOptions, Driver, FillPattern};
+//!
+//! let driver = Driver::load()?;
+//! let device = driver.open(0, DeviceOptions::default())?;
+//! let queue = device.queue(0);
+//! let data = device.create_buffer(1 << 20)?;
+//! let mut cb = queue.create_command_buffer()?;
+//! cb.fill(&data.whole(), FillPattern::U32(7))?;
+//! cb.end()?;
+//! let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+//! let done = device.create_semaphore(0);
+//! queue.execute(&[], &[(&done, 1)], &[&cb])?;
+//! done.wait(1, Duration::from_secs(5))?;
+//! # Ok::<(), cuhal::Error>(())
+//! ```
+
+mod backend;
+mod device;
+mod error;
+mod event_pool;
+mod memory;
+mod queue;
+mod wait;
+
+pub use backend::{CudaBackend, LostFlag, Payload};
+pub use device::{Device, DeviceOptions, Driver};
+pub use error::{Error, Result, cuda_of_failure};
+pub use event_pool::{CudaEvent, EventPool};
+pub use memory::Allocation;
+pub use queue::{CommandBufferMode, Queue, SemaphoreValues};
+pub use wait::{WaitMode, wait_semaphores};
+
+pub use cuhal_command::{
+    Buffer, BufferRange, CommandBuffer, CommandRecorder, Dispatch, Executable, FillPattern,
+    Function, HostBuffer, KernelArgs,
+};
+pub use cuhal_semaphore::{Failure, Timeout};
+pub use cuhal_trace::{JsonSink, MemorySink, Sink, Verbosity};
+
+/// A timeline semaphore whose device timepoints are pooled CUDA events.
+pub type Semaphore = cuhal_semaphore::Semaphore<CudaEvent>;

@@ -423,6 +423,10 @@ impl CommandBuffer for GraphCommandBuffer {
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
         self.recorder.zones()
     }
+
+    fn context(&self) -> Option<&Arc<PrimaryContext>> {
+        self.recorder.context()
+    }
 }
 
 impl fmt::Debug for GraphCommandBuffer {

@@ -1,0 +1,273 @@
+//! The CUDA backend of the scheduler: one non-blocking stream per queue.
+//!
+//! `issue` enqueues, in order, a `cuStreamWaitEvent` per device wait, the payload, and one pooled
+//! completion event, which the scheduler also records as the device-signal timepoint of every
+//! signal semaphore. `wait_event` runs on the queue's completion thread: it polls `cuEventQuery`
+//! for the queue's completion spin and then blocks in `cuEventSynchronize` (the pool's events are
+//! blocking-sync, so that sleeps rather than spins). No driver callback is ever registered.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer};
+use cuhal_scheduler::{Backend, ThreadRole, spin_until};
+use cuhal_semaphore::Failure;
+use cuhal_sys::{
+    CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING, CUresult, CUstream, PrimaryContext,
+};
+use smallvec::SmallVec;
+
+use crate::error::Error;
+use crate::event_pool::{CudaEvent, EventPool};
+use crate::memory::Allocation;
+
+/// The work of one queue operation.
+pub enum Payload {
+    /// Nothing but the ordering: a barrier, a signal-only submission, a host call's slot.
+    Nop,
+    /// Command buffers, issued in order (`cuGraphLaunch`, or a deferred replay).
+    Execute(SmallVec<[Arc<dyn CommandBuffer>; 2]>),
+    /// `cuMemsetD{8,16,32}Async` over a range.
+    Fill {
+        /// The range to fill.
+        target: BufferRange,
+        /// The pattern.
+        pattern: FillPattern,
+    },
+    /// `cuMemcpyDtoDAsync` between ranges of equal length.
+    Copy {
+        /// Read from here.
+        source: BufferRange,
+        /// Write here.
+        target: BufferRange,
+    },
+    /// `cuMemcpyHtoDAsync` from pinned staging memory.
+    Write {
+        /// Write here.
+        target: BufferRange,
+        /// The bytes, copied at submission into pinned memory.
+        staging: HostBuffer,
+    },
+    /// `cuMemcpyDtoHAsync` into pinned host memory.
+    Read {
+        /// Read from here.
+        source: BufferRange,
+        /// The destination, kept alive until the read completes.
+        target: Arc<HostBuffer>,
+        /// Byte offset in `target`.
+        offset: usize,
+    },
+    /// `cuMemFreeAsync` of a stream-ordered allocation.
+    Dealloca(Arc<Allocation>),
+}
+
+/// One queue's stream and the device's event pool.
+pub struct CudaBackend {
+    context: Arc<PrimaryContext>,
+    stream: CUstream,
+    events: EventPool,
+    lost: Arc<LostFlag>,
+}
+
+/// The device's lost state, shared by its queues: set by the first sticky error any of them sees.
+#[derive(Default)]
+pub struct LostFlag(std::sync::OnceLock<Failure>);
+
+impl LostFlag {
+    /// The failure that lost the device, if it is lost.
+    pub fn get(&self) -> Option<&Failure> {
+        self.0.get()
+    }
+
+    /// Records `failure` if it lost the context (a sticky error); the first one wins.
+    pub fn note(&self, failure: &Failure) {
+        if crate::error::cuda_of_failure(failure).is_some_and(cuhal_sys::Error::is_sticky) {
+            let _ = self.0.set(failure.clone());
+        }
+    }
+}
+
+// SAFETY: a CUstream may be used from any thread; the scheduler serializes `issue` per queue.
+unsafe impl Send for CudaBackend {}
+// SAFETY: as above; the stream handle is never mutated after creation.
+unsafe impl Sync for CudaBackend {}
+
+impl CudaBackend {
+    /// Creates the queue's `CU_STREAM_NON_BLOCKING` stream (with `priority`, lower is higher).
+    pub fn new(
+        context: Arc<PrimaryContext>,
+        events: EventPool,
+        lost: Arc<LostFlag>,
+        priority: i32,
+    ) -> Result<Self, Error> {
+        context.bind()?;
+        let api = context.api();
+        let mut stream: CUstream = std::ptr::null_mut();
+        // SAFETY: `stream` is a valid out-pointer; the flags and priority are in range (the
+        // driver clamps the priority).
+        api.check("cuStreamCreateWithPriority", unsafe {
+            (api.cuStreamCreateWithPriority)(&mut stream, CU_STREAM_NON_BLOCKING, priority)
+        })?;
+        Ok(Self {
+            context,
+            stream,
+            events,
+            lost,
+        })
+    }
+
+    /// The queue's stream.
+    pub fn stream(&self) -> CUstream {
+        self.stream
+    }
+
+    /// The device's context.
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.context
+    }
+
+    fn enqueue(
+        &self,
+        device_waits: &[CudaEvent],
+        payload: &mut Payload,
+    ) -> Result<CudaEvent, Error> {
+        self.context.bind()?;
+        let api = self.context.api();
+        for event in device_waits {
+            // SAFETY: the stream and the event are live; cuStreamWaitEvent captures the event's
+            // current record, so the event may be re-recorded once this returns.
+            api.check("cuStreamWaitEvent", unsafe {
+                (api.cuStreamWaitEvent)(self.stream, event.raw(), CU_EVENT_WAIT_DEFAULT)
+            })?;
+        }
+        match payload {
+            Payload::Nop => {}
+            Payload::Execute(command_buffers) => {
+                for command_buffer in command_buffers.iter() {
+                    // SAFETY: the queue's stream is live (destroyed only when the backend
+                    // drops, after the scheduler's threads are joined) and belongs to the
+                    // device's context, which `Queue::execute` checked is the command buffer's.
+                    unsafe { command_buffer.issue(self.stream) }?;
+                }
+            }
+            Payload::Fill { target, pattern } => {
+                let ptr = target.device_ptr();
+                let len = target.len();
+                // SAFETY: the range was checked against its live buffer (kept alive by the
+                // payload until completion) and its offset and length are multiples of the
+                // pattern size (checked at submission).
+                let r = unsafe {
+                    match *pattern {
+                        FillPattern::U8(v) => (api.cuMemsetD8Async)(ptr, v, len, self.stream),
+                        FillPattern::U16(v) => (api.cuMemsetD16Async)(ptr, v, len / 2, self.stream),
+                        FillPattern::U32(v) => (api.cuMemsetD32Async)(ptr, v, len / 4, self.stream),
+                    }
+                };
+                api.check("cuMemsetAsync", r)?;
+            }
+            Payload::Copy { source, target } => {
+                // SAFETY: both ranges are checked, of equal length, and kept alive by the payload.
+                api.check("cuMemcpyDtoDAsync", unsafe {
+                    (api.cuMemcpyDtoDAsync)(
+                        target.device_ptr(),
+                        source.device_ptr(),
+                        source.len(),
+                        self.stream,
+                    )
+                })?;
+            }
+            Payload::Write { target, staging } => {
+                // SAFETY: the staging memory is pinned, holds target.len() bytes and lives in
+                // the payload until the copy completed.
+                api.check("cuMemcpyHtoDAsync", unsafe {
+                    (api.cuMemcpyHtoDAsync)(
+                        target.device_ptr(),
+                        staging.as_ptr().cast(),
+                        target.len(),
+                        self.stream,
+                    )
+                })?;
+            }
+            Payload::Read {
+                source,
+                target,
+                offset,
+            } => {
+                // SAFETY: `offset + source.len()` was checked against the pinned target, which
+                // the payload keeps alive until the copy completed.
+                api.check("cuMemcpyDtoHAsync", unsafe {
+                    (api.cuMemcpyDtoHAsync)(
+                        target.as_ptr().add(*offset).cast(),
+                        source.device_ptr(),
+                        source.len(),
+                        self.stream,
+                    )
+                })?;
+            }
+            Payload::Dealloca(allocation) => allocation.free_async(self.stream)?,
+        }
+        let completion = self.events.acquire()?;
+        // SAFETY: the event and the stream are live.
+        api.check("cuEventRecord", unsafe {
+            (api.cuEventRecord)(completion.raw(), self.stream)
+        })?;
+        Ok(completion)
+    }
+}
+
+impl Backend for CudaBackend {
+    type Event = CudaEvent;
+    type Payload = Payload;
+
+    fn bind_thread(&self, _role: ThreadRole) -> Result<(), Failure> {
+        self.context
+            .bind()
+            .map_err(|e| Failure::new(Error::from(e)))
+    }
+
+    fn issue(
+        &self,
+        device_waits: &[CudaEvent],
+        payload: &mut Payload,
+    ) -> Result<CudaEvent, Failure> {
+        self.enqueue(device_waits, payload).map_err(|e| {
+            let failure = Failure::new(e);
+            self.lost.note(&failure);
+            failure
+        })
+    }
+
+    fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {
+        let mut outcome = Ok(false);
+        let done = spin_until(spin, || {
+            outcome = event.query_raw();
+            !matches!(outcome, Ok(false))
+        });
+        if !done {
+            let api = self.context.api();
+            // SAFETY: the event is live while we hold the handle; it is a blocking-sync event,
+            // so this sleeps until the GPU reaches it (or the context fails).
+            let r = unsafe { (api.cuEventSynchronize)(event.raw()) };
+            outcome = match r {
+                CUresult::SUCCESS => Ok(true),
+                other => Err(api.error("cuEventSynchronize", other)),
+            };
+        }
+        outcome.map(drop).map_err(|e| {
+            let failure = Failure::new(Error::from(e));
+            self.lost.note(&failure);
+            failure
+        })
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // The scheduler joined its threads before dropping the backend: nothing issues any more.
+        let _ = self.context.bind();
+        let api = self.context.api();
+        // SAFETY: the stream is live and no thread uses it any more; cuStreamDestroy returns at
+        // once and the driver releases the stream when its work is done.
+        let _ = unsafe { (api.cuStreamDestroy)(self.stream) };
+    }
+}

@@ -1,0 +1,235 @@
+//! [`Driver`] and [`Device`]: loading the driver, opening a device with its queues.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cuhal_command::{Buffer, Executable, HostBuffer};
+use cuhal_scheduler::QueueOptions;
+use cuhal_semaphore::{Failure, SemaphoreOptions};
+use cuhal_sys::{DeviceInfo, DriverApi, PrimaryContext};
+use cuhal_trace::{Sink, TraceConfig, TraceContext, Verbosity};
+
+use crate::Semaphore;
+use crate::backend::LostFlag;
+use crate::error::{Error, Result};
+use crate::event_pool::EventPool;
+use crate::memory::MemoryPool;
+use crate::queue::{CommandBufferMode, Queue};
+
+/// The loaded CUDA driver.
+#[derive(Clone, Debug)]
+pub struct Driver {
+    api: Arc<DriverApi>,
+}
+
+impl Driver {
+    /// Loads the driver (`libcuda.so.1`, or `CUHAL_CUDA_LIBRARY`) and initializes it. Without a
+    /// driver this is a typed error naming what was looked for; it never panics.
+    pub fn load() -> Result<Self> {
+        Ok(Self {
+            api: Arc::new(DriverApi::load()?),
+        })
+    }
+
+    /// The driver's function table.
+    pub fn api(&self) -> &Arc<DriverApi> {
+        &self.api
+    }
+
+    /// The driver's CUDA version (13000 for 13.0).
+    pub fn version(&self) -> i32 {
+        self.api.driver_version()
+    }
+
+    /// Every device the driver sees.
+    pub fn devices(&self) -> Result<Vec<DeviceInfo>> {
+        Ok(cuhal_sys::devices(&self.api)?)
+    }
+
+    /// Opens device `ordinal`.
+    pub fn open(&self, ordinal: i32, options: DeviceOptions) -> Result<Device> {
+        Device::open(self, ordinal, options)
+    }
+}
+
+/// How a device is opened.
+#[derive(Clone)]
+pub struct DeviceOptions {
+    /// Number of queues (each a stream with its own worker and completion threads). At least 1.
+    pub queues: usize,
+    /// How command buffers are built.
+    pub command_buffer_mode: CommandBufferMode,
+    /// Tracing verbosity of every queue; `Off` records nothing.
+    pub tracing: Verbosity,
+    /// Where traced zones go (required for tracing to record anything).
+    pub trace_sink: Option<Arc<dyn Sink>>,
+    /// How long a completion thread polls an event before blocking on it.
+    pub completion_spin: Duration,
+    /// How long a host semaphore wait polls a recorded device event before parking.
+    pub host_wait_spin: Duration,
+    /// Events created up front (the pool grows on demand).
+    pub reserved_events: usize,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        Self {
+            queues: 1,
+            command_buffer_mode: CommandBufferMode::Graph,
+            tracing: Verbosity::Off,
+            trace_sink: None,
+            completion_spin: QueueOptions::DEFAULT_COMPLETION_SPIN,
+            host_wait_spin: Duration::from_micros(200),
+            reserved_events: 64,
+        }
+    }
+}
+
+impl std::fmt::Debug for DeviceOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceOptions")
+            .field("queues", &self.queues)
+            .field("command_buffer_mode", &self.command_buffer_mode)
+            .field("tracing", &self.tracing)
+            .field("completion_spin", &self.completion_spin)
+            .field("host_wait_spin", &self.host_wait_spin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An open device: its primary context, queues, event pool and memory pool.
+///
+/// Dropping the device shuts its queues down: work already issued completes, work still waiting
+/// on semaphores fails, the threads are joined, and nothing leaks. Buffers, executables and
+/// command buffers keep the context alive on their own and may outlive the device.
+pub struct Device {
+    // Queues first: they drop (and join their threads) before the pools they use.
+    queues: Vec<Queue>,
+    context: Arc<PrimaryContext>,
+    info: DeviceInfo,
+    events: EventPool,
+    lost: Arc<LostFlag>,
+    semaphore_options: SemaphoreOptions,
+    _memory: Arc<MemoryPool>,
+}
+
+impl Device {
+    fn open(driver: &Driver, ordinal: i32, options: DeviceOptions) -> Result<Self> {
+        let count = cuhal_sys::device_count(&driver.api)?;
+        if ordinal < 0 || ordinal >= count {
+            return Err(Error::NoSuchDevice { ordinal, count });
+        }
+        if options.queues == 0 {
+            return Err(Error::InvalidArgument(
+                "a device needs at least one queue".into(),
+            ));
+        }
+        let info = cuhal_sys::device_info(&driver.api, ordinal)?;
+        let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;
+        let events = EventPool::new(context.clone(), options.reserved_events)?;
+        let lost = Arc::new(LostFlag::default());
+        let memory = Arc::new(MemoryPool::new(context.clone())?);
+        let mut queues = Vec::with_capacity(options.queues);
+        for index in 0..options.queues {
+            let label = format!("cuhal{ordinal}.{index}");
+            let trace = match (&options.trace_sink, options.tracing) {
+                (Some(sink), verbosity) if verbosity != Verbosity::Off => Some(TraceContext::new(
+                    context.clone(),
+                    TraceConfig::new(verbosity, format!("GPU {ordinal} queue {index}")),
+                    sink.clone(),
+                )?),
+                _ => None,
+            };
+            queues.push(Queue::new(
+                context.clone(),
+                events.clone(),
+                lost.clone(),
+                memory.clone(),
+                QueueOptions::new(label).with_completion_spin(options.completion_spin),
+                0,
+                options.command_buffer_mode,
+                trace,
+            )?);
+        }
+        Ok(Self {
+            queues,
+            context,
+            info,
+            events,
+            lost,
+            semaphore_options: SemaphoreOptions::new().with_event_spin(options.host_wait_spin),
+            _memory: memory,
+        })
+    }
+
+    /// What the device is.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The device's primary context.
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.context
+    }
+
+    /// Queue `index` (panics if out of range, like slice indexing; see [`Device::queues`]).
+    pub fn queue(&self, index: usize) -> &Queue {
+        &self.queues[index]
+    }
+
+    /// All queues.
+    pub fn queues(&self) -> &[Queue] {
+        &self.queues
+    }
+
+    /// The failure that lost the device (a sticky error), if it is lost.
+    pub fn lost(&self) -> Option<Failure> {
+        self.lost.get().cloned()
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        match self.lost.get() {
+            Some(failure) => Err(Error::Lost(failure.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// A timeline semaphore at `initial`, whose host waits spin on recorded device events for the
+    /// device's `host_wait_spin`.
+    pub fn create_semaphore(&self, initial: u64) -> Semaphore {
+        Semaphore::with_options(initial, self.semaphore_options.clone())
+    }
+
+    /// A device allocation of `len` bytes (`cuMemAlloc`).
+    pub fn create_buffer(&self, len: usize) -> Result<Arc<Buffer>> {
+        self.check_alive()?;
+        Ok(Buffer::new(&self.context, len)?)
+    }
+
+    /// A pinned host allocation of `len` bytes, for [`Queue::read`].
+    pub fn create_host_buffer(&self, len: usize) -> Result<Arc<HostBuffer>> {
+        self.check_alive()?;
+        Ok(Arc::new(HostBuffer::new(&self.context, len)?))
+    }
+
+    /// Loads a PTX module (compiled by the driver; a compile error carries the JIT log).
+    pub fn load_ptx(&self, ptx: &str) -> Result<Executable> {
+        self.check_alive()?;
+        Ok(Executable::load_ptx(&self.context, ptx)?)
+    }
+
+    /// Events of the completion/timepoint pool: (created, in use).
+    pub fn event_counts(&self) -> (usize, usize) {
+        (self.events.created(), self.events.in_use())
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("ordinal", &self.info.ordinal)
+            .field("name", &self.info.name)
+            .field("queues", &self.queues.len())
+            .finish_non_exhaustive()
+    }
+}

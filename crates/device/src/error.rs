@@ -1,0 +1,126 @@
+//! The one error type of the device crate, wrapping each layer's own.
+
+use std::fmt;
+
+use cuhal_semaphore::Failure;
+
+/// Errors from the device, its queues and everything they compose.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Loading the driver or a driver call failed.
+    Driver(cuhal_sys::Error),
+    /// Recording or issuing commands, allocating buffers or loading executables failed.
+    Command(cuhal_command::Error),
+    /// A semaphore operation or wait failed (including a failure that reached it).
+    Semaphore(cuhal_semaphore::Error),
+    /// A queue refused a submission (it is lost, or could not start).
+    Queue(cuhal_scheduler::Error),
+    /// Tracing could not be set up.
+    Trace(std::sync::Arc<cuhal_trace::Error>),
+    /// The device is lost: a sticky error poisoned its context. Every later call returns this.
+    Lost(Failure),
+    /// No device with this ordinal.
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: i32,
+        /// How many devices there are.
+        count: i32,
+    },
+    /// An argument is outside what the operation accepts.
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// The failure carried by a lost device or queue, or by a failed semaphore.
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            Error::Lost(f) => Some(f),
+            Error::Queue(e) => e.failure(),
+            Error::Semaphore(cuhal_semaphore::Error::Failed(f)) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The driver error at the root of this error, if any (looking through failures).
+    pub fn cuda(&self) -> Option<&cuhal_sys::Error> {
+        match self {
+            Error::Driver(e) => Some(e),
+            Error::Command(e) => e.cuda(),
+            _ => self.failure().and_then(cuda_of_failure),
+        }
+    }
+}
+
+/// The driver error inside a failure created by this crate, if it holds one.
+pub fn cuda_of_failure(failure: &Failure) -> Option<&cuhal_sys::Error> {
+    if let Some(e) = failure.downcast_ref::<cuhal_sys::Error>() {
+        return Some(e);
+    }
+    if let Some(e) = failure.downcast_ref::<Error>() {
+        return e.cuda();
+    }
+    failure
+        .downcast_ref::<cuhal_command::Error>()
+        .and_then(cuhal_command::Error::cuda)
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Driver(e) => write!(f, "{e}"),
+            Error::Command(e) => write!(f, "{e}"),
+            Error::Semaphore(e) => write!(f, "{e}"),
+            Error::Queue(e) => write!(f, "{e}"),
+            Error::Trace(e) => write!(f, "tracing: {e}"),
+            Error::Lost(failure) => write!(f, "the device is lost: {failure}"),
+            Error::NoSuchDevice { ordinal, count } => {
+                write!(f, "no CUDA device {ordinal}: the driver sees {count}")
+            }
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Driver(e) => Some(e),
+            Error::Command(e) => Some(e),
+            Error::Semaphore(e) => Some(e),
+            Error::Queue(e) => Some(e),
+            Error::Trace(e) => Some(&**e),
+            Error::Lost(f) => Some(f),
+            _ => None,
+        }
+    }
+}
+
+impl From<cuhal_sys::Error> for Error {
+    fn from(e: cuhal_sys::Error) -> Self {
+        Error::Driver(e)
+    }
+}
+impl From<cuhal_command::Error> for Error {
+    fn from(e: cuhal_command::Error) -> Self {
+        Error::Command(e)
+    }
+}
+impl From<cuhal_semaphore::Error> for Error {
+    fn from(e: cuhal_semaphore::Error) -> Self {
+        Error::Semaphore(e)
+    }
+}
+impl From<cuhal_scheduler::Error> for Error {
+    fn from(e: cuhal_scheduler::Error) -> Self {
+        Error::Queue(e)
+    }
+}
+impl From<cuhal_trace::Error> for Error {
+    fn from(e: cuhal_trace::Error) -> Self {
+        Error::Trace(std::sync::Arc::new(e))
+    }
+}
+
+/// Shorthand for this crate's results.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

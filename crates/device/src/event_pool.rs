@@ -1,0 +1,234 @@
+//! Pooled CUDA events: the device-side half of every semaphore timepoint.
+//!
+//! A [`CudaEvent`] is a reference-counted handle to a `CUevent` created with
+//! `CU_EVENT_DISABLE_TIMING` (7x cheaper to record than a timing event) and
+//! `CU_EVENT_BLOCKING_SYNC` (so a completion thread that has spun its budget can block in
+//! `cuEventSynchronize` without burning a core). An event goes back to its pool's free list only
+//! when its last handle is dropped: the semaphore drops its handle once its value passes the
+//! timepoint, a queue drops its handle once the wait is enqueued (`cuStreamWaitEvent` captures
+//! the event's state at the call), and the completion thread drops its handle after signalling.
+//!
+//! Handles are counted by hand rather than with `Arc` so that taking an event from the pool and
+//! cloning it never allocates: slots are boxed once when the pool grows, and live as long as the
+//! pool, which every handle keeps alive.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cuhal_semaphore::{DeviceEvent, Failure};
+use cuhal_sys::{
+    CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CUevent, CUresult, PrimaryContext,
+};
+
+use crate::error::Error;
+
+/// One event of the pool, at a fixed address for the pool's lifetime.
+struct Slot {
+    raw: CUevent,
+    handles: AtomicUsize,
+}
+
+struct PoolShared {
+    context: Arc<PrimaryContext>,
+    flags: u32,
+    /// Slots whose handle count is zero.
+    free: Mutex<Vec<NonNull<Slot>>>,
+    /// Every slot ever created; freed with the pool.
+    all: Mutex<Vec<NonNull<Slot>>>,
+}
+
+// SAFETY: the slot pointers are only dereferenced for their atomic counter and immutable handle;
+// the lists are behind mutexes; CUevent handles may be used from any thread.
+unsafe impl Send for PoolShared {}
+// SAFETY: as above.
+unsafe impl Sync for PoolShared {}
+
+/// A pool of completion/timepoint events for one device.
+#[derive(Clone)]
+pub struct EventPool {
+    shared: Arc<PoolShared>,
+}
+
+impl EventPool {
+    /// A pool of `CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC` events, with `reserve`
+    /// created up front.
+    pub fn new(context: Arc<PrimaryContext>, reserve: usize) -> Result<Self, Error> {
+        let pool = Self {
+            shared: Arc::new(PoolShared {
+                context,
+                flags: CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC,
+                free: Mutex::new(Vec::with_capacity(reserve.max(16))),
+                all: Mutex::new(Vec::with_capacity(reserve.max(16))),
+            }),
+        };
+        let events: Vec<CudaEvent> = (0..reserve)
+            .map(|_| pool.acquire())
+            .collect::<Result<_, _>>()?;
+        drop(events);
+        Ok(pool)
+    }
+
+    /// Takes a free event, creating one if none is free.
+    pub fn acquire(&self) -> Result<CudaEvent, Error> {
+        let slot = self
+            .shared
+            .free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let slot = match slot {
+            Some(slot) => slot,
+            None => self.grow()?,
+        };
+        // SAFETY: the slot belongs to this pool, which outlives it (we hold the Arc); a free
+        // slot has no handles, so this is the only one.
+        unsafe { slot.as_ref() }.handles.store(1, Ordering::Relaxed);
+        Ok(CudaEvent {
+            slot,
+            pool: self.shared.clone(),
+        })
+    }
+
+    #[cold]
+    fn grow(&self) -> Result<NonNull<Slot>, Error> {
+        let shared = &self.shared;
+        shared.context.bind()?;
+        let api = shared.context.api();
+        let mut raw: CUevent = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the flags are valid event flags.
+        api.check("cuEventCreate", unsafe {
+            (api.cuEventCreate)(&mut raw, shared.flags)
+        })?;
+        let slot = NonNull::from(Box::leak(Box::new(Slot {
+            raw,
+            handles: AtomicUsize::new(0),
+        })));
+        let mut all = shared.all.lock().unwrap_or_else(PoisonError::into_inner);
+        all.push(slot);
+        // Keep the free list able to hold every slot, so releasing never allocates.
+        let capacity = all.len();
+        drop(all);
+        let mut free = shared.free.lock().unwrap_or_else(PoisonError::into_inner);
+        let extra = capacity.saturating_sub(free.capacity());
+        free.reserve(extra);
+        Ok(slot)
+    }
+
+    /// Events created so far.
+    pub fn created(&self) -> usize {
+        self.shared
+            .all
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Events currently handed out (created minus free).
+    pub fn in_use(&self) -> usize {
+        self.created()
+            - self
+                .shared
+                .free
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len()
+    }
+}
+
+impl Drop for PoolShared {
+    fn drop(&mut self) {
+        // Every handle holds the pool, so when it goes every slot is free.
+        let _ = self.context.bind();
+        let api = self.context.api();
+        for slot in self
+            .all
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            // SAFETY: the slot was leaked from a Box in `grow` and nothing references it now.
+            let slot = unsafe { Box::from_raw(slot.as_ptr()) };
+            // SAFETY: the event was created by this pool and no handle remains.
+            let _ = unsafe { (api.cuEventDestroy)(slot.raw) };
+        }
+    }
+}
+
+/// A handle to a pooled CUDA event; clones share the event.
+pub struct CudaEvent {
+    slot: NonNull<Slot>,
+    pool: Arc<PoolShared>,
+}
+
+// SAFETY: see PoolShared; the handle only touches the slot's atomic and its immutable CUevent.
+unsafe impl Send for CudaEvent {}
+// SAFETY: as above.
+unsafe impl Sync for CudaEvent {}
+
+impl CudaEvent {
+    fn slot(&self) -> &Slot {
+        // SAFETY: the slot lives until the pool drops, and we hold the pool.
+        unsafe { self.slot.as_ref() }
+    }
+
+    /// The raw event handle (valid while this handle lives).
+    pub fn raw(&self) -> CUevent {
+        self.slot().raw
+    }
+
+    /// The context the event belongs to.
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.pool.context
+    }
+
+    /// `cuEventQuery` as a tri-state: complete, not ready, or the driver's error.
+    pub fn query_raw(&self) -> Result<bool, cuhal_sys::Error> {
+        let api = self.pool.context.api();
+        // SAFETY: the event is live while we hold the handle.
+        let r = unsafe { (api.cuEventQuery)(self.raw()) };
+        match r {
+            CUresult::SUCCESS => Ok(true),
+            CUresult::ERROR_NOT_READY => Ok(false),
+            other => Err(api.error("cuEventQuery", other)),
+        }
+    }
+}
+
+impl Clone for CudaEvent {
+    fn clone(&self) -> Self {
+        // Relaxed is enough for an increment from an existing handle (as in Arc).
+        self.slot().handles.fetch_add(1, Ordering::Relaxed);
+        Self {
+            slot: self.slot,
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        if self.slot().handles.fetch_sub(1, Ordering::Release) == 1 {
+            // Synchronize with every other handle's release before the slot is reused.
+            std::sync::atomic::fence(Ordering::Acquire);
+            let mut free = self
+                .pool
+                .free
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            free.push(self.slot);
+        }
+    }
+}
+
+impl DeviceEvent for CudaEvent {
+    fn query(&self) -> Result<bool, Failure> {
+        self.query_raw().map_err(|e| Failure::new(Error::from(e)))
+    }
+}
+
+impl std::fmt::Debug for CudaEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CudaEvent").field(&self.raw()).finish()
+    }
+}

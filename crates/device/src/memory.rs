@@ -1,0 +1,164 @@
+//! Stream-ordered allocations: `queue_alloca` / `queue_dealloca` through a CUDA memory pool.
+//!
+//! The address of an allocation is needed when the user records commands that use it, which may
+//! be before its waits are reached. So `queue_alloca` allocates at submission, with
+//! `cuMemAllocFromPoolAsync` on the queue's own stream: the memory is valid, in stream order, for
+//! everything issued on that stream afterwards and for everything on other queues that waits on
+//! the alloca's signal (recorded after it on the same stream). The alloca's waits order only its
+//! signal. `queue_dealloca` frees at issue, after its waits, with `cuMemFreeAsync`; memory freed
+//! that way is reused by later allocations in stream order without a round trip to the OS
+//! (the pool keeps what it has: its release threshold is the maximum).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cuhal_sys::{
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+    CUdeviceptr, CUmemLocation, CUmemPoolProps, CUmemoryPool, CUstream, PrimaryContext,
+};
+
+use crate::error::Error;
+
+/// The device's pool for stream-ordered allocations.
+pub(crate) struct MemoryPool {
+    context: Arc<PrimaryContext>,
+    raw: CUmemoryPool,
+    /// Whether cuhal created the pool (and destroys it) or borrowed the device's default pool.
+    owned: bool,
+}
+
+// SAFETY: a CUmemoryPool may be used from any thread.
+unsafe impl Send for MemoryPool {}
+// SAFETY: as above; the handle is never mutated.
+unsafe impl Sync for MemoryPool {}
+
+impl MemoryPool {
+    /// A pool of this device's memory that keeps what it allocates until the device closes.
+    pub(crate) fn new(context: Arc<PrimaryContext>) -> Result<Self, Error> {
+        context.bind()?;
+        let api = context.api();
+        let props = CUmemPoolProps {
+            allocType: CU_MEM_ALLOCATION_TYPE_PINNED,
+            handleTypes: 0,
+            location: CUmemLocation {
+                type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                id: context.device(),
+            },
+            win32SecurityAttributes: std::ptr::null_mut(),
+            reserved: [0; 64],
+        };
+        let mut raw: CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; `props` is fully initialized.
+        let created = unsafe { (api.cuMemPoolCreate)(&mut raw, &props) };
+        let owned = if created.is_success() {
+            true
+        } else {
+            // SAFETY: `raw` is a valid out-pointer; the device handle is live.
+            api.check("cuDeviceGetDefaultMemPool", unsafe {
+                (api.cuDeviceGetDefaultMemPool)(&mut raw, context.device())
+            })?;
+            false
+        };
+        if owned {
+            let mut threshold = u64::MAX;
+            // SAFETY: the attribute takes a pointer to a u64.
+            api.check("cuMemPoolSetAttribute", unsafe {
+                (api.cuMemPoolSetAttribute)(
+                    raw,
+                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut threshold as *mut u64).cast(),
+                )
+            })?;
+        }
+        Ok(Self {
+            context,
+            raw,
+            owned,
+        })
+    }
+
+    /// Allocates `len` bytes, in the order of `stream`.
+    pub(crate) fn allocate(&self, len: usize, stream: CUstream) -> Result<Arc<Allocation>, Error> {
+        self.context.bind()?;
+        let api = self.context.api();
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: `ptr` is a valid out-pointer; the pool and stream are live.
+        api.check("cuMemAllocFromPoolAsync", unsafe {
+            (api.cuMemAllocFromPoolAsync)(&mut ptr, len, self.raw, stream)
+        })?;
+        Ok(Arc::new(Allocation {
+            context: self.context.clone(),
+            ptr,
+            len,
+            freed: AtomicBool::new(false),
+        }))
+    }
+}
+
+impl Drop for MemoryPool {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = self.context.bind();
+            let api = self.context.api();
+            // SAFETY: every allocation of the pool was freed (allocations keep the device's
+            // queues, and so this pool's users, alive until they are freed or dropped); the
+            // driver refuses to destroy a pool with live allocations, which we then leak.
+            let _ = unsafe { (api.cuMemPoolDestroy)(self.raw) };
+        }
+    }
+}
+
+/// One stream-ordered allocation, freed by `queue_dealloca` or, failing that, when dropped.
+pub struct Allocation {
+    context: Arc<PrimaryContext>,
+    ptr: CUdeviceptr,
+    len: usize,
+    freed: AtomicBool,
+}
+
+impl Allocation {
+    /// The device address.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the allocation is empty (never: allocations are at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `queue_dealloca` has freed it.
+    pub fn is_freed(&self) -> bool {
+        self.freed.load(Ordering::Acquire)
+    }
+
+    /// Frees the memory in the order of `stream` (once; later calls do nothing).
+    pub(crate) fn free_async(&self, stream: CUstream) -> Result<(), Error> {
+        if self.freed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let api = self.context.api();
+        // SAFETY: the memory came from cuMemAllocFromPoolAsync and is freed exactly once.
+        api.check("cuMemFreeAsync", unsafe {
+            (api.cuMemFreeAsync)(self.ptr, stream)
+        })?;
+        Ok(())
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if !*self.freed.get_mut() {
+            let _ = self.context.bind();
+            let api = self.context.api();
+            // SAFETY: never freed, and no handle to it remains: every action and command buffer
+            // that used it retained it, so all work using it has completed.
+            let _ = unsafe { (api.cuMemFree)(self.ptr) };
+        }
+    }
+}

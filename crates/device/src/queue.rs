@@ -1,0 +1,400 @@
+//! [`Queue`]: every operation of a device queue, ordered only by semaphores.
+//!
+//! Each operation becomes one scheduler action on the queue's stream (see `backend.rs` for what
+//! issuing does). The action retains what it touches (command buffers, buffers, staging memory)
+//! until it completes or fails, so callers may drop their handles at once.
+
+use std::sync::Arc;
+
+use cuhal_command::{
+    Buffer, BufferRange, CommandBuffer, DeferredCommandBuffer, FillPattern, GraphCommandBuffer,
+    HostBuffer,
+};
+use cuhal_scheduler::{Cleanup, Cleanups, QueueOptions, QueueStats, Resources};
+use cuhal_semaphore::Failure;
+use cuhal_sys::{CUstream, PrimaryContext};
+use cuhal_trace::TraceContext;
+use smallvec::SmallVec;
+
+use crate::Semaphore;
+use crate::backend::{CudaBackend, LostFlag, Payload};
+use crate::error::{Error, Result};
+use crate::event_pool::EventPool;
+use crate::memory::MemoryPool;
+
+/// How a queue's command buffers are built.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum CommandBufferMode {
+    /// A CUDA graph, instantiated once at `end()` and launched on every submission.
+    #[default]
+    Graph,
+    /// Recorded into an arena and replayed onto the stream on every submission.
+    Deferred,
+}
+
+/// A `(semaphore, value)` list as queue operations take it.
+pub type SemaphoreValues<'a> = [(&'a Semaphore, u64)];
+
+/// One queue of a device: a stream, its worker and completion threads, and optional tracing.
+pub struct Queue {
+    inner: cuhal_scheduler::Queue<CudaBackend>,
+    context: Arc<PrimaryContext>,
+    lost: Arc<LostFlag>,
+    memory: Arc<MemoryPool>,
+    mode: CommandBufferMode,
+    trace: Option<TraceContext>,
+}
+
+impl Queue {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        context: Arc<PrimaryContext>,
+        events: EventPool,
+        lost: Arc<LostFlag>,
+        memory: Arc<MemoryPool>,
+        options: QueueOptions,
+        priority: i32,
+        mode: CommandBufferMode,
+        trace: Option<TraceContext>,
+    ) -> Result<Self> {
+        let backend = CudaBackend::new(context.clone(), events, lost.clone(), priority)?;
+        let inner = cuhal_scheduler::Queue::new(backend, options)?;
+        Ok(Self {
+            inner,
+            context,
+            lost,
+            memory,
+            mode,
+            trace,
+        })
+    }
+
+    /// The queue's label.
+    pub fn label(&self) -> &str {
+        self.inner.label()
+    }
+
+    /// The queue's stream (for interoperation; cuhal issues on it from its own threads).
+    pub fn stream(&self) -> CUstream {
+        self.inner.backend().stream()
+    }
+
+    /// The queue's counters.
+    pub fn stats(&self) -> QueueStats {
+        self.inner.stats()
+    }
+
+    /// The queue's tracing context, when tracing is on.
+    pub fn trace(&self) -> Option<&TraceContext> {
+        self.trace.as_ref()
+    }
+
+    /// The failure that lost the queue or its device, if either is lost.
+    pub fn lost(&self) -> Option<Failure> {
+        self.lost.get().cloned().or_else(|| self.inner.lost())
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        match self.lost.get() {
+            Some(failure) => Err(Error::Lost(failure.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// A new command buffer of the queue's mode, traced at the queue's verbosity. Record into it,
+    /// `end()` it, then submit it (as `Arc<dyn CommandBuffer>`) with [`Queue::execute`] any
+    /// number of times.
+    pub fn create_command_buffer(&self) -> Result<Box<dyn CommandBuffer>> {
+        self.check_alive()?;
+        let zones = self.trace.as_ref().and_then(TraceContext::recorder);
+        Ok(match self.mode {
+            CommandBufferMode::Graph => Box::new(GraphCommandBuffer::new(&self.context, zones)?),
+            CommandBufferMode::Deferred => {
+                Box::new(DeferredCommandBuffer::with_context(&self.context, zones)?)
+            }
+        })
+    }
+
+    fn submit(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        payload: Payload,
+        resources: Resources,
+        cleanups: Cleanups,
+    ) -> Result<()> {
+        self.check_alive()?;
+        self.inner
+            .submit(waits, signals, payload, resources, cleanups)
+            .map_err(|e| match self.lost.get() {
+                Some(failure) => Error::Lost(failure.clone()),
+                None => Error::Queue(e),
+            })
+    }
+
+    /// Executes `command_buffers` in order once every wait is reached, then signals.
+    ///
+    /// With tracing off, and at most four command buffers, waits and signals, this allocates
+    /// nothing once the queue is warm.
+    pub fn execute(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        command_buffers: &[&Arc<dyn CommandBuffer>],
+    ) -> Result<()> {
+        for command_buffer in command_buffers {
+            if let Some(context) = command_buffer.context()
+                && context.raw() != self.context.raw()
+            {
+                return Err(Error::Command(cuhal_command::Error::ContextMismatch));
+            }
+            if command_buffer.state() != cuhal_command::CommandBufferState::Ended {
+                return Err(Error::Command(cuhal_command::Error::InvalidState {
+                    operation: "execute",
+                    state: command_buffer.state(),
+                }));
+            }
+        }
+        let mut cleanups = Cleanups::new();
+        if self.trace.is_some() {
+            for command_buffer in command_buffers {
+                if let Some(collect) = command_buffer.zones().and_then(|zones| zones.on_submit()) {
+                    cleanups.push(Cleanup::once(move |_| collect()));
+                }
+            }
+        }
+        let payload = Payload::Execute(command_buffers.iter().map(|cb| Arc::clone(cb)).collect());
+        self.submit(waits, signals, payload, Resources::new(), cleanups)
+    }
+
+    /// Signals once every wait is reached: orders nothing else.
+    pub fn barrier(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+    ) -> Result<()> {
+        self.submit(
+            waits,
+            signals,
+            Payload::Nop,
+            Resources::new(),
+            Cleanups::new(),
+        )
+    }
+
+    /// Fills `target` with `pattern` (offset and length multiples of the pattern's size).
+    pub fn fill(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        target: &BufferRange,
+        pattern: FillPattern,
+    ) -> Result<()> {
+        let size = pattern.size();
+        if target.is_empty() {
+            return Err(Error::Command(cuhal_command::Error::ZeroSize {
+                what: "fill",
+            }));
+        }
+        for (what, value) in [
+            ("fill address", target.device_ptr()),
+            ("fill length", target.len() as u64),
+        ] {
+            if value % size as u64 != 0 {
+                return Err(Error::Command(cuhal_command::Error::Misaligned {
+                    what,
+                    value,
+                    alignment: size,
+                }));
+            }
+        }
+        let payload = Payload::Fill {
+            target: target.clone(),
+            pattern,
+        };
+        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+    }
+
+    /// Copies `source` to `target` (equal lengths; may be on different buffers or disjoint parts
+    /// of one).
+    pub fn copy(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        source: &BufferRange,
+        target: &BufferRange,
+    ) -> Result<()> {
+        if source.len() != target.len() {
+            return Err(Error::Command(cuhal_command::Error::LengthMismatch {
+                what: "copy",
+                target: target.len(),
+                source: source.len(),
+            }));
+        }
+        if source.is_empty() {
+            return Err(Error::Command(cuhal_command::Error::ZeroSize {
+                what: "copy",
+            }));
+        }
+        let (s, t, n) = (
+            source.device_ptr(),
+            target.device_ptr(),
+            source.len() as u64,
+        );
+        if s < t + n && t < s + n {
+            return Err(Error::InvalidArgument(format!(
+                "copy source [{s:#x}, +{n}) overlaps its target [{t:#x}, +{n})"
+            )));
+        }
+        let payload = Payload::Copy {
+            source: source.clone(),
+            target: target.clone(),
+        };
+        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+    }
+
+    /// Writes `data` (copied now, into pinned staging memory) to `target`.
+    pub fn write(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        target: &BufferRange,
+        data: &[u8],
+    ) -> Result<()> {
+        if data.len() != target.len() {
+            return Err(Error::Command(cuhal_command::Error::LengthMismatch {
+                what: "write",
+                target: target.len(),
+                source: data.len(),
+            }));
+        }
+        if data.is_empty() {
+            return Err(Error::Command(cuhal_command::Error::ZeroSize {
+                what: "write",
+            }));
+        }
+        self.check_alive()?;
+        let staging = HostBuffer::new(&self.context, data.len())?;
+        staging.write(0, data)?;
+        let payload = Payload::Write {
+            target: target.clone(),
+            staging,
+        };
+        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+    }
+
+    /// Reads `source` into `target[offset..offset + source.len()]` (pinned host memory, kept
+    /// alive until the read completes). Wait on a signal before reading `target`.
+    pub fn read(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        source: &BufferRange,
+        target: &Arc<HostBuffer>,
+        offset: usize,
+    ) -> Result<()> {
+        match offset.checked_add(source.len()) {
+            Some(end) if end <= target.len() => {}
+            _ => {
+                return Err(Error::Command(cuhal_command::Error::OutOfBounds {
+                    offset,
+                    length: source.len(),
+                    capacity: target.len(),
+                }));
+            }
+        }
+        if source.is_empty() {
+            return Err(Error::Command(cuhal_command::Error::ZeroSize {
+                what: "read",
+            }));
+        }
+        let payload = Payload::Read {
+            source: source.clone(),
+            target: target.clone(),
+            offset,
+        };
+        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+    }
+
+    /// Allocates `len` bytes of device memory in stream order (see `memory.rs`): the buffer's
+    /// address is known now and may be recorded at once; the memory may be used by work that
+    /// waits on `signals` (or runs later on this queue).
+    pub fn alloca(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        len: usize,
+    ) -> Result<Arc<Buffer>> {
+        if len == 0 {
+            return Err(Error::Command(cuhal_command::Error::ZeroSize {
+                what: "alloca",
+            }));
+        }
+        self.check_alive()?;
+        let allocation = self.memory.allocate(len, self.stream())?;
+        let keeper: Arc<dyn std::any::Any + Send + Sync> = allocation.clone();
+        // SAFETY: the memory is `len` bytes of this context's device memory, kept allocated
+        // by `keeper` (freed only by dealloca, in stream order, or when the last handle goes).
+        let buffer =
+            unsafe { Buffer::from_raw(&self.context, allocation.device_ptr(), len, keeper) };
+        let mut resources = Resources::new();
+        resources.push(allocation);
+        self.submit(waits, signals, Payload::Nop, resources, Cleanups::new())?;
+        Ok(buffer)
+    }
+
+    /// Frees a buffer made by [`Queue::alloca`] in stream order, once every wait is reached. Work
+    /// must not use the buffer after this; the handle stays valid (but its memory is gone).
+    pub fn dealloca(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        buffer: &Arc<Buffer>,
+    ) -> Result<()> {
+        let allocation = buffer
+            .keeper()
+            .and_then(|k| Arc::clone(k).downcast::<crate::memory::Allocation>().ok())
+            .ok_or_else(|| {
+                Error::InvalidArgument("dealloca of a buffer that queue_alloca did not make".into())
+            })?;
+        self.submit(
+            waits,
+            signals,
+            Payload::Dealloca(allocation),
+            Resources::new(),
+            Cleanups::new(),
+        )
+    }
+
+    /// Runs `call` on the host once every wait is reached and everything submitted earlier to
+    /// this queue has completed, then signals (or fails the signals with the call's error).
+    ///
+    /// It runs on the queue's completion thread, never inside a driver callback; a long call
+    /// delays the queue's later completions, as a long kernel would.
+    pub fn host_call(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        call: impl FnOnce() -> std::result::Result<(), Failure> + Send + 'static,
+    ) -> Result<()> {
+        let signals: SmallVec<[(Semaphore, u64); 4]> =
+            signals.iter().map(|(s, v)| ((*s).clone(), *v)).collect();
+        let mut cleanups = Cleanups::new();
+        cleanups.push(Cleanup::once(move |outcome| {
+            let result = match outcome {
+                Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+                    .unwrap_or_else(|_| Err(Failure::msg("host call panicked"))),
+                Err(failure) => Err(failure.clone()),
+            };
+            for (semaphore, value) in &signals {
+                match &result {
+                    Ok(()) => {
+                        let _ = semaphore.advance_to(*value);
+                    }
+                    Err(failure) => semaphore.fail(failure.clone()),
+                }
+            }
+        }));
+        self.submit(waits, &[], Payload::Nop, Resources::new(), cleanups)
+    }
+}

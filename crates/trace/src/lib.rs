@@ -67,6 +67,8 @@ pub use list::ZoneList;
 pub use pool::{EventPool, PoolCounts, PoolLimits};
 #[cfg(feature = "tracy")]
 pub use sink::TracySink;
-pub use sink::{DropReason, Fanout, JsonSink, MemoryRecord, MemorySink, MemoryZone, Sink, TrackId};
+pub use sink::{
+    DropReason, Fanout, JsonSink, MemoryRecord, MemorySink, MemoryZone, NullSink, Sink, TrackId,
+};
 #[cfg(test)]
 mod tests;

@@ -5,8 +5,8 @@
 //! command buffer's zones arrive together, on one thread, after its work completed. Dropped
 //! zones arrive as counts with a [`DropReason`]. CPU zones are optional.
 //!
-//! Sinks: [`MemorySink`] (tests), [`JsonSink`] (Chrome/Perfetto trace-event JSON) and, with the
-//! `tracy` feature, `TracySink`.
+//! Sinks: [`MemorySink`] (tests), [`JsonSink`] (Chrome/Perfetto trace-event JSON), [`NullSink`]
+//! (benchmarks), [`Fanout`] (several at once) and, with the `tracy` feature, `TracySink`.
 
 mod json;
 mod memory;
@@ -102,6 +102,19 @@ impl<S: Sink + ?Sized> Sink for Arc<S> {
     fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
         (**self).cpu_zone(name, begin_ns, end_ns)
     }
+}
+
+/// A sink that drops everything: for measuring what tracing costs without a consumer.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct NullSink;
+
+impl Sink for NullSink {
+    fn register_gpu_track(&self, _name: &str, _now_ns: u64) -> Result<TrackId, Error> {
+        Ok(TrackId(0))
+    }
+    fn gpu_zone_begin(&self, _track: TrackId, _name: &str, _timestamp_ns: u64) {}
+    fn gpu_zone_end(&self, _track: TrackId, _timestamp_ns: u64) {}
+    fn zones_dropped(&self, _track: TrackId, _reason: DropReason, _count: u64) {}
 }
 
 /// Sends everything to several sinks (e.g. Tracy and a JSON file).

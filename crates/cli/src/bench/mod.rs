@@ -19,6 +19,7 @@ mod alloc_count;
 mod cases;
 mod clock;
 mod gpu;
+mod hal;
 mod json;
 mod machine;
 mod options;

@@ -49,10 +49,6 @@ pub fn summarize(what: &str, samples: &mut [f64]) -> Result<Summary> {
     Summary::of(samples).ok_or_else(|| anyhow!("{what}: no valid samples"))
 }
 
-/// Why a cuhal figure is missing while the device crate's API is not there to measure.
-pub const CUHAL_PENDING: &str =
-    "cuhal side not measured: this build of cuhal has no Device/Queue API to drive yet";
-
 #[cfg(test)]
 mod tests {
     use super::*;

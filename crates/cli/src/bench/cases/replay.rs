@@ -6,12 +6,21 @@
 //!
 //! Floors: `cuGraphLaunch` of a 100-node chain graph, and 100 `cuLaunchKernel` back to back on
 //! one stream; each followed by `cuEventRecord` and `cuEventSynchronize` (spinning event).
+//!
+//! cuhal: a command buffer of 100 dispatches with a barrier between each, recorded once, as a
+//! graph (compared with the graph floor) and as a deferred command buffer replayed onto the
+//! stream (compared with the 100 launches); `Queue::execute` with one signal, then a host wait
+//! on the semaphore.
 
-use anyhow::Result;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use cuhal::{CommandBufferMode, DeviceOptions, MemorySink, Sink, Verbosity};
 
 use super::{Env, progress, summarize};
 use crate::bench::gpu::StepCounter;
-use crate::bench::gpu::raw::{Event, GraphExec, KernelNode, Stream, SyncMode, launch};
+use crate::bench::gpu::raw::{Args, Event, GraphExec, KernelNode, Stream, SyncMode, launch};
+use crate::bench::hal::{Hal, WAIT};
 use crate::bench::report::{Comparison, Goal, Report};
 use crate::bench::stats::Summary;
 
@@ -45,31 +54,111 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         "floor: 100 x cuLaunchKernel + record + sync, per replay",
         floors.stream,
     );
-    report.comparisons.push(
-        Comparison::new(
-            "4",
-            "replay: 100 dependent dispatches as a graph command buffer, submit + host wait",
-            None,
-            Some(floors.graph),
-            Goal::RatioAtMost(GOAL_RATIO),
-        )
-        .note(super::CUHAL_PENDING),
-    );
+    let n = env.scaled(REPLAYS);
+    let warm = env.scaled(50);
+    progress(&format!(
+        "case 4 (replay): cuhal graph command buffer, {n} replays"
+    ));
+    let mut graph = cuhal_replay(env, CommandBufferMode::Graph, Verbosity::Off, warm, n)?;
+    let graph = summarize("case 4 cuhal graph", &mut graph.samples)?;
+    progress(&format!(
+        "case 4 (replay): cuhal deferred command buffer, {n} replays"
+    ));
+    let mut deferred = cuhal_replay(env, CommandBufferMode::Deferred, Verbosity::Off, warm, n)?;
+    let deferred = summarize("case 4 cuhal deferred", &mut deferred.samples)?;
+    report.comparisons.push(Comparison::new(
+        "4",
+        "replay: 100 dependent dispatches as a graph command buffer, submit + host wait",
+        Some(graph),
+        Some(floors.graph),
+        Goal::RatioAtMost(GOAL_RATIO),
+    ));
     report.comparisons.push(Comparison::new(
         "4",
         "replay: 100 dependent dispatches as a deferred (stream) command buffer, submit + host wait",
-        None,
+        Some(deferred),
         Some(floors.stream),
         Goal::RatioAtMost(GOAL_RATIO),
     ));
     report.comparisons.push(Comparison::new(
         "4",
         "replay: 100 dependent dispatches, graph, against the design's absolute goal",
-        None,
+        Some(graph),
         Some(floors.graph),
         Goal::AtMost(GOAL_100_NS),
     ));
     Ok(())
+}
+
+/// What a cuhal replay run found.
+pub struct Replay {
+    /// Per replay, submit to the host's return from the semaphore wait.
+    pub samples: Vec<f64>,
+    /// Zones the queue's tracing recorded, collected and dropped (all 0 untraced).
+    pub zones: ZoneCounts,
+}
+
+/// Tracing's zone counters after a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ZoneCounts {
+    /// Zones recorded into command buffers.
+    pub recorded: u64,
+    /// Zones collected and handed to the sink.
+    pub collected: u64,
+    /// Zones dropped, for any reason.
+    pub dropped: u64,
+}
+
+/// cuhal's side: a 100-dispatch command buffer (a barrier between dispatches) of `mode`,
+/// executed with one signal and waited for on the host, `warm + n` times; tracing at
+/// `verbosity` into a memory sink.
+pub fn cuhal_replay(
+    env: &Env<'_>,
+    mode: CommandBufferMode,
+    verbosity: Verbosity,
+    warm: usize,
+    n: usize,
+) -> Result<Replay> {
+    let traced = verbosity != Verbosity::Off;
+    let hal = Hal::open(DeviceOptions {
+        command_buffer_mode: mode,
+        tracing: verbosity,
+        trace_sink: traced.then(|| Arc::new(MemorySink::new()) as Arc<dyn Sink>),
+        ..DeviceOptions::default()
+    })?;
+    let queue = hal.device.queue(0);
+    let mut counter = StepCounter::new(env.gpu)?;
+    let dispatches: Vec<Args> = (0..CHAIN).map(|i| counter.args(i, CHAIN)).collect();
+    let cb = hal.command_buffer(0, &dispatches)?;
+    let semaphore = hal.semaphore();
+    let clock = env.clock;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..warm + n {
+        let value = (i + 1) as u64;
+        let t0 = clock.now_ns();
+        queue
+            .execute(&[], &[(&semaphore, value)], &[&cb])
+            .context("cuhal: Queue::execute")?;
+        let waited = semaphore.wait(value, WAIT);
+        let t1 = clock.now_ns();
+        waited.context("cuhal: waiting for the semaphore")?;
+        if i >= warm {
+            samples.push((t1 - t0) as f64);
+        }
+    }
+    counter.expect_more(((warm + n) * CHAIN as usize) as u64);
+    counter.check(&format!("case 4 cuhal ({mode:?}, tracing {verbosity:?})"))?;
+    // The completion thread collects a submission's zones just after it signals.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let zones = queue.trace().map_or_else(ZoneCounts::default, |trace| {
+        let stats = trace.stats();
+        ZoneCounts {
+            recorded: stats.zones_recorded,
+            collected: stats.zones_collected,
+            dropped: stats.dropped.total(),
+        }
+    });
+    Ok(Replay { samples, zones })
 }
 
 /// Measures both floors.

@@ -5,11 +5,13 @@
 //! host cost of an empty-kernel `cuLaunchKernel` back to back (the design brief's 3.7 us line).
 //! The goal is the design's: under 10 us per call, whatever the floor.
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
+use cuhal::DeviceOptions;
 
 use super::{Env, progress, summarize};
 use crate::bench::gpu::StepCounter;
 use crate::bench::gpu::raw::{Args, Event, GraphExec, KernelNode, Stream, SyncMode, launch};
+use crate::bench::hal::{Hal, WAIT};
 use crate::bench::report::{Comparison, Goal, Report};
 
 /// Round trips per variant (warm-up on top).
@@ -50,17 +52,44 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         "reference: cuLaunchKernel of an empty kernel, back to back, host cost each",
         summarize("case 5 launch cost", &mut launches)?.per_item(LAUNCH_BATCH as f64),
     );
-    report.comparisons.push(
-        Comparison::new(
-            "5",
-            "round trip: submit 1 dispatch, host waits on its semaphore (design goal < 10 us)",
-            None,
-            Some(kernel),
-            Goal::AtMost(GOAL_NS),
-        )
-        .note(super::CUHAL_PENDING),
-    );
+    progress(&format!("case 5 (round trip): cuhal, {n} calls"));
+    let mut cuhal = cuhal_side(env, warm, n)?;
+    report.comparisons.push(Comparison::new(
+        "5",
+        "round trip: submit 1 dispatch (graph command buffer), host waits on its semaphore (design goal < 10 us)",
+        Some(summarize("case 5 cuhal", &mut cuhal)?),
+        Some(kernel),
+        Goal::AtMost(GOAL_NS),
+    ));
     Ok(())
+}
+
+/// cuhal's side: `Queue::execute` of a one-dispatch graph command buffer with one signal, then
+/// a host wait on the semaphore, timed together.
+fn cuhal_side(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
+    let hal = Hal::open(DeviceOptions::default())?;
+    let queue = hal.device.queue(0);
+    let mut counter = StepCounter::new(env.gpu)?;
+    let cb = hal.command_buffer(0, &[counter.args(0, 1)])?;
+    let semaphore = hal.semaphore();
+    let clock = env.clock;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..warm + n {
+        let value = (i + 1) as u64;
+        let t0 = clock.now_ns();
+        queue
+            .execute(&[], &[(&semaphore, value)], &[&cb])
+            .context("cuhal: Queue::execute")?;
+        let waited = semaphore.wait(value, WAIT);
+        let t1 = clock.now_ns();
+        waited.context("cuhal: waiting for the semaphore")?;
+        if i >= warm {
+            samples.push((t1 - t0) as f64);
+        }
+    }
+    counter.expect_more((warm + n) as u64);
+    counter.check("case 5 cuhal")?;
+    Ok(samples)
 }
 
 fn measure(env: &Env<'_>, submit: Submit, warm: usize, n: usize) -> Result<Vec<f64>> {

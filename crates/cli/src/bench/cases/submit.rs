@@ -8,12 +8,14 @@
 //! the host's cost and never back-pressure from a full launch queue. The kernel counts its
 //! launches; the count is checked at the end.
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
+use cuhal::DeviceOptions;
 
 use super::{Env, progress, summarize};
 use crate::bench::alloc_count::allocations;
 use crate::bench::gpu::raw::{Event, GraphExec, KernelNode, Stream, SyncMode};
 use crate::bench::gpu::{Gpu, StepCounter};
+use crate::bench::hal::{Hal, wait};
 use crate::bench::report::{Comparison, Goal, Report, Unit};
 use crate::bench::stats::Summary;
 
@@ -47,22 +49,21 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         parts.record,
     );
 
-    report.comparisons.push(
-        Comparison::new(
-            "1",
-            "submit: queue_execute, 1-dispatch graph, 1 wait + 1 signal, chained; host cost per submission",
-            None,
-            Some(floor.total),
-            Goal::RatioAtMost(GOAL_RATIO),
-        )
-        .note(super::CUHAL_PENDING),
-    );
+    progress(&format!("case 1 (submit): cuhal, {n} chained submissions"));
+    let cuhal = cuhal_side(env, warm, n)?;
+    report.comparisons.push(Comparison::new(
+        "1",
+        "submit: queue execute, 1-dispatch graph, 1 wait + 1 signal, chained; host cost per submission",
+        Some(cuhal.total),
+        Some(floor.total),
+        Goal::RatioAtMost(GOAL_RATIO),
+    ));
     report.comparisons.push(Comparison {
         unit: Unit::Count,
         ..Comparison::new(
             "1",
             "submit: heap allocations per submission, whole process (floor column: the floor's loop)",
-            None,
+            Some(cuhal.allocations),
             Some(floor.allocations),
             Goal::AtMost(0.0),
         )
@@ -70,12 +71,50 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-/// The floor's figures.
-pub struct Floor {
-    /// Per submission, all three calls.
+/// cuhal's side: `Queue::execute` of a one-dispatch graph command buffer, waiting for the
+/// previous submission's signal and signalling the next value, timed per call; the host waits
+/// for the semaphore every `BATCH` submissions (untimed), as the floor synchronizes.
+fn cuhal_side(env: &Env<'_>, warm: usize, n: usize) -> Result<Side> {
+    let hal = Hal::open(DeviceOptions::default())?;
+    let queue = hal.device.queue(0);
+    let mut counter = StepCounter::new(env.gpu)?;
+    let cb = hal.command_buffer(0, &[counter.args(0, 1)])?;
+    let semaphore = hal.semaphore();
+    let clock = env.clock;
+    let mut total = Vec::with_capacity(n);
+    let mut allocations_at_warm = 0;
+    for i in 0..warm + n {
+        if i == warm {
+            allocations_at_warm = allocations();
+        }
+        let value = i as u64;
+        let t0 = clock.now_ns();
+        let result = queue.execute(&[(&semaphore, value)], &[(&semaphore, value + 1)], &[&cb]);
+        let t1 = clock.now_ns();
+        result.context("cuhal: Queue::execute")?;
+        if i >= warm {
+            total.push((t1 - t0) as f64);
+        }
+        if (i + 1) % BATCH == 0 {
+            wait(&semaphore, value + 1)?;
+        }
+    }
+    wait(&semaphore, (warm + n) as u64)?;
+    let allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
+    counter.expect_more((warm + n) as u64);
+    counter.check("case 1 cuhal")?;
+    Ok(Side {
+        total: summarize("case 1 cuhal", &mut total)?,
+        allocations: summarize("case 1 cuhal allocations", &mut [allocations])?,
+    })
+}
+
+/// The figures of one side.
+pub struct Side {
+    /// Per submission: the three driver calls, or one `Queue::execute`.
     pub total: Summary,
-    /// Heap allocations per submission while the floor ran (0 unless the measuring loop itself
-    /// allocates: a check of the instrument).
+    /// Heap allocations per measured submission, whole process (for the floor, 0 unless the
+    /// measuring loop itself allocates: a check of the instrument).
     pub allocations: Summary,
 }
 
@@ -99,9 +138,9 @@ struct Pass {
     record: Vec<f64>,
 }
 
-fn floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Floor> {
+fn floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Side> {
     let mut pass = floor_pass(env, warm, n, false)?;
-    Ok(Floor {
+    Ok(Side {
         total: summarize("case 1 floor", &mut pass.total)?,
         allocations: summarize("case 1 floor allocations", &mut [pass.allocations])?,
     })

@@ -119,12 +119,18 @@ impl SpinRecord {
     /// Arguments for one more launch writing this record; returns them with the launch count
     /// (and flag value) that launch will write.
     pub fn next(&mut self, ns: u64, flag: u64, jitter: u64) -> (Args, u64) {
-        self.launched += 1;
-        (self.args(ns, flag, jitter), self.launched)
+        (self.args(ns, flag, jitter), self.count_launch())
     }
 
-    /// Arguments for launches counted with [`SpinRecord::expect_more`] (fixed arguments, as a
-    /// recorded command buffer has).
+    /// Notes one more launch made with [`SpinRecord::args`] (fixed arguments, as a graph or a
+    /// recorded command buffer has); returns the count (and flag value) it will write.
+    pub fn count_launch(&mut self) -> u64 {
+        self.launched += 1;
+        self.launched
+    }
+
+    /// The arguments of a launch writing this record; count each launch made with them with
+    /// [`SpinRecord::count_launch`].
     pub fn args(&self, ns: u64, flag: u64, jitter: u64) -> Args {
         Args::Spin {
             ns,

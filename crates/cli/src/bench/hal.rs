@@ -1,0 +1,126 @@
+//! The cuhal side of the benchmarks: a device opened through the `cuhal` crate, the same PTX
+//! kernels loaded through it, and command buffers recorded with its API.
+//!
+//! The kernels write the same device words as the floors' (a [`StepCounter`], a [`SpinRecord`],
+//! the observer's mapped flag), passed as plain addresses: they live in the same primary
+//! context, so the same checks prove that cuhal's submissions ran, as often and in the order
+//! expected.
+//!
+//! [`StepCounter`]: crate::bench::gpu::StepCounter
+//! [`SpinRecord`]: crate::bench::gpu::SpinRecord
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use cuhal::{
+    CommandBuffer, Device, DeviceOptions, Dispatch, Driver, Executable, Function, KernelArgs,
+    Semaphore,
+};
+
+use crate::bench::gpu::ptx;
+use crate::bench::gpu::raw::Args;
+
+/// How long any host wait of the benchmarks may take before it is an error, not a hang.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A cuhal device with the benchmark kernels.
+pub struct Hal {
+    /// The device (queues, semaphores, command buffers).
+    pub device: Device,
+    step: Function,
+    spin: Function,
+    _executable: Executable,
+    _driver: Driver,
+}
+
+impl Hal {
+    /// Opens device 0 through cuhal with `options` and loads the kernels.
+    pub fn open(options: DeviceOptions) -> Result<Self> {
+        let driver = Driver::load().context("cuhal: loading the driver")?;
+        let device = driver.open(0, options).context("cuhal: opening device 0")?;
+        let executable = device
+            .load_ptx(ptx::MODULE)
+            .context("cuhal: loading the benchmark kernels")?;
+        let step = executable.function("step")?;
+        let spin = executable.function("spin")?;
+        Ok(Self {
+            device,
+            step,
+            spin,
+            _executable: executable,
+            _driver: driver,
+        })
+    }
+
+    /// A finished command buffer of queue `queue`'s mode holding one one-thread dispatch per
+    /// entry of `dispatches` (`step` or `spin` arguments), with a barrier between consecutive
+    /// ones, so each depends on the one before.
+    pub fn command_buffer(
+        &self,
+        queue: usize,
+        dispatches: &[Args],
+    ) -> Result<Arc<dyn CommandBuffer>> {
+        let mut cb = self
+            .device
+            .queue(queue)
+            .create_command_buffer()
+            .context("cuhal: creating a command buffer")?;
+        for (i, args) in dispatches.iter().enumerate() {
+            if i > 0 {
+                cb.barrier()?;
+            }
+            let (function, kernel_args) = self.kernel(args)?;
+            cb.dispatch(&Dispatch::new(function, [1, 1, 1], [1, 1, 1], &kernel_args))?;
+        }
+        cb.end().context("cuhal: ending a command buffer")?;
+        Ok(Arc::from(cb))
+    }
+
+    /// The kernel and packed arguments for `args`.
+    fn kernel(&self, args: &Args) -> Result<(&Function, KernelArgs)> {
+        Ok(match *args {
+            Args::Step {
+                counter,
+                errors,
+                index,
+                period,
+            } => (
+                &self.step,
+                KernelArgs::new()
+                    .with(counter)
+                    .with(errors)
+                    .with(index)
+                    .with(period),
+            ),
+            Args::Spin {
+                ns,
+                record,
+                flag,
+                jitter,
+            } => (
+                &self.spin,
+                KernelArgs::new()
+                    .with(ns)
+                    .with(record)
+                    .with(flag)
+                    .with(jitter),
+            ),
+            Args::None | Args::Probe { .. } => {
+                anyhow::bail!("the cuhal side dispatches only step and spin kernels")
+            }
+        })
+    }
+
+    /// A semaphore at 0.
+    pub fn semaphore(&self) -> Semaphore {
+        self.device.create_semaphore(0)
+    }
+}
+
+/// Waits on the host for `semaphore` to reach `value`, or fails after [`WAIT`].
+pub fn wait(semaphore: &Semaphore, value: u64) -> Result<()> {
+    semaphore
+        .wait(value, WAIT)
+        .with_context(|| format!("waiting for a cuhal semaphore to reach {value}"))
+}

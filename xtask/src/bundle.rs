@@ -2,7 +2,7 @@
 //! that has a GPU but no cargo.
 //!
 //! ```text
-//! DIR/run          runs bin/cuhal info, then each test binary; ends "N passed, N failed"
+//! DIR/run          runs bin/cuhal info, bin/cuhal demo, then each test binary; ends "N passed, N failed"
 //! DIR/bench        runs bin/cuhal bench "$@"
 //! DIR/bin/cuhal
 //! DIR/bin/<test>   one per test target of cuhal-gpu-tests (e.g. bin/driver)
@@ -205,7 +205,11 @@ mod tests {
         fake(&dir, "one", OK_3, 0);
         fake(&dir, "two", OK_3, 0);
         let out = run_bundle(&dir, &["one", "two"]);
-        assert_eq!(last_line(&out), "6 passed, 0 failed");
+        assert_eq!(
+            last_line(&out),
+            "7 passed, 0 failed",
+            "info, demo (1) and 6 tests"
+        );
         assert!(out.status.success());
     }
 
@@ -216,7 +220,7 @@ mod tests {
         fake(&dir, "one", OK_3, 0);
         fake(&dir, "two", FAIL_1_OF_2, 101);
         let out = run_bundle(&dir, &["one", "two"]);
-        assert_eq!(last_line(&out), "4 passed, 1 failed");
+        assert_eq!(last_line(&out), "5 passed, 1 failed");
         assert!(!out.status.success());
     }
 
@@ -227,7 +231,7 @@ mod tests {
         fake(&dir, "one", "running 1 test\ntest a ... ", 139);
         fake(&dir, "two", OK_3, 0);
         let out = run_bundle(&dir, &["one", "two"]);
-        assert_eq!(last_line(&out), "3 passed, 1 failed");
+        assert_eq!(last_line(&out), "4 passed, 1 failed");
         assert!(!out.status.success());
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("one exited with status 139"), "{text}");
@@ -239,8 +243,28 @@ mod tests {
         fake(&dir, "cuhal", "no CUDA driver", 2);
         fake(&dir, "one", OK_3, 0);
         let out = run_bundle(&dir, &["one"]);
-        assert_eq!(last_line(&out), "3 passed, 1 failed");
+        assert_eq!(
+            last_line(&out),
+            "3 passed, 2 failed",
+            "info and demo both fail"
+        );
         assert!(!out.status.success());
+    }
+
+    #[test]
+    fn a_demo_that_falls_back_to_the_host_is_a_failure() {
+        let dir = scratch("bundle-hostdemo");
+        fake(
+            &dir,
+            "cuhal",
+            "no GPU used (no CUDA driver found): running on the host",
+            0,
+        );
+        fake(&dir, "one", OK_3, 0);
+        let out = run_bundle(&dir, &["one"]);
+        assert_eq!(last_line(&out), "3 passed, 1 failed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("cuhal demo did not use the GPU"), "{text}");
     }
 
     #[test]
@@ -249,7 +273,7 @@ mod tests {
         fake(&dir, "cuhal", "driver 13.0", 0);
         fake(&dir, "one", "hello", 0);
         let out = run_bundle(&dir, &["one"]);
-        assert_eq!(last_line(&out), "0 passed, 1 failed");
+        assert_eq!(last_line(&out), "1 passed, 1 failed");
         assert!(!out.status.success());
     }
 
@@ -275,7 +299,7 @@ mod tests {
             text.contains("args: --include-ignored --test-threads=1 fill"),
             "{text}"
         );
-        assert_eq!(last_line(&out), "1 passed, 0 failed");
+        assert_eq!(last_line(&out), "2 passed, 0 failed");
     }
 
     #[test]
@@ -299,7 +323,7 @@ mod tests {
         );
         assert_eq!(size, size_of(&dir).unwrap());
         let out = Command::new(dir.join("run")).output().unwrap();
-        assert_eq!(last_line(&out), "3 passed, 0 failed");
+        assert_eq!(last_line(&out), "4 passed, 0 failed");
     }
 
     #[test]

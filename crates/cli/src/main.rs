@@ -1,6 +1,8 @@
 //! `cuhal`: the command-line face of cuhal.
 //!
 //! - `cuhal info`: the CUDA driver and every device it sees.
+//! - `cuhal demo`: a traced two-queue pipeline on the GPU (or on the CPU host backend without
+//!   one).
 //! - `cuhal bench`: cuhal against the raw driver, in one process (see `bench`).
 //!
 //! Arguments are parsed by hand (the workspace keeps its dependencies few). Exit codes are
@@ -9,6 +11,7 @@
 
 mod bench;
 mod command;
+mod demo;
 mod info;
 
 use std::process::ExitCode;
@@ -31,6 +34,9 @@ pub mod exit {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "demo") {
+        return ExitCode::from(demo::run(&args[1..]));
+    }
     if args.first().is_some_and(|a| a == "bench") {
         return ExitCode::from(bench::run(&args[1..]));
     }

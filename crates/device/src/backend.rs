@@ -15,6 +15,7 @@ use cuhal_semaphore::Failure;
 use cuhal_sys::{
     CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING, CUresult, CUstream, PrimaryContext,
 };
+use cuhal_trace::ZoneList;
 use smallvec::SmallVec;
 
 use crate::error::Error;
@@ -25,8 +26,14 @@ use crate::memory::Allocation;
 pub enum Payload {
     /// Nothing but the ordering: a barrier, a signal-only submission, a host call's slot.
     Nop,
-    /// Command buffers, issued in order (`cuGraphLaunch`, or a deferred replay).
-    Execute(SmallVec<[Arc<dyn CommandBuffer>; 2]>),
+    /// Command buffers, issued in order (`cuGraphLaunch`, or a deferred replay), inside a
+    /// submission zone when the queue traces.
+    Execute {
+        /// The command buffers.
+        command_buffers: SmallVec<[Arc<dyn CommandBuffer>; 2]>,
+        /// The submission's own zone list (COARSE and FINE tracing only).
+        zone: Option<ZoneList>,
+    },
     /// `cuMemsetD{8,16,32}Async` over a range.
     Fill {
         /// The range to fill.
@@ -142,12 +149,34 @@ impl CudaBackend {
         }
         match payload {
             Payload::Nop => {}
-            Payload::Execute(command_buffers) => {
+            Payload::Execute {
+                command_buffers,
+                zone,
+            } => {
+                if let Some(zone) = zone {
+                    // SAFETY: the queue's stream is live and of the trace context's context.
+                    unsafe { zone.begin_on_stream(self.stream, "submission") }?;
+                }
                 for command_buffer in command_buffers.iter() {
                     // SAFETY: the queue's stream is live (destroyed only when the backend
                     // drops, after the scheduler's threads are joined) and belongs to the
                     // device's context, which `Queue::execute` checked is the command buffer's.
                     unsafe { command_buffer.issue(self.stream) }?;
+                }
+                if let Some(zone) = zone {
+                    // SAFETY: as above.
+                    unsafe { zone.end_on_stream(self.stream) }?;
+                }
+                // Each list is queued for collection now that its events are enqueued; the
+                // queue's shared cleanup collects them after completion, so the per-list
+                // collectors are not needed.
+                for command_buffer in command_buffers.iter() {
+                    if let Some(zones) = command_buffer.zones() {
+                        drop(zones.on_submit());
+                    }
+                }
+                if let Some(zone) = zone {
+                    drop(zone.on_submit());
                 }
             }
             Payload::Fill { target, pattern } => {

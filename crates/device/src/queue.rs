@@ -10,10 +10,10 @@ use cuhal_command::{
     Buffer, BufferRange, CommandBuffer, DeferredCommandBuffer, FillPattern, GraphCommandBuffer,
     HostBuffer,
 };
-use cuhal_scheduler::{Cleanup, Cleanups, QueueOptions, QueueStats, Resources};
+use cuhal_scheduler::{Cleanup, Cleanups, Outcome, QueueOptions, QueueStats, Resources};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{CUstream, PrimaryContext};
-use cuhal_trace::TraceContext;
+use cuhal_trace::{TraceContext, Verbosity};
 use smallvec::SmallVec;
 
 use crate::Semaphore;
@@ -42,7 +42,9 @@ pub struct Queue {
     lost: Arc<LostFlag>,
     memory: Arc<MemoryPool>,
     mode: CommandBufferMode,
-    trace: Option<TraceContext>,
+    trace: Option<Arc<TraceContext>>,
+    /// Collects the trace context's completed zones; one shared cleanup for every submission.
+    collect: Option<Arc<dyn Fn(Outcome<'_>) + Send + Sync>>,
 }
 
 impl Queue {
@@ -59,6 +61,14 @@ impl Queue {
     ) -> Result<Self> {
         let backend = CudaBackend::new(context.clone(), events, lost.clone(), priority)?;
         let inner = cuhal_scheduler::Queue::new(backend, options)?;
+        let trace = trace
+            .filter(|t| t.verbosity() != Verbosity::Off)
+            .map(Arc::new);
+        let collect = trace.clone().map(|trace| {
+            Arc::new(move |_: Outcome<'_>| {
+                trace.collect();
+            }) as Arc<dyn Fn(Outcome<'_>) + Send + Sync>
+        });
         Ok(Self {
             inner,
             context,
@@ -66,6 +76,7 @@ impl Queue {
             memory,
             mode,
             trace,
+            collect,
         })
     }
 
@@ -86,7 +97,7 @@ impl Queue {
 
     /// The queue's tracing context, when tracing is on.
     pub fn trace(&self) -> Option<&TraceContext> {
-        self.trace.as_ref()
+        self.trace.as_deref()
     }
 
     /// The failure that lost the queue or its device, if either is lost.
@@ -106,7 +117,7 @@ impl Queue {
     /// number of times.
     pub fn create_command_buffer(&self) -> Result<Box<dyn CommandBuffer>> {
         self.check_alive()?;
-        let zones = self.trace.as_ref().and_then(TraceContext::recorder);
+        let zones = self.trace.as_deref().and_then(TraceContext::recorder);
         Ok(match self.mode {
             CommandBufferMode::Graph => Box::new(GraphCommandBuffer::new(&self.context, zones)?),
             CommandBufferMode::Deferred => {
@@ -156,14 +167,13 @@ impl Queue {
             }
         }
         let mut cleanups = Cleanups::new();
-        if self.trace.is_some() {
-            for command_buffer in command_buffers {
-                if let Some(collect) = command_buffer.zones().and_then(|zones| zones.on_submit()) {
-                    cleanups.push(Cleanup::once(move |_| collect()));
-                }
-            }
+        if let Some(collect) = &self.collect {
+            cleanups.push(Cleanup::shared(collect));
         }
-        let payload = Payload::Execute(command_buffers.iter().map(|cb| Arc::clone(cb)).collect());
+        let payload = Payload::Execute {
+            command_buffers: command_buffers.iter().map(|cb| Arc::clone(cb)).collect(),
+            zone: self.trace.as_deref().and_then(TraceContext::zone_list),
+        };
         self.submit(waits, signals, payload, Resources::new(), cleanups)
     }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs cuhal's GPU suite from this bundle (written by `cargo xtask gpu-test --bundle`):
-# `bin/cuhal info`, then every test binary with --include-ignored --test-threads=1.
+# `bin/cuhal info`, `bin/cuhal demo` (which must run on the GPU), then every test binary with --include-ignored --test-threads=1.
 #
 #   ./run [ARGS...]       extra arguments go to every test binary (e.g. a name filter)
 #
@@ -37,6 +37,21 @@ status=$?
 if [ "$status" -ne 0 ]; then
     echo "!! cuhal info exited with status $status"
     failed=$((failed + 1))
+fi
+
+echo
+echo "== cuhal demo"
+demo_trace="${CUHAL_DEMO_TRACE:-$logs/cuhal-trace.json}"
+bounded "$here/bin/cuhal" demo --trace "$demo_trace" 2>&1 | tee "$logs/demo.log"
+status=${PIPESTATUS[0]}
+if [ "$status" -ne 0 ]; then
+    echo "!! cuhal demo exited with status $status"
+    failed=$((failed + 1))
+elif grep -q "^no GPU used" "$logs/demo.log"; then
+    echo "!! cuhal demo did not use the GPU"
+    failed=$((failed + 1))
+else
+    passed=$((passed + 1))
 fi
 
 for t in "${tests[@]}"; do

@@ -1,0 +1,187 @@
+//! The demo's pipeline on a GPU, through the device crate, traced at FINE verbosity.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use cuhal::{CommandBuffer, DeviceOptions, Dispatch, Driver, FillPattern, KernelArgs, Verbosity};
+use cuhal_sys::DeviceInfo;
+use cuhal_trace::sink::{Fanout, JsonSink, MemorySink, Sink};
+
+use super::{ELEMENTS, Options, Summary, busy_time, expected, input};
+
+/// `out[i] = fma(in[i], a, b)` for `i < n`.
+const SCALE_ADD_PTX: &str = r#"
+.version 7.0
+.target sm_75
+.address_size 64
+
+.visible .entry scale_add(
+    .param .u64 p_in,
+    .param .u64 p_out,
+    .param .f32 p_a,
+    .param .f32 p_b,
+    .param .u32 p_n
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<6>;
+    .reg .f32 %f<5>;
+    .reg .b64 %rd<8>;
+
+    ld.param.u64 %rd1, [p_in];
+    ld.param.u64 %rd2, [p_out];
+    ld.param.f32 %f1, [p_a];
+    ld.param.f32 %f2, [p_b];
+    ld.param.u32 %r1, [p_n];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.u32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra DONE;
+    cvta.to.global.u64 %rd3, %rd1;
+    cvta.to.global.u64 %rd4, %rd2;
+    mul.wide.u32 %rd5, %r5, 4;
+    add.s64 %rd6, %rd3, %rd5;
+    add.s64 %rd7, %rd4, %rd5;
+    ld.global.f32 %f3, [%rd6];
+    fma.rn.f32 %f4, %f3, %f1, %f2;
+    st.global.f32 [%rd7], %f4;
+DONE:
+    ret;
+}
+"#;
+
+/// Runs the pipeline on device 0.
+pub fn run(driver: &Driver, info: &DeviceInfo, options: &Options) -> Result<Summary> {
+    println!(
+        "running on {} (compute capability {}.{}), CUDA driver {}",
+        info.name,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        cuhal_sys::format_cuda_version(driver.version())
+    );
+    let memory = Arc::new(MemorySink::new());
+    let json = Arc::new(JsonSink::create(&options.trace).context("creating the trace file")?);
+    let sink: Arc<dyn Sink> = Arc::new(Fanout::new(vec![memory.clone(), json.clone()]));
+    let device = driver.open(
+        0,
+        DeviceOptions {
+            queues: 2,
+            tracing: Verbosity::Fine,
+            trace_sink: Some(sink),
+            ..DeviceOptions::default()
+        },
+    )?;
+    let executable = device.load_ptx(SCALE_ADD_PTX)?;
+    let scale_add = executable.function("scale_add")?;
+    let bytes = ELEMENTS * 4;
+    let [input_buf, middle, output, copy] = [(); 4].map(|()| device.create_buffer(bytes));
+    let (input_buf, middle, output, copy) = (input_buf?, middle?, output?, copy?);
+    let host = device.create_host_buffer(bytes)?;
+    let (upload, compute) = (device.queue(0), device.queue(1));
+
+    let block = 256u32;
+    let grid = (ELEMENTS as u32).div_ceil(block);
+    let args = |from: &Arc<cuhal::Buffer>, to: &Arc<cuhal::Buffer>, a: f32, b: f32| {
+        KernelArgs::new()
+            .with_range(&from.whole())
+            .with_range(&to.whole())
+            .with(a)
+            .with(b)
+            .with(ELEMENTS as u32)
+    };
+    let mut transform = compute.create_command_buffer()?;
+    transform.begin_debug_group("scale")?;
+    let scale_args = args(&input_buf, &middle, 2.0, 1.0);
+    transform.dispatch(&Dispatch::new(
+        &scale_add,
+        [grid, 1, 1],
+        [block, 1, 1],
+        &scale_args,
+    ))?;
+    transform.end_debug_group()?;
+    transform.barrier()?;
+    transform.begin_debug_group("unscale")?;
+    let unscale_args = args(&middle, &output, 0.5, -0.5);
+    transform.dispatch(&Dispatch::new(
+        &scale_add,
+        [grid, 1, 1],
+        [block, 1, 1],
+        &unscale_args,
+    ))?;
+    transform.end_debug_group()?;
+    transform.end()?;
+    let transform: Arc<dyn CommandBuffer> = Arc::from(transform);
+
+    let mut publish = upload.create_command_buffer()?;
+    publish.begin_debug_group("publish")?;
+    publish.copy(&output.whole(), &copy.whole())?;
+    publish.fill(&middle.whole(), FillPattern::U32(0x7fc0_0000))?;
+    publish.end_debug_group()?;
+    publish.end()?;
+    let publish: Arc<dyn CommandBuffer> = Arc::from(publish);
+
+    let [uploaded, transformed, copied, read] = [(); 4].map(|()| device.create_semaphore(0));
+    let start = Instant::now();
+    let mut submissions = 0;
+    let mut checked = 0;
+    for i in 1..=options.iterations {
+        let data = input(0x5eed ^ i, ELEMENTS);
+        let raw: Vec<u8> = data.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        upload.write(
+            &[(&read, i - 1)],
+            &[(&uploaded, i)],
+            &input_buf.whole(),
+            &raw,
+        )?;
+        compute.execute(&[(&uploaded, i)], &[(&transformed, i)], &[&transform])?;
+        upload.execute(&[(&transformed, i)], &[(&copied, i)], &[&publish])?;
+        compute.read(&[(&copied, i)], &[(&read, i)], &copy.whole(), &host, 0)?;
+        submissions += 4;
+        read.wait(i, Duration::from_secs(30))
+            .with_context(|| format!("waiting for iteration {i}"))?;
+        let mut result = vec![0u8; bytes];
+        host.read(0, &mut result)?;
+        for (index, (got, x)) in result.chunks_exact(4).zip(&data).enumerate() {
+            let got = f32::from_ne_bytes([got[0], got[1], got[2], got[3]]);
+            if got.to_bits() != expected(*x).to_bits() {
+                bail!(
+                    "iteration {i}, element {index}: got {got}, expected {}",
+                    expected(*x)
+                );
+            }
+        }
+        checked += ELEMENTS as u64;
+    }
+    let wall = start.elapsed();
+    let dropped: u64 = device
+        .queues()
+        .iter()
+        .filter_map(|q| q.trace().map(|t| t.stats().dropped.total()))
+        .sum();
+    // Dropping the device joins the completion threads, so every zone is collected.
+    drop((transform, publish));
+    drop(device);
+    json.finish().context("writing the trace file")?;
+    let zones = memory.zones();
+    Ok(Summary {
+        backend: format!(
+            "{} (2 queues, graph command buffers, FINE tracing)",
+            info.name
+        ),
+        submissions,
+        checked,
+        wall,
+        busy: busy_time(
+            zones
+                .iter()
+                .filter(|z| z.depth == 0)
+                .map(|z| (z.begin_ns, z.end_ns))
+                .collect(),
+        ),
+        zones: zones.len(),
+        dropped,
+    })
+}

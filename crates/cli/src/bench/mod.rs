@@ -12,8 +12,13 @@
 //! 4. prints a markdown table (median, p99, the floor beside, ratio, goal, met?) and the raw
 //!    figures, and writes the same as JSON (`--json`, default `cuhal-bench.json`).
 //!
-//! The whole run takes well under a minute on an H200 (`--quick`: a few seconds). Progress goes
-//! to stderr, the report to stdout. docs/benchmarks.md explains each case's method.
+//! The cuhal side goes through the public API of the `cuhal` crate only (`Driver`, `Device`,
+//! `Queue::execute`, semaphores, command buffers; `hal`), with the device opened as a user
+//! would, one device per case (and per command-buffer mode or tracing level).
+//!
+//! The whole run is sized to take well under a minute on an H200, far inside the three minutes
+//! it may have (`--quick`: a tenth of that). Progress goes to stderr, the report to stdout.
+//! docs/benchmarks.md explains each case's method.
 
 mod alloc_count;
 mod cases;

@@ -12,6 +12,10 @@
 //! `cuStreamWaitEvent` on the second, B as a one-node graph: the calls cuhal makes for two
 //! one-dispatch graph command buffers. References: the same with plain `cuLaunchKernel`, and A
 //! and B back to back on one stream.
+//!
+//! cuhal: a device with two queues; A's command buffer executes on queue 1 signalling a
+//! semaphore, B's on queue 2 waiting for it. Since A is issued first, B's wait finds A's
+//! device-signal event and becomes a device wait, as the floor's.
 
 use anyhow::{Context as _, Result};
 use cuhal::DeviceOptions;
@@ -27,7 +31,7 @@ pub const A_NS: u64 = 30_000;
 /// Upper bound of A's extra SM cycles (about 30 us at the H200's clock: many timer steps).
 pub const JITTER_CYCLES: u64 = 65_536;
 /// Samples per variant (warm-up on top).
-pub const SAMPLES: usize = 2_000;
+pub const SAMPLES: usize = 5_000;
 /// The goal: cuhal at most the floor plus this.
 pub const GOAL_ADDED_NS: f64 = 500.0;
 /// A timer step at or below this is fine enough to judge medians.

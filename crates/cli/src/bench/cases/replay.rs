@@ -27,7 +27,7 @@ use crate::bench::stats::Summary;
 /// Dispatches per command buffer.
 pub const CHAIN: u32 = 100;
 /// Replays per variant (warm-up on top).
-pub const REPLAYS: usize = 1_000;
+pub const REPLAYS: usize = 2_000;
 /// The goal: cuhal at most this many times the floor.
 pub const GOAL_RATIO: f64 = 1.1;
 /// The design's goal for 100 dependent dispatches, submit to host return.

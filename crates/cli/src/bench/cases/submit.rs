@@ -7,6 +7,11 @@
 //! host clock. Every `BATCH` submissions the host waits for the GPU, untimed, so the figure is
 //! the host's cost and never back-pressure from a full launch queue. The kernel counts its
 //! launches; the count is checked at the end.
+//!
+//! cuhal: `Queue::execute(&[(s, i)], &[(s, i + 1)], &[&cb])` with a one-dispatch graph command
+//! buffer, timed per call the same way, the host waiting on the semaphore every `BATCH`. The
+//! process's heap allocations are counted across the measured submissions of both sides
+//! (`alloc_count`); the floor's count checks the instrument (it must be 0).
 
 use anyhow::{Context as _, Result};
 use cuhal::DeviceOptions;

@@ -13,6 +13,9 @@
 //! kernel. References: the same with `CU_EVENT_BLOCKING_SYNC`; polling `cuEventQuery` (what a
 //! completion thread does); and the seeds' design, a `cuLaunchHostFunc` after the kernel whose
 //! callback signals a condition variable the waiter sleeps on.
+//!
+//! cuhal: the same kernel as a one-dispatch graph command buffer, `Queue::execute` with one
+//! signal, then `Semaphore::wait` on the host.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,7 +37,7 @@ use crate::bench::report::{Comparison, Goal, Report};
 /// The kernel's length.
 pub const KERNEL_NS: u64 = 50_000;
 /// Samples per variant (warm-up on top).
-pub const SAMPLES: usize = 2_000;
+pub const SAMPLES: usize = 5_000;
 /// The goal: cuhal's median at most the floor's plus this.
 pub const GOAL_ADDED_NS: f64 = 3_000.0;
 

@@ -30,6 +30,7 @@ mod machine;
 mod options;
 mod report;
 mod stats;
+mod watchdog;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,8 +43,12 @@ use clock::{Clock, utc_now};
 use gpu::Gpu;
 use options::{Case, Options};
 use report::Report;
+use watchdog::Watchdog;
 
 use crate::exit;
+
+/// The run is given up (exit 1) past this: a full run takes well under a minute.
+const WATCHDOG_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Runs `cuhal bench` with the arguments after `bench`; returns the exit code (see
 /// [`crate::exit`]: 2 without a driver, 3 without a device, 1 when a case failed).
@@ -70,6 +75,13 @@ pub fn run(args: &[String]) -> u8 {
 
 fn bench(opts: &Options) -> Result<u8> {
     let started = Instant::now();
+    let watchdog = Watchdog::start(
+        WATCHDOG_LIMIT,
+        format!(
+            "The cases finished before it are in {}.",
+            opts.json.display()
+        ),
+    );
     let clock = Clock::new();
     let mut report = Report::default();
     report.fact("date", utc_now());
@@ -100,18 +112,33 @@ fn bench(opts: &Options) -> Result<u8> {
         None
     };
     let mut failures = 0;
-    if let Some(gpu) = &gpu {
+    let probe = gpu.as_ref().map(|gpu| {
         describe_gpu(gpu, &mut report);
-        let timer = gpu
-            .timer_resolution()
-            .context("the first kernel launch (the %globaltimer probe) failed")?;
-        report.fact(
-            "%globaltimer",
-            format!(
-                "smallest step {} ns, mean step {:.0} ns",
-                timer.step_ns, timer.mean_step_ns
-            ),
-        );
+        watchdog.stage("the %globaltimer probe");
+        gpu.timer_resolution()
+            .context("the first kernel launch (the %globaltimer probe) failed")
+    });
+    let timer = match probe {
+        Some(Err(e)) => {
+            let text = format!("no GPU case ran: {e:#}");
+            eprintln!("cuhal bench: {text}");
+            report.notes.push(text);
+            failures += 1;
+            None
+        }
+        Some(Ok(timer)) => {
+            report.fact(
+                "%globaltimer",
+                format!(
+                    "smallest step {} ns, mean step {:.0} ns",
+                    timer.step_ns, timer.mean_step_ns
+                ),
+            );
+            Some(timer)
+        }
+        None => None,
+    };
+    if let (Some(gpu), Some(timer)) = (&gpu, timer) {
         let env = Env {
             gpu,
             clock,
@@ -119,6 +146,7 @@ fn bench(opts: &Options) -> Result<u8> {
             timer,
         };
         for &case in opts.cases.iter().filter(|c| c.needs_gpu()) {
+            watchdog.stage(format!("case {} ({})", case.number(), case.name()));
             let result = match case {
                 Case::Submit => cases::submit::run(&env, &mut report),
                 Case::Wake => cases::wake::run(&env, &mut report),
@@ -129,26 +157,36 @@ fn bench(opts: &Options) -> Result<u8> {
                 Case::Scheduler => Ok(()),
             };
             failures += record_failure(case, result, &mut report);
+            // Written after every case, so a run cut short still leaves what it measured.
+            let _ = write_json(&report, opts);
         }
     }
     if opts.cases.contains(&Case::Scheduler) {
+        watchdog.stage("case 7 (scheduler)");
         let result = cases::scheduler::run(opts.quick, clock, &mut report);
         failures += record_failure(Case::Scheduler, result, &mut report);
     }
+    watchdog.stage("shutting down");
+    drop(gpu);
+    drop(watchdog);
 
     report.fact(
         "bench wall time",
         format!("{:.1} s", started.elapsed().as_secs_f64()),
     );
     println!("{}", report.to_markdown());
-    let json = report.to_json().to_pretty() + "\n";
-    std::fs::write(&opts.json, json).with_context(|| format!("writing {}", opts.json.display()))?;
+    write_json(&report, opts)?;
     progress(&format!("wrote {}", opts.json.display()));
     if failures > 0 {
         eprintln!("cuhal bench: {failures} case(s) failed; see the notes");
         return Ok(exit::FAILURE);
     }
     Ok(exit::OK)
+}
+
+fn write_json(report: &Report, opts: &Options) -> Result<()> {
+    let json = report.to_json().to_pretty() + "\n";
+    std::fs::write(&opts.json, json).with_context(|| format!("writing {}", opts.json.display()))
 }
 
 /// Loads the driver and opens device 0; `Err(code)` for the clean exits (no driver, no device),

@@ -53,11 +53,15 @@ pub fn format_ns(ns: f64) -> String {
     }
 }
 
+/// A count, with enough decimals that a small non-zero rate (one allocation in 250
+/// submissions) never prints as 0.
 fn format_count(x: f64) -> String {
     if x == x.trunc() {
         format!("{x:.0}")
-    } else {
+    } else if x.abs() >= 1.0 {
         format!("{x:.2}")
+    } else {
+        format!("{x:.4}")
     }
 }
 
@@ -468,6 +472,14 @@ mod tests {
         assert_eq!(format_ns(12_345_678.0), "12.3 ms");
         assert_eq!(format_ns(-1_500.0), "-1.50 us");
         assert_eq!(format_ns(f64::NAN), "n/a");
+    }
+
+    #[test]
+    fn counts_never_round_a_small_rate_to_zero() {
+        assert_eq!(Unit::Count.format(0.0), "0");
+        assert_eq!(Unit::Count.format(3.0), "3");
+        assert_eq!(Unit::Count.format(2.5), "2.50");
+        assert_eq!(Unit::Count.format(0.004), "0.0040");
     }
 
     #[test]

@@ -6,6 +6,9 @@ usage: cuhal <command>
 
 commands:
   info      the CUDA driver and each device (name, compute capability, memory, UUID, PCI bus id)
+  demo      a traced two-queue pipeline on the GPU (on the CPU host backend without one)
+            [--iterations N] [--trace PATH] [--host]
+  bench     cuhal against the raw driver in one process [--quick] [--json PATH] [--case NAME...]
 
 environment:
   CUHAL_CUDA_LIBRARY   path of the driver library to load instead of libcuda.so.1";

@@ -197,7 +197,7 @@ impl Device {
     /// A timeline semaphore at `initial`, whose host waits spin on recorded device events for the
     /// device's `host_wait_spin`.
     pub fn create_semaphore(&self, initial: u64) -> Semaphore {
-        Semaphore::with_options(initial, self.semaphore_options.clone())
+        Semaphore::with_options(initial, self.semaphore_options)
     }
 
     /// A device allocation of `len` bytes (`cuMemAlloc`).

@@ -35,6 +35,9 @@ pub enum CommandBufferMode {
 /// A `(semaphore, value)` list as queue operations take it.
 pub type SemaphoreValues<'a> = [(&'a Semaphore, u64)];
 
+/// A cleanup callback shared by every submission of a queue.
+type SharedCleanup = Arc<dyn Fn(Outcome<'_>) + Send + Sync>;
+
 /// One queue of a device: a stream, its worker and completion threads, and optional tracing.
 pub struct Queue {
     inner: cuhal_scheduler::Queue<CudaBackend>,
@@ -44,7 +47,7 @@ pub struct Queue {
     mode: CommandBufferMode,
     trace: Option<Arc<TraceContext>>,
     /// Collects the trace context's completed zones; one shared cleanup for every submission.
-    collect: Option<Arc<dyn Fn(Outcome<'_>) + Send + Sync>>,
+    collect: Option<SharedCleanup>,
 }
 
 impl Queue {
@@ -67,7 +70,7 @@ impl Queue {
         let collect = trace.clone().map(|trace| {
             Arc::new(move |_: Outcome<'_>| {
                 trace.collect();
-            }) as Arc<dyn Fn(Outcome<'_>) + Send + Sync>
+            }) as SharedCleanup
         });
         Ok(Self {
             inner,

@@ -2,8 +2,8 @@
 //!
 //! Each iteration uploads fresh random data on queue 0, transforms it on queue 1 with a graph
 //! command buffer of two dispatches (`y = 2x + 1`, then `z = 0.5y - 0.5`, each in its own debug
-//! group), copies the result on queue 0 with a second command buffer, and reads it back on queue
-//! 1. Semaphores order the four steps across the two queues; the host only waits for the read.
+//! group), copies the result on queue 0 with a second command buffer, and reads it back on
+//! queue 1. Semaphores order the four steps across the two queues; the host only waits for the read.
 //! Every result is checked against the same fused multiply-adds on the CPU, bit for bit.
 //!
 //! On a GPU the queues trace at FINE verbosity into `cuhal-trace.json` (open it in

@@ -49,7 +49,7 @@ fn submit_throughput(n: u64, window: Option<u64>) -> (f64, f64) {
             )
             .unwrap();
         if let Some(window) = window
-            && k % (window / 2) == 0
+            && k.is_multiple_of(window / 2)
             && k > window / 2
         {
             done.wait(k - window / 2, WAIT).unwrap();
@@ -83,7 +83,7 @@ fn eight_threads(total: u64) -> f64 {
                 let (queue, own, next) = (&queues[t % 4], &semaphores[t], (t + 1) % THREADS);
                 for k in 1..=per_thread {
                     let theirs = published[next].load(Ordering::Acquire);
-                    let waits: &[(&HostSemaphore, u64)] = if k % 16 == 0 && theirs > 0 {
+                    let waits: &[(&HostSemaphore, u64)] = if k.is_multiple_of(16) && theirs > 0 {
                         &[(own, k - 1), (&semaphores[next], theirs)]
                     } else {
                         &[(own, k - 1)]
@@ -98,7 +98,7 @@ fn eight_threads(total: u64) -> f64 {
                         )
                         .unwrap();
                     published[t].store(k, Ordering::Release);
-                    if k % 4096 == 0 {
+                    if k.is_multiple_of(4096) {
                         own.wait(k - 2048, WAIT).unwrap();
                     }
                 }

@@ -74,7 +74,7 @@ impl Pipeline {
     fn round(&mut self) {
         self.round += 1;
         let i = self.round;
-        let gated = i % 8 == 0;
+        let gated = i.is_multiple_of(8);
         let gate_value = i / 8;
         let a_waits: &[(&HostSemaphore, u64)] = if gated {
             &[(&self.sb, i - 1), (&self.gate, gate_value)]
@@ -108,7 +108,7 @@ impl Pipeline {
         }
         // Bound what is in flight, as a steadily fed queue would be (both semaphores: each
         // holds a device-signal timepoint per round in flight).
-        if i % 32 == 0 {
+        if i.is_multiple_of(32) {
             self.sync(i);
         }
     }

@@ -25,6 +25,8 @@ use proptest::prelude::*;
 use smallvec::{SmallVec, smallvec};
 
 type Violations = Arc<Mutex<Vec<String>>>;
+/// Every outcome each action reported (exactly one is expected).
+type Outcomes = Arc<Mutex<Vec<Vec<Result<(), Failure>>>>>;
 
 /// The host backend, checking at issue that the scheduler only issues ready actions.
 struct Checked(HostBackend);
@@ -220,8 +222,7 @@ fn run(case: Case) -> Result<(), TestCaseError> {
     let violations = Violations::default();
     let issued: Vec<Arc<Mutex<Vec<usize>>>> = (0..case.queues).map(|_| Arc::default()).collect();
     let ran: Vec<Arc<Mutex<Vec<usize>>>> = (0..case.queues).map(|_| Arc::default()).collect();
-    let outcomes: Arc<Mutex<Vec<Vec<Result<(), Failure>>>>> =
-        Arc::new(Mutex::new(vec![Vec::new(); case.actions.len()]));
+    let outcomes: Outcomes = Arc::new(Mutex::new(vec![Vec::new(); case.actions.len()]));
     let resources: Vec<Resource> = (0..case.actions.len())
         .map(|j| Arc::new(j) as Resource)
         .collect();

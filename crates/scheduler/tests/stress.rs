@@ -90,7 +90,7 @@ fn eight_threads_many_actions_no_hang_nothing_lost() {
                     // Cross-thread waits only name work already submitted, so the graph stays
                     // acyclic in submission order (queues issue in order).
                     let theirs = published[next].load(Ordering::Acquire);
-                    let waits: &[(&HostSemaphore, u64)] = if k % 16 == 0 && theirs > 0 {
+                    let waits: &[(&HostSemaphore, u64)] = if k.is_multiple_of(16) && theirs > 0 {
                         &[(own, k - 1), (&semaphores[next], theirs)]
                     } else {
                         &[(own, k - 1)]
@@ -106,7 +106,7 @@ fn eight_threads_many_actions_no_hang_nothing_lost() {
                         .unwrap();
                     published[t].store(k, Ordering::Release);
                     // Keep a bounded window in flight, as a real producer would.
-                    if k % 4096 == 0 {
+                    if k.is_multiple_of(4096) {
                         own.wait(k - 2048, Duration::from_secs(30)).unwrap();
                     }
                 }

@@ -13,6 +13,7 @@
 //!   so building the suite needs no CUDA toolkit.
 
 pub mod command_support;
+pub mod device_support;
 pub mod gpu;
 pub mod kernels;
 pub mod trace_support;

@@ -29,8 +29,9 @@ pub enum Payload {
     /// Command buffers, issued in order (`cuGraphLaunch`, or a deferred replay), inside a
     /// submission zone when the queue traces.
     Execute {
-        /// The command buffers.
-        command_buffers: SmallVec<[Arc<dyn CommandBuffer>; 2]>,
+        /// The command buffers (inline up to four, the most `Queue::execute` promises to
+        /// submit without allocating).
+        command_buffers: SmallVec<[Arc<dyn CommandBuffer>; 4]>,
         /// The submission's own zone list (COARSE and FINE tracing only).
         zone: Option<ZoneList>,
     },

@@ -24,6 +24,15 @@ use crate::bench::gpu::raw::Args;
 /// How long any host wait of the benchmarks may take before it is an error, not a hang.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// A duration in microseconds from the environment, if set and valid.
+fn env_micros(name: &str) -> Option<Duration> {
+    std::env::var(name)
+        .ok()?
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_micros)
+}
+
 /// A cuhal device with the benchmark kernels.
 pub struct Hal {
     /// The device (queues, semaphores, command buffers).
@@ -36,7 +45,16 @@ pub struct Hal {
 
 impl Hal {
     /// Opens device 0 through cuhal with `options` and loads the kernels.
-    pub fn open(options: DeviceOptions) -> Result<Self> {
+    ///
+    /// `CUHAL_BENCH_COMPLETION_SPIN_US` and `CUHAL_BENCH_HOST_WAIT_SPIN_US` override the two spin
+    /// budgets, to measure the trade-off they make.
+    pub fn open(mut options: DeviceOptions) -> Result<Self> {
+        if let Some(us) = env_micros("CUHAL_BENCH_COMPLETION_SPIN_US") {
+            options.completion_spin = us;
+        }
+        if let Some(us) = env_micros("CUHAL_BENCH_HOST_WAIT_SPIN_US") {
+            options.host_wait_spin = us;
+        }
         let driver = Driver::load().context("cuhal: loading the driver")?;
         let device = driver.open(0, options).context("cuhal: opening device 0")?;
         let executable = device

@@ -137,6 +137,11 @@ fn scenario(mode: CommandBufferMode) {
         "the downstream batch waits for the faulting one on the device"
     );
     q0.execute(&[(&never, 1)], &[(&pending, 1)], &[]).unwrap();
+    // Pending on the other queue, on a semaphore nothing will signal: the device's loss must
+    // fail it too rather than leave it waiting.
+    let pending_elsewhere = device.create_semaphore(0);
+    q1.execute(&[(&never, 1)], &[(&pending_elsewhere, 1)], &[])
+        .unwrap();
 
     // A host waiter, blocked while the kernel still spins.
     let waiter = {
@@ -171,8 +176,15 @@ fn scenario(mode: CommandBufferMode) {
         sticky(&failure_of(&t, 1, "t"), "the downstream batch"),
         code
     );
-    // The faulting queue fails what was pending on it.
+    // The faulting queue fails what was pending on it, and so does the other queue.
     sticky(&failure_of(&pending, 1, "pending"), "the pending action");
+    assert_eq!(
+        sticky(
+            &failure_of(&pending_elsewhere, 1, "pending_elsewhere"),
+            "the action pending on the other queue"
+        ),
+        code
+    );
 
     // The device, and both its queues, report themselves lost, with the driver's error.
     let deadline = Instant::now() + TIMEOUT;

@@ -6,11 +6,11 @@
 //! for the queue's completion spin and then blocks in `cuEventSynchronize` (the pool's events are
 //! blocking-sync, so that sleeps rather than spins). No driver callback is ever registered.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer};
-use cuhal_scheduler::{Backend, ThreadRole, spin_until};
+use cuhal_scheduler::{Backend, LossTrigger, ThreadRole, spin_until};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{
     CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING, CUresult, CUstream, PrimaryContext,
@@ -77,28 +77,46 @@ pub struct CudaBackend {
     lost: Arc<LostFlag>,
 }
 
-/// The device's lost state, shared by its queues: set by the first sticky error any of them sees.
-#[derive(Default)]
-pub struct LostFlag(std::sync::OnceLock<Failure>);
-
-impl LostFlag {
-    /// The failure that lost the device, if it is lost.
-    pub fn get(&self) -> Option<&Failure> {
-        self.0.get()
-    }
-
-    /// Records `failure` if it lost the context (a sticky error); the first one wins.
-    pub fn note(&self, failure: &Failure) {
-        if crate::error::cuda_of_failure(failure).is_some_and(cuhal_sys::Error::is_sticky) {
-            let _ = self.0.set(failure.clone());
-        }
-    }
-}
-
 // SAFETY: a CUstream may be used from any thread; the scheduler serializes `issue` per queue.
 unsafe impl Send for CudaBackend {}
 // SAFETY: as above; the stream handle is never mutated after creation.
 unsafe impl Sync for CudaBackend {}
+
+/// The device's lost state, shared by its queues: set by the first sticky error any of them sees,
+/// which then loses every queue of the device, so nothing pending anywhere waits for semaphores
+/// that a poisoned context will never signal.
+#[derive(Default)]
+pub struct LostFlag {
+    failure: std::sync::OnceLock<Failure>,
+    queues: std::sync::Mutex<Vec<LossTrigger<CudaBackend>>>,
+}
+
+impl LostFlag {
+    /// The failure that lost the device, if it is lost.
+    pub fn get(&self) -> Option<&Failure> {
+        self.failure.get()
+    }
+
+    /// Registers a queue to lose with the device.
+    pub(crate) fn add_queue(&self, trigger: LossTrigger<CudaBackend>) {
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        queues.push(trigger);
+        if let Some(failure) = self.failure.get() {
+            queues.iter().for_each(|q| q.trigger(failure));
+        }
+    }
+
+    /// Records `failure` if it lost the context (a sticky error); the first one wins and loses
+    /// every queue of the device.
+    pub fn note(&self, failure: &Failure) {
+        if crate::error::cuda_of_failure(failure).is_some_and(cuhal_sys::Error::is_sticky)
+            && self.failure.set(failure.clone()).is_ok()
+        {
+            let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+            queues.iter().for_each(|q| q.trigger(failure));
+        }
+    }
+}
 
 impl CudaBackend {
     /// Creates the queue's `CU_STREAM_NON_BLOCKING` stream (with `priority`, lower is higher).

@@ -64,6 +64,7 @@ impl Queue {
     ) -> Result<Self> {
         let backend = CudaBackend::new(context.clone(), events, lost.clone(), priority)?;
         let inner = cuhal_scheduler::Queue::new(backend, options)?;
+        lost.add_queue(inner.loss_trigger());
         let trace = trace
             .filter(|t| t.verbosity() != Verbosity::Off)
             .map(Arc::new);

@@ -78,5 +78,5 @@ pub use backend::{Backend, ThreadRole};
 pub use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
 pub use error::Error;
 pub use options::QueueOptions;
-pub use queue::{Queue, QueueStats};
+pub use queue::{LossTrigger, Queue, QueueStats};
 pub use spin::spin_until;

@@ -40,6 +40,34 @@ impl QueueStats {
     }
 }
 
+/// Loses a queue from outside it: a device whose context a sticky error poisoned loses all of
+/// its queues at once, so actions pending on a healthy-looking queue fail too instead of waiting
+/// for semaphores that nothing will signal. Holds the queue weakly; does nothing once it is gone.
+pub struct LossTrigger<B: Backend>(std::sync::Weak<Shared<B>>);
+
+impl<B: Backend> LossTrigger<B> {
+    /// Marks the queue lost with `failure` (the first loss wins) and fails everything pending on
+    /// it; later submits return [`Error::Lost`]. Never blocks and takes no queue lock, so it may be
+    /// called from inside a backend's `issue` or `wait_event`.
+    pub fn trigger(&self, failure: &Failure) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.mark_lost(failure);
+        }
+    }
+}
+
+impl<B: Backend> Clone for LossTrigger<B> {
+    fn clone(&self) -> Self {
+        LossTrigger(self.0.clone())
+    }
+}
+
+impl<B: Backend> fmt::Debug for LossTrigger<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LossTrigger")
+    }
+}
+
 /// The scheduler of one device queue.
 ///
 /// Actions are submitted with [`submit`](Queue::submit) and issued to the [`Backend`] in submission
@@ -156,6 +184,11 @@ impl<B: Backend> Queue<B> {
             }
             None => Ok(()),
         }
+    }
+
+    /// A handle that can lose this queue from anywhere (see [`LossTrigger`]).
+    pub fn loss_trigger(&self) -> LossTrigger<B> {
+        LossTrigger(Arc::downgrade(&self.shared))
     }
 
     /// The failure that lost the queue, if it is lost.

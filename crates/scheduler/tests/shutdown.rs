@@ -220,3 +220,41 @@ fn a_queue_dropped_by_its_own_cleanup_does_not_deadlock() {
         thread::sleep(Duration::from_millis(1));
     }
 }
+
+#[test]
+fn a_loss_trigger_fails_pending_actions_and_later_submits() {
+    let queue = host::queue(QueueOptions::new("triggered")).unwrap();
+    let never = HostSemaphore::new(0);
+    let out = HostSemaphore::new(0);
+    queue
+        .submit(
+            &[(&never, 1)],
+            &[(&out, 1)],
+            HostPayload::Nop,
+            Resources::new(),
+            Cleanups::new(),
+        )
+        .unwrap();
+    let trigger = queue.loss_trigger();
+    let failure = Failure::msg("the device's context is lost");
+    trigger.trigger(&failure);
+    // The pending action fails with the trigger's failure, without `never` being signalled.
+    let error = out.wait(1, WAIT).unwrap_err();
+    assert!(error.failure().unwrap().ptr_eq(&failure), "{error}");
+    assert!(queue.lost().unwrap().ptr_eq(&failure));
+    match queue.submit(
+        &[],
+        &[],
+        HostPayload::Nop,
+        Resources::new(),
+        Cleanups::new(),
+    ) {
+        Err(Error::Lost { failure: lost, .. }) => assert!(lost.ptr_eq(&failure)),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // A second trigger does not replace the first failure; a trigger outliving its queue is inert.
+    trigger.trigger(&Failure::msg("later"));
+    assert!(queue.lost().unwrap().ptr_eq(&failure));
+    drop(queue);
+    trigger.trigger(&failure);
+}

@@ -19,7 +19,8 @@ use std::time::Duration;
 use common::bounded;
 use cuhal_semaphore::testing::{FlagEvent, LiveCounter};
 use cuhal_semaphore::{
-    Error, Failure, ListenToken, Listener, Semaphore, SemaphoreId, SemaphoreOptions, Timeout, wait_all, wait_any,
+    Error, Failure, ListenToken, Listener, Semaphore, SemaphoreId, SemaphoreOptions, Timeout,
+    wait_all, wait_any,
 };
 use proptest::prelude::*;
 
@@ -128,12 +129,18 @@ impl Model {
     }
 
     fn at_least(&self, s: usize, v: u64) -> Option<(u64, usize)> {
-        self.sems[s].timepoints.iter().copied().find(|(tv, _)| *tv >= v)
+        self.sems[s]
+            .timepoints
+            .iter()
+            .copied()
+            .find(|(tv, _)| *tv >= v)
     }
 
     fn threshold(&self, s: usize) -> u64 {
         let sem = &self.sems[s];
-        sem.timepoints.last().map_or(sem.value, |(tv, _)| (*tv).max(sem.value))
+        sem.timepoints
+            .last()
+            .map_or(sem.value, |(tv, _)| (*tv).max(sem.value))
     }
 
     /// Checks the list as a wait does: a failure first, then all/any reached.
@@ -141,7 +148,10 @@ impl Model {
         if let Some(f) = list.iter().find_map(|(s, _)| self.sems[*s].failed) {
             return Some(Outcome::Failed(f));
         }
-        let reached: Vec<bool> = list.iter().map(|(s, v)| self.sems[*s].value >= *v).collect();
+        let reached: Vec<bool> = list
+            .iter()
+            .map(|(s, v)| self.sems[*s].value >= *v)
+            .collect();
         if all && reached.iter().all(|r| *r) {
             return Some(Outcome::Ok(0));
         }
@@ -188,11 +198,18 @@ impl Model {
     }
 }
 
-fn outcome<T>(result: Result<T, Error>, index: impl FnOnce(T) -> usize, failures: &[Failure]) -> Outcome {
+fn outcome<T>(
+    result: Result<T, Error>,
+    index: impl FnOnce(T) -> usize,
+    failures: &[Failure],
+) -> Outcome {
     match result {
         Ok(t) => Outcome::Ok(index(t)),
         Err(Error::Failed(f)) => Outcome::Failed(
-            failures.iter().position(|known| known.ptr_eq(&f)).expect("a failure the test created"),
+            failures
+                .iter()
+                .position(|known| known.ptr_eq(&f))
+                .expect("a failure the test created"),
         ),
         Err(Error::Timeout) => Outcome::Timeout,
         Err(Error::EmptyWaitList) => Outcome::Empty,
@@ -230,7 +247,13 @@ fn run_sequential(initial: Vec<u64>, ops: Vec<Op>) {
         })
         .collect();
     let mut model = Model {
-        sems: initial.iter().map(|&value| ModelSem { value, ..Default::default() }).collect(),
+        sems: initial
+            .iter()
+            .map(|&value| ModelSem {
+                value,
+                ..Default::default()
+            })
+            .collect(),
         events: Vec::new(),
     };
     let failures: Arc<Mutex<Vec<Failure>>> = Arc::default();
@@ -269,7 +292,9 @@ fn run_sequential(initial: Vec<u64>, ops: Vec<Op>) {
             Op::Advance(s, v) => {
                 let got = sems[s].advance_to(v);
                 match model.sems[s].failed {
-                    Some(f) => assert!(matches!(&got, Err(Error::Failed(g)) if g.ptr_eq(&known()[f]))),
+                    Some(f) => {
+                        assert!(matches!(&got, Err(Error::Failed(g)) if g.ptr_eq(&known()[f])))
+                    }
                     None => {
                         assert!(got.is_ok());
                         model.advance(s, v);
@@ -334,8 +359,11 @@ fn run_sequential(initial: Vec<u64>, ops: Vec<Op>) {
             }
             Op::DeviceWait(s, v) => {
                 let sem = &model.sems[s];
-                let expected =
-                    if sem.failed.is_some() || sem.value >= v { None } else { model.at_least(s, v).map(|(_, e)| e) };
+                let expected = if sem.failed.is_some() || sem.value >= v {
+                    None
+                } else {
+                    model.at_least(s, v).map(|(_, e)| e)
+                };
                 let got = sems[s].device_wait_event(v);
                 match (expected, got) {
                     (None, None) => {}
@@ -360,7 +388,8 @@ fn run_sequential(initial: Vec<u64>, ops: Vec<Op>) {
                 let values: Vec<u64> = list.iter().map(|(_, v)| *v).collect();
                 let known_failures = failures.clone();
                 let handle = thread::spawn(move || {
-                    let refs: Vec<(&Sem, u64)> = owned.iter().zip(&values).map(|(s, v)| (s, *v)).collect();
+                    let refs: Vec<(&Sem, u64)> =
+                        owned.iter().zip(&values).map(|(s, v)| (s, *v)).collect();
                     let result = if all {
                         wait_all(&refs, Timeout::Infinite).map(|()| 0)
                     } else {
@@ -369,7 +398,13 @@ fn run_sequential(initial: Vec<u64>, ops: Vec<Op>) {
                     let known = known_failures.lock().unwrap().clone();
                     let _ = tx.send(outcome(result, |i| i, &known));
                 });
-                parked.push(Parked { list, all, done: false, rx, handle });
+                parked.push(Parked {
+                    list,
+                    all,
+                    done: false,
+                    rx,
+                    handle,
+                });
             }
         }
 
@@ -384,29 +419,55 @@ fn run_sequential(initial: Vec<u64>, ops: Vec<Op>) {
         }
         for (key, entry) in listeners.iter_mut().enumerate() {
             let (s, v, _, cancelled, ref mut should) = *entry;
-            if !cancelled && !*should && (model.sems[s].failed.is_some() || model.threshold(s) >= v) {
+            if !cancelled && !*should && (model.sems[s].failed.is_some() || model.threshold(s) >= v)
+            {
                 *should = true;
             }
-            let count = fired.0.lock().unwrap().iter().filter(|k| **k == key as u64).count();
+            let count = fired
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|k| **k == key as u64)
+                .count();
             assert_eq!(count, usize::from(entry.4), "listener {key} after {op:?}");
         }
         for (i, e) in events.iter().enumerate() {
-            let held = model.sems.iter().flat_map(|s| &s.timepoints).filter(|(_, ev)| *ev == i).count();
-            assert_eq!(e.clone_count(), 1 + held, "event {i} retention after {op:?}");
+            let held = model
+                .sems
+                .iter()
+                .flat_map(|s| &s.timepoints)
+                .filter(|(_, ev)| *ev == i)
+                .count();
+            assert_eq!(
+                e.clone_count(),
+                1 + held,
+                "event {i} retention after {op:?}"
+            );
         }
         for p in parked.iter_mut().filter(|p| !p.done) {
             let expected = if p.list.is_empty() {
-                Some(if p.all { Outcome::Ok(0) } else { Outcome::Empty })
+                Some(if p.all {
+                    Outcome::Ok(0)
+                } else {
+                    Outcome::Empty
+                })
             } else {
                 model.check(&p.list, p.all)
             };
             match expected {
                 Some(expected) => {
-                    let got = p.rx.recv_timeout(Duration::from_secs(10)).expect("a waiter did not wake");
+                    let got =
+                        p.rx.recv_timeout(Duration::from_secs(10))
+                            .expect("a waiter did not wake");
                     assert_eq!(got, expected, "parked {:?} after {op:?}", p.list);
                     p.done = true;
                 }
-                None => assert!(p.rx.try_recv().is_err(), "parked {:?} woke early after {op:?}", p.list),
+                None => assert!(
+                    p.rx.try_recv().is_err(),
+                    "parked {:?} woke early after {op:?}",
+                    p.list
+                ),
             }
         }
     }
@@ -418,7 +479,9 @@ fn run_sequential(initial: Vec<u64>, ops: Vec<Op>) {
     }
     for p in parked {
         if !p.done {
-            let got = p.rx.recv_timeout(Duration::from_secs(10)).expect("a waiter did not wake on failure");
+            let got =
+                p.rx.recv_timeout(Duration::from_secs(10))
+                    .expect("a waiter did not wake on failure");
             assert!(matches!(got, Outcome::Failed(_)) || p.list.is_empty());
         }
         p.handle.join().unwrap();
@@ -490,21 +553,29 @@ fn run_concurrent(threads: Vec<Vec<ConcurrentOp>>, with_failure: bool) {
         thread::spawn(move || wait_all(&[(&sems[0], FINAL), (&sems[1], FINAL)], Timeout::Infinite))
     };
     let parties = threads.len() + 1;
-    let (ops_done, checked) = (Arc::new(Barrier::new(parties)), Arc::new(Barrier::new(parties)));
+    let (ops_done, checked) = (
+        Arc::new(Barrier::new(parties)),
+        Arc::new(Barrier::new(parties)),
+    );
     let all_seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let handles: Vec<_> = threads
         .into_iter()
         .map(|ops| {
             let sems = sems.clone();
             let live = live.clone();
-            let (ops_done, checked, all_seen) = (ops_done.clone(), checked.clone(), all_seen.clone());
+            let (ops_done, checked, all_seen) =
+                (ops_done.clone(), checked.clone(), all_seen.clone());
             thread::spawn(move || {
                 let mut seen = Seen::default();
                 let mut last = [0u64; 2];
                 let mut mine: Vec<FlagEvent> = Vec::new();
                 let observe = |last: &mut [u64; 2], s: usize, sem: &Sem| {
                     if let Ok(v) = sem.query() {
-                        assert!(v >= last[s], "semaphore {s} went back from {} to {v}", last[s]);
+                        assert!(
+                            v >= last[s],
+                            "semaphore {s} went back from {} to {v}",
+                            last[s]
+                        );
                         last[s] = v;
                     }
                 };
@@ -512,7 +583,9 @@ fn run_concurrent(threads: Vec<Vec<ConcurrentOp>>, with_failure: bool) {
                     match op {
                         ConcurrentOp::Signal(s, v) => match sems[s].signal(v) {
                             Ok(()) => seen.signalled.push((s, v)),
-                            Err(Error::NotMonotonic { current, requested }) => assert!(requested <= current),
+                            Err(Error::NotMonotonic { current, requested }) => {
+                                assert!(requested <= current)
+                            }
                             Err(Error::Failed(_)) => {}
                             Err(e) => panic!("{e:?}"),
                         },
@@ -582,13 +655,28 @@ fn run_concurrent(threads: Vec<Vec<ConcurrentOp>>, with_failure: bool) {
                 continue;
             };
             let mine = |list: fn(&Seen) -> &Vec<(usize, u64)>| {
-                seen.iter().flat_map(move |t| list(t).iter()).filter(|(ss, _)| *ss == s).map(|(_, v)| *v)
+                seen.iter()
+                    .flat_map(move |t| list(t).iter())
+                    .filter(|(ss, _)| *ss == s)
+                    .map(|(_, v)| *v)
             };
             let max_signalled = mine(|t| &t.signalled).max().unwrap_or(0);
-            assert!(value >= max_signalled, "semaphore {s} at {value}, below a successful signal {max_signalled}");
-            assert!(mine(|t| &t.reached).all(|v| v <= value), "a wait succeeded for a value never reached");
-            let produced = value == 0 || mine(|t| &t.signalled).chain(mine(|t| &t.produced)).any(|v| v == value);
-            assert!(produced, "semaphore {s} at {value}, a value nobody produced");
+            assert!(
+                value >= max_signalled,
+                "semaphore {s} at {value}, below a successful signal {max_signalled}"
+            );
+            assert!(
+                mine(|t| &t.reached).all(|v| v <= value),
+                "a wait succeeded for a value never reached"
+            );
+            let produced = value == 0
+                || mine(|t| &t.signalled)
+                    .chain(mine(|t| &t.produced))
+                    .any(|v| v == value);
+            assert!(
+                produced,
+                "semaphore {s} at {value}, a value nobody produced"
+            );
         }
     }
     checked.wait();

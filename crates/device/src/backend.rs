@@ -3,11 +3,12 @@
 //! `issue` enqueues, in order, a `cuStreamWaitEvent` per device wait, the payload, and one pooled
 //! completion event, which the scheduler also records as the device-signal timepoint of every
 //! signal semaphore. `wait_event` runs on the queue's completion thread: it polls `cuEventQuery`
-//! for the queue's completion spin and then blocks in `cuEventSynchronize` (the pool's events are
-//! blocking-sync, so that sleeps rather than spins). No driver callback is ever registered.
+//! for the queue's completion spin and then sleeps between queries, in naps that grow with the
+//! wait (or blocks in `cuEventSynchronize` when the device chose blocking-sync events). No
+//! driver callback is ever registered.
 
 use std::sync::{Arc, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer};
 use cuhal_scheduler::{Backend, LossTrigger, ThreadRole, spin_until};
@@ -286,19 +287,29 @@ impl Backend for CudaBackend {
     }
 
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {
+        let started = Instant::now();
         let mut outcome = Ok(false);
         let done = spin_until(spin, || {
             outcome = event.query_raw();
             !matches!(outcome, Ok(false))
         });
         if !done {
-            let api = self.context.api();
-            // SAFETY: the event is live while we hold the handle; it is a blocking-sync event,
-            // so this sleeps until the GPU reaches it (or the context fails).
-            let r = unsafe { (api.cuEventSynchronize)(event.raw()) };
-            outcome = match r {
-                CUresult::SUCCESS => Ok(true),
-                other => Err(api.error("cuEventSynchronize", other)),
+            outcome = if self.events.blocking_sync() {
+                let api = self.context.api();
+                // SAFETY: the event is live while we hold the handle; it is a blocking-sync
+                // event, so this sleeps until the GPU reaches it (or the context fails).
+                match unsafe { (api.cuEventSynchronize)(event.raw()) } {
+                    CUresult::SUCCESS => Ok(true),
+                    other => Err(api.error("cuEventSynchronize", other)),
+                }
+            } else {
+                loop {
+                    std::thread::sleep(nap(started.elapsed()));
+                    match event.query_raw() {
+                        Ok(false) => continue,
+                        done => break done,
+                    }
+                }
             };
         }
         outcome.map(drop).map_err(|e| {
@@ -309,6 +320,19 @@ impl Backend for CudaBackend {
     }
 }
 
+/// How long the completion thread sleeps between queries of an event it has already waited
+/// `waited` for, past its spin budget: an eighth of the wait so far, so a completion is seen at
+/// most about 12% late, between 20 us (fewer polls than that cost more CPU than they save) and
+/// 1 ms (an idle-looking queue is still checked a thousand times a second).
+///
+/// A blocking-sync event would let the thread sleep until the GPU's interrupt instead, but on
+/// the H200 such events cost every other queue that waits on them 1.3 us more per dependency on
+/// the GPU, and every submission far more while a thread sleeps in `cuEventSynchronize`
+/// (docs/benchmarks.md); so they are an option, not the default.
+pub(crate) fn nap(waited: Duration) -> Duration {
+    (waited / 8).clamp(Duration::from_micros(20), Duration::from_millis(1))
+}
+
 impl Drop for CudaBackend {
     fn drop(&mut self) {
         // The scheduler joined its threads before dropping the backend: nothing issues any more.
@@ -317,5 +341,18 @@ impl Drop for CudaBackend {
         // SAFETY: the stream is live and no thread uses it any more; cuStreamDestroy returns at
         // once and the driver releases the stream when its work is done.
         let _ = unsafe { (api.cuStreamDestroy)(self.stream) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn naps_grow_with_the_wait_within_bounds() {
+        assert_eq!(nap(Duration::ZERO), Duration::from_micros(20));
+        assert_eq!(nap(Duration::from_micros(800)), Duration::from_micros(100));
+        assert_eq!(nap(Duration::from_millis(4)), Duration::from_micros(500));
+        assert_eq!(nap(Duration::from_secs(60)), Duration::from_millis(1));
     }
 }

@@ -18,7 +18,7 @@ impl QueueOptions {
     /// idle one must not burn a core, and 50 us covers back-to-back short work.
     pub const DEFAULT_COMPLETION_SPIN: Duration = Duration::from_micros(50);
     /// Default [`idle_spin`](Self::with_idle_spin).
-    pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(20);
+    pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(100);
     /// Default [`capacity`](Self::with_capacity).
     pub const DEFAULT_CAPACITY: usize = 256;
 

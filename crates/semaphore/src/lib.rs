@@ -57,8 +57,15 @@
 //! trait Listener: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64); }
 //! wait_all(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<(), Error>
 //! wait_any(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<usize, Error>
-//! testing::{FlagEvent, LiveCounter}
+//! testing::LiveCounter  ::new(), .live() -> usize
+//! testing::FlagEvent    ::new(), ::counted(&LiveCounter), .complete(), .fail(Failure), .is_complete(),
+//!                       .query_count(), .clone_count(), .ptr_eq(&other)         impl DeviceEvent
 //! ```
+//!
+//! Listener notifications and event drops happen after the semaphore's lock is released; no two
+//! semaphore locks are ever held at once, and no event is queried under a lock. Dropping a semaphore
+//! drops its listeners without notifying them (whoever listens should hold the semaphore) and releases
+//! its events.
 //!
 //! # Example
 //!

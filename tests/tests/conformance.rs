@@ -869,9 +869,10 @@ fn queue_waits_on_another_queue_on_the_device(mode: CommandBufferMode) {
         let after = e.q(0).stats();
         // Queue 2's signal was recorded and not yet reached (its kernel spins 2 ms): queue 1's
         // batch went out at once with a device-side wait, not through a host round trip.
-        assert_eq!(
-            value_of(&x),
-            round - 1,
+        // (The host value of `x` may still lag at `round - 1` or below: its queue's completion
+        // thread brings it up to date on its own time.)
+        assert!(
+            value_of(&x) < round,
             "round {round}: the producer finished within microseconds?"
         );
         assert_eq!(after.issued_on_submit, before.issued_on_submit + 1);

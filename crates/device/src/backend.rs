@@ -3,18 +3,18 @@
 //! `issue` enqueues, in order, a `cuStreamWaitEvent` per device wait, the payload, and one pooled
 //! completion event, which the scheduler also records as the device-signal timepoint of every
 //! signal semaphore. `wait_event` runs on the queue's completion thread: it polls `cuEventQuery`
-//! for the queue's completion spin and then sleeps between queries, in naps that grow with the
-//! wait (or blocks in `cuEventSynchronize` when the device chose blocking-sync events). No
-//! driver callback is ever registered.
+//! for the queue's completion spin, and past it sleeps until the GPU's interrupt (see
+//! `CudaBackend::sleep_until`). No driver callback is ever registered.
 
 use std::sync::{Arc, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer};
 use cuhal_scheduler::{Backend, LossTrigger, ThreadRole, spin_until};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{
-    CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING, CUresult, CUstream, PrimaryContext,
+    CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING,
+    CUevent, CUstream, PrimaryContext,
 };
 use cuhal_trace::ZoneList;
 use smallvec::SmallVec;
@@ -76,6 +76,10 @@ pub struct CudaBackend {
     stream: CUstream,
     events: EventPool,
     lost: Arc<LostFlag>,
+    /// Where the completion thread goes to sleep: a private stream that waits for a completion
+    /// event on the device, then records `sleep_event`, a blocking-sync event.
+    sleep_stream: CUstream,
+    sleep_event: CUevent,
 }
 
 // SAFETY: a CUstream may be used from any thread; the scheduler serializes `issue` per queue.
@@ -135,12 +139,55 @@ impl CudaBackend {
         api.check("cuStreamCreateWithPriority", unsafe {
             (api.cuStreamCreateWithPriority)(&mut stream, CU_STREAM_NON_BLOCKING, priority)
         })?;
-        Ok(Self {
-            context,
+        let mut backend = Self {
+            context: context.clone(),
             stream,
             events,
             lost,
-        })
+            sleep_stream: std::ptr::null_mut(),
+            sleep_event: std::ptr::null_mut(),
+        };
+        // From here `backend`'s Drop destroys whatever was created.
+        // SAFETY: valid out-pointer and flags.
+        api.check("cuStreamCreate", unsafe {
+            (api.cuStreamCreate)(&mut backend.sleep_stream, CU_STREAM_NON_BLOCKING)
+        })?;
+        // SAFETY: valid out-pointer and flags.
+        api.check("cuEventCreate", unsafe {
+            (api.cuEventCreate)(
+                &mut backend.sleep_event,
+                CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC,
+            )
+        })?;
+        Ok(backend)
+    }
+
+    /// Sleeps until `event` completes, woken by the GPU's interrupt: the sleep stream waits for
+    /// `event` on the device and then records the blocking-sync sleep event, on which this
+    /// thread blocks. Only the completion thread calls this, one event at a time.
+    ///
+    /// Completion events themselves are not blocking-sync: on the H200 such events made every
+    /// device-side wait on them 1.3 us slower and every submission slower, while this costs two
+    /// driver calls only when a wait outlasts its spin.
+    fn sleep_until(&self, event: &CudaEvent) -> Result<bool, cuhal_sys::Error> {
+        let api = self.context.api();
+        // SAFETY: both streams and both events are live; only the completion thread uses the
+        // sleep stream and event, so the record is not raced.
+        unsafe {
+            api.check(
+                "cuStreamWaitEvent",
+                (api.cuStreamWaitEvent)(self.sleep_stream, event.raw(), CU_EVENT_WAIT_DEFAULT),
+            )?;
+            api.check(
+                "cuEventRecord",
+                (api.cuEventRecord)(self.sleep_event, self.sleep_stream),
+            )?;
+            api.check(
+                "cuEventSynchronize",
+                (api.cuEventSynchronize)(self.sleep_event),
+            )?;
+        }
+        event.query_raw()
     }
 
     /// The queue's stream.
@@ -287,50 +334,26 @@ impl Backend for CudaBackend {
     }
 
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {
-        let started = Instant::now();
         let mut outcome = Ok(false);
         let done = spin_until(spin, || {
             outcome = event.query_raw();
             !matches!(outcome, Ok(false))
         });
         if !done {
-            outcome = if self.events.blocking_sync() {
-                let api = self.context.api();
-                // SAFETY: the event is live while we hold the handle; it is a blocking-sync
-                // event, so this sleeps until the GPU reaches it (or the context fails).
-                match unsafe { (api.cuEventSynchronize)(event.raw()) } {
-                    CUresult::SUCCESS => Ok(true),
-                    other => Err(api.error("cuEventSynchronize", other)),
-                }
-            } else {
-                loop {
-                    std::thread::sleep(nap(started.elapsed()));
-                    match event.query_raw() {
-                        Ok(false) => continue,
-                        done => break done,
-                    }
-                }
-            };
+            outcome = self.sleep_until(event);
         }
-        outcome.map(drop).map_err(|e| {
-            let failure = Failure::new(Error::from(e));
-            self.lost.note(&failure);
-            failure
-        })
+        match outcome {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Failure::new(Error::InvalidArgument(
+                "a completion event was not complete after the driver said it was".into(),
+            ))),
+            Err(e) => {
+                let failure = Failure::new(Error::from(e));
+                self.lost.note(&failure);
+                Err(failure)
+            }
+        }
     }
-}
-
-/// How long the completion thread sleeps between queries of an event it has already waited
-/// `waited` for, past its spin budget: an eighth of the wait so far, so a completion is seen at
-/// most about 12% late, between 20 us (fewer polls than that cost more CPU than they save) and
-/// 1 ms (an idle-looking queue is still checked a thousand times a second).
-///
-/// A blocking-sync event would let the thread sleep until the GPU's interrupt instead, but on
-/// the H200 such events cost every other queue that waits on them 1.3 us more per dependency on
-/// the GPU, and every submission far more while a thread sleeps in `cuEventSynchronize`
-/// (docs/benchmarks.md); so they are an option, not the default.
-pub(crate) fn nap(waited: Duration) -> Duration {
-    (waited / 8).clamp(Duration::from_micros(20), Duration::from_millis(1))
 }
 
 impl Drop for CudaBackend {
@@ -338,21 +361,17 @@ impl Drop for CudaBackend {
         // The scheduler joined its threads before dropping the backend: nothing issues any more.
         let _ = self.context.bind();
         let api = self.context.api();
-        // SAFETY: the stream is live and no thread uses it any more; cuStreamDestroy returns at
-        // once and the driver releases the stream when its work is done.
-        let _ = unsafe { (api.cuStreamDestroy)(self.stream) };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn naps_grow_with_the_wait_within_bounds() {
-        assert_eq!(nap(Duration::ZERO), Duration::from_micros(20));
-        assert_eq!(nap(Duration::from_micros(800)), Duration::from_micros(100));
-        assert_eq!(nap(Duration::from_millis(4)), Duration::from_micros(500));
-        assert_eq!(nap(Duration::from_secs(60)), Duration::from_millis(1));
+        // SAFETY: the streams and the event are live (or null, never created) and no thread uses
+        // them any more; cuStreamDestroy returns at once and the driver releases a stream when
+        // its work is done.
+        unsafe {
+            let _ = (api.cuStreamDestroy)(self.stream);
+            if !self.sleep_stream.is_null() {
+                let _ = (api.cuStreamDestroy)(self.sleep_stream);
+            }
+            if !self.sleep_event.is_null() {
+                let _ = (api.cuEventDestroy)(self.sleep_event);
+            }
+        }
     }
 }

@@ -69,11 +69,6 @@ pub struct DeviceOptions {
     pub host_wait_spin: Duration,
     /// Events created up front (the pool grows on demand).
     pub reserved_events: usize,
-    /// Whether completion events are `CU_EVENT_BLOCKING_SYNC`, so a completion thread that has
-    /// spun its budget sleeps in `cuEventSynchronize` until the GPU's interrupt. Off by default:
-    /// such events make every device-side wait on them slower, and the completion thread instead
-    /// sleeps between queries, in naps that grow with the wait.
-    pub blocking_sync_events: bool,
 }
 
 impl Default for DeviceOptions {
@@ -86,7 +81,6 @@ impl Default for DeviceOptions {
             completion_spin: QueueOptions::DEFAULT_COMPLETION_SPIN,
             host_wait_spin: Duration::from_micros(200),
             reserved_events: 64,
-            blocking_sync_events: false,
         }
     }
 }
@@ -132,11 +126,7 @@ impl Device {
         }
         let info = cuhal_sys::device_info(&driver.api, ordinal)?;
         let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;
-        let events = EventPool::new(
-            context.clone(),
-            options.reserved_events,
-            options.blocking_sync_events,
-        )?;
+        let events = EventPool::new(context.clone(), options.reserved_events)?;
         let lost = Arc::new(LostFlag::default());
         let memory = Arc::new(MemoryPool::new(context.clone())?);
         let mut queues = Vec::with_capacity(options.queues);

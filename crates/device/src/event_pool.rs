@@ -1,9 +1,10 @@
 //! Pooled CUDA events: the device-side half of every semaphore timepoint.
 //!
 //! A [`CudaEvent`] is a reference-counted handle to a `CUevent` created with
-//! `CU_EVENT_DISABLE_TIMING` (7x cheaper to record than a timing event), and optionally
-//! `CU_EVENT_BLOCKING_SYNC` (see `DeviceOptions::blocking_sync_events`). An event goes back to
-//! its pool's free list only when its last handle is dropped: the semaphore drops its handle once its value passes the
+//! `CU_EVENT_DISABLE_TIMING` (7x cheaper to record than a timing event) and nothing else: a
+//! blocking-sync event would make every device-side wait on it slower (the completion thread
+//! sleeps on an event of its own instead, see `backend.rs`). An event goes back to its pool's
+//! free list only when its last handle is dropped: the semaphore drops its handle once its value passes the
 //! timepoint, a queue drops its handle once the wait is enqueued (`cuStreamWaitEvent` captures
 //! the event's state at the call), and the completion thread drops its handle after signalling.
 //!
@@ -16,9 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cuhal_semaphore::{DeviceEvent, Failure};
-use cuhal_sys::{
-    CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CUevent, CUresult, PrimaryContext,
-};
+use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, CUresult, PrimaryContext};
 
 use crate::error::Error;
 
@@ -50,22 +49,12 @@ pub struct EventPool {
 }
 
 impl EventPool {
-    /// A pool of `CU_EVENT_DISABLE_TIMING` events (with `CU_EVENT_BLOCKING_SYNC` too when
-    /// `blocking_sync`), with `reserve` created up front.
-    pub fn new(
-        context: Arc<PrimaryContext>,
-        reserve: usize,
-        blocking_sync: bool,
-    ) -> Result<Self, Error> {
-        let flags = if blocking_sync {
-            CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC
-        } else {
-            CU_EVENT_DISABLE_TIMING
-        };
+    /// A pool of `CU_EVENT_DISABLE_TIMING` events, with `reserve` created up front.
+    pub fn new(context: Arc<PrimaryContext>, reserve: usize) -> Result<Self, Error> {
         let pool = Self {
             shared: Arc::new(PoolShared {
                 context,
-                flags,
+                flags: CU_EVENT_DISABLE_TIMING,
                 free: Mutex::new(Vec::with_capacity(reserve.max(16))),
                 all: Mutex::new(Vec::with_capacity(reserve.max(16))),
             }),
@@ -121,11 +110,6 @@ impl EventPool {
         let extra = capacity.saturating_sub(free.capacity());
         free.reserve(extra);
         Ok(slot)
-    }
-
-    /// Whether the pool's events are `CU_EVENT_BLOCKING_SYNC`.
-    pub fn blocking_sync(&self) -> bool {
-        self.shared.flags & CU_EVENT_BLOCKING_SYNC != 0
     }
 
     /// Events created so far.

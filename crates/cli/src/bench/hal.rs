@@ -47,17 +47,13 @@ impl Hal {
     /// Opens device 0 through cuhal with `options` and loads the kernels.
     ///
     /// `CUHAL_BENCH_COMPLETION_SPIN_US` and `CUHAL_BENCH_HOST_WAIT_SPIN_US` override the two spin
-    /// budgets, and `CUHAL_BENCH_BLOCKING_SYNC=0` makes completion events spin-only, to measure
-    /// the trade-offs they make.
+    /// budgets, to measure the trade-off they make.
     pub fn open(mut options: DeviceOptions) -> Result<Self> {
         if let Some(us) = env_micros("CUHAL_BENCH_COMPLETION_SPIN_US") {
             options.completion_spin = us;
         }
         if let Some(us) = env_micros("CUHAL_BENCH_HOST_WAIT_SPIN_US") {
             options.host_wait_spin = us;
-        }
-        if let Ok(value) = std::env::var("CUHAL_BENCH_BLOCKING_SYNC") {
-            options.blocking_sync_events = value != "0";
         }
         let driver = Driver::load().context("cuhal: loading the driver")?;
         let device = driver.open(0, options).context("cuhal: opening device 0")?;

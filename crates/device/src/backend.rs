@@ -7,10 +7,10 @@
 //! `CudaBackend::sleep_until`). No driver callback is ever registered.
 
 use std::sync::{Arc, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer};
-use cuhal_scheduler::{Backend, LossTrigger, ThreadRole, spin_until};
+use cuhal_scheduler::{Backend, LossTrigger, ThreadRole};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{
     CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING,
@@ -80,6 +80,8 @@ pub struct CudaBackend {
     /// event on the device, then records `sleep_event`, a blocking-sync event.
     sleep_stream: CUstream,
     sleep_event: CUevent,
+    /// The pause between two queries of a completion event while spinning.
+    poll_interval: Duration,
 }
 
 // SAFETY: a CUstream may be used from any thread; the scheduler serializes `issue` per queue.
@@ -130,6 +132,7 @@ impl CudaBackend {
         events: EventPool,
         lost: Arc<LostFlag>,
         priority: i32,
+        poll_interval: Duration,
     ) -> Result<Self, Error> {
         context.bind()?;
         let api = context.api();
@@ -146,6 +149,7 @@ impl CudaBackend {
             lost,
             sleep_stream: std::ptr::null_mut(),
             sleep_event: std::ptr::null_mut(),
+            poll_interval,
         };
         // From here `backend`'s Drop destroys whatever was created.
         // SAFETY: valid out-pointer and flags.
@@ -160,6 +164,27 @@ impl CudaBackend {
             )
         })?;
         Ok(backend)
+    }
+
+    /// Queries `event` every `poll_interval` until it completes, fails, or `until` passes.
+    ///
+    /// The pause keeps this thread from hammering the driver: every query takes locks that the
+    /// threads submitting to the same context need too.
+    fn poll_until(&self, event: &CudaEvent, until: Instant) -> Result<bool, cuhal_sys::Error> {
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return Ok(false);
+            }
+            let next = (now + self.poll_interval).min(until);
+            while Instant::now() < next {
+                std::hint::spin_loop();
+            }
+            match event.query_raw() {
+                Ok(false) => {}
+                done => return done,
+            }
+        }
     }
 
     /// Sleeps until `event` completes, woken by the GPU's interrupt: the sleep stream waits for
@@ -334,12 +359,11 @@ impl Backend for CudaBackend {
     }
 
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {
-        let mut outcome = Ok(false);
-        let done = spin_until(spin, || {
-            outcome = event.query_raw();
-            !matches!(outcome, Ok(false))
-        });
-        if !done {
+        let mut outcome = event.query_raw();
+        if matches!(outcome, Ok(false)) {
+            outcome = self.poll_until(event, Instant::now() + spin);
+        }
+        if matches!(outcome, Ok(false)) {
             outcome = self.sleep_until(event);
         }
         match outcome {

@@ -65,6 +65,9 @@ pub struct DeviceOptions {
     pub trace_sink: Option<Arc<dyn Sink>>,
     /// How long a completion thread polls an event before blocking on it.
     pub completion_spin: Duration,
+    /// How long the completion thread pauses between two queries of an event while it spins:
+    /// shorter sees completions sooner, longer leaves the driver to the submitting threads.
+    pub completion_poll_interval: Duration,
     /// How long a host semaphore wait polls a recorded device event before parking.
     pub host_wait_spin: Duration,
     /// Events created up front (the pool grows on demand).
@@ -79,6 +82,7 @@ impl Default for DeviceOptions {
             tracing: Verbosity::Off,
             trace_sink: None,
             completion_spin: QueueOptions::DEFAULT_COMPLETION_SPIN,
+            completion_poll_interval: Duration::from_micros(1),
             host_wait_spin: Duration::from_micros(200),
             reserved_events: 64,
         }
@@ -92,6 +96,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("command_buffer_mode", &self.command_buffer_mode)
             .field("tracing", &self.tracing)
             .field("completion_spin", &self.completion_spin)
+            .field("completion_poll_interval", &self.completion_poll_interval)
             .field("host_wait_spin", &self.host_wait_spin)
             .finish_non_exhaustive()
     }
@@ -147,6 +152,7 @@ impl Device {
                 memory.clone(),
                 QueueOptions::new(label).with_completion_spin(options.completion_spin),
                 0,
+                options.completion_poll_interval,
                 options.command_buffer_mode,
                 trace,
             )?);

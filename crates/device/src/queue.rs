@@ -5,6 +5,7 @@
 //! until it completes or fails, so callers may drop their handles at once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use cuhal_command::{
     Buffer, BufferRange, CommandBuffer, DeferredCommandBuffer, FillPattern, GraphCommandBuffer,
@@ -59,10 +60,17 @@ impl Queue {
         memory: Arc<MemoryPool>,
         options: QueueOptions,
         priority: i32,
+        poll_interval: Duration,
         mode: CommandBufferMode,
         trace: Option<TraceContext>,
     ) -> Result<Self> {
-        let backend = CudaBackend::new(context.clone(), events, lost.clone(), priority)?;
+        let backend = CudaBackend::new(
+            context.clone(),
+            events,
+            lost.clone(),
+            priority,
+            poll_interval,
+        )?;
         let inner = cuhal_scheduler::Queue::new(backend, options)?;
         lost.add_queue(inner.loss_trigger());
         let trace = trace

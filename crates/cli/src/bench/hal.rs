@@ -47,10 +47,17 @@ impl Hal {
     /// Opens device 0 through cuhal with `options` and loads the kernels.
     ///
     /// `CUHAL_BENCH_COMPLETION_SPIN_US` and `CUHAL_BENCH_HOST_WAIT_SPIN_US` override the two spin
-    /// budgets, to measure the trade-off they make.
+    /// budgets and `CUHAL_BENCH_POLL_INTERVAL_NS` the completion thread's pause between queries,
+    /// to measure the trade-offs they make.
     pub fn open(mut options: DeviceOptions) -> Result<Self> {
         if let Some(us) = env_micros("CUHAL_BENCH_COMPLETION_SPIN_US") {
             options.completion_spin = us;
+        }
+        if let Some(ns) = std::env::var("CUHAL_BENCH_POLL_INTERVAL_NS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            options.completion_poll_interval = Duration::from_nanos(ns);
         }
         if let Some(us) = env_micros("CUHAL_BENCH_HOST_WAIT_SPIN_US") {
             options.host_wait_spin = us;

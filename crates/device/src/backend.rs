@@ -16,7 +16,7 @@ use cuhal_sys::{
     CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING,
     CUevent, CUstream, PrimaryContext,
 };
-use cuhal_trace::ZoneList;
+use cuhal_trace::{TraceContext, ZoneList};
 use smallvec::SmallVec;
 
 use crate::error::Error;
@@ -33,8 +33,9 @@ pub enum Payload {
         /// The command buffers (inline up to four, the most `Queue::execute` promises to
         /// submit without allocating).
         command_buffers: SmallVec<[Arc<dyn CommandBuffer>; 4]>,
-        /// The submission's own zone list (COARSE and FINE tracing only).
-        zone: Option<ZoneList>,
+        /// The submission's own zone list and the queue's tracing context (COARSE and FINE
+        /// tracing only).
+        zone: Option<(ZoneList, Arc<TraceContext>)>,
     },
     /// `cuMemsetD{8,16,32}Async` over a range.
     Fill {
@@ -245,7 +246,14 @@ impl CudaBackend {
                 command_buffers,
                 zone,
             } => {
-                if let Some(zone) = zone {
+                if let Some((_, trace)) = zone {
+                    // A command buffer submitted again re-records its timing events. Whatever of
+                    // its earlier submissions has completed (typically all of it, when the host
+                    // waited before resubmitting) is collected now, before the events are
+                    // overwritten, instead of being dropped as superseded.
+                    trace.collect();
+                }
+                if let Some((zone, _)) = zone {
                     // SAFETY: the queue's stream is live and of the trace context's context.
                     unsafe { zone.begin_on_stream(self.stream, "submission") }?;
                 }
@@ -255,7 +263,7 @@ impl CudaBackend {
                     // device's context, which `Queue::execute` checked is the command buffer's.
                     unsafe { command_buffer.issue(self.stream) }?;
                 }
-                if let Some(zone) = zone {
+                if let Some((zone, _)) = zone {
                     // SAFETY: as above.
                     unsafe { zone.end_on_stream(self.stream) }?;
                 }
@@ -267,7 +275,7 @@ impl CudaBackend {
                         drop(zones.on_submit());
                     }
                 }
-                if let Some(zone) = zone {
+                if let Some((zone, _)) = zone {
                     drop(zone.on_submit());
                 }
             }

@@ -184,7 +184,10 @@ impl Queue {
         }
         let payload = Payload::Execute {
             command_buffers: command_buffers.iter().map(|cb| Arc::clone(cb)).collect(),
-            zone: self.trace.as_deref().and_then(TraceContext::zone_list),
+            zone: self
+                .trace
+                .as_ref()
+                .and_then(|trace| Some((trace.zone_list()?, trace.clone()))),
         };
         self.submit(waits, signals, payload, Resources::new(), cleanups)
     }

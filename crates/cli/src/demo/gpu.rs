@@ -64,7 +64,11 @@ pub fn run(driver: &Driver, info: &DeviceInfo, options: &Options) -> Result<Summ
     );
     let memory = Arc::new(MemorySink::new());
     let json = Arc::new(JsonSink::create(&options.trace).context("creating the trace file")?);
-    let sink: Arc<dyn Sink> = Arc::new(Fanout::new(vec![memory.clone(), json.clone()]));
+    #[allow(unused_mut)] // only the `tracy` feature adds a sink
+    let mut sinks: Vec<Arc<dyn Sink>> = vec![memory.clone(), json.clone()];
+    #[cfg(feature = "tracy")]
+    sinks.push(Arc::new(cuhal_trace::TracySink::new()));
+    let sink: Arc<dyn Sink> = Arc::new(Fanout::new(sinks));
     let device = driver.open(
         0,
         DeviceOptions {

@@ -151,6 +151,55 @@ pub trait CommandRecorder {
     fn end(&mut self) -> Result<(), Error>;
 }
 
+/// Implements [`CommandRecorder`] for a command buffer type by forwarding every method to its
+/// `recorder: Recorder<_>` field, where validation, state and tracing live for all three kinds.
+macro_rules! forward_recording {
+    ($ty:ty) => {
+        impl $crate::CommandRecorder for $ty {
+            fn state(&self) -> $crate::CommandBufferState {
+                self.recorder.state()
+            }
+            fn fill(
+                &mut self,
+                target: &$crate::BufferRange,
+                pattern: $crate::FillPattern,
+            ) -> Result<(), $crate::Error> {
+                self.recorder.fill(target, pattern)
+            }
+            fn update(
+                &mut self,
+                target: &$crate::BufferRange,
+                data: &[u8],
+            ) -> Result<(), $crate::Error> {
+                self.recorder.update(target, data)
+            }
+            fn copy(
+                &mut self,
+                source: &$crate::BufferRange,
+                target: &$crate::BufferRange,
+            ) -> Result<(), $crate::Error> {
+                self.recorder.copy(source, target)
+            }
+            fn dispatch(&mut self, dispatch: &$crate::Dispatch<'_>) -> Result<(), $crate::Error> {
+                self.recorder.dispatch(dispatch)
+            }
+            fn barrier(&mut self) -> Result<(), $crate::Error> {
+                self.recorder.barrier()
+            }
+            fn begin_debug_group(&mut self, name: &str) -> Result<(), $crate::Error> {
+                self.recorder.begin_debug_group(name)
+            }
+            fn end_debug_group(&mut self) -> Result<(), $crate::Error> {
+                self.recorder.end_debug_group()
+            }
+            fn end(&mut self) -> Result<(), $crate::Error> {
+                self.recorder.end()
+            }
+        }
+    };
+}
+pub(crate) use forward_recording;
+
 /// The tracing events around one command (FINE verbosity).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct CommandZone {

@@ -14,8 +14,8 @@ use crate::arena::StableArena;
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
 use crate::{
-    BufferRange, CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch,
-    Error, FillPattern, ZoneRecorder,
+    CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch, Error,
+    FillPattern, ZoneRecorder,
 };
 
 pub(crate) struct StreamEncoder {
@@ -180,35 +180,7 @@ impl StreamCommandBuffer {
     }
 }
 
-impl CommandRecorder for StreamCommandBuffer {
-    fn state(&self) -> CommandBufferState {
-        self.recorder.state()
-    }
-    fn fill(&mut self, target: &BufferRange, pattern: FillPattern) -> Result<(), Error> {
-        self.recorder.fill(target, pattern)
-    }
-    fn update(&mut self, target: &BufferRange, data: &[u8]) -> Result<(), Error> {
-        self.recorder.update(target, data)
-    }
-    fn copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
-        self.recorder.copy(source, target)
-    }
-    fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error> {
-        self.recorder.dispatch(dispatch)
-    }
-    fn barrier(&mut self) -> Result<(), Error> {
-        self.recorder.barrier()
-    }
-    fn begin_debug_group(&mut self, name: &str) -> Result<(), Error> {
-        self.recorder.begin_debug_group(name)
-    }
-    fn end_debug_group(&mut self) -> Result<(), Error> {
-        self.recorder.end_debug_group()
-    }
-    fn end(&mut self) -> Result<(), Error> {
-        self.recorder.end()
-    }
-}
+crate::recorder::forward_recording!(StreamCommandBuffer);
 
 impl CommandBuffer for StreamCommandBuffer {
     fn kind(&self) -> CommandBufferKind {

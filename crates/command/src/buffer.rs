@@ -29,7 +29,7 @@ impl Buffer {
         if len == 0 {
             return Err(Error::ZeroSize { what: "buffer" });
         }
-        context.bind()?;
+        let _bound = context.enter()?;
         let api = context.api();
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: `ptr` is a valid out-pointer and the context is current.
@@ -108,7 +108,7 @@ impl Buffer {
         if data.is_empty() {
             return Ok(());
         }
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         let api = self.context.api();
         // SAFETY: the destination range was checked against the allocation; `data` is a live
         // host slice of exactly that many bytes.
@@ -130,7 +130,7 @@ impl Buffer {
         if out.is_empty() {
             return Ok(());
         }
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         let api = self.context.api();
         // SAFETY: the source range was checked against the allocation; `out` is a live,
         // exclusively borrowed host slice of exactly that many bytes.
@@ -148,7 +148,7 @@ impl Drop for Buffer {
         }
         // A failure here means the context is already lost or the driver is shutting down;
         // there is nothing better to do than to leak the address range.
-        if self.context.bind().is_ok() {
+        if let Ok(_bound) = self.context.enter() {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed exactly once.
             let _ = unsafe { (self.context.api().cuMemFree)(self.ptr) };
         }
@@ -191,7 +191,7 @@ impl HostBuffer {
                 what: "host buffer",
             });
         }
-        context.bind()?;
+        let _bound = context.enter()?;
         let api = context.api();
         let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer and the context is current.
@@ -246,7 +246,7 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        if self.context.bind().is_ok() {
+        if let Ok(_bound) = self.context.enter() {
             // SAFETY: `ptr` came from cuMemAllocHost and is freed exactly once.
             let _ = unsafe { (self.context.api().cuMemFreeHost)(self.ptr.cast()) };
         }

@@ -264,7 +264,7 @@ impl DeferredCommandBuffer {
         let Some(context) = self.recorder.context() else {
             return Err(Error::NoContext);
         };
-        context.bind()?;
+        let _bound = context.enter()?;
         let api = context.api();
         for op in &encoder.ops {
             // SAFETY: (all arms) every range was checked when recorded and its buffer is

@@ -32,7 +32,7 @@ unsafe impl Sync for Module {}
 
 impl Drop for Module {
     fn drop(&mut self) {
-        if self.context.bind().is_ok() {
+        if let Ok(_bound) = self.context.enter() {
             // SAFETY: `raw` was loaded in this context and is unloaded once, after every
             // Function (each holds an Arc of this Module) and command buffer that uses it.
             let _ = unsafe { (self.context.api().cuModuleUnload)(self.raw) };
@@ -80,7 +80,7 @@ impl Executable {
     }
 
     fn load_image(context: &Arc<PrimaryContext>, image: *const c_void) -> Result<Self, Error> {
-        context.bind()?;
+        let _bound = context.enter()?;
         let api = context.api();
         let mut info = vec![0u8; JIT_LOG_BYTES];
         let mut error = vec![0u8; JIT_LOG_BYTES];
@@ -155,7 +155,7 @@ impl Executable {
         let c_name = CString::new(name).map_err(|_| Error::BadImage {
             reason: "function name contains a NUL byte",
         })?;
-        context.bind()?;
+        let _bound = context.enter()?;
         let mut raw: CUfunction = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer, the module is loaded, `c_name` is
         // NUL-terminated.
@@ -285,7 +285,7 @@ impl Function {
             requested: bytes,
             max: c_int::MAX as u32,
         })?;
-        context.bind()?;
+        let _bound = context.enter()?;
         // SAFETY: `raw` is a function of a loaded module; the attribute takes an int.
         api.check("cuFuncSetAttribute", unsafe {
             (api.cuFuncSetAttribute)(

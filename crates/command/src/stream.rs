@@ -42,7 +42,7 @@ impl StreamEncoder {
         zone: CommandZone,
         op: impl FnOnce(&mut Self) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         self.zone(zone.begin)?;
         op(self)?;
         self.zone(zone.end)
@@ -121,7 +121,7 @@ impl Encoder for StreamEncoder {
     }
 
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         self.zone(Some(event))
     }
 

@@ -135,7 +135,7 @@ impl CudaBackend {
         priority: i32,
         poll_interval: Duration,
     ) -> Result<Self, Error> {
-        context.bind()?;
+        let _bound = context.enter()?;
         let api = context.api();
         let mut stream: CUstream = std::ptr::null_mut();
         // SAFETY: `stream` is a valid out-pointer; the flags and priority are in range (the
@@ -231,7 +231,7 @@ impl CudaBackend {
         device_waits: &[CudaEvent],
         payload: &mut Payload,
     ) -> Result<CudaEvent, Error> {
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         let api = self.context.api();
         for event in device_waits {
             // SAFETY: the stream and the event are live; cuStreamWaitEvent captures the event's
@@ -391,7 +391,7 @@ impl Backend for CudaBackend {
 impl Drop for CudaBackend {
     fn drop(&mut self) {
         // The scheduler joined its threads before dropping the backend: nothing issues any more.
-        let _ = self.context.bind();
+        let _bound = self.context.enter();
         let api = self.context.api();
         // SAFETY: the streams and the event are live (or null, never created) and no thread uses
         // them any more; cuStreamDestroy returns at once and the driver releases a stream when

@@ -90,7 +90,7 @@ impl EventPool {
     #[cold]
     fn grow(&self) -> Result<NonNull<Slot>, Error> {
         let shared = &self.shared;
-        shared.context.bind()?;
+        let _bound = shared.context.enter()?;
         let api = shared.context.api();
         let mut raw: CUevent = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the flags are valid event flags.
@@ -136,7 +136,7 @@ impl EventPool {
 impl Drop for PoolShared {
     fn drop(&mut self) {
         // Every handle holds the pool, so when it goes every slot is free.
-        let _ = self.context.bind();
+        let _bound = self.context.enter();
         let api = self.context.api();
         for slot in self
             .all

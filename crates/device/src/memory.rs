@@ -35,7 +35,7 @@ unsafe impl Sync for MemoryPool {}
 impl MemoryPool {
     /// A pool of this device's memory that keeps what it allocates until the device closes.
     pub(crate) fn new(context: Arc<PrimaryContext>) -> Result<Self, Error> {
-        context.bind()?;
+        let _bound = context.enter()?;
         let api = context.api();
         let props = CUmemPoolProps {
             allocType: CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -79,7 +79,7 @@ impl MemoryPool {
 
     /// Allocates `len` bytes, in the order of `stream`.
     pub(crate) fn allocate(&self, len: usize, stream: CUstream) -> Result<Arc<Allocation>, Error> {
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         let api = self.context.api();
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: `ptr` is a valid out-pointer; the pool and stream are live.
@@ -98,7 +98,7 @@ impl MemoryPool {
 impl Drop for MemoryPool {
     fn drop(&mut self) {
         if self.owned {
-            let _ = self.context.bind();
+            let _bound = self.context.enter();
             let api = self.context.api();
             // SAFETY: every allocation of the pool was freed (allocations keep the device's
             // queues, and so this pool's users, alive until they are freed or dropped); the
@@ -154,7 +154,7 @@ impl Allocation {
 impl Drop for Allocation {
     fn drop(&mut self) {
         if !*self.freed.get_mut() {
-            let _ = self.context.bind();
+            let _bound = self.context.enter();
             let api = self.context.api();
             // SAFETY: never freed, and no handle to it remains: every action and command buffer
             // that used it retained it, so all work using it has completed.

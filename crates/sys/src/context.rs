@@ -26,7 +26,8 @@ unsafe impl Send for PrimaryContext {}
 unsafe impl Sync for PrimaryContext {}
 
 impl PrimaryContext {
-    /// Retains the primary context of device `ordinal` and makes it current on this thread.
+    /// Retains the primary context of device `ordinal` and makes it current on this thread if no
+    /// context is (see [`PrimaryContext::enter`]).
     pub fn retain(api: Arc<DriverApi>, ordinal: i32) -> Result<Arc<Self>, Error> {
         let mut device: CUdevice = 0;
         // SAFETY: `device` is a valid out-pointer.
@@ -44,7 +45,7 @@ impl PrimaryContext {
             ordinal,
             context,
         });
-        this.bind()?;
+        drop(this.enter()?);
         Ok(this)
     }
 
@@ -60,6 +61,36 @@ impl PrimaryContext {
         // SAFETY: `self.context` is a live retained primary context.
         self.api.check("cuCtxSetCurrent", unsafe {
             (self.api.cuCtxSetCurrent)(self.context)
+        })
+    }
+
+    /// Makes the context current on the calling thread for as long as the returned guard lives,
+    /// without disturbing another runtime: if another context is current (PyTorch or CuPy on
+    /// another device, say), it is pushed over it and popped when the guard drops
+    /// (`cuCtxPushCurrent` / `cuCtxPopCurrent`); if none is, it is simply made current and stays
+    /// so, which makes the next call on this thread free; if it already is, nothing happens. cuhal
+    /// uses this wherever it may run on a thread it does not own (submissions, drops);
+    /// [`PrimaryContext::bind`] is for cuhal's own threads.
+    pub fn enter(&self) -> Result<ContextGuard, Error> {
+        let mut current: CUcontext = std::ptr::null_mut();
+        // SAFETY: `current` is a valid out-pointer.
+        let r = unsafe { (self.api.cuCtxGetCurrent)(&mut current) };
+        if r.is_success() && current == self.context {
+            return Ok(ContextGuard { pushed: None });
+        }
+        if r.is_success() && current.is_null() {
+            // SAFETY: `self.context` is a live retained primary context.
+            self.api.check("cuCtxSetCurrent", unsafe {
+                (self.api.cuCtxSetCurrent)(self.context)
+            })?;
+            return Ok(ContextGuard { pushed: None });
+        }
+        // SAFETY: `self.context` is a live retained primary context.
+        self.api.check("cuCtxPushCurrent", unsafe {
+            (self.api.cuCtxPushCurrent)(self.context)
+        })?;
+        Ok(ContextGuard {
+            pushed: Some(self.api.clone()),
         })
     }
 
@@ -91,6 +122,24 @@ impl PrimaryContext {
             (self.api.cuDeviceGetAttribute)(&mut value, attribute, self.device)
         })?;
         Ok(value)
+    }
+}
+
+/// Keeps a context current; see [`PrimaryContext::enter`].
+#[must_use = "the context is current only while the guard lives"]
+pub struct ContextGuard {
+    /// The driver, when `enter` pushed the context and the drop must pop it.
+    pushed: Option<Arc<DriverApi>>,
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        if let Some(api) = &self.pushed {
+            let mut popped: CUcontext = std::ptr::null_mut();
+            // SAFETY: balances the push in `enter`; the calls between them leave the stack as
+            // they found it (cuhal pushes and pops in pairs).
+            let _ = unsafe { (api.cuCtxPopCurrent)(&mut popped) };
+        }
     }
 }
 

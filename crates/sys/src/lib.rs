@@ -36,7 +36,7 @@ mod result;
 pub mod types;
 
 pub use api::{DEFAULT_LIBRARIES, DriverApi, LIBRARY_ENV, TABLE_CUDA_VERSION};
-pub use context::PrimaryContext;
+pub use context::{ContextGuard, PrimaryContext};
 pub use error::{Error, LoadAttempt, format_cuda_version};
 pub use info::{DeviceInfo, device_count, device_info, devices};
 pub use result::CUresult;

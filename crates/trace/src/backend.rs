@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use cuhal_sys::{
-    CU_STREAM_NON_BLOCKING, CUevent, CUgraph, CUgraphNode, CUresult, CUstream, PrimaryContext,
+    CU_STREAM_NON_BLOCKING, CUevent, CUgraph, CUgraphNode, CUresult, CUstream, ContextGuard,
+    PrimaryContext,
 };
 
 use crate::Error;
@@ -58,9 +59,10 @@ pub trait EventBackend: Send + Sync {
         deps: &[CUgraphNode],
         event: CUevent,
     ) -> Result<CUgraphNode, Error>;
-    /// Makes the device current on the calling thread, if the device needs that.
-    fn bind(&self) -> Result<(), Error> {
-        Ok(())
+    /// Makes the device current on the calling thread, if the device needs that, until the
+    /// returned guard drops (then whatever was current before is current again).
+    fn enter(&self) -> Result<Option<ContextGuard>, Error> {
+        Ok(None)
     }
     /// The host clock timestamps are expressed on (the trace clock).
     fn now_ns(&self) -> u64 {
@@ -84,7 +86,7 @@ unsafe impl Sync for CudaEvents {}
 impl CudaEvents {
     /// Creates the calibration stream in `context` (made current on this thread).
     pub fn new(context: Arc<PrimaryContext>) -> Result<Self, Error> {
-        context.bind()?;
+        let _bound = context.enter()?;
         let api = context.api();
         let mut stream: CUstream = std::ptr::null_mut();
         // SAFETY: `stream` is a valid out-pointer; the context is current.
@@ -187,15 +189,15 @@ impl EventBackend for CudaEvents {
         Ok(node)
     }
 
-    fn bind(&self) -> Result<(), Error> {
-        Ok(self.context.bind()?)
+    fn enter(&self) -> Result<Option<ContextGuard>, Error> {
+        Ok(Some(self.context.enter()?))
     }
 }
 
 impl Drop for CudaEvents {
     fn drop(&mut self) {
         // Without a current context the stream cannot be destroyed; at process exit that is moot.
-        if self.context.bind().is_ok() {
+        if let Ok(_bound) = self.context.enter() {
             let api = self.context.api();
             // SAFETY: the stream was created in `new` and is destroyed once; pending work (a
             // calibration record at most) completes on its own.

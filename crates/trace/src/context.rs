@@ -216,7 +216,8 @@ impl Shared {
         }
         let mut zones = 0;
         if !cs.work.is_empty() {
-            let ready = self.backend.bind().is_ok()
+            let bound = self.backend.enter();
+            let ready = bound.is_ok()
                 && (!cs
                     .calibration
                     .is_stale(self.backend.now_ns(), self.rebase_after_ns)
@@ -354,7 +355,7 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let bases = lock(&self.collect).bases;
-        if self.backend.bind().is_ok() {
+        if let Ok(_bound) = self.backend.enter() {
             for base in bases {
                 // SAFETY: the base events were created by this backend and are destroyed once,
                 // here.
@@ -411,7 +412,7 @@ impl TraceContext {
         if config.verbosity == Verbosity::Off {
             return Ok(Self::off());
         }
-        backend.bind()?;
+        let _bound = backend.enter()?;
         let mut created: SmallVec<[Ev; CALIBRATION_TRIES]> = SmallVec::new();
         let mut failure = None;
         for _ in 0..CALIBRATION_TRIES {
@@ -514,7 +515,7 @@ impl TraceContext {
         let Some(s) = &self.shared else {
             return Ok(());
         };
-        s.backend.bind()?;
+        let _bound = s.backend.enter()?;
         let mut cs = lock(&s.collect);
         s.calibrate(&mut cs)
     }

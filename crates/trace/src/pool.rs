@@ -96,11 +96,11 @@ impl EventPool {
         if count == 0 {
             return;
         }
-        if self.backend.bind().is_err() {
+        let Ok(_bound) = self.backend.enter() else {
             state.create_failures += 1;
             state.cap = state.created;
             return;
-        }
+        };
         state.free.reserve(count);
         for _ in 0..count {
             match self.backend.create_event() {
@@ -169,9 +169,12 @@ impl Drop for EventPool {
             state.created,
             "timing events still in use"
         );
-        if state.free.is_empty() || self.backend.bind().is_err() {
+        if state.free.is_empty() {
             return;
         }
+        let Ok(_bound) = self.backend.enter() else {
+            return;
+        };
         for ev in state.free.drain(..) {
             // SAFETY: the pool created every event on its free list with this backend, and
             // destroys each once; no list holds one any more.

@@ -49,7 +49,7 @@ pub(crate) struct GraphEncoder {
 
 impl GraphEncoder {
     fn new(context: Arc<PrimaryContext>) -> Result<Self, Error> {
-        context.bind()?;
+        let _bound = context.enter()?;
         let api = context.api();
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: `graph` is a valid out-pointer; flags must be 0.
@@ -92,7 +92,7 @@ impl GraphEncoder {
         zone: CommandZone,
         add: impl FnOnce(&Self, &[CUgraphNode]) -> Result<CUgraphNode, Error>,
     ) -> Result<(), Error> {
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         let mut deps: Deps = self.deps.frontier().iter().copied().collect();
         if let Some(event) = zone.begin {
             let begin = self.add_event(&deps, event)?;
@@ -235,12 +235,12 @@ impl Encoder for GraphEncoder {
     }
 
     fn barrier(&mut self) -> Result<(), Error> {
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         self.join()
     }
 
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         self.join()?;
         let deps: Deps = self.deps.frontier().iter().copied().collect();
         let node = self.add_event(&deps, event)?;
@@ -253,7 +253,7 @@ impl Encoder for GraphEncoder {
             // Nothing to run: launching is a no-op and needs no executable graph.
             return Ok(());
         }
-        self.context.bind()?;
+        let _bound = self.context.enter()?;
         let api = self.context.api();
         let mut exec: CUgraphExec = std::ptr::null_mut();
         // SAFETY: `exec` is a valid out-pointer; the graph is complete and not used by any
@@ -291,9 +291,9 @@ fn add_memcpy(
 
 impl Drop for GraphEncoder {
     fn drop(&mut self) {
-        if self.context.bind().is_err() {
+        let Ok(_bound) = self.context.enter() else {
             return;
-        }
+        };
         let api = self.context.api();
         if !self.exec.is_null() {
             // SAFETY: `exec` was instantiated here and is destroyed once. A launch still in
@@ -360,7 +360,7 @@ impl GraphCommandBuffer {
         }
         // A poisoned lock only means another launch panicked; the executable is unaffected.
         let _turn = self.launch.lock().unwrap_or_else(|e| e.into_inner());
-        encoder.context.bind()?;
+        let _bound = encoder.context.enter()?;
         let api = encoder.context.api();
         // SAFETY: `exec` is a live instantiated graph (destroyed only in Drop, which cannot
         // run while `&self` exists); launches are serialized by the lock; the caller

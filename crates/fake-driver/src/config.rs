@@ -6,19 +6,17 @@
 //! | variable | meaning | example |
 //! |---|---|---|
 //! | `CUHAL_FAKE_HIDE` | names `cuGetProcAddress` reports missing | `cuGraphLaunch,cuStreamGetId` |
-//! | `CUHAL_FAKE_FAIL` | functions that return an error code | `cuInit=100,cuDeviceGetCount=3` |
+//! | `CUHAL_FAKE_FAIL` | functions that return an error code (see [`crate::faults`]) | `cuInit=100,cuEventQuery=700@5..` |
 //! | `CUHAL_FAKE_DRIVER_VERSION` | what `cuDriverGetVersion` reports | `13000` |
 //! | `CUHAL_FAKE_DEVICES` | how many devices there are | `2` |
 //!
 //! Malformed entries are reported on stderr and ignored: a driver must not panic.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Names `cuGetProcAddress` reports missing (comma-separated).
 pub const HIDE_ENV: &str = "CUHAL_FAKE_HIDE";
-/// Functions that fail, as `name=code` pairs (comma-separated).
-pub const FAIL_ENV: &str = "CUHAL_FAKE_FAIL";
+pub use crate::faults::FAIL_ENV;
 /// The CUDA version `cuDriverGetVersion` reports.
 pub const DRIVER_VERSION_ENV: &str = "CUHAL_FAKE_DRIVER_VERSION";
 /// The number of devices.
@@ -54,8 +52,6 @@ pub struct Request {
 pub struct State {
     /// Names reported missing.
     pub hidden: Vec<String>,
-    /// Function name to the `CUresult` it returns.
-    pub failures: HashMap<String, i32>,
     /// `cuDriverGetVersion`'s answer.
     pub driver_version: i32,
     /// `cuDeviceGetCount`'s answer.
@@ -76,19 +72,6 @@ impl State {
         if let Ok(list) = std::env::var(HIDE_ENV) {
             state.hidden = names(&list).map(str::to_owned).collect();
         }
-        if let Ok(list) = std::env::var(FAIL_ENV) {
-            for entry in names(&list) {
-                match entry
-                    .split_once('=')
-                    .map(|(n, c)| (n.trim(), c.trim().parse::<i32>()))
-                {
-                    Some((name, Ok(code))) if !name.is_empty() => {
-                        state.failures.insert(name.to_owned(), code);
-                    }
-                    _ => warn(FAIL_ENV, entry),
-                }
-            }
-        }
         if let Ok(text) = std::env::var(DRIVER_VERSION_ENV) {
             match text.trim().parse() {
                 Ok(v) => state.driver_version = v,
@@ -102,11 +85,6 @@ impl State {
             }
         }
         state
-    }
-
-    /// The error `function` is configured to return, if any.
-    pub fn failure(&self, function: &str) -> Option<i32> {
-        self.failures.get(function).copied()
     }
 
     /// Whether `name` is hidden from `cuGetProcAddress`.

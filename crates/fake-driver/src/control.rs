@@ -1,12 +1,42 @@
 //! Exported functions that steer one loaded instance of the fake.
 //!
-//! A test opens its own copy of the library, calls these through `dlsym`, then loads the
-//! same path through `cuhal-sys` (the dynamic loader hands back the same instance). Each
-//! returns 0 on success and -1 for a null name.
+//! A test opens its own copy of the library, calls these through `dlsym` (see
+//! [`crate::harness`]), then loads the same path through `cuhal-sys` (the dynamic loader hands
+//! back the same instance). Those taking a name return -1 for a null one.
 
 use std::ffi::{CStr, c_char, c_int};
 
 use crate::config::{Via, state};
+use crate::faults::faults;
+use crate::world::world;
+
+/// What is alive in the instance (and how many kernels ran), for leak checks.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Device allocations (`cuMemAlloc` and stream-ordered) not yet freed.
+    pub device_allocations: u64,
+    /// Their bytes.
+    pub device_bytes: u64,
+    /// Pinned host allocations not yet freed.
+    pub host_allocations: u64,
+    /// Memory pools created and not destroyed (default pools are not counted).
+    pub pools: u64,
+    /// Streams.
+    pub streams: u64,
+    /// Events.
+    pub events: u64,
+    /// Graphs.
+    pub graphs: u64,
+    /// Executable graphs.
+    pub graph_execs: u64,
+    /// Loaded modules.
+    pub modules: u64,
+    /// Outstanding primary-context retains, over every device.
+    pub context_retains: u64,
+    /// Kernel launches so far (stream launches and kernel graph nodes), every function.
+    pub launches: u64,
+}
 
 /// Reads a caller's C string.
 ///
@@ -40,20 +70,84 @@ pub unsafe extern "C" fn cuhal_fake_hide(name: *const c_char) -> c_int {
     }
 }
 
-/// Makes the implemented function `name` return `code` from now on.
+/// Makes the implemented function `name` return `code` from its next call on (0: never again).
 ///
 /// # Safety
 /// `name` is null or NUL-terminated.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuhal_fake_fail(name: *const c_char, code: c_int) -> c_int {
     // SAFETY: forwarded caller contract.
+    unsafe { cuhal_fake_fail_calls(name, 1, 0, code) }
+}
+
+/// Makes the `nth` call of `name` from now (1: the next one) and the `count - 1` calls after it
+/// return `code` without running; `count` 0 means every later call. Replaces any earlier fault
+/// of `name`; `code` 0 removes it.
+///
+/// # Safety
+/// `name` is null or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuhal_fake_fail_calls(
+    name: *const c_char,
+    nth: u64,
+    count: u64,
+    code: c_int,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
     match unsafe { text(name) } {
         Some(name) => {
-            state().failures.insert(name, code);
+            faults().inject(&name, nth, count, code);
             0
         }
         None => -1,
     }
+}
+
+/// Removes every injected fault, including those from the environment.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuhal_fake_clear_faults() {
+    faults().clear();
+}
+
+/// How many times the driver function `name` has been called (failed calls included).
+///
+/// # Safety
+/// `name` is null or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuhal_fake_calls(name: *const c_char) -> i64 {
+    // SAFETY: forwarded caller contract.
+    match unsafe { text(name) } {
+        Some(name) => faults().calls(&name) as i64,
+        None => -1,
+    }
+}
+
+/// How many times kernels named `name` were launched (by `cuLaunchKernel` or a graph).
+///
+/// # Safety
+/// `name` is null or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuhal_fake_launches(name: *const c_char) -> i64 {
+    // SAFETY: forwarded caller contract.
+    match unsafe { text(name) } {
+        Some(name) => world().launches.get(&name).copied().unwrap_or(0) as i64,
+        None => -1,
+    }
+}
+
+/// Writes what is alive now into `out`; returns -1 if `out` is null.
+///
+/// # Safety
+/// `out` is null or valid for one write of [`Counts`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuhal_fake_counts(out: *mut Counts) -> c_int {
+    if out.is_null() {
+        return -1;
+    }
+    let counts = world().counts();
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { out.write(counts) };
+    0
 }
 
 /// Sets what `cuDriverGetVersion` reports (e.g. 12040 for 12.4).

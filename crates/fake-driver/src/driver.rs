@@ -1,6 +1,6 @@
-//! The driver functions the fake implements: initialization, version, devices.
+//! Initialization, version and devices.
 //!
-//! Every function first returns the failure configured for it, if any. Devices are numbered
+//! Devices are numbered
 //! from 0 and their handle is their ordinal; their facts are derived from the ordinal so a
 //! test can predict them ([`device_name`], [`total_memory`], [`uuid`], [`pci_bus_id`]).
 //! Like the real driver, device calls before `cuInit` return `CUDA_ERROR_NOT_INITIALIZED`.
@@ -9,20 +9,30 @@
 
 use std::ffi::{c_char, c_int, c_uint};
 
-use crate::config::state;
-use crate::status;
+use cuhal_sys::{
+    CU_DEVICE_ATTRIBUTE_CLOCK_RATE, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
+    CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
+    CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, CU_DEVICE_ATTRIBUTE_WARP_SIZE, CUdevice_attribute,
+};
 
-/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
-pub const ATTRIBUTE_MULTIPROCESSOR_COUNT: c_uint = 16;
-/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`.
-pub const ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_uint = 75;
-/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`.
-pub const ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_uint = 76;
+use crate::config::state;
+use crate::entry::{Status, ensure, entry, put};
+use crate::status;
 
 /// Every fake device reports compute capability 9.0, like an H100/H200.
 pub const COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
 /// Every fake device has this many multiprocessors.
 pub const MULTIPROCESSORS: i32 = 132;
+/// Threads per block, for devices and kernels alike.
+pub const MAX_THREADS_PER_BLOCK: i32 = 1024;
+/// Shared memory per block without opting in (48 KiB).
+pub const MAX_SHARED_PER_BLOCK: i32 = 48 * 1024;
+/// Shared memory per block a kernel may opt in to (227 KiB, as on Hopper).
+pub const MAX_SHARED_OPTIN: i32 = 227 * 1024;
 
 /// The name of device `ordinal`.
 pub fn device_name(ordinal: i32) -> String {
@@ -48,48 +58,22 @@ pub fn pci_bus_id(ordinal: i32) -> String {
     format!("0000:{:02x}:00.0", 0x3b + ordinal)
 }
 
-/// Returns early with the configured failure of `$name`, if any.
-macro_rules! configured_failure {
-    ($name:literal) => {
-        if let Some(code) = state().failure($name) {
-            return code;
-        }
-    };
-}
-
 /// Checks `cuInit` happened and `device` exists.
-fn check_device(device: c_int) -> c_int {
+pub(crate) fn check_device(device: c_int) -> Status {
     let state = state();
-    if !state.initialized {
-        status::NOT_INITIALIZED
-    } else if device < 0 || device >= state.device_count {
-        status::INVALID_DEVICE
-    } else {
-        status::SUCCESS
-    }
-}
-
-/// Writes `value` through `out` after the usual checks.
-///
-/// # Safety
-/// `out` is null or valid for one write of `T`.
-unsafe fn write_out<T>(out: *mut T, value: T) -> c_int {
-    if out.is_null() {
-        return status::INVALID_VALUE;
-    }
-    // SAFETY: non-null and valid for a write by the caller's contract.
-    unsafe { out.write(value) };
-    status::SUCCESS
+    ensure(state.initialized, status::NOT_INITIALIZED)?;
+    ensure(
+        device >= 0 && device < state.device_count,
+        status::INVALID_DEVICE,
+    )
 }
 
 /// Copies `text` and a NUL into the caller's `buffer` of `len` bytes.
 ///
 /// # Safety
 /// `buffer` is null or valid for `len` byte writes.
-unsafe fn write_text(buffer: *mut c_char, len: c_int, text: &str) -> c_int {
-    if buffer.is_null() || len <= 0 {
-        return status::INVALID_VALUE;
-    }
+unsafe fn write_text(buffer: *mut c_char, len: c_int, text: &str) -> Status {
+    ensure(!buffer.is_null() && len > 0, status::INVALID_VALUE)?;
     // The real driver truncates names to the buffer; do the same, keeping the NUL.
     let n = text.len().min(len as usize - 1);
     // SAFETY: `buffer` holds `len` > n bytes; source and destination do not overlap.
@@ -97,20 +81,16 @@ unsafe fn write_text(buffer: *mut c_char, len: c_int, text: &str) -> c_int {
         std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), buffer, n);
         buffer.add(n).write(0);
     }
-    status::SUCCESS
+    Ok(())
 }
 
 /// `CUresult cuInit(unsigned int flags)`.
-///
-/// # Safety
-/// None beyond the C ABI; `unsafe` to match the driver's other entry points.
-pub unsafe extern "C" fn cuInit(flags: c_uint) -> c_int {
-    configured_failure!("cuInit");
-    if flags != 0 {
-        return status::INVALID_VALUE;
-    }
-    state().initialized = true;
-    status::SUCCESS
+pub extern "C" fn cuInit(flags: c_uint) -> c_int {
+    entry("cuInit", || {
+        ensure(flags == 0, status::INVALID_VALUE)?;
+        state().initialized = true;
+        Ok(())
+    })
 }
 
 /// `CUresult cuDriverGetVersion(int *driverVersion)`. Works before `cuInit`, as the real one.
@@ -118,10 +98,11 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> c_int {
 /// # Safety
 /// `version` is null or valid for one write.
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> c_int {
-    configured_failure!("cuDriverGetVersion");
-    let v = state().driver_version;
-    // SAFETY: forwarded caller contract.
-    unsafe { write_out(version, v) }
+    entry("cuDriverGetVersion", || {
+        let v = state().driver_version;
+        // SAFETY: forwarded caller contract.
+        unsafe { put(version, v) }
+    })
 }
 
 /// `CUresult cuDeviceGetCount(int *count)`.
@@ -129,16 +110,15 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> c_int {
 /// # Safety
 /// `count` is null or valid for one write.
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> c_int {
-    configured_failure!("cuDeviceGetCount");
-    let (initialized, n) = {
-        let s = state();
-        (s.initialized, s.device_count)
-    };
-    if !initialized {
-        return status::NOT_INITIALIZED;
-    }
-    // SAFETY: forwarded caller contract.
-    unsafe { write_out(count, n) }
+    entry("cuDeviceGetCount", || {
+        let (initialized, n) = {
+            let s = state();
+            (s.initialized, s.device_count)
+        };
+        ensure(initialized, status::NOT_INITIALIZED)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { put(count, n) }
+    })
 }
 
 /// `CUresult cuDeviceGet(CUdevice *device, int ordinal)`.
@@ -146,12 +126,11 @@ pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> c_int {
 /// # Safety
 /// `device` is null or valid for one write.
 pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> c_int {
-    configured_failure!("cuDeviceGet");
-    match check_device(ordinal) {
+    entry("cuDeviceGet", || {
+        check_device(ordinal)?;
         // SAFETY: forwarded caller contract.
-        status::SUCCESS => unsafe { write_out(device, ordinal) },
-        error => error,
-    }
+        unsafe { put(device, ordinal) }
+    })
 }
 
 /// `CUresult cuDeviceGetName(char *name, int len, CUdevice dev)`.
@@ -159,38 +138,48 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> c_in
 /// # Safety
 /// `name` is null or valid for `len` byte writes.
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, device: c_int) -> c_int {
-    configured_failure!("cuDeviceGetName");
-    match check_device(device) {
+    entry("cuDeviceGetName", || {
+        check_device(device)?;
         // SAFETY: forwarded caller contract.
-        status::SUCCESS => unsafe { write_text(name, len, &device_name(device)) },
-        error => error,
-    }
+        unsafe { write_text(name, len, &device_name(device)) }
+    })
+}
+
+/// The value of `attribute` on device `ordinal`, for the attributes cuhal reads.
+pub fn attribute(attribute: CUdevice_attribute, ordinal: i32) -> Option<i32> {
+    Some(match attribute {
+        CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK => MAX_THREADS_PER_BLOCK,
+        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK => MAX_SHARED_PER_BLOCK,
+        CU_DEVICE_ATTRIBUTE_WARP_SIZE => 32,
+        CU_DEVICE_ATTRIBUTE_CLOCK_RATE => 1_980_000,
+        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => MULTIPROCESSORS,
+        CU_DEVICE_ATTRIBUTE_PCI_BUS_ID => 0x3b + ordinal,
+        CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID | CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID => 0,
+        CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING | CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => 1,
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => COMPUTE_CAPABILITY.0,
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => COMPUTE_CAPABILITY.1,
+        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN => MAX_SHARED_OPTIN,
+        _ => return None,
+    })
 }
 
 /// `CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)`.
 ///
-/// Knows the attributes `cuhal info` reads; others are `CUDA_ERROR_INVALID_VALUE`.
+/// Knows the attributes cuhal reads ([`attribute`]); others are `CUDA_ERROR_INVALID_VALUE`.
 ///
 /// # Safety
 /// `value` is null or valid for one write.
 pub unsafe extern "C" fn cuDeviceGetAttribute(
     value: *mut c_int,
-    attribute: c_uint,
+    which: CUdevice_attribute,
     device: c_int,
 ) -> c_int {
-    configured_failure!("cuDeviceGetAttribute");
-    let error = check_device(device);
-    if error != status::SUCCESS {
-        return error;
-    }
-    let v = match attribute {
-        ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => COMPUTE_CAPABILITY.0,
-        ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => COMPUTE_CAPABILITY.1,
-        ATTRIBUTE_MULTIPROCESSOR_COUNT => MULTIPROCESSORS,
-        _ => return status::INVALID_VALUE,
-    };
-    // SAFETY: forwarded caller contract.
-    unsafe { write_out(value, v) }
+    entry("cuDeviceGetAttribute", || {
+        check_device(device)?;
+        let v = attribute(which, device).ok_or(status::INVALID_VALUE)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { put(value, v) }
+    })
 }
 
 /// `CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)`.
@@ -198,12 +187,11 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 /// # Safety
 /// `bytes` is null or valid for one write.
 pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut usize, device: c_int) -> c_int {
-    configured_failure!("cuDeviceTotalMem");
-    match check_device(device) {
+    entry("cuDeviceTotalMem", || {
+        check_device(device)?;
         // SAFETY: forwarded caller contract.
-        status::SUCCESS => unsafe { write_out(bytes, total_memory(device)) },
-        error => error,
-    }
+        unsafe { put(bytes, total_memory(device)) }
+    })
 }
 
 /// `CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)` (`CUuuid` is 16 bytes).
@@ -211,12 +199,11 @@ pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut usize, device: c_int) -> c
 /// # Safety
 /// `out` is null or valid for a 16-byte write.
 pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut [u8; 16], device: c_int) -> c_int {
-    configured_failure!("cuDeviceGetUuid");
-    match check_device(device) {
+    entry("cuDeviceGetUuid", || {
+        check_device(device)?;
         // SAFETY: forwarded caller contract.
-        status::SUCCESS => unsafe { write_out(out, uuid(device)) },
-        error => error,
-    }
+        unsafe { put(out, uuid(device)) }
+    })
 }
 
 /// `CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)`.
@@ -228,12 +215,29 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(
     len: c_int,
     device: c_int,
 ) -> c_int {
-    configured_failure!("cuDeviceGetPCIBusId");
-    match check_device(device) {
+    entry("cuDeviceGetPCIBusId", || {
+        check_device(device)?;
         // The real driver wants room for the whole id (13 bytes with the NUL).
-        status::SUCCESS if len < 13 => status::INVALID_VALUE,
+        ensure(len >= 13, status::INVALID_VALUE)?;
         // SAFETY: forwarded caller contract.
-        status::SUCCESS => unsafe { write_text(bus_id, len, &pci_bus_id(device)) },
-        error => error,
-    }
+        unsafe { write_text(bus_id, len, &pci_bus_id(device)) }
+    })
+}
+
+/// `CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)`: any two
+/// distinct fake devices can.
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuDeviceCanAccessPeer(
+    out: *mut c_int,
+    device: c_int,
+    peer: c_int,
+) -> c_int {
+    entry("cuDeviceCanAccessPeer", || {
+        check_device(device)?;
+        check_device(peer)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { put(out, c_int::from(device != peer)) }
+    })
 }

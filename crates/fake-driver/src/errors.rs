@@ -16,6 +16,11 @@ pub const TABLE: &[(i32, &CStr, &CStr)] = &[
         c"invalid argument",
     ),
     (
+        status::OUT_OF_MEMORY,
+        c"CUDA_ERROR_OUT_OF_MEMORY",
+        c"out of memory",
+    ),
+    (
         status::NOT_INITIALIZED,
         c"CUDA_ERROR_NOT_INITIALIZED",
         c"initialization error",
@@ -36,9 +41,44 @@ pub const TABLE: &[(i32, &CStr, &CStr)] = &[
         c"invalid device ordinal",
     ),
     (
+        status::INVALID_IMAGE,
+        c"CUDA_ERROR_INVALID_IMAGE",
+        c"device kernel image is invalid",
+    ),
+    (
+        status::INVALID_CONTEXT,
+        c"CUDA_ERROR_INVALID_CONTEXT",
+        c"invalid device context",
+    ),
+    (
+        status::INVALID_PTX,
+        c"CUDA_ERROR_INVALID_PTX",
+        c"a PTX JIT compilation failed",
+    ),
+    (
+        status::INVALID_HANDLE,
+        c"CUDA_ERROR_INVALID_HANDLE",
+        c"invalid resource handle",
+    ),
+    (
         status::NOT_FOUND,
         c"CUDA_ERROR_NOT_FOUND",
         c"named symbol not found",
+    ),
+    (
+        status::NOT_READY,
+        c"CUDA_ERROR_NOT_READY",
+        c"device not ready",
+    ),
+    (
+        status::ILLEGAL_ADDRESS,
+        c"CUDA_ERROR_ILLEGAL_ADDRESS",
+        c"an illegal memory access was encountered",
+    ),
+    (
+        status::LAUNCH_FAILED,
+        c"CUDA_ERROR_LAUNCH_FAILED",
+        c"unspecified launch failure",
     ),
     (
         status::NOT_SUPPORTED,

@@ -8,7 +8,7 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 
 use crate::config::{Request, Via, state};
-use crate::{driver, errors, status};
+use crate::{errors, status};
 
 /// `CU_GET_PROC_ADDRESS_SUCCESS`.
 pub const QUERY_SUCCESS: c_int = 0;
@@ -19,23 +19,105 @@ pub const QUERY_VERSION_NOT_SUFFICIENT: c_int = 2;
 
 /// The CUDA version that introduced each implemented function, and its address.
 fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
-    let (since, f): (i32, *mut c_void) = match name {
-        "cuInit" => (2000, driver::cuInit as *mut c_void),
-        "cuDriverGetVersion" => (2020, driver::cuDriverGetVersion as *mut c_void),
-        "cuDeviceGetCount" => (2000, driver::cuDeviceGetCount as *mut c_void),
-        "cuDeviceGet" => (2000, driver::cuDeviceGet as *mut c_void),
-        "cuDeviceGetName" => (2000, driver::cuDeviceGetName as *mut c_void),
-        "cuDeviceGetAttribute" => (2000, driver::cuDeviceGetAttribute as *mut c_void),
-        "cuDeviceTotalMem" => (3020, driver::cuDeviceTotalMem as *mut c_void),
-        "cuDeviceGetUuid" => (9020, driver::cuDeviceGetUuid as *mut c_void),
-        "cuDeviceGetPCIBusId" => (4010, driver::cuDeviceGetPCIBusId as *mut c_void),
-        "cuGetErrorName" => (6000, errors::cuGetErrorName as *mut c_void),
-        "cuGetErrorString" => (6000, errors::cuGetErrorString as *mut c_void),
+    use crate::{context as ctx, driver as dev, graph, memory as mem, module as modl};
+    use crate::{stream, transfer as xfer};
+    macro_rules! f {
+        ($since:expr, $f:path) => {
+            ($since, $f as *mut c_void)
+        };
+    }
+    Some(match name {
+        "cuInit" => f!(2000, dev::cuInit),
+        "cuDriverGetVersion" => f!(2020, dev::cuDriverGetVersion),
+        "cuDeviceGetCount" => f!(2000, dev::cuDeviceGetCount),
+        "cuDeviceGet" => f!(2000, dev::cuDeviceGet),
+        "cuDeviceGetName" => f!(2000, dev::cuDeviceGetName),
+        "cuDeviceGetAttribute" => f!(2000, dev::cuDeviceGetAttribute),
+        "cuDeviceTotalMem" => f!(3020, dev::cuDeviceTotalMem),
+        "cuDeviceGetUuid" => f!(9020, dev::cuDeviceGetUuid),
+        "cuDeviceGetPCIBusId" => f!(4010, dev::cuDeviceGetPCIBusId),
+        "cuDeviceCanAccessPeer" => f!(4000, dev::cuDeviceCanAccessPeer),
+        "cuGetErrorName" => f!(6000, errors::cuGetErrorName),
+        "cuGetErrorString" => f!(6000, errors::cuGetErrorString),
+
+        "cuDevicePrimaryCtxRetain" => f!(7000, ctx::cuDevicePrimaryCtxRetain),
+        "cuDevicePrimaryCtxRelease" => f!(7000, ctx::cuDevicePrimaryCtxRelease),
+        "cuDevicePrimaryCtxGetState" => f!(7000, ctx::cuDevicePrimaryCtxGetState),
+        "cuCtxSetCurrent" => f!(4000, ctx::cuCtxSetCurrent),
+        "cuCtxGetCurrent" => f!(4000, ctx::cuCtxGetCurrent),
+        "cuCtxPushCurrent" => f!(4000, ctx::cuCtxPushCurrent),
+        "cuCtxPopCurrent" => f!(4000, ctx::cuCtxPopCurrent),
+        "cuCtxGetDevice" => f!(2000, ctx::cuCtxGetDevice),
+        "cuCtxSynchronize" => f!(2000, ctx::cuCtxSynchronize),
+        "cuCtxGetStreamPriorityRange" => f!(5050, ctx::cuCtxGetStreamPriorityRange),
+
+        "cuStreamCreate" => f!(2000, stream::cuStreamCreate),
+        "cuStreamCreateWithPriority" => f!(5050, stream::cuStreamCreateWithPriority),
+        "cuStreamDestroy" => f!(4000, stream::cuStreamDestroy),
+        "cuStreamSynchronize" => f!(2000, stream::cuStreamSynchronize),
+        "cuStreamQuery" => f!(2000, stream::cuStreamQuery),
+        "cuStreamWaitEvent" => f!(3020, stream::cuStreamWaitEvent),
+        "cuStreamGetId" => f!(12000, stream::cuStreamGetId),
+        "cuLaunchHostFunc" => f!(10000, stream::cuLaunchHostFunc),
+        "cuEventCreate" => f!(2000, stream::cuEventCreate),
+        "cuEventRecord" => f!(2000, stream::cuEventRecord),
+        "cuEventRecordWithFlags" => f!(11010, stream::cuEventRecordWithFlags),
+        "cuEventQuery" => f!(2000, stream::cuEventQuery),
+        "cuEventSynchronize" => f!(2000, stream::cuEventSynchronize),
+        "cuEventElapsedTime" => f!(2000, stream::cuEventElapsedTime),
+        "cuEventDestroy" => f!(4000, stream::cuEventDestroy),
+
+        "cuMemAlloc" => f!(3020, mem::cuMemAlloc),
+        "cuMemFree" => f!(3020, mem::cuMemFree),
+        "cuMemAllocHost" => f!(3020, mem::cuMemAllocHost),
+        "cuMemHostAlloc" => f!(2020, mem::cuMemHostAlloc),
+        "cuMemFreeHost" => f!(2000, mem::cuMemFreeHost),
+        "cuMemGetInfo" => f!(3020, mem::cuMemGetInfo),
+        "cuDeviceGetDefaultMemPool" => f!(11020, mem::cuDeviceGetDefaultMemPool),
+        "cuMemPoolCreate" => f!(11020, mem::cuMemPoolCreate),
+        "cuMemPoolDestroy" => f!(11020, mem::cuMemPoolDestroy),
+        "cuMemPoolSetAttribute" => f!(11020, mem::cuMemPoolSetAttribute),
+        "cuMemPoolTrimTo" => f!(11020, mem::cuMemPoolTrimTo),
+        "cuMemAllocAsync" => f!(11020, mem::cuMemAllocAsync),
+        "cuMemAllocFromPoolAsync" => f!(11020, mem::cuMemAllocFromPoolAsync),
+        "cuMemFreeAsync" => f!(11020, mem::cuMemFreeAsync),
+
+        "cuMemsetD8Async" => f!(3020, xfer::cuMemsetD8Async),
+        "cuMemsetD16Async" => f!(3020, xfer::cuMemsetD16Async),
+        "cuMemsetD32Async" => f!(3020, xfer::cuMemsetD32Async),
+        "cuMemcpyHtoD" => f!(3020, xfer::cuMemcpyHtoD),
+        "cuMemcpyDtoH" => f!(3020, xfer::cuMemcpyDtoH),
+        "cuMemcpyHtoDAsync" => f!(3020, xfer::cuMemcpyHtoDAsync),
+        "cuMemcpyDtoHAsync" => f!(3020, xfer::cuMemcpyDtoHAsync),
+        "cuMemcpyDtoDAsync" => f!(3020, xfer::cuMemcpyDtoDAsync),
+        "cuMemcpyAsync" => f!(4000, xfer::cuMemcpyAsync),
+
+        "cuGraphCreate" => f!(10000, graph::cuGraphCreate),
+        "cuGraphDestroy" => f!(10000, graph::cuGraphDestroy),
+        "cuGraphAddKernelNode" => f!(10000, graph::cuGraphAddKernelNode),
+        "cuGraphAddMemsetNode" => f!(10000, graph::cuGraphAddMemsetNode),
+        "cuGraphAddMemcpyNode" => f!(10000, graph::cuGraphAddMemcpyNode),
+        "cuGraphAddEmptyNode" => f!(10000, graph::cuGraphAddEmptyNode),
+        "cuGraphAddEventRecordNode" => f!(11010, graph::cuGraphAddEventRecordNode),
+        "cuGraphAddEventWaitNode" => f!(11010, graph::cuGraphAddEventWaitNode),
+        "cuGraphAddDependencies" => f!(10000, graph::cuGraphAddDependencies),
+        "cuGraphInstantiateWithFlags" => f!(11040, graph::cuGraphInstantiateWithFlags),
+        "cuGraphLaunch" => f!(10000, graph::cuGraphLaunch),
+        "cuGraphUpload" => f!(11010, graph::cuGraphUpload),
+        "cuGraphExecDestroy" => f!(10000, graph::cuGraphExecDestroy),
+
+        "cuModuleLoadData" => f!(2000, modl::cuModuleLoadData),
+        "cuModuleLoadDataEx" => f!(2010, modl::cuModuleLoadDataEx),
+        "cuModuleGetFunction" => f!(2000, modl::cuModuleGetFunction),
+        "cuModuleUnload" => f!(2000, modl::cuModuleUnload),
+        "cuFuncGetAttribute" => f!(2020, modl::cuFuncGetAttribute),
+        "cuFuncSetAttribute" => f!(9000, modl::cuFuncSetAttribute),
+        "cuLaunchKernel" => f!(4000, modl::cuLaunchKernel),
+
         // An entry point newer than CUDA 12.0, to test version-gated lookups.
-        "cuFakeSince13" => (13000, not_supported as *mut c_void),
+        "cuFakeSince13" => f!(13000, not_supported),
         _ => return None,
-    };
-    Some((since, f))
+    })
 }
 
 /// What every name the fake does not implement resolves to.

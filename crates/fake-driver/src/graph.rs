@@ -1,0 +1,538 @@
+//! Graphs: nodes with dependencies, checked at instantiation, run in dependency order at
+//! launch.
+//!
+//! Memset and memcpy nodes move bytes, event-record nodes record, event-wait nodes check their
+//! event still exists, and kernel nodes (which a CPU cannot run) are counted per function,
+//! like `cuLaunchKernel`. An executable graph is a snapshot: later edits of its graph do not
+//! change it, as in CUDA.
+// Functions carry the driver's names so a reader can match them to cuda.h.
+#![allow(non_snake_case)]
+
+use std::collections::VecDeque;
+use std::ffi::{c_int, c_uint};
+
+use cuhal_sys::{
+    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_KERNEL_NODE_PARAMS,
+    CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent, CUgraph, CUgraphExec, CUgraphNode,
+    CUstream,
+};
+
+use crate::entry::{Status, ensure, entry, put};
+use crate::memory::fill;
+use crate::status;
+use crate::transfer::End;
+use crate::world::{World, handle, host_address, id, lookup, lookup_mut, world};
+
+/// One end of a memcpy node, remembered as integers (host addresses with exposed provenance).
+#[derive(Copy, Clone, Debug)]
+enum Place {
+    Device(u64),
+    Host(usize),
+    Unified(u64),
+}
+
+impl Place {
+    fn end(self) -> End {
+        match self {
+            Place::Device(address) => End::Device(address),
+            Place::Host(address) => End::Host(std::ptr::with_exposed_provenance_mut(address)),
+            Place::Unified(address) => End::Unified(address),
+        }
+    }
+}
+
+/// A memcpy node: `depth` slices of `height` rows of `width` bytes.
+#[derive(Copy, Clone, Debug)]
+struct Copy3d {
+    source: Place,
+    source_offset: usize,
+    source_pitch: usize,
+    source_height: usize,
+    target: Place,
+    target_offset: usize,
+    target_pitch: usize,
+    target_height: usize,
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+/// What a node does.
+#[derive(Clone, Debug)]
+enum Op {
+    Kernel { function: usize },
+    Memset { params: CUDA_MEMSET_NODE_PARAMS },
+    Memcpy(Copy3d),
+    Empty,
+    EventRecord { event: usize },
+    EventWait { event: usize },
+}
+
+/// One node and the nodes it depends on.
+#[derive(Debug)]
+struct Node {
+    id: usize,
+    op: Op,
+    deps: Vec<usize>,
+}
+
+/// A graph under construction.
+#[derive(Debug, Default)]
+pub(crate) struct Graph {
+    nodes: Vec<Node>,
+}
+
+/// An instantiated graph: its operations in an order that respects every dependency.
+#[derive(Debug)]
+pub(crate) struct Exec {
+    order: Vec<Op>,
+}
+
+impl World {
+    /// Runs one node's operation.
+    fn run(&mut self, op: &Op) -> Status {
+        match *op {
+            Op::Kernel { function } => {
+                let name = lookup(&self.functions, function)?.name.clone();
+                *self.launches.entry(name).or_insert(0) += 1;
+            }
+            Op::Memset { params } => {
+                let size = params.elementSize as usize;
+                for row in 0..params.height {
+                    let start = params.dst + (row * params.pitch) as u64;
+                    let span = self.device_span(start, params.width * size)?;
+                    // SAFETY: `span` holds `width` elements inside a live allocation.
+                    unsafe { fill(span, params.value, size, params.width) };
+                }
+            }
+            Op::Memcpy(c) => {
+                for z in 0..c.depth {
+                    for y in 0..c.height {
+                        let source = c.source_offset + (z * c.source_height + y) * c.source_pitch;
+                        let target = c.target_offset + (z * c.target_height + y) * c.target_pitch;
+                        // SAFETY: host ends were vouched for when the node was added and must
+                        // stay valid while the graph can launch (cuda.h's contract).
+                        unsafe {
+                            self.copy(offset(c.target, target), offset(c.source, source), c.width)
+                        }?;
+                    }
+                }
+            }
+            Op::Empty => {}
+            Op::EventRecord { event } => self.record(event)?,
+            Op::EventWait { event } => lookup(&self.events, event).map(drop)?,
+        }
+        Ok(())
+    }
+
+    /// Checks that what `op` refers to still exists.
+    fn check(&self, op: &Op) -> Status {
+        match *op {
+            Op::Kernel { function } => lookup(&self.functions, function).map(drop),
+            Op::EventRecord { event } | Op::EventWait { event } => {
+                lookup(&self.events, event).map(drop)
+            }
+            Op::Memset { .. } | Op::Memcpy(_) | Op::Empty => Ok(()),
+        }
+    }
+
+    /// Adds a node to `graph` after `deps`.
+    ///
+    /// # Safety
+    /// `deps` is null or points to `count` node handles; `out` is null or valid for one write.
+    unsafe fn add_node(
+        &mut self,
+        out: *mut CUgraphNode,
+        graph: CUgraph,
+        deps: *const CUgraphNode,
+        count: usize,
+        op: Op,
+    ) -> Status {
+        ensure(
+            !out.is_null() && (count == 0 || !deps.is_null()),
+            status::INVALID_VALUE,
+        )?;
+        let graph = id(graph)?;
+        lookup(&self.graphs, graph)?;
+        self.check(&op)?;
+        let deps: Vec<usize> = if count == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: non-null and pointing to `count` handles by the caller's contract.
+            unsafe { std::slice::from_raw_parts(deps, count) }
+                .iter()
+                .map(|d| d.addr())
+                .collect()
+        };
+        // Every dependency must be a node of this graph.
+        ensure(
+            deps.iter().all(|d| self.nodes.get(d) == Some(&graph)),
+            status::INVALID_VALUE,
+        )?;
+        let node = self.new_handle();
+        self.nodes.insert(node, graph);
+        lookup_mut(&mut self.graphs, graph)?
+            .nodes
+            .push(Node { id: node, op, deps });
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(out, handle(node)) }
+    }
+}
+
+/// `place` moved on by `bytes`.
+fn offset(place: Place, bytes: usize) -> End {
+    match place {
+        Place::Device(a) => Place::Device(a + bytes as u64),
+        Place::Host(a) => Place::Host(a + bytes),
+        Place::Unified(a) => Place::Unified(a + bytes as u64),
+    }
+    .end()
+}
+
+/// The operations of `graph` in dependency order (Kahn's algorithm, stable), or
+/// `CUDA_ERROR_INVALID_VALUE` for a cycle.
+fn order(graph: &Graph) -> Result<Vec<Op>, c_int> {
+    let index = |id: usize| graph.nodes.iter().position(|n| n.id == id);
+    let mut waiting: Vec<usize> = graph.nodes.iter().map(|n| n.deps.len()).collect();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); graph.nodes.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for &dep in &node.deps {
+            dependents[index(dep).ok_or(status::INVALID_VALUE)?].push(i);
+        }
+    }
+    let mut ready: VecDeque<usize> = (0..graph.nodes.len())
+        .filter(|&i| waiting[i] == 0)
+        .collect();
+    let mut order = Vec::with_capacity(graph.nodes.len());
+    while let Some(i) = ready.pop_front() {
+        order.push(graph.nodes[i].op.clone());
+        for &next in &dependents[i] {
+            waiting[next] -= 1;
+            if waiting[next] == 0 {
+                ready.push_back(next);
+            }
+        }
+    }
+    ensure(order.len() == graph.nodes.len(), status::INVALID_VALUE)?;
+    Ok(order)
+}
+
+/// `CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)`.
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuGraphCreate(out: *mut CUgraph, flags: c_uint) -> c_int {
+    entry("cuGraphCreate", || {
+        ensure(flags == 0 && !out.is_null(), status::INVALID_VALUE)?;
+        let mut world = world();
+        let graph = world.new_handle();
+        world.graphs.insert(graph, Graph::default());
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(out, handle(graph)) }
+    })
+}
+
+/// `CUresult cuGraphDestroy(CUgraph hGraph)`: its executables live on.
+pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> c_int {
+    entry("cuGraphDestroy", || {
+        let graph = id(graph)?;
+        let mut world = world();
+        world.graphs.remove(&graph).ok_or(status::INVALID_HANDLE)?;
+        world.nodes.retain(|_, g| *g != graph);
+        Ok(())
+    })
+}
+
+/// `CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode
+/// *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)`.
+///
+/// # Safety
+/// Pointers as in cuda.h: `deps` holds `count` handles, `params` is null or readable.
+pub unsafe extern "C" fn cuGraphAddKernelNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> c_int {
+    entry("cuGraphAddKernelNode", || {
+        ensure(!params.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and readable by the caller's contract.
+        let params = unsafe { params.read() };
+        let mut world = world();
+        let function = id(params.func)?;
+        world.check_launch(
+            function,
+            [params.gridDimX, params.gridDimY, params.gridDimZ],
+            [params.blockDimX, params.blockDimY, params.blockDimZ],
+            params.sharedMemBytes,
+        )?;
+        // SAFETY: forwarded caller contract.
+        unsafe { world.add_node(out, graph, deps, count, Op::Kernel { function }) }
+    })
+}
+
+/// `CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode
+/// *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams,
+/// CUcontext ctx)`.
+///
+/// # Safety
+/// Pointers as in cuda.h.
+pub unsafe extern "C" fn cuGraphAddMemsetNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+    context: CUcontext,
+) -> c_int {
+    entry("cuGraphAddMemsetNode", || {
+        ensure(!params.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and readable by the caller's contract.
+        let params = unsafe { params.read() };
+        let mut world = world();
+        world
+            .active_context(id(context)?)
+            .ok_or(status::INVALID_CONTEXT)?;
+        let size = params.elementSize as usize;
+        ensure(
+            matches!(size, 1 | 2 | 4)
+                && params.dst.is_multiple_of(size as u64)
+                && params.width > 0
+                && params.height > 0
+                && (params.height == 1 || params.pitch >= params.width * size),
+            status::INVALID_VALUE,
+        )?;
+        for row in 0..params.height {
+            world.device_span(
+                params.dst + (row * params.pitch) as u64,
+                params.width * size,
+            )?;
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { world.add_node(out, graph, deps, count, Op::Memset { params }) }
+    })
+}
+
+/// `CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode
+/// *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)`.
+/// Host, device and unified ends; arrays are not supported.
+///
+/// # Safety
+/// Pointers as in cuda.h; host ends stay valid while the graph can launch.
+pub unsafe extern "C" fn cuGraphAddMemcpyNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    params: *const CUDA_MEMCPY3D,
+    context: CUcontext,
+) -> c_int {
+    entry("cuGraphAddMemcpyNode", || {
+        ensure(!params.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and readable by the caller's contract.
+        let p = unsafe { params.read() };
+        let mut world = world();
+        world
+            .active_context(id(context)?)
+            .ok_or(status::INVALID_CONTEXT)?;
+        let place = |kind, host: usize, device: u64| match kind {
+            CU_MEMORYTYPE_HOST => Ok(Place::Host(host)),
+            CU_MEMORYTYPE_DEVICE => Ok(Place::Device(device)),
+            CU_MEMORYTYPE_UNIFIED => Ok(Place::Unified(device)),
+            _ => Err(status::NOT_SUPPORTED),
+        };
+        let rows = |pitch: usize, height: usize| {
+            (p.Height <= 1 || pitch >= p.WidthInBytes) && (p.Depth <= 1 || height >= p.Height)
+        };
+        ensure(
+            p.WidthInBytes > 0
+                && p.Height > 0
+                && p.Depth > 0
+                && p.srcLOD == 0
+                && p.dstLOD == 0
+                && rows(p.srcPitch, p.srcHeight)
+                && rows(p.dstPitch, p.dstHeight),
+            status::INVALID_VALUE,
+        )?;
+        let copy = Copy3d {
+            source: place(p.srcMemoryType, host_address(p.srcHost), p.srcDevice)?,
+            source_offset: p.srcXInBytes + (p.srcZ * p.srcHeight + p.srcY) * p.srcPitch,
+            source_pitch: p.srcPitch,
+            source_height: p.srcHeight,
+            target: place(
+                p.dstMemoryType,
+                host_address(p.dstHost.cast_const()),
+                p.dstDevice,
+            )?,
+            target_offset: p.dstXInBytes + (p.dstZ * p.dstHeight + p.dstY) * p.dstPitch,
+            target_pitch: p.dstPitch,
+            target_height: p.dstHeight,
+            width: p.WidthInBytes,
+            height: p.Height,
+            depth: p.Depth,
+        };
+        for (place, offset_bytes) in [
+            (copy.source, copy.source_offset),
+            (copy.target, copy.target_offset),
+        ] {
+            if let Place::Device(_) = place {
+                world.resolve(offset(place, offset_bytes), copy.width)?;
+            }
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { world.add_node(out, graph, deps, count, Op::Memcpy(copy)) }
+    })
+}
+
+/// `CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode
+/// *dependencies, size_t numDependencies)`.
+///
+/// # Safety
+/// Pointers as in cuda.h.
+pub unsafe extern "C" fn cuGraphAddEmptyNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    entry("cuGraphAddEmptyNode", || unsafe {
+        world().add_node(out, graph, deps, count, Op::Empty)
+    })
+}
+
+/// `CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const
+/// CUgraphNode *dependencies, size_t numDependencies, CUevent event)`.
+///
+/// # Safety
+/// Pointers as in cuda.h.
+pub unsafe extern "C" fn cuGraphAddEventRecordNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    event: CUevent,
+) -> c_int {
+    entry("cuGraphAddEventRecordNode", || {
+        let event = id(event)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { world().add_node(out, graph, deps, count, Op::EventRecord { event }) }
+    })
+}
+
+/// `CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const
+/// CUgraphNode *dependencies, size_t numDependencies, CUevent event)`.
+///
+/// # Safety
+/// Pointers as in cuda.h.
+pub unsafe extern "C" fn cuGraphAddEventWaitNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    event: CUevent,
+) -> c_int {
+    entry("cuGraphAddEventWaitNode", || {
+        let event = id(event)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { world().add_node(out, graph, deps, count, Op::EventWait { event }) }
+    })
+}
+
+/// `CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode
+/// *to, size_t numDependencies)`.
+///
+/// # Safety
+/// `from` and `to` each hold `count` handles (or are null with `count` 0).
+pub unsafe extern "C" fn cuGraphAddDependencies(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    count: usize,
+) -> c_int {
+    entry("cuGraphAddDependencies", || {
+        if count == 0 {
+            return Ok(());
+        }
+        ensure(!from.is_null() && !to.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and holding `count` handles by the caller's contract.
+        let (from, to) = unsafe {
+            (
+                std::slice::from_raw_parts(from, count),
+                std::slice::from_raw_parts(to, count),
+            )
+        };
+        let mut world = world();
+        let graph = id(graph)?;
+        lookup(&world.graphs, graph)?;
+        let ours = |n: &CUgraphNode| world.nodes.get(&n.addr()) == Some(&graph);
+        ensure(from.iter().chain(to).all(ours), status::INVALID_VALUE)?;
+        let graph = lookup_mut(&mut world.graphs, graph)?;
+        for (from, to) in from.iter().zip(to) {
+            if let Some(node) = graph.nodes.iter_mut().find(|n| n.id == to.addr()) {
+                node.deps.push(from.addr());
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long
+/// long flags)`: checks the graph (no cycle, every event and function alive) and snapshots it.
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+    out: *mut CUgraphExec,
+    graph: CUgraph,
+    flags: u64,
+) -> c_int {
+    entry("cuGraphInstantiateWithFlags", || {
+        // AUTO_FREE_ON_LAUNCH | UPLOAD | DEVICE_LAUNCH | USE_NODE_PRIORITY.
+        ensure(flags & !0xf == 0 && !out.is_null(), status::INVALID_VALUE)?;
+        let mut world = world();
+        world.current_context()?;
+        let order = order(lookup(&world.graphs, id(graph)?)?)?;
+        order.iter().try_for_each(|op| world.check(op))?;
+        let exec = world.new_handle();
+        world.execs.insert(exec, Exec { order });
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(out, handle(exec)) }
+    })
+}
+
+/// `CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)`: runs every node now.
+pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> c_int {
+    entry("cuGraphLaunch", || {
+        let mut world = world();
+        world.stream_device(stream)?;
+        let order = std::mem::take(&mut lookup_mut(&mut world.execs, id(exec)?)?.order);
+        let result = order.iter().try_for_each(|op| world.run(op));
+        if let Some(exec) = world.execs.get_mut(&exec.addr()) {
+            exec.order = order;
+        }
+        result
+    })
+}
+
+/// `CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)`: nothing to upload.
+pub extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> c_int {
+    entry("cuGraphUpload", || {
+        let world = world();
+        world.stream_device(stream)?;
+        lookup(&world.execs, id(exec)?).map(drop)
+    })
+}
+
+/// `CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)`.
+pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> c_int {
+    entry("cuGraphExecDestroy", || {
+        let exec = id(exec)?;
+        world()
+            .execs
+            .remove(&exec)
+            .map(drop)
+            .ok_or(status::INVALID_HANDLE)
+    })
+}

@@ -1,0 +1,362 @@
+//! Modules, kernels and launches.
+//!
+//! A "PTX" image is any NUL-terminated text; its kernels are the names after `.entry`. Text
+//! containing [`BAD_INSTRUCTION`] fails to compile with `CUDA_ERROR_INVALID_PTX` and a message
+//! in the JIT error log, so a test can exercise a compile error. A CPU cannot run kernels, so
+//! launches (`cuLaunchKernel` and kernel graph nodes) are checked and counted per function
+//! name instead.
+// Functions carry the driver's names so a reader can match them to cuda.h.
+#![allow(non_snake_case)]
+
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+
+use cuhal_sys::{
+    CU_FUNC_ATTRIBUTE_BINARY_VERSION, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
+    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_FUNC_ATTRIBUTE_NUM_REGS,
+    CU_FUNC_ATTRIBUTE_PTX_VERSION, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUstream,
+};
+
+use crate::driver::{MAX_SHARED_OPTIN, MAX_THREADS_PER_BLOCK};
+use crate::entry::{Status, ensure, entry, put};
+use crate::status;
+use crate::world::{World, handle, id, lookup, lookup_mut, world};
+
+/// Text that makes a module fail to compile.
+pub const BAD_INSTRUCTION: &str = "cuhal_not_an_instruction";
+/// Dynamic shared memory a kernel may use before `cuFuncSetAttribute` raises it (48 KiB).
+pub const DEFAULT_DYNAMIC_SHARED: c_int = 48 * 1024;
+/// Registers every fake kernel reports.
+pub const REGISTERS: c_int = 32;
+
+/// A loaded module.
+#[derive(Debug)]
+pub(crate) struct Module {
+    functions: Vec<usize>,
+}
+
+/// A kernel of a module.
+#[derive(Debug)]
+pub(crate) struct Function {
+    module: usize,
+    pub name: String,
+    max_dynamic_shared: c_int,
+}
+
+/// The kernels of `text`: every name after `.entry`.
+fn entries(text: &str) -> Vec<&str> {
+    text.split(".entry")
+        .skip(1)
+        .filter_map(|rest| {
+            let rest = rest.trim_start();
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '$'))
+                .unwrap_or(rest.len());
+            (end > 0).then(|| &rest[..end])
+        })
+        .collect()
+}
+
+impl World {
+    /// Checks a launch of `function` against CUDA's and the function's limits.
+    pub(crate) fn check_launch(
+        &self,
+        function: usize,
+        grid: [c_uint; 3],
+        block: [c_uint; 3],
+        shared: c_uint,
+    ) -> Status {
+        let function = lookup(&self.functions, function)?;
+        let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+        ensure(
+            grid.iter().chain(&block).all(|&d| d >= 1)
+                && grid[1] <= 65_535
+                && grid[2] <= 65_535
+                && block[2] <= 64
+                && threads <= MAX_THREADS_PER_BLOCK as u64,
+            status::INVALID_VALUE,
+        )?;
+        ensure(
+            i64::from(shared) <= i64::from(function.max_dynamic_shared),
+            status::INVALID_VALUE,
+        )
+    }
+}
+
+/// Writes `text` into a JIT log buffer given by the options, and its length into the size slot.
+///
+/// # Safety
+/// `values` holds one writable pointer-sized slot per option; a log buffer option's value is
+/// writable for the size its size option gives.
+unsafe fn write_log(
+    options: &[CUjit_option],
+    values: *mut *mut c_void,
+    buffer_option: CUjit_option,
+    size_option: CUjit_option,
+    text: &str,
+) {
+    let slot = |option| options.iter().position(|&o| o == option);
+    let (Some(buffer_slot), Some(size_slot)) = (slot(buffer_option), slot(size_option)) else {
+        return;
+    };
+    // SAFETY: both slots are inside `values` (caller's contract).
+    let (buffer, size) = unsafe { (*values.add(buffer_slot), (*values.add(size_slot)).addr()) };
+    if buffer.is_null() || size == 0 {
+        return;
+    }
+    let n = text.len().min(size - 1);
+    // SAFETY: the buffer is writable for `size` > n bytes (caller's contract); the size slot is
+    // writable, and like the real driver the fake reports the bytes written there.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buffer.cast::<u8>(), n);
+        buffer.cast::<u8>().add(n).write(0);
+        values
+            .add(size_slot)
+            .write(std::ptr::without_provenance_mut(n + 1));
+    }
+}
+
+/// Loads `image` with the given JIT options.
+///
+/// # Safety
+/// `image` is null or NUL-terminated; `options` and `values` hold `count` entries each (or are
+/// null with `count` 0), as cuda.h describes them.
+unsafe fn load(
+    out: *mut CUmodule,
+    image: *const c_void,
+    count: c_uint,
+    options: *mut CUjit_option,
+    values: *mut *mut c_void,
+) -> Status {
+    ensure(!out.is_null() && !image.is_null(), status::INVALID_VALUE)?;
+    ensure(
+        count == 0 || (!options.is_null() && !values.is_null()),
+        status::INVALID_VALUE,
+    )?;
+    let options = if count == 0 {
+        &[][..]
+    } else {
+        // SAFETY: non-null and holding `count` options by the caller's contract.
+        unsafe { std::slice::from_raw_parts(options, count as usize) }
+    };
+    // SAFETY: non-null and NUL-terminated by the caller's contract.
+    let text = unsafe { CStr::from_ptr(image.cast::<c_char>()) }.to_string_lossy();
+    ensure(!text.trim().is_empty(), status::INVALID_IMAGE)?;
+    let mut world = world();
+    world.current_context()?;
+    if let Some(at) = text.find(BAD_INSTRUCTION) {
+        let line = text[..at].lines().count().max(1);
+        let log = format!("ptxas fatal   : line {line}: unknown instruction '{BAD_INSTRUCTION}'");
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            write_log(
+                options,
+                values,
+                CU_JIT_ERROR_LOG_BUFFER,
+                CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                &log,
+            )
+        };
+        return Err(status::INVALID_PTX);
+    }
+    let names = entries(&text);
+    let module = world.new_handle();
+    let mut functions = Vec::with_capacity(names.len());
+    for name in &names {
+        let function = world.new_handle();
+        world.functions.insert(
+            function,
+            Function {
+                module,
+                name: (*name).to_owned(),
+                max_dynamic_shared: DEFAULT_DYNAMIC_SHARED,
+            },
+        );
+        functions.push(function);
+    }
+    world.modules.insert(module, Module { functions });
+    let log = format!(
+        "ptxas info    : cuhal fake JIT compiled {} entries: {}",
+        names.len(),
+        names.join(", ")
+    );
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        write_log(
+            options,
+            values,
+            CU_JIT_INFO_LOG_BUFFER,
+            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            &log,
+        );
+        put(out, handle(module))
+    }
+}
+
+/// `CUresult cuModuleLoadData(CUmodule *module, const void *image)`.
+///
+/// # Safety
+/// `out` is null or writable; `image` is null or NUL-terminated text.
+pub unsafe extern "C" fn cuModuleLoadData(out: *mut CUmodule, image: *const c_void) -> c_int {
+    // SAFETY: forwarded caller contract; no options.
+    entry("cuModuleLoadData", || unsafe {
+        load(out, image, 0, std::ptr::null_mut(), std::ptr::null_mut())
+    })
+}
+
+/// `CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+/// CUjit_option *options, void **optionValues)`: honours the info and error log options.
+///
+/// # Safety
+/// As cuda.h: `options` and `values` hold `count` entries, log buffers their given sizes.
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    out: *mut CUmodule,
+    image: *const c_void,
+    count: c_uint,
+    options: *mut CUjit_option,
+    values: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    entry("cuModuleLoadDataEx", || unsafe {
+        load(out, image, count, options, values)
+    })
+}
+
+/// `CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)`.
+///
+/// # Safety
+/// `out` is null or writable; `name` is null or NUL-terminated.
+pub unsafe extern "C" fn cuModuleGetFunction(
+    out: *mut CUfunction,
+    module: CUmodule,
+    name: *const c_char,
+) -> c_int {
+    entry("cuModuleGetFunction", || {
+        ensure(!out.is_null() && !name.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and NUL-terminated by the caller's contract.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        let world = world();
+        let module = lookup(&world.modules, id(module)?)?;
+        let function = module
+            .functions
+            .iter()
+            .find(|f| world.functions.get(f).is_some_and(|f| f.name == name))
+            .ok_or(status::NOT_FOUND)?;
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(out, handle(*function)) }
+    })
+}
+
+/// `CUresult cuModuleUnload(CUmodule hmod)`.
+pub extern "C" fn cuModuleUnload(module: CUmodule) -> c_int {
+    entry("cuModuleUnload", || {
+        let mut world = world();
+        let module = id(module)?;
+        let module = world
+            .modules
+            .remove(&module)
+            .ok_or(status::INVALID_HANDLE)?;
+        for function in module.functions {
+            world.functions.remove(&function);
+        }
+        Ok(())
+    })
+}
+
+/// `CUresult cuFuncGetAttribute(int *pi, CUfunction_attrib attrib, CUfunction hfunc)`: every
+/// kernel uses 32 registers, no static shared, constant or local memory, PTX ISA 8.0 and
+/// sm_90.
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuFuncGetAttribute(
+    out: *mut c_int,
+    attribute: CUfunction_attribute,
+    function: CUfunction,
+) -> c_int {
+    entry("cuFuncGetAttribute", || {
+        let world = world();
+        let function = lookup(&world.functions, id(function)?)?;
+        lookup(&world.modules, function.module)?;
+        let value = match attribute {
+            CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK => MAX_THREADS_PER_BLOCK,
+            CU_FUNC_ATTRIBUTE_NUM_REGS => REGISTERS,
+            CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+            | CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES
+            | CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES => 0,
+            CU_FUNC_ATTRIBUTE_PTX_VERSION => 80,
+            CU_FUNC_ATTRIBUTE_BINARY_VERSION => 90,
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => function.max_dynamic_shared,
+            _ => return Err(status::INVALID_VALUE),
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { put(out, value) }
+    })
+}
+
+/// `CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)`: only
+/// the maximum dynamic shared memory, up to the device's opt-in limit.
+pub extern "C" fn cuFuncSetAttribute(
+    function: CUfunction,
+    attribute: CUfunction_attribute,
+    value: c_int,
+) -> c_int {
+    entry("cuFuncSetAttribute", || {
+        let mut world = world();
+        let function = lookup_mut(&mut world.functions, id(function)?)?;
+        ensure(
+            attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                && (0..=MAX_SHARED_OPTIN).contains(&value),
+            status::INVALID_VALUE,
+        )?;
+        function.max_dynamic_shared = value;
+        Ok(())
+    })
+}
+
+/// `CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, .., unsigned blockDimZ, unsigned
+/// sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)`: checked and counted.
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn cuLaunchKernel(
+    function: CUfunction,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> c_int {
+    entry("cuLaunchKernel", || {
+        let mut world = world();
+        world.stream_device(stream)?;
+        let function = id(function)?;
+        world.check_launch(
+            function,
+            [grid_x, grid_y, grid_z],
+            [block_x, block_y, block_z],
+            shared,
+        )?;
+        let name = world.functions[&function].name.clone();
+        *world.launches.entry(name).or_insert(0) += 1;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entries;
+
+    #[test]
+    fn entries_are_the_names_after_dot_entry() {
+        let ptx = ".version 8.0\n.visible .entry fill_u32(\n.param .u64 p)\n{ ret; }\n.entry  spin$1 () {}\n.func helper() {}";
+        assert_eq!(entries(ptx), ["fill_u32", "spin$1"]);
+        assert!(entries(".func f() {}").is_empty());
+        assert!(entries(".entry (").is_empty());
+    }
+}

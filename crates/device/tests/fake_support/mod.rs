@@ -1,0 +1,178 @@
+//! Shared by the `fake_*` tests: the device crate end to end on the CPU, against a private
+//! instance of the fake driver (`cuhal-fake-driver`), a simple synchronous GPU made of host
+//! memory.
+//!
+//! Each test copies the fake's library and loads its copy, so it has its own devices, objects,
+//! counters and injected faults, and tests run in parallel. `Driver::load` finds the copy
+//! through `CUHAL_CUDA_LIBRARY`, which is set and read under one lock.
+#![allow(dead_code)] // each test file uses a different part
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cuhal::{
+    BufferRange, Device, DeviceOptions, Driver, Error, Failure, HostBuffer, Queue, Semaphore,
+};
+use cuhal_fake_driver::control::Counts;
+use cuhal_fake_driver::harness::FakeDriver;
+
+/// How long a test waits for anything before it calls the wait a hang.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What every output is filled with before the work that should overwrite it.
+pub const POISON: u8 = 0xd7;
+
+/// Kernels the fake "compiles": it only reads the `.entry` names.
+pub const PTX: &str = "\
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry scale(.param .u64 data, .param .u32 factor, .param .u32 n) { ret; }
+.visible .entry add_one(.param .u64 data, .param .u32 n) { ret; }
+";
+
+/// A fresh instance of the fake and the driver loaded from it.
+pub fn load(tag: &str) -> (FakeDriver, Driver) {
+    static ENV: Mutex<()> = Mutex::new(());
+    let fake = FakeDriver::private(tag).unwrap_or_else(|e| panic!("{e}"));
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: the environment is written only here, under `ENV`, and `Driver::load` reads it
+    // under the same lock through std (which serializes with set_var); nothing in these test
+    // binaries reads it through libc.
+    unsafe { std::env::set_var(cuhal_sys::LIBRARY_ENV, fake.path()) };
+    let driver = Driver::load().unwrap_or_else(|e| panic!("loading the fake driver: {e}"));
+    (fake, driver)
+}
+
+/// A fresh instance, its driver, and device 0 opened with `queues` queues of `options`.
+pub fn open(tag: &str, options: DeviceOptions) -> (FakeDriver, Driver, Device) {
+    let (fake, driver) = load(tag);
+    let device = driver
+        .open(0, options)
+        .unwrap_or_else(|e| panic!("opening the fake device: {e}"));
+    (fake, driver, device)
+}
+
+/// Options with `queues` queues, otherwise the defaults.
+pub fn queues(queues: usize) -> DeviceOptions {
+    DeviceOptions {
+        queues,
+        ..DeviceOptions::default()
+    }
+}
+
+/// Waits for `semaphore` to reach `value`, panicking with what it saw on a failure or a hang.
+pub fn wait(semaphore: &Semaphore, value: u64) {
+    if let Err(e) = semaphore.wait(value, TIMEOUT) {
+        panic!("waiting for {semaphore:?} to reach {value}: {e}");
+    }
+}
+
+/// The failure `semaphore` ends with when waited on for `value` (a hang or success panics).
+pub fn failure_of(semaphore: &Semaphore, value: u64) -> Failure {
+    match semaphore.wait(value, TIMEOUT) {
+        Err(cuhal_semaphore::Error::Failed(failure)) => failure,
+        other => panic!("expected {semaphore:?} to fail before {value}, got {other:?}"),
+    }
+}
+
+/// Waits until `queue` has retired (signalled, cleaned up, released) everything submitted.
+pub fn settle(queue: &Queue) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let stats = queue.stats();
+        if stats.retired() == stats.submitted {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never settled: {stats:?}",
+            queue.label()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Reads `range` back through `queue` (a queue read into pinned memory, then a host wait).
+pub fn read(device: &Device, queue: &Queue, range: &BufferRange) -> Vec<u8> {
+    let host = device.create_host_buffer(range.len()).unwrap();
+    let done = device.create_semaphore(0);
+    queue.read(&[], &[(&done, 1)], range, &host, 0).unwrap();
+    wait(&done, 1);
+    host_bytes(&host)
+}
+
+/// The bytes of a host buffer.
+pub fn host_bytes(host: &HostBuffer) -> Vec<u8> {
+    let mut bytes = vec![0; host.len()];
+    host.read(0, &mut bytes).unwrap();
+    bytes
+}
+
+/// Fills `range` with [`POISON`] and waits for it.
+pub fn poison(device: &Device, queue: &Queue, range: &BufferRange) {
+    let done = device.create_semaphore(0);
+    queue
+        .fill(&[], &[(&done, 1)], range, cuhal::FillPattern::U8(POISON))
+        .unwrap();
+    wait(&done, 1);
+}
+
+/// `error` is `Error::Lost` carrying `failure`.
+pub fn assert_lost(error: Error, failure: &Failure, what: &str) {
+    match error {
+        Error::Lost(f) => assert!(f.ptr_eq(failure), "{what}: lost with another failure {f}"),
+        other => panic!("{what}: expected Error::Lost, got {other:?}"),
+    }
+}
+
+/// The fake's live objects, with the launch total (not an object) left out.
+pub fn live(fake: &FakeDriver) -> Counts {
+    Counts {
+        launches: 0,
+        ..fake.counts()
+    }
+}
+
+/// A small deterministic generator, seeded from the clock (the seed is printed, so a failing
+/// run can be replayed with `CUHAL_TEST_SEED`).
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded from `CUHAL_TEST_SEED` or the clock.
+    pub fn new() -> Rng {
+        let seed = std::env::var("CUHAL_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        println!("seed {seed} (CUHAL_TEST_SEED)");
+        Rng(seed | 1)
+    }
+
+    /// xorshift64*.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A value in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// `n` random bytes, none equal to [`POISON`] so a surviving poison byte is visible.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| match self.next_u64() as u8 {
+                POISON => POISON ^ 1,
+                b => b,
+            })
+            .collect()
+    }
+}

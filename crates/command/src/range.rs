@@ -136,6 +136,26 @@ impl BufferRange {
         }
     }
 
+    /// Checks that `pattern` may fill this range: not empty, and for 2 and 4 byte patterns an
+    /// address and length that are multiples of the pattern size (the driver's memset rule).
+    pub fn check_fill(&self, pattern: crate::FillPattern) -> Result<(), Error> {
+        check_non_empty("fill", self.length)?;
+        check_fill_alignment(self.device_ptr(), self.offset, self.length, pattern.size())
+    }
+
+    /// Checks that this range may be copied to `target`: not empty, the same length, no overlap.
+    pub fn check_copy_to(&self, target: &BufferRange) -> Result<(), Error> {
+        check_non_empty("copy", self.length)?;
+        if self.length != target.length {
+            return Err(Error::LengthMismatch {
+                what: "copy",
+                target: target.length,
+                source: self.length,
+            });
+        }
+        check_no_overlap(self.device_ptr(), target.device_ptr(), self.length)
+    }
+
     /// A sub-range: `offset` is relative to this range's start; checked against its length.
     pub fn sub(&self, offset: usize, length: usize) -> Result<Self, Error> {
         check_range(offset, length, self.length)?;

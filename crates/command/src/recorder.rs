@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cuhal_sys::{CUcontext, CUdeviceptr, CUevent, PrimaryContext};
 
 use crate::executable::validate_dispatch;
-use crate::range::{check_fill_alignment, check_no_overlap, check_non_empty};
+use crate::range::check_non_empty;
 use crate::{Buffer, BufferRange, Error, Function, KernelArgs, Verbosity, ZoneRecorder};
 
 /// Where a command buffer is in its life.
@@ -420,13 +420,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
 
     fn fill(&mut self, target: &BufferRange, pattern: FillPattern) -> Result<(), Error> {
         self.recording("fill")?;
-        check_non_empty("fill", target.len())?;
-        check_fill_alignment(
-            target.device_ptr(),
-            target.offset(),
-            target.len(),
-            pattern.size(),
-        )?;
+        target.check_fill(pattern)?;
         self.check_range(target)?;
         let zone = self.zones.command("fill");
         self.encode(|e| e.fill(target.device_ptr(), target.len(), pattern, zone))?;
@@ -453,15 +447,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
 
     fn copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
         self.recording("copy")?;
-        check_non_empty("copy", source.len())?;
-        if source.len() != target.len() {
-            return Err(Error::LengthMismatch {
-                what: "copy",
-                target: target.len(),
-                source: source.len(),
-            });
-        }
-        check_no_overlap(source.device_ptr(), target.device_ptr(), source.len())?;
+        source.check_copy_to(target)?;
         self.check_range(source)?;
         self.check_range(target)?;
         let zone = self.zones.command("copy");

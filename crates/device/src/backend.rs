@@ -16,7 +16,7 @@ use cuhal_sys::{
     CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING,
     CUevent, CUstream, PrimaryContext,
 };
-use cuhal_trace::{TraceContext, ZoneList};
+use cuhal_trace::ZoneList;
 use smallvec::SmallVec;
 
 use crate::error::Error;
@@ -33,9 +33,8 @@ pub enum Payload {
         /// The command buffers (inline up to four, the most `Queue::execute` promises to
         /// submit without allocating).
         command_buffers: SmallVec<[Arc<dyn CommandBuffer>; 4]>,
-        /// The submission's own zone list and the queue's tracing context (COARSE and FINE
-        /// tracing only).
-        zone: Option<(ZoneList, Arc<TraceContext>)>,
+        /// The submission's own zone list (COARSE and FINE tracing only).
+        zone: Option<ZoneList>,
     },
     /// `cuMemsetD{8,16,32}Async` over a range.
     Fill {
@@ -90,6 +89,9 @@ unsafe impl Send for CudaBackend {}
 // SAFETY: as above; the stream handle is never mutated after creation.
 unsafe impl Sync for CudaBackend {}
 
+/// A spin budget no wait outlasts (a century), for budgets too large for an `Instant`.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// The device's lost state, shared by its queues: set by the first sticky error any of them sees,
 /// which then loses every queue of the device, so nothing pending anywhere waits for semaphores
 /// that a poisoned context will never signal.
@@ -103,6 +105,14 @@ impl LostFlag {
     /// The failure that lost the device, if it is lost.
     pub fn get(&self) -> Option<&Failure> {
         self.failure.get()
+    }
+
+    /// `Err(Error::Lost)` once the device is lost: what every later call returns.
+    pub fn check(&self) -> Result<(), Error> {
+        match self.failure.get() {
+            Some(failure) => Err(Error::Lost(failure.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Registers a queue to lose with the device.
@@ -177,7 +187,9 @@ impl CudaBackend {
             if now >= until {
                 return Ok(false);
             }
-            let next = (now + self.poll_interval).min(until);
+            let next = now
+                .checked_add(self.poll_interval)
+                .map_or(until, |t| t.min(until));
             while Instant::now() < next {
                 std::hint::spin_loop();
             }
@@ -226,12 +238,39 @@ impl CudaBackend {
         &self.context
     }
 
+    /// Issues one action. The completion event is taken first, so running out of events enqueues
+    /// nothing. If a later step fails after something was enqueued, the stream is drained before
+    /// the error is returned: the scheduler then releases the action's resources at once, and
+    /// work already on the stream may still be using them.
     fn enqueue(
         &self,
         device_waits: &[CudaEvent],
         payload: &mut Payload,
     ) -> Result<CudaEvent, Error> {
         let _bound = self.context.enter()?;
+        let completion = self.events.acquire()?;
+        let enqueued = self.enqueue_work(device_waits, payload).and_then(|()| {
+            let api = self.context.api();
+            // SAFETY: the event and the stream are live.
+            api.check("cuEventRecord", unsafe {
+                (api.cuEventRecord)(completion.raw(), self.stream)
+            })
+            .map_err(Error::from)
+        });
+        match enqueued {
+            Ok(()) => Ok(completion),
+            Err(error) => {
+                let api = self.context.api();
+                // SAFETY: the stream is live. The result is irrelevant: on a lost context it
+                // fails at once, which is also when nothing on the stream runs any more.
+                let _ = unsafe { (api.cuStreamSynchronize)(self.stream) };
+                Err(error)
+            }
+        }
+    }
+
+    /// Enqueues the device waits and the payload.
+    fn enqueue_work(&self, device_waits: &[CudaEvent], payload: &mut Payload) -> Result<(), Error> {
         let api = self.context.api();
         for event in device_waits {
             // SAFETY: the stream and the event are live; cuStreamWaitEvent captures the event's
@@ -246,14 +285,7 @@ impl CudaBackend {
                 command_buffers,
                 zone,
             } => {
-                if let Some((_, trace)) = zone {
-                    // A command buffer submitted again re-records its timing events. Whatever of
-                    // its earlier submissions has completed (typically all of it, when the host
-                    // waited before resubmitting) is collected now, before the events are
-                    // overwritten, instead of being dropped as superseded.
-                    trace.collect();
-                }
-                if let Some((zone, _)) = zone {
+                if let Some(zone) = zone {
                     // SAFETY: the queue's stream is live and of the trace context's context.
                     unsafe { zone.begin_on_stream(self.stream, "submission") }?;
                 }
@@ -263,7 +295,7 @@ impl CudaBackend {
                     // device's context, which `Queue::execute` checked is the command buffer's.
                     unsafe { command_buffer.issue(self.stream) }?;
                 }
-                if let Some((zone, _)) = zone {
+                if let Some(zone) = zone {
                     // SAFETY: as above.
                     unsafe { zone.end_on_stream(self.stream) }?;
                 }
@@ -275,7 +307,7 @@ impl CudaBackend {
                         drop(zones.on_submit());
                     }
                 }
-                if let Some((zone, _)) = zone {
+                if let Some(zone) = zone {
                     drop(zone.on_submit());
                 }
             }
@@ -335,12 +367,7 @@ impl CudaBackend {
             }
             Payload::Dealloca(allocation) => allocation.free_async(self.stream)?,
         }
-        let completion = self.events.acquire()?;
-        // SAFETY: the event and the stream are live.
-        api.check("cuEventRecord", unsafe {
-            (api.cuEventRecord)(completion.raw(), self.stream)
-        })?;
-        Ok(completion)
+        Ok(())
     }
 }
 
@@ -369,7 +396,10 @@ impl Backend for CudaBackend {
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {
         let mut outcome = event.query_raw();
         if matches!(outcome, Ok(false)) {
-            outcome = self.poll_until(event, Instant::now() + spin);
+            let now = Instant::now();
+            // A spin too long to represent means "spin for ever".
+            let until = now.checked_add(spin).unwrap_or(now + FOREVER);
+            outcome = self.poll_until(event, until);
         }
         if matches!(outcome, Ok(false)) {
             outcome = self.sleep_until(event);

@@ -194,10 +194,7 @@ impl Device {
     }
 
     fn check_alive(&self) -> Result<()> {
-        match self.lost.get() {
-            Some(failure) => Err(Error::Lost(failure.clone())),
-            None => Ok(()),
-        }
+        self.lost.check()
     }
 
     /// A timeline semaphore at `initial`, whose host waits spin on recorded device events for the

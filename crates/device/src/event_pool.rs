@@ -123,13 +123,14 @@ impl EventPool {
 
     /// Events currently handed out (created minus free).
     pub fn in_use(&self) -> usize {
-        self.created()
-            - self
-                .shared
+        // Two locks, two moments: the pool may grow between the reads.
+        self.created().saturating_sub(
+            self.shared
                 .free
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .len()
+                .len(),
+        )
     }
 }
 

@@ -100,9 +100,9 @@ impl Drop for MemoryPool {
         if self.owned {
             let _bound = self.context.enter();
             let api = self.context.api();
-            // SAFETY: every allocation of the pool was freed (allocations keep the device's
-            // queues, and so this pool's users, alive until they are freed or dropped); the
-            // driver refuses to destroy a pool with live allocations, which we then leak.
+            // SAFETY: the pool was created here and is destroyed once. Allocations still live
+            // (held by buffers that outlive the device) stay valid: the driver releases the
+            // pool's memory only when they are freed.
             let _ = unsafe { (api.cuMemPoolDestroy)(self.raw) };
         }
     }
@@ -144,10 +144,14 @@ impl Allocation {
         }
         let api = self.context.api();
         // SAFETY: the memory came from cuMemAllocFromPoolAsync and is freed exactly once.
-        api.check("cuMemFreeAsync", unsafe {
+        let freed = api.check("cuMemFreeAsync", unsafe {
             (api.cuMemFreeAsync)(self.ptr, stream)
-        })?;
-        Ok(())
+        });
+        if freed.is_err() {
+            // Still allocated: let the drop free it.
+            self.freed.store(false, Ordering::Release);
+        }
+        Ok(freed?)
     }
 }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cuhal_command::{
-    Buffer, BufferRange, CommandBuffer, DeferredCommandBuffer, FillPattern, GraphCommandBuffer,
-    HostBuffer,
+    Buffer, BufferRange, CommandBuffer, CommandBufferKind, DeferredCommandBuffer, FillPattern,
+    GraphCommandBuffer, HostBuffer,
 };
 use cuhal_scheduler::{Cleanup, Cleanups, Outcome, QueueOptions, QueueStats, Resources};
 use cuhal_semaphore::Failure;
@@ -118,10 +118,7 @@ impl Queue {
     }
 
     fn check_alive(&self) -> Result<()> {
-        match self.lost.get() {
-            Some(failure) => Err(Error::Lost(failure.clone())),
-            None => Ok(()),
-        }
+        self.lost.check()
     }
 
     /// A new command buffer of the queue's mode, traced at the queue's verbosity. Record into it,
@@ -166,10 +163,17 @@ impl Queue {
         command_buffers: &[&Arc<dyn CommandBuffer>],
     ) -> Result<()> {
         for command_buffer in command_buffers {
-            if let Some(context) = command_buffer.context()
-                && context.raw() != self.context.raw()
-            {
-                return Err(Error::Command(cuhal_command::Error::ContextMismatch));
+            // Everything `issue` could reject is rejected here: an issue error loses the queue.
+            if command_buffer.kind() == CommandBufferKind::Stream {
+                return Err(Error::InvalidArgument(
+                    "a stream command buffer runs as it is recorded; submit a graph or deferred one"
+                        .into(),
+                ));
+            }
+            match command_buffer.context() {
+                Some(context) if context.raw() == self.context.raw() => {}
+                Some(_) => return Err(Error::Command(cuhal_command::Error::ContextMismatch)),
+                None => return Err(Error::Command(cuhal_command::Error::NoContext)),
             }
             if command_buffer.state() != cuhal_command::CommandBufferState::Ended {
                 return Err(Error::Command(cuhal_command::Error::InvalidState {
@@ -182,12 +186,16 @@ impl Queue {
         if let Some(collect) = &self.collect {
             cleanups.push(Cleanup::shared(collect));
         }
+        if let Some(trace) = &self.trace {
+            // A command buffer submitted again re-records its timing events. What of its earlier
+            // submissions has completed (all of it, when the host waited before resubmitting) is
+            // collected now, on the submitting thread and outside the queue's locks, rather than
+            // dropped as superseded.
+            trace.collect();
+        }
         let payload = Payload::Execute {
             command_buffers: command_buffers.iter().map(|cb| Arc::clone(cb)).collect(),
-            zone: self
-                .trace
-                .as_ref()
-                .and_then(|trace| Some((trace.zone_list()?, trace.clone()))),
+            zone: self.trace.as_deref().and_then(TraceContext::zone_list),
         };
         self.submit(waits, signals, payload, Resources::new(), cleanups)
     }
@@ -215,24 +223,7 @@ impl Queue {
         target: &BufferRange,
         pattern: FillPattern,
     ) -> Result<()> {
-        let size = pattern.size();
-        if target.is_empty() {
-            return Err(Error::Command(cuhal_command::Error::ZeroSize {
-                what: "fill",
-            }));
-        }
-        for (what, value) in [
-            ("fill address", target.device_ptr()),
-            ("fill length", target.len() as u64),
-        ] {
-            if value % size as u64 != 0 {
-                return Err(Error::Command(cuhal_command::Error::Misaligned {
-                    what,
-                    value,
-                    alignment: size,
-                }));
-            }
-        }
+        target.check_fill(pattern)?;
         let payload = Payload::Fill {
             target: target.clone(),
             pattern,
@@ -249,28 +240,7 @@ impl Queue {
         source: &BufferRange,
         target: &BufferRange,
     ) -> Result<()> {
-        if source.len() != target.len() {
-            return Err(Error::Command(cuhal_command::Error::LengthMismatch {
-                what: "copy",
-                target: target.len(),
-                source: source.len(),
-            }));
-        }
-        if source.is_empty() {
-            return Err(Error::Command(cuhal_command::Error::ZeroSize {
-                what: "copy",
-            }));
-        }
-        let (s, t, n) = (
-            source.device_ptr(),
-            target.device_ptr(),
-            source.len() as u64,
-        );
-        if s < t + n && t < s + n {
-            return Err(Error::InvalidArgument(format!(
-                "copy source [{s:#x}, +{n}) overlaps its target [{t:#x}, +{n})"
-            )));
-        }
+        source.check_copy_to(target)?;
         let payload = Payload::Copy {
             source: source.clone(),
             target: target.clone(),

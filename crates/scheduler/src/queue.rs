@@ -132,7 +132,16 @@ impl<B: Backend> Queue<B> {
                         failure,
                     });
                 }
-                Err(_) => break, // a thread ended without reporting: only if it panicked
+                // A thread ended without reporting: it panicked while binding.
+                Err(_) => {
+                    return Err(Error::Bind {
+                        queue: shared.label.clone(),
+                        role: ThreadRole::Worker,
+                        failure: Failure::msg(
+                            "a queue thread panicked while binding to the device",
+                        ),
+                    });
+                }
             }
         }
         Ok(queue)

@@ -16,7 +16,29 @@ use crate::error::Error;
 use crate::shared::{Issuer, Shared};
 use crate::spin::spin_until;
 
+/// Says the worker is done however it ends. If it ends by panicking, the queue is lost and what
+/// was pending fails, so that no waiter and no queue drop waits for actions nobody will issue.
+struct Done<'a, B: Backend>(&'a Shared<B>);
+
+impl<B: Backend> Drop for Done<'_, B> {
+    fn drop(&mut self) {
+        let shared = self.0;
+        if std::thread::panicking() {
+            let failure = Failure::msg(format!(
+                "queue `{}`: its worker thread panicked",
+                shared.label
+            ));
+            shared.mark_lost(&failure);
+            let mut state = shared.lock_state();
+            shared.fail_all_pending(&mut state, &failure);
+        }
+        shared.worker_done.store(true, Ordering::Release);
+        shared.completion.unpark();
+    }
+}
+
 pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
+    let _done = Done(&shared);
     let mut keys: Vec<u64> = Vec::with_capacity(shared.options.capacity);
     let mut lost_handled = false;
     loop {
@@ -52,6 +74,4 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
             parker.park();
         }
     }
-    shared.worker_done.store(true, Ordering::Release);
-    shared.completion.unpark();
 }

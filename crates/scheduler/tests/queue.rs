@@ -446,6 +446,9 @@ fn several_waits_and_signals_on_timelines() {
     assert_eq!(z.query().unwrap(), 0, "x has not reached 7");
     x.signal(8).unwrap();
     z.wait(10, WAIT).unwrap();
+    // The signals are advanced one after the other (and a host waiter may advance `z` itself
+    // from its device event), so `y` follows shortly.
+    y.wait(4, WAIT).unwrap();
     assert_eq!(y.query().unwrap(), 4);
 }
 

@@ -12,6 +12,10 @@ use crate::failure::Failure;
 /// reaches the timepoint, and whoever obtained a clone through
 /// [`Semaphore::device_wait_event`](crate::Semaphore::device_wait_event) holds theirs until the
 /// device wait is issued.
+///
+/// Dropping an event may happen under a semaphore's lock (when many timepoints are released at
+/// once), so an event's `Drop` must not call into a semaphore; returning it to a pool with a lock
+/// of its own is fine.
 pub trait DeviceEvent: Clone + Send + Sync + 'static {
     /// `Ok(true)`: the work before the event has completed. `Ok(false)`: not yet.
     /// `Err`: the device failed; the semaphore that queried it fails with this failure.

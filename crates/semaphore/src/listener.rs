@@ -58,7 +58,9 @@ pub(crate) struct Listeners {
 impl Listeners {
     pub(crate) fn new() -> Self {
         Listeners {
-            entries: Slab::new(),
+            // Room for a few from the start: the first wait or listener on a semaphore must
+            // not be the one that allocates in a steady state.
+            entries: Slab::with_capacity(4),
             next_seq: 0,
             min_value: u64::MAX,
         }

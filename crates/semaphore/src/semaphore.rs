@@ -74,9 +74,9 @@ impl<E: DeviceEvent> State<E> {
 /// What a state change must do once the lock is released: wake parked waiters, notify listeners,
 /// and drop released events (which may return them to a pool that has its own lock).
 pub(crate) struct Wake<E> {
-    unparkers: SmallVec<[Unparker; 4]>,
-    due: SmallVec<[Due; 4]>,
-    released: SmallVec<[E; 4]>,
+    unparkers: SmallVec<[Unparker; 8]>,
+    due: SmallVec<[Due; 8]>,
+    released: SmallVec<[E; 8]>,
 }
 
 impl<E> Wake<E> {
@@ -93,7 +93,10 @@ impl<E> Wake<E> {
             unparker.unpark();
         }
         for (listener, key) in &self.due {
-            listener.notify(id, *key);
+            // A panicking listener must not cost the others their notification (a scheduler
+            // waiting for one would wait for ever); its panic is contained here.
+            let notify = std::panic::AssertUnwindSafe(|| listener.notify(id, *key));
+            let _ = std::panic::catch_unwind(notify);
         }
         drop(self.released);
     }

@@ -58,16 +58,29 @@ impl<E: DeviceEvent> Timepoints<E> {
     ) {
         let n = self.list.partition_point(|(v, _)| *v <= value);
         if n > 0 {
-            out.extend(self.list.drain(..n).map(|(_, e)| e));
+            keep_inline(out, self.list.drain(..n).map(|(_, e)| e));
         }
     }
 
     /// Moves every event into `out`.
     pub(crate) fn release_all<const N: usize>(&mut self, out: &mut SmallVec<[E; N]>) {
-        out.extend(self.list.drain(..).map(|(_, e)| e));
+        keep_inline(out, self.list.drain(..).map(|(_, e)| e));
     }
 
     pub(crate) fn len(&self) -> usize {
         self.list.len()
+    }
+}
+
+/// Moves `events` into `out` while it has inline room and drops the rest where they are: under
+/// the semaphore's lock, which is allowed (see [`DeviceEvent`](crate::DeviceEvent)'s contract on
+/// dropping) and keeps a release of many timepoints at once from allocating.
+fn keep_inline<E, const N: usize>(out: &mut SmallVec<[E; N]>, events: impl Iterator<Item = E>) {
+    for event in events {
+        if out.len() < N {
+            out.push(event);
+        } else {
+            drop(event);
+        }
     }
 }

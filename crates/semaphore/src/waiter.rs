@@ -33,7 +33,9 @@ pub(crate) struct Waiters {
 impl Waiters {
     pub(crate) fn new() -> Self {
         Waiters {
-            entries: Slab::new(),
+            // Room for a few from the start: the first wait or listener on a semaphore must
+            // not be the one that allocates in a steady state.
+            entries: Slab::with_capacity(4),
             min_value: u64::MAX,
         }
     }
@@ -67,7 +69,7 @@ impl Waiters {
                 continue;
             }
             if entry.value <= value {
-                out.extend(entry.unparker.take());
+                wake_inline(out, entry.unparker.take());
             } else {
                 min_value = min_value.min(entry.value);
             }
@@ -78,13 +80,26 @@ impl Waiters {
     /// Takes the unparker of every armed waiter (the semaphore failed).
     pub(crate) fn take_all<const N: usize>(&mut self, out: &mut SmallVec<[Unparker; N]>) {
         for (_, entry) in self.entries.iter_mut() {
-            out.extend(entry.unparker.take());
+            wake_inline(out, entry.unparker.take());
         }
         self.min_value = u64::MAX;
     }
 
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+}
+
+/// Keeps `unparker` for after the lock while `out` has inline room, and unparks it at once
+/// otherwise (a system call under the lock, but only when many waiters wake together), so waking
+/// never allocates.
+fn wake_inline<const N: usize>(out: &mut SmallVec<[Unparker; N]>, unparker: Option<Unparker>) {
+    if let Some(unparker) = unparker {
+        if out.len() < N {
+            out.push(unparker);
+        } else {
+            unparker.unpark();
+        }
     }
 }
 

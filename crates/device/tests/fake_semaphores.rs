@@ -1,0 +1,111 @@
+//! Semaphores on the fake driver: two queues chained through device waits, host calls in
+//! order, and a failure that reaches every downstream signal as the very same failure.
+
+mod fake_support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cuhal::{Failure, FillPattern};
+use fake_support::*;
+
+#[test]
+fn two_queues_chain_through_semaphores() {
+    let (fake, _driver, device) = open("chain", queues(2));
+    const WORDS: usize = 128;
+    let x = device.create_buffer(WORDS * 4).unwrap();
+    let mut rng = Rng::new();
+    poison(&device, device.queue(0), &x.whole());
+    let first = rng.bytes(4);
+    let s = device.create_semaphore(0);
+    // Submit the whole chain before its start: step i copies word i-1 to word i on queue i % 2,
+    // after step i-1 on the other queue. Out of order, a word would copy poison.
+    for i in 1..WORDS {
+        let q = device.queue(i % 2);
+        let source = x.range((i - 1) * 4, 4).unwrap();
+        let target = x.range(i * 4, 4).unwrap();
+        q.copy(&[(&s, i as u64)], &[(&s, i as u64 + 1)], &source, &target)
+            .unwrap();
+    }
+    assert_eq!(s.query().unwrap(), 0);
+    device
+        .queue(0)
+        .write(&[], &[(&s, 1)], &x.range(0, 4).unwrap(), &first)
+        .unwrap();
+    wait(&s, WORDS as u64);
+    assert_eq!(s.query().unwrap(), WORDS as u64);
+    let got = read(&device, device.queue(1), &x.whole());
+    assert_eq!(got, first.repeat(WORDS));
+    assert!(fake.calls("cuMemcpyDtoDAsync") >= WORDS as u64 - 1);
+}
+
+#[test]
+fn host_calls_run_in_order_and_fail_every_downstream_signal() {
+    let (_fake, _driver, device) = open("host", queues(2));
+    let (q0, q1) = (device.queue(0), device.queue(1));
+    let a = device.create_buffer(64).unwrap();
+
+    // A host call without waits runs after the queue's earlier work.
+    let s = device.create_semaphore(0);
+    q0.fill(&[], &[(&s, 1)], &a.whole(), FillPattern::U32(0xabcd_0123))
+        .unwrap();
+    let seen: Arc<Mutex<Option<u64>>> = Arc::default();
+    let h = device.create_semaphore(0);
+    {
+        let (seen, s) = (seen.clone(), s.clone());
+        q0.host_call(&[], &[(&h, 1)], move || {
+            *seen.lock().unwrap() = Some(s.query().unwrap_or(0));
+            Ok(())
+        })
+        .unwrap();
+    }
+    wait(&h, 1);
+    assert_eq!(*seen.lock().unwrap(), Some(1), "ran before the earlier fill signalled");
+
+    // One that waits does not run before its wait; work after it follows it.
+    let (w, t) = (device.create_semaphore(0), device.create_semaphore(0));
+    let ran = Arc::new(AtomicU64::new(0));
+    {
+        let ran = ran.clone();
+        q1.host_call(&[(&w, 1)], &[(&h, 2)], move || {
+            ran.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    }
+    q0.fill(&[(&h, 2)], &[(&t, 1)], &a.whole(), FillPattern::U8(1))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(10));
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "ran before its wait");
+    assert_eq!(t.query().unwrap(), 0);
+    w.signal(1).unwrap();
+    wait(&t, 1);
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+
+    // A failed host call fails its signals, and everything downstream, with that same failure.
+    let (x, y, z, last) = (
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+    );
+    let refused = Failure::msg("host call refused");
+    {
+        let refused = refused.clone();
+        q1.host_call(&[], &[(&x, 1), (&y, 4)], move || Err(refused))
+            .unwrap();
+    }
+    q0.fill(&[(&x, 1)], &[(&z, 1)], &a.whole(), FillPattern::U8(2))
+        .unwrap();
+    q1.barrier(&[(&z, 1), (&y, 4)], &[(&last, 7)]).unwrap();
+    for (name, semaphore, value) in [("x", &x, 1), ("y", &y, 4), ("z", &z, 1), ("last", &last, 7)] {
+        let got = failure_of(semaphore, value);
+        assert!(got.ptr_eq(&refused), "{name} failed with {got}");
+    }
+    // The fill that waited on the failure never ran; the queues go on.
+    assert_eq!(read(&device, q0, &a.range(0, 4).unwrap()), [1; 4]);
+    let after = device.create_semaphore(0);
+    q1.barrier(&[], &[(&after, 1)]).unwrap();
+    wait(&after, 1);
+}

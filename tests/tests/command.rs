@@ -1045,7 +1045,7 @@ fn buffers_are_checked_and_host_buffers_round_trip() {
         Err(Error::OutOfBounds { .. })
     ));
 
-    let host = HostBuffer::new(e.ctx(), 64).unwrap();
+    let mut host = HostBuffer::new(e.ctx(), 64).unwrap();
     host.write(8, &data[..16]).unwrap();
     let mut back = [0u8; 16];
     host.read(8, &mut back).unwrap();

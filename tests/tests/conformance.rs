@@ -691,8 +691,11 @@ fn alloca_and_dealloca_are_ordered_by_semaphores(mode: CommandBufferMode) {
     assert_eq!(buffer.len(), len);
     let fill = e.fill_cb(1, 0, &buffer, v);
     e.q(1).execute(&[(&a, 1)], &[(&a, 2)], &[&fill]).unwrap();
-    let host = e.device.create_host_buffer(len + 8).unwrap();
-    host.write(0, &vec![0xA5; len + 8]).unwrap();
+    let mut host = e.device.create_host_buffer(len + 8).unwrap();
+    Arc::get_mut(&mut host)
+        .expect("no queued work holds the buffer")
+        .write(0, &vec![0xA5; len + 8])
+        .unwrap();
     e.q(1)
         .read(&[(&a, 2)], &[(&a, 3)], &buffer.whole(), &host, 4)
         .unwrap();
@@ -760,7 +763,7 @@ fn read_write_round_trips(mode: CommandBufferMode) {
     let capacity = (1 << 20) + 64;
     let device = dev.create_buffer(capacity).unwrap();
     let copy_target = dev.create_buffer(capacity).unwrap();
-    let host = dev.create_host_buffer(capacity).unwrap();
+    let mut host = dev.create_host_buffer(capacity).unwrap();
     // Each operation waits on the previous one's signal.
     let mut next = 0u64;
     let mut step = || {
@@ -777,7 +780,11 @@ fn read_write_round_trips(mode: CommandBufferMode) {
         for buffer in [&device, &copy_target] {
             buffer.write(0, &vec![poison_byte; capacity]).unwrap();
         }
-        host.write(0, &vec![poison_byte ^ 0xFF; capacity]).unwrap();
+        // Only possible once the previous round's read released the buffer.
+        Arc::get_mut(&mut host)
+            .expect("no queued work holds the buffer")
+            .write(0, &vec![poison_byte ^ 0xFF; capacity])
+            .unwrap();
         let range = device.range(offset, len).unwrap();
         let copied = copy_target.range(copy_offset, len).unwrap();
         let (w0, s1) = step();

@@ -222,18 +222,23 @@ impl HostBuffer {
         self.ptr
     }
 
-    /// Copies `data` into the buffer at `offset`. The caller orders this with device work.
-    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
+    /// Copies `data` into the buffer at `offset`. Takes `&mut self`, so no other thread can read
+    /// or write the buffer meanwhile; a buffer shared with queued device work (an `Arc` held by a
+    /// read) cannot be written at all until that work releases it.
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), Error> {
         check_range(offset, data.len(), self.len)?;
         // SAFETY: the range was checked against the allocation; `data` cannot alias it (it is
-        // a shared Rust slice and the allocation is only reached through raw copies).
+        // a shared Rust slice and the allocation is only reached through raw copies); `&mut
+        // self` excludes every other access from Rust.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len());
         }
         Ok(())
     }
 
-    /// Copies bytes at `offset` into `out`. The caller orders this with device work.
+    /// Copies bytes at `offset` into `out`. Only writes through `&mut self` race with this from
+    /// Rust, and those need the buffer to themselves; device work writing it (a queue read) must
+    /// be waited for first, or the bytes read are a mix of old and new.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
         check_range(offset, out.len(), self.len)?;
         // SAFETY: the range was checked against the allocation; `out` is exclusively borrowed.

@@ -269,7 +269,7 @@ impl Queue {
             }));
         }
         self.check_alive()?;
-        let staging = HostBuffer::new(&self.context, data.len())?;
+        let mut staging = HostBuffer::new(&self.context, data.len())?;
         staging.write(0, data)?;
         let payload = Payload::Write {
             target: target.clone(),

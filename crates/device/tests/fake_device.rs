@@ -121,8 +121,11 @@ fn write_fill_copy_read_round_trip_random_data() {
     );
 
     // A read at an offset into a larger host buffer leaves the rest alone.
-    let host = device.create_host_buffer(LEN + 64).unwrap();
-    host.write(0, &[POISON; LEN + 64]).unwrap();
+    let mut host = device.create_host_buffer(LEN + 64).unwrap();
+    Arc::get_mut(&mut host)
+        .expect("no queued work holds the buffer")
+        .write(0, &[POISON; LEN + 64])
+        .unwrap();
     let done = device.create_semaphore(0);
     q.read(&[], &[(&done, 1)], &a.range(64, 128).unwrap(), &host, 32)
         .unwrap();

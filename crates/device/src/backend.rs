@@ -80,6 +80,9 @@ pub struct CudaBackend {
     /// event on the device, then records `sleep_event`, a blocking-sync event.
     sleep_stream: CUstream,
     sleep_event: CUevent,
+    /// Serializes sleepers: the scheduler has one (the completion thread), but `wait_event` is
+    /// public and the sleep event must not be recorded by one thread while another waits on it.
+    sleep_lock: std::sync::Mutex<()>,
     /// The pause between two queries of a completion event while spinning.
     poll_interval: Duration,
 }
@@ -160,6 +163,7 @@ impl CudaBackend {
             lost,
             sleep_stream: std::ptr::null_mut(),
             sleep_event: std::ptr::null_mut(),
+            sleep_lock: std::sync::Mutex::new(()),
             poll_interval,
         };
         // From here `backend`'s Drop destroys whatever was created.
@@ -202,15 +206,19 @@ impl CudaBackend {
 
     /// Sleeps until `event` completes, woken by the GPU's interrupt: the sleep stream waits for
     /// `event` on the device and then records the blocking-sync sleep event, on which this
-    /// thread blocks. Only the completion thread calls this, one event at a time.
+    /// thread blocks.
     ///
     /// Completion events themselves are not blocking-sync: on the H200 such events made every
     /// device-side wait on them 1.3 us slower and every submission slower, while this costs two
     /// driver calls only when a wait outlasts its spin.
     fn sleep_until(&self, event: &CudaEvent) -> Result<bool, cuhal_sys::Error> {
         let api = self.context.api();
-        // SAFETY: both streams and both events are live; only the completion thread uses the
-        // sleep stream and event, so the record is not raced.
+        let _sleeping = self
+            .sleep_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: both streams and both events are live; the sleep lock keeps the record and the
+        // wait of one sleeper together.
         unsafe {
             api.check(
                 "cuStreamWaitEvent",

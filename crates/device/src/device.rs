@@ -52,6 +52,10 @@ impl Driver {
     }
 }
 
+/// The most events [`DeviceOptions::reserved_events`] may ask for (the pool grows past it on
+/// demand).
+pub const MAX_RESERVED_EVENTS: usize = 1 << 16;
+
 /// How a device is opened.
 #[derive(Clone)]
 pub struct DeviceOptions {
@@ -128,6 +132,12 @@ impl Device {
             return Err(Error::InvalidArgument(
                 "a device needs at least one queue".into(),
             ));
+        }
+        if options.reserved_events > MAX_RESERVED_EVENTS {
+            return Err(Error::InvalidArgument(format!(
+                "{} reserved events: at most {MAX_RESERVED_EVENTS} are created up front",
+                options.reserved_events
+            )));
         }
         let info = cuhal_sys::device_info(&driver.api, ordinal)?;
         let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;

@@ -49,7 +49,7 @@ mod queue;
 mod wait;
 
 pub use backend::{CudaBackend, LostFlag, Payload};
-pub use device::{Device, DeviceOptions, Driver};
+pub use device::{Device, DeviceOptions, Driver, MAX_RESERVED_EVENTS};
 pub use error::{Error, Result, cuda_of_failure};
 pub use event_pool::{CudaEvent, EventPool};
 pub use memory::Allocation;

@@ -6,7 +6,9 @@ mod fake_support;
 
 use std::sync::Arc;
 
-use cuhal::{CommandBuffer, CommandBufferMode, DeviceOptions, Dispatch, Error, FillPattern, KernelArgs};
+use cuhal::{
+    CommandBuffer, CommandBufferMode, DeviceOptions, Dispatch, Error, FillPattern, KernelArgs,
+};
 use fake_support::*;
 
 fn graph_and_deferred(test: fn(CommandBufferMode)) {
@@ -28,9 +30,15 @@ fn execute_runs_every_command(mode: CommandBufferMode) {
     let q = device.queue(0);
     let mut rng = Rng::new();
     const LEN: usize = 1024;
-    let (a, b) = (device.create_buffer(LEN).unwrap(), device.create_buffer(LEN).unwrap());
+    let (a, b) = (
+        device.create_buffer(LEN).unwrap(),
+        device.create_buffer(LEN).unwrap(),
+    );
     let module = device.load_ptx(PTX).unwrap();
-    let (scale, add_one) = (module.function("scale").unwrap(), module.function("add_one").unwrap());
+    let (scale, add_one) = (
+        module.function("scale").unwrap(),
+        module.function("add_one").unwrap(),
+    );
     assert_eq!(scale.attributes().max_threads_per_block, 1024);
 
     let update = rng.bytes(200);
@@ -38,14 +46,23 @@ fn execute_runs_every_command(mode: CommandBufferMode) {
     let fill16 = rng.next_u64() as u16;
     let fill8 = rng.next_u64() as u8;
     let mut cb = q.create_command_buffer().unwrap();
-    cb.fill(&a.range(0, 512).unwrap(), FillPattern::U32(fill32)).unwrap();
-    cb.fill(&a.range(512, 256).unwrap(), FillPattern::U16(fill16)).unwrap();
+    cb.fill(&a.range(0, 512).unwrap(), FillPattern::U32(fill32))
+        .unwrap();
+    cb.fill(&a.range(512, 256).unwrap(), FillPattern::U16(fill16))
+        .unwrap();
     cb.update(&a.range(768, 200).unwrap(), &update).unwrap();
-    cb.fill(&a.range(968, 56).unwrap(), FillPattern::U8(fill8)).unwrap();
-    let args = KernelArgs::new().with_range(&a.whole()).with(2u32).with(256u32);
-    cb.dispatch(&Dispatch::new(&scale, [4, 1, 1], [64, 1, 1], &args)).unwrap();
-    cb.dispatch(&Dispatch::new(&scale, [1, 1, 1], [256, 1, 1], &args)).unwrap();
-    cb.dispatch(&Dispatch::new(&add_one, [2, 2, 1], [32, 4, 1], &args)).unwrap();
+    cb.fill(&a.range(968, 56).unwrap(), FillPattern::U8(fill8))
+        .unwrap();
+    let args = KernelArgs::new()
+        .with_range(&a.whole())
+        .with(2u32)
+        .with(256u32);
+    cb.dispatch(&Dispatch::new(&scale, [4, 1, 1], [64, 1, 1], &args))
+        .unwrap();
+    cb.dispatch(&Dispatch::new(&scale, [1, 1, 1], [256, 1, 1], &args))
+        .unwrap();
+    cb.dispatch(&Dispatch::new(&add_one, [2, 2, 1], [32, 4, 1], &args))
+        .unwrap();
     // After the barrier the copy sees every earlier write.
     cb.barrier().unwrap();
     cb.copy(&a.whole(), &b.whole()).unwrap();
@@ -68,12 +85,21 @@ fn execute_runs_every_command(mode: CommandBufferMode) {
         let done = device.create_semaphore(0);
         q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
         wait(&done, 1);
-        assert_eq!(read(&device, q, &a.whole()), expected, "{mode:?} round {round}: A");
-        assert_eq!(read(&device, q, &b.whole()), expected, "{mode:?} round {round}: B");
+        assert_eq!(
+            read(&device, q, &a.whole()),
+            expected,
+            "{mode:?} round {round}: A"
+        );
+        assert_eq!(
+            read(&device, q, &b.whole()),
+            expected,
+            "{mode:?} round {round}: B"
+        );
         assert_eq!(fake.launches("scale"), 2 * round, "{mode:?}");
         assert_eq!(fake.launches("add_one"), round, "{mode:?}");
     }
-    let (graph_launches, kernel_launches) = (fake.calls("cuGraphLaunch"), fake.calls("cuLaunchKernel"));
+    let (graph_launches, kernel_launches) =
+        (fake.calls("cuGraphLaunch"), fake.calls("cuLaunchKernel"));
     match mode {
         CommandBufferMode::Graph => assert!(graph_launches == 3 && kernel_launches == 0),
         CommandBufferMode::Deferred => assert!(graph_launches == 0 && kernel_launches == 9),
@@ -102,7 +128,11 @@ fn several_command_buffers_run_in_submission_order() {
             .unwrap();
         wait(&done, 1);
         let words: Vec<u8> = 2u32.to_ne_bytes().repeat(16);
-        assert_eq!(read(&device, q, &a.whole()), words, "{mode:?}: the last one wins");
+        assert_eq!(
+            read(&device, q, &a.whole()),
+            words,
+            "{mode:?}: the last one wins"
+        );
     });
 }
 
@@ -113,7 +143,10 @@ fn a_bad_module_reports_the_jit_log_and_unknown_kernels_are_errors() {
     match device.load_ptx(&bad) {
         Err(Error::Command(cuhal_command::Error::ModuleLoad { source, log })) => {
             assert!(log.contains("cuhal_not_an_instruction"), "{log}");
-            assert_eq!(source.result(), Some(cuhal_sys::CUresult::ERROR_INVALID_PTX));
+            assert_eq!(
+                source.result(),
+                Some(cuhal_sys::CUresult::ERROR_INVALID_PTX)
+            );
         }
         other => panic!("expected a compile error, got {other:?}"),
     }
@@ -130,5 +163,8 @@ fn a_bad_module_reports_the_jit_log_and_unknown_kernels_are_errors() {
     let scale = module.function("scale").unwrap();
     let args = KernelArgs::new();
     let mut cb = device.queue(0).create_command_buffer().unwrap();
-    assert!(cb.dispatch(&Dispatch::new(&scale, [1, 1, 1], [1024, 2, 1], &args)).is_err());
+    assert!(
+        cb.dispatch(&Dispatch::new(&scale, [1, 1, 1], [1024, 2, 1], &args))
+            .is_err()
+    );
 }

@@ -3,7 +3,7 @@
 
 mod fake_support;
 
-use cuhal::{Error, FillPattern};
+use cuhal::FillPattern;
 use cuhal_fake_driver::control::Counts;
 use fake_support::*;
 
@@ -14,37 +14,71 @@ fn an_injected_sticky_error_loses_the_device() {
     let (q0, q1) = (device.queue(0), device.queue(1));
     let a = device.create_buffer(256).unwrap();
 
-    // Work pending on both queues behind a host semaphore nobody will signal.
-    let gate = device.create_semaphore(0);
-    let (p0, p1) = (device.create_semaphore(0), device.create_semaphore(0));
+    // The work that will fault waits for `go`; behind it (a queue issues in order) and on the
+    // other queue, work waits for a semaphore nobody will signal.
+    let (go, gate) = (device.create_semaphore(0), device.create_semaphore(0));
+    let (s, p0, p1) = (
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+    );
+    q0.fill(&[(&go, 1)], &[(&s, 1)], &a.whole(), FillPattern::U8(3))
+        .unwrap();
     q0.fill(&[(&gate, 1)], &[(&p0, 1)], &a.whole(), FillPattern::U8(1))
         .unwrap();
     q1.fill(&[(&gate, 1)], &[(&p1, 1)], &a.whole(), FillPattern::U8(2))
         .unwrap();
+    assert_eq!(q0.stats().pending + q1.stats().pending, 3);
 
     // The GPU faults: from now on every event query reports an illegal address.
     fake.fail("cuEventQuery", cuhal_fake_driver::status::ILLEGAL_ADDRESS);
-    let s = device.create_semaphore(0);
-    q0.fill(&[], &[(&s, 1)], &a.whole(), FillPattern::U8(3)).unwrap();
+    go.signal(1).unwrap();
     let failure = failure_of(&s, 1);
     let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
-    assert_eq!(cuda.result(), Some(cuhal_sys::CUresult::ERROR_ILLEGAL_ADDRESS));
+    assert_eq!(
+        cuda.result(),
+        Some(cuhal_sys::CUresult::ERROR_ILLEGAL_ADDRESS)
+    );
     assert!(device.lost().is_some_and(|f| f.ptr_eq(&failure)));
 
     // Pending work on both queues fails with it.
     for (name, semaphore) in [("queue 0", &p0), ("queue 1", &p1)] {
         let got = failure_of(semaphore, 1);
-        assert!(got.ptr_eq(&failure), "{name}'s pending work failed with {got}");
+        assert!(
+            got.ptr_eq(&failure),
+            "{name}'s pending work failed with {got}"
+        );
     }
     // Every later call is refused with the same failure.
     let t = device.create_semaphore(0);
-    assert_lost(q1.fill(&[], &[(&t, 1)], &a.whole(), FillPattern::U8(4)).unwrap_err(), &failure, "fill");
-    assert_lost(q0.barrier(&[], &[(&t, 1)]).unwrap_err(), &failure, "barrier");
+    assert_lost(
+        q1.fill(&[], &[(&t, 1)], &a.whole(), FillPattern::U8(4))
+            .unwrap_err(),
+        &failure,
+        "fill",
+    );
+    assert_lost(
+        q0.barrier(&[], &[(&t, 1)]).unwrap_err(),
+        &failure,
+        "barrier",
+    );
     assert_lost(q1.alloca(&[], &[], 64).unwrap_err(), &failure, "alloca");
-    assert_lost(q0.create_command_buffer().err().unwrap(), &failure, "create_command_buffer");
-    assert_lost(device.create_buffer(64).unwrap_err(), &failure, "create_buffer");
+    assert_lost(
+        q0.create_command_buffer().err().unwrap(),
+        &failure,
+        "create_command_buffer",
+    );
+    assert_lost(
+        device.create_buffer(64).unwrap_err(),
+        &failure,
+        "create_buffer",
+    );
     assert_lost(device.load_ptx(PTX).unwrap_err(), &failure, "load_ptx");
-    assert_lost(q1.write(&[], &[], &a.whole(), &[0; 256]).unwrap_err(), &failure, "write");
+    assert_lost(
+        q1.write(&[], &[], &a.whole(), &[0; 256]).unwrap_err(),
+        &failure,
+        "write",
+    );
     assert_eq!(t.query().unwrap(), 0, "a refused call signals nothing");
 
     // Shutting down a lost device neither hangs nor leaks.
@@ -59,12 +93,21 @@ fn a_failed_fill_fails_its_signal_with_the_drivers_error() {
     let q = device.queue(0);
     let a = device.create_buffer(64).unwrap();
     // Only the next 32-bit fill fails, with an error that does not lose the context.
-    fake.fail_calls("cuMemsetD32Async", 1, 1, cuhal_fake_driver::status::INVALID_VALUE);
+    fake.fail_calls(
+        "cuMemsetD32Async",
+        1,
+        1,
+        cuhal_fake_driver::status::INVALID_VALUE,
+    );
     let s = device.create_semaphore(0);
-    q.fill(&[], &[(&s, 1)], &a.whole(), FillPattern::U32(9)).ok();
+    q.fill(&[], &[(&s, 1)], &a.whole(), FillPattern::U32(9))
+        .ok();
     let failure = failure_of(&s, 1);
     let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
-    assert_eq!(cuda.result(), Some(cuhal_sys::CUresult::ERROR_INVALID_VALUE));
+    assert_eq!(
+        cuda.result(),
+        Some(cuhal_sys::CUresult::ERROR_INVALID_VALUE)
+    );
     assert!(device.lost().is_none(), "not a sticky error");
     assert_eq!(fake.calls("cuMemsetD32Async"), 1);
 }

@@ -18,9 +18,15 @@ fn two_queues_chain_through_semaphores() {
     let mut rng = Rng::new();
     poison(&device, device.queue(0), &x.whole());
     let first = rng.bytes(4);
-    let s = device.create_semaphore(0);
+    let written = device.create_semaphore(0);
+    device
+        .queue(0)
+        .write(&[], &[(&written, 1)], &x.range(0, 4).unwrap(), &first)
+        .unwrap();
+    wait(&written, 1);
     // Submit the whole chain before its start: step i copies word i-1 to word i on queue i % 2,
     // after step i-1 on the other queue. Out of order, a word would copy poison.
+    let s = device.create_semaphore(0);
     for i in 1..WORDS {
         let q = device.queue(i % 2);
         let source = x.range((i - 1) * 4, 4).unwrap();
@@ -29,15 +35,17 @@ fn two_queues_chain_through_semaphores() {
             .unwrap();
     }
     assert_eq!(s.query().unwrap(), 0);
-    device
-        .queue(0)
-        .write(&[], &[(&s, 1)], &x.range(0, 4).unwrap(), &first)
-        .unwrap();
+    assert_eq!(
+        fake.calls("cuMemcpyDtoDAsync"),
+        0,
+        "nothing ran before its wait"
+    );
+    s.signal(1).unwrap();
     wait(&s, WORDS as u64);
     assert_eq!(s.query().unwrap(), WORDS as u64);
     let got = read(&device, device.queue(1), &x.whole());
+    assert_eq!(fake.calls("cuMemcpyDtoDAsync"), WORDS as u64 - 1);
     assert_eq!(got, first.repeat(WORDS));
-    assert!(fake.calls("cuMemcpyDtoDAsync") >= WORDS as u64 - 1);
 }
 
 #[test]
@@ -61,7 +69,11 @@ fn host_calls_run_in_order_and_fail_every_downstream_signal() {
         .unwrap();
     }
     wait(&h, 1);
-    assert_eq!(*seen.lock().unwrap(), Some(1), "ran before the earlier fill signalled");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some(1),
+        "ran before the earlier fill signalled"
+    );
 
     // One that waits does not run before its wait; work after it follows it.
     let (w, t) = (device.create_semaphore(0), device.create_semaphore(0));

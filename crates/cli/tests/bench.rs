@@ -22,8 +22,8 @@ fn fake_driver() -> PathBuf {
         .unwrap_or_else(|| panic!("{name} not built next to {}", exe.display()))
 }
 
-/// Runs `cuhal bench <args>` with the driver library `library`.
-fn bench(args: &[&str], library: &str) -> Output {
+/// Runs `cuhal bench <args>` with the driver library `library` and the fake's settings `env`.
+fn bench_with(args: &[&str], library: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cuhal"));
     cmd.arg("bench")
         .args(args)
@@ -36,7 +36,13 @@ fn bench(args: &[&str], library: &str) -> Output {
     ] {
         cmd.env_remove(var);
     }
+    cmd.envs(env.iter().copied());
     cmd.output().expect("run cuhal")
+}
+
+/// Runs `cuhal bench <args>` with the driver library `library`.
+fn bench(args: &[&str], library: &str) -> Output {
+    bench_with(args, library, &[])
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -79,9 +85,9 @@ fn usage_errors_are_exit_64() {
 
 #[test]
 fn a_driver_that_cannot_run_kernels_fails_naming_the_call() {
-    // The fake driver lists devices but implements no contexts, streams or kernels.
+    // The fake driver cannot run kernels; here its primary context cannot even be retained.
     let json = scratch("fake");
-    let out = bench(
+    let out = bench_with(
         &[
             "--quick",
             "--case",
@@ -90,6 +96,7 @@ fn a_driver_that_cannot_run_kernels_fails_naming_the_call() {
             json.to_str().unwrap(),
         ],
         fake_driver().to_str().unwrap(),
+        &[("CUHAL_FAKE_FAIL", "cuDevicePrimaryCtxRetain=801")],
     );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");

@@ -1007,7 +1007,7 @@ fn rejected_operations_change_nothing(mode: CommandBufferMode) {
             &buffer.range(0, 64).unwrap(),
             &buffer.range(32, 64).unwrap()
         ),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Command(cuhal_command::Error::OverlappingCopy { .. }))
     ));
     assert!(matches!(
         q.copy(

@@ -50,6 +50,11 @@ pub trait ZoneRecorder: Send + Sync {
     /// every `begin_zone`, even one that returned `None`, so the recorder keeps nesting balanced.
     fn end_zone(&self) -> Option<CUevent>;
 
+    /// Called by the queue just before it issues (launches or replays) the command buffer again,
+    /// which re-records its events: collections of earlier submissions still pending must not
+    /// read the new times as theirs. The default does nothing.
+    fn will_issue(&self) {}
+
     /// Called by the queue when a submission that contains this list is issued (after its
     /// events were enqueued). Returns a collector to run on the scheduler's completion thread
     /// after the submission completes (never inside a driver callback), or `None` when there is

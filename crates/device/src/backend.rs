@@ -298,6 +298,9 @@ impl CudaBackend {
                     unsafe { zone.begin_on_stream(self.stream, "submission") }?;
                 }
                 for command_buffer in command_buffers.iter() {
+                    if let Some(zones) = command_buffer.zones() {
+                        zones.will_issue();
+                    }
                     // SAFETY: the queue's stream is live (destroyed only when the backend
                     // drops, after the scheduler's threads are joined) and belongs to the
                     // device's context, which `Queue::execute` checked is the command buffer's.

@@ -35,6 +35,8 @@ pub(crate) struct ListState {
     events: Vec<Ev>,
     /// Submissions so far: a queued collection is current only if no later one was issued.
     pub(crate) submissions: u64,
+    /// `will_issue` counted the submission being issued; its `on_submit` must not count it again.
+    issuing: bool,
     /// Zones with events (begun, whether or not ended).
     pub(crate) timed_zones: u64,
 }
@@ -88,6 +90,7 @@ impl ZoneList {
                     open: SmallVec::new(),
                     events: Vec::new(),
                     submissions: 0,
+                    issuing: false,
                     timed_zones: 0,
                 }),
             }),
@@ -140,6 +143,20 @@ impl ZoneList {
         Some(end.0)
     }
 
+    /// Marks every earlier submission of this list still waiting for collection as superseded,
+    /// before the events are recorded again; the following [`ZoneList::on_submit`] then queues
+    /// the new submission under that generation. (Without this call, `on_submit` does both.)
+    pub fn will_issue(&self) {
+        if self.verbosity == Verbosity::Off {
+            return;
+        }
+        let mut state = lock(&self.inner.state);
+        if !state.issuing {
+            state.submissions += 1;
+            state.issuing = true;
+        }
+    }
+
     /// Queues this list for collection after the submission just issued (its events must
     /// already be enqueued), and returns the collector to run on the completion thread once that
     /// submission completed. `None` when there is nothing to collect.
@@ -153,10 +170,13 @@ impl ZoneList {
         let shared = &self.inner.shared;
         let generation = {
             let mut state = lock(&self.inner.state);
+            let announced = std::mem::take(&mut state.issuing);
             if state.timed_zones == 0 {
                 return None;
             }
-            state.submissions += 1;
+            if !announced {
+                state.submissions += 1;
+            }
             if shared.is_closed() {
                 drop(state);
                 shared.count_dropped(DropReason::Abandoned, self.zone_count());
@@ -264,6 +284,10 @@ impl crate::hook::ZoneRecorder for ZoneList {
 
     fn end_zone(&self) -> Option<CUevent> {
         ZoneList::end_zone(self)
+    }
+
+    fn will_issue(&self) {
+        ZoneList::will_issue(self)
     }
 
     fn on_submit(&self) -> Option<Box<dyn FnOnce() + Send>> {

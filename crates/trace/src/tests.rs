@@ -284,6 +284,34 @@ fn zones_left_open_at_submission_are_closed_at_the_lists_last_time() {
 }
 
 #[test]
+fn a_relaunch_announced_before_it_re_records_is_never_reported_twice() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let list = trace.zone_list().unwrap();
+    let b = list.begin_zone("graph").unwrap();
+    let e = list.end_zone().unwrap();
+    gpu.complete_at(b, MS);
+    gpu.complete_at(e, 2 * MS);
+    let first = list.on_submit().unwrap();
+    // The queue announces the second launch, which then re-records (and here completes) the
+    // events before the first submission's collection runs.
+    list.will_issue();
+    gpu.complete_at(b, 5 * MS);
+    gpu.complete_at(e, 7 * MS);
+    first(); // between the launch and its on_submit: must not report the new times as the first's
+    let second = list.on_submit().unwrap();
+    second();
+    let zones: Vec<_> = sink
+        .zones()
+        .into_iter()
+        .map(|z| (z.begin_ns, z.end_ns))
+        .collect();
+    assert_eq!(zones, [(5 * MS, 7 * MS)], "the second launch's times, once");
+    assert_eq!(trace.stats().dropped.get(DropReason::Superseded), 1);
+}
+
+#[test]
 fn a_resubmission_before_collection_supersedes_the_earlier_one() {
     let gpu = FakeGpu::new();
     let sink = Arc::new(MemorySink::new());

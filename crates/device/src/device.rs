@@ -63,8 +63,11 @@ pub struct DeviceOptions {
     pub queues: usize,
     /// How command buffers are built.
     pub command_buffer_mode: CommandBufferMode,
-    /// Tracing verbosity of every queue; `Off` records nothing.
+    /// Tracing verbosity of every queue (unless `queue_tracing` says otherwise); `Off` records
+    /// nothing.
     pub tracing: Verbosity,
+    /// Per-queue verbosities: entry `i`, where present, overrides `tracing` for queue `i`.
+    pub queue_tracing: Vec<Verbosity>,
     /// Where traced zones go (required for tracing to record anything).
     pub trace_sink: Option<Arc<dyn Sink>>,
     /// How long a completion thread polls an event before blocking on it.
@@ -84,6 +87,7 @@ impl Default for DeviceOptions {
             queues: 1,
             command_buffer_mode: CommandBufferMode::Graph,
             tracing: Verbosity::Off,
+            queue_tracing: Vec::new(),
             trace_sink: None,
             completion_spin: QueueOptions::DEFAULT_COMPLETION_SPIN,
             completion_poll_interval: Duration::from_micros(1),
@@ -99,6 +103,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("queues", &self.queues)
             .field("command_buffer_mode", &self.command_buffer_mode)
             .field("tracing", &self.tracing)
+            .field("queue_tracing", &self.queue_tracing)
             .field("completion_spin", &self.completion_spin)
             .field("completion_poll_interval", &self.completion_poll_interval)
             .field("host_wait_spin", &self.host_wait_spin)
@@ -147,7 +152,12 @@ impl Device {
         let mut queues = Vec::with_capacity(options.queues);
         for index in 0..options.queues {
             let label = format!("cuhal{ordinal}.{index}");
-            let trace = match (&options.trace_sink, options.tracing) {
+            let verbosity = options
+                .queue_tracing
+                .get(index)
+                .copied()
+                .unwrap_or(options.tracing);
+            let trace = match (&options.trace_sink, verbosity) {
                 (Some(sink), verbosity) if verbosity != Verbosity::Off => Some(TraceContext::new(
                     context.clone(),
                     TraceConfig::new(verbosity, format!("GPU {ordinal} queue {index}")),

@@ -10,7 +10,9 @@
 //!
 //! Handles are counted by hand rather than with `Arc` so that taking an event from the pool and
 //! cloning it never allocates: slots are boxed once when the pool grows, and live as long as the
-//! pool, which every handle keeps alive.
+//! pool. A handed-out slot holds one strong count of the pool, taken when it leaves the free
+//! list and given back when its last handle drops; clones and drops in between touch only the
+//! slot's own counter, not a counter every event of the device shares.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,6 +27,8 @@ use crate::error::Error;
 struct Slot {
     raw: CUevent,
     handles: AtomicUsize,
+    /// The pool (`Arc::as_ptr`); the slot owns one strong count of it while it is handed out.
+    pool: *const PoolShared,
 }
 
 struct PoolShared {
@@ -81,10 +85,10 @@ impl EventPool {
         // SAFETY: the slot belongs to this pool, which outlives it (we hold the Arc); a free
         // slot has no handles, so this is the only one.
         unsafe { slot.as_ref() }.handles.store(1, Ordering::Relaxed);
-        Ok(CudaEvent {
-            slot,
-            pool: self.shared.clone(),
-        })
+        // SAFETY: the pointer is `Arc::as_ptr` of the live pool we hold; the count taken here is
+        // given back by the drop of the slot's last handle.
+        unsafe { Arc::increment_strong_count(Arc::as_ptr(&self.shared)) };
+        Ok(CudaEvent { slot })
     }
 
     #[cold]
@@ -100,6 +104,7 @@ impl EventPool {
         let slot = NonNull::from(Box::leak(Box::new(Slot {
             raw,
             handles: AtomicUsize::new(0),
+            pool: Arc::as_ptr(shared),
         })));
         let mut all = shared.all.lock().unwrap_or_else(PoisonError::into_inner);
         all.push(slot);
@@ -156,18 +161,25 @@ impl Drop for PoolShared {
 /// A handle to a pooled CUDA event; clones share the event.
 pub struct CudaEvent {
     slot: NonNull<Slot>,
-    pool: Arc<PoolShared>,
 }
 
-// SAFETY: see PoolShared; the handle only touches the slot's atomic and its immutable CUevent.
+// SAFETY: see PoolShared; the handle only touches the slot's atomic, its immutable CUevent and
+// pool pointer, and the pool (Sync) through it.
 unsafe impl Send for CudaEvent {}
 // SAFETY: as above.
 unsafe impl Sync for CudaEvent {}
 
 impl CudaEvent {
     fn slot(&self) -> &Slot {
-        // SAFETY: the slot lives until the pool drops, and we hold the pool.
+        // SAFETY: the slot lives until the pool drops, and the slot holds the pool while any
+        // handle (this one) exists.
         unsafe { self.slot.as_ref() }
+    }
+
+    fn pool(&self) -> &PoolShared {
+        // SAFETY: the handed-out slot owns a strong count of the pool until its last handle
+        // drops, and this handle has not.
+        unsafe { &*self.slot().pool }
     }
 
     /// The raw event handle (valid while this handle lives).
@@ -177,12 +189,12 @@ impl CudaEvent {
 
     /// The context the event belongs to.
     pub fn context(&self) -> &Arc<PrimaryContext> {
-        &self.pool.context
+        &self.pool().context
     }
 
     /// `cuEventQuery` as a tri-state: complete, not ready, or the driver's error.
     pub fn query_raw(&self) -> Result<bool, cuhal_sys::Error> {
-        let api = self.pool.context.api();
+        let api = self.pool().context.api();
         // SAFETY: the event is live while we hold the handle.
         let r = unsafe { (api.cuEventQuery)(self.raw()) };
         match r {
@@ -197,10 +209,7 @@ impl Clone for CudaEvent {
     fn clone(&self) -> Self {
         // Relaxed is enough for an increment from an existing handle (as in Arc).
         self.slot().handles.fetch_add(1, Ordering::Relaxed);
-        Self {
-            slot: self.slot,
-            pool: self.pool.clone(),
-        }
+        Self { slot: self.slot }
     }
 }
 
@@ -209,12 +218,17 @@ impl Drop for CudaEvent {
         if self.slot().handles.fetch_sub(1, Ordering::Release) == 1 {
             // Synchronize with every other handle's release before the slot is reused.
             std::sync::atomic::fence(Ordering::Acquire);
-            let mut free = self
-                .pool
+            let pool = self.slot().pool;
+            self.pool()
                 .free
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            free.push(self.slot);
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(self.slot);
+            // The slot is free now (another thread may already have taken it): only `pool`,
+            // copied above, is used from here.
+            // SAFETY: gives back the count `acquire` took for this handout; if it is the last,
+            // the pool (and every slot) is freed now, and nothing here touches them afterwards.
+            unsafe { Arc::decrement_strong_count(pool) };
         }
     }
 }

@@ -5,8 +5,8 @@ use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
 use cuhal_sys::{
-    CU_STREAM_NON_BLOCKING, CUDA_KERNEL_NODE_PARAMS, CUfunction, CUgraph, CUgraphExec, CUgraphNode,
-    CUmodule, CUstream, Error, PrimaryContext,
+    CUDA_KERNEL_NODE_PARAMS, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUmodule, Error,
+    PrimaryContext,
 };
 use cuhal_trace::{MemorySink, PoolLimits, TraceConfig, TraceContext, Verbosity};
 
@@ -47,53 +47,8 @@ SPIN_DONE:
 /// The entry point of [`SPIN_PTX`].
 pub const SPIN_NAME: &str = "spin";
 
-/// A non-blocking stream, destroyed on drop.
-pub struct TraceStream {
-    context: Arc<PrimaryContext>,
-    raw: CUstream,
-}
-
-impl TraceStream {
-    /// Creates a `CU_STREAM_NON_BLOCKING` stream in `context`.
-    pub fn new(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
-        context.bind()?;
-        let api = context.api();
-        let mut raw: CUstream = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current.
-        api.check("cuStreamCreate", unsafe {
-            (api.cuStreamCreate)(&mut raw, CU_STREAM_NON_BLOCKING)
-        })?;
-        Ok(Self {
-            context: context.clone(),
-            raw,
-        })
-    }
-
-    /// The raw handle.
-    pub fn raw(&self) -> CUstream {
-        self.raw
-    }
-
-    /// Waits for everything enqueued so far.
-    pub fn synchronize(&self) -> Result<(), Error> {
-        self.context.bind()?;
-        let api = self.context.api();
-        // SAFETY: `raw` is a live stream of the bound context.
-        api.check("cuStreamSynchronize", unsafe {
-            (api.cuStreamSynchronize)(self.raw)
-        })
-    }
-}
-
-impl Drop for TraceStream {
-    fn drop(&mut self) {
-        if self.context.bind().is_ok() {
-            let api = self.context.api();
-            // SAFETY: `raw` is live and destroyed once.
-            let _ = unsafe { (api.cuStreamDestroy)(self.raw) };
-        }
-    }
-}
+/// A non-blocking stream of its own (the command helpers' [`Stream`](crate::command_support::Stream)).
+pub use crate::command_support::Stream as TraceStream;
 
 /// The spin kernel, loaded.
 pub struct Spin {

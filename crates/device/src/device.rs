@@ -68,6 +68,9 @@ pub struct DeviceOptions {
     pub tracing: Verbosity,
     /// Per-queue verbosities: entry `i`, where present, overrides `tracing` for queue `i`.
     pub queue_tracing: Vec<Verbosity>,
+    /// Per-queue stream priorities (`cuStreamCreateWithPriority`: lower numbers run first; the
+    /// driver clamps to `cuCtxGetStreamPriorityRange`). Queues without an entry get 0.
+    pub queue_priorities: Vec<i32>,
     /// Where traced zones go (required for tracing to record anything).
     pub trace_sink: Option<Arc<dyn Sink>>,
     /// How long a completion thread polls an event before blocking on it.
@@ -88,6 +91,7 @@ impl Default for DeviceOptions {
             command_buffer_mode: CommandBufferMode::Graph,
             tracing: Verbosity::Off,
             queue_tracing: Vec::new(),
+            queue_priorities: Vec::new(),
             trace_sink: None,
             completion_spin: QueueOptions::DEFAULT_COMPLETION_SPIN,
             completion_poll_interval: Duration::from_micros(1),
@@ -104,6 +108,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("command_buffer_mode", &self.command_buffer_mode)
             .field("tracing", &self.tracing)
             .field("queue_tracing", &self.queue_tracing)
+            .field("queue_priorities", &self.queue_priorities)
             .field("completion_spin", &self.completion_spin)
             .field("completion_poll_interval", &self.completion_poll_interval)
             .field("host_wait_spin", &self.host_wait_spin)
@@ -171,7 +176,7 @@ impl Device {
                 lost.clone(),
                 memory.clone(),
                 QueueOptions::new(label).with_completion_spin(options.completion_spin),
-                0,
+                options.queue_priorities.get(index).copied().unwrap_or(0),
                 options.completion_poll_interval,
                 options.command_buffer_mode,
                 trace,

@@ -81,3 +81,21 @@ fn a_thread_without_a_context_gets_cuhals() {
     .join()
     .unwrap();
 }
+
+#[test]
+fn queues_take_their_stream_priorities() {
+    let (fake, driver) = load("context-priorities");
+    let before = fake.calls("cuStreamCreateWithPriority");
+    let device = driver
+        .open(
+            0,
+            DeviceOptions {
+                queues: 3,
+                queue_priorities: vec![-1, 0],
+                ..DeviceOptions::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(device.queues().len(), 3);
+    assert_eq!(fake.calls("cuStreamCreateWithPriority") - before, 3);
+}

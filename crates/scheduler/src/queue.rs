@@ -237,6 +237,7 @@ fn spawn<B: Backend>(
 ) -> Result<JoinHandle<()>, Error> {
     let name = match role {
         ThreadRole::Worker => format!("{}-issue", shared.label),
+        // A backend's own threads (`ThreadRole::Device`) are not spawned here.
         ThreadRole::Completion | ThreadRole::Device => format!("{}-complete", shared.label),
     };
     let thread_shared = shared.clone();

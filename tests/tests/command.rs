@@ -725,6 +725,29 @@ fn bad_input_is_a_clear_error_and_no_gpu_work(kind: Kind) {
         ),
         Err(Error::SharedMemoryTooLarge { .. })
     ));
+    // Arguments that do not match the kernel's parameters, as the driver reports them: the
+    // launch would read past what was given.
+    assert_eq!(add_one.parameter_sizes(), Some(&[8, 4][..]));
+    let too_few = KernelArgs::new().with_range(&counter.whole());
+    assert!(matches!(
+        cb.dispatch(&Dispatch::new(&add_one, [1, 1, 1], [1, 1, 1], &too_few)),
+        Err(Error::ArgumentMismatch {
+            index: None,
+            expected: 2,
+            found: 1,
+            ..
+        })
+    ));
+    let too_wide = KernelArgs::new().with_range(&counter.whole()).with(1u64);
+    assert!(matches!(
+        cb.dispatch(&Dispatch::new(&add_one, [1, 1, 1], [1, 1, 1], &too_wide)),
+        Err(Error::ArgumentMismatch {
+            index: Some(1),
+            expected: 4,
+            found: 8,
+            ..
+        })
+    ));
     assert_eq!(cb.state(), CommandBufferState::Recording);
 
     // The valid commands still work: the largest block allowed, and one small fill.

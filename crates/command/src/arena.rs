@@ -18,7 +18,8 @@ pub(crate) struct AlignedBytes {
 
 impl AlignedBytes {
     /// Appends `bytes` at the next offset that is a multiple of `align` (a power of two up to
-    /// [`MAX_ALIGN`]), zero-filling the gap, and returns that offset.
+    /// [`MAX_ALIGN`]), and returns that offset. The gap holds whatever was there (zeros on
+    /// first use; earlier bytes after a `clear`): nothing reads it.
     pub(crate) fn push(&mut self, bytes: &[u8], align: usize) -> usize {
         debug_assert!(align.is_power_of_two() && align <= MAX_ALIGN);
         let offset = self.len.next_multiple_of(align);

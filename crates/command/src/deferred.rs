@@ -248,7 +248,10 @@ impl DeferredCommandBuffer {
     ///
     /// # Safety
     /// `stream` must be a live stream of the command buffer's context (given at creation or
-    /// adopted from the first resource recorded).
+    /// adopted from the first resource recorded), and the command buffer must not be dropped
+    /// before the replayed work completes (it owns the bytes the copies read, the buffers and
+    /// the kernels). With tracing on, replays of one buffer must not overlap in time: they
+    /// record the same timing events.
     pub unsafe fn replay(&self, stream: CUstream) -> Result<(), Error> {
         let state = self.recorder.state();
         if state != CommandBufferState::Ended {

@@ -76,6 +76,18 @@ pub enum Error {
         /// Why.
         reason: &'static str,
     },
+    /// The arguments of a dispatch do not match the kernel's parameters (as the driver reports
+    /// them): the launch would make the driver read past the arguments given.
+    ArgumentMismatch {
+        /// The kernel.
+        function: String,
+        /// The parameter (`None`: the count differs).
+        index: Option<usize>,
+        /// The kernel's parameter count, or that parameter's size in bytes.
+        expected: usize,
+        /// The argument count, or that argument's size in bytes.
+        found: usize,
+    },
     /// The driver could not load a module; `log` is the JIT compiler's error log.
     ModuleLoad {
         /// The driver's error.
@@ -216,6 +228,24 @@ impl fmt::Display for Error {
                  create it with DeferredCommandBuffer::with_context"
             ),
             Error::BadKernelArgument { reason } => write!(f, "bad kernel argument: {reason}"),
+            Error::ArgumentMismatch {
+                function,
+                index: None,
+                expected,
+                found,
+            } => write!(
+                f,
+                "kernel `{function}` takes {expected} parameters; the dispatch gives {found} arguments"
+            ),
+            Error::ArgumentMismatch {
+                function,
+                index: Some(index),
+                expected,
+                found,
+            } => write!(
+                f,
+                "kernel `{function}`: parameter {index} is {expected} bytes; the argument is {found}"
+            ),
             Error::ModuleLoad { source, log } => {
                 write!(f, "module load failed: {source}")?;
                 if !log.is_empty() {

@@ -15,7 +15,7 @@ use cuhal_sys::{
     CU_JIT_LOG_VERBOSE, CUfunction, CUfunction_attribute, CUjit_option, CUmodule, PrimaryContext,
 };
 
-use crate::Error;
+use crate::{Error, KernelArgs};
 
 /// Bytes reserved for each of the JIT's logs.
 const JIT_LOG_BYTES: usize = 16 * 1024;
@@ -191,6 +191,7 @@ impl Executable {
                 name: name.into(),
                 attributes,
                 max_dynamic_shared: AtomicU32::new(max_dynamic_shared),
+                parameters: parameter_sizes(api, raw),
             }),
         })
     }
@@ -237,6 +238,67 @@ struct FunctionInner {
     name: Box<str>,
     attributes: FunctionAttributes,
     max_dynamic_shared: AtomicU32,
+    /// Each parameter's size in bytes, when the driver can say (CUDA 12.4 and later).
+    parameters: Option<Box<[usize]>>,
+}
+
+/// The sizes of `function`'s parameters through `cuFuncGetParamInfo`, or `None` if the driver
+/// lacks it or cannot answer for this function.
+fn parameter_sizes(api: &cuhal_sys::DriverApi, function: CUfunction) -> Option<Box<[usize]>> {
+    let get_info = api.cuFuncGetParamInfo?;
+    let mut sizes = Vec::new();
+    // A kernel has at most 32,764 bytes of parameters, so at most that many parameters.
+    for index in 0..MAX_PARAMETER_BYTES {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `function` is a function of a loaded module; both out-pointers are valid.
+        match unsafe { get_info(function, index, &mut offset, &mut size) } {
+            cuhal_sys::CUresult::SUCCESS => sizes.push(size),
+            // Past the last parameter.
+            cuhal_sys::CUresult::ERROR_INVALID_VALUE => return Some(sizes.into()),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// The most bytes of kernel parameters a launch may pass (CUDA 12.1 and later, Volta and later).
+pub const MAX_PARAMETER_BYTES: usize = 32_764;
+
+/// Checks a dispatch's arguments against the kernel's parameters: their total size always, their
+/// count and sizes when the driver reports the kernel's parameters.
+pub(crate) fn validate_arguments(
+    function: &str,
+    parameters: Option<&[usize]>,
+    args: &KernelArgs,
+) -> Result<(), Error> {
+    if args.bytes().len() > MAX_PARAMETER_BYTES {
+        return Err(Error::BadKernelArgument {
+            reason: "more than 32,764 bytes of kernel arguments",
+        });
+    }
+    let Some(parameters) = parameters else {
+        return Ok(());
+    };
+    let slots = args.slots();
+    if slots.len() != parameters.len() {
+        return Err(Error::ArgumentMismatch {
+            function: function.to_owned(),
+            index: None,
+            expected: parameters.len(),
+            found: slots.len(),
+        });
+    }
+    for (index, (slot, &size)) in slots.iter().zip(parameters.iter()).enumerate() {
+        if slot.size as usize != size {
+            return Err(Error::ArgumentMismatch {
+                function: function.to_owned(),
+                index: Some(index),
+                expected: size,
+                found: slot.size as usize,
+            });
+        }
+    }
+    Ok(())
 }
 
 // SAFETY: a CUfunction may be launched and queried from any thread; attribute updates go
@@ -252,6 +314,13 @@ pub struct Function {
 }
 
 impl Function {
+    /// Each parameter's size in bytes, as the driver reports it (`cuFuncGetParamInfo`, CUDA 12.4
+    /// drivers and later); `None` when the driver cannot say, and then dispatches are checked
+    /// only for their total argument size.
+    pub fn parameter_sizes(&self) -> Option<&[usize]> {
+        self.inner.parameters.as_deref()
+    }
+
     /// The name it was looked up by.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -388,6 +457,48 @@ pub(crate) fn validate_dispatch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arguments_must_match_the_parameters_the_driver_reports() {
+        let args = KernelArgs::new().with(1u64).with(2u32).with(3.0f32);
+        assert_eq!(validate_arguments("k", Some(&[8, 4, 4]), &args), Ok(()));
+        assert_eq!(
+            validate_arguments("k", None, &args),
+            Ok(()),
+            "unknown layout"
+        );
+        assert_eq!(
+            validate_arguments("k", Some(&[8, 4, 4, 8]), &args),
+            Err(Error::ArgumentMismatch {
+                function: "k".into(),
+                index: None,
+                expected: 4,
+                found: 3
+            })
+        );
+        assert_eq!(
+            validate_arguments("k", Some(&[8, 16, 4]), &args),
+            Err(Error::ArgumentMismatch {
+                function: "k".into(),
+                index: Some(1),
+                expected: 16,
+                found: 4
+            })
+        );
+    }
+
+    #[test]
+    fn oversized_arguments_are_refused_whatever_the_driver_knows() {
+        let mut args = KernelArgs::new();
+        args.push_bytes(&vec![0u8; MAX_PARAMETER_BYTES + 1], 8)
+            .unwrap();
+        for parameters in [None, Some(&[MAX_PARAMETER_BYTES + 1][..])] {
+            assert!(matches!(
+                validate_arguments("k", parameters, &args),
+                Err(Error::BadKernelArgument { .. })
+            ));
+        }
+    }
 
     const LIMITS: DispatchLimits = DispatchLimits {
         max_threads_per_block: 256,

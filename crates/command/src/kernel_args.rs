@@ -118,9 +118,11 @@ impl KernelArgs {
 
     fn push_slot(&mut self, bytes: &[u8], align: usize) {
         let offset = self.bytes.push(bytes, align);
+        // Sizes past u32 saturate; such arguments are refused at dispatch (the driver takes at
+        // most 32,764 bytes of them).
         self.slots.push(ArgSlot {
-            offset: offset as u32,
-            size: bytes.len() as u32,
+            offset: u32::try_from(offset).unwrap_or(u32::MAX),
+            size: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
         });
     }
 

@@ -2,7 +2,8 @@
 //!
 //! The pieces, in the order a program meets them:
 //! - [`Buffer`] and [`HostBuffer`]: device and pinned host allocations; [`BufferRange`]: a
-//!   checked `(offset, length)` of a buffer. Every range is checked when made and again when
+//!   checked `(offset, length)` of a buffer. Every range is checked against its buffer when
+//!   made, and each command checks what it adds (alignment, lengths, overlap, context) when
 //!   recorded, with an [`Error`] that carries the numbers.
 //! - [`Executable`]: a module loaded from PTX (compiled by the driver's JIT; a compile error
 //!   carries the JIT's log) or cubin; [`Function`]: one kernel and its attributes.
@@ -38,11 +39,15 @@
 //! cb.copy(&data.range(0, 256)?, &data.range(768, 256)?)?;
 //! cb.end()?;
 //! let cb: Arc<dyn CommandBuffer> = Arc::new(cb);
-//! // SAFETY: `stream` is a live stream of `context`.
+//! // SAFETY: `stream` is a live stream of `context`, and `cb` lives until the stream is
+//! // synchronized below.
 //! unsafe {
 //!     cb.issue(stream)?;
 //!     cb.issue(stream)?; // graphs and deferred buffers run again on every issue
 //! }
+//! let api = context.api();
+//! // SAFETY: `stream` is live; waits for both launches before `cb` and `data` can drop.
+//! api.check("cuStreamSynchronize", unsafe { (api.cuStreamSynchronize)(stream) })?;
 //! # Ok(()) }
 //! ```
 
@@ -62,7 +67,7 @@ mod trace_hook;
 pub use buffer::{Buffer, HostBuffer};
 pub use deferred::DeferredCommandBuffer;
 pub use error::Error;
-pub use executable::{Executable, Function, FunctionAttributes};
+pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES};
 pub use graph::GraphCommandBuffer;
 pub use kernel_args::{ArgSlot, KernelArg, KernelArgs};
 pub use range::BufferRange;
@@ -101,8 +106,10 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
     ///   that stream, and is an error for any other stream or a second time.
     ///
     /// # Safety
-    /// `stream` must be a live stream of the command buffer's context. (A dangling stream
-    /// handle is not something the driver can be relied on to reject.)
+    /// `stream` must be a live stream of the command buffer's context (a dangling stream handle
+    /// is not something the driver can be relied on to reject), and the command buffer must not
+    /// be dropped before the issued work completes: the work reads the bytes, buffers and
+    /// kernels it owns. A queue keeps the command buffer alive until then.
     unsafe fn issue(&self, stream: CUstream) -> Result<(), Error>;
 
     /// The zone recorder given at creation, so the queue can call
@@ -110,7 +117,8 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>>;
 
     /// The context the command buffer records for; `None` for a deferred buffer that has not
-    /// yet recorded anything that names one (it then issues on any stream as a no-op).
+    /// yet recorded anything that names one (it can only be issued if it recorded nothing at
+    /// all, not even tracing zones).
     fn context(&self) -> Option<&Arc<PrimaryContext>>;
 }
 

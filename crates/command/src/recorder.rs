@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cuhal_sys::{CUcontext, CUdeviceptr, CUevent, PrimaryContext};
 
-use crate::executable::validate_dispatch;
+use crate::executable::{validate_arguments, validate_dispatch};
 use crate::range::check_non_empty;
 use crate::{Buffer, BufferRange, Error, Function, KernelArgs, Verbosity, ZoneRecorder};
 
@@ -467,6 +467,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             dispatch.block,
             dispatch.shared_memory_bytes,
         )?;
+        validate_arguments(function.name(), function.parameter_sizes(), dispatch.args)?;
         self.same_context(function.context())?;
         for buffer in dispatch.args.buffers() {
             self.same_context(buffer.context())?;

@@ -361,6 +361,9 @@ driver_api! {
         fn cuLaunchHostFunc(stream: CUstream, function: CUhostFn, user_data: *mut c_void);
     }
     optional {
+        /// `cuFuncGetParamInfo(function, index, &offset, &size)` (CUDA 12.4 drivers and later):
+        /// the layout of a kernel's parameters, for checking arguments before a launch.
+        fn cuFuncGetParamInfo(function: CUfunction, index: usize, offset: *mut usize, size: *mut usize) since 12040;
         /// `cuStreamGetId(stream, &id)` (CUDA 12.0 drivers and later).
         fn cuStreamGetId(stream: CUstream, id: *mut u64) since 12000;
         /// `cuGraphDebugDotPrint(graph, path, flags)`: writes a graph as Graphviz DOT, for debugging.

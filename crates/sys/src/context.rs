@@ -76,14 +76,20 @@ impl PrimaryContext {
         // SAFETY: `current` is a valid out-pointer.
         let r = unsafe { (self.api.cuCtxGetCurrent)(&mut current) };
         if r.is_success() && current == self.context {
-            return Ok(ContextGuard { pushed: None });
+            return Ok(ContextGuard {
+                pushed: None,
+                _not_send: std::marker::PhantomData,
+            });
         }
         if r.is_success() && current.is_null() {
             // SAFETY: `self.context` is a live retained primary context.
             self.api.check("cuCtxSetCurrent", unsafe {
                 (self.api.cuCtxSetCurrent)(self.context)
             })?;
-            return Ok(ContextGuard { pushed: None });
+            return Ok(ContextGuard {
+                pushed: None,
+                _not_send: std::marker::PhantomData,
+            });
         }
         // SAFETY: `self.context` is a live retained primary context.
         self.api.check("cuCtxPushCurrent", unsafe {
@@ -91,6 +97,7 @@ impl PrimaryContext {
         })?;
         Ok(ContextGuard {
             pushed: Some(self.api.clone()),
+            _not_send: std::marker::PhantomData,
         })
     }
 
@@ -130,6 +137,8 @@ impl PrimaryContext {
 pub struct ContextGuard {
     /// The driver, when `enter` pushed the context and the drop must pop it.
     pushed: Option<Arc<DriverApi>>,
+    /// The context stack is per thread: the guard must drop on the thread that entered.
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for ContextGuard {

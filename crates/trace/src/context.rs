@@ -133,6 +133,9 @@ struct CollectState {
     /// The base event of the current calibration.
     base: Ev,
     calibration: Calibration,
+    /// A calibration failed half-way: the base may have been re-recorded, so `calibration`
+    /// must not be used until a new one succeeds.
+    calibration_broken: bool,
     /// Entries being collected now; reused.
     work: VecDeque<Pending>,
     /// Entries to put back; reused.
@@ -187,7 +190,12 @@ impl Shared {
         for candidate in cs.bases {
             let before = self.backend.now_ns();
             // SAFETY: the candidates were created by this backend and live as long as `self`.
-            unsafe { self.backend.calibrate(candidate.0)? };
+            if let Err(error) = unsafe { self.backend.calibrate(candidate.0) } {
+                // The current base may have been re-recorded already: its calibration no longer
+                // holds until a new one succeeds.
+                cs.calibration_broken = true;
+                return Err(error);
+            }
             let after = self.backend.now_ns();
             let c = Calibration::from_bracket(before, after);
             if best.is_none_or(|(_, b)| c.uncertainty_ns < b.uncertainty_ns) {
@@ -199,6 +207,7 @@ impl Shared {
         };
         cs.base = base;
         cs.calibration = calibration;
+        cs.calibration_broken = false;
         self.counters.calibrations.fetch_add(1, Ordering::Relaxed);
         self.counters
             .uncertainty_ns
@@ -217,11 +226,11 @@ impl Shared {
         let mut zones = 0;
         if !cs.work.is_empty() {
             let bound = self.backend.enter();
-            let ready = bound.is_ok()
-                && (!cs
+            let stale = cs.calibration_broken
+                || cs
                     .calibration
-                    .is_stale(self.backend.now_ns(), self.rebase_after_ns)
-                    || self.calibrate(&mut cs).is_ok());
+                    .is_stale(self.backend.now_ns(), self.rebase_after_ns);
+            let ready = bound.is_ok() && (!stale || self.calibrate(&mut cs).is_ok());
             while let Some(entry) = cs.work.pop_front() {
                 let outcome = if ready {
                     self.collect_one(&mut cs, &entry, &mut zones)
@@ -456,6 +465,7 @@ impl TraceContext {
                 retry: Vec::new(),
                 times: Vec::new(),
                 reported: [0; DropReason::ALL.len()],
+                calibration_broken: false,
             }),
             closed: AtomicBool::new(false),
             rebase_after_ns: u64::try_from(config.rebase_after.as_nanos()).unwrap_or(u64::MAX),

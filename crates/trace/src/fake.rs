@@ -30,6 +30,8 @@ pub struct FakeGpu {
     now_ns: AtomicU64,
     creates: AtomicU64,
     fail_creates_after: AtomicU64,
+    /// Calibrations to let through before the next one fails (`u64::MAX`: never fail).
+    fail_calibration_after: AtomicU64,
     records_pending: AtomicBool,
     calls: AtomicU64,
 }
@@ -61,6 +63,7 @@ impl FakeGpu {
             now_ns: AtomicU64::new(1_000_000),
             creates: AtomicU64::new(0),
             fail_creates_after: AtomicU64::new(u64::MAX),
+            fail_calibration_after: AtomicU64::new(u64::MAX),
             records_pending: AtomicBool::new(false),
             calls: AtomicU64::new(0),
         })
@@ -105,6 +108,11 @@ impl FakeGpu {
     /// Makes every event creation after the first `n` fail.
     pub fn fail_creates_after(&self, n: u64) {
         self.fail_creates_after.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets `n` more calibration records succeed, then fails one (once).
+    pub fn fail_calibration_after(&self, n: u64) {
+        self.fail_calibration_after.store(n, Ordering::SeqCst);
     }
 
     /// Events created and not destroyed.
@@ -195,6 +203,16 @@ impl EventBackend for FakeGpu {
 
     unsafe fn calibrate(&self, event: CUevent) -> Result<(), Error> {
         self.call();
+        let left = self.fail_calibration_after.load(Ordering::SeqCst);
+        if left != u64::MAX {
+            if left == 0 {
+                self.fail_calibration_after
+                    .store(u64::MAX, Ordering::SeqCst);
+                return Err(invalid_handle("cuEventSynchronize"));
+            }
+            self.fail_calibration_after
+                .store(left - 1, Ordering::SeqCst);
+        }
         let now = self.now();
         self.complete_at(event, now);
         Ok(())

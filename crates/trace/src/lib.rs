@@ -19,8 +19,8 @@
 //!    and no submission of it is left to collect.
 //! 4. Times are trace-clock nanoseconds ([`clock`]). The context calibrates a base event against
 //!    the host clock and re-calibrates when the base is older than 8 s, so the `f32`
-//!    milliseconds of `cuEventElapsedTime` never span more than that and a time's step stays
-//!    under 0.5 us at any uptime (IREE measured from one start-up base: a 0.25 ms step after an
+//!    milliseconds of `cuEventElapsedTime` span about that much at most (more only for work
+//!    that ran longer itself) and a time's step stays under 0.5 us at any uptime (IREE measured from one start-up base: a 0.25 ms step after an
 //!    hour). The arithmetic lives in [`timebase`].
 //! 5. Sinks: [`MemorySink`] for tests, [`JsonSink`] for Chrome/Perfetto trace-event JSON, and
 //!    with the `tracy` feature `TracySink`, which uses Tracy's manual GPU API with its `u16` query

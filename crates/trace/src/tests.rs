@@ -284,6 +284,41 @@ fn zones_left_open_at_submission_are_closed_at_the_lists_last_time() {
 }
 
 #[test]
+fn a_calibration_that_fails_half_way_is_not_used() {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let calibrations = trace.stats().calibrations;
+    // The first candidate (possibly the current base) is re-recorded, the second fails.
+    gpu.advance(3 * MS);
+    gpu.fail_calibration_after(1);
+    assert!(trace.recalibrate().is_err());
+    // A zone collected now must come from a fresh calibration, not the broken one.
+    let list = trace.zone_list().unwrap();
+    let b = list.begin_zone("after").unwrap();
+    let e = list.end_zone().unwrap();
+    gpu.advance(MS);
+    let start = gpu.now();
+    gpu.complete_at(b, start);
+    gpu.complete_at(e, start + 40_000);
+    list.on_submit().unwrap()();
+    assert_eq!(
+        trace.stats().calibrations,
+        calibrations + 1,
+        "calibrated again"
+    );
+    let zones = sink.zones();
+    assert_eq!(zones.len(), 1);
+    assert_eq!(zones[0].duration_ns(), 40_000);
+    let error = zones[0].begin_ns.abs_diff(start);
+    assert!(
+        error <= 1_000,
+        "begin {} vs device time {start}",
+        zones[0].begin_ns
+    );
+}
+
+#[test]
 fn a_relaunch_announced_before_it_re_records_is_never_reported_twice() {
     let gpu = FakeGpu::new();
     let sink = Arc::new(MemorySink::new());

@@ -160,15 +160,15 @@ pub fn run(driver: &Driver, info: &DeviceInfo, options: &Options) -> Result<Summ
         checked += ELEMENTS as u64;
     }
     let wall = start.elapsed();
-    let dropped: u64 = device
-        .queues()
-        .iter()
-        .filter_map(|q| q.trace().map(|t| t.stats().dropped.total()))
-        .sum();
     // Dropping the device joins the completion threads, so every zone is collected.
     drop((transform, publish));
     drop(device);
     json.finish().context("writing the trace file")?;
+    // Read after the device is gone: its last collection may have counted drops too.
+    let dropped: u64 = cuhal_trace::DropReason::ALL
+        .iter()
+        .map(|&reason| memory.dropped(reason))
+        .sum();
     let zones = memory.zones();
     Ok(Summary {
         backend: format!(

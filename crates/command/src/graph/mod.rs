@@ -345,7 +345,9 @@ impl GraphCommandBuffer {
     /// any earlier launch of this graph. Only after a successful `end()`.
     ///
     /// # Safety
-    /// `stream` must be a live stream of this command buffer's context.
+    /// `stream` must be a live stream of this command buffer's context, and the command buffer
+    /// must not be dropped before the launched work completes (the graph reads its update bytes,
+    /// buffers and kernels while it runs; a queue keeps it alive until then).
     pub unsafe fn launch(&self, stream: CUstream) -> Result<(), Error> {
         let state = self.recorder.state();
         if state != CommandBufferState::Ended {

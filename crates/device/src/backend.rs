@@ -127,15 +127,19 @@ impl LostFlag {
         }
     }
 
-    /// Records `failure` if it lost the context (a sticky error); the first one wins and loses
-    /// every queue of the device.
-    pub fn note(&self, failure: &Failure) {
-        if crate::error::cuda_of_failure(failure).is_some_and(cuhal_sys::Error::is_sticky)
-            && self.failure.set(failure.clone()).is_ok()
-        {
-            let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-            queues.iter().for_each(|q| q.trigger(failure));
+    /// Records `failure` if it lost the context (a sticky error): the first one wins and loses
+    /// every queue of the device. Returns the failure to report: for a sticky error, the one
+    /// the device was lost with, so that every semaphore, waiter and later call a poisoned
+    /// context fails carries the same failure, whichever thread saw the error first.
+    pub fn note(&self, failure: Failure) -> Failure {
+        if !crate::error::cuda_of_failure(&failure).is_some_and(cuhal_sys::Error::is_sticky) {
+            return failure;
         }
+        if self.failure.set(failure.clone()).is_ok() {
+            let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+            queues.iter().for_each(|q| q.trigger(&failure));
+        }
+        self.failure.get().cloned().unwrap_or(failure)
     }
 }
 
@@ -397,11 +401,8 @@ impl Backend for CudaBackend {
         device_waits: &[CudaEvent],
         payload: &mut Payload,
     ) -> Result<CudaEvent, Failure> {
-        self.enqueue(device_waits, payload).map_err(|e| {
-            let failure = Failure::new(e);
-            self.lost.note(&failure);
-            failure
-        })
+        self.enqueue(device_waits, payload)
+            .map_err(|e| self.lost.note(Failure::new(e)))
     }
 
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {
@@ -420,11 +421,7 @@ impl Backend for CudaBackend {
             Ok(false) => Err(Failure::new(Error::InvalidArgument(
                 "a completion event was not complete after the driver said it was".into(),
             ))),
-            Err(e) => {
-                let failure = Failure::new(Error::from(e));
-                self.lost.note(&failure);
-                Err(failure)
-            }
+            Err(e) => Err(self.lost.note(Failure::new(Error::from(e)))),
         }
     }
 }

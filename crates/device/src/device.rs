@@ -151,8 +151,8 @@ impl Device {
         }
         let info = cuhal_sys::device_info(&driver.api, ordinal)?;
         let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;
-        let events = EventPool::new(context.clone(), options.reserved_events)?;
         let lost = Arc::new(LostFlag::default());
+        let events = EventPool::new(context.clone(), options.reserved_events, lost.clone())?;
         let memory = Arc::new(MemoryPool::new(context.clone())?);
         let mut queues = Vec::with_capacity(options.queues);
         for index in 0..options.queues {

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cuhal_semaphore::{DeviceEvent, Failure};
 use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, CUresult, PrimaryContext};
 
+use crate::backend::LostFlag;
 use crate::error::Error;
 
 /// One event of the pool, at a fixed address for the pool's lifetime.
@@ -33,6 +34,8 @@ struct Slot {
 
 struct PoolShared {
     context: Arc<PrimaryContext>,
+    /// The device's lost state: an event query that sees a sticky error loses the device.
+    lost: Arc<LostFlag>,
     flags: u32,
     /// Slots whose handle count is zero.
     free: Mutex<Vec<NonNull<Slot>>>,
@@ -53,11 +56,17 @@ pub struct EventPool {
 }
 
 impl EventPool {
-    /// A pool of `CU_EVENT_DISABLE_TIMING` events, with `reserve` created up front.
-    pub fn new(context: Arc<PrimaryContext>, reserve: usize) -> Result<Self, Error> {
+    /// A pool of `CU_EVENT_DISABLE_TIMING` events, with `reserve` created up front; queries that
+    /// see a sticky error lose the device through `lost`.
+    pub fn new(
+        context: Arc<PrimaryContext>,
+        reserve: usize,
+        lost: Arc<LostFlag>,
+    ) -> Result<Self, Error> {
         let pool = Self {
             shared: Arc::new(PoolShared {
                 context,
+                lost,
                 flags: CU_EVENT_DISABLE_TIMING,
                 free: Mutex::new(Vec::with_capacity(reserve.max(16))),
                 all: Mutex::new(Vec::with_capacity(reserve.max(16))),
@@ -234,8 +243,11 @@ impl Drop for CudaEvent {
 }
 
 impl DeviceEvent for CudaEvent {
+    /// A host waiter querying this event may be the first to see the device fail: the error
+    /// goes through the device's lost state, so the semaphore fails with the device's failure.
     fn query(&self) -> Result<bool, Failure> {
-        self.query_raw().map_err(|e| Failure::new(Error::from(e)))
+        self.query_raw()
+            .map_err(|e| self.pool().lost.note(Failure::new(Error::from(e))))
     }
 }
 

@@ -87,15 +87,23 @@ fn errors_say_what_was_wrong() {
 fn the_lost_flag_keeps_the_first_sticky_failure_only() {
     let flag = LostFlag::default();
     assert!(flag.get().is_none());
-    flag.note(&Failure::new(Error::Driver(invalid_value())));
-    flag.note(&Failure::msg("not a driver error"));
+    let plain = Failure::new(Error::Driver(invalid_value()));
+    assert!(
+        flag.note(plain.clone()).ptr_eq(&plain),
+        "a plain error stays itself"
+    );
+    flag.note(Failure::msg("not a driver error"));
     assert!(flag.get().is_none(), "only sticky errors lose the device");
     let first = Failure::new(Error::Driver(launch_failed()));
-    flag.note(&first);
-    flag.note(&Failure::new(launch_failed()));
+    assert!(flag.note(first.clone()).ptr_eq(&first));
+    let second = flag.note(Failure::new(launch_failed()));
     assert!(
         flag.get().is_some_and(|f| f.ptr_eq(&first)),
         "the first one wins"
+    );
+    assert!(
+        second.ptr_eq(&first),
+        "a later sticky error is reported as the device's failure"
     );
 }
 

@@ -352,6 +352,8 @@ fn intermediate_semaphore_between_device_batches(mode: CommandBufferMode) {
     assert_all(&dst, POISON, "the consumer ran before its producer");
     w.signal(1).unwrap();
     wait(&s, 1);
+    // The host value of `i` follows its own queue's completion, which may come a moment after.
+    wait(&i, 1);
     assert_eq!(value_of(&i), 1);
     assert_all(&dst, v.wrapping_add(k), "the consumer's output");
 
@@ -504,6 +506,7 @@ fn waiting_on_a_smaller_value_before_it_is_signalled(mode: CommandBufferMode) {
     gate.signal(1).unwrap();
     host_waiter.join().unwrap().unwrap();
     wait(&t, 1);
+    wait(&s, 10); // (its host value follows its own queue's completion)
     assert_eq!(value_of(&s), 10);
     assert_all(&out1, v1, "the batch waiting on a smaller value");
     assert_all(&out2, v2, "the batch signalling the larger value");
@@ -520,6 +523,7 @@ fn waiting_on_a_smaller_value_before_it_is_signalled(mode: CommandBufferMode) {
     assert_eq!(after.issued_by_worker, before.issued_by_worker);
     s.wait(12, TIMEOUT).unwrap();
     wait(&t, 2);
+    wait(&s, 20); // (its host value follows its own queue's completion)
     assert_eq!(value_of(&s), 20);
     assert_all(&out1, v2, "the device-side waiter's output");
 }

@@ -5,22 +5,9 @@ use std::process::{Command, Output};
 
 use cuhal_fake_driver::driver;
 
-/// The fake driver library cargo built for this test (a dev-dependency), next to the test
-/// executable.
+/// The fake driver library cargo built for this test (a dev-dependency).
 fn fake_driver() -> PathBuf {
-    let name = format!(
-        "{}cuhal_fake_driver{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [Some(deps), deps.parent()]
-        .into_iter()
-        .flatten()
-        .map(|dir| dir.join(&name))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} not built next to {}", exe.display()))
+    cuhal_fake_driver::harness::FakeDriver::built_library().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs `cuhal <args>` with the driver library `library` and the fake's settings `env`.

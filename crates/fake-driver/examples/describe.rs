@@ -5,29 +5,13 @@
 //! CUHAL_FAKE_DEVICES=2 CUHAL_FAKE_FAIL=cuInit=100 cargo run -p cuhal-fake-driver --example describe
 //! ```
 
-use std::path::PathBuf;
-
 fn main() {
-    let name = format!(
-        "{}cuhal_fake_driver{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    // Examples live in target/<profile>/examples; the library in target/<profile>[/deps].
-    let exe = std::env::current_exe().unwrap_or_default();
-    let profile_dir = exe
-        .parent()
-        .and_then(|p| p.parent())
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let Some(path) = [
-        profile_dir.join(&name),
-        profile_dir.join("deps").join(&name),
-    ]
-    .into_iter()
-    .find(|p| p.exists()) else {
-        eprintln!("{name} was not found under {}", profile_dir.display());
-        std::process::exit(1);
+    let path = match cuhal_fake_driver::harness::FakeDriver::built_library() {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
     };
 
     match cuhal_sys::DriverApi::load_from(&path) {

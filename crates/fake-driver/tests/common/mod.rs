@@ -8,22 +8,9 @@ use std::path::PathBuf;
 
 use libloading::Library;
 
-/// The `.so` cargo built for this package, next to the test executable
-/// (`target/<profile>/deps/libcuhal_fake_driver.so`).
+/// The library cargo built for this package, next to the test executable.
 pub fn built_library() -> PathBuf {
-    let name = format!(
-        "{}cuhal_fake_driver{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let exe = std::env::current_exe().expect("the test executable has a path");
-    let deps = exe.parent().expect("the test executable is in a directory");
-    [Some(deps), deps.parent()]
-        .into_iter()
-        .flatten()
-        .map(|dir| dir.join(&name))
-        .find(|path| path.exists())
-        .unwrap_or_else(|| panic!("{name} was not built next to {}", exe.display()))
+    cuhal_fake_driver::harness::FakeDriver::built_library().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The last `cuGetProcAddress` request for a name.

@@ -18,6 +18,7 @@ use cuhal::{
     Semaphore,
 };
 
+use crate::bench::clock::Clock;
 use crate::bench::gpu::ptx;
 use crate::bench::gpu::raw::Args;
 
@@ -140,6 +141,35 @@ impl Hal {
     /// A semaphore at 0.
     pub fn semaphore(&self) -> Semaphore {
         self.device.create_semaphore(0)
+    }
+
+    /// Submits `cb` on queue `queue` `warm + n` times, each signalling a fresh semaphore value
+    /// and waited for on the host; returns the last `n` submit-to-return times in nanoseconds.
+    pub fn time_round_trips(
+        &self,
+        queue: usize,
+        cb: &Arc<dyn CommandBuffer>,
+        clock: Clock,
+        warm: usize,
+        n: usize,
+    ) -> Result<Vec<f64>> {
+        let queue = self.device.queue(queue);
+        let semaphore = self.semaphore();
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..warm + n {
+            let value = (i + 1) as u64;
+            let t0 = clock.now_ns();
+            queue
+                .execute(&[], &[(&semaphore, value)], &[cb])
+                .context("cuhal: Queue::execute")?;
+            let waited = semaphore.wait(value, WAIT);
+            let t1 = clock.now_ns();
+            waited.context("cuhal: waiting for the semaphore")?;
+            if i >= warm {
+                samples.push((t1 - t0) as f64);
+            }
+        }
+        Ok(samples)
     }
 }
 

@@ -14,13 +14,13 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use cuhal::{CommandBufferMode, DeviceOptions, MemorySink, Sink, Verbosity};
 
 use super::{Env, progress, summarize};
 use crate::bench::gpu::StepCounter;
 use crate::bench::gpu::raw::{Args, Event, GraphExec, KernelNode, Stream, SyncMode, launch};
-use crate::bench::hal::{Hal, WAIT};
+use crate::bench::hal::Hal;
 use crate::bench::report::{Comparison, Goal, Report};
 use crate::bench::stats::Summary;
 
@@ -126,38 +126,26 @@ pub fn cuhal_replay(
         trace_sink: traced.then(|| Arc::new(MemorySink::new()) as Arc<dyn Sink>),
         ..DeviceOptions::default()
     })?;
-    let queue = hal.device.queue(0);
     let mut counter = StepCounter::new(env.gpu)?;
     let dispatches: Vec<Args> = (0..CHAIN).map(|i| counter.args(i, CHAIN)).collect();
     let cb = hal.command_buffer(0, &dispatches)?;
-    let semaphore = hal.semaphore();
-    let clock = env.clock;
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..warm + n {
-        let value = (i + 1) as u64;
-        let t0 = clock.now_ns();
-        queue
-            .execute(&[], &[(&semaphore, value)], &[&cb])
-            .context("cuhal: Queue::execute")?;
-        let waited = semaphore.wait(value, WAIT);
-        let t1 = clock.now_ns();
-        waited.context("cuhal: waiting for the semaphore")?;
-        if i >= warm {
-            samples.push((t1 - t0) as f64);
-        }
-    }
+    let samples = hal.time_round_trips(0, &cb, env.clock, warm, n)?;
     counter.expect_more(((warm + n) * CHAIN as usize) as u64);
     counter.check(&format!("case 4 cuhal ({mode:?}, tracing {verbosity:?})"))?;
     // The completion thread collects a submission's zones just after it signals.
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let zones = queue.trace().map_or_else(ZoneCounts::default, |trace| {
-        let stats = trace.stats();
-        ZoneCounts {
-            recorded: stats.zones_recorded,
-            collected: stats.zones_collected,
-            dropped: stats.dropped.total(),
-        }
-    });
+    let zones = hal
+        .device
+        .queue(0)
+        .trace()
+        .map_or_else(ZoneCounts::default, |trace| {
+            let stats = trace.stats();
+            ZoneCounts {
+                recorded: stats.zones_recorded,
+                collected: stats.zones_collected,
+                dropped: stats.dropped.total(),
+            }
+        });
     Ok(Replay { samples, zones })
 }
 

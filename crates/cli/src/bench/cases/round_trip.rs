@@ -8,13 +8,13 @@
 //! cuhal: a one-dispatch graph command buffer, `Queue::execute` with one signal, then
 //! `Semaphore::wait`, timed together.
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use cuhal::DeviceOptions;
 
 use super::{Env, progress, summarize};
 use crate::bench::gpu::StepCounter;
 use crate::bench::gpu::raw::{Args, Event, GraphExec, KernelNode, Stream, SyncMode, launch};
-use crate::bench::hal::{Hal, WAIT};
+use crate::bench::hal::Hal;
 use crate::bench::report::{Comparison, Goal, Report};
 
 /// Round trips per variant (warm-up on top).
@@ -71,25 +71,9 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
 /// a host wait on the semaphore, timed together.
 fn cuhal_side(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
     let hal = Hal::open(DeviceOptions::default())?;
-    let queue = hal.device.queue(0);
     let mut counter = StepCounter::new(env.gpu)?;
     let cb = hal.command_buffer(0, &[counter.args(0, 1)])?;
-    let semaphore = hal.semaphore();
-    let clock = env.clock;
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..warm + n {
-        let value = (i + 1) as u64;
-        let t0 = clock.now_ns();
-        queue
-            .execute(&[], &[(&semaphore, value)], &[&cb])
-            .context("cuhal: Queue::execute")?;
-        let waited = semaphore.wait(value, WAIT);
-        let t1 = clock.now_ns();
-        waited.context("cuhal: waiting for the semaphore")?;
-        if i >= warm {
-            samples.push((t1 - t0) as f64);
-        }
-    }
+    let samples = hal.time_round_trips(0, &cb, env.clock, warm, n)?;
     counter.expect_more((warm + n) as u64);
     counter.check("case 5 cuhal")?;
     Ok(samples)

@@ -184,14 +184,7 @@ fn graph_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
         api.check("cuGraphLaunch", unsafe {
             (api.cuGraphLaunch)(exec.raw(), stream.raw())
         })?;
-        // SAFETY: live event and stream.
-        api.check("cuEventRecord", unsafe {
-            (api.cuEventRecord)(event.raw(), stream.raw())
-        })?;
-        // SAFETY: a live, recorded event.
-        api.check("cuEventSynchronize", unsafe {
-            (api.cuEventSynchronize)(event.raw())
-        })?;
+        event.record_and_sync(&stream)?;
         let t1 = clock.now_ns();
         if i >= warm {
             samples.push((t1 - t0) as f64);
@@ -217,14 +210,7 @@ fn stream_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
         for a in args.iter_mut() {
             launch(api, gpu.kernels.step, stream.raw(), a)?;
         }
-        // SAFETY: live event and stream.
-        api.check("cuEventRecord", unsafe {
-            (api.cuEventRecord)(event.raw(), stream.raw())
-        })?;
-        // SAFETY: a live, recorded event.
-        api.check("cuEventSynchronize", unsafe {
-            (api.cuEventSynchronize)(event.raw())
-        })?;
+        event.record_and_sync(&stream)?;
         let t1 = clock.now_ns();
         if i >= warm {
             samples.push((t1 - t0) as f64);

@@ -104,14 +104,7 @@ fn measure(env: &Env<'_>, submit: Submit, warm: usize, n: usize) -> Result<Vec<f
                 (api.cuGraphLaunch)(exec.raw(), stream.raw())
             })?,
         }
-        // SAFETY: live event and stream.
-        api.check("cuEventRecord", unsafe {
-            (api.cuEventRecord)(event.raw(), stream.raw())
-        })?;
-        // SAFETY: a live, recorded event.
-        api.check("cuEventSynchronize", unsafe {
-            (api.cuEventSynchronize)(event.raw())
-        })?;
+        event.record_and_sync(&stream)?;
         let t1 = clock.now_ns();
         if i >= warm {
             samples.push((t1 - t0) as f64);

@@ -242,14 +242,7 @@ fn measure(
         launch(api, gpu.kernels.spin, stream.raw(), &mut args)?;
         match wait {
             Wait::SpinSync | Wait::BlockingSync => {
-                // SAFETY: live event and stream.
-                api.check("cuEventRecord", unsafe {
-                    (api.cuEventRecord)(event.raw(), stream.raw())
-                })?;
-                // SAFETY: a live, recorded event.
-                api.check("cuEventSynchronize", unsafe {
-                    (api.cuEventSynchronize)(event.raw())
-                })?;
+                event.record_and_sync(&stream)?;
             }
             Wait::QueryPoll => {
                 // SAFETY: live event and stream.

@@ -101,6 +101,21 @@ impl Event {
     pub fn raw(&self) -> CUevent {
         self.raw
     }
+
+    /// Records the event on `stream` and waits for it (`cuEventRecord` + `cuEventSynchronize`):
+    /// the raw driver's way to wait for everything enqueued so far.
+    pub fn record_and_sync(&self, stream: &Stream) -> Result<()> {
+        let api = self.ctx.api();
+        // SAFETY: a live event and a live stream of the same context.
+        api.check("cuEventRecord", unsafe {
+            (api.cuEventRecord)(self.raw, stream.raw())
+        })?;
+        // SAFETY: a live, recorded event.
+        api.check("cuEventSynchronize", unsafe {
+            (api.cuEventSynchronize)(self.raw)
+        })?;
+        Ok(())
+    }
 }
 
 impl Drop for Event {

@@ -217,6 +217,11 @@ impl HostBuffer {
         self.len == 0
     }
 
+    /// The context the memory was allocated in.
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.context
+    }
+
     /// The host address of the first byte (also valid on the device under unified addressing).
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr

@@ -10,7 +10,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer};
-use cuhal_scheduler::{Backend, LossTrigger, ThreadRole};
+use cuhal_scheduler::{Backend, ThreadRole};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{
     CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING,
@@ -21,10 +21,12 @@ use smallvec::SmallVec;
 
 use crate::error::Error;
 use crate::event_pool::{CudaEvent, EventPool};
+use crate::lost::Lost;
 use crate::memory::Allocation;
 
-/// The work of one queue operation.
-pub enum Payload {
+/// The work of one queue operation (crate-private: `Queue` checks every payload it builds, and
+/// issuing one unchecked could make the driver touch memory it must not).
+pub(crate) enum Payload {
     /// Nothing but the ordering: a barrier, a signal-only submission, a host call's slot.
     Nop,
     /// Command buffers, issued in order (`cuGraphLaunch`, or a deferred replay), inside a
@@ -70,12 +72,12 @@ pub enum Payload {
     Dealloca(Arc<Allocation>),
 }
 
-/// One queue's stream and the device's event pool.
-pub struct CudaBackend {
+/// One queue's stream and the device's event pool (crate-private, like [`Payload`]).
+pub(crate) struct CudaBackend {
     context: Arc<PrimaryContext>,
     stream: CUstream,
     events: EventPool,
-    lost: Arc<LostFlag>,
+    lost: Arc<Lost>,
     /// Where the completion thread goes to sleep: a private stream that waits for a completion
     /// event on the device, then records `sleep_event`, a blocking-sync event.
     sleep_stream: CUstream,
@@ -95,60 +97,12 @@ unsafe impl Sync for CudaBackend {}
 /// A spin budget no wait outlasts (a century), for budgets too large for an `Instant`.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// The device's lost state, shared by its queues: set by the first sticky error any of them sees,
-/// which then loses every queue of the device, so nothing pending anywhere waits for semaphores
-/// that a poisoned context will never signal.
-#[derive(Default)]
-pub struct LostFlag {
-    failure: std::sync::OnceLock<Failure>,
-    queues: std::sync::Mutex<Vec<LossTrigger<CudaBackend>>>,
-}
-
-impl LostFlag {
-    /// The failure that lost the device, if it is lost.
-    pub fn get(&self) -> Option<&Failure> {
-        self.failure.get()
-    }
-
-    /// `Err(Error::Lost)` once the device is lost: what every later call returns.
-    pub fn check(&self) -> Result<(), Error> {
-        match self.failure.get() {
-            Some(failure) => Err(Error::Lost(failure.clone())),
-            None => Ok(()),
-        }
-    }
-
-    /// Registers a queue to lose with the device.
-    pub(crate) fn add_queue(&self, trigger: LossTrigger<CudaBackend>) {
-        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        queues.push(trigger);
-        if let Some(failure) = self.failure.get() {
-            queues.iter().for_each(|q| q.trigger(failure));
-        }
-    }
-
-    /// Records `failure` if it lost the context (a sticky error): the first one wins and loses
-    /// every queue of the device. Returns the failure to report: for a sticky error, the one
-    /// the device was lost with, so that every semaphore, waiter and later call a poisoned
-    /// context fails carries the same failure, whichever thread saw the error first.
-    pub fn note(&self, failure: Failure) -> Failure {
-        if !crate::error::cuda_of_failure(&failure).is_some_and(cuhal_sys::Error::is_sticky) {
-            return failure;
-        }
-        if self.failure.set(failure.clone()).is_ok() {
-            let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-            queues.iter().for_each(|q| q.trigger(&failure));
-        }
-        self.failure.get().cloned().unwrap_or(failure)
-    }
-}
-
 impl CudaBackend {
     /// Creates the queue's `CU_STREAM_NON_BLOCKING` stream (with `priority`, lower is higher).
-    pub fn new(
+    pub(crate) fn new(
         context: Arc<PrimaryContext>,
         events: EventPool,
-        lost: Arc<LostFlag>,
+        lost: Arc<Lost>,
         priority: i32,
         poll_interval: Duration,
     ) -> Result<Self, Error> {
@@ -241,13 +195,8 @@ impl CudaBackend {
     }
 
     /// The queue's stream.
-    pub fn stream(&self) -> CUstream {
+    pub(crate) fn stream(&self) -> CUstream {
         self.stream
-    }
-
-    /// The device's context.
-    pub fn context(&self) -> &Arc<PrimaryContext> {
-        &self.context
     }
 
     /// Issues one action. The completion event is taken first, so running out of events enqueues
@@ -332,14 +281,23 @@ impl CudaBackend {
                 // SAFETY: the range was checked against its live buffer (kept alive by the
                 // payload until completion) and its offset and length are multiples of the
                 // pattern size (checked at submission).
-                let r = unsafe {
+                let (call, r) = unsafe {
                     match *pattern {
-                        FillPattern::U8(v) => (api.cuMemsetD8Async)(ptr, v, len, self.stream),
-                        FillPattern::U16(v) => (api.cuMemsetD16Async)(ptr, v, len / 2, self.stream),
-                        FillPattern::U32(v) => (api.cuMemsetD32Async)(ptr, v, len / 4, self.stream),
+                        FillPattern::U8(v) => (
+                            "cuMemsetD8Async",
+                            (api.cuMemsetD8Async)(ptr, v, len, self.stream),
+                        ),
+                        FillPattern::U16(v) => (
+                            "cuMemsetD16Async",
+                            (api.cuMemsetD16Async)(ptr, v, len / 2, self.stream),
+                        ),
+                        FillPattern::U32(v) => (
+                            "cuMemsetD32Async",
+                            (api.cuMemsetD32Async)(ptr, v, len / 4, self.stream),
+                        ),
                     }
                 };
-                api.check("cuMemsetAsync", r)?;
+                api.check(call, r)?;
             }
             Payload::Copy { source, target } => {
                 // SAFETY: both ranges are checked, of equal length, and kept alive by the payload.
@@ -393,7 +351,7 @@ impl Backend for CudaBackend {
     fn bind_thread(&self, _role: ThreadRole) -> Result<(), Failure> {
         self.context
             .bind()
-            .map_err(|e| Failure::new(Error::from(e)))
+            .map_err(|e| self.lost.note(Error::from(e)))
     }
 
     fn issue(
@@ -402,7 +360,7 @@ impl Backend for CudaBackend {
         payload: &mut Payload,
     ) -> Result<CudaEvent, Failure> {
         self.enqueue(device_waits, payload)
-            .map_err(|e| self.lost.note(Failure::new(e)))
+            .map_err(|e| self.lost.note(e))
     }
 
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {
@@ -418,10 +376,10 @@ impl Backend for CudaBackend {
         }
         match outcome {
             Ok(true) => Ok(()),
-            Ok(false) => Err(Failure::new(Error::InvalidArgument(
-                "a completion event was not complete after the driver said it was".into(),
-            ))),
-            Err(e) => Err(self.lost.note(Failure::new(Error::from(e)))),
+            Ok(false) => Err(Failure::new(Error::EventNotComplete {
+                after: "cuEventSynchronize",
+            })),
+            Err(e) => Err(self.lost.note(Error::from(e))),
         }
     }
 }

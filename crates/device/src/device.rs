@@ -10,11 +10,11 @@ use cuhal_sys::{DeviceInfo, DriverApi, PrimaryContext};
 use cuhal_trace::{Sink, TraceConfig, TraceContext, Verbosity};
 
 use crate::Semaphore;
-use crate::backend::LostFlag;
 use crate::error::{Error, Result};
 use crate::event_pool::EventPool;
+use crate::lost::Lost;
 use crate::memory::MemoryPool;
-use crate::queue::{CommandBufferMode, Queue};
+use crate::queue::{CommandBufferMode, Queue, QueueSetup};
 
 /// The loaded CUDA driver.
 #[derive(Clone, Debug)]
@@ -124,12 +124,22 @@ impl std::fmt::Debug for DeviceOptions {
 pub struct Device {
     // Queues first: they drop (and join their threads) before the pools they use.
     queues: Vec<Queue>,
-    context: Arc<PrimaryContext>,
+    shared: DeviceShared,
     info: DeviceInfo,
-    events: EventPool,
-    lost: Arc<LostFlag>,
     semaphore_options: SemaphoreOptions,
-    _memory: Arc<MemoryPool>,
+}
+
+/// What a device's queues share with it: the context, the timepoint event pool, the lost state
+/// and the stream-ordered memory pool.
+pub(crate) struct DeviceShared {
+    /// The device's primary context.
+    pub(crate) context: Arc<PrimaryContext>,
+    /// Completion and timepoint events.
+    pub(crate) events: EventPool,
+    /// Whether a sticky error lost the device.
+    pub(crate) lost: Arc<Lost>,
+    /// Stream-ordered allocations.
+    pub(crate) memory: Arc<MemoryPool>,
 }
 
 impl Device {
@@ -151,9 +161,17 @@ impl Device {
         }
         let info = cuhal_sys::device_info(&driver.api, ordinal)?;
         let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;
-        let lost = Arc::new(LostFlag::default());
-        let events = EventPool::new(context.clone(), options.reserved_events, lost.clone())?;
-        let memory = Arc::new(MemoryPool::new(context.clone())?);
+        let lost = Arc::new(Lost::default());
+        let events = EventPool::new(context.clone(), options.reserved_events, lost.clone())
+            .map_err(|e| lost.filter(e))?;
+        let memory = Arc::new(MemoryPool::new(context.clone()).map_err(|e| lost.filter(e))?);
+        let shared = DeviceShared {
+            context,
+            events,
+            lost,
+            memory,
+        };
+        let context = &shared.context;
         let mut queues = Vec::with_capacity(options.queues);
         for index in 0..options.queues {
             let label = format!("cuhal{ordinal}.{index}");
@@ -163,33 +181,30 @@ impl Device {
                 .copied()
                 .unwrap_or(options.tracing);
             let trace = match (&options.trace_sink, verbosity) {
-                (Some(sink), verbosity) if verbosity != Verbosity::Off => Some(TraceContext::new(
-                    context.clone(),
-                    TraceConfig::new(verbosity, format!("GPU {ordinal} queue {index}")),
-                    sink.clone(),
-                )?),
+                (Some(sink), verbosity) if verbosity != Verbosity::Off => Some(
+                    TraceContext::new(
+                        context.clone(),
+                        TraceConfig::new(verbosity, format!("GPU {ordinal} queue {index}")),
+                        sink.clone(),
+                    )
+                    .map_err(|e| shared.lost.filter(e.into()))?,
+                ),
                 _ => None,
             };
-            queues.push(Queue::new(
-                context.clone(),
-                events.clone(),
-                lost.clone(),
-                memory.clone(),
-                QueueOptions::new(label).with_completion_spin(options.completion_spin),
-                options.queue_priorities.get(index).copied().unwrap_or(0),
-                options.completion_poll_interval,
-                options.command_buffer_mode,
+            let setup = QueueSetup {
+                options: QueueOptions::new(label).with_completion_spin(options.completion_spin),
+                priority: options.queue_priorities.get(index).copied().unwrap_or(0),
+                poll_interval: options.completion_poll_interval,
+                mode: options.command_buffer_mode,
                 trace,
-            )?);
+            };
+            queues.push(Queue::new(&shared, setup)?);
         }
         Ok(Self {
             queues,
-            context,
+            shared,
             info,
-            events,
-            lost,
             semaphore_options: SemaphoreOptions::new().with_event_spin(options.host_wait_spin),
-            _memory: memory,
         })
     }
 
@@ -200,7 +215,7 @@ impl Device {
 
     /// The device's primary context.
     pub fn context(&self) -> &Arc<PrimaryContext> {
-        &self.context
+        &self.shared.context
     }
 
     /// Queue `index` (panics if out of range, like slice indexing; see [`Device::queues`]).
@@ -215,11 +230,11 @@ impl Device {
 
     /// The failure that lost the device (a sticky error), if it is lost.
     pub fn lost(&self) -> Option<Failure> {
-        self.lost.get().cloned()
+        self.shared.lost.get().cloned()
     }
 
     fn check_alive(&self) -> Result<()> {
-        self.lost.check()
+        self.shared.lost.check()
     }
 
     /// A timeline semaphore at `initial`, whose host waits spin on recorded device events for the
@@ -231,24 +246,27 @@ impl Device {
     /// A device allocation of `len` bytes (`cuMemAlloc`).
     pub fn create_buffer(&self, len: usize) -> Result<Arc<Buffer>> {
         self.check_alive()?;
-        Ok(Buffer::new(&self.context, len)?)
+        Buffer::new(&self.shared.context, len).map_err(|e| self.shared.lost.filter(e.into()))
     }
 
     /// A pinned host allocation of `len` bytes, for [`Queue::read`].
     pub fn create_host_buffer(&self, len: usize) -> Result<Arc<HostBuffer>> {
         self.check_alive()?;
-        Ok(Arc::new(HostBuffer::new(&self.context, len)?))
+        HostBuffer::new(&self.shared.context, len)
+            .map(Arc::new)
+            .map_err(|e| self.shared.lost.filter(e.into()))
     }
 
     /// Loads a PTX module (compiled by the driver; a compile error carries the JIT log).
     pub fn load_ptx(&self, ptx: &str) -> Result<Executable> {
         self.check_alive()?;
-        Ok(Executable::load_ptx(&self.context, ptx)?)
+        Executable::load_ptx(&self.shared.context, ptx)
+            .map_err(|e| self.shared.lost.filter(e.into()))
     }
 
     /// Events of the completion/timepoint pool: (created, in use).
     pub fn event_counts(&self) -> (usize, usize) {
-        (self.events.created(), self.events.in_use())
+        (self.shared.events.created(), self.shared.events.in_use())
     }
 }
 

@@ -4,6 +4,8 @@ use std::fmt;
 
 use cuhal_semaphore::Failure;
 
+use crate::lost::DeviceLost;
+
 /// Errors from the device, its queues and everything they compose.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -29,6 +31,22 @@ pub enum Error {
     },
     /// An argument is outside what the operation accepts.
     InvalidArgument(String),
+    /// A buffer, command buffer or host buffer given to a queue belongs to another device.
+    WrongDevice {
+        /// What it was (e.g. "fill target", "command buffer").
+        what: &'static str,
+    },
+    /// A buffer was used after [`crate::Queue::dealloca`] released it.
+    Deallocated {
+        /// What it was used as (e.g. "fill target").
+        what: &'static str,
+    },
+    /// The driver said an event completed (its blocking wait returned) but a query of it then
+    /// reported it incomplete.
+    EventNotComplete {
+        /// The wait that returned.
+        after: &'static str,
+    },
 }
 
 impl Error {
@@ -42,18 +60,43 @@ impl Error {
         }
     }
 
-    /// The driver error at the root of this error, if any (looking through failures).
+    /// The driver error at the root of this error, if any (looking through failures, tracing
+    /// errors and device losses).
     pub fn cuda(&self) -> Option<&cuhal_sys::Error> {
         match self {
             Error::Driver(e) => Some(e),
             Error::Command(e) => e.cuda(),
+            Error::Trace(e) => match &**e {
+                cuhal_trace::Error::Driver(e) => Some(e),
+                _ => None,
+            },
             _ => self.failure().and_then(cuda_of_failure),
+        }
+    }
+
+    /// The device loss this error reports, if it is one (directly, or as the failure of a queue
+    /// or semaphore that the loss reached).
+    pub fn device_lost(&self) -> Option<&DeviceLost> {
+        self.lost_failure()
+            .and_then(|failure| failure.downcast_ref::<DeviceLost>())
+    }
+
+    /// The failure of a device loss carried by this error.
+    pub(crate) fn lost_failure(&self) -> Option<&Failure> {
+        match self {
+            Error::Lost(failure) => Some(failure),
+            _ => self
+                .failure()
+                .filter(|f| f.downcast_ref::<DeviceLost>().is_some()),
         }
     }
 }
 
 /// The driver error inside a failure created by this crate, if it holds one.
 pub fn cuda_of_failure(failure: &Failure) -> Option<&cuhal_sys::Error> {
+    if let Some(lost) = failure.downcast_ref::<DeviceLost>() {
+        return Some(lost.cuda());
+    }
     if let Some(e) = failure.downcast_ref::<cuhal_sys::Error>() {
         return Some(e);
     }
@@ -72,12 +115,25 @@ impl fmt::Display for Error {
             Error::Command(e) => write!(f, "{e}"),
             Error::Semaphore(e) => write!(f, "{e}"),
             Error::Queue(e) => write!(f, "{e}"),
-            Error::Trace(e) => write!(f, "tracing: {e}"),
+            // The trace crate's errors already say they are about tracing.
+            Error::Trace(e) => write!(f, "{e}"),
             Error::Lost(failure) => write!(f, "the device is lost: {failure}"),
             Error::NoSuchDevice { ordinal, count } => {
                 write!(f, "no CUDA device {ordinal}: the driver sees {count}")
             }
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::WrongDevice { what } => write!(
+                f,
+                "the {what} belongs to another device than the queue it was given to"
+            ),
+            Error::Deallocated { what } => write!(
+                f,
+                "the {what} was released by queue dealloca: it may not be used by new work"
+            ),
+            Error::EventNotComplete { after } => write!(
+                f,
+                "a completion event was still incomplete after {after} returned"
+            ),
         }
     }
 }

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cuhal_semaphore::{DeviceEvent, Failure};
 use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, CUresult, PrimaryContext};
 
-use crate::backend::LostFlag;
 use crate::error::Error;
+use crate::lost::Lost;
 
 /// One event of the pool, at a fixed address for the pool's lifetime.
 struct Slot {
@@ -35,7 +35,7 @@ struct Slot {
 struct PoolShared {
     context: Arc<PrimaryContext>,
     /// The device's lost state: an event query that sees a sticky error loses the device.
-    lost: Arc<LostFlag>,
+    lost: Arc<Lost>,
     flags: u32,
     /// Slots whose handle count is zero.
     free: Mutex<Vec<NonNull<Slot>>>,
@@ -51,17 +51,17 @@ unsafe impl Sync for PoolShared {}
 
 /// A pool of completion/timepoint events for one device.
 #[derive(Clone)]
-pub struct EventPool {
+pub(crate) struct EventPool {
     shared: Arc<PoolShared>,
 }
 
 impl EventPool {
     /// A pool of `CU_EVENT_DISABLE_TIMING` events, with `reserve` created up front; queries that
     /// see a sticky error lose the device through `lost`.
-    pub fn new(
+    pub(crate) fn new(
         context: Arc<PrimaryContext>,
         reserve: usize,
-        lost: Arc<LostFlag>,
+        lost: Arc<Lost>,
     ) -> Result<Self, Error> {
         let pool = Self {
             shared: Arc::new(PoolShared {
@@ -80,7 +80,7 @@ impl EventPool {
     }
 
     /// Takes a free event, creating one if none is free.
-    pub fn acquire(&self) -> Result<CudaEvent, Error> {
+    pub(crate) fn acquire(&self) -> Result<CudaEvent, Error> {
         let slot = self
             .shared
             .free
@@ -127,7 +127,7 @@ impl EventPool {
     }
 
     /// Events created so far.
-    pub fn created(&self) -> usize {
+    pub(crate) fn created(&self) -> usize {
         self.shared
             .all
             .lock()
@@ -136,7 +136,7 @@ impl EventPool {
     }
 
     /// Events currently handed out (created minus free).
-    pub fn in_use(&self) -> usize {
+    pub(crate) fn in_use(&self) -> usize {
         // Two locks, two moments: the pool may grow between the reads.
         self.created().saturating_sub(
             self.shared
@@ -247,7 +247,7 @@ impl DeviceEvent for CudaEvent {
     /// goes through the device's lost state, so the semaphore fails with the device's failure.
     fn query(&self) -> Result<bool, Failure> {
         self.query_raw()
-            .map_err(|e| self.pool().lost.note(Failure::new(Error::from(e))))
+            .map_err(|e| self.pool().lost.note(Error::from(e)))
     }
 }
 

@@ -39,19 +39,28 @@
 //! done.wait(1, Duration::from_secs(5))?;
 //! # Ok::<(), cuhal::Error>(())
 //! ```
+//!
+//! Safe code cannot skip the checks a [`Queue`] makes: the scheduler backend that issues work
+//! and its payload type are private (an unchecked payload could make the driver write any
+//! memory), so this does not compile:
+//!
+//! ```compile_fail
+//! use cuhal::{CudaBackend, Payload};
+//! ```
 
 mod backend;
 mod device;
 mod error;
 mod event_pool;
+mod lost;
 mod memory;
 mod queue;
 mod wait;
 
-pub use backend::{CudaBackend, LostFlag, Payload};
 pub use device::{Device, DeviceOptions, Driver, MAX_RESERVED_EVENTS};
 pub use error::{Error, Result, cuda_of_failure};
-pub use event_pool::{CudaEvent, EventPool};
+pub use event_pool::CudaEvent;
+pub use lost::DeviceLost;
 pub use memory::Allocation;
 pub use queue::{CommandBufferMode, Queue, SemaphoreValues};
 pub use wait::{WaitMode, wait_semaphores};

@@ -59,6 +59,12 @@ impl MemoryPool {
             })?;
             false
         };
+        // From here the pool's Drop destroys a pool created here, also when setting it up fails.
+        let pool = Self {
+            context: context.clone(),
+            raw,
+            owned,
+        };
         if owned {
             let mut threshold = u64::MAX;
             // SAFETY: the attribute takes a pointer to a u64.
@@ -70,11 +76,7 @@ impl MemoryPool {
                 )
             })?;
         }
-        Ok(Self {
-            context,
-            raw,
-            owned,
-        })
+        Ok(pool)
     }
 
     /// Allocates `len` bytes, in the order of `stream`.

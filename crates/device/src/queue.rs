@@ -18,9 +18,10 @@ use cuhal_trace::{TraceContext, Verbosity};
 use smallvec::SmallVec;
 
 use crate::Semaphore;
-use crate::backend::{CudaBackend, LostFlag, Payload};
+use crate::backend::{CudaBackend, Payload};
+use crate::device::DeviceShared;
 use crate::error::{Error, Result};
-use crate::event_pool::EventPool;
+use crate::lost::Lost;
 use crate::memory::MemoryPool;
 
 /// How a queue's command buffers are built.
@@ -39,11 +40,25 @@ pub type SemaphoreValues<'a> = [(&'a Semaphore, u64)];
 /// A cleanup callback shared by every submission of a queue.
 type SharedCleanup = Arc<dyn Fn(Outcome<'_>) + Send + Sync>;
 
+/// One queue's own settings, beside what it shares with its device ([`DeviceShared`]).
+pub(crate) struct QueueSetup {
+    /// The scheduler's options (label, completion spin).
+    pub(crate) options: QueueOptions,
+    /// The stream's priority (lower runs first).
+    pub(crate) priority: i32,
+    /// The completion thread's pause between event queries.
+    pub(crate) poll_interval: Duration,
+    /// How command buffers are built.
+    pub(crate) mode: CommandBufferMode,
+    /// The queue's tracing context, if it traces.
+    pub(crate) trace: Option<TraceContext>,
+}
+
 /// One queue of a device: a stream, its worker and completion threads, and optional tracing.
 pub struct Queue {
     inner: cuhal_scheduler::Queue<CudaBackend>,
     context: Arc<PrimaryContext>,
-    lost: Arc<LostFlag>,
+    lost: Arc<Lost>,
     memory: Arc<MemoryPool>,
     mode: CommandBufferMode,
     trace: Option<Arc<TraceContext>>,
@@ -52,27 +67,29 @@ pub struct Queue {
 }
 
 impl Queue {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        context: Arc<PrimaryContext>,
-        events: EventPool,
-        lost: Arc<LostFlag>,
-        memory: Arc<MemoryPool>,
-        options: QueueOptions,
-        priority: i32,
-        poll_interval: Duration,
-        mode: CommandBufferMode,
-        trace: Option<TraceContext>,
-    ) -> Result<Self> {
+    /// Starts a queue of the device whose shared state is `device`.
+    pub(crate) fn new(device: &DeviceShared, setup: QueueSetup) -> Result<Self> {
+        let QueueSetup {
+            options,
+            priority,
+            poll_interval,
+            mode,
+            trace,
+        } = setup;
+        let context = device.context.clone();
+        let lost = device.lost.clone();
+        let memory = device.memory.clone();
         let backend = CudaBackend::new(
             context.clone(),
-            events,
+            device.events.clone(),
             lost.clone(),
             priority,
             poll_interval,
-        )?;
+        )
+        .map_err(|e| lost.filter(e))?;
         let inner = cuhal_scheduler::Queue::new(backend, options)?;
-        lost.add_queue(inner.loss_trigger());
+        let trigger = inner.loss_trigger();
+        lost.add_queue(Box::new(move |failure| trigger.trigger(failure)));
         let trace = trace
             .filter(|t| t.verbosity() != Verbosity::Off)
             .map(Arc::new);
@@ -121,18 +138,34 @@ impl Queue {
         self.lost.check()
     }
 
+    /// Checks that `range` may be used by new work of this queue: its buffer belongs to the
+    /// queue's device and, if `Queue::alloca` made it, `Queue::dealloca` has not released it.
+    /// Raw ranges (`BufferRange::from_raw`) are the caller's contract.
+    fn check_range(&self, range: &BufferRange, what: &'static str) -> Result<()> {
+        let Some(buffer) = range.buffer() else {
+            return Ok(());
+        };
+        if buffer.context().raw() != self.context.raw() {
+            return Err(Error::WrongDevice { what });
+        }
+        Ok(())
+    }
+
     /// A new command buffer of the queue's mode, traced at the queue's verbosity. Record into it,
     /// `end()` it, then submit it (as `Arc<dyn CommandBuffer>`) with [`Queue::execute`] any
     /// number of times.
     pub fn create_command_buffer(&self) -> Result<Box<dyn CommandBuffer>> {
         self.check_alive()?;
         let zones = self.trace.as_deref().and_then(TraceContext::recorder);
-        Ok(match self.mode {
-            CommandBufferMode::Graph => Box::new(GraphCommandBuffer::new(&self.context, zones)?),
+        let created: Result<Box<dyn CommandBuffer>, cuhal_command::Error> = match self.mode {
+            CommandBufferMode::Graph => GraphCommandBuffer::new(&self.context, zones)
+                .map(|cb| Box::new(cb) as Box<dyn CommandBuffer>),
             CommandBufferMode::Deferred => {
-                Box::new(DeferredCommandBuffer::with_context(&self.context, zones)?)
+                DeferredCommandBuffer::with_context(&self.context, zones)
+                    .map(|cb| Box::new(cb) as Box<dyn CommandBuffer>)
             }
-        })
+        };
+        created.map_err(|e| self.lost.filter(e.into()))
     }
 
     fn submit(
@@ -172,7 +205,11 @@ impl Queue {
             }
             match command_buffer.context() {
                 Some(context) if context.raw() == self.context.raw() => {}
-                Some(_) => return Err(Error::Command(cuhal_command::Error::ContextMismatch)),
+                Some(_) => {
+                    return Err(Error::WrongDevice {
+                        what: "command buffer",
+                    });
+                }
                 None => return Err(Error::Command(cuhal_command::Error::NoContext)),
             }
             if command_buffer.state() != cuhal_command::CommandBufferState::Ended {
@@ -224,6 +261,7 @@ impl Queue {
         pattern: FillPattern,
     ) -> Result<()> {
         target.check_fill(pattern)?;
+        self.check_range(target, "fill target")?;
         let payload = Payload::Fill {
             target: target.clone(),
             pattern,
@@ -241,6 +279,8 @@ impl Queue {
         target: &BufferRange,
     ) -> Result<()> {
         source.check_copy_to(target)?;
+        self.check_range(source, "copy source")?;
+        self.check_range(target, "copy target")?;
         let payload = Payload::Copy {
             source: source.clone(),
             target: target.clone(),
@@ -268,8 +308,10 @@ impl Queue {
                 what: "write",
             }));
         }
+        self.check_range(target, "write target")?;
         self.check_alive()?;
-        let mut staging = HostBuffer::new(&self.context, data.len())?;
+        let mut staging =
+            HostBuffer::new(&self.context, data.len()).map_err(|e| self.lost.filter(e.into()))?;
         staging.write(0, data)?;
         let payload = Payload::Write {
             target: target.clone(),
@@ -303,6 +345,12 @@ impl Queue {
                 what: "read",
             }));
         }
+        self.check_range(source, "read source")?;
+        if target.context().raw() != self.context.raw() {
+            return Err(Error::WrongDevice {
+                what: "read target (host buffer)",
+            });
+        }
         let payload = Payload::Read {
             source: source.clone(),
             target: target.clone(),
@@ -326,7 +374,10 @@ impl Queue {
             }));
         }
         self.check_alive()?;
-        let allocation = self.memory.allocate(len, self.stream())?;
+        let allocation = self
+            .memory
+            .allocate(len, self.stream())
+            .map_err(|e| self.lost.filter(e))?;
         let keeper: Arc<dyn std::any::Any + Send + Sync> = allocation.clone();
         // SAFETY: the memory is `len` bytes of this context's device memory, kept allocated
         // by `keeper` (freed only by dealloca, in stream order, or when the last handle goes).

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use cuhal::{
-    CommandBufferMode, DeviceOptions, Error, Failure, LostFlag, Semaphore, Verbosity, WaitMode,
+    CommandBufferMode, DeviceOptions, Error, Failure, Semaphore, Verbosity, WaitMode,
     cuda_of_failure, wait_semaphores,
 };
 use cuhal_sys::CUresult;
@@ -84,27 +84,17 @@ fn errors_say_what_was_wrong() {
 }
 
 #[test]
-fn the_lost_flag_keeps_the_first_sticky_failure_only() {
-    let flag = LostFlag::default();
-    assert!(flag.get().is_none());
-    let plain = Failure::new(Error::Driver(invalid_value()));
-    assert!(
-        flag.note(plain.clone()).ptr_eq(&plain),
-        "a plain error stays itself"
-    );
-    flag.note(Failure::msg("not a driver error"));
-    assert!(flag.get().is_none(), "only sticky errors lose the device");
-    let first = Failure::new(Error::Driver(launch_failed()));
-    assert!(flag.note(first.clone()).ptr_eq(&first));
-    let second = flag.note(Failure::new(launch_failed()));
-    assert!(
-        flag.get().is_some_and(|f| f.ptr_eq(&first)),
-        "the first one wins"
-    );
-    assert!(
-        second.ptr_eq(&first),
-        "a later sticky error is reported as the device's failure"
-    );
+fn tracing_errors_carry_their_driver_error_and_say_tracing_once() {
+    let root = launch_failed();
+    let e = Error::from(cuhal_trace::Error::Driver(root.clone()));
+    assert_eq!(e.cuda(), Some(&root));
+    let text = e.to_string();
+    assert_eq!(text.matches("tracing").count(), 1, "{text}");
+    let e = Error::WrongDevice {
+        what: "command buffer",
+    };
+    assert!(e.to_string().contains("command buffer"), "{e}");
+    assert!(!e.to_string().starts_with("buffer"), "{e}");
 }
 
 #[test]

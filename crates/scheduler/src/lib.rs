@@ -56,6 +56,8 @@
 //! computed.wait(1, Duration::from_secs(5)).unwrap();
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod action;
 mod backend;
 mod completion;

@@ -82,6 +82,8 @@
 //! wait_all(&[(&a, 1), (&a, 2)], Duration::ZERO).unwrap();
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod event;
 mod failure;

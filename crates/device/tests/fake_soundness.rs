@@ -1,0 +1,171 @@
+//! Regression tests for holes where safe code, bad input or a driver fault could corrupt memory,
+//! lose the wrong thing or leak: each drives the case through the public API on the fake driver.
+
+mod fake_support;
+
+use std::sync::Arc;
+
+use cuhal::{CommandBuffer, DeviceOptions, Error, FillPattern, MemorySink, Verbosity};
+use cuhal_fake_driver::control::Counts;
+use cuhal_fake_driver::status;
+use fake_support::*;
+
+/// A sticky error first seen by a tracing call (the submission zone's `cuEventRecord`) loses the
+/// device, not only the queue, and the driver's code can be read back from the failure.
+#[test]
+fn a_sticky_error_in_a_tracing_call_loses_the_device() {
+    let sink = Arc::new(MemorySink::new());
+    let (fake, _driver, device) = open(
+        "sticky-trace",
+        DeviceOptions {
+            queues: 2,
+            tracing: Verbosity::Coarse,
+            trace_sink: Some(sink),
+            ..DeviceOptions::default()
+        },
+    );
+    let queue = device.queue(0);
+    let buffer = device.create_buffer(256).unwrap();
+    let mut cb = queue.create_command_buffer().unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U8(1)).unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    // Work pending on the other queue must fail too.
+    let (gate, other) = (device.create_semaphore(0), device.create_semaphore(0));
+    device
+        .queue(1)
+        .barrier(&[(&gate, 1)], &[(&other, 1)])
+        .unwrap();
+
+    // The first driver call of the submission is the submission zone's begin record.
+    fake.fail_calls("cuEventRecord", 1, 1, status::ILLEGAL_ADDRESS);
+    let done = device.create_semaphore(0);
+    let _ = queue.execute(&[], &[(&done, 1)], &[&cb]);
+    let failure = failure_of(&done, 1);
+    let cuda = cuhal::cuda_of_failure(&failure).expect("the driver's error");
+    assert!(
+        matches!(
+            cuda,
+            cuhal_sys::Error::Cuda {
+                call: "cuEventRecord",
+                ..
+            }
+        ),
+        "{cuda}"
+    );
+    assert_eq!(
+        cuda.result(),
+        Some(cuhal_sys::CUresult::ERROR_ILLEGAL_ADDRESS)
+    );
+    assert!(
+        failure.downcast_ref::<cuhal::DeviceLost>().is_some(),
+        "typed: {failure}"
+    );
+    let text = failure.to_string();
+    assert!(!text.contains("tracing: tracing"), "{text}");
+    assert!(
+        device.lost().is_some_and(|f| f.ptr_eq(&failure)),
+        "the device is lost with the tracing call's error"
+    );
+    assert!(failure_of(&other, 1).ptr_eq(&failure));
+    let error = queue.barrier(&[], &[]).unwrap_err();
+    assert!(error.device_lost().is_some(), "{error}");
+    drop((cb, buffer, device));
+    assert_eq!(live(&fake), Counts::default());
+}
+
+/// A pool whose release threshold cannot be set is destroyed, not leaked, when opening fails.
+#[test]
+fn a_failed_memory_pool_setup_leaks_nothing() {
+    let (fake, driver) = load("pool-attribute");
+    fake.fail("cuMemPoolSetAttribute", status::INVALID_VALUE);
+    let error = driver.open(0, queues(1)).unwrap_err();
+    assert!(
+        error.to_string().contains("cuMemPoolSetAttribute"),
+        "{error}"
+    );
+    assert_eq!(live(&fake), Counts::default());
+}
+
+/// Queue operations refuse buffers of another device: one device's queue must never write
+/// another's memory.
+#[test]
+fn queue_operations_refuse_buffers_of_another_device() {
+    let (fake, driver) = load("two-devices");
+    fake.set_device_count(2);
+    let d0 = driver.open(0, queues(1)).unwrap();
+    let d1 = driver.open(1, queues(1)).unwrap();
+    let q0 = d0.queue(0);
+    let mine = d0.create_buffer(256).unwrap();
+    let theirs = d1.create_buffer(256).unwrap();
+    poison(&d1, d1.queue(0), &theirs.whole());
+    let wrong = |e: Error, what: &str| match e {
+        Error::WrongDevice { what: got } => assert_eq!(got, what),
+        other => panic!("{what}: expected WrongDevice, got {other:?}"),
+    };
+    wrong(
+        q0.fill(&[], &[], &theirs.whole(), FillPattern::U8(1))
+            .unwrap_err(),
+        "fill target",
+    );
+    wrong(
+        q0.copy(&[], &[], &mine.whole(), &theirs.whole())
+            .unwrap_err(),
+        "copy target",
+    );
+    wrong(
+        q0.copy(&[], &[], &theirs.whole(), &mine.whole())
+            .unwrap_err(),
+        "copy source",
+    );
+    wrong(
+        q0.write(&[], &[], &theirs.whole(), &[1; 256]).unwrap_err(),
+        "write target",
+    );
+    let host = d0.create_host_buffer(256).unwrap();
+    wrong(
+        q0.read(&[], &[], &theirs.whole(), &host, 0).unwrap_err(),
+        "read source",
+    );
+    let their_host = d1.create_host_buffer(256).unwrap();
+    wrong(
+        q0.read(&[], &[], &mine.whole(), &their_host, 0)
+            .unwrap_err(),
+        "read target (host buffer)",
+    );
+    // A command buffer of the other device is named as one.
+    let mut cb = d1.queue(0).create_command_buffer().unwrap();
+    cb.fill(&theirs.whole(), FillPattern::U8(1)).unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let error = q0.execute(&[], &[], &[&cb]).unwrap_err();
+    assert!(error.to_string().contains("command buffer"), "{error}");
+    wrong(error, "command buffer");
+    // Nothing reached the other device's memory, and the queue still works.
+    assert_eq!(read(&d1, d1.queue(0), &theirs.whole()), vec![POISON; 256]);
+    assert!(q0.lost().is_none());
+}
+
+/// A completion event that never completes fails its work with an error that says so (not "an
+/// invalid argument"), and nothing hangs.
+#[test]
+fn a_completion_event_that_never_completes_is_named() {
+    let (fake, _driver, device) = open("never-complete", queues(1));
+    let queue = device.queue(0);
+    let buffer = device.create_buffer(64).unwrap();
+    fake.fail("cuEventQuery", status::NOT_READY);
+    let done = device.create_semaphore(0);
+    queue
+        .fill(&[], &[(&done, 1)], &buffer.whole(), FillPattern::U8(1))
+        .unwrap();
+    let failure = failure_of(&done, 1);
+    match failure.downcast_ref::<Error>() {
+        Some(Error::EventNotComplete { after }) => assert_eq!(*after, "cuEventSynchronize"),
+        other => panic!("expected EventNotComplete, got {other:?} ({failure})"),
+    }
+    assert!(
+        !failure.to_string().contains("invalid argument"),
+        "{failure}"
+    );
+    fake.clear_faults();
+}

@@ -21,6 +21,7 @@ use smallvec::SmallVec;
 
 use crate::error::Error;
 use crate::event_pool::{CudaEvent, EventPool};
+use crate::interop::ForeignEvent;
 use crate::lost::Lost;
 use crate::memory::Allocation;
 
@@ -70,6 +71,8 @@ pub(crate) enum Payload {
     },
     /// `cuMemFreeAsync` of a stream-ordered allocation.
     Dealloca(Arc<Allocation>),
+    /// `cuStreamWaitEvent` on an event another runtime recorded (kept until completion).
+    WaitEvent(Arc<ForeignEvent>),
 }
 
 /// One queue's stream and the device's event pool (crate-private, like [`Payload`]).
@@ -339,6 +342,13 @@ impl CudaBackend {
                 })?;
             }
             Payload::Dealloca(allocation) => allocation.free_async(self.stream)?,
+            Payload::WaitEvent(event) => {
+                // SAFETY: the stream is live; the event is live while the payload holds it
+                // (ForeignEvent's contract); CUDA takes events of any context here.
+                api.check("cuStreamWaitEvent", unsafe {
+                    (api.cuStreamWaitEvent)(self.stream, event.raw(), CU_EVENT_WAIT_DEFAULT)
+                })?;
+            }
         }
         Ok(())
     }

@@ -124,7 +124,7 @@ impl std::fmt::Debug for DeviceOptions {
 pub struct Device {
     // Queues first: they drop (and join their threads) before the pools they use.
     queues: Vec<Queue>,
-    shared: DeviceShared,
+    pub(crate) shared: DeviceShared,
     info: DeviceInfo,
     semaphore_options: SemaphoreOptions,
 }

@@ -47,6 +47,40 @@ pub enum Error {
         /// The wait that returned.
         after: &'static str,
     },
+    /// A foreign pointer is not device memory: the driver does not know it (`memory_type`
+    /// `None`: plain host memory, or nothing at all), or reports another memory type (pinned
+    /// host memory is `CU_MEMORYTYPE_HOST`, 1).
+    NotDeviceMemory {
+        /// The address given.
+        ptr: u64,
+        /// The `CUmemorytype` the driver reported, if it knew the address.
+        memory_type: Option<u32>,
+    },
+    /// A foreign pointer is device memory of another device.
+    OtherDevice {
+        /// The address given.
+        ptr: u64,
+        /// The device the memory lives on.
+        owner: i32,
+        /// The device it was offered to.
+        device: i32,
+    },
+    /// A foreign pointer belongs to another context of this device, not its primary context.
+    OtherContext {
+        /// The address given.
+        ptr: u64,
+    },
+    /// A foreign range runs past the end of the allocation that holds its first byte.
+    PastAllocation {
+        /// The address given.
+        ptr: u64,
+        /// The length given.
+        len: usize,
+        /// Where the allocation starts.
+        allocation_start: u64,
+        /// Its size in bytes.
+        allocation_size: usize,
+    },
 }
 
 impl Error {
@@ -133,6 +167,44 @@ impl fmt::Display for Error {
             Error::EventNotComplete { after } => write!(
                 f,
                 "a completion event was still incomplete after {after} returned"
+            ),
+            Error::NotDeviceMemory {
+                ptr,
+                memory_type: None,
+            } => write!(
+                f,
+                "{ptr:#x} is not CUDA device memory: the driver does not know the address \
+                 (host memory?)"
+            ),
+            Error::NotDeviceMemory {
+                ptr,
+                memory_type: Some(t),
+            } => write!(
+                f,
+                "{ptr:#x} is not device memory: the driver reports memory type {t}{}",
+                if *t == cuhal_sys::CU_MEMORYTYPE_HOST {
+                    " (host)"
+                } else {
+                    ""
+                }
+            ),
+            Error::OtherDevice { ptr, owner, device } => write!(
+                f,
+                "{ptr:#x} is memory of device {owner}, not of device {device}"
+            ),
+            Error::OtherContext { ptr } => write!(
+                f,
+                "{ptr:#x} belongs to another context than the device's primary context"
+            ),
+            Error::PastAllocation {
+                ptr,
+                len,
+                allocation_start,
+                allocation_size,
+            } => write!(
+                f,
+                "{len} bytes at {ptr:#x} run past the allocation that holds them \
+                 ({allocation_size} bytes at {allocation_start:#x})"
             ),
         }
     }

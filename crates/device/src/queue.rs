@@ -412,6 +412,32 @@ impl Queue {
         )
     }
 
+    /// Makes the queue wait, on the device, for `event`, a `CUevent` another runtime recorded
+    /// on its own stream, then signals: everything that waits on `signals` (on any queue) runs
+    /// after the foreign work, with no host round trip.
+    ///
+    /// The wait is `cuStreamWaitEvent` on the queue's stream when the operation is issued: at
+    /// this call when its waits are already reached and nothing is pending ahead of it on the
+    /// queue (the usual case), else later. It covers the event's most recent record *at issue*,
+    /// so the foreign side must not re-record the event until the operation is issued (it has
+    /// been once any later submission to this queue was issued, or the signals are reached). An
+    /// event that was never recorded waits for nothing, as CUDA defines. The queue keeps
+    /// `event` until the operation completes.
+    pub fn wait_event(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        event: &Arc<crate::ForeignEvent>,
+    ) -> Result<()> {
+        self.submit(
+            waits,
+            signals,
+            Payload::WaitEvent(Arc::clone(event)),
+            Resources::new(),
+            Cleanups::new(),
+        )
+    }
+
     /// Runs `call` on the host once every wait is reached and everything submitted earlier to
     /// this queue has completed, then signals (or fails the signals with the call's error).
     ///

@@ -195,7 +195,11 @@ pub unsafe extern "C" fn cuCtxGetDevice(out: *mut CUdevice) -> c_int {
 
 /// `CUresult cuCtxSynchronize(void)`: the fake's work is always done.
 pub extern "C" fn cuCtxSynchronize() -> c_int {
-    entry("cuCtxSynchronize", || world().current_context().map(drop))
+    entry("cuCtxSynchronize", || {
+        let mut world = world();
+        world.current_context()?;
+        world.forbid_on_capturing_thread()
+    })
 }
 
 /// `CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)`: 0 to -5, as on Hopper.

@@ -43,7 +43,7 @@ impl Place {
 
 /// A memcpy node: `depth` slices of `height` rows of `width` bytes.
 #[derive(Copy, Clone, Debug)]
-struct Copy3d {
+pub(crate) struct Copy3d {
     source: Place,
     source_offset: usize,
     source_pitch: usize,
@@ -59,7 +59,7 @@ struct Copy3d {
 
 /// What a node does.
 #[derive(Clone, Debug)]
-enum Op {
+pub(crate) enum Op {
     Kernel { function: usize },
     Memset { params: CUDA_MEMSET_NODE_PARAMS },
     Memcpy(Copy3d),
@@ -165,6 +165,59 @@ impl World {
                 .collect()
         };
         // Every dependency must be a node of this graph.
+        let node = self.insert_node(graph, deps, op)?;
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(out, handle(node)) }
+    }
+}
+
+impl Op {
+    /// A captured 1D copy of `len` bytes.
+    pub(crate) fn linear_copy(target: End, source: End, len: usize) -> Op {
+        let place = |end: End| match end {
+            End::Device(address) => Place::Device(address),
+            End::Host(pointer) => Place::Host(pointer.expose_provenance()),
+            End::Unified(address) => Place::Unified(address),
+        };
+        Op::Memcpy(Copy3d {
+            source: place(source),
+            source_offset: 0,
+            source_pitch: len,
+            source_height: 1,
+            target: place(target),
+            target_offset: 0,
+            target_pitch: len,
+            target_height: 1,
+            width: len,
+            height: 1,
+            depth: 1,
+        })
+    }
+
+    /// A captured 1D fill of `count` elements of `size` bytes.
+    pub(crate) fn linear_fill(target: u64, value: u32, size: usize, count: usize) -> Op {
+        Op::Memset {
+            params: CUDA_MEMSET_NODE_PARAMS {
+                dst: target,
+                pitch: 0,
+                value,
+                elementSize: size as u32,
+                width: count,
+                height: 1,
+            },
+        }
+    }
+}
+
+impl World {
+    /// Adds a node to `graph` (which must exist) after `deps` (nodes of it); returns its id.
+    pub(crate) fn insert_node(
+        &mut self,
+        graph: usize,
+        deps: Vec<usize>,
+        op: Op,
+    ) -> Result<usize, c_int> {
+        lookup(&self.graphs, graph)?;
         ensure(
             deps.iter().all(|d| self.nodes.get(d) == Some(&graph)),
             status::INVALID_VALUE,
@@ -174,8 +227,7 @@ impl World {
         lookup_mut(&mut self.graphs, graph)?
             .nodes
             .push(Node { id: node, op, deps });
-        // SAFETY: forwarded caller contract (checked non-null above).
-        unsafe { put(out, handle(node)) }
+        Ok(node)
     }
 }
 
@@ -473,6 +525,48 @@ pub unsafe extern "C" fn cuGraphAddDependencies(
             if let Some(node) = graph.nodes.iter_mut().find(|n| n.id == to.addr()) {
                 node.deps.push(from.addr());
             }
+        }
+        Ok(())
+    })
+}
+
+/// `CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)`: with null
+/// `nodes`, only the count; else up to `*numNodes` handles, in creation order, and the count.
+///
+/// # Safety
+/// `count` is null or valid for a read and a write; `nodes` is null or holds `*count` handles.
+pub unsafe extern "C" fn cuGraphGetNodes(
+    graph: CUgraph,
+    nodes: *mut CUgraphNode,
+    count: *mut usize,
+) -> c_int {
+    entry("cuGraphGetNodes", || {
+        ensure(!count.is_null(), status::INVALID_VALUE)?;
+        let world = world();
+        let graph = lookup(&world.graphs, id(graph)?)?;
+        if !nodes.is_null() {
+            // SAFETY: non-null and readable by the caller's contract.
+            let room = unsafe { count.read() };
+            for (i, node) in graph.nodes.iter().take(room).enumerate() {
+                // SAFETY: `i < room`, the length the caller vouches for.
+                unsafe { nodes.add(i).write(handle(node.id)) };
+            }
+        }
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(count, graph.nodes.len()) }
+    })
+}
+
+/// `CUresult cuGraphDestroyNode(CUgraphNode hNode)`: removes the node and every edge to or from it.
+pub extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> c_int {
+    entry("cuGraphDestroyNode", || {
+        let node = id(node)?;
+        let mut world = world();
+        let graph = world.nodes.remove(&node).ok_or(status::INVALID_VALUE)?;
+        let graph = lookup_mut(&mut world.graphs, graph)?;
+        graph.nodes.retain(|n| n.id != node);
+        for other in &mut graph.nodes {
+            other.deps.retain(|&d| d != node);
         }
         Ok(())
     })

@@ -47,6 +47,8 @@ pub(crate) enum Kind {
 pub(crate) struct Allocation {
     pub len: usize,
     pub kind: Kind,
+    /// The device whose context allocated it.
+    pub device: i32,
 }
 
 /// A memory pool.
@@ -82,7 +84,8 @@ impl World {
         // SAFETY: `memory` is a fresh allocation of `len` bytes.
         unsafe { memory.write_bytes(fill, len) };
         let address = memory.expose_provenance() as u64;
-        self.allocations.insert(address, Allocation { len, kind });
+        self.allocations
+            .insert(address, Allocation { len, kind, device });
         Ok(address)
     }
 
@@ -153,6 +156,8 @@ pub unsafe extern "C" fn cuMemAlloc(out: *mut CUdeviceptr, bytes: usize) -> c_in
     entry("cuMemAlloc", || {
         let mut world = world();
         let (_, device) = world.current_context()?;
+        // Allocation may synchronize: forbidden on a capturing thread.
+        world.forbid_on_capturing_thread()?;
         ensure(!out.is_null(), status::INVALID_VALUE)?;
         let address = world.allocate(bytes, Kind::Device, device)?;
         // SAFETY: forwarded caller contract (checked non-null above).
@@ -379,6 +384,57 @@ pub extern "C" fn cuMemFreeAsync(address: CUdeviceptr, stream: CUstream) -> c_in
         let mut world = world();
         world.stream_device(stream)?;
         world.free(address, |kind| kind != Kind::Host)
+    })
+}
+
+/// `CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)`.
+///
+/// Knows every address inside a live allocation: its context (the primary context of the
+/// device that allocated it; pinned host memory too, as the real driver reports for
+/// `cuMemAllocHost`), its memory type, device ordinal, and the allocation's start and size. An
+/// address the fake never allocated is `CUDA_ERROR_INVALID_VALUE`, as a plain host pointer is for
+/// the real driver. Other attributes are `CUDA_ERROR_NOT_SUPPORTED`.
+///
+/// # Safety
+/// `data` is null or valid for one write of the attribute's type.
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: cuhal_sys::CUpointer_attribute,
+    pointer: CUdeviceptr,
+) -> c_int {
+    use cuhal_sys::*;
+    entry("cuPointerGetAttribute", || {
+        let world = world();
+        ensure(!data.is_null(), status::INVALID_VALUE)?;
+        let (&base, allocation) = world
+            .allocations
+            .range(..=pointer)
+            .next_back()
+            .filter(|(base, a)| pointer < **base + a.len as u64)
+            .ok_or(status::INVALID_VALUE)?;
+        let device = allocation.device;
+        // SAFETY: (every arm) `data` is non-null and valid for the attribute's type (caller's
+        // contract).
+        unsafe {
+            match attribute {
+                CU_POINTER_ATTRIBUTE_CONTEXT => {
+                    let context = world.contexts.get(device as usize).map_or(0, |c| c.handle);
+                    put(data.cast::<CUcontext>(), handle(context))
+                }
+                CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
+                    let kind = if allocation.kind == Kind::Host {
+                        CU_MEMORYTYPE_HOST
+                    } else {
+                        CU_MEMORYTYPE_DEVICE
+                    };
+                    put(data.cast::<c_uint>(), kind)
+                }
+                CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => put(data.cast::<c_int>(), device),
+                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => put(data.cast::<CUdeviceptr>(), base),
+                CU_POINTER_ATTRIBUTE_RANGE_SIZE => put(data.cast::<usize>(), allocation.len),
+                _ => Err(status::NOT_SUPPORTED),
+            }
+        }
     })
 }
 

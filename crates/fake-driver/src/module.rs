@@ -342,6 +342,9 @@ pub extern "C" fn cuLaunchKernel(
             [block_x, block_y, block_z],
             shared,
         )?;
+        if world.captured(stream, || crate::graph::Op::Kernel { function })? {
+            return Ok(());
+        }
         let name = world.functions[&function].name.clone();
         *world.launches.entry(name).or_insert(0) += 1;
         Ok(())

@@ -81,6 +81,7 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuMemAllocAsync" => f!(11020, mem::cuMemAllocAsync),
         "cuMemAllocFromPoolAsync" => f!(11020, mem::cuMemAllocFromPoolAsync),
         "cuMemFreeAsync" => f!(11020, mem::cuMemFreeAsync),
+        "cuPointerGetAttribute" => f!(4000, mem::cuPointerGetAttribute),
 
         "cuMemsetD8Async" => f!(3020, xfer::cuMemsetD8Async),
         "cuMemsetD16Async" => f!(3020, xfer::cuMemsetD16Async),
@@ -105,6 +106,13 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuGraphLaunch" => f!(10000, graph::cuGraphLaunch),
         "cuGraphUpload" => f!(11010, graph::cuGraphUpload),
         "cuGraphExecDestroy" => f!(10000, graph::cuGraphExecDestroy),
+        "cuGraphGetNodes" => f!(10000, graph::cuGraphGetNodes),
+        "cuGraphDestroyNode" => f!(10000, graph::cuGraphDestroyNode),
+        "cuStreamBeginCaptureToGraph" => f!(12030, stream::cuStreamBeginCaptureToGraph),
+        "cuStreamEndCapture" => f!(10000, stream::cuStreamEndCapture),
+        "cuStreamIsCapturing" => f!(10000, stream::cuStreamIsCapturing),
+        // The CUDA 12.3 form (with edge data), the one cuhal's table asks for.
+        "cuStreamGetCaptureInfo" => f!(12030, stream::cuStreamGetCaptureInfo),
 
         "cuModuleLoadData" => f!(2000, modl::cuModuleLoadData),
         "cuModuleLoadDataEx" => f!(2010, modl::cuModuleLoadDataEx),

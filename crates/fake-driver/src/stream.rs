@@ -9,7 +9,9 @@
 use std::ffi::{c_int, c_uint, c_void};
 use std::time::Instant;
 
-use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, CUhostFn, CUstream};
+use cuhal_sys::{
+    CU_EVENT_DISABLE_TIMING, CUevent, CUgraph, CUgraphEdgeData, CUgraphNode, CUhostFn, CUstream,
+};
 
 use crate::entry::{ensure, entry, put};
 use crate::status;
@@ -31,6 +33,24 @@ const EVENT_FLAGS: c_uint = 0x7;
 #[derive(Debug)]
 pub(crate) struct Stream {
     pub device: i32,
+    /// The capture under way on this stream, if any.
+    pub capture: Option<Capture>,
+}
+
+/// A stream capture (`cuStreamBeginCaptureToGraph`): work enqueued on the stream becomes nodes
+/// of `graph` instead of running.
+#[derive(Debug)]
+pub(crate) struct Capture {
+    pub graph: usize,
+    /// The nodes the next captured operation depends on. Node handles are their ids, so this
+    /// has the layout of a `CUgraphNode` array (`cuStreamGetCaptureInfo` hands it out).
+    pub deps: Vec<usize>,
+    pub mode: c_uint,
+    /// The thread that began the capture (thread-local mode forbids unsafe calls there).
+    pub thread: std::thread::ThreadId,
+    pub id: u64,
+    /// A forbidden call invalidated it: later captured work fails, and ending it fails.
+    pub invalidated: bool,
 }
 
 /// A created event.
@@ -42,7 +62,86 @@ pub(crate) struct Event {
     pub recorded: Option<Instant>,
 }
 
+/// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`.
+pub(crate) const STREAM_CAPTURE_UNSUPPORTED: c_int = 900;
+/// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
+pub(crate) const STREAM_CAPTURE_INVALIDATED: c_int = 901;
+/// `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`.
+pub(crate) const STREAM_CAPTURE_ISOLATION: c_int = 905;
+/// `CUDA_ERROR_ILLEGAL_STATE`.
+const ILLEGAL_STATE: c_int = 401;
+
 impl World {
+    /// Whether `stream` (a created stream) is capturing.
+    pub(crate) fn is_capturing(&self, stream: CUstream) -> bool {
+        self.streams
+            .get(&stream.addr())
+            .is_some_and(|s| s.capture.is_some())
+    }
+
+    /// Invalidates `stream`'s capture, if it has one.
+    pub(crate) fn invalidate_capture(&mut self, stream: CUstream) {
+        if let Some(capture) = self
+            .streams
+            .get_mut(&stream.addr())
+            .and_then(|s| s.capture.as_mut())
+        {
+            capture.invalidated = true;
+        }
+    }
+
+    /// A synchronizing call on `stream`: refused (and the capture invalidated) while it captures.
+    pub(crate) fn forbid_while_capturing(&mut self, stream: CUstream) -> Result<(), c_int> {
+        if self.is_capturing(stream) {
+            self.invalidate_capture(stream);
+            return Err(STREAM_CAPTURE_UNSUPPORTED);
+        }
+        Ok(())
+    }
+
+    /// A potentially unsafe call (synchronization, synchronous copies, allocation) on this
+    /// thread: refused, invalidating them, while this thread has a capture in global or
+    /// thread-local mode under way.
+    pub(crate) fn forbid_on_capturing_thread(&mut self) -> Result<(), c_int> {
+        let me = std::thread::current().id();
+        let mut forbidden = false;
+        for capture in self.streams.values_mut().filter_map(|s| s.capture.as_mut()) {
+            if capture.thread == me && capture.mode != cuhal_sys::CU_STREAM_CAPTURE_MODE_RELAXED {
+                capture.invalidated = true;
+                forbidden = true;
+            }
+        }
+        ensure(!forbidden, STREAM_CAPTURE_UNSUPPORTED)
+    }
+
+    /// If `stream` is capturing, adds the node `op` makes to the capture's graph after the
+    /// capture's frontier (which it becomes) and returns `true`; else `false`: run the work now.
+    /// Work on an invalidated capture is `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
+    pub(crate) fn captured(
+        &mut self,
+        stream: CUstream,
+        op: impl FnOnce() -> crate::graph::Op,
+    ) -> Result<bool, c_int> {
+        let Some(capture) = self
+            .streams
+            .get(&stream.addr())
+            .and_then(|s| s.capture.as_ref())
+        else {
+            return Ok(false);
+        };
+        ensure(!capture.invalidated, STREAM_CAPTURE_INVALIDATED)?;
+        let (graph, deps) = (capture.graph, capture.deps.clone());
+        let node = self.insert_node(graph, deps, op())?;
+        if let Some(capture) = self
+            .streams
+            .get_mut(&stream.addr())
+            .and_then(|s| s.capture.as_mut())
+        {
+            capture.deps = vec![node];
+        }
+        Ok(true)
+    }
+
     /// The device of `stream`; the null, legacy and per-thread streams are those of the
     /// current context.
     pub fn stream_device(&self, stream: CUstream) -> Result<i32, c_int> {
@@ -68,7 +167,13 @@ unsafe fn create_stream(name: &'static str, out: *mut CUstream, flags: c_uint) -
         let mut world = world();
         let (_, device) = world.current_context()?;
         let stream = world.new_handle();
-        world.streams.insert(stream, Stream { device });
+        world.streams.insert(
+            stream,
+            Stream {
+                device,
+                capture: None,
+            },
+        );
         // SAFETY: forwarded caller contract (checked non-null above).
         unsafe { put(out, handle(stream)) }
     })
@@ -110,26 +215,46 @@ pub extern "C" fn cuStreamDestroy(stream: CUstream) -> c_int {
 }
 
 /// `CUresult cuStreamSynchronize(CUstream hStream)`: every stream is idle.
+///
+/// On a capturing stream it is `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidates the
+/// capture, as in CUDA.
 pub extern "C" fn cuStreamSynchronize(stream: CUstream) -> c_int {
     entry("cuStreamSynchronize", || {
-        world().stream_device(stream).map(drop)
+        let mut world = world();
+        world.stream_device(stream)?;
+        world.forbid_while_capturing(stream)
     })
 }
 
 /// `CUresult cuStreamQuery(CUstream hStream)`: every stream is idle.
+/// Forbidden on a capturing stream, like synchronization.
 pub extern "C" fn cuStreamQuery(stream: CUstream) -> c_int {
-    entry("cuStreamQuery", || world().stream_device(stream).map(drop))
+    entry("cuStreamQuery", || {
+        let mut world = world();
+        world.stream_device(stream)?;
+        world.forbid_while_capturing(stream)
+    })
 }
 
 /// `CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int flags)`: the
 /// event's work is done, so there is nothing to wait for.
+///
+/// On a capturing stream: `CU_EVENT_WAIT_EXTERNAL` becomes an event-wait node; a plain wait on an
+/// event recorded outside the capture is `CUDA_ERROR_STREAM_CAPTURE_ISOLATION` and invalidates it.
 pub extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> c_int {
     entry("cuStreamWaitEvent", || {
-        let world = world();
+        let mut world = world();
         world.stream_device(stream)?;
-        lookup(&world.events, id(event)?)?;
+        let event = id(event)?;
+        lookup(&world.events, event)?;
         // CU_EVENT_WAIT_DEFAULT or CU_EVENT_WAIT_EXTERNAL.
-        ensure(flags <= 1, status::INVALID_VALUE)
+        ensure(flags <= 1, status::INVALID_VALUE)?;
+        if world.is_capturing(stream) && flags == 0 {
+            world.invalidate_capture(stream);
+            return Err(STREAM_CAPTURE_ISOLATION);
+        }
+        world.captured(stream, || crate::graph::Op::EventWait { event })?;
+        Ok(())
     })
 }
 
@@ -214,6 +339,9 @@ fn record_on(event: CUevent, stream: CUstream) -> Result<(), c_int> {
         lookup(&world.events, event)?.device == device,
         status::INVALID_HANDLE,
     )?;
+    if world.captured(stream, || crate::graph::Op::EventRecord { event })? {
+        return Ok(());
+    }
     world.record(event)
 }
 
@@ -269,5 +397,162 @@ pub extern "C" fn cuEventDestroy(event: CUevent) -> c_int {
             .remove(&event)
             .map(drop)
             .ok_or(status::INVALID_HANDLE)
+    })
+}
+
+/// `CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode
+/// *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies,
+/// CUstreamCaptureMode mode)`: a created stream only (the legacy stream cannot capture), not
+/// already capturing; edge data must be null or all default edges.
+///
+/// # Safety
+/// `deps` holds `count` handles (or is null with `count` 0); `edges` is null or holds `count`
+/// edge records.
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
+    stream: CUstream,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    count: usize,
+    mode: c_uint,
+) -> c_int {
+    entry("cuStreamBeginCaptureToGraph", || {
+        let mut world = world();
+        ensure(mode <= 2, status::INVALID_VALUE)?;
+        ensure(count == 0 || !deps.is_null(), status::INVALID_VALUE)?;
+        let graph = id(graph)?;
+        lookup(&world.graphs, graph)?;
+        let deps: Vec<usize> = if count == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: non-null and holding `count` handles by the caller's contract.
+            unsafe { std::slice::from_raw_parts(deps, count) }
+                .iter()
+                .map(|d| d.addr())
+                .collect()
+        };
+        if !edges.is_null() && count > 0 {
+            // SAFETY: non-null and holding `count` records by the caller's contract.
+            let edges = unsafe { std::slice::from_raw_parts(edges, count) };
+            ensure(
+                edges.iter().all(|e| *e == CUgraphEdgeData::default()),
+                status::NOT_SUPPORTED,
+            )?;
+        }
+        ensure(
+            deps.iter().all(|d| world.nodes.get(d) == Some(&graph)),
+            status::INVALID_VALUE,
+        )?;
+        let capture_id = world.new_handle() as u64;
+        let stream = lookup_mut(&mut world.streams, id(stream)?)?;
+        ensure(stream.capture.is_none(), ILLEGAL_STATE)?;
+        stream.capture = Some(Capture {
+            graph,
+            deps,
+            mode,
+            thread: std::thread::current().id(),
+            id: capture_id,
+            invalidated: false,
+        });
+        Ok(())
+    })
+}
+
+/// `CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)`: the graph captured into,
+/// or null and `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` for an invalidated capture (which ends
+/// all the same). A stream that is not capturing is `CUDA_ERROR_ILLEGAL_STATE`.
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, out: *mut CUgraph) -> c_int {
+    entry("cuStreamEndCapture", || {
+        ensure(!out.is_null(), status::INVALID_VALUE)?;
+        let mut world = world();
+        let stream = lookup_mut(&mut world.streams, id(stream)?)?;
+        let capture = stream.capture.take().ok_or(ILLEGAL_STATE)?;
+        if capture.invalidated {
+            // SAFETY: non-null and writable by the caller's contract.
+            unsafe { put(out, std::ptr::null_mut()) }?;
+            return Err(STREAM_CAPTURE_INVALIDATED);
+        }
+        // SAFETY: as above.
+        unsafe { put(out, handle(capture.graph)) }
+    })
+}
+
+/// `CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)`.
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuStreamIsCapturing(stream: CUstream, out: *mut c_uint) -> c_int {
+    entry("cuStreamIsCapturing", || {
+        let world = world();
+        world.stream_device(stream)?;
+        let status = match world
+            .streams
+            .get(&stream.addr())
+            .and_then(|s| s.capture.as_ref())
+        {
+            None => cuhal_sys::CU_STREAM_CAPTURE_STATUS_NONE,
+            Some(c) if c.invalidated => cuhal_sys::CU_STREAM_CAPTURE_STATUS_INVALIDATED,
+            Some(_) => cuhal_sys::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { put(out, status) }
+    })
+}
+
+/// `CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+/// cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const
+/// CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)`. Every out-pointer but the
+/// status may be null. The dependency array stays valid until the stream's next captured call,
+/// as in CUDA; edge data is always null (default edges).
+///
+/// # Safety
+/// Each out-pointer is null or valid for one write.
+pub unsafe extern "C" fn cuStreamGetCaptureInfo(
+    stream: CUstream,
+    status_out: *mut c_uint,
+    id_out: *mut u64,
+    graph_out: *mut CUgraph,
+    deps_out: *mut *const CUgraphNode,
+    edges_out: *mut *const CUgraphEdgeData,
+    count_out: *mut usize,
+) -> c_int {
+    entry("cuStreamGetCaptureInfo", || {
+        let world = world();
+        world.stream_device(stream)?;
+        let capture = world
+            .streams
+            .get(&stream.addr())
+            .and_then(|s| s.capture.as_ref());
+        let status = match capture {
+            None => cuhal_sys::CU_STREAM_CAPTURE_STATUS_NONE,
+            Some(c) if c.invalidated => cuhal_sys::CU_STREAM_CAPTURE_STATUS_INVALIDATED,
+            Some(_) => cuhal_sys::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        };
+        // SAFETY: forwarded caller contract; each optional pointer is written only if non-null.
+        unsafe {
+            put(status_out, status)?;
+            if let Some(capture) = capture {
+                if !id_out.is_null() {
+                    put(id_out, capture.id)?;
+                }
+                if !graph_out.is_null() {
+                    put(graph_out, handle(capture.graph))?;
+                }
+                if !deps_out.is_null() {
+                    // The ids are the handles: same size and layout as a CUgraphNode array.
+                    put(deps_out, capture.deps.as_ptr().cast::<CUgraphNode>())?;
+                }
+                if !edges_out.is_null() {
+                    put(edges_out, std::ptr::null())?;
+                }
+                if !count_out.is_null() {
+                    put(count_out, capture.deps.len())?;
+                }
+            }
+        }
+        Ok(())
     })
 }

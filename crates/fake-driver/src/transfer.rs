@@ -10,13 +10,14 @@ use std::ffi::{c_int, c_uint, c_void};
 use cuhal_sys::{CUdeviceptr, CUstream};
 
 use crate::entry::{Status, ensure, entry};
+use crate::graph::Op;
 use crate::memory::{fill, move_bytes};
 use crate::status;
 use crate::world::{World, world};
 
 /// Fills `count` elements of `size` bytes at `target` on `stream` (null: the current context).
 fn memset(
-    world: &World,
+    world: &mut World,
     stream: CUstream,
     target: CUdeviceptr,
     value: u32,
@@ -30,6 +31,9 @@ fn memset(
     }
     let bytes = count.checked_mul(size).ok_or(status::INVALID_VALUE)?;
     let span = world.device_span(target, bytes)?;
+    if world.captured(stream, || Op::linear_fill(target, value, size, count))? {
+        return Ok(());
+    }
     // SAFETY: `span` is `bytes` bytes inside a live allocation, which the held lock keeps alive.
     unsafe { fill(span, value, size, count) };
     Ok(())
@@ -43,7 +47,7 @@ pub extern "C" fn cuMemsetD8Async(
     stream: CUstream,
 ) -> c_int {
     entry("cuMemsetD8Async", || {
-        memset(&world(), stream, target, value.into(), 1, count)
+        memset(&mut world(), stream, target, value.into(), 1, count)
     })
 }
 
@@ -55,7 +59,7 @@ pub extern "C" fn cuMemsetD16Async(
     stream: CUstream,
 ) -> c_int {
     entry("cuMemsetD16Async", || {
-        memset(&world(), stream, target, value.into(), 2, count)
+        memset(&mut world(), stream, target, value.into(), 2, count)
     })
 }
 
@@ -67,7 +71,7 @@ pub extern "C" fn cuMemsetD32Async(
     stream: CUstream,
 ) -> c_int {
     entry("cuMemsetD32Async", || {
-        memset(&world(), stream, target, value, 4, count)
+        memset(&mut world(), stream, target, value, 4, count)
     })
 }
 
@@ -122,10 +126,23 @@ impl World {
 /// # Safety
 /// Host ends are valid for `len` bytes.
 unsafe fn memcpy(stream: Option<CUstream>, target: End, source: End, len: usize) -> Status {
-    let world = world();
+    let mut world = world();
     match stream {
-        Some(stream) => world.stream_device(stream).map(drop)?,
-        None => world.current_context().map(drop)?,
+        Some(stream) => {
+            world.stream_device(stream)?;
+            if len > 0 {
+                world.resolve(target, len)?;
+                world.resolve(source, len)?;
+            }
+            if world.captured(stream, || Op::linear_copy(target, source, len))? {
+                return Ok(());
+            }
+        }
+        None => {
+            world.current_context()?;
+            // A synchronous copy synchronizes: forbidden on a capturing thread.
+            world.forbid_on_capturing_thread()?;
+        }
     }
     // SAFETY: forwarded caller contract.
     unsafe { world.copy(target, source, len) }

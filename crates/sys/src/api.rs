@@ -359,6 +359,17 @@ driver_api! {
         fn cuLaunchKernel(function: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
         /// `cuLaunchHostFunc(stream, fn, user_data)`. cuhal never calls the driver from one.
         fn cuLaunchHostFunc(stream: CUstream, function: CUhostFn, user_data: *mut c_void);
+
+        /// `cuPointerGetAttribute(&data, attribute, pointer)`: what the driver knows of an address.
+        fn cuPointerGetAttribute(data: *mut c_void, attribute: CUpointer_attribute, pointer: CUdeviceptr);
+        /// `cuStreamEndCapture(stream, &graph)`: ends a capture (also an invalidated one).
+        fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph);
+        /// `cuStreamIsCapturing(stream, &status)`.
+        fn cuStreamIsCapturing(stream: CUstream, status: *mut CUstreamCaptureStatus);
+        /// `cuGraphGetNodes(graph, nodes, &count)`: with null `nodes`, only the count.
+        fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize);
+        /// `cuGraphDestroyNode(node)`: removes a node and its edges from its graph.
+        fn cuGraphDestroyNode(node: CUgraphNode);
     }
     optional {
         /// `cuFuncGetParamInfo(function, index, &offset, &size)` (CUDA 12.4 drivers and later):
@@ -368,6 +379,12 @@ driver_api! {
         fn cuStreamGetId(stream: CUstream, id: *mut u64) since 12000;
         /// `cuGraphDebugDotPrint(graph, path, flags)`: writes a graph as Graphviz DOT, for debugging.
         fn cuGraphDebugDotPrint(graph: CUgraph, path: *const c_char, flags: c_uint) since 12000;
+        /// `cuStreamBeginCaptureToGraph(stream, graph, deps, edge_data, num_deps, mode)` (CUDA 12.3
+        /// drivers and later): captures a stream's work into an existing graph, after `deps`.
+        fn cuStreamBeginCaptureToGraph(stream: CUstream, graph: CUgraph, deps: *const CUgraphNode, edge_data: *const CUgraphEdgeData, num_deps: usize, mode: CUstreamCaptureMode) since 12030;
+        /// `cuStreamGetCaptureInfo(stream, &status, &id, &graph, &deps, &edge_data, &num_deps)`,
+        /// the CUDA 12.3 form: the nodes the next captured operation would depend on.
+        fn cuStreamGetCaptureInfo(stream: CUstream, status: *mut CUstreamCaptureStatus, id: *mut u64, graph: *mut CUgraph, deps: *mut *const CUgraphNode, edge_data: *mut *const CUgraphEdgeData, num_deps: *mut usize) since 12030;
     }
 }
 

@@ -97,6 +97,22 @@ results! {
     ERROR_NOT_SUPPORTED = 801;
     /// The operation is not permitted while a stream is capturing.
     ERROR_STREAM_CAPTURE_UNSUPPORTED = 900;
+    /// The stream's capture was invalidated by an earlier error (or a forbidden call).
+    ERROR_STREAM_CAPTURE_INVALIDATED = 901;
+    /// Two independent captures were merged.
+    ERROR_STREAM_CAPTURE_MERGE = 902;
+    /// The capture was not begun in this stream.
+    ERROR_STREAM_CAPTURE_UNMATCHED = 903;
+    /// A stream forked from the capture was not joined back before it ended.
+    ERROR_STREAM_CAPTURE_UNJOINED = 904;
+    /// The capture would depend on work outside it (a wait on an event recorded elsewhere).
+    ERROR_STREAM_CAPTURE_ISOLATION = 905;
+    /// The capture would implicitly depend on the legacy default stream.
+    ERROR_STREAM_CAPTURE_IMPLICIT = 906;
+    /// The event was last recorded in a capture and cannot be used that way.
+    ERROR_CAPTURED_EVENT = 907;
+    /// A thread-local capture was touched from another thread.
+    ERROR_STREAM_CAPTURE_WRONG_THREAD = 908;
     /// The driver does not know what went wrong.
     ERROR_UNKNOWN = 999;
 }

@@ -370,6 +370,52 @@ pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
 /// `cuGraphInstantiateWithFlags` flag: upload the graph as part of instantiation.
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
 
+/// `CUpointer_attribute`: what `cuPointerGetAttribute` reports about an address.
+pub type CUpointer_attribute = c_uint;
+/// The `CUcontext` the memory belongs to (null for memory of no single context).
+pub const CU_POINTER_ATTRIBUTE_CONTEXT: CUpointer_attribute = 1;
+/// The [`CUmemorytype`] of the memory (`unsigned int`).
+pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: CUpointer_attribute = 2;
+/// The ordinal of the device the memory lives on (`int`).
+pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: CUpointer_attribute = 9;
+/// The first address of the allocation holding the pointer (`CUdeviceptr`).
+pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: CUpointer_attribute = 11;
+/// The size in bytes of the allocation holding the pointer (`size_t`).
+pub const CU_POINTER_ATTRIBUTE_RANGE_SIZE: CUpointer_attribute = 12;
+
+/// `CUstreamCaptureMode`: which calls a capture forbids, and on which threads.
+pub type CUstreamCaptureMode = c_uint;
+/// Unsafe calls are forbidden on every thread while the capture lasts.
+pub const CU_STREAM_CAPTURE_MODE_GLOBAL: CUstreamCaptureMode = 0;
+/// Unsafe calls are forbidden on the capturing thread only.
+pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode = 1;
+/// Nothing is forbidden beyond what cannot be captured at all.
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode = 2;
+
+/// `CUstreamCaptureStatus`.
+pub type CUstreamCaptureStatus = c_uint;
+/// The stream is not capturing.
+pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus = 0;
+/// The stream is capturing.
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus = 1;
+/// The capture was invalidated and must be ended.
+pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: CUstreamCaptureStatus = 2;
+
+/// `CUgraphEdgeData` (CUDA 12.3): the kind of one dependency edge. cuhal passes null arrays of
+/// these (every edge the default, full dependency).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CUgraphEdgeData {
+    /// The port of the upstream node the edge leaves from (0: the node's completion).
+    pub from_port: u8,
+    /// The port of the downstream node the edge enters (0: the node's start).
+    pub to_port: u8,
+    /// The edge type (0: full dependency).
+    pub type_: u8,
+    /// Must be zero.
+    pub reserved: [u8; 5],
+}
+
 // Layout checks against the sizes and offsets of the C headers on LP64 targets.
 const _: () = {
     use std::mem::{offset_of, size_of};
@@ -385,4 +431,5 @@ const _: () = {
     assert!(offset_of!(CUDA_MEMCPY3D, WidthInBytes) == 176);
     assert!(size_of::<CUmemPoolProps>() == 88);
     assert!(size_of::<CUgraphExecUpdateResultInfo>() == 24);
+    assert!(size_of::<CUgraphEdgeData>() == 8);
 };

@@ -1,0 +1,388 @@
+//! Interoperation on the fake driver: foreign memory checked with `cuPointerGetAttribute` and
+//! released once after its last queued use, foreign events waited on by queue operations, and
+//! semaphore timepoints exported as events a foreign stream waits on.
+//!
+//! The "foreign runtime" here is raw driver calls through the same loaded driver, as another
+//! library in the process would make them.
+
+mod fake_support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use cuhal::{Error, ExportedBuffer, FillPattern, ForeignEvent, Release};
+use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUdeviceptr, CUevent, CUstream};
+use fake_support::*;
+
+/// A release callback that counts its runs.
+fn counted(counter: &Arc<AtomicUsize>) -> Option<Release> {
+    let counter = Arc::clone(counter);
+    Some(Box::new(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    }))
+}
+
+/// `cuMemAlloc` in the device's context, as another runtime would allocate.
+fn raw_alloc(device: &cuhal::Device, len: usize) -> CUdeviceptr {
+    let context = device.context();
+    let _bound = context.enter().unwrap();
+    let api = context.api();
+    let mut ptr = 0;
+    // SAFETY: valid out-pointer; the context is current.
+    api.check("cuMemAlloc", unsafe { (api.cuMemAlloc)(&mut ptr, len) })
+        .unwrap();
+    ptr
+}
+
+fn raw_free(device: &cuhal::Device, ptr: CUdeviceptr) {
+    let context = device.context();
+    let _bound = context.enter().unwrap();
+    let api = context.api();
+    // SAFETY: `ptr` came from raw_alloc and is freed once, after every use of it.
+    api.check("cuMemFree", unsafe { (api.cuMemFree)(ptr) })
+        .unwrap();
+}
+
+#[test]
+fn foreign_pointers_are_checked_against_the_device() {
+    let (fake, driver) = load("interop-check");
+    fake.set_device_count(2);
+    let device = driver.open(0, queues(1)).unwrap();
+    let other = driver.open(1, queues(1)).unwrap();
+    let never = Arc::new(AtomicUsize::new(0));
+
+    // Plain host memory: the driver does not know the address.
+    let host = vec![0u8; 4096];
+    // SAFETY: the import is refused, so nothing keeps the pointer.
+    let e = unsafe { device.import_buffer(host.as_ptr() as u64, 64, counted(&never)) }.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotDeviceMemory {
+                memory_type: None,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("not CUDA device memory"), "{e}");
+
+    // Pinned host memory: known, but host memory.
+    let pinned = device.create_host_buffer(256).unwrap();
+    // SAFETY: refused.
+    let e =
+        unsafe { device.import_buffer(pinned.as_ptr() as u64, 64, counted(&never)) }.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotDeviceMemory {
+                memory_type: Some(cuhal_sys::CU_MEMORYTYPE_HOST),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+
+    // Memory of the other device.
+    let theirs = raw_alloc(&other, 1024);
+    // SAFETY: refused.
+    let e = unsafe { device.import_buffer(theirs, 1024, counted(&never)) }.unwrap_err();
+    assert!(
+        matches!(e, Error::OtherDevice { owner: 1, device: 0, ptr } if ptr == theirs),
+        "{e:?}"
+    );
+
+    // A range past the end of its allocation, from its start or from inside it.
+    let ours = raw_alloc(&device, 1024);
+    for (offset, len) in [(0, 1025), (512, 513), (1023, 2)] {
+        // SAFETY: refused.
+        let e = unsafe { device.import_buffer(ours + offset, len, counted(&never)) }.unwrap_err();
+        match e {
+            Error::PastAllocation {
+                ptr,
+                len: l,
+                allocation_start,
+                allocation_size,
+            } => {
+                assert_eq!((ptr, l), (ours + offset, len));
+                assert_eq!((allocation_start, allocation_size), (ours, 1024));
+            }
+            other => panic!("({offset}, {len}): {other:?}"),
+        }
+    }
+    // Zero bytes.
+    // SAFETY: refused.
+    let e = unsafe { device.import_buffer(ours, 0, counted(&never)) }.unwrap_err();
+    assert!(matches!(e, Error::Command(_)), "{e:?}");
+
+    // The exact allocation, and a range inside it, are accepted.
+    // SAFETY: `ours` stays allocated until after both buffers are dropped.
+    let whole = unsafe { device.import_buffer(ours, 1024, None) }.unwrap();
+    // SAFETY: as above.
+    let inner = unsafe { device.import_buffer(ours + 256, 512, None) }.unwrap();
+    assert_eq!((whole.device_ptr(), whole.len()), (ours, 1024));
+    assert_eq!((inner.device_ptr(), inner.len()), (ours + 256, 512));
+    drop((whole, inner));
+
+    // A refused import never runs its callback.
+    assert_eq!(never.load(Ordering::SeqCst), 0);
+    raw_free(&device, ours);
+    raw_free(&other, theirs);
+}
+
+#[test]
+fn foreign_memory_is_used_and_released_once_after_the_last_queued_use() {
+    let (fake, _driver, device) = open("interop-release", queues(1));
+    let q = device.queue(0);
+    let ptr = raw_alloc(&device, 1024);
+    let released = Arc::new(AtomicUsize::new(0));
+    // SAFETY: `ptr` is freed only after the callback ran (checked below).
+    let foreign = unsafe { device.import_buffer(ptr, 1024, counted(&released)) }.unwrap();
+    let ours = device.create_buffer(1024).unwrap();
+    let allocations = fake.counts().device_allocations;
+
+    // A copy into cuhal's buffer that waits on a semaphore nobody has signalled yet.
+    let gate = device.create_semaphore(0);
+    let done = device.create_semaphore(0);
+    q.fill(
+        &[],
+        &[(&done, 1)],
+        &foreign.whole(),
+        FillPattern::U32(0x1234_5678),
+    )
+    .unwrap();
+    q.copy(
+        &[(&gate, 1), (&done, 1)],
+        &[(&done, 2)],
+        &foreign.whole(),
+        &ours.whole(),
+    )
+    .unwrap();
+    drop(foreign);
+    // The pending copy still holds the buffer: not released, not freed by cuhal.
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(released.load(Ordering::SeqCst), 0);
+
+    gate.signal(1).unwrap();
+    wait(&done, 2);
+    settle(q);
+    assert_eq!(released.load(Ordering::SeqCst), 1, "released once");
+    // cuhal never frees foreign memory: the allocation is still there for its owner to free.
+    assert_eq!(fake.counts().device_allocations, allocations);
+    let bytes = read(&device, q, &ours.whole());
+    assert!(
+        bytes.chunks(4).all(|c| c == 0x1234_5678u32.to_ne_bytes()),
+        "the copy read the foreign memory"
+    );
+    raw_free(&device, ptr);
+    assert_eq!(released.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn exported_buffers_keep_their_memory_until_released() {
+    let (fake, _driver, device) = open("interop-export-buffer", queues(1));
+    let base = fake.counts().device_allocations;
+    let buffer = device.create_buffer(4096).unwrap();
+    let exported = ExportedBuffer::new(&buffer);
+    assert_eq!(
+        (exported.device_ptr(), exported.len()),
+        (buffer.device_ptr(), 4096)
+    );
+    let (ptr, len, release) = exported.into_raw();
+    assert_eq!((ptr, len), (buffer.device_ptr(), 4096));
+    drop(buffer);
+    // The borrower still holds it.
+    assert_eq!(fake.counts().device_allocations, base + 1);
+    // The "foreign runtime" writes through the raw pointer it was lent.
+    let api = device.context().api();
+    {
+        let _bound = device.context().enter().unwrap();
+        // SAFETY: `ptr` is 4096 live bytes of device memory until `release` runs.
+        api.check("cuMemsetD8Async", unsafe {
+            (api.cuMemsetD8Async)(ptr, 7, len, std::ptr::null_mut())
+        })
+        .unwrap();
+    }
+    release();
+    assert_eq!(fake.counts().device_allocations, base, "freed on release");
+}
+
+/// The foreign runtime's stream and event, made with raw driver calls.
+struct Foreign {
+    device: Arc<cuhal_sys::PrimaryContext>,
+    stream: CUstream,
+    event: CUevent,
+}
+
+impl Foreign {
+    fn new(device: &cuhal::Device) -> Self {
+        let context = device.context().clone();
+        let _bound = context.enter().unwrap();
+        let api = context.api();
+        let (mut stream, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: valid out-pointers and flags; the context is current.
+        unsafe {
+            api.check(
+                "cuStreamCreate",
+                (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING),
+            )
+            .unwrap();
+            api.check(
+                "cuEventCreate",
+                (api.cuEventCreate)(&mut event, CU_EVENT_DISABLE_TIMING),
+            )
+            .unwrap();
+        }
+        Self {
+            device: context,
+            stream,
+            event,
+        }
+    }
+
+    fn record(&self) {
+        let api = self.device.api();
+        // SAFETY: both handles are live.
+        api.check("cuEventRecord", unsafe {
+            (api.cuEventRecord)(self.event, self.stream)
+        })
+        .unwrap();
+    }
+
+    fn wait_on(&self, event: CUevent) {
+        let api = self.device.api();
+        // SAFETY: the stream is live; the caller keeps `event` live.
+        api.check("cuStreamWaitEvent", unsafe {
+            (api.cuStreamWaitEvent)(self.stream, event, 0)
+        })
+        .unwrap();
+    }
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        let _bound = self.device.enter();
+        let api = self.device.api();
+        // SAFETY: created in `new`, destroyed once, no longer used.
+        unsafe {
+            (api.cuEventDestroy)(self.event);
+            (api.cuStreamDestroy)(self.stream);
+        }
+    }
+}
+
+#[test]
+fn a_queue_operation_waits_on_a_foreign_event() {
+    let (fake, _driver, device) = open("interop-wait-event", queues(2));
+    let foreign = Foreign::new(&device);
+    let released = Arc::new(AtomicUsize::new(0));
+    // SAFETY: the event outlives the release callback (destroyed when `foreign` drops, last).
+    let event = unsafe { ForeignEvent::from_raw(foreign.event, counted(&released)) };
+    let waits_before = fake.calls("cuStreamWaitEvent");
+
+    // Never recorded: waits for nothing, as CUDA defines, and signals.
+    let s = device.create_semaphore(0);
+    device.queue(0).wait_event(&[], &[(&s, 1)], &event).unwrap();
+    wait(&s, 1);
+    assert_eq!(fake.calls("cuStreamWaitEvent"), waits_before + 1);
+
+    // Recorded by the foreign runtime, waited on behind a pending semaphore on queue 1; a
+    // fill on queue 0 ordered after it through the signal.
+    foreign.record();
+    let gate = device.create_semaphore(0);
+    let buffer = device.create_buffer(256).unwrap();
+    device
+        .queue(1)
+        .wait_event(&[(&gate, 1)], &[(&s, 2)], &event)
+        .unwrap();
+    device
+        .queue(0)
+        .fill(&[(&s, 2)], &[(&s, 3)], &buffer.whole(), FillPattern::U8(9))
+        .unwrap();
+    drop(event);
+    assert_eq!(
+        released.load(Ordering::SeqCst),
+        0,
+        "a pending wait holds it"
+    );
+    gate.signal(1).unwrap();
+    wait(&s, 3);
+    settle(device.queue(0));
+    settle(device.queue(1));
+    assert_eq!(released.load(Ordering::SeqCst), 1, "released once");
+    assert!(
+        read(&device, device.queue(0), &buffer.whole())
+            .iter()
+            .all(|&b| b == 9)
+    );
+}
+
+#[test]
+fn a_queue_wait_on_a_destroyed_event_fails_its_signals() {
+    let (_fake, _driver, device) = open("interop-bad-event", queues(1));
+    let foreign = Foreign::new(&device);
+    let made_up: CUevent = std::ptr::without_provenance_mut(0x10);
+    // SAFETY: deliberately not an event: the driver refuses it and nothing else touches it.
+    let event = unsafe { ForeignEvent::from_raw(made_up, None) };
+    let s = device.create_semaphore(0);
+    device.queue(0).wait_event(&[], &[(&s, 1)], &event).unwrap();
+    let failure = failure_of(&s, 1);
+    let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
+    assert!(cuda.to_string().contains("cuStreamWaitEvent"), "{cuda}");
+    drop(foreign);
+}
+
+#[test]
+fn timepoints_export_as_events_a_foreign_stream_waits_on() {
+    let (_fake, _driver, device) = open("interop-export-event", queues(1));
+    let foreign = Foreign::new(&device);
+    let q = device.queue(0);
+    let s = device.create_semaphore(0);
+
+    // Reached already: an event that waits for nothing.
+    s.signal(1).unwrap();
+    let exported = device.export_timepoint(&s, 1, TIMEOUT).unwrap();
+    assert_eq!(exported.signal_value(), None);
+    foreign.wait_on(exported.raw());
+    drop(exported);
+
+    // Not issued yet: times out, on the host, without failing anything.
+    let gate = device.create_semaphore(0);
+    q.barrier(&[(&gate, 1)], &[(&s, 3)]).unwrap();
+    let e = device
+        .export_timepoint(&s, 2, Duration::from_millis(20))
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Semaphore(cuhal_semaphore::Error::Timeout)),
+        "{e:?}"
+    );
+
+    // Issued while the export waits: it wakes and returns that submission's completion event
+    // (or, if the fake's instant GPU already completed it, an event that waits for nothing).
+    let started = std::time::Instant::now();
+    let exporter = std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| device.export_timepoint(&s, 2, TIMEOUT));
+        std::thread::sleep(Duration::from_millis(10));
+        gate.signal(1).unwrap();
+        waiting.join().unwrap()
+    });
+    let exported = exporter.unwrap();
+    // Woken by the signal's issue, not by the deadline.
+    assert!(started.elapsed() < TIMEOUT / 2, "{:?}", started.elapsed());
+    assert!(
+        matches!(exported.signal_value(), Some(3) | None),
+        "{exported:?}"
+    );
+    foreign.wait_on(exported.raw());
+    let (raw, release) = exported.into_raw();
+    foreign.wait_on(raw);
+    release();
+    wait(&s, 3);
+
+    // A failed semaphore is its failure.
+    let failed = device.create_semaphore(0);
+    failed.fail(cuhal::Failure::msg("upstream failed"));
+    let e = device.export_timepoint(&failed, 1, TIMEOUT).unwrap_err();
+    assert!(e.to_string().contains("upstream failed"), "{e}");
+}

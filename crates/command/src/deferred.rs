@@ -15,10 +15,12 @@ use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, PrimaryContext};
 use crate::arena::{AlignedBytes, MAX_ALIGN};
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
+use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
 use crate::{
     CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch, Error,
     FillPattern, KernelArgs, ZoneRecorder,
 };
+use smallvec::SmallVec;
 
 /// One encoded command.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -47,6 +49,14 @@ pub(crate) enum Op {
         args: u32,
     },
     Event(CUevent),
+    /// Stream work: index into `works`.
+    StreamWork(u32),
+}
+
+/// A recorded stream-work closure and the ranges it was recorded with.
+pub(crate) struct DeferredWork {
+    work: Arc<StreamWorkFn>,
+    ranges: SmallVec<[WorkRange; 4]>,
 }
 
 #[derive(Default)]
@@ -57,6 +67,8 @@ pub(crate) struct DeferredEncoder {
     pub(crate) arg_offsets: Vec<u32>,
     /// `arg_offsets` turned into addresses by `end()`, when the arena stops moving.
     arg_pointers: Vec<*mut c_void>,
+    /// Stream work, called at every replay.
+    works: Vec<DeferredWork>,
 }
 
 impl DeferredEncoder {
@@ -182,6 +194,18 @@ impl Encoder for DeferredEncoder {
         Ok(())
     }
 
+    fn stream_work(&mut self, ranges: &[WorkRange], work: &Arc<StreamWorkFn>) -> Result<(), Error> {
+        let index = u32::try_from(self.works.len()).map_err(|_| Error::BadKernelArgument {
+            reason: "a deferred command buffer holds at most 2^32 stream-work commands",
+        })?;
+        self.works.push(DeferredWork {
+            work: Arc::clone(work),
+            ranges: ranges.iter().copied().collect(),
+        });
+        self.ops.push(Op::StreamWork(index));
+        Ok(())
+    }
+
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {
         self.zone(Some(event));
         Ok(())
@@ -244,7 +268,8 @@ impl DeferredCommandBuffer {
         })
     }
 
-    /// Enqueues every recorded command on `stream`, in order. Only after `end()`.
+    /// Enqueues every recorded command on `stream`, in order (stream-work closures are called
+    /// with `stream`). Only after `end()`.
     ///
     /// # Safety
     /// `stream` must be a live stream of the command buffer's context (given at creation or
@@ -307,6 +332,16 @@ impl DeferredCommandBuffer {
                         encoder.pointers(first_arg, args),
                     )?,
                     Op::Event(event) => stream_ops::record_event(api, stream, event)?,
+                    Op::StreamWork(index) => {
+                        let recorded = &encoder.works[index as usize];
+                        let on = StreamWork {
+                            stream,
+                            ranges: &recorded.ranges,
+                            capturing: false,
+                            context,
+                        };
+                        stream_work::call(&*recorded.work, &on).map_err(Error::StreamWork)?;
+                    }
                 }
             }
         }

@@ -152,6 +152,26 @@ pub enum Error {
     StreamMismatch,
     /// A one-shot (stream) command buffer was issued a second time.
     AlreadyIssued,
+    /// Stream work cannot be captured into a graph: the driver lacks
+    /// `cuStreamBeginCaptureToGraph` (CUDA 12.3). Deferred command buffers run it instead.
+    CaptureUnsupported {
+        /// The driver's CUDA version (`cuDriverGetVersion`, e.g. 12020).
+        driver_version: i32,
+    },
+    /// Stream work could not be captured into a graph command buffer: it did something capture
+    /// forbids (synchronized, waited on work outside the capture, ...) or failed. Nothing of it
+    /// stays in the graph and the command buffer is still recording.
+    Capture {
+        /// The driver's complaint: the capture call that failed (usually `cuStreamEndCapture`
+        /// with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`), if one did.
+        cuda: Option<cuhal_sys::Error>,
+        /// What the closure returned (often the forbidden call's own error, e.g.
+        /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), if it failed.
+        work: Option<crate::WorkError>,
+    },
+    /// A stream-work closure failed when a deferred command buffer replayed it or a stream
+    /// command buffer ran it.
+    StreamWork(crate::WorkError),
 }
 
 impl Error {
@@ -160,6 +180,7 @@ impl Error {
         match self {
             Error::Cuda(e) | Error::ModuleLoad { source: e, .. } => Some(e),
             Error::UnknownFunction { source, .. } => Some(source),
+            Error::Capture { cuda: Some(e), .. } => Some(e),
             _ => None,
         }
     }
@@ -296,12 +317,36 @@ impl fmt::Display for Error {
                 "a stream command buffer can only be issued to the stream it executed on"
             ),
             Error::AlreadyIssued => write!(f, "a stream command buffer can be issued only once"),
+            Error::CaptureUnsupported { driver_version } => write!(
+                f,
+                "capturing stream work into a graph needs cuStreamBeginCaptureToGraph (CUDA 12.3); \
+                 the driver supports CUDA {}: use a deferred command buffer",
+                cuhal_sys::format_cuda_version(*driver_version)
+            ),
+            Error::Capture { cuda, work } => {
+                write!(f, "stream work could not be captured into the graph")?;
+                if let Some(cuda) = cuda {
+                    write!(f, ": {cuda}")?;
+                }
+                if let Some(work) = work {
+                    write!(f, "; the work reported: {work}")?;
+                }
+                Ok(())
+            }
+            Error::StreamWork(work) => write!(f, "stream work failed: {work}"),
         }
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.cuda().map(|e| e as _)
+        match self {
+            Error::StreamWork(work)
+            | Error::Capture {
+                cuda: None,
+                work: Some(work),
+            } => Some(&*work.0),
+            _ => self.cuda().map(|e| e as _),
+        }
     }
 }

@@ -18,6 +18,9 @@
 //!   - [`StreamCommandBuffer`]: each command goes to a stream as it is recorded (one shot);
 //!   - [`DeferredCommandBuffer`]: recorded into an arena without touching the GPU, replayed
 //!     onto a stream at every issue.
+//! - Stream work ([`CommandRecorder::stream_work`]): a closure handed a stream, for library
+//!   calls (cuBLAS, NCCL, another runtime's kernels): captured into a graph command buffer's
+//!   graph, called at every replay of a deferred one, called at once by a stream one.
 //! - [`ZoneRecorder`]: the hook `cuhal-trace` implements to time command buffers with GPU
 //!   events (zones at debug groups, and around each command at [`Verbosity::Fine`]). Without
 //!   one, tracing costs a branch per command.
@@ -62,6 +65,7 @@ mod range;
 mod recorder;
 mod stream;
 mod stream_ops;
+mod stream_work;
 mod trace_hook;
 
 pub use buffer::{Buffer, HostBuffer};
@@ -73,6 +77,7 @@ pub use kernel_args::{ArgSlot, KernelArg, KernelArgs};
 pub use range::BufferRange;
 pub use recorder::{CommandBufferState, CommandRecorder, Dispatch, FillPattern};
 pub use stream::StreamCommandBuffer;
+pub use stream_work::{StreamWork, StreamWorkError, StreamWorkFn, WorkError, WorkRange};
 pub use trace_hook::{Verbosity, ZoneInfo, ZoneRecorder};
 
 use std::sync::Arc;

@@ -10,7 +10,11 @@ use cuhal_sys::{CUcontext, CUdeviceptr, CUevent, PrimaryContext};
 
 use crate::executable::{validate_arguments, validate_dispatch};
 use crate::range::check_non_empty;
-use crate::{Buffer, BufferRange, Error, Function, KernelArgs, Verbosity, ZoneRecorder};
+use crate::{
+    Buffer, BufferRange, Error, Function, KernelArgs, StreamWorkFn, Verbosity, WorkRange,
+    ZoneRecorder,
+};
+use smallvec::SmallVec;
 
 /// Where a command buffer is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -141,6 +145,28 @@ pub trait CommandRecorder {
     /// starts. Commands between two barriers may run concurrently.
     fn barrier(&mut self) -> Result<(), Error>;
 
+    /// Records caller-provided stream work (a library call: cuBLAS, NCCL, any work enqueued on a
+    /// stream it is handed). `ranges` are the device ranges the work touches: their context is
+    /// checked, they are kept alive with the command buffer, and the closure reads their
+    /// addresses from [`StreamWork::ranges`](crate::StreamWork::ranges).
+    ///
+    /// - graph: the work is captured into the graph now (`cuStreamBeginCaptureToGraph`, CUDA
+    ///   12.3+, else [`Error::CaptureUnsupported`]), after the current group's dependencies, as
+    ///   one command of the group. A closure that synchronizes or does something else capture
+    ///   forbids is [`Error::Capture`] naming the driver's complaint; what it captured is removed
+    ///   again and the command buffer stays recording;
+    /// - deferred: the closure is kept and called at every replay, on the queue's stream (an
+    ///   error then fails the submission: [`Error::StreamWork`]);
+    /// - stream: the closure is called now, on the command buffer's stream.
+    ///
+    /// Like every command, the work runs after the last barrier's commands and before the next
+    /// barrier's. FINE tracing does not time it on its own (its enclosing debug group does).
+    fn stream_work(
+        &mut self,
+        ranges: &[BufferRange],
+        work: Arc<crate::StreamWorkFn>,
+    ) -> Result<(), Error>;
+
     /// Opens a named debug group (a tracing zone when tracing is on).
     fn begin_debug_group(&mut self, name: &str) -> Result<(), Error>;
 
@@ -186,6 +212,13 @@ macro_rules! forward_recording {
             fn barrier(&mut self) -> Result<(), $crate::Error> {
                 self.recorder.barrier()
             }
+            fn stream_work(
+                &mut self,
+                ranges: &[$crate::BufferRange],
+                work: ::std::sync::Arc<$crate::StreamWorkFn>,
+            ) -> Result<(), $crate::Error> {
+                self.recorder.stream_work(ranges, work)
+            }
             fn begin_debug_group(&mut self, name: &str) -> Result<(), $crate::Error> {
                 self.recorder.begin_debug_group(name)
             }
@@ -226,6 +259,10 @@ pub(crate) trait Encoder {
     ) -> Result<(), Error>;
     fn dispatch(&mut self, dispatch: &Dispatch<'_>, zone: CommandZone) -> Result<(), Error>;
     fn barrier(&mut self) -> Result<(), Error>;
+    /// Records stream work over `ranges` (checked, retained by the recorder). An
+    /// [`Error::Capture`] or [`Error::CaptureUnsupported`] means nothing was recorded (the
+    /// encoder undid what it had started); any other error leaves the command buffer failed.
+    fn stream_work(&mut self, ranges: &[WorkRange], work: &Arc<StreamWorkFn>) -> Result<(), Error>;
     /// Records a coarse zone edge (command buffer or debug group begin/end). Everything before
     /// it happens before it, everything after it happens after it.
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error>;
@@ -285,6 +322,8 @@ impl ZoneHooks {
 pub(crate) struct Retained {
     buffers: Vec<Arc<Buffer>>,
     functions: Vec<Function>,
+    /// Stream-work closures: kept so the resources they hold outlive the recorded work.
+    works: Vec<Arc<StreamWorkFn>>,
 }
 
 impl Retained {
@@ -484,6 +523,38 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
     fn barrier(&mut self) -> Result<(), Error> {
         self.recording("barrier")?;
         self.encode(|e| e.barrier())
+    }
+
+    fn stream_work(
+        &mut self,
+        ranges: &[BufferRange],
+        work: Arc<StreamWorkFn>,
+    ) -> Result<(), Error> {
+        self.recording("stream work")?;
+        for range in ranges {
+            self.check_range(range)?;
+        }
+        let bound: SmallVec<[WorkRange; 4]> = ranges
+            .iter()
+            .map(|r| WorkRange {
+                ptr: r.device_ptr(),
+                len: r.len(),
+            })
+            .collect();
+        match self.encoder.stream_work(&bound, &work) {
+            Ok(()) => {}
+            // Undone by the encoder: nothing was recorded, the command buffer stays usable.
+            Err(e @ (Error::Capture { .. } | Error::CaptureUnsupported { .. })) => return Err(e),
+            Err(e) => {
+                self.state = CommandBufferState::Failed;
+                return Err(e);
+            }
+        }
+        for range in ranges {
+            self.retain_range(range);
+        }
+        self.retained.works.push(work);
+        Ok(())
     }
 
     fn begin_debug_group(&mut self, name: &str) -> Result<(), Error> {

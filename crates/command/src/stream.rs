@@ -13,6 +13,7 @@ use cuhal_sys::{CUdeviceptr, CUevent, CUstream, PrimaryContext};
 use crate::arena::StableArena;
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
+use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
 use crate::{
     CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch, Error,
     FillPattern, ZoneRecorder,
@@ -118,6 +119,17 @@ impl Encoder for StreamEncoder {
     fn barrier(&mut self) -> Result<(), Error> {
         // A stream runs its work in order: every command is already behind the ones before.
         Ok(())
+    }
+
+    fn stream_work(&mut self, ranges: &[WorkRange], work: &Arc<StreamWorkFn>) -> Result<(), Error> {
+        let _bound = self.context.enter()?;
+        let on = StreamWork {
+            stream: self.stream,
+            ranges,
+            capturing: false,
+            context: &self.context,
+        };
+        stream_work::call(&**work, &on).map_err(Error::StreamWork)
     }
 
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {

@@ -358,6 +358,7 @@ fn shape(ops: &[Op]) -> String {
             Op::Update { .. } => 'U',
             Op::Copy { .. } => 'C',
             Op::Dispatch { .. } => 'D',
+            Op::StreamWork(_) => 'W',
         })
         .collect()
 }
@@ -474,4 +475,44 @@ fn retained_resources_are_deduplicated_at_end() {
     let mut cb = DeferredCommandBuffer::new(None).unwrap();
     record_sample(&mut cb);
     assert_eq!(cb.recorder().retained().counts(), (0, 0));
+}
+
+#[test]
+fn deferred_stream_work_is_kept_checked_and_retained() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&calls);
+    let work: Arc<StreamWorkFn> = Arc::new(move |on: &StreamWork<'_>| {
+        seen.lock().unwrap().push(on.ranges().to_vec());
+        Ok(())
+    });
+    let mut cb = DeferredCommandBuffer::new(None).unwrap();
+    let r = raw(0x1000, 64);
+    cb.fill(&r.sub(0, 8).unwrap(), FillPattern::U8(1)).unwrap();
+    cb.stream_work(
+        &[r.sub(8, 16).unwrap(), r.sub(32, 8).unwrap()],
+        Arc::clone(&work),
+    )
+    .unwrap();
+    cb.barrier().unwrap();
+    cb.stream_work(&[], Arc::clone(&work)).unwrap();
+    assert_eq!(shape(&ops(&cb)), "FWW");
+    // Recording calls nothing: the closure runs at replay.
+    assert!(calls.lock().unwrap().is_empty());
+    // The command buffer holds the closure for each command (retained, and in the replay list),
+    // plus the caller's handle.
+    assert_eq!(Arc::strong_count(&work), 1 + 2 * 2);
+    cb.end().unwrap();
+    assert_eq!(
+        cb.stream_work(&[], Arc::clone(&work)),
+        Err(Error::InvalidState {
+            operation: "stream work",
+            state: CommandBufferState::Ended
+        })
+    );
+    drop(cb);
+    assert_eq!(
+        Arc::strong_count(&work),
+        1,
+        "released with the command buffer"
+    );
 }

@@ -13,14 +13,16 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use cuhal_sys::{
-    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D,
-    CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphExec, CUgraphNode, CUstream,
-    PrimaryContext,
+    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE, CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_NON_BLOCKING,
+    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph,
+    CUgraphExec, CUgraphNode, CUstream, PrimaryContext,
 };
 use smallvec::SmallVec;
 
 use crate::arena::StableArena;
 use crate::recorder::{CommandZone, Encoder, Recorder};
+use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
 use crate::{
     CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch, Error,
     FillPattern, ZoneRecorder,
@@ -45,6 +47,8 @@ pub(crate) struct GraphEncoder {
     /// Update bytes: memcpy nodes keep the host address, read at every launch.
     host_bytes: StableArena,
     nodes: usize,
+    /// The stream stream work is captured on, created at the first stream-work command.
+    capture_stream: CUstream,
 }
 
 impl GraphEncoder {
@@ -63,7 +67,59 @@ impl GraphEncoder {
             deps: Dependencies::default(),
             host_bytes: StableArena::default(),
             nodes: 0,
+            capture_stream: std::ptr::null_mut(),
         })
+    }
+
+    /// The graph's nodes, sorted by handle (to tell which ones a failed capture added).
+    fn node_set(&self) -> Result<Vec<CUgraphNode>, Error> {
+        let api = self.context.api();
+        let mut count = 0usize;
+        // SAFETY: the graph is live; with a null array the driver only writes the count.
+        api.check("cuGraphGetNodes", unsafe {
+            (api.cuGraphGetNodes)(self.graph, std::ptr::null_mut(), &mut count)
+        })?;
+        let mut nodes = vec![std::ptr::null_mut(); count];
+        // SAFETY: `nodes` has room for `count` handles, the length passed in.
+        api.check("cuGraphGetNodes", unsafe {
+            (api.cuGraphGetNodes)(self.graph, nodes.as_mut_ptr(), &mut count)
+        })?;
+        nodes.truncate(count);
+        nodes.sort_unstable_by_key(|n| n.addr());
+        Ok(nodes)
+    }
+
+    /// Removes every node not in `before` (sorted): undoes a capture that failed half-way.
+    fn roll_back(&mut self, before: &[CUgraphNode]) -> Result<(), Error> {
+        let api = self.context.api();
+        for node in self.node_set()? {
+            if before
+                .binary_search_by_key(&node.addr(), |n| n.addr())
+                .is_err()
+            {
+                // SAFETY: `node` is a node of this graph, added by the failed capture; nothing
+                // recorded by cuhal depends on it (the frontier was not advanced).
+                api.check("cuGraphDestroyNode", unsafe {
+                    (api.cuGraphDestroyNode)(node)
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The capture stream, created on first use (`CU_STREAM_NON_BLOCKING`: a capture must not
+    /// touch the legacy stream).
+    fn capture_stream(&mut self) -> Result<CUstream, Error> {
+        if self.capture_stream.is_null() {
+            let api = self.context.api();
+            let mut stream: CUstream = std::ptr::null_mut();
+            // SAFETY: valid out-pointer and flags; the context is current (callers enter it).
+            api.check("cuStreamCreate", unsafe {
+                (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING)
+            })?;
+            self.capture_stream = stream;
+        }
+        Ok(self.capture_stream)
     }
 
     fn add_event(&mut self, deps: &[CUgraphNode], event: CUevent) -> Result<CUgraphNode, Error> {
@@ -239,6 +295,111 @@ impl Encoder for GraphEncoder {
         self.join()
     }
 
+    fn stream_work(&mut self, ranges: &[WorkRange], work: &Arc<StreamWorkFn>) -> Result<(), Error> {
+        let context = Arc::clone(&self.context);
+        let api = context.api();
+        let (Some(begin_capture), Some(capture_info)) =
+            (api.cuStreamBeginCaptureToGraph, api.cuStreamGetCaptureInfo)
+        else {
+            return Err(Error::CaptureUnsupported {
+                driver_version: api.driver_version(),
+            });
+        };
+        let _bound = context.enter()?;
+        let stream = self.capture_stream()?;
+        let before = self.node_set()?;
+        let deps: Deps = self.deps.frontier().iter().copied().collect();
+        // Thread-local mode: forbidden calls fail on this thread only; cuhal's own threads (and
+        // other runtimes' threads) keep working while the closure runs.
+        // SAFETY: the stream and graph are live; `deps` are nodes of the graph, and no edge
+        // data is passed (default edges).
+        let began = unsafe {
+            begin_capture(
+                stream,
+                self.graph,
+                deps_ptr(&deps),
+                std::ptr::null(),
+                deps.len(),
+                CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        };
+        if let Err(e) = api.check("cuStreamBeginCaptureToGraph", began) {
+            return Err(Error::Capture {
+                cuda: Some(e),
+                work: None,
+            });
+        }
+        let on = StreamWork {
+            stream,
+            ranges,
+            capturing: true,
+            context: &context,
+        };
+        let outcome = stream_work::call(&**work, &on);
+        // The captured work's last nodes, read while the capture is still open.
+        let mut status = CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut tails_ptr: *const CUgraphNode = std::ptr::null();
+        let mut count = 0usize;
+        // SAFETY: the stream is live; every out-pointer is a valid local or null (id, graph
+        // and edge data are not asked for).
+        let info = unsafe {
+            capture_info(
+                stream,
+                &mut status,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut tails_ptr,
+                std::ptr::null_mut(),
+                &mut count,
+            )
+        };
+        let tails: Deps = if info.is_success()
+            && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
+            && !tails_ptr.is_null()
+        {
+            // SAFETY: the driver returned `count` node handles that stay valid until the next
+            // capture call on this stream (the copy is taken before it).
+            unsafe { std::slice::from_raw_parts(tails_ptr, count) }
+                .iter()
+                .copied()
+                .collect()
+        } else {
+            Deps::new()
+        };
+        let mut captured: CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (begun above); `captured` is a valid out-pointer. The
+        // capture is ended whatever the closure did, so the stream is usable again.
+        let ended = unsafe { (api.cuStreamEndCapture)(stream, &mut captured) };
+        let ended = api.check("cuStreamEndCapture", ended);
+        let info = api.check("cuStreamGetCaptureInfo", info);
+        let failure = match (outcome, ended, info) {
+            (Ok(()), Ok(()), Ok(())) => None,
+            (Ok(()), Ok(()), Err(e)) => Some(Error::Capture {
+                cuda: Some(e),
+                work: None,
+            }),
+            (work, ended, _) => Some(Error::Capture {
+                cuda: ended.err(),
+                work: work.err(),
+            }),
+        };
+        if let Some(failure) = failure {
+            // A rollback that fails leaves the graph half-built: that is a driver failure of the
+            // command buffer, not a rejected command.
+            self.roll_back(&before)?;
+            return Err(failure);
+        }
+        let added = self.node_set()?.len().saturating_sub(before.len());
+        self.nodes += added;
+        // Nothing captured: the capture's dependencies are still the frontier itself.
+        if added > 0 {
+            for tail in tails {
+                self.deps.push(tail);
+            }
+        }
+        Ok(())
+    }
+
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {
         let _bound = self.context.enter()?;
         self.join()?;
@@ -299,6 +460,11 @@ impl Drop for GraphEncoder {
             // SAFETY: `exec` was instantiated here and is destroyed once. A launch still in
             // flight is not cut short: the driver frees the executable when it completes.
             let _ = unsafe { (api.cuGraphExecDestroy)(self.exec) };
+        }
+        if !self.capture_stream.is_null() {
+            // SAFETY: created here, destroyed once; no capture is open (each is ended before
+            // `stream_work` returns).
+            let _ = unsafe { (api.cuStreamDestroy)(self.capture_stream) };
         }
         // SAFETY: `graph` was created here and is destroyed once.
         let _ = unsafe { (api.cuGraphDestroy)(self.graph) };

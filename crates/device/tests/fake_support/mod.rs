@@ -33,8 +33,15 @@ pub const PTX: &str = "\
 
 /// A fresh instance of the fake and the driver loaded from it.
 pub fn load(tag: &str) -> (FakeDriver, Driver) {
+    load_with(tag, |_| {})
+}
+
+/// As [`load`], with `setup` applied to the fake before the driver is loaded (to hide a symbol,
+/// say, which must happen before the table is resolved).
+pub fn load_with(tag: &str, setup: impl FnOnce(&FakeDriver)) -> (FakeDriver, Driver) {
     static ENV: Mutex<()> = Mutex::new(());
     let fake = FakeDriver::private(tag).unwrap_or_else(|e| panic!("{e}"));
+    setup(&fake);
     let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: the environment is written only here, under `ENV`, and `Driver::load` reads it
     // under the same lock through std (which serializes with set_var); nothing in these test

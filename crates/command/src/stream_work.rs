@@ -1,0 +1,136 @@
+//! Caller-provided stream work: a closure handed a stream, recorded as one command.
+//!
+//! This is how library calls (a cuBLAS GEMM, an NCCL collective, another runtime's kernels, any
+//! work a library enqueues on a stream it is given) go into command buffers:
+//!
+//! - graph command buffers *capture* the closure's work into their own graph
+//!   (`cuStreamBeginCaptureToGraph`, CUDA 12.3+, in thread-local mode) after the nodes the
+//!   command depends on, and make the captured nodes what later commands depend on; the closure
+//!   runs once, at record time;
+//! - deferred command buffers call the closure at every replay, on the queue's stream;
+//! - stream command buffers call it at once, on their stream.
+//!
+//! The buffers the work touches are named when it is recorded ([`CommandRecorder::stream_work`]):
+//! the command buffer checks their context and keeps them alive, and the closure reads their
+//! addresses from [`StreamWork`] rather than capturing raw pointers. That is where binding
+//! tables apply: a deferred replay hands the closure the addresses of the table's buffers, and a
+//! graph can re-capture the closure when a binding it names changes.
+//!
+//! [`CommandRecorder::stream_work`]: crate::CommandRecorder::stream_work
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+
+use cuhal_sys::{CUdeviceptr, CUstream, PrimaryContext};
+
+/// What a stream-work closure returns on failure: any error (a library's status, a driver
+/// error).
+pub type StreamWorkError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A stream-work closure: enqueue work on [`StreamWork::stream`], using the addresses in
+/// [`StreamWork::ranges`]. It must only enqueue (no synchronization: under capture the driver
+/// refuses it, and elsewhere it would stall the queue), and it may run on any thread.
+pub type StreamWorkFn = dyn Fn(&StreamWork<'_>) -> Result<(), StreamWorkError> + Send + Sync;
+
+/// One device range a stream-work command names, as the closure sees it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct WorkRange {
+    /// The device address of the range's first byte.
+    pub ptr: CUdeviceptr,
+    /// The length in bytes.
+    pub len: usize,
+}
+
+/// What a stream-work closure is handed.
+#[derive(Debug)]
+pub struct StreamWork<'a> {
+    pub(crate) stream: CUstream,
+    pub(crate) ranges: &'a [WorkRange],
+    pub(crate) capturing: bool,
+    pub(crate) context: &'a Arc<PrimaryContext>,
+}
+
+impl StreamWork<'_> {
+    /// The stream to enqueue on (`cublasSetStream`, `ncclAllReduce(..., stream)`, a launch).
+    /// Its context is current on the calling thread.
+    pub fn stream(&self) -> CUstream {
+        self.stream
+    }
+
+    /// The ranges named when the command was recorded, in that order.
+    pub fn ranges(&self) -> &[WorkRange] {
+        self.ranges
+    }
+
+    /// The address of range `index` (`None` past the end).
+    pub fn ptr(&self, index: usize) -> Option<CUdeviceptr> {
+        self.ranges.get(index).map(|r| r.ptr)
+    }
+
+    /// Whether the stream is being captured into a graph (graph command buffers): the work runs
+    /// at every launch of the graph, not now.
+    pub fn is_capturing(&self) -> bool {
+        self.capturing
+    }
+
+    /// The context of the stream.
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        self.context
+    }
+}
+
+/// An error a stream-work closure returned (or its panic), shared so command errors stay
+/// `Clone`; two are equal when they are the same error.
+#[derive(Clone)]
+pub struct WorkError(pub Arc<dyn StdError + Send + Sync + 'static>);
+
+impl WorkError {
+    pub(crate) fn from_box(error: StreamWorkError) -> Self {
+        Self(Arc::from(error))
+    }
+
+    pub(crate) fn panicked() -> Self {
+        Self(Arc::new(Panicked))
+    }
+}
+
+impl PartialEq for WorkError {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for WorkError {}
+
+impl fmt::Debug for WorkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for WorkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+/// The closure panicked (the panic was caught: it never unwinds through cuhal).
+#[derive(Debug)]
+struct Panicked;
+
+impl fmt::Display for Panicked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the stream-work closure panicked")
+    }
+}
+
+impl StdError for Panicked {}
+
+/// Calls `work`, turning an error or a panic into a [`WorkError`].
+pub(crate) fn call(work: &StreamWorkFn, on: &StreamWork<'_>) -> Result<(), WorkError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(on))) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(WorkError::from_box(e)),
+        Err(_) => Err(WorkError::panicked()),
+    }
+}

@@ -1,0 +1,305 @@
+//! Stream work (a closure handed a stream) on the fake driver: captured into graph command
+//! buffers with `cuStreamBeginCaptureToGraph`, called at replay by deferred ones and at once by
+//! stream ones; captures that break the rules are typed errors that leave nothing behind.
+
+mod fake_support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cuhal::{CommandBuffer, CommandBufferMode, DeviceOptions, FillPattern};
+use cuhal_command::{
+    CommandBufferState, CommandRecorder, Error, GraphCommandBuffer, StreamCommandBuffer,
+    StreamWork, StreamWorkFn,
+};
+use cuhal_sys::CUresult;
+use fake_support::*;
+
+fn options(mode: CommandBufferMode) -> DeviceOptions {
+    DeviceOptions {
+        command_buffer_mode: mode,
+        ..queues(1)
+    }
+}
+
+/// Stream work that fills range 0 with `value` (`cuMemsetD32Async` on the stream it is handed)
+/// and copies range 0 into range 1 if there is one, as a library would enqueue its kernels.
+fn fill_then_copy(value: u32, calls: &Arc<AtomicUsize>) -> Arc<StreamWorkFn> {
+    let calls = Arc::clone(calls);
+    Arc::new(move |on: &StreamWork<'_>| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let api = on.context().api();
+        let first = on.ranges()[0];
+        // SAFETY: range 0 is live device memory the command buffer retains; the stream is the
+        // one handed to us.
+        api.check("cuMemsetD32Async", unsafe {
+            (api.cuMemsetD32Async)(first.ptr, value, first.len / 4, on.stream())
+        })?;
+        if let Some(second) = on.ranges().get(1) {
+            // SAFETY: both ranges are live, equal in length (the test makes them so), disjoint.
+            api.check("cuMemcpyDtoDAsync", unsafe {
+                (api.cuMemcpyDtoDAsync)(second.ptr, first.ptr, first.len, on.stream())
+            })?;
+        }
+        Ok(())
+    })
+}
+
+fn u32s(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks(4)
+        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn stream_work_runs_between_commands_in_both_modes() {
+    for mode in [CommandBufferMode::Graph, CommandBufferMode::Deferred] {
+        let (_fake, _driver, device) = open("stream-work", options(mode));
+        let q = device.queue(0);
+        let (a, b, c) = (
+            device.create_buffer(256).unwrap(),
+            device.create_buffer(256).unwrap(),
+            device.create_buffer(256).unwrap(),
+        );
+        poison(&device, q, &c.whole());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut cb = q.create_command_buffer().unwrap();
+        cb.fill(&a.whole(), FillPattern::U32(1)).unwrap();
+        cb.barrier().unwrap();
+        // Reads what the fill wrote (a), writes b: must run after the fill, before the copy.
+        cb.stream_work(
+            &[a.range(0, 128).unwrap(), b.range(0, 128).unwrap()],
+            fill_then_copy(7, &calls),
+        )
+        .unwrap();
+        cb.barrier().unwrap();
+        cb.copy(&b.range(0, 128).unwrap(), &c.range(0, 128).unwrap())
+            .unwrap();
+        cb.end().unwrap();
+        let recorded = calls.load(Ordering::SeqCst);
+        match mode {
+            // Captured once, at record time.
+            CommandBufferMode::Graph => assert_eq!(recorded, 1),
+            // Called only at replay.
+            CommandBufferMode::Deferred => assert_eq!(recorded, 0),
+        }
+        let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+        let done = device.create_semaphore(0);
+        for round in 1..=2 {
+            poison(&device, q, &c.whole());
+            q.execute(&[], &[(&done, round)], &[&cb]).unwrap();
+            wait(&done, round);
+            let out = u32s(&read(&device, q, &c.whole()));
+            assert!(out[..32].iter().all(|&v| v == 7), "{mode:?} round {round}");
+            assert!(
+                out[32..]
+                    .iter()
+                    .all(|&v| v == u32::from_ne_bytes([POISON; 4])),
+                "{mode:?}: the copy wrote only its range"
+            );
+        }
+        let replays = calls.load(Ordering::SeqCst);
+        match mode {
+            CommandBufferMode::Graph => assert_eq!(replays, 1, "the graph replays the capture"),
+            CommandBufferMode::Deferred => assert_eq!(replays, 2, "called at every replay"),
+        }
+    }
+}
+
+#[test]
+fn captured_work_joins_the_group_it_was_recorded_in() {
+    let (_fake, _driver, device) = open("stream-work-join", options(CommandBufferMode::Graph));
+    let ctx = device.context();
+    let (a, b) = (
+        device.create_buffer(64).unwrap(),
+        device.create_buffer(64).unwrap(),
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut cb = GraphCommandBuffer::new(ctx, None).unwrap();
+    cb.fill(&a.whole(), FillPattern::U8(1)).unwrap();
+    cb.barrier().unwrap();
+    cb.stream_work(&[a.whole()], fill_then_copy(2, &calls))
+        .unwrap();
+    cb.stream_work(&[b.whole()], fill_then_copy(3, &calls))
+        .unwrap();
+    // An empty closure captures nothing and adds nothing.
+    cb.stream_work(&[], Arc::new(|_: &StreamWork<'_>| Ok(())))
+        .unwrap();
+    cb.barrier().unwrap();
+    cb.copy(&a.range(0, 32).unwrap(), &b.range(32, 32).unwrap())
+        .unwrap();
+    // fill, two captured memsets, the join of the two-wide group, the copy.
+    assert_eq!(cb.node_count(), 5);
+    cb.end().unwrap();
+}
+
+/// A foreign call that capture forbids, made by the closure after it captured some work.
+fn synchronizing(calls: &Arc<AtomicUsize>) -> Arc<StreamWorkFn> {
+    let inner = fill_then_copy(9, calls);
+    Arc::new(move |on: &StreamWork<'_>| {
+        inner(on)?;
+        let api = on.context().api();
+        // SAFETY: the stream is live; under capture the driver refuses this.
+        api.check("cuStreamSynchronize", unsafe {
+            (api.cuStreamSynchronize)(on.stream())
+        })?;
+        Ok(())
+    })
+}
+
+#[test]
+fn a_capture_that_breaks_the_rules_is_a_typed_error_and_leaves_nothing() {
+    let (_fake, _driver, device) = open("stream-work-bad", options(CommandBufferMode::Graph));
+    let q = device.queue(0);
+    let a = device.create_buffer(64).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut cb = q.create_command_buffer().unwrap();
+    cb.fill(&a.whole(), FillPattern::U8(5)).unwrap();
+
+    // Synchronizing inside the capture: the driver's complaint, and the closure's.
+    let e = cb
+        .stream_work(&[a.whole()], synchronizing(&calls))
+        .unwrap_err();
+    match &e {
+        Error::Capture { cuda, work } => {
+            assert_eq!(
+                cuda.as_ref().and_then(|c| c.result()),
+                Some(CUresult::ERROR_STREAM_CAPTURE_INVALIDATED)
+            );
+            let work = work.as_ref().expect("the closure's error").to_string();
+            assert!(work.contains("cuStreamSynchronize"), "{work}");
+            assert!(
+                work.contains("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"),
+                "{work}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = e.to_string();
+    assert!(text.contains("could not be captured"), "{text}");
+    assert!(text.contains("STREAM_CAPTURE_INVALIDATED"), "{text}");
+
+    // A closure that fails after capturing, and one that panics.
+    let failing: Arc<StreamWorkFn> = {
+        let inner = fill_then_copy(9, &calls);
+        Arc::new(move |on: &StreamWork<'_>| {
+            inner(on)?;
+            Err("the library said no".into())
+        })
+    };
+    let e = cb.stream_work(&[a.whole()], failing).unwrap_err();
+    assert!(
+        matches!(&e, Error::Capture { cuda: None, work: Some(w) } if w.to_string() == "the library said no"),
+        "{e:?}"
+    );
+    let panicking: Arc<StreamWorkFn> = Arc::new(|_: &StreamWork<'_>| panic!("boom"));
+    let e = cb.stream_work(&[a.whole()], panicking).unwrap_err();
+    assert!(e.to_string().contains("panicked"), "{e}");
+
+    // Nothing of the three stayed: the buffer still records, and runs only the fill.
+    assert_eq!(cb.state(), CommandBufferState::Recording);
+    cb.barrier().unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let done = device.create_semaphore(0);
+    q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    wait(&done, 1);
+    assert!(read(&device, q, &a.whole()).iter().all(|&v| v == 5));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the closures ran once each"
+    );
+
+    // The capture stream is usable again: a good capture after the bad ones works.
+    let mut cb = q.create_command_buffer().unwrap();
+    cb.stream_work(&[a.whole()], fill_then_copy(6, &calls))
+        .unwrap();
+    cb.end().unwrap();
+}
+
+#[test]
+fn graph_capture_needs_cuda_12_3() {
+    // A driver older than 12.3 has no cuStreamBeginCaptureToGraph.
+    let (_fake, driver) = load_with("stream-work-old", |fake| {
+        fake.hide("cuStreamBeginCaptureToGraph")
+    });
+    let device = driver.open(0, options(CommandBufferMode::Graph)).unwrap();
+    let a = device.create_buffer(64).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    let e = cb
+        .stream_work(&[a.whole()], fill_then_copy(1, &calls))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::CaptureUnsupported {
+                driver_version: 13000
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("CUDA 12.3"), "{e}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "never called");
+    assert_eq!(cb.state(), CommandBufferState::Recording);
+}
+
+#[test]
+fn a_deferred_replay_that_fails_fails_its_submission() {
+    let (_fake, _driver, device) = open("stream-work-replay", options(CommandBufferMode::Deferred));
+    let q = device.queue(0);
+    let mut cb = q.create_command_buffer().unwrap();
+    cb.stream_work(
+        &[],
+        Arc::new(|_: &StreamWork<'_>| Err("out of workspace".into())),
+    )
+    .unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let done = device.create_semaphore(0);
+    q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    let failure = failure_of(&done, 1);
+    assert!(
+        failure.to_string().contains("out of workspace"),
+        "{failure}"
+    );
+}
+
+#[test]
+fn stream_command_buffers_run_stream_work_at_once() {
+    let (_fake, _driver, device) = open("stream-work-now", queues(1));
+    let q = device.queue(0);
+    let a = device.create_buffer(64).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    // SAFETY: the queue's stream lives as long as the device, past this recording.
+    let mut cb = unsafe { StreamCommandBuffer::new(device.context(), q.stream(), None) }.unwrap();
+    cb.stream_work(&[a.whole()], fill_then_copy(4, &calls))
+        .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "called while recording");
+    // A failing closure fails the command buffer: its work may be half enqueued.
+    let e = cb
+        .stream_work(&[], Arc::new(|_: &StreamWork<'_>| Err("nope".into())))
+        .unwrap_err();
+    assert!(matches!(e, Error::StreamWork(_)), "{e:?}");
+    assert_eq!(cb.state(), CommandBufferState::Failed);
+    settle(q);
+    assert!(u32s(&read(&device, q, &a.whole())).iter().all(|&v| v == 4));
+}
+
+#[test]
+fn stream_work_ranges_must_belong_to_the_command_buffer_context() {
+    let (fake, driver) = load("stream-work-context");
+    fake.set_device_count(2);
+    let device = driver.open(0, options(CommandBufferMode::Graph)).unwrap();
+    let other = driver.open(1, queues(1)).unwrap();
+    let theirs = other.create_buffer(64).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    let e = cb
+        .stream_work(&[theirs.whole()], fill_then_copy(1, &calls))
+        .unwrap_err();
+    assert!(matches!(e, Error::ContextMismatch), "{e:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}

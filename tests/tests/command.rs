@@ -829,7 +829,9 @@ impl EventZones {
     }
 }
 
-impl ZoneRecorder for EventZones {
+// SAFETY: every event is created here with cuEventCreate (timing enabled) in the command
+// buffer's context and destroyed only when the recorder drops.
+unsafe impl ZoneRecorder for EventZones {
     fn verbosity(&self) -> Verbosity {
         self.verbosity
     }

@@ -3,6 +3,7 @@
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use cuhal_sys::{CUdeviceptr, PrimaryContext};
 
@@ -175,6 +176,70 @@ pub struct HostBuffer {
     context: Arc<PrimaryContext>,
     ptr: *mut u8,
     len: usize,
+    /// Queued device work that uses the bytes (see [`HostBuffer::device_use`]). Host reads
+    /// hold this lock while they copy, so no device use starts meanwhile, and are refused while a
+    /// use lasts whose work has not been seen complete.
+    uses: Mutex<Vec<Arc<UseState>>>,
+}
+
+/// Tells whether the device work of a [`HostBufferUse`] has completed (for example a query of
+/// the work's completion event).
+pub trait WorkDone: Send + Sync {
+    /// Whether the work completed: the device reads and writes no more of the buffer. An error
+    /// answers `false`.
+    fn is_done(&self) -> bool;
+}
+
+/// One device use: how to tell its work completed, once the work is issued.
+#[derive(Default)]
+struct UseState {
+    done: OnceLock<Box<dyn WorkDone>>,
+}
+
+impl UseState {
+    fn is_done(&self) -> bool {
+        self.done.get().is_some_and(|done| done.is_done())
+    }
+}
+
+/// Marks a host buffer as used by queued device work until dropped (when that work completed or
+/// failed): meanwhile [`HostBuffer::read`] is refused, unless the work has been seen complete
+/// (see [`HostBufferUse::complete_when`]), and [`HostBuffer::write`] is impossible (the use holds
+/// an `Arc` of the buffer).
+pub struct HostBufferUse {
+    buffer: Arc<HostBuffer>,
+    state: Arc<UseState>,
+}
+
+impl HostBufferUse {
+    /// The buffer in use.
+    pub fn buffer(&self) -> &Arc<HostBuffer> {
+        &self.buffer
+    }
+
+    /// Once the work is issued: `done` tells when it completed, so host reads after that (for
+    /// example right after a wait on the work's signal) succeed even before the use is dropped.
+    /// Only the first call counts.
+    pub fn complete_when(&self, done: Box<dyn WorkDone>) {
+        let _ = self.state.done.set(done);
+    }
+}
+
+impl Drop for HostBufferUse {
+    fn drop(&mut self) {
+        let mut uses = self
+            .buffer
+            .uses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        uses.retain(|u| !Arc::ptr_eq(u, &self.state));
+    }
+}
+
+impl fmt::Debug for HostBufferUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("HostBufferUse").field(&self.buffer).finish()
+    }
 }
 
 // SAFETY: the pointer is an allocation owned by this value; it is only dereferenced through
@@ -204,7 +269,32 @@ impl HostBuffer {
             context: Arc::clone(context),
             ptr: ptr.cast(),
             len,
+            uses: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Marks the buffer as used by device work about to be queued (a copy into or out of it),
+    /// until the returned use is dropped, which the queue does once the work completed or failed.
+    /// Waits for a host read in progress to finish (one bounded copy).
+    pub fn device_use(self: &Arc<Self>) -> HostBufferUse {
+        let state = Arc::new(UseState::default());
+        self.uses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::clone(&state));
+        HostBufferUse {
+            buffer: Arc::clone(self),
+            state,
+        }
+    }
+
+    /// Whether queued device work that has not been seen complete uses the buffer now.
+    pub fn in_device_use(&self) -> bool {
+        self.uses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|u| !u.is_done())
     }
 
     /// Length in bytes.
@@ -241,15 +331,23 @@ impl HostBuffer {
         Ok(())
     }
 
-    /// Copies bytes at `offset` into `out`. Only writes through `&mut self` race with this from
-    /// Rust, and those need the buffer to themselves; device work writing it (a queue read) must
-    /// be waited for first, or the bytes read are a mix of old and new.
+    /// Copies bytes at `offset` into `out`. Writes through `&mut self` need the buffer to
+    /// themselves; while queued device work uses the buffer (see [`HostBuffer::device_use`]) this
+    /// is refused with [`Error::HostBufferBusy`]: wait for that work's signal first.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
         check_range(offset, out.len(), self.len)?;
-        // SAFETY: the range was checked against the allocation; `out` is exclusively borrowed.
+        // Held through the copy: no device use can start meanwhile.
+        let uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
+        if !uses.iter().all(|u| u.is_done()) {
+            return Err(Error::HostBufferBusy);
+        }
+        // SAFETY: the range was checked against the allocation; `out` is exclusively borrowed;
+        // every device use of the buffer has completed and none can start until `uses` is
+        // unlocked, so the device does not write these bytes during the copy.
         unsafe {
             std::ptr::copy_nonoverlapping(self.ptr.add(offset), out.as_mut_ptr(), out.len());
         }
+        drop(uses);
         Ok(())
     }
 }
@@ -268,6 +366,7 @@ impl fmt::Debug for HostBuffer {
         f.debug_struct("HostBuffer")
             .field("ptr", &self.ptr)
             .field("len", &self.len)
+            .field("in_device_use", &self.in_device_use())
             .finish()
     }
 }

@@ -378,6 +378,10 @@ impl CommandBuffer for DeferredCommandBuffer {
         self.recorder.zones()
     }
 
+    fn buffers(&self) -> &[Arc<crate::Buffer>] {
+        self.recorder.buffers()
+    }
+
     fn context(&self) -> Option<&Arc<PrimaryContext>> {
         self.recorder.context()
     }

@@ -34,6 +34,9 @@ pub enum Error {
         /// What was empty (`"buffer"`, `"fill"`, `"update"`, `"copy"`).
         what: &'static str,
     },
+    /// A host buffer is used by queued device work (a queue read writes into it until the read
+    /// completes): reading it now would race with the device's writes. Wait for the work first.
+    HostBufferBusy,
     /// An offset, address or length is not a multiple of the alignment the operation needs.
     Misaligned {
         /// What is misaligned (`"fill offset"`, `"fill length"`, ...).
@@ -213,6 +216,11 @@ impl fmt::Display for Error {
                 "range [{offset}, {offset}+{length}) is out of bounds of a {capacity}-byte buffer"
             ),
             Error::ZeroSize { what } => write!(f, "{what} of zero bytes"),
+            Error::HostBufferBusy => write!(
+                f,
+                "the host buffer is used by queued device work: wait for that work (the signal \
+                 of the read into it) before reading it on the host"
+            ),
             Error::Misaligned {
                 what,
                 value,

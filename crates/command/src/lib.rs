@@ -68,7 +68,7 @@ mod stream_ops;
 mod stream_work;
 mod trace_hook;
 
-pub use buffer::{Buffer, HostBuffer};
+pub use buffer::{Buffer, HostBuffer, HostBufferUse, WorkDone};
 pub use deferred::DeferredCommandBuffer;
 pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES};
@@ -120,6 +120,10 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
     /// The zone recorder given at creation, so the queue can call
     /// [`ZoneRecorder::on_submit`].
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>>;
+
+    /// Every buffer the recorded commands use (raw ranges aside), so that a queue can check
+    /// each one at submission: that it belongs to the queue's device and is still allocated.
+    fn buffers(&self) -> &[Arc<Buffer>];
 
     /// The context the command buffer records for; `None` for a deferred buffer that has not
     /// yet recorded anything that names one (it can only be issued if it recorded nothing at

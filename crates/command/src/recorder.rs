@@ -402,6 +402,11 @@ impl<E: Encoder> Recorder<E> {
         &self.retained
     }
 
+    /// Every buffer the recorded commands use (each once after `end()`).
+    pub(crate) fn buffers(&self) -> &[Arc<Buffer>] {
+        &self.retained.buffers
+    }
+
     fn recording(&self, operation: &'static str) -> Result<(), Error> {
         if self.state == CommandBufferState::Recording {
             Ok(())

@@ -220,6 +220,10 @@ impl CommandBuffer for StreamCommandBuffer {
         self.recorder.zones()
     }
 
+    fn buffers(&self) -> &[Arc<crate::Buffer>] {
+        self.recorder.buffers()
+    }
+
     fn context(&self) -> Option<&Arc<PrimaryContext>> {
         self.recorder.context()
     }

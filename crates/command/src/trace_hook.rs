@@ -36,7 +36,27 @@ pub struct ZoneInfo {
 /// Events handed out are owned by the recorder: the command buffer only records them. The
 /// recorder returns them to its pool when it is dropped (which happens when the command buffer
 /// is dropped), never while a submission may still record them.
-pub trait ZoneRecorder: Send + Sync {
+///
+/// # Safety
+/// The command buffer hands every event that [`ZoneRecorder::begin_zone`] and
+/// [`ZoneRecorder::end_zone`] return straight to the driver (`cuEventRecord`,
+/// `cuGraphAddEventRecordNode`). An implementation must return only live events of the context
+/// of the command buffer it was given to, created with timing enabled, that stay live until the
+/// recorder is dropped. A made-up handle would reach the driver, so implementing this trait is
+/// `unsafe`:
+///
+/// ```compile_fail
+/// use cuhal_command::{Verbosity, ZoneRecorder};
+/// use cuhal_sys::CUevent;
+/// struct Forged;
+/// impl ZoneRecorder for Forged {
+///     fn verbosity(&self) -> Verbosity { Verbosity::Fine }
+///     fn begin_zone(&self, _: &str) -> Option<CUevent> { Some(0x1234 as CUevent) }
+///     fn end_zone(&self) -> Option<CUevent> { Some(0x1234 as CUevent) }
+///     fn on_submit(&self) -> Option<Box<dyn FnOnce() + Send>> { None }
+/// }
+/// ```
+pub unsafe trait ZoneRecorder: Send + Sync {
     /// The verbosity this recorder wants. Read once, when the command buffer is created.
     fn verbosity(&self) -> Verbosity;
 

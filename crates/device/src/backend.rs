@@ -9,7 +9,7 @@
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer};
+use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer, HostBufferUse};
 use cuhal_scheduler::{Backend, ThreadRole};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{
@@ -64,8 +64,9 @@ pub(crate) enum Payload {
     Read {
         /// Read from here.
         source: BufferRange,
-        /// The destination, kept alive until the read completes.
-        target: Arc<HostBuffer>,
+        /// The destination, kept alive and marked in device use (host reads of it are refused)
+        /// until the read completed or failed.
+        target: HostBufferUse,
         /// Byte offset in `target`.
         offset: usize,
     },
@@ -222,7 +223,14 @@ impl CudaBackend {
             .map_err(Error::from)
         });
         match enqueued {
-            Ok(()) => Ok(completion),
+            Ok(()) => {
+                if let Payload::Read { target, .. } = payload {
+                    // Host reads of the target succeed once this event completes, even before
+                    // the action retires and drops its use.
+                    target.complete_when(Box::new(completion.clone()));
+                }
+                Ok(completion)
+            }
             Err(error) => {
                 let api = self.context.api();
                 // SAFETY: the stream is live. The result is irrelevant: on a lost context it
@@ -334,14 +342,14 @@ impl CudaBackend {
                 // the payload keeps alive until the copy completed.
                 api.check("cuMemcpyDtoHAsync", unsafe {
                     (api.cuMemcpyDtoHAsync)(
-                        target.as_ptr().add(*offset).cast(),
+                        target.buffer().as_ptr().add(*offset).cast(),
                         source.device_ptr(),
                         source.len(),
                         self.stream,
                     )
                 })?;
             }
-            Payload::Dealloca(allocation) => allocation.free_async(self.stream)?,
+            Payload::Dealloca(allocation) => allocation.free_after_uses(self.stream)?,
             Payload::WaitEvent(event) => {
                 // SAFETY: the stream is live; the event is live while the payload holds it
                 // (ForeignEvent's contract); CUDA takes events of any context here.

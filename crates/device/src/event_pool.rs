@@ -251,6 +251,12 @@ impl DeviceEvent for CudaEvent {
     }
 }
 
+impl cuhal_command::WorkDone for CudaEvent {
+    fn is_done(&self) -> bool {
+        matches!(self.query_raw(), Ok(true))
+    }
+}
+
 impl std::fmt::Debug for CudaEvent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("CudaEvent").field(&self.raw()).finish()

@@ -9,8 +9,10 @@
 //! that way is reused by later allocations in stream order without a round trip to the OS
 //! (the pool keeps what it has: its release threshold is the maximum).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use smallvec::SmallVec;
 
 use cuhal_sys::{
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
@@ -93,6 +95,8 @@ impl MemoryPool {
             ptr,
             len,
             freed: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            uses: Mutex::new(Uses::default()),
         }))
     }
 }
@@ -111,11 +115,67 @@ impl Drop for MemoryPool {
 }
 
 /// One stream-ordered allocation, freed by `queue_dealloca` or, failing that, when dropped.
+///
+/// Its memory outlives every queued use: each queue operation or command buffer submission that
+/// uses it holds an [`AllocationUse`] until the work completed or failed, `Queue::dealloca`
+/// marks it released (new uses are refused from then on), and the free happens, at the
+/// dealloca's issue, in stream order if no use is left, else when the last use ends.
 pub struct Allocation {
     context: Arc<PrimaryContext>,
     ptr: CUdeviceptr,
     len: usize,
     freed: AtomicBool,
+    /// Set when `Queue::dealloca` is submitted: no new work may use the memory.
+    released: AtomicBool,
+    /// Queued uses, per stream, and whether the dealloca has issued and left the free to the
+    /// last use.
+    uses: Mutex<Uses>,
+}
+
+/// The queued uses of one allocation.
+#[derive(Default)]
+struct Uses {
+    /// `(stream as an address, uses)`: a use submitted to a queue before its dealloca is issued
+    /// before it on the same stream, so only uses on other streams hold the free back.
+    streams: SmallVec<[(usize, usize); 2]>,
+    /// The dealloca issued while uses on other streams were left.
+    deferred: bool,
+}
+
+impl Uses {
+    fn total(&self) -> usize {
+        self.streams.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// One queued use of an [`Allocation`]: keeps its memory allocated until dropped.
+pub(crate) struct AllocationUse {
+    allocation: Arc<Allocation>,
+    stream: usize,
+}
+
+impl Drop for AllocationUse {
+    fn drop(&mut self) {
+        let allocation = &self.allocation;
+        let mut uses = allocation
+            .uses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = uses.streams.iter().position(|(s, _)| *s == self.stream) {
+            uses.streams[i].1 -= 1;
+            if uses.streams[i].1 == 0 {
+                uses.streams.swap_remove(i);
+            }
+        }
+        if uses.deferred && uses.total() == 0 {
+            uses.deferred = false;
+            drop(uses);
+            // Every use completed (this one just did): the memory may go now. The legacy stream
+            // orders it after nothing of cuhal's, which is all it needs.
+            let _bound = allocation.context.enter();
+            let _ = allocation.free_async(std::ptr::null_mut());
+        }
+    }
 }
 
 impl Allocation {
@@ -139,8 +199,49 @@ impl Allocation {
         self.freed.load(Ordering::Acquire)
     }
 
+    /// Whether `Queue::dealloca` released it (new work may not use it).
+    pub fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Marks it released; `false` if it already was.
+    pub(crate) fn release(&self) -> bool {
+        !self.released.swap(true, Ordering::AcqRel)
+    }
+
+    /// A use by work about to be queued on `stream`, or `None` once released.
+    pub(crate) fn begin_use(self: &Arc<Self>, stream: CUstream) -> Option<AllocationUse> {
+        let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
+        // Checked under the lock that the dealloca's issue takes: a release that this check
+        // misses is made before its dealloca is submitted, so that issue sees this use.
+        if self.is_released() {
+            return None;
+        }
+        let stream = stream as usize;
+        match uses.streams.iter_mut().find(|(s, _)| *s == stream) {
+            Some((_, n)) => *n += 1,
+            None => uses.streams.push((stream, 1)),
+        }
+        Some(AllocationUse {
+            allocation: self.clone(),
+            stream,
+        })
+    }
+
+    /// The dealloca's issue on `stream`: frees in the order of `stream` if no use on another
+    /// stream is left (uses on `stream` were issued before), else leaves the free to the last use.
+    pub(crate) fn free_after_uses(&self, stream: CUstream) -> Result<(), Error> {
+        let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
+        if uses.streams.iter().all(|(s, _)| *s == stream as usize) {
+            drop(uses);
+            return self.free_async(stream);
+        }
+        uses.deferred = true;
+        Ok(())
+    }
+
     /// Frees the memory in the order of `stream` (once; later calls do nothing).
-    pub(crate) fn free_async(&self, stream: CUstream) -> Result<(), Error> {
+    fn free_async(&self, stream: CUstream) -> Result<(), Error> {
         if self.freed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }

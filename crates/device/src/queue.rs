@@ -22,7 +22,14 @@ use crate::backend::{CudaBackend, Payload};
 use crate::device::DeviceShared;
 use crate::error::{Error, Result};
 use crate::lost::Lost;
-use crate::memory::MemoryPool;
+use crate::memory::{Allocation, MemoryPool};
+
+/// The stream-ordered allocation behind a buffer that [`Queue::alloca`] made.
+fn allocation_of(buffer: &Buffer) -> Option<Arc<Allocation>> {
+    buffer
+        .keeper()
+        .and_then(|keeper| Arc::clone(keeper).downcast::<Allocation>().ok())
+}
 
 /// How a queue's command buffers are built.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -139,14 +146,36 @@ impl Queue {
     }
 
     /// Checks that `range` may be used by new work of this queue: its buffer belongs to the
-    /// queue's device and, if `Queue::alloca` made it, `Queue::dealloca` has not released it.
+    /// queue's device and, if `Queue::alloca` made it, `Queue::dealloca` has not released it (a
+    /// use of it is then added to `resources`, which keeps its memory until the work is done).
     /// Raw ranges (`BufferRange::from_raw`) are the caller's contract.
-    fn check_range(&self, range: &BufferRange, what: &'static str) -> Result<()> {
-        let Some(buffer) = range.buffer() else {
-            return Ok(());
-        };
+    fn check_range(
+        &self,
+        range: &BufferRange,
+        what: &'static str,
+        resources: &mut Resources,
+    ) -> Result<()> {
+        match range.buffer() {
+            Some(buffer) => self.check_buffer(buffer, what, resources),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Queue::check_range`] for a whole buffer.
+    fn check_buffer(
+        &self,
+        buffer: &Arc<Buffer>,
+        what: &'static str,
+        resources: &mut Resources,
+    ) -> Result<()> {
         if buffer.context().raw() != self.context.raw() {
             return Err(Error::WrongDevice { what });
+        }
+        if let Some(allocation) = allocation_of(buffer) {
+            let used = allocation
+                .begin_use(self.stream())
+                .ok_or(Error::Deallocated { what })?;
+            resources.push(Arc::new(used));
         }
         Ok(())
     }
@@ -219,6 +248,12 @@ impl Queue {
                 }));
             }
         }
+        let mut resources = Resources::new();
+        for command_buffer in command_buffers {
+            for buffer in command_buffer.buffers() {
+                self.check_buffer(buffer, "command buffer's buffer", &mut resources)?;
+            }
+        }
         let mut cleanups = Cleanups::new();
         if let Some(collect) = &self.collect {
             cleanups.push(Cleanup::shared(collect));
@@ -234,7 +269,7 @@ impl Queue {
             command_buffers: command_buffers.iter().map(|cb| Arc::clone(cb)).collect(),
             zone: self.trace.as_deref().and_then(TraceContext::zone_list),
         };
-        self.submit(waits, signals, payload, Resources::new(), cleanups)
+        self.submit(waits, signals, payload, resources, cleanups)
     }
 
     /// Signals once every wait is reached: orders nothing else.
@@ -261,12 +296,13 @@ impl Queue {
         pattern: FillPattern,
     ) -> Result<()> {
         target.check_fill(pattern)?;
-        self.check_range(target, "fill target")?;
+        let mut resources = Resources::new();
+        self.check_range(target, "fill target", &mut resources)?;
         let payload = Payload::Fill {
             target: target.clone(),
             pattern,
         };
-        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+        self.submit(waits, signals, payload, resources, Cleanups::new())
     }
 
     /// Copies `source` to `target` (equal lengths; may be on different buffers or disjoint parts
@@ -279,13 +315,14 @@ impl Queue {
         target: &BufferRange,
     ) -> Result<()> {
         source.check_copy_to(target)?;
-        self.check_range(source, "copy source")?;
-        self.check_range(target, "copy target")?;
+        let mut resources = Resources::new();
+        self.check_range(source, "copy source", &mut resources)?;
+        self.check_range(target, "copy target", &mut resources)?;
         let payload = Payload::Copy {
             source: source.clone(),
             target: target.clone(),
         };
-        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+        self.submit(waits, signals, payload, resources, Cleanups::new())
     }
 
     /// Writes `data` (copied now, into pinned staging memory) to `target`.
@@ -308,7 +345,8 @@ impl Queue {
                 what: "write",
             }));
         }
-        self.check_range(target, "write target")?;
+        let mut resources = Resources::new();
+        self.check_range(target, "write target", &mut resources)?;
         self.check_alive()?;
         let mut staging =
             HostBuffer::new(&self.context, data.len()).map_err(|e| self.lost.filter(e.into()))?;
@@ -317,11 +355,13 @@ impl Queue {
             target: target.clone(),
             staging,
         };
-        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+        self.submit(waits, signals, payload, resources, Cleanups::new())
     }
 
     /// Reads `source` into `target[offset..offset + source.len()]` (pinned host memory, kept
-    /// alive until the read completes). Wait on a signal before reading `target`.
+    /// alive until the read completes). Wait on a signal before reading `target`: until the read
+    /// completed (or failed), [`HostBuffer::read`] of `target` is refused with
+    /// `HostBufferBusy`, so the host never reads bytes the device is writing.
     pub fn read(
         &self,
         waits: &SemaphoreValues<'_>,
@@ -345,7 +385,8 @@ impl Queue {
                 what: "read",
             }));
         }
-        self.check_range(source, "read source")?;
+        let mut resources = Resources::new();
+        self.check_range(source, "read source", &mut resources)?;
         if target.context().raw() != self.context.raw() {
             return Err(Error::WrongDevice {
                 what: "read target (host buffer)",
@@ -353,10 +394,10 @@ impl Queue {
         }
         let payload = Payload::Read {
             source: source.clone(),
-            target: target.clone(),
+            target: target.device_use(),
             offset,
         };
-        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+        self.submit(waits, signals, payload, resources, Cleanups::new())
     }
 
     /// Allocates `len` bytes of device memory in stream order (see `memory.rs`): the buffer's
@@ -389,20 +430,30 @@ impl Queue {
         Ok(buffer)
     }
 
-    /// Frees a buffer made by [`Queue::alloca`] in stream order, once every wait is reached. Work
-    /// must not use the buffer after this; the handle stays valid (but its memory is gone).
+    /// Frees a buffer made by [`Queue::alloca`] in stream order, once every wait is reached and
+    /// every use queued before this call is done: queued work never sees the memory go. New work
+    /// that uses the buffer after this call is refused with `Error::Deallocated`; the handle stays
+    /// valid.
     pub fn dealloca(
         &self,
         waits: &SemaphoreValues<'_>,
         signals: &SemaphoreValues<'_>,
         buffer: &Arc<Buffer>,
     ) -> Result<()> {
-        let allocation = buffer
-            .keeper()
-            .and_then(|k| Arc::clone(k).downcast::<crate::memory::Allocation>().ok())
-            .ok_or_else(|| {
-                Error::InvalidArgument("dealloca of a buffer that queue_alloca did not make".into())
-            })?;
+        if buffer.context().raw() != self.context.raw() {
+            return Err(Error::WrongDevice {
+                what: "dealloca buffer",
+            });
+        }
+        let allocation = allocation_of(buffer).ok_or_else(|| {
+            Error::InvalidArgument("dealloca of a buffer that queue_alloca did not make".into())
+        })?;
+        self.check_alive()?;
+        if !allocation.release() {
+            return Err(Error::Deallocated {
+                what: "dealloca buffer",
+            });
+        }
         self.submit(
             waits,
             signals,

@@ -169,3 +169,98 @@ fn a_completion_event_that_never_completes_is_named() {
     );
     fake.clear_faults();
 }
+
+/// A host buffer that a queued read will write cannot be read on the host until the read is
+/// done: no data race between the device's writes and a host read is reachable.
+#[test]
+fn a_host_buffer_is_not_readable_while_a_queued_read_writes_it() {
+    let (_fake, _driver, device) = open("host-busy", queues(1));
+    let queue = device.queue(0);
+    let buffer = device.create_buffer(64).unwrap();
+    queue.write(&[], &[], &buffer.whole(), &[5; 64]).unwrap();
+    let host = device.create_host_buffer(64).unwrap();
+    let (gate, done) = (device.create_semaphore(0), device.create_semaphore(0));
+    queue
+        .read(&[(&gate, 1)], &[(&done, 1)], &buffer.whole(), &host, 0)
+        .unwrap();
+    let mut out = [0u8; 64];
+    assert_eq!(
+        host.read(0, &mut out),
+        Err(cuhal_command::Error::HostBufferBusy),
+        "the read is queued: the device may write the buffer at any moment"
+    );
+    gate.signal(1).unwrap();
+    wait(&done, 1);
+    // Readable as soon as the signal is seen, before the action retires.
+    host.read(0, &mut out).unwrap();
+    assert_eq!(out, [5; 64]);
+}
+
+/// `dealloca` never frees memory that queued work still uses, and a use submitted after it is a
+/// typed error at submission that does not lose the queue.
+#[test]
+fn dealloca_frees_only_after_every_queued_use() {
+    let (fake, _driver, device) = open("dealloca", queues(2));
+    let (q0, q1) = (device.queue(0), device.queue(1));
+    let ready = device.create_semaphore(0);
+    let buffer = q0.alloca(&[], &[(&ready, 1)], 256).unwrap();
+    wait(&ready, 1);
+    let allocated = live(&fake).device_allocations;
+    let mut cb = q0.create_command_buffer().unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U8(3)).unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+
+    // Another queue's fill, queued behind a gate, uses the buffer; the dealloca issues at once.
+    let (gate, filled, freed) = (
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+    );
+    q1.fill(
+        &[(&gate, 1)],
+        &[(&filled, 1)],
+        &buffer.whole(),
+        FillPattern::U8(9),
+    )
+    .unwrap();
+    q0.dealloca(&[], &[(&freed, 1)], &buffer).unwrap();
+    wait(&freed, 1);
+    assert_eq!(
+        live(&fake).device_allocations,
+        allocated,
+        "the memory outlives the fill queued before the dealloca"
+    );
+
+    // New uses are refused at submission, and nothing is lost.
+    let deallocated = |e: Error, what: &str| match e {
+        Error::Deallocated { what: got } => assert_eq!(got, what),
+        other => panic!("{what}: expected Deallocated, got {other:?}"),
+    };
+    deallocated(
+        q0.fill(&[], &[], &buffer.whole(), FillPattern::U8(1))
+            .unwrap_err(),
+        "fill target",
+    );
+    deallocated(
+        q0.write(&[], &[], &buffer.whole(), &[1; 256]).unwrap_err(),
+        "write target",
+    );
+    deallocated(
+        q0.execute(&[], &[], &[&cb]).unwrap_err(),
+        "command buffer's buffer",
+    );
+    deallocated(
+        q0.dealloca(&[], &[], &buffer).unwrap_err(),
+        "dealloca buffer",
+    );
+    assert!(q0.lost().is_none() && q1.lost().is_none());
+
+    // The fill runs on live memory; the memory goes when it is done.
+    gate.signal(1).unwrap();
+    wait(&filled, 1);
+    settle(q1);
+    assert_eq!(live(&fake).device_allocations, allocated - 1);
+    drop((cb, buffer, device));
+    assert_eq!(live(&fake), Counts::default());
+}

@@ -19,7 +19,32 @@ use crate::clock;
 /// # Safety (of the `unsafe` methods)
 /// Every event passed in must have been made by this backend's [`EventBackend::create_event`]
 /// and not destroyed; streams and graphs must be live objects of the backend's context.
-pub trait EventBackend: Send + Sync {
+///
+/// # Safety
+/// Implementing it:
+/// The tracer hands the events [`EventBackend::create_event`] returns to command buffers, which
+/// record them with the driver directly (`cuEventRecord`, `cuGraphAddEventRecordNode`). So an
+/// implementation used with a device must return live CUDA events of its context with timing
+/// enabled, which stay live until [`EventBackend::destroy_event`]. (A backend used only with
+/// command buffers that never reach a driver, as in CPU tests, may return any non-null values.)
+/// A made-up handle would reach the driver, so implementing this trait is `unsafe`:
+///
+/// ```compile_fail
+/// use cuhal_trace::{Error, EventBackend};
+/// use cuhal_sys::{CUevent, CUgraph, CUgraphNode, CUstream};
+/// struct Forged;
+/// impl EventBackend for Forged {
+///     fn create_event(&self) -> Result<CUevent, Error> { Ok(0x1234 as CUevent) }
+///     unsafe fn destroy_event(&self, _: CUevent) {}
+///     unsafe fn query(&self, _: CUevent) -> Result<bool, Error> { Ok(true) }
+///     unsafe fn elapsed_ms(&self, _: CUevent, _: CUevent) -> Result<Option<f32>, Error> { Ok(None) }
+///     unsafe fn calibrate(&self, _: CUevent) -> Result<(), Error> { Ok(()) }
+///     unsafe fn record(&self, _: CUevent, _: CUstream) -> Result<(), Error> { Ok(()) }
+///     unsafe fn add_graph_record_node(&self, _: CUgraph, _: &[CUgraphNode], _: CUevent)
+///         -> Result<CUgraphNode, Error> { Err(Error::Sink { sink: "none", reason: String::new() }) }
+/// }
+/// ```
+pub unsafe trait EventBackend: Send + Sync {
     /// Creates a timing event (timing enabled: `cuEventCreate(&e, CU_EVENT_DEFAULT)`).
     fn create_event(&self) -> Result<CUevent, Error>;
     /// Destroys an event made by [`EventBackend::create_event`]. Never fails loudly.
@@ -105,7 +130,9 @@ impl CudaEvents {
     }
 }
 
-impl EventBackend for CudaEvents {
+// SAFETY: every event comes from cuEventCreate with default flags (timing enabled) in the
+// backend's context, and lives until destroy_event.
+unsafe impl EventBackend for CudaEvents {
     fn create_event(&self) -> Result<CUevent, Error> {
         let api = self.context.api();
         let mut event: CUevent = std::ptr::null_mut();

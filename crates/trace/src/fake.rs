@@ -148,7 +148,9 @@ impl FakeGpu {
     }
 }
 
-impl EventBackend for FakeGpu {
+// SAFETY: the fake's handles never reach a driver: command buffers that record them are CPU
+// test doubles (see the trait's contract).
+unsafe impl EventBackend for FakeGpu {
     fn create_event(&self) -> Result<CUevent, Error> {
         self.call();
         if self.creates.load(Ordering::SeqCst) >= self.fail_creates_after.load(Ordering::SeqCst) {

@@ -273,7 +273,9 @@ impl ZoneList {
     }
 }
 
-impl crate::hook::ZoneRecorder for ZoneList {
+// SAFETY: the events come from the context's pool, made by its backend, whose contract gives
+// live timing events of the context; the list owns them until it is dropped.
+unsafe impl crate::hook::ZoneRecorder for ZoneList {
     fn verbosity(&self) -> Verbosity {
         ZoneList::verbosity(self)
     }

@@ -564,6 +564,10 @@ impl CommandBuffer for GraphCommandBuffer {
         self.recorder.zones()
     }
 
+    fn buffers(&self) -> &[Arc<crate::Buffer>] {
+        self.recorder.buffers()
+    }
+
     fn context(&self) -> Option<&Arc<PrimaryContext>> {
         self.recorder.context()
     }

@@ -92,8 +92,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cb: Arc<dyn CommandBuffer> = Arc::new(cb);
 
     let stream = Stream::new(&context)?;
+    let _current = context.enter()?;
     for _ in 0..3 {
-        // SAFETY: `stream` is a live stream of `context`.
+        // SAFETY: `stream` is a live stream of `context`, which is current on this thread.
         unsafe { cb.issue(stream.0) }?;
     }
     stream.synchronize(&context)?;

@@ -42,8 +42,9 @@
 //! cb.copy(&data.range(0, 256)?, &data.range(768, 256)?)?;
 //! cb.end()?;
 //! let cb: Arc<dyn CommandBuffer> = Arc::new(cb);
-//! // SAFETY: `stream` is a live stream of `context`, and `cb` lives until the stream is
-//! // synchronized below.
+//! let _current = context.enter()?;
+//! // SAFETY: `stream` is a live stream of `context`, which is current, and `cb` lives until the
+//! // stream is synchronized below.
 //! unsafe {
 //!     cb.issue(stream)?;
 //!     cb.issue(stream)?; // graphs and deferred buffers run again on every issue
@@ -114,7 +115,9 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
     /// `stream` must be a live stream of the command buffer's context (a dangling stream handle
     /// is not something the driver can be relied on to reject), and the command buffer must not
     /// be dropped before the issued work completes: the work reads the bytes, buffers and
-    /// kernels it owns. A queue keeps the command buffer alive until then.
+    /// kernels it owns. A queue keeps the command buffer alive until then. The command buffer's
+    /// context must be current on the calling thread: a queue makes it current once per
+    /// submission, and a graph launch does not check it again.
     unsafe fn issue(&self, stream: CUstream) -> Result<(), Error>;
 
     /// The zone recorder given at creation, so the queue can call

@@ -1,7 +1,8 @@
 //! The CUDA backend of the scheduler: one non-blocking stream per queue.
 //!
-//! `issue` enqueues, in order, a `cuStreamWaitEvent` per device wait, the payload, and one pooled
-//! completion event, which the scheduler also records as the device-signal timepoint of every
+//! `issue` enqueues, in order, a `cuStreamWaitEvent` per device wait (none for an event of this
+//! queue's own pool: it was recorded on this stream, whose order already waits for it), the
+//! payload, and one completion event from the queue's own pool, which the scheduler also records as the device-signal timepoint of every
 //! signal semaphore. `wait_event` runs on the queue's completion thread: it polls `cuEventQuery`
 //! for the queue's completion spin, and past it sleeps until the GPU's interrupt (see
 //! `CudaBackend::sleep_until`). No driver callback is ever registered.
@@ -76,7 +77,7 @@ pub(crate) enum Payload {
     WaitEvent(Arc<ForeignEvent>),
 }
 
-/// One queue's stream and the device's event pool (crate-private, like [`Payload`]).
+/// One queue's stream and its own event pool (crate-private, like [`Payload`]).
 pub(crate) struct CudaBackend {
     context: Arc<PrimaryContext>,
     stream: CUstream,
@@ -245,6 +246,11 @@ impl CudaBackend {
     fn enqueue_work(&self, device_waits: &[CudaEvent], payload: &mut Payload) -> Result<(), Error> {
         let api = self.context.api();
         for event in device_waits {
+            if self.events.owns(event) {
+                // Recorded on this queue's stream (the pool is the queue's own): stream order
+                // already puts this work after it.
+                continue;
+            }
             // SAFETY: the stream and the event are live; cuStreamWaitEvent captures the event's
             // current record, so the event may be re-recorded once this returns.
             api.check("cuStreamWaitEvent", unsafe {
@@ -365,6 +371,9 @@ impl CudaBackend {
 impl Backend for CudaBackend {
     type Event = CudaEvent;
     type Payload = Payload;
+    /// A stream runs in order, and a device fault is sticky (it poisons the context, so every
+    /// later event reports it): the newest completion event of a batch answers for all of it.
+    const STICKY_ERRORS: bool = true;
 
     fn bind_thread(&self, _role: ThreadRole) -> Result<(), Failure> {
         self.context

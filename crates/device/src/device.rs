@@ -80,8 +80,15 @@ pub struct DeviceOptions {
     pub completion_poll_interval: Duration,
     /// How long a host semaphore wait polls a recorded device event before parking.
     pub host_wait_spin: Duration,
-    /// Events created up front (the pool grows on demand).
+    /// Events created up front in each queue's pool (a pool grows on demand).
     pub reserved_events: usize,
+    /// How many submissions a queue may have issued and not yet retired before a submit waits
+    /// for its completion side to catch up: bounds the memory and events a backlog can take.
+    pub max_in_flight: usize,
+    /// Whether completion threads poll every completion for `completion_spin` even when no host
+    /// thread waits for it (see `QueueOptions::with_eager_completion`); off, they block at once
+    /// and host waiters poll the events they need themselves.
+    pub eager_completion: bool,
 }
 
 impl Default for DeviceOptions {
@@ -97,6 +104,8 @@ impl Default for DeviceOptions {
             completion_poll_interval: Duration::from_micros(1),
             host_wait_spin: Duration::from_micros(200),
             reserved_events: 64,
+            max_in_flight: QueueOptions::DEFAULT_MAX_IN_FLIGHT,
+            eager_completion: false,
         }
     }
 }
@@ -112,11 +121,13 @@ impl std::fmt::Debug for DeviceOptions {
             .field("completion_spin", &self.completion_spin)
             .field("completion_poll_interval", &self.completion_poll_interval)
             .field("host_wait_spin", &self.host_wait_spin)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("eager_completion", &self.eager_completion)
             .finish_non_exhaustive()
     }
 }
 
-/// An open device: its primary context, queues, event pool and memory pool.
+/// An open device: its primary context, queues, their event pools and the memory pool.
 ///
 /// Dropping the device shuts its queues down: work already issued completes, work still waiting
 /// on semaphores fails, the threads are joined, and nothing leaks. Buffers, executables and
@@ -126,6 +137,9 @@ pub struct Device {
     queues: Vec<Queue>,
     pub(crate) shared: DeviceShared,
     info: DeviceInfo,
+    /// Each queue's completion/timepoint events (the queue's own, so that nothing a submission
+    /// touches is shared with the other queues), for the counts.
+    queue_events: Vec<EventPool>,
     semaphore_options: SemaphoreOptions,
 }
 
@@ -134,7 +148,8 @@ pub struct Device {
 pub(crate) struct DeviceShared {
     /// The device's primary context.
     pub(crate) context: Arc<PrimaryContext>,
-    /// Completion and timepoint events.
+    /// Events for exported timepoints that need no recording (each queue's completion and
+    /// timepoint events come from its own pool).
     pub(crate) events: EventPool,
     /// Whether a sticky error lost the device.
     pub(crate) lost: Arc<Lost>,
@@ -162,8 +177,9 @@ impl Device {
         let info = cuhal_sys::device_info(&driver.api, ordinal)?;
         let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;
         let lost = Arc::new(Lost::default());
-        let events = EventPool::new(context.clone(), options.reserved_events, lost.clone())
-            .map_err(|e| lost.filter(e))?;
+        // The device's own pool serves exports only (see `interop.rs`); queues have their own.
+        let events =
+            EventPool::new(context.clone(), 0, lost.clone()).map_err(|e| lost.filter(e))?;
         let memory = Arc::new(MemoryPool::new(context.clone()).map_err(|e| lost.filter(e))?);
         let shared = DeviceShared {
             context,
@@ -172,6 +188,7 @@ impl Device {
             memory,
         };
         let context = &shared.context;
+        let mut queue_events = Vec::with_capacity(options.queues);
         let mut queues = Vec::with_capacity(options.queues);
         for index in 0..options.queues {
             let label = format!("cuhal{ordinal}.{index}");
@@ -191,8 +208,19 @@ impl Device {
                 ),
                 _ => None,
             };
+            let events = EventPool::new(
+                context.clone(),
+                options.reserved_events,
+                shared.lost.clone(),
+            )
+            .map_err(|e| shared.lost.filter(e))?;
+            queue_events.push(events.clone());
             let setup = QueueSetup {
-                options: QueueOptions::new(label).with_completion_spin(options.completion_spin),
+                options: QueueOptions::new(label)
+                    .with_completion_spin(options.completion_spin)
+                    .with_max_in_flight(options.max_in_flight)
+                    .with_eager_completion(options.eager_completion),
+                events,
                 priority: options.queue_priorities.get(index).copied().unwrap_or(0),
                 poll_interval: options.completion_poll_interval,
                 mode: options.command_buffer_mode,
@@ -204,6 +232,7 @@ impl Device {
             queues,
             shared,
             info,
+            queue_events,
             semaphore_options: SemaphoreOptions::new().with_event_spin(options.host_wait_spin),
         })
     }
@@ -264,9 +293,12 @@ impl Device {
             .map_err(|e| self.shared.lost.filter(e.into()))
     }
 
-    /// Events of the completion/timepoint pool: (created, in use).
+    /// Events of the queues' completion/timepoint pools, all together: (created, in use).
     pub fn event_counts(&self) -> (usize, usize) {
-        (self.shared.events.created(), self.shared.events.in_use())
+        let pools = std::iter::once(&self.shared.events).chain(&self.queue_events);
+        pools.fold((0, 0), |(created, in_use), pool| {
+            (created + pool.created(), in_use + pool.in_use())
+        })
     }
 }
 

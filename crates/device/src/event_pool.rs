@@ -49,7 +49,9 @@ unsafe impl Send for PoolShared {}
 // SAFETY: as above.
 unsafe impl Sync for PoolShared {}
 
-/// A pool of completion/timepoint events for one device.
+/// A pool of completion/timepoint events: each queue has its own, so that taking and giving back
+/// events touches nothing another queue's submissions touch, and so that an event tells which
+/// queue's stream it was recorded on ([`EventPool::owns`]).
 #[derive(Clone)]
 pub(crate) struct EventPool {
     shared: Arc<PoolShared>,
@@ -124,6 +126,12 @@ impl EventPool {
         let extra = capacity.saturating_sub(free.capacity());
         free.reserve(extra);
         Ok(slot)
+    }
+
+    /// Whether `event` is one of this pool's: for a queue's pool, an event recorded on the
+    /// queue's own stream, which stream order already waits for.
+    pub fn owns(&self, event: &CudaEvent) -> bool {
+        std::ptr::eq(event.slot().pool, Arc::as_ptr(&self.shared))
     }
 
     /// Events created so far.

@@ -21,6 +21,7 @@ use crate::Semaphore;
 use crate::backend::{CudaBackend, Payload};
 use crate::device::DeviceShared;
 use crate::error::{Error, Result};
+use crate::event_pool::EventPool;
 use crate::lost::Lost;
 use crate::memory::{Allocation, MemoryPool};
 
@@ -51,6 +52,8 @@ type SharedCleanup = Arc<dyn Fn(Outcome<'_>) + Send + Sync>;
 pub(crate) struct QueueSetup {
     /// The scheduler's options (label, completion spin).
     pub(crate) options: QueueOptions,
+    /// The queue's own completion and timepoint events.
+    pub(crate) events: EventPool,
     /// The stream's priority (lower runs first).
     pub(crate) priority: i32,
     /// The completion thread's pause between event queries.
@@ -78,6 +81,7 @@ impl Queue {
     pub(crate) fn new(device: &DeviceShared, setup: QueueSetup) -> Result<Self> {
         let QueueSetup {
             options,
+            events,
             priority,
             poll_interval,
             mode,
@@ -88,7 +92,7 @@ impl Queue {
         let memory = device.memory.clone();
         let backend = CudaBackend::new(
             context.clone(),
-            device.events.clone(),
+            events,
             lost.clone(),
             priority,
             poll_interval,

@@ -21,12 +21,16 @@ pub enum ThreadRole {
 /// A queue calls these methods under a strict discipline, which an implementation may rely on:
 ///
 /// - [`issue`](Backend::issue) is called for one queue by one thread at a time, in the queue's
-///   issue order, under the queue's issue lock; the calling thread is either a thread that called
-///   [`Queue::submit`](crate::Queue::submit) (the fast path) or the queue's worker. A CUDA backend
-///   must therefore make its context current inside `issue` (a cheap check of `cuCtxGetCurrent`)
+///   issue order, under the queue's issue lock; the calling thread may be any thread: one that
+///   called [`Queue::submit`](crate::Queue::submit) (the fast path), one whose semaphore change
+///   made the action ready (a host `signal`, another queue's issue, a host waiter or another
+///   queue's completion thread advancing a value), or the queue's worker. A CUDA backend must
+///   therefore make its context current inside `issue` (a cheap check of `cuCtxGetCurrent`)
 ///   rather than rely on [`bind_thread`](Backend::bind_thread) alone.
-/// - [`wait_event`](Backend::wait_event) is called only by the completion thread, once per issued
-///   action, in issue order.
+/// - [`wait_event`](Backend::wait_event) is called only by the completion thread, in issue order:
+///   for the newest event of each batch of finished actions, and (unless
+///   [`STICKY_ERRORS`](Backend::STICKY_ERRORS)) with a zero spin for the earlier ones once the
+///   newest completed, or for each one when the newest reported an error.
 /// - [`release`](Backend::release) is called on the completion thread once per action, after the
 ///   action completed or failed and after its cleanup callbacks ran, whether or not it was issued.
 /// - No method is ever called from inside a driver callback, and no scheduler lock that `issue`
@@ -43,6 +47,14 @@ pub trait Backend: Send + Sync + 'static {
     /// The work of one action: command buffers, a graph launch, a host call. The scheduler owns
     /// it from submission until [`release`](Backend::release).
     type Payload: Send + 'static;
+
+    /// Whether an error of this device is sticky, so that an event completing without error
+    /// proves that every event the queue issued before it completed without error too (CUDA: a
+    /// stream runs in order and a device fault poisons the whole context). Then the completion
+    /// side of a batch waits for its newest event only and reads no other. Otherwise (the default)
+    /// it also reads each earlier event's outcome once the newest is complete, so an action that
+    /// failed alone (an upstream failure on the host backend) fails exactly.
+    const STICKY_ERRORS: bool = false;
 
     /// Called once at the start of each scheduler thread, before any other call from it: make the
     /// device's context current. An error here fails the queue's creation.

@@ -1,27 +1,46 @@
-//! The completion thread: retires actions in issue order.
+//! The completion thread: retires finished actions in batches, in issue order.
 //!
-//! For each action it waits for the completion event (the backend polls for the queue's
-//! completion spin, then blocks), signals the semaphores on the host, runs the cleanup callbacks,
-//! releases the resources and gives the payload back to the backend. The semaphores' listeners
-//! wake the worker for exactly the actions that waited on them. Nothing here runs inside a driver
-//! callback.
+//! It takes every action handed over since its last look at once (one lock), and waits only for
+//! the newest completion event among them: a queue's events complete in issue order, so that one
+//! completing proves the others have. Then it advances each signal semaphore once (to the highest
+//! value the batch signals on it), runs the cleanup callbacks, releases the resources and gives
+//! the payloads back to the backend, in issue order. A backend whose errors are not sticky
+//! ([`Backend::STICKY_ERRORS`]) has each earlier event's outcome read too (without waiting: they
+//! are complete); when the newest event reports an error, the batch falls back to one wait per
+//! action, so that exactly the failed action (and what depends on it) fails.
+//!
+//! It polls fast (the queue's `completion_spin`) only while somebody needs the answer: a host
+//! thread parked on a semaphore the batch signals, a submitter waiting for room. Otherwise it asks
+//! the backend to block at once: host waiters poll recorded events themselves, so values seen on
+//! the host lag only while nobody waits for them. With nothing to retire it looks for work for the
+//! queue's `idle_spin`, then parks, so an idle queue burns no core. Nothing here runs inside a
+//! driver callback.
 
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use crossbeam_utils::sync::Parker;
-use cuhal_semaphore::Failure;
+use cuhal_semaphore::{Failure, Semaphore};
 
 use crate::action::{Body, Finished, upstream_failure};
 use crate::backend::Backend;
-use crate::shared::Shared;
+use crate::shared::{COMPLETION_THREAD, Shared};
 use crate::spin::spin_until;
 
 pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
+    COMPLETION_THREAD.with(|c| c.set(true));
+    let mut batch: VecDeque<Finished<B>> = VecDeque::with_capacity(shared.options.capacity);
+    let mut scratch = Scratch {
+        advanced: Vec::with_capacity(16),
+        outcomes: Vec::with_capacity(shared.options.capacity),
+    };
     loop {
-        if let Some(finished) = shared.pop_finished() {
-            retire(&shared, finished);
+        shared.take_finished(&mut batch);
+        if !batch.is_empty() {
+            retire_batch(&shared, &mut batch, &mut scratch);
             continue;
         }
         // The worker pushes its last action before it says it is done, so once it is done an
@@ -31,62 +50,158 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
         {
             break;
         }
-        let idle = shared.options.idle_spin;
-        if !spin_until(idle, || {
+        let ready = || {
             shared.finished_len.load(Ordering::Acquire) > 0
                 || shared.worker_done.load(Ordering::Acquire)
-        }) {
-            parker.park();
+        };
+        if !spin_until(shared.options.idle_spin, ready) {
+            let side = &shared.completion_side;
+            side.parked.store(true, Ordering::Relaxed);
+            // Pairs with the fence in `push_finished`: either the pusher sees `parked` and
+            // unparks, or this sees its item.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if !ready() {
+                side.parks.fetch_add(1, Ordering::Relaxed);
+                parker.park();
+            }
+            side.parked.store(false, Ordering::Relaxed);
         }
     }
 }
 
-fn retire<B: Backend>(shared: &Shared<B>, finished: Finished<B>) {
-    let (body, outcome) = match finished {
-        Finished::Issued {
-            body,
-            event,
-            device_waits,
-        } => {
-            let waited = catch_unwind(AssertUnwindSafe(|| {
-                shared
-                    .backend
-                    .wait_event(&event, shared.options.completion_spin)
-            }))
-            .unwrap_or_else(|_| {
-                Err(Failure::msg(
-                    "the backend panicked while waiting for a completion event",
-                ))
-            });
-            drop(event);
-            match waited {
-                Ok(()) => {
-                    for (semaphore, value) in &body.signals {
-                        // Err only if someone else failed the semaphore first; that failure stands.
-                        let _ = semaphore.advance_to(*value);
+/// Lists a batch's retirement needs, kept (with their capacity) from batch to batch so that
+/// steady state allocates nothing.
+struct Scratch<B: Backend> {
+    /// Each signal semaphore of the batch's successful actions, with the highest value to reach.
+    advanced: Vec<(Semaphore<B::Event>, u64)>,
+    /// Each action's failure, if it failed.
+    outcomes: Vec<Option<Failure>>,
+}
+
+/// Retires every action of `batch` (which it leaves empty).
+fn retire_batch<B: Backend>(
+    shared: &Shared<B>,
+    batch: &mut VecDeque<Finished<B>>,
+    scratch: &mut Scratch<B>,
+) {
+    let side = &shared.completion_side;
+    side.batches.fetch_add(1, Ordering::Relaxed);
+    let in_flight = shared
+        .issue_side
+        .pushed
+        .load(Ordering::Relaxed)
+        .saturating_sub(side.retired.load(Ordering::Relaxed));
+    side.high_water.fetch_max(in_flight, Ordering::Relaxed);
+
+    let newest = batch
+        .iter()
+        .rposition(|f| matches!(f, Finished::Issued { .. }));
+    let newest_outcome = newest.map(|index| {
+        let Finished::Issued { body, event, .. } = &batch[index] else {
+            unreachable!("found as issued")
+        };
+        let spin = if wanted(shared, body) {
+            shared.options.completion_spin
+        } else {
+            Duration::ZERO
+        };
+        wait(shared, event, spin)
+    });
+    let ordered = matches!(newest_outcome, Some(Ok(()))) && B::STICKY_ERRORS;
+
+    // Advance each signal semaphore once, to the highest value the batch's successful actions
+    // signal on it, before any cleanup runs: that is when a waiter may see the work done.
+    let Scratch { advanced, outcomes } = scratch;
+    for (index, finished) in batch.iter().enumerate() {
+        let outcome = match finished {
+            Finished::Failed { failure, .. } => Some(failure.clone()),
+            Finished::Issued {
+                body,
+                event,
+                device_waits,
+            } => {
+                let result = if ordered {
+                    Ok(())
+                } else if Some(index) == newest {
+                    newest_outcome.clone().unwrap_or(Ok(()))
+                } else if matches!(newest_outcome, Some(Ok(()))) {
+                    // Complete (the newest is): read how it ended, without waiting.
+                    wait(shared, event, Duration::ZERO)
+                } else {
+                    let spin = shared.options.completion_spin;
+                    wait(shared, event, spin)
+                };
+                match result {
+                    Ok(()) => {
+                        for (semaphore, value) in &body.signals {
+                            match advanced.iter_mut().find(|(s, _)| s.ptr_eq(semaphore)) {
+                                Some((_, highest)) => *highest = (*highest).max(*value),
+                                None => advanced.push((semaphore.clone(), *value)),
+                            }
+                        }
+                        None
                     }
-                    (body, Ok(()))
-                }
-                Err(error) => {
-                    // An event the action waited on failed: the failure came from upstream and
-                    // this queue is fine. Otherwise this queue's device failed.
-                    let failure = upstream_failure(&device_waits).unwrap_or_else(|| {
-                        shared.mark_lost(&error);
-                        error
-                    });
-                    body.fail_signals(&failure);
-                    (body, Err(failure))
+                    Err(error) => {
+                        // An event the action waited on failed: the failure came from upstream and
+                        // this queue is fine. Otherwise this queue's device failed.
+                        let failure = upstream_failure(device_waits).unwrap_or_else(|| {
+                            shared.mark_lost(&error);
+                            error
+                        });
+                        body.fail_signals(&failure);
+                        Some(failure)
+                    }
                 }
             }
+        };
+        outcomes.push(outcome);
+    }
+    for (semaphore, value) in advanced.drain(..) {
+        // Err only if someone else failed the semaphore first; that failure stands.
+        let _ = semaphore.advance_to(value);
+    }
+
+    let mut completed = 0;
+    let mut failed = 0;
+    for (finished, outcome) in batch.drain(..).zip(outcomes.drain(..)) {
+        let body = match finished {
+            Finished::Issued { body, event, .. } => {
+                drop(event);
+                body
+            }
+            Finished::Failed { body, .. } => body,
+        };
+        match &outcome {
+            None => completed += 1,
+            Some(_) => failed += 1,
         }
-        Finished::Failed { body, failure } => (body, Err(failure)),
-    };
-    release(shared, body, outcome.as_ref().map(|_| ()));
+        release(shared, body, outcome.as_ref().map_or(Ok(()), Err));
+    }
     // Counted after release, so a count that includes an action means it is fully retired.
-    match &outcome {
-        Ok(()) => shared.completed.fetch_add(1, Ordering::Release),
-        Err(_) => shared.failed.fetch_add(1, Ordering::Release),
-    };
+    side.completed.fetch_add(completed, Ordering::Release);
+    side.failed.fetch_add(failed, Ordering::Release);
+    side.retired
+        .fetch_add(completed + failed, Ordering::Release);
+    shared.notify_room();
+}
+
+/// Whether someone needs this action's completion seen soon: a host thread parked on one of its
+/// signal semaphores, or a submitter waiting for room.
+fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> bool {
+    shared.room_waiters.load(Ordering::Relaxed) > 0
+        || body
+            .signals
+            .iter()
+            .any(|(semaphore, _)| semaphore.has_waiters())
+        || shared.options.eager_completion
+}
+
+fn wait<B: Backend>(shared: &Shared<B>, event: &B::Event, spin: Duration) -> Result<(), Failure> {
+    catch_unwind(AssertUnwindSafe(|| shared.backend.wait_event(event, spin))).unwrap_or_else(|_| {
+        Err(Failure::msg(
+            "the backend panicked while waiting for a completion event",
+        ))
+    })
 }
 
 fn release<B: Backend>(shared: &Shared<B>, body: Body<B>, outcome: Result<(), &Failure>) {

@@ -1,18 +1,17 @@
-//! The queue's semaphore [`Listener`]: records which pending action to look at again and wakes
-//! the worker. It runs on whatever thread changed the semaphore, so it only takes its own leaf
-//! lock (never held while anything else is called) and never blocks.
+//! The keys of pending actions to look at again, for whichever thread next holds the queue's
+//! issue lock (see `shared.rs`), and the worker's wake-up. The keys' lock is a leaf: nothing is
+//! called while it is held, and it never blocks for long.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use crossbeam_utils::sync::Unparker;
-use cuhal_semaphore::{Listener, SemaphoreId};
 
 pub(crate) struct Notifier {
-    /// Keys of actions whose awaited semaphore changed. Swapped with the worker's own buffer, so
+    /// Keys of actions whose awaited semaphore changed. Swapped with the holder's own buffer, so
     /// both keep their capacity and steady state allocates nothing.
     keys: Mutex<Vec<u64>>,
-    /// Whether `keys` may be non-empty: lets the worker spin without taking the lock.
+    /// Whether `keys` may be non-empty: lets a holder or the worker look without the lock.
     any: AtomicBool,
     worker: Unparker,
 }
@@ -30,25 +29,21 @@ impl Notifier {
     pub(crate) fn take(&self, into: &mut Vec<u64>) {
         let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         std::mem::swap(&mut *keys, into);
-        self.any.store(false, Ordering::Relaxed);
+        self.any.store(false, Ordering::SeqCst);
     }
 
     pub(crate) fn has_keys(&self) -> bool {
-        self.any.load(Ordering::Relaxed)
+        self.any.load(Ordering::SeqCst)
+    }
+
+    /// Records a key for the next holder of the issue lock (or the worker, if woken).
+    pub(crate) fn push(&self, key: u64) {
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        keys.push(key);
+        self.any.store(true, Ordering::SeqCst);
     }
 
     pub(crate) fn wake(&self) {
-        self.worker.unpark();
-    }
-}
-
-impl Listener for Notifier {
-    fn notify(&self, _semaphore: SemaphoreId, key: u64) {
-        {
-            let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-            keys.push(key);
-            self.any.store(true, Ordering::Relaxed);
-        }
         self.worker.unpark();
     }
 }

@@ -10,6 +10,8 @@ pub struct QueueOptions {
     pub(crate) completion_spin: Duration,
     pub(crate) idle_spin: Duration,
     pub(crate) capacity: usize,
+    pub(crate) max_in_flight: usize,
+    pub(crate) eager_completion: bool,
 }
 
 impl QueueOptions {
@@ -21,6 +23,8 @@ impl QueueOptions {
     pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(100);
     /// Default [`capacity`](Self::with_capacity).
     pub const DEFAULT_CAPACITY: usize = 256;
+    /// Default [`max_in_flight`](Self::with_max_in_flight).
+    pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
     /// Defaults, with `label` naming the queue in errors and thread names.
     pub fn new(label: impl Into<String>) -> Self {
@@ -29,12 +33,17 @@ impl QueueOptions {
             completion_spin: Self::DEFAULT_COMPLETION_SPIN,
             idle_spin: Self::DEFAULT_IDLE_SPIN,
             capacity: Self::DEFAULT_CAPACITY,
+            max_in_flight: Self::DEFAULT_MAX_IN_FLIGHT,
+            eager_completion: false,
         }
     }
 
     /// How long the completion thread polls a completion event before it asks the backend to
-    /// block ([`Backend::wait_event`](crate::Backend::wait_event)'s `spin`). Longer: completions
-    /// seen sooner under load; shorter: less CPU burnt while long work runs.
+    /// block ([`Backend::wait_event`](crate::Backend::wait_event)'s `spin`), when somebody needs
+    /// the answer (a host thread parked on a semaphore the work signals, a submitter waiting for
+    /// room) or [`eager_completion`](Self::with_eager_completion) is on; otherwise it blocks at
+    /// once. Longer: completions seen sooner under load; shorter: less CPU burnt while long work
+    /// runs.
     pub fn with_completion_spin(mut self, spin: Duration) -> Self {
         self.completion_spin = spin;
         self
@@ -53,6 +62,37 @@ impl QueueOptions {
     pub fn with_capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity;
         self
+    }
+
+    /// How many actions may be handed to the completion side (issued, or failed before issue) and
+    /// not yet retired before [`Queue::submit`](crate::Queue::submit) waits for the completion
+    /// side to catch up (at least 1). This bounds what a completion side that falls behind costs:
+    /// actions, completion events and their memory stay at most this many, instead of growing to
+    /// the largest backlog ever seen. Actions issued by other threads (chains, host signals) are
+    /// not held back, so the count can pass the limit by what those issue.
+    pub fn with_max_in_flight(mut self, limit: usize) -> Self {
+        self.max_in_flight = limit.max(1);
+        self
+    }
+
+    /// Whether the completion thread polls every batch's newest event for its
+    /// [`completion_spin`](Self::with_completion_spin) even when nobody waits for it (off by
+    /// default: then it blocks at once, and host waiters poll the events they need themselves).
+    /// On: values reach the host sooner without a waiter's help, at the cost of a core while work
+    /// flows.
+    pub fn with_eager_completion(mut self, eager: bool) -> Self {
+        self.eager_completion = eager;
+        self
+    }
+
+    /// The in-flight limit.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    /// Whether completion polls eagerly.
+    pub fn eager_completion(&self) -> bool {
+        self.eager_completion
     }
 
     /// The queue's label.

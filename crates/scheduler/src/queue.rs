@@ -13,7 +13,7 @@ use crate::action::{Body, Cleanups, Resources};
 use crate::backend::{Backend, ThreadRole};
 use crate::error::Error;
 use crate::options::QueueOptions;
-use crate::shared::Shared;
+use crate::shared::{Issuer, Shared};
 use crate::{completion, worker};
 
 /// A snapshot of a queue's counters.
@@ -25,12 +25,29 @@ pub struct QueueStats {
     pub pending: usize,
     /// Actions issued by the submitting thread (the fast path).
     pub issued_on_submit: u64,
-    /// Actions issued by the worker thread (they became ready after submission).
+    /// Actions issued by the worker thread (they became ready after submission, and the thread
+    /// that made them ready found the queue's issue lock taken).
     pub issued_by_worker: u64,
+    /// Actions issued by the thread whose semaphore change made them ready (a host signal,
+    /// another queue's issue, a waiter or completion thread advancing a value): no hand-off.
+    pub issued_on_signal: u64,
     /// Actions retired successfully (signalled, cleaned up, released).
     pub completed: u64,
     /// Actions retired with a failure (failed signals, cleaned up, released).
     pub failed: u64,
+    /// Batches the completion thread retired (each waited for one completion event at most).
+    pub retire_batches: u64,
+    /// The most actions handed to the completion side and not yet retired, as seen when it took
+    /// a batch: what [`max_in_flight`](QueueOptions::with_max_in_flight) bounds.
+    pub in_flight_high_water: u64,
+    /// Times the completion thread parked with nothing to retire.
+    pub completion_parks: u64,
+    /// Whether the completion thread is parked now (it burns no CPU).
+    pub completion_parked: bool,
+    /// Times the worker thread parked with nothing to do.
+    pub worker_parks: u64,
+    /// Whether the worker thread is parked now.
+    pub worker_parked: bool,
 }
 
 impl QueueStats {
@@ -92,12 +109,12 @@ impl<B: Backend> Queue<B> {
     pub fn new(backend: B, options: QueueOptions) -> Result<Self, Error> {
         let worker_parker = Parker::new();
         let completion_parker = Parker::new();
-        let shared = Arc::new(Shared::new(
+        let shared = Shared::new(
             backend,
             options,
             worker_parker.unparker().clone(),
             completion_parker.unparker().clone(),
-        ));
+        );
         let mut queue = Queue {
             shared: shared.clone(),
             worker: None,
@@ -158,7 +175,9 @@ impl<B: Backend> Queue<B> {
     /// is lost.
     ///
     /// An action that is ready at once, with nothing pending ahead of it, is issued on the calling
-    /// thread before `submit` returns. Steady state allocates nothing (with at most
+    /// thread before `submit` returns. When the queue already has
+    /// [`max_in_flight`](QueueOptions::with_max_in_flight) actions that the completion side has not
+    /// retired, `submit` first waits for it to catch up (never on a completion thread). Steady state allocates nothing (with at most
     /// [`INLINE_SEMAPHORES`](crate::INLINE_SEMAPHORES) waits and signals and a backend payload that
     /// does not allocate).
     pub fn submit(
@@ -176,8 +195,9 @@ impl<B: Backend> Queue<B> {
             resources,
             cleanups: cleanup,
         };
+        self.shared.wait_for_room();
         let rejected = {
-            let mut state = self.shared.lock_state();
+            let mut state = self.shared.lock_issue(Issuer::Submitter);
             if let Some(error) = self.shared.lost_error() {
                 Some((body, error))
             } else {
@@ -218,13 +238,21 @@ impl<B: Backend> Queue<B> {
     /// The queue's counters.
     pub fn stats(&self) -> QueueStats {
         let state = self.shared.lock_state();
+        let side = &self.shared.completion_side;
         QueueStats {
             submitted: state.submitted,
             pending: state.pending.len(),
             issued_on_submit: state.issued_on_submit,
             issued_by_worker: state.issued_by_worker,
-            completed: self.shared.completed.load(Ordering::Acquire),
-            failed: self.shared.failed.load(Ordering::Acquire),
+            issued_on_signal: state.issued_on_signal,
+            completed: side.completed.load(Ordering::Acquire),
+            failed: side.failed.load(Ordering::Acquire),
+            retire_batches: side.batches.load(Ordering::Relaxed),
+            in_flight_high_water: side.high_water.load(Ordering::Relaxed),
+            completion_parks: side.parks.load(Ordering::Relaxed),
+            completion_parked: side.parked.load(Ordering::SeqCst),
+            worker_parks: self.shared.worker_parks.load(Ordering::Relaxed),
+            worker_parked: self.shared.worker_parked.load(Ordering::SeqCst),
         }
     }
 }

@@ -3,17 +3,27 @@
 //!
 //! Lock order (a thread holding one may take those after it, never before):
 //! `state` -> a semaphore's internal lock -> `Notifier::keys`; `state` -> `finished`;
-//! `state` -> the backend's own locks. Listeners run outside semaphore locks and take only the
-//! notifier's leaf lock, so calling semaphores under `state` cannot deadlock, and nothing
-//! user-supplied is dropped or called under `state` (bodies are handed to the completion thread).
+//! `state` -> the backend's own locks. Listeners run outside semaphore locks; a listener may run
+//! while its thread holds another queue's `state` (an issue there recorded a device signal), so it
+//! only ever *tries* to take its own queue's `state` and never waits for it. Nothing user-supplied
+//! is dropped or called under `state` (bodies are handed to the completion thread).
+//!
+//! Who issues: the submitting thread when the action is ready at once; the thread whose semaphore
+//! change made a pending action ready (a host `signal`, another queue's issue recording a device
+//! signal, a host waiter or completion thread advancing a value), if no other thread holds the
+//! queue's issue lock at that moment; otherwise the holder, which drains every notification before
+//! it lets go of the lock, or the worker, woken only when the lock was taken by another thread.
 
 use std::collections::VecDeque;
+use std::ops::{Deref, DerefMut};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError, Weak};
+use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use crossbeam_utils::sync::Unparker;
-use cuhal_semaphore::{Failure, Listener};
+use cuhal_semaphore::{Failure, Listener, SemaphoreId};
 
 use crate::action::{Body, EventList, Finished};
 use crate::backend::Backend;
@@ -29,6 +39,37 @@ pub(crate) struct State<B: Backend> {
     pub(crate) submitted: u64,
     pub(crate) issued_on_submit: u64,
     pub(crate) issued_by_worker: u64,
+    pub(crate) issued_on_signal: u64,
+    /// The notification keys being handled, swapped with the notifier's list (both keep their
+    /// capacity, so draining allocates nothing).
+    keys: Vec<u64>,
+}
+
+/// The issue side's counters and flags, on cache lines of their own: the submitting thread
+/// writes them, the completion thread only reads them when it must.
+pub(crate) struct IssueSide {
+    /// Actions handed to the completion side (issued or failed), ever.
+    pub(crate) pushed: AtomicU64,
+    /// The last value of `CompletionSide::retired` a submitter read: while `pushed` minus this
+    /// stays under the in-flight limit, a submitter needs no look at the completion side's line.
+    pub(crate) retired_seen: AtomicU64,
+    /// A token of the thread holding `state` through an [`IssueGuard`] (0: none).
+    pub(crate) holder: AtomicUsize,
+}
+
+/// The completion side's counters, written once per retired batch.
+pub(crate) struct CompletionSide {
+    /// Actions retired (either way), ever.
+    pub(crate) retired: AtomicU64,
+    pub(crate) completed: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) batches: AtomicU64,
+    /// The most actions seen handed over but not yet retired, when a batch was taken.
+    pub(crate) high_water: AtomicU64,
+    /// Times the completion thread parked with nothing to retire.
+    pub(crate) parks: AtomicU64,
+    /// Whether it is parked now.
+    pub(crate) parked: AtomicBool,
 }
 
 pub(crate) struct Shared<B: Backend> {
@@ -36,19 +77,25 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) options: QueueOptions,
     pub(crate) label: Arc<str>,
     pub(crate) state: Mutex<State<B>>,
-    /// Issued (or failed) actions in issue order, for the completion thread. Preallocated.
+    /// Issued (or failed) actions in issue order, for the completion thread. Preallocated; the
+    /// completion thread swaps the whole list out, so it takes this lock once per batch.
     pub(crate) finished: Mutex<VecDeque<Finished<B>>>,
     pub(crate) finished_len: AtomicUsize,
-    pub(crate) notifier: Arc<Notifier>,
-    /// The same object as `notifier`, as the semaphores take it.
+    pub(crate) notifier: Notifier,
+    /// What the semaphores call: a weak handle back to this state.
     pub(crate) listener: Arc<dyn Listener>,
     pub(crate) completion: Unparker,
     /// The backend failure that lost the queue; set once.
     pub(crate) lost: OnceLock<Failure>,
     pub(crate) shutdown: AtomicBool,
     pub(crate) worker_done: AtomicBool,
-    pub(crate) completed: AtomicU64,
-    pub(crate) failed: AtomicU64,
+    pub(crate) issue_side: CachePadded<IssueSide>,
+    pub(crate) completion_side: CachePadded<CompletionSide>,
+    /// Submitters waiting for room (backpressure), and where they wait.
+    pub(crate) room_waiters: AtomicUsize,
+    pub(crate) room: (Mutex<()>, Condvar),
+    pub(crate) worker_parks: AtomicU64,
+    pub(crate) worker_parked: AtomicBool,
 }
 
 /// Who is issuing, for the statistics.
@@ -56,6 +103,63 @@ pub(crate) struct Shared<B: Backend> {
 pub(crate) enum Issuer {
     Submitter,
     Worker,
+    /// A thread whose semaphore change made the action ready.
+    Signaller,
+}
+
+thread_local! {
+    /// Its address identifies the thread while it lives.
+    static THREAD_TOKEN: u8 = const { 0 };
+    /// Set on a queue's completion thread: such a thread never waits for room (it is what makes room).
+    pub(crate) static COMPLETION_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn thread_token() -> usize {
+    THREAD_TOKEN.with(|t| std::ptr::from_ref(t) as usize)
+}
+
+/// The queue's semaphore listener: tries to handle the notification on the notifying thread.
+struct QueueListener<B: Backend>(Weak<Shared<B>>);
+
+impl<B: Backend> Listener for QueueListener<B> {
+    fn notify(&self, _semaphore: SemaphoreId, key: u64) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.on_listener(key);
+        }
+    }
+}
+
+/// The issue lock, held by a thread that may issue. Before the lock is let go every notification
+/// recorded meanwhile is handled (one the holder's own issues caused, or one another thread
+/// recorded because it found the lock taken), so none waits for the worker needlessly.
+pub(crate) struct IssueGuard<'a, B: Backend> {
+    shared: &'a Shared<B>,
+    state: Option<MutexGuard<'a, State<B>>>,
+    issuer: Issuer,
+}
+
+impl<B: Backend> Deref for IssueGuard<'_, B> {
+    type Target = State<B>;
+    fn deref(&self) -> &State<B> {
+        self.state.as_deref().expect("held until drop")
+    }
+}
+
+impl<B: Backend> DerefMut for IssueGuard<'_, B> {
+    fn deref_mut(&mut self) -> &mut State<B> {
+        self.state.as_deref_mut().expect("held until drop")
+    }
+}
+
+impl<B: Backend> Drop for IssueGuard<'_, B> {
+    fn drop(&mut self) {
+        let shared = self.shared;
+        if let Some(mut state) = self.state.take() {
+            shared.drain(&mut state, self.issuer);
+            shared.issue_side.holder.store(0, Ordering::Release);
+            drop(state);
+        }
+    }
 }
 
 impl<B: Backend> Shared<B> {
@@ -64,36 +168,157 @@ impl<B: Backend> Shared<B> {
         options: QueueOptions,
         worker: Unparker,
         completion: Unparker,
-    ) -> Self {
+    ) -> Arc<Self> {
         let capacity = options.capacity;
-        let notifier = Arc::new(Notifier::new(worker, capacity));
-        let listener: Arc<dyn Listener> = notifier.clone();
-        Shared {
-            backend,
-            label: Arc::from(options.label.as_str()),
-            options,
-            state: Mutex::new(State {
-                pending: PendingList::with_capacity(capacity),
-                submitted: 0,
-                issued_on_submit: 0,
-                issued_by_worker: 0,
-            }),
-            finished: Mutex::new(VecDeque::with_capacity(capacity)),
-            finished_len: AtomicUsize::new(0),
-            notifier,
-            listener,
-            completion,
-            lost: OnceLock::new(),
-            shutdown: AtomicBool::new(false),
-            worker_done: AtomicBool::new(false),
-            completed: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-        }
+        Arc::new_cyclic(|weak: &Weak<Shared<B>>| {
+            let listener: Arc<dyn Listener> = Arc::new(QueueListener(weak.clone()));
+            Shared {
+                backend,
+                label: Arc::from(options.label.as_str()),
+                options,
+                state: Mutex::new(State {
+                    pending: PendingList::with_capacity(capacity),
+                    submitted: 0,
+                    issued_on_submit: 0,
+                    issued_by_worker: 0,
+                    issued_on_signal: 0,
+                    keys: Vec::with_capacity(capacity),
+                }),
+                finished: Mutex::new(VecDeque::with_capacity(capacity)),
+                finished_len: AtomicUsize::new(0),
+                notifier: Notifier::new(worker, capacity),
+                listener,
+                completion,
+                lost: OnceLock::new(),
+                shutdown: AtomicBool::new(false),
+                worker_done: AtomicBool::new(false),
+                issue_side: CachePadded::new(IssueSide {
+                    pushed: AtomicU64::new(0),
+                    retired_seen: AtomicU64::new(0),
+                    holder: AtomicUsize::new(0),
+                }),
+                completion_side: CachePadded::new(CompletionSide {
+                    retired: AtomicU64::new(0),
+                    completed: AtomicU64::new(0),
+                    failed: AtomicU64::new(0),
+                    batches: AtomicU64::new(0),
+                    high_water: AtomicU64::new(0),
+                    parks: AtomicU64::new(0),
+                    parked: AtomicBool::new(false),
+                }),
+                room_waiters: AtomicUsize::new(0),
+                room: (Mutex::new(()), Condvar::new()),
+                worker_parks: AtomicU64::new(0),
+                worker_parked: AtomicBool::new(false),
+            }
+        })
     }
 
+    /// The state, for reading counters: not an issue lock (nothing is drained when it drops).
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, State<B>> {
         // Backend calls under the lock are caught, so a poisoned lock still guards consistent state.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the issue lock, waiting for it.
+    pub(crate) fn lock_issue(&self, issuer: Issuer) -> IssueGuard<'_, B> {
+        let state = self.lock_state();
+        self.guard(state, issuer)
+    }
+
+    fn guard<'a>(&'a self, state: MutexGuard<'a, State<B>>, issuer: Issuer) -> IssueGuard<'a, B> {
+        self.issue_side
+            .holder
+            .store(thread_token(), Ordering::Relaxed);
+        IssueGuard {
+            shared: self,
+            state: Some(state),
+            issuer,
+        }
+    }
+
+    /// A semaphore that a pending action of this queue waits on changed. Handled here, on the
+    /// thread that changed it, when the issue lock is free; recorded for the holder when this
+    /// thread holds it (an issue here recorded the signal); recorded for the worker, which is
+    /// woken, when another thread holds it.
+    fn on_listener(&self, key: u64) {
+        if self.issue_side.holder.load(Ordering::Relaxed) == thread_token() {
+            self.notifier.push(key);
+            return;
+        }
+        let state = match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // The holder may already be past its last look at the notifications.
+                self.notifier.push(key);
+                self.notifier.wake();
+                return;
+            }
+        };
+        let mut guard = self.guard(state, Issuer::Signaller);
+        self.on_notify(&mut guard, key);
+        self.pump(&mut guard, Issuer::Signaller);
+    }
+
+    /// Handles every recorded notification and issues what became ready, until none is left.
+    fn drain(&self, state: &mut State<B>, issuer: Issuer) {
+        while self.notifier.has_keys() {
+            let mut keys = std::mem::take(&mut state.keys);
+            self.notifier.take(&mut keys);
+            for key in keys.drain(..) {
+                self.on_notify(state, key);
+            }
+            state.keys = keys;
+            self.pump(state, issuer);
+        }
+    }
+
+    /// Waits, outside every lock, while the queue has `max_in_flight` actions handed to the
+    /// completion side and not yet retired: a completion side that falls behind slows the
+    /// submitter down instead of letting memory (actions, completion events) grow with the
+    /// backlog. Never waits on a completion thread (it is what makes room) nor once the queue
+    /// is lost or shutting down (what is in flight is then being failed or drained).
+    pub(crate) fn wait_for_room(&self) {
+        let limit = self.options.max_in_flight as u64;
+        let side = &*self.issue_side;
+        let pushed = side.pushed.load(Ordering::Relaxed);
+        if pushed.saturating_sub(side.retired_seen.load(Ordering::Relaxed)) < limit {
+            return;
+        }
+        let full = || {
+            let retired = self.completion_side.retired.load(Ordering::Acquire);
+            side.retired_seen.store(retired, Ordering::Relaxed);
+            side.pushed.load(Ordering::Relaxed).saturating_sub(retired) >= limit
+                && self.lost.get().is_none()
+                && !self.shutdown.load(Ordering::Relaxed)
+        };
+        if !full() || COMPLETION_THREAD.with(std::cell::Cell::get) {
+            return;
+        }
+        self.room_waiters.fetch_add(1, Ordering::SeqCst);
+        self.completion.unpark();
+        let (lock, condvar) = &self.room;
+        let mut room = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while full() {
+            // The completion thread notifies after every batch while someone waits; the timeout
+            // only bounds the cost of a notification that raced with this check.
+            room = condvar
+                .wait_timeout(room, Duration::from_millis(1))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(room);
+        self.room_waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wakes submitters waiting for room (after a batch was retired).
+    pub(crate) fn notify_room(&self) {
+        if self.room_waiters.load(Ordering::SeqCst) > 0 {
+            let (lock, condvar) = &self.room;
+            drop(lock.lock().unwrap_or_else(PoisonError::into_inner));
+            condvar.notify_all();
+        }
     }
 
     pub(crate) fn lost_error(&self) -> Option<Error> {
@@ -208,6 +433,7 @@ impl<B: Backend> Shared<B> {
                 match issuer {
                     Issuer::Submitter => state.issued_on_submit += 1,
                     Issuer::Worker => state.issued_by_worker += 1,
+                    Issuer::Signaller => state.issued_on_signal += 1,
                 }
                 self.push_finished(Finished::Issued {
                     body,
@@ -246,14 +472,23 @@ impl<B: Backend> Shared<B> {
             queue.push_back(finished);
             self.finished_len.store(queue.len(), Ordering::Release);
         }
-        self.completion.unpark();
+        let side = &*self.issue_side;
+        side.pushed
+            .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        // Only a parked completion thread needs the wake (a syscall); one that is retiring or
+        // spinning sees `finished_len`. The fence pairs with the one the completion thread puts
+        // between raising `parked` and its last look at `finished_len`.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.completion_side.parked.load(Ordering::Relaxed) {
+            self.completion.unpark();
+        }
     }
 
-    pub(crate) fn pop_finished(&self) -> Option<Finished<B>> {
+    /// Moves every finished action into `batch` (empty, its capacity kept), oldest first.
+    pub(crate) fn take_finished(&self, batch: &mut VecDeque<Finished<B>>) {
         let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
-        let next = queue.pop_front();
-        self.finished_len.store(queue.len(), Ordering::Release);
-        next
+        std::mem::swap(&mut *queue, batch);
+        self.finished_len.store(0, Ordering::Release);
     }
 
     /// Marks the queue lost (the first failure wins) and wakes the worker to fail what is pending.

@@ -1,9 +1,12 @@
-//! The worker thread: issues the actions that become ready after they were submitted.
+//! The worker thread: issues the actions that become ready after they were submitted, when the
+//! thread that made them ready could not.
 //!
-//! It sleeps until a listener reports that a semaphore some pending action waits on changed, then
-//! looks at those actions only (never the whole pending list), and issues ready ones from the head
-//! of the list in submission order. It also fails everything pending when the queue is lost, and at
-//! shutdown issues what is ready and fails the rest.
+//! Most actions that become ready later are issued by the thread whose semaphore change made them
+//! ready (see `shared.rs`). The worker is woken only when that thread found the queue's issue lock
+//! taken by another thread; it then looks at the notified actions only (never the whole pending
+//! list), and issues ready ones from the head of the list in submission order. It also fails
+//! everything pending when the queue is lost, and at shutdown issues what is ready and fails the
+//! rest.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -29,7 +32,7 @@ impl<B: Backend> Drop for Done<'_, B> {
                 shared.label
             ));
             shared.mark_lost(&failure);
-            let mut state = shared.lock_state();
+            let mut state = shared.lock_issue(Issuer::Worker);
             shared.fail_all_pending(&mut state, &failure);
         }
         shared.worker_done.store(true, Ordering::Release);
@@ -39,27 +42,25 @@ impl<B: Backend> Drop for Done<'_, B> {
 
 pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
     let _done = Done(&shared);
-    let mut keys: Vec<u64> = Vec::with_capacity(shared.options.capacity);
     let mut lost_handled = false;
     loop {
-        shared.notifier.take(&mut keys);
         let shutdown = shared.shutdown.load(Ordering::Acquire);
         let lost = if lost_handled {
             None
         } else {
             shared.lost.get().cloned()
         };
-        if !keys.is_empty() || lost.is_some() || shutdown {
-            let mut state = shared.lock_state();
-            for key in keys.drain(..) {
-                shared.on_notify(&mut state, key);
-            }
+        if shared.notifier.has_keys() || lost.is_some() || shutdown {
+            // The guard handles the recorded notifications before it lets go of the lock.
+            let mut state = shared.lock_issue(Issuer::Worker);
             if let Some(failure) = lost {
                 shared.fail_all_pending(&mut state, &failure);
                 lost_handled = true;
             }
             shared.pump(&mut state, Issuer::Worker);
             if shutdown {
+                drop(state);
+                let mut state = shared.lock_issue(Issuer::Worker);
                 let failure = Failure::new(Error::ShutDown {
                     queue: shared.label.clone(),
                 });
@@ -69,9 +70,14 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
         }
         let idle = shared.options.idle_spin;
         if !spin_until(idle, || {
-            shared.notifier.has_keys() || shared.shutdown.load(Ordering::Relaxed)
+            shared.notifier.has_keys()
+                || shared.shutdown.load(Ordering::Relaxed)
+                || (!lost_handled && shared.lost.get().is_some())
         }) {
+            shared.worker_parked.store(true, Ordering::SeqCst);
+            shared.worker_parks.fetch_add(1, Ordering::Relaxed);
             parker.park();
+            shared.worker_parked.store(false, Ordering::SeqCst);
         }
     }
 }

@@ -59,7 +59,7 @@ fn ready_action_is_issued_by_the_submitting_thread() {
 }
 
 #[test]
-fn pending_action_is_issued_by_the_worker_once_its_semaphore_is_signalled() {
+fn pending_action_is_issued_by_the_signalling_thread_once_its_semaphore_is_signalled() {
     let queue = scripted("later", true);
     let gate = Semaphore::<FlagEvent>::new(0);
     let done = Semaphore::<FlagEvent>::new(0);
@@ -78,9 +78,20 @@ fn pending_action_is_issued_by_the_worker_once_its_semaphore_is_signalled() {
     gate.signal(2).unwrap();
     done.wait(1, WAIT).unwrap();
     let issued = queue.backend().find(1).unwrap();
-    assert_ne!(issued.thread, thread::current().id());
+    assert_eq!(
+        issued.thread,
+        thread::current().id(),
+        "the host signal issued it: no hand-off to the worker"
+    );
     let stats = queue.stats();
-    assert_eq!((stats.pending, stats.issued_by_worker), (0, 1));
+    assert_eq!(
+        (
+            stats.pending,
+            stats.issued_on_signal,
+            stats.issued_by_worker
+        ),
+        (0, 1, 0)
+    );
 }
 
 #[test]

@@ -12,8 +12,10 @@ use crate::semaphore::SemaphoreId;
 ///
 /// `notify` is called outside every semaphore lock, on whichever thread caused the change (a
 /// signalling thread, a completion thread, a host waiter that saw a device event complete, or the
-/// thread calling `listen` when the condition already holds). It must be cheap and must not block:
-/// record the key, wake a worker. It may call back into any semaphore.
+/// thread calling `listen` when the condition already holds). It must not block on a lock another
+/// thread may hold while it calls into semaphores: record the key and wake a worker, or *try* a
+/// lock and do the work right there (a scheduler issues what became ready on the notifying thread,
+/// which saves a thread hand-off). It may call back into any semaphore.
 pub trait Listener: Send + Sync {
     /// The semaphore `semaphore` reached the listened value, recorded a device signal for a value
     /// at least that high, or failed. `key` is the key given to `listen`.

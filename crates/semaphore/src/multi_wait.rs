@@ -129,6 +129,36 @@ fn spin_budget<E: DeviceEvent>(list: &[(&Semaphore<E>, u64)], events: &Pending<E
         .unwrap_or(Duration::ZERO)
 }
 
+/// The largest event-spin budget among all entries (a wait with no event to query yet).
+fn change_budget<E: DeviceEvent>(list: &[(&Semaphore<E>, u64)]) -> Duration {
+    list.iter()
+        .filter_map(|(semaphore, _)| semaphore.options().event_spin())
+        .max()
+        .unwrap_or(Duration::ZERO)
+}
+
+/// Spins until some entry's semaphore changes or `until` passes; returns whether one changed.
+fn spin_on_changes<E: DeviceEvent>(list: &[(&Semaphore<E>, u64)], until: Instant) -> bool {
+    if list.len() > 8 {
+        // A long list: not worth an allocation per wait; park instead.
+        return false;
+    }
+    let mut seen: SmallVec<[u64; 8]> = list.iter().map(|(s, _)| s.changes()).collect();
+    loop {
+        for _ in 0..16 {
+            std::hint::spin_loop();
+        }
+        for ((semaphore, _), seen) in list.iter().zip(seen.iter_mut()) {
+            if semaphore.changes() != *seen {
+                return true;
+            }
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+    }
+}
+
 pub(crate) fn wait_list<E: DeviceEvent>(
     list: &[(&Semaphore<E>, u64)],
     mode: Mode,
@@ -157,6 +187,18 @@ pub(crate) fn wait_list<E: DeviceEvent>(
             let changed = spin_on_events(list, &events, until);
             events.clear();
             if changed {
+                continue;
+            }
+        } else if spin_until.is_none_or(|until| Instant::now() < until) {
+            // Nothing to query yet: the device signal may be about to be recorded (the action
+            // that signals is being issued). Watch for any change without the locks, within the
+            // same budget, before parking: a parked thread takes microseconds to wake.
+            let until = *spin_until.get_or_insert_with(|| {
+                let now = Instant::now();
+                now.checked_add(change_budget(list)).unwrap_or(now)
+            });
+            let until = deadline.map_or(until, |d| d.min(until));
+            if spin_on_changes(list, until) {
                 continue;
             }
         }

@@ -1,7 +1,7 @@
 //! [`Semaphore`]: the timeline semaphore itself.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_utils::sync::Unparker;
@@ -44,6 +44,13 @@ struct Shared<E: DeviceEvent> {
     id: SemaphoreId,
     options: SemaphoreOptions,
     state: Mutex<State<E>>,
+    /// Bumped under the lock by every change a waiter could be waiting for (an advance, a
+    /// recorded device signal, a failure): a waiter with nothing to query spins on it, without
+    /// the lock, before it parks.
+    changes: AtomicU64,
+    /// Parked host waiters registered now (mirrors `State::waiters`, readable without the lock):
+    /// tells a completion side whether anybody is waiting for an answer.
+    parked: AtomicUsize,
 }
 
 struct State<E: DeviceEvent> {
@@ -129,8 +136,28 @@ impl<E: DeviceEvent> Semaphore<E> {
                     waiters: Waiters::new(),
                     listeners: Listeners::new(),
                 }),
+                changes: AtomicU64::new(0),
+                parked: AtomicUsize::new(0),
             }),
         }
+    }
+
+    /// Notes a change for spinning waiters (called under the lock).
+    fn changed(&self) {
+        self.shared.changes.fetch_add(1, Ordering::Release);
+    }
+
+    /// A counter that moves whenever the semaphore advances, records a device signal or fails
+    /// (read without the lock, for spinning waiters).
+    pub(crate) fn changes(&self) -> u64 {
+        self.shared.changes.load(Ordering::Acquire)
+    }
+
+    /// Whether a host thread is parked waiting on this semaphore now (read without the lock). A
+    /// completion side polls fast for such a waiter; a waiter that is still spinning on a device
+    /// event does not need it.
+    pub fn has_waiters(&self) -> bool {
+        self.shared.parked.load(Ordering::Relaxed) > 0
     }
 
     /// This semaphore's identity.
@@ -181,6 +208,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                 });
             }
             state.advance(value, &mut wake);
+            self.changed();
         }
         wake.run(self.id());
         Ok(())
@@ -200,6 +228,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                 return Ok(());
             }
             state.advance(value, &mut wake);
+            self.changed();
         }
         wake.run(self.id());
         Ok(())
@@ -218,6 +247,7 @@ impl<E: DeviceEvent> Semaphore<E> {
             state.timepoints.release_all(&mut wake.released);
             state.waiters.take_all(&mut wake.unparkers);
             state.listeners.take_all(&mut wake.due);
+            self.changed();
         }
         wake.run(self.id());
     }
@@ -255,6 +285,7 @@ impl<E: DeviceEvent> Semaphore<E> {
             } else {
                 state.timepoints.insert(value, event);
                 state.listeners.take_due(value, &mut wake.due);
+                self.changed();
                 Ok(())
             }
         };
@@ -376,11 +407,18 @@ impl<E: DeviceEvent> Semaphore<E> {
         let slot = state
             .waiters
             .insert(if reached { FAILURE_ONLY } else { value }, unparker);
+        self.shared
+            .parked
+            .store(state.waiters.len(), Ordering::Relaxed);
         Ok((slot, reached))
     }
 
     pub(crate) fn remove_waiter(&self, slot: usize) {
-        self.lock().waiters.remove(slot);
+        let mut state = self.lock();
+        state.waiters.remove(slot);
+        self.shared
+            .parked
+            .store(state.waiters.len(), Ordering::Relaxed);
     }
 }
 

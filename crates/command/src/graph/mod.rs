@@ -515,6 +515,17 @@ impl GraphCommandBuffer {
     /// must not be dropped before the launched work completes (the graph reads its update bytes,
     /// buffers and kernels while it runs; a queue keeps it alive until then).
     pub unsafe fn launch(&self, stream: CUstream) -> Result<(), Error> {
+        let _bound = self.recorder.encoder.context.enter()?;
+        // SAFETY: the caller upholds the stream and lifetime contract; the context is current.
+        unsafe { self.launch_current(stream) }
+    }
+
+    /// [`launch`](Self::launch) on a thread where the command buffer's context is already
+    /// current: one `cuCtxGetCurrent` fewer per submission.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch), and the command buffer's context is current on this thread.
+    unsafe fn launch_current(&self, stream: CUstream) -> Result<(), Error> {
         let state = self.recorder.state();
         if state != CommandBufferState::Ended {
             return Err(Error::InvalidState {
@@ -528,11 +539,10 @@ impl GraphCommandBuffer {
         }
         // A poisoned lock only means another launch panicked; the executable is unaffected.
         let _turn = self.launch.lock().unwrap_or_else(|e| e.into_inner());
-        let _bound = encoder.context.enter()?;
         let api = encoder.context.api();
         // SAFETY: `exec` is a live instantiated graph (destroyed only in Drop, which cannot
         // run while `&self` exists); launches are serialized by the lock; the caller
-        // guarantees the stream.
+        // guarantees the stream and the current context.
         api.check("cuGraphLaunch", unsafe {
             (api.cuGraphLaunch)(encoder.exec, stream)
         })?;
@@ -557,8 +567,8 @@ impl CommandBuffer for GraphCommandBuffer {
         CommandBufferKind::Graph
     }
     unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
-        // SAFETY: the caller upholds `issue`'s contract, which is `launch`'s.
-        unsafe { self.launch(stream) }
+        // SAFETY: the caller upholds `issue`'s contract: `launch`'s, and the context is current.
+        unsafe { self.launch_current(stream) }
     }
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
         self.recorder.zones()

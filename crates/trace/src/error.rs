@@ -15,6 +15,8 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// CUPTI was asked for explicitly and cannot be had (missing, or taken by another profiler).
+    Cupti(crate::cupti::CuptiError),
     /// Writing a trace file failed.
     Io {
         /// What was being written.
@@ -40,12 +42,19 @@ impl From<cuhal_sys::Error> for Error {
     }
 }
 
+impl From<crate::cupti::CuptiError> for Error {
+    fn from(e: crate::cupti::CuptiError) -> Self {
+        Error::Cupti(e)
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Driver(e) => write!(f, "tracing: {e}"),
             Error::Sink { sink, reason } => write!(f, "tracing: {sink} sink: {reason}"),
             Error::Io { what, source } => write!(f, "tracing: writing {what}: {source}"),
+            Error::Cupti(e) => write!(f, "tracing: {e}"),
         }
     }
 }
@@ -55,6 +64,7 @@ impl std::error::Error for Error {
         match self {
             Error::Driver(e) => Some(e),
             Error::Io { source, .. } => Some(source),
+            Error::Cupti(e) => Some(e),
             Error::Sink { .. } => None,
         }
     }

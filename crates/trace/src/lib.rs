@@ -48,6 +48,7 @@ mod backend;
 pub mod clock;
 mod context;
 mod cpu_zone;
+pub mod cupti;
 mod error;
 pub mod fake;
 mod hook;

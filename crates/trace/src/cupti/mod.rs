@@ -1,0 +1,30 @@
+//! FINE zones from CUPTI activity records: exact kernel, copy and fill times, also for graph
+//! nodes, with no extra GPU work.
+//!
+//! - [`CuptiLibrary`] loads libcupti at run time (an explicit path, then [`LIBRARY_ENV`], then
+//!   the loader's path); it is never linked.
+//! - [`CuptiSession`] is the process's one subscription: concurrent-kernel, memcpy and memset
+//!   activity into recycled buffers; a driver-API callback that captures the correlation id of
+//!   every launch a thread makes while a [`CaptureGuard`] is open; a resource callback that maps
+//!   the graph nodes CUPTI reports (the executable graph's clones) to the nodes cuhal added.
+//! - [`records`] reads the versioned record structs by their stable prefixes ([`ffi`]).
+//! - [`ClockMap`] puts CUPTI times on the trace clock.
+//! - [`fake`] is a CUPTI in host memory for CI.
+//!
+//! When CUPTI cannot be had, [`CuptiError`] says why: the library is missing, or another
+//! profiler holds CUPTI's one subscriber.
+
+mod error;
+pub mod fake;
+pub mod ffi;
+mod load;
+pub mod records;
+mod session;
+
+pub use error::CuptiError;
+pub use load::{CuptiLibrary, DEFAULT_LIBRARIES, LIBRARY_ENV, candidates};
+pub use records::{Activity, ActivityKind};
+pub use session::{BUFFER_BYTES, CaptureGuard, ClockMap, CuptiSession, MAX_BUFFERS};
+
+#[cfg(test)]
+mod tests;

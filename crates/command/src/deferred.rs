@@ -13,6 +13,7 @@ use std::sync::Arc;
 use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, PrimaryContext};
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
+use crate::launch::{AttributePath, LaunchAttributes};
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
 use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
@@ -44,6 +45,9 @@ pub(crate) enum Op {
     Dispatch {
         function: CUfunction,
         shape: LaunchShape,
+        /// 0 for a plain launch, else 1 + the index of its attributes in `attributes` (kept
+        /// aside so the common op stays small).
+        attributes: u32,
         /// Index of the first argument pointer in `arg_pointers`.
         first_arg: u32,
         args: u32,
@@ -65,6 +69,8 @@ pub(crate) struct DeferredEncoder {
     pub(crate) bytes: AlignedBytes,
     /// Arena offset of each dispatch argument, in op order.
     pub(crate) arg_offsets: Vec<u32>,
+    /// Launch attributes of the dispatches that have any.
+    pub(crate) attributes: Vec<LaunchAttributes>,
     /// `arg_offsets` turned into addresses by `end()`, when the arena stops moving.
     arg_pointers: Vec<*mut c_void>,
     /// Stream work, called at every replay.
@@ -82,6 +88,20 @@ impl DeferredEncoder {
         self.zone(zone.begin);
         self.ops.push(op);
         self.zone(zone.end);
+    }
+
+    /// The attributes of a dispatch op.
+    pub(crate) fn launch_attributes(&self, index: u32) -> &LaunchAttributes {
+        static PLAIN: LaunchAttributes = LaunchAttributes {
+            cluster: None,
+            cooperative: false,
+            programmatic: false,
+            priority: None,
+        };
+        match index.checked_sub(1) {
+            Some(i) => &self.attributes[i as usize],
+            None => &PLAIN,
+        }
     }
 
     /// The argument pointers of a dispatch op (valid after `end()`).
@@ -103,6 +123,7 @@ impl DeferredEncoder {
         &mut self,
         function: CUfunction,
         shape: LaunchShape,
+        attributes: LaunchAttributes,
         args: &KernelArgs,
         zone: CommandZone,
     ) -> Result<(), Error> {
@@ -118,11 +139,18 @@ impl DeferredEncoder {
             offsets.push(u32::try_from(base + slot.offset as usize).map_err(|_| too_big())?);
         }
         self.arg_offsets.extend_from_slice(&offsets);
+        let attributes = if attributes.is_plain() {
+            0
+        } else {
+            self.attributes.push(attributes);
+            u32::try_from(self.attributes.len()).map_err(|_| too_big())?
+        };
         self.push(
             zone,
             Op::Dispatch {
                 function,
                 shape,
+                attributes,
                 first_arg,
                 args: args.len() as u32,
             },
@@ -132,6 +160,8 @@ impl DeferredEncoder {
 }
 
 impl Encoder for DeferredEncoder {
+    const ATTRIBUTE_PATH: AttributePath = AttributePath::Launch;
+
     fn fill(
         &mut self,
         target: CUdeviceptr,
@@ -187,7 +217,13 @@ impl Encoder for DeferredEncoder {
             block: dispatch.block,
             shared_memory: dispatch.shared_memory_bytes,
         };
-        self.encode_dispatch(dispatch.function.raw(), shape, dispatch.args, zone)
+        self.encode_dispatch(
+            dispatch.function.raw(),
+            shape,
+            dispatch.attributes,
+            dispatch.args,
+            zone,
+        )
     }
 
     fn barrier(&mut self) -> Result<(), Error> {
@@ -322,6 +358,7 @@ impl DeferredCommandBuffer {
                     Op::Dispatch {
                         function,
                         shape,
+                        attributes,
                         first_arg,
                         args,
                     } => stream_ops::launch(
@@ -329,6 +366,7 @@ impl DeferredCommandBuffer {
                         stream,
                         function,
                         shape,
+                        encoder.launch_attributes(attributes),
                         encoder.pointers(first_arg, args),
                     )?,
                     Op::Event(event) => stream_ops::record_event(api, stream, event)?,

@@ -137,6 +137,58 @@ pub enum Error {
         /// Bytes allowed (see `Function::set_max_dynamic_shared_memory`).
         max: u32,
     },
+    /// A launch attribute the GPU or the loaded driver cannot honour.
+    UnsupportedAttribute {
+        /// The attribute (`"cluster"`, `"cooperative"`, `"programmatic"`, ...).
+        attribute: &'static str,
+        /// What is missing.
+        reason: &'static str,
+    },
+    /// A thread-block cluster shape that cannot be launched.
+    BadCluster {
+        /// The function.
+        function: String,
+        /// The cluster asked for (zeros: none).
+        cluster: [u32; 3],
+        /// The grid.
+        grid: [u32; 3],
+        /// Why.
+        reason: &'static str,
+    },
+    /// A cluster of more blocks than the function may use.
+    ClusterTooLarge {
+        /// The function.
+        function: String,
+        /// The cluster asked for.
+        cluster: [u32; 3],
+        /// Its blocks.
+        blocks: u64,
+        /// The most blocks a cluster of this function may have (8 portable, 16 non-portable).
+        max: u32,
+    },
+    /// A cooperative grid larger than the device holds at once.
+    CooperativeGridTooLarge {
+        /// The function.
+        function: String,
+        /// Blocks in the grid.
+        blocks: u64,
+        /// Blocks that can be resident at once (occupancy times multiprocessors).
+        max: u64,
+    },
+    /// A programmatic dispatch without the one dispatch it may depend on.
+    NoProgrammaticPredecessor {
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A priority outside the context's stream priority range.
+    BadPriority {
+        /// The priority asked for.
+        priority: i32,
+        /// The lowest priority (numerically largest).
+        least: i32,
+        /// The highest priority (numerically smallest).
+        greatest: i32,
+    },
     /// The operation is not valid in the command buffer's current state.
     InvalidState {
         /// The operation attempted.
@@ -226,6 +278,46 @@ impl fmt::Display for Error {
                 value,
                 alignment,
             } => write!(f, "{what} {value} is not a multiple of {alignment}"),
+            Error::UnsupportedAttribute { attribute, reason } => {
+                write!(f, "launch attribute {attribute} is not supported: {reason}")
+            }
+            Error::BadCluster {
+                function,
+                cluster,
+                grid,
+                reason,
+            } => write!(
+                f,
+                "cluster {cluster:?} for grid {grid:?} of kernel {function}: {reason}"
+            ),
+            Error::ClusterTooLarge {
+                function,
+                cluster,
+                blocks,
+                max,
+            } => write!(
+                f,
+                "cluster {cluster:?} of kernel {function} has {blocks} blocks; at most {max} allowed"
+            ),
+            Error::CooperativeGridTooLarge {
+                function,
+                blocks,
+                max,
+            } => write!(
+                f,
+                "cooperative grid of {blocks} blocks for kernel {function}; the device holds at most {max} at once"
+            ),
+            Error::NoProgrammaticPredecessor { reason } => {
+                write!(f, "programmatic dispatch: {reason}")
+            }
+            Error::BadPriority {
+                priority,
+                least,
+                greatest,
+            } => write!(
+                f,
+                "priority {priority} is outside the context's range {greatest} (highest) to {least} (lowest)"
+            ),
             Error::BadPattern { length } => {
                 write!(f, "fill pattern of {length} bytes (must be 1, 2 or 4)")
             }
@@ -311,7 +403,7 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "{requested} bytes of dynamic shared memory exceed the {max} that {function} \
-                 is set up for"
+                 may use"
             ),
             Error::InvalidState { operation, state } => {
                 write!(f, "cannot {operation}: the command buffer is {state}")

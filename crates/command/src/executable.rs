@@ -3,8 +3,8 @@
 
 use std::ffi::{CString, c_int, c_uint, c_void};
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use cuhal_sys::{
     CU_FUNC_ATTRIBUTE_BINARY_VERSION, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
@@ -15,6 +15,7 @@ use cuhal_sys::{
     CU_JIT_LOG_VERBOSE, CUfunction, CUfunction_attribute, CUjit_option, CUmodule, PrimaryContext,
 };
 
+use crate::launch::LaunchCapabilities;
 use crate::{Error, KernelArgs};
 
 /// Bytes reserved for each of the JIT's logs.
@@ -184,6 +185,7 @@ impl Executable {
             binary_version: get(CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
         };
         let max_dynamic_shared = get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?;
+        let capabilities = crate::launch::read_capabilities(api, context, raw)?;
         Ok(Function {
             inner: Arc::new(FunctionInner {
                 module: Arc::clone(&self.module),
@@ -191,7 +193,9 @@ impl Executable {
                 name: name.into(),
                 attributes,
                 max_dynamic_shared: AtomicU32::new(max_dynamic_shared),
+                raise: Mutex::new(()),
                 parameters: parameter_sizes(api, raw),
+                capabilities,
             }),
         })
     }
@@ -238,6 +242,10 @@ struct FunctionInner {
     name: Box<str>,
     attributes: FunctionAttributes,
     max_dynamic_shared: AtomicU32,
+    /// Held while raising `max_dynamic_shared`, so two recordings never lower it.
+    raise: Mutex<()>,
+    /// What the device and driver allow for launch attributes.
+    capabilities: LaunchCapabilities,
     /// Each parameter's size in bytes, when the driver can say (CUDA 12.4 and later).
     parameters: Option<Box<[usize]>>,
 }
@@ -367,6 +375,43 @@ impl Function {
             .max_dynamic_shared
             .store(bytes, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// What the device and driver allow this function's launches.
+    pub(crate) fn capabilities(&self) -> &LaunchCapabilities {
+        &self.inner.capabilities
+    }
+
+    /// The most dynamic shared memory the device lets a block of this function opt in to (the
+    /// device's opt-in maximum less the kernel's static shared memory).
+    pub fn max_dynamic_shared_memory_optin(&self) -> u32 {
+        self.inner
+            .capabilities
+            .max_shared_optin
+            .saturating_sub(self.inner.attributes.static_shared_bytes)
+    }
+
+    /// Makes sure a dispatch may use `bytes` of dynamic shared memory: raises the function's
+    /// limit when it is lower (above 48 KiB the driver needs it), up to the device's opt-in
+    /// maximum; beyond that it is an [`Error::SharedMemoryTooLarge`]. Never lowers the limit.
+    pub fn ensure_dynamic_shared_memory(&self, bytes: u32) -> Result<(), Error> {
+        if bytes <= self.max_dynamic_shared_memory() {
+            return Ok(());
+        }
+        let max = self.max_dynamic_shared_memory_optin();
+        if bytes > max {
+            return Err(Error::SharedMemoryTooLarge {
+                function: self.name().to_owned(),
+                requested: bytes,
+                max,
+            });
+        }
+        // A poisoned lock only means another raise panicked; the limit is read again below.
+        let _raising = self.inner.raise.lock().unwrap_or_else(|e| e.into_inner());
+        if bytes <= self.max_dynamic_shared_memory() {
+            return Ok(());
+        }
+        self.set_max_dynamic_shared_memory(bytes)
     }
 
     /// The limits a dispatch is checked against.

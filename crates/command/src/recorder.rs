@@ -9,6 +9,7 @@ use std::sync::Arc;
 use cuhal_sys::{CUcontext, CUdeviceptr, CUevent, PrimaryContext};
 
 use crate::executable::{validate_arguments, validate_dispatch};
+use crate::launch::{AttributePath, LaunchAttributes, check_attributes};
 use crate::range::check_non_empty;
 use crate::{
     Buffer, BufferRange, Error, Function, KernelArgs, StreamWorkFn, Verbosity, WorkRange,
@@ -80,7 +81,8 @@ impl FillPattern {
     }
 }
 
-/// One kernel launch: function, grid and block shape, dynamic shared memory and arguments.
+/// One kernel launch: function, grid and block shape, dynamic shared memory, arguments and
+/// launch attributes.
 #[derive(Copy, Clone, Debug)]
 pub struct Dispatch<'a> {
     /// The kernel.
@@ -93,6 +95,8 @@ pub struct Dispatch<'a> {
     pub shared_memory_bytes: u32,
     /// The kernel's arguments (copied at record time).
     pub args: &'a KernelArgs,
+    /// Clusters, cooperative launch, programmatic dependency, priority (default: none).
+    pub attributes: LaunchAttributes,
 }
 
 impl<'a> Dispatch<'a> {
@@ -109,12 +113,45 @@ impl<'a> Dispatch<'a> {
             block,
             shared_memory_bytes: 0,
             args,
+            attributes: LaunchAttributes::default(),
         }
     }
 
-    /// Sets the dynamic shared memory per block.
+    /// Sets the dynamic shared memory per block. Above the function's current limit (48 KiB by
+    /// default) recording raises the limit, up to the device's opt-in maximum.
     pub fn with_shared_memory(mut self, bytes: u32) -> Self {
         self.shared_memory_bytes = bytes;
+        self
+    }
+
+    /// Launches in thread-block clusters of `dims` blocks (see [`LaunchAttributes::cluster`]).
+    pub fn with_cluster(mut self, dims: [u32; 3]) -> Self {
+        self.attributes.cluster = Some(dims);
+        self
+    }
+
+    /// Launches cooperatively (see [`LaunchAttributes::cooperative`]).
+    pub fn cooperative(mut self) -> Self {
+        self.attributes.cooperative = true;
+        self
+    }
+
+    /// Depends programmatically on the dispatch before the preceding barrier (see
+    /// [`LaunchAttributes::programmatic`]).
+    pub fn programmatic(mut self) -> Self {
+        self.attributes.programmatic = true;
+        self
+    }
+
+    /// Sets the dispatch's priority (see [`LaunchAttributes::priority`]).
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.attributes.priority = Some(priority);
+        self
+    }
+
+    /// Sets every launch attribute at once.
+    pub fn with_attributes(mut self, attributes: LaunchAttributes) -> Self {
+        self.attributes = attributes;
         self
     }
 }
@@ -242,6 +279,9 @@ pub(crate) struct CommandZone {
 
 /// What a command buffer kind does with checked commands.
 pub(crate) trait Encoder {
+    /// How this kind passes launch attributes to the driver.
+    const ATTRIBUTE_PATH: AttributePath;
+
     fn fill(
         &mut self,
         target: CUdeviceptr,
@@ -355,6 +395,54 @@ impl Retained {
     }
 }
 
+/// The shape of the commands recorded since the last barriers, for programmatic dispatches:
+/// one may only follow a barrier that closed a group of exactly one dispatch.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Groups {
+    /// Commands recorded since the last barrier.
+    current: u32,
+    /// The current group is exactly one dispatch.
+    current_is_one_dispatch: bool,
+    /// The group the last barrier closed was exactly one dispatch, with nothing (no tracing
+    /// zone edge) recorded after it.
+    previous_is_one_dispatch: bool,
+}
+
+impl Groups {
+    pub(crate) fn command(&mut self, dispatch: bool) {
+        self.current += 1;
+        self.current_is_one_dispatch = self.current == 1 && dispatch;
+    }
+
+    pub(crate) fn barrier(&mut self) {
+        if self.current > 0 {
+            self.previous_is_one_dispatch = self.current_is_one_dispatch;
+            self.current = 0;
+            self.current_is_one_dispatch = false;
+        }
+    }
+
+    /// A tracing zone edge: a serialization point between whatever came before and after.
+    pub(crate) fn zone_edge(&mut self) {
+        self.barrier();
+        self.previous_is_one_dispatch = false;
+    }
+
+    pub(crate) fn check_programmatic(&self) -> Result<(), Error> {
+        if self.current > 0 {
+            return Err(Error::NoProgrammaticPredecessor {
+                reason: "it must be the first command after a barrier",
+            });
+        }
+        if !self.previous_is_one_dispatch {
+            return Err(Error::NoProgrammaticPredecessor {
+                reason: "the group before the barrier must be exactly one dispatch",
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The shared front end: checks, state, retention and zones around an [`Encoder`].
 pub(crate) struct Recorder<E> {
     pub(crate) encoder: E,
@@ -365,6 +453,7 @@ pub(crate) struct Recorder<E> {
     zones: ZoneHooks,
     open_groups: u32,
     retained: Retained,
+    groups: Groups,
 }
 
 impl<E: Encoder> Recorder<E> {
@@ -382,6 +471,7 @@ impl<E: Encoder> Recorder<E> {
             zones: ZoneHooks::new(zones),
             open_groups: 0,
             retained: Retained::default(),
+            groups: Groups::default(),
         };
         if let Some(event) = this.zones.begin_coarse(name) {
             this.encoder.zone_event(event)?;
@@ -468,6 +558,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.check_range(target)?;
         let zone = self.zones.command("fill");
         self.encode(|e| e.fill(target.device_ptr(), target.len(), pattern, zone))?;
+        self.groups.command(false);
         self.retain_range(target);
         Ok(())
     }
@@ -485,6 +576,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.check_range(target)?;
         let zone = self.zones.command("update");
         self.encode(|e| e.update(target.device_ptr(), data, zone))?;
+        self.groups.command(false);
         self.retain_range(target);
         Ok(())
     }
@@ -496,6 +588,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.check_range(target)?;
         let zone = self.zones.command("copy");
         self.encode(|e| e.copy(source.device_ptr(), target.device_ptr(), source.len(), zone))?;
+        self.groups.command(false);
         self.retain_range(source);
         self.retain_range(target);
         Ok(())
@@ -504,6 +597,8 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
     fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error> {
         self.recording("dispatch")?;
         let function = dispatch.function;
+        self.same_context(function.context())?;
+        function.ensure_dynamic_shared_memory(dispatch.shared_memory_bytes)?;
         validate_dispatch(
             function.name(),
             function.limits(),
@@ -512,12 +607,32 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             dispatch.shared_memory_bytes,
         )?;
         validate_arguments(function.name(), function.parameter_sizes(), dispatch.args)?;
-        self.same_context(function.context())?;
         for buffer in dispatch.args.buffers() {
             self.same_context(buffer.context())?;
         }
+        let mut attributes = check_attributes(
+            function,
+            dispatch.grid,
+            dispatch.block,
+            dispatch.shared_memory_bytes,
+            &dispatch.attributes,
+            E::ATTRIBUTE_PATH,
+        )?;
+        if attributes.programmatic {
+            self.groups.check_programmatic()?;
+            // FINE zones put timing events between the two kernels: the dependency stays
+            // correct but becomes a full one.
+            if self.zones.verbosity >= Verbosity::Fine {
+                attributes.programmatic = false;
+            }
+        }
+        let dispatch = Dispatch {
+            attributes,
+            ..*dispatch
+        };
         let zone = self.zones.command(function.name());
-        self.encode(|e| e.dispatch(dispatch, zone))?;
+        self.encode(|e| e.dispatch(&dispatch, zone))?;
+        self.groups.command(true);
         self.retained.function(function);
         for buffer in dispatch.args.buffers() {
             self.retained.buffer(buffer);
@@ -527,7 +642,9 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
 
     fn barrier(&mut self) -> Result<(), Error> {
         self.recording("barrier")?;
-        self.encode(|e| e.barrier())
+        self.encode(|e| e.barrier())?;
+        self.groups.barrier();
+        Ok(())
     }
 
     fn stream_work(
@@ -555,6 +672,8 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
                 return Err(e);
             }
         }
+        // Captured work may be several nodes: never a programmatic predecessor.
+        self.groups.command(false);
         for range in ranges {
             self.retain_range(range);
         }
@@ -567,6 +686,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.open_groups += 1;
         if let Some(event) = self.zones.begin_coarse(name) {
             self.encode(|e| e.zone_event(event))?;
+            self.groups.zone_edge();
         }
         Ok(())
     }
@@ -579,6 +699,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.open_groups -= 1;
         if let Some(event) = self.zones.end_coarse() {
             self.encode(|e| e.zone_event(event))?;
+            self.groups.zone_edge();
         }
         Ok(())
     }

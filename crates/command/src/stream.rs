@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cuhal_sys::{CUdeviceptr, CUevent, CUstream, PrimaryContext};
 
 use crate::arena::StableArena;
+use crate::launch::AttributePath;
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
 use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
@@ -51,6 +52,8 @@ impl StreamEncoder {
 }
 
 impl Encoder for StreamEncoder {
+    const ATTRIBUTE_PATH: AttributePath = AttributePath::Launch;
+
     fn fill(
         &mut self,
         target: CUdeviceptr,
@@ -110,6 +113,7 @@ impl Encoder for StreamEncoder {
                     this.stream,
                     dispatch.function.raw(),
                     shape,
+                    &dispatch.attributes,
                     params,
                 )
             }

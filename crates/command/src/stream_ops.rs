@@ -5,6 +5,7 @@ use std::ffi::c_void;
 
 use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, DriverApi};
 
+use crate::launch::{LaunchAttributes, NO_ATTRIBUTE, launch_config};
 use crate::{Error, FillPattern};
 
 /// `cuMemsetD{8,16,32}Async` of `length` bytes.
@@ -85,7 +86,8 @@ pub(crate) struct LaunchShape {
     pub(crate) shared_memory: u32,
 }
 
-/// `cuLaunchKernel`.
+/// `cuLaunchKernel`, or `cuLaunchKernelEx` when the dispatch has launch attributes (checked
+/// at recording, which also made sure the driver has `cuLaunchKernelEx`).
 ///
 /// # Safety
 /// `function` is a function of a loaded module of the current context; `params` is null (no
@@ -96,8 +98,32 @@ pub(crate) unsafe fn launch(
     stream: CUstream,
     function: CUfunction,
     shape: LaunchShape,
+    attributes: &LaunchAttributes,
     params: *mut *mut c_void,
 ) -> Result<(), Error> {
+    if !attributes.is_plain() {
+        let Some(launch_ex) = api.cuLaunchKernelEx else {
+            return Err(Error::UnsupportedAttribute {
+                attribute: "launch attributes",
+                reason: "the driver has no cuLaunchKernelEx (CUDA 11.8)",
+            });
+        };
+        let mut attrs = [NO_ATTRIBUTE; 4];
+        let n = attributes.fill(&mut attrs, true);
+        let config = launch_config(
+            shape.grid,
+            shape.block,
+            shape.shared_memory,
+            stream,
+            &mut attrs,
+            n,
+        );
+        // SAFETY: guaranteed by the caller; `config` and the attributes it points to are
+        // locals that outlive the call.
+        let r = unsafe { launch_ex(&config, function, params, std::ptr::null_mut()) };
+        api.check("cuLaunchKernelEx", r)?;
+        return Ok(());
+    }
     let [gx, gy, gz] = shape.grid;
     let [bx, by, bz] = shape.block;
     // SAFETY: guaranteed by the caller.

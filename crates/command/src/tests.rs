@@ -224,12 +224,30 @@ fn deferred_dispatch_arguments_are_frozen_in_the_arena() {
     let second = KernelArgs::new().with(2.5f32).with(0x55u64);
     let none = KernelArgs::new();
     let f = std::ptr::null_mut();
-    enc.encode_dispatch(f, shape, &first, CommandZone::default())
-        .unwrap();
-    enc.encode_dispatch(f, shape, &none, CommandZone::default())
-        .unwrap();
-    enc.encode_dispatch(f, shape, &second, CommandZone::default())
-        .unwrap();
+    enc.encode_dispatch(
+        f,
+        shape,
+        LaunchAttributes::default(),
+        &first,
+        CommandZone::default(),
+    )
+    .unwrap();
+    enc.encode_dispatch(
+        f,
+        shape,
+        LaunchAttributes::default(),
+        &none,
+        CommandZone::default(),
+    )
+    .unwrap();
+    enc.encode_dispatch(
+        f,
+        shape,
+        LaunchAttributes::default(),
+        &second,
+        CommandZone::default(),
+    )
+    .unwrap();
     enc.end().unwrap();
     let dispatches: Vec<(u32, u32)> = enc
         .ops

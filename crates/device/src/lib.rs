@@ -69,7 +69,8 @@ pub use wait::{WaitMode, wait_semaphores};
 
 pub use cuhal_command::{
     Buffer, BufferRange, CommandBuffer, CommandRecorder, Dispatch, Executable, FillPattern,
-    Function, HostBuffer, KernelArgs, StreamWork, StreamWorkError, StreamWorkFn, WorkRange,
+    Function, HostBuffer, KernelArgs, LaunchAttributes, StreamWork, StreamWorkError, StreamWorkFn,
+    WorkRange,
 };
 pub use cuhal_semaphore::{Failure, Timeout};
 pub use cuhal_trace::{JsonSink, MemorySink, Sink, Verbosity};

@@ -36,6 +36,8 @@ pub struct Counts {
     pub context_retains: u64,
     /// Kernel launches so far (stream launches and kernel graph nodes), every function.
     pub launches: u64,
+    /// Programmatic edges added to graphs so far.
+    pub programmatic_edges: u64,
 }
 
 /// Reads a caller's C string.

@@ -12,9 +12,11 @@ use std::collections::VecDeque;
 use std::ffi::{c_int, c_uint};
 
 use cuhal_sys::{
+    CU_GRAPH_DEPENDENCY_TYPE_DEFAULT, CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC,
+    CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
     CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED, CUDA_KERNEL_NODE_PARAMS,
-    CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent, CUgraph, CUgraphExec, CUgraphNode,
-    CUstream,
+    CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUevent, CUgraph, CUgraphEdgeData,
+    CUgraphExec, CUgraphNode, CUlaunchAttributeID, CUlaunchAttributeValue, CUstream,
 };
 
 use crate::entry::{Status, ensure, entry, put};
@@ -60,12 +62,43 @@ pub(crate) struct Copy3d {
 /// What a node does.
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
-    Kernel { function: usize },
-    Memset { params: CUDA_MEMSET_NODE_PARAMS },
+    Kernel {
+        function: usize,
+        grid: [c_uint; 3],
+        block: [c_uint; 3],
+        shared: c_uint,
+        /// Set through `cuGraphKernelNodeSetAttribute`.
+        device_updatable: bool,
+    },
+    Memset {
+        params: CUDA_MEMSET_NODE_PARAMS,
+    },
     Memcpy(Copy3d),
     Empty,
-    EventRecord { event: usize },
-    EventWait { event: usize },
+    EventRecord {
+        event: usize,
+    },
+    EventWait {
+        event: usize,
+    },
+}
+
+impl Op {
+    /// A kernel node of this shape, not device-updatable.
+    pub(crate) fn kernel(
+        function: usize,
+        grid: [c_uint; 3],
+        block: [c_uint; 3],
+        shared: c_uint,
+    ) -> Self {
+        Op::Kernel {
+            function,
+            grid,
+            block,
+            shared,
+            device_updatable: false,
+        }
+    }
 }
 
 /// One node and the nodes it depends on.
@@ -92,7 +125,7 @@ impl World {
     /// Runs one node's operation.
     fn run(&mut self, op: &Op) -> Status {
         match *op {
-            Op::Kernel { function } => {
+            Op::Kernel { function, .. } => {
                 let name = lookup(&self.functions, function)?.name.clone();
                 *self.launches.entry(name).or_insert(0) += 1;
             }
@@ -128,7 +161,7 @@ impl World {
     /// Checks that what `op` refers to still exists.
     fn check(&self, op: &Op) -> Status {
         match *op {
-            Op::Kernel { function } => lookup(&self.functions, function).map(drop),
+            Op::Kernel { function, .. } => lookup(&self.functions, function).map(drop),
             Op::EventRecord { event } | Op::EventWait { event } => {
                 lookup(&self.events, event).map(drop)
             }
@@ -319,8 +352,14 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
             [params.blockDimX, params.blockDimY, params.blockDimZ],
             params.sharedMemBytes,
         )?;
+        let op = Op::kernel(
+            function,
+            [params.gridDimX, params.gridDimY, params.gridDimZ],
+            [params.blockDimX, params.blockDimY, params.blockDimZ],
+            params.sharedMemBytes,
+        );
         // SAFETY: forwarded caller contract.
-        unsafe { world.add_node(out, graph, deps, count, Op::Kernel { function }) }
+        unsafe { world.add_node(out, graph, deps, count, op) }
     })
 }
 
@@ -569,6 +608,152 @@ pub extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> c_int {
             other.deps.retain(|&d| d != node);
         }
         Ok(())
+    })
+}
+
+/// `CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const
+/// CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)`: a default edge
+/// is as in [`cuGraphAddDependencies`]; a programmatic one must join two kernel nodes from the
+/// programmatic port and is counted ([`crate::control::Counts::programmatic_edges`]).
+///
+/// # Safety
+/// `from` and `to` each hold `count` handles; `edges` is null or holds `count` entries.
+pub unsafe extern "C" fn cuGraphAddDependencies_v2(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    count: usize,
+) -> c_int {
+    if count > 0 && !edges.is_null() {
+        // SAFETY: non-null and holding `count` entries by the caller's contract.
+        let edges = unsafe { std::slice::from_raw_parts(edges, count) };
+        let r = entry("cuGraphAddDependencies", || {
+            let mut world = world();
+            // SAFETY: `from` and `to` hold `count` handles by the caller's contract.
+            let (sources, targets) = unsafe {
+                ensure(!from.is_null() && !to.is_null(), status::INVALID_VALUE)?;
+                (
+                    std::slice::from_raw_parts(from, count),
+                    std::slice::from_raw_parts(to, count),
+                )
+            };
+            let graph_id = id(graph)?;
+            let g = lookup(&world.graphs, graph_id)?;
+            let is_kernel = |n: &CUgraphNode| {
+                g.nodes
+                    .iter()
+                    .any(|node| node.id == n.addr() && matches!(node.op, Op::Kernel { .. }))
+            };
+            let mut programmatic = 0;
+            for ((edge, source), target) in edges.iter().zip(sources).zip(targets) {
+                match (edge.type_, edge.from_port, edge.to_port) {
+                    (CU_GRAPH_DEPENDENCY_TYPE_DEFAULT, 0, 0) => {}
+                    (
+                        CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC,
+                        CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
+                        0,
+                    ) => {
+                        ensure(
+                            is_kernel(source) && is_kernel(target),
+                            status::INVALID_VALUE,
+                        )?;
+                        programmatic += 1;
+                    }
+                    _ => return Err(status::INVALID_VALUE),
+                }
+                ensure(edge.reserved == [0; 5], status::INVALID_VALUE)?;
+            }
+            world.programmatic_edges += programmatic;
+            Ok(())
+        });
+        if r != status::SUCCESS {
+            return r;
+        }
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe { cuGraphAddDependencies(graph, from, to, count) }
+}
+
+/// Finds kernel node `node` of any graph.
+fn kernel_node(world: &mut World, node: CUgraphNode) -> Result<&mut Op, c_int> {
+    let graph = *world.nodes.get(&id(node)?).ok_or(status::INVALID_HANDLE)?;
+    let graph = lookup_mut(&mut world.graphs, graph)?;
+    let node = graph
+        .nodes
+        .iter_mut()
+        .find(|n| n.id == node.addr())
+        .ok_or(status::INVALID_HANDLE)?;
+    ensure(matches!(node.op, Op::Kernel { .. }), status::INVALID_VALUE)?;
+    Ok(&mut node.op)
+}
+
+/// `CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const
+/// CUkernelNodeAttrValue *value)`: checked against the node's shape like a launch attribute.
+///
+/// # Safety
+/// `value` is null or readable.
+pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute(
+    node: CUgraphNode,
+    attribute: CUlaunchAttributeID,
+    value: *const CUlaunchAttributeValue,
+) -> c_int {
+    entry("cuGraphKernelNodeSetAttribute", || {
+        ensure(!value.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and readable by the caller's contract.
+        let value = unsafe { value.read() };
+        let mut world = world();
+        let Op::Kernel {
+            function,
+            grid,
+            block,
+            shared,
+            ..
+        } = kernel_node(&mut world, node)?.clone()
+        else {
+            return Err(status::INVALID_VALUE);
+        };
+        world.check_attribute(function, grid, block, shared, attribute, &value, true)?;
+        if attribute == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE
+            && let Op::Kernel {
+                device_updatable, ..
+            } = kernel_node(&mut world, node)?
+        {
+            *device_updatable = true;
+        }
+        Ok(())
+    })
+}
+
+/// `CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+/// CUkernelNodeAttrValue *value)`: only whether the node is device-updatable, and its device
+/// handle (the node's own handle in the fake).
+///
+/// # Safety
+/// `value` is null or valid for one write.
+pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
+    node: CUgraphNode,
+    attribute: CUlaunchAttributeID,
+    value: *mut CUlaunchAttributeValue,
+) -> c_int {
+    entry("cuGraphKernelNodeGetAttribute", || {
+        ensure(
+            attribute == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+            status::INVALID_VALUE,
+        )?;
+        let mut world = world();
+        let Op::Kernel {
+            device_updatable, ..
+        } = *kernel_node(&mut world, node)?
+        else {
+            return Err(status::INVALID_VALUE);
+        };
+        let mut out = CUlaunchAttributeValue::int(i32::from(device_updatable));
+        if device_updatable {
+            out.bytes[8..16].copy_from_slice(&(node.addr() as u64).to_ne_bytes());
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { put(value, out) }
     })
 }
 

@@ -11,12 +11,18 @@
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
 use cuhal_sys::{
-    CU_FUNC_ATTRIBUTE_BINARY_VERSION, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
-    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_FUNC_ATTRIBUTE_NUM_REGS,
-    CU_FUNC_ATTRIBUTE_PTX_VERSION, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+    CU_FUNC_ATTRIBUTE_BINARY_VERSION, CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET,
+    CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+    CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, CU_FUNC_ATTRIBUTE_NUM_REGS,
+    CU_FUNC_ATTRIBUTE_PTX_VERSION, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
+    CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
     CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-    CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUstream,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+    CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, CU_LAUNCH_ATTRIBUTE_PRIORITY,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, CUfunction, CUfunction_attribute,
+    CUjit_option, CUlaunchAttributeID, CUlaunchAttributeValue, CUlaunchConfig, CUmodule, CUstream,
 };
 
 use crate::driver::{MAX_SHARED_OPTIN, MAX_THREADS_PER_BLOCK};
@@ -43,6 +49,44 @@ pub(crate) struct Function {
     module: usize,
     pub name: String,
     max_dynamic_shared: c_int,
+    /// The cluster shape from `.reqnctapercluster` in the kernel's header; zeros when none.
+    pub required_cluster: [c_uint; 3],
+}
+
+/// The cluster shape a kernel's header declares with `.reqnctapercluster x, y, z` (missing
+/// axes are 1), or zeros. The header is the text from the name to the body's `{`.
+fn required_cluster(text: &str, name: &str) -> [c_uint; 3] {
+    let Some(start) = text.find(&format!(".entry {name}")) else {
+        return [0; 3];
+    };
+    let header = &text[start..];
+    let header = &header[..header.find('{').unwrap_or(header.len())];
+    let Some(at) = header.find(".reqnctapercluster") else {
+        return [0; 3];
+    };
+    let mut dims = [1; 3];
+    let values = header[at + ".reqnctapercluster".len()..]
+        .split(',')
+        .map(|v| v.split_whitespace().next().unwrap_or("").parse::<c_uint>());
+    for (slot, value) in dims.iter_mut().zip(values) {
+        match value {
+            Ok(v) => *slot = v,
+            Err(_) => break,
+        }
+    }
+    dims
+}
+
+/// Blocks of `threads` threads using `shared` bytes of dynamic shared memory that one
+/// multiprocessor holds at once: 2048 threads, 32 blocks, 228 KiB of shared memory (1 KiB of
+/// it reserved per block), as on Hopper.
+pub fn blocks_per_multiprocessor(threads: u64, shared: u64) -> u64 {
+    if threads == 0 {
+        return 0;
+    }
+    let by_threads = 2048 / threads;
+    let by_shared = (228 * 1024) / (shared + 1024);
+    by_threads.min(by_shared).min(32)
 }
 
 /// The kernels of `text`: every name after `.entry`.
@@ -84,6 +128,63 @@ impl World {
         )
     }
 }
+
+impl World {
+    /// Checks one launch attribute for a launch of `function` with this shape: a cluster must
+    /// tile the grid, have at most 8 blocks and match a compiled-in one; a cooperative grid must
+    /// fit on the device at once; a priority must be in the context's range. Device-updatable
+    /// nodes are only for graphs (`graph`).
+    #[allow(clippy::too_many_arguments)] // the launch's shape, as cuda.h passes it
+    pub(crate) fn check_attribute(
+        &self,
+        function: usize,
+        grid: [c_uint; 3],
+        block: [c_uint; 3],
+        shared: c_uint,
+        attribute: CUlaunchAttributeID,
+        value: &CUlaunchAttributeValue,
+        graph: bool,
+    ) -> Status {
+        let function = lookup(&self.functions, function)?;
+        match attribute {
+            CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION => {
+                let cluster = value.as_dims();
+                let blocks: u64 = cluster.iter().map(|&c| u64::from(c)).product();
+                ensure(
+                    cluster.iter().all(|&c| c >= 1)
+                        && grid.iter().zip(cluster).all(|(&g, c)| g % c == 0)
+                        && blocks <= 8
+                        && (function.required_cluster == [0; 3]
+                            || function.required_cluster == cluster),
+                    status::INVALID_VALUE,
+                )
+            }
+            CU_LAUNCH_ATTRIBUTE_COOPERATIVE => {
+                let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+                let blocks: u64 = grid.iter().map(|&g| u64::from(g)).product();
+                let max = blocks_per_multiprocessor(threads, u64::from(shared))
+                    * crate::driver::MULTIPROCESSORS as u64;
+                ensure(value.as_int() == 0 || blocks <= max, COOPERATIVE_TOO_LARGE)
+            }
+            CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION => ensure(
+                !graph && (0..=1).contains(&value.as_int()),
+                status::INVALID_VALUE,
+            ),
+            CU_LAUNCH_ATTRIBUTE_PRIORITY => ensure(
+                (crate::stream::GREATEST_PRIORITY..=crate::stream::LEAST_PRIORITY)
+                    .contains(&value.as_int()),
+                status::INVALID_VALUE,
+            ),
+            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE => {
+                ensure(graph && value.as_int() == 1, status::INVALID_VALUE)
+            }
+            _ => Err(status::INVALID_VALUE),
+        }
+    }
+}
+
+/// `CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`.
+pub const COOPERATIVE_TOO_LARGE: c_int = 720;
 
 /// Writes `text` into a JIT log buffer given by the options, and its length into the size slot.
 ///
@@ -172,6 +273,7 @@ unsafe fn load(
                 module,
                 name: (*name).to_owned(),
                 max_dynamic_shared: DEFAULT_DYNAMIC_SHARED,
+                required_cluster: required_cluster(&text, name),
             },
         );
         functions.push(function);
@@ -289,6 +391,11 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
             CU_FUNC_ATTRIBUTE_PTX_VERSION => 80,
             CU_FUNC_ATTRIBUTE_BINARY_VERSION => 90,
             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => function.max_dynamic_shared,
+            CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET
+            | CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED => 0,
+            CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH => function.required_cluster[0] as c_int,
+            CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT => function.required_cluster[1] as c_int,
+            CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH => function.required_cluster[2] as c_int,
             _ => return Err(status::INVALID_VALUE),
         };
         // SAFETY: forwarded caller contract.
@@ -342,7 +449,10 @@ pub extern "C" fn cuLaunchKernel(
             [block_x, block_y, block_z],
             shared,
         )?;
-        if world.captured(stream, || crate::graph::Op::Kernel { function })? {
+        let (grid, block) = ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
+        if world.captured(stream, || {
+            crate::graph::Op::kernel(function, grid, block, shared)
+        })? {
             return Ok(());
         }
         let name = world.functions[&function].name.clone();
@@ -351,9 +461,140 @@ pub extern "C" fn cuLaunchKernel(
     })
 }
 
+/// `CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+/// void **extra)`: checked like `cuLaunchKernel`, each attribute checked, and counted.
+///
+/// # Safety
+/// `config` is null or readable, with `numAttrs` readable attributes.
+pub unsafe extern "C" fn cuLaunchKernelEx(
+    config: *const CUlaunchConfig,
+    function: CUfunction,
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> c_int {
+    entry("cuLaunchKernelEx", || {
+        ensure(!config.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and readable by the caller's contract.
+        let config = unsafe { config.read() };
+        ensure(
+            config.numAttrs == 0 || !config.attrs.is_null(),
+            status::INVALID_VALUE,
+        )?;
+        let attributes = if config.numAttrs == 0 {
+            &[][..]
+        } else {
+            // SAFETY: non-null and holding `numAttrs` attributes by the caller's contract.
+            unsafe { std::slice::from_raw_parts(config.attrs, config.numAttrs as usize) }
+        };
+        let mut world = world();
+        world.stream_device(config.hStream)?;
+        let function = id(function)?;
+        let grid = [config.gridDimX, config.gridDimY, config.gridDimZ];
+        let block = [config.blockDimX, config.blockDimY, config.blockDimZ];
+        world.check_launch(function, grid, block, config.sharedMemBytes)?;
+        for attribute in attributes {
+            world.check_attribute(
+                function,
+                grid,
+                block,
+                config.sharedMemBytes,
+                attribute.id,
+                &attribute.value,
+                false,
+            )?;
+        }
+        let shared = config.sharedMemBytes;
+        if world.captured(config.hStream, || {
+            crate::graph::Op::kernel(function, grid, block, shared)
+        })? {
+            return Ok(());
+        }
+        let name = world.functions[&function].name.clone();
+        *world.launches.entry(name).or_insert(0) += 1;
+        Ok(())
+    })
+}
+
+/// `CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int
+/// blockSize, size_t dynamicSMemSize)`: see [`blocks_per_multiprocessor`].
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
+    out: *mut c_int,
+    function: CUfunction,
+    block_size: c_int,
+    shared: usize,
+) -> c_int {
+    entry("cuOccupancyMaxActiveBlocksPerMultiprocessor", || {
+        let world = world();
+        lookup(&world.functions, id(function)?)?;
+        ensure(block_size >= 1, status::INVALID_VALUE)?;
+        let blocks = blocks_per_multiprocessor(block_size as u64, shared as u64);
+        // SAFETY: forwarded caller contract.
+        unsafe { put(out, blocks as c_int) }
+    })
+}
+
+/// `CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const
+/// CUlaunchConfig *config)`: clusters of at most 8 blocks whose shared memory fits one
+/// multiprocessor's share; 0 otherwise.
+///
+/// # Safety
+/// `out` is null or valid for one write; `config` as for [`cuLaunchKernelEx`].
+pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
+    out: *mut c_int,
+    function: CUfunction,
+    config: *const CUlaunchConfig,
+) -> c_int {
+    entry("cuOccupancyMaxActiveClusters", || {
+        ensure(!config.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and readable by the caller's contract.
+        let config = unsafe { config.read() };
+        let world = world();
+        let function = lookup(&world.functions, id(function)?)?;
+        let attributes = if config.numAttrs == 0 || config.attrs.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: non-null and holding `numAttrs` attributes by the caller's contract.
+            unsafe { std::slice::from_raw_parts(config.attrs, config.numAttrs as usize) }
+        };
+        let cluster = attributes
+            .iter()
+            .find(|a| a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+            .map(|a| a.value.as_dims())
+            .unwrap_or(function.required_cluster);
+        let blocks: u64 = cluster.iter().map(|&c| u64::from(c.max(1))).product();
+        let threads = u64::from(config.blockDimX * config.blockDimY * config.blockDimZ);
+        let per_sm = blocks_per_multiprocessor(threads, u64::from(config.sharedMemBytes));
+        let clusters = if blocks > 8 || per_sm == 0 {
+            0
+        } else {
+            (per_sm * crate::driver::MULTIPROCESSORS as u64) / blocks
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { put(out, clusters as c_int) }
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::entries;
+    use super::{entries, required_cluster};
+
+    #[test]
+    fn the_cluster_comes_from_the_kernels_own_header() {
+        let ptx = ".entry a(.param .u64 p) .reqnctapercluster 2, 1, 1 { ret; }\n.entry b() { .reqnctapercluster 4; }";
+        assert_eq!(required_cluster(ptx, "a"), [2, 1, 1]);
+        assert_eq!(
+            required_cluster(ptx, "b"),
+            [0; 3],
+            "inside the body, not the header"
+        );
+        assert_eq!(
+            required_cluster(".entry c() .reqnctapercluster 4 {}", "c"),
+            [4, 1, 1]
+        );
+    }
 
     #[test]
     fn entries_are_the_names_after_dot_entry() {

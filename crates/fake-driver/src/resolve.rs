@@ -121,6 +121,13 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuFuncGetAttribute" => f!(2020, modl::cuFuncGetAttribute),
         "cuFuncSetAttribute" => f!(9000, modl::cuFuncSetAttribute),
         "cuLaunchKernel" => f!(4000, modl::cuLaunchKernel),
+        "cuLaunchKernelEx" => f!(11080, modl::cuLaunchKernelEx),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor" => {
+            f!(6050, modl::cuOccupancyMaxActiveBlocksPerMultiprocessor)
+        }
+        "cuOccupancyMaxActiveClusters" => f!(11080, modl::cuOccupancyMaxActiveClusters),
+        "cuGraphKernelNodeSetAttribute" => f!(11000, graph::cuGraphKernelNodeSetAttribute),
+        "cuGraphKernelNodeGetAttribute" => f!(11000, graph::cuGraphKernelNodeGetAttribute),
 
         // An entry point newer than CUDA 12.0, to test version-gated lookups.
         "cuFakeSince13" => f!(13000, not_supported),
@@ -167,7 +174,16 @@ unsafe fn lookup(
     if hidden {
         return (QUERY_SYMBOL_NOT_FOUND, std::ptr::null_mut());
     }
-    match implemented(&name) {
+    // CUDA 12.3 gave cuGraphAddDependencies edge data: asked for that ABI, the driver returns
+    // the newer variant under the same name.
+    let versioned = match name.as_str() {
+        "cuGraphAddDependencies" if cuda_version >= 12030 => Some((
+            12030,
+            crate::graph::cuGraphAddDependencies_v2 as *mut c_void,
+        )),
+        _ => implemented(&name),
+    };
+    match versioned {
         Some((since, _)) if since > cuda_version => {
             (QUERY_VERSION_NOT_SUFFICIENT, std::ptr::null_mut())
         }

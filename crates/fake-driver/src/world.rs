@@ -45,6 +45,8 @@ pub(crate) struct World {
     pub functions: HashMap<usize, Function>,
     /// Kernel launches (stream and graph) by function name; kept after modules unload.
     pub launches: HashMap<String, u64>,
+    /// Programmatic edges added to graphs (`cuGraphAddDependencies_v2`).
+    pub programmatic_edges: u64,
 }
 
 impl World {
@@ -69,6 +71,7 @@ impl World {
             graph_execs: self.execs.len() as u64,
             modules: self.modules.len() as u64,
             launches: self.launches.values().sum(),
+            programmatic_edges: self.programmatic_edges,
             ..Counts::default()
         };
         for allocation in self.allocations.values() {

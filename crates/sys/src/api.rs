@@ -88,13 +88,24 @@ impl Resolver {
     }
 }
 
+/// The driver symbol an optional entry resolves: its field name, or the name after `as` when
+/// the field is a newer variant of a symbol the table already has under its own name.
+macro_rules! symbol_name {
+    ($field:ident) => {
+        stringify!($field)
+    };
+    ($field:ident, $symbol:literal) => {
+        $symbol
+    };
+}
+
 macro_rules! driver_api {
     (
         required {
             $( $(#[$rdoc:meta])* fn $rname:ident ( $($rarg:ident : $rty:ty),* $(,)? ); )*
         }
         optional {
-            $( $(#[$odoc:meta])* fn $oname:ident ( $($oarg:ident : $oty:ty),* $(,)? ) since $over:literal; )*
+            $( $(#[$odoc:meta])* fn $oname:ident ( $($oarg:ident : $oty:ty),* $(,)? ) since $over:literal $(as $osym:literal)?; )*
         }
     ) => {
         /// The driver's function table.
@@ -146,11 +157,13 @@ macro_rules! driver_api {
                 $(
                     let ptr = resolver.resolve(
                         // SAFETY: the literal ends in the NUL that concat! adds.
-                        unsafe { CStr::from_bytes_with_nul_unchecked(concat!(stringify!($oname), "\0").as_bytes()) },
+                        unsafe { CStr::from_bytes_with_nul_unchecked(concat!(symbol_name!($oname $(, $osym)?), "\0").as_bytes()) },
                         $over,
                     );
+                    // A driver older than the entry's version may hand back an older variant
+                    // with another signature: such an entry is absent.
                     #[allow(non_snake_case)]
-                    let $oname = if ptr.is_null() {
+                    let $oname = if ptr.is_null() || driver_version < $over {
                         None
                     } else {
                         // SAFETY: as for required entries, under the version named in the table.
@@ -171,8 +184,8 @@ macro_rules! driver_api {
 
             /// The names of every required entry, in table order.
             pub const REQUIRED_SYMBOLS: &'static [&'static str] = &[$(stringify!($rname)),*];
-            /// The names of every optional entry, in table order.
-            pub const OPTIONAL_SYMBOLS: &'static [&'static str] = &[$(stringify!($oname)),*];
+            /// The driver symbols of every optional entry, in table order.
+            pub const OPTIONAL_SYMBOLS: &'static [&'static str] = &[$(symbol_name!($oname $(, $osym)?)),*];
         }
     };
 }
@@ -385,6 +398,24 @@ driver_api! {
         /// `cuStreamGetCaptureInfo(stream, &status, &id, &graph, &deps, &edge_data, &num_deps)`,
         /// the CUDA 12.3 form: the nodes the next captured operation would depend on.
         fn cuStreamGetCaptureInfo(stream: CUstream, status: *mut CUstreamCaptureStatus, id: *mut u64, graph: *mut CUgraph, deps: *mut *const CUgraphNode, edge_data: *mut *const CUgraphEdgeData, num_deps: *mut usize) since 12030;
+        /// `cuLaunchKernelEx(&config, f, params, extra)` (CUDA 11.8): a launch with attributes
+        /// (clusters, cooperative, programmatic dependent launch, priority).
+        fn cuLaunchKernelEx(config: *const CUlaunchConfig, function: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) since 11080;
+        /// `cuGraphKernelNodeSetAttribute(node, id, &value)` (CUDA 11.0; clusters, priority and
+        /// device-updatable nodes need newer drivers).
+        fn cuGraphKernelNodeSetAttribute(node: CUgraphNode, id: CUlaunchAttributeID, value: *const CUlaunchAttributeValue) since 11000;
+        /// `cuGraphKernelNodeGetAttribute(node, id, &value)` (CUDA 11.0): reads back, among
+        /// others, a device-updatable node's device handle.
+        fn cuGraphKernelNodeGetAttribute(node: CUgraphNode, id: CUlaunchAttributeID, value: *mut CUlaunchAttributeValue) since 11000;
+        /// `cuGraphAddDependencies_v2(graph, from, to, edge_data, count)` (CUDA 12.3): edges with
+        /// a type, for programmatic dependencies between kernel nodes.
+        fn cuGraphAddDependencies_v2(graph: CUgraph, from: *const CUgraphNode, to: *const CUgraphNode, edge_data: *const CUgraphEdgeData, count: usize) since 12030 as "cuGraphAddDependencies";
+        /// `cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, block_size, dynamic_shared)`:
+        /// the cooperative launch limit is this times the multiprocessor count.
+        fn cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks: *mut c_int, function: CUfunction, block_size: c_int, dynamic_shared: usize) since 6050;
+        /// `cuOccupancyMaxActiveClusters(&clusters, f, &config)` (CUDA 11.8): 0 when a cluster of
+        /// that shape cannot be resident at all.
+        fn cuOccupancyMaxActiveClusters(clusters: *mut c_int, function: CUfunction, config: *const CUlaunchConfig) since 11080;
     }
 }
 

@@ -38,6 +38,9 @@ opaque_handles! {
     CUgraphNode => CUgraphNode_st;
     /// An instantiated, launchable graph.
     CUgraphExec => CUgraphExec_st;
+    /// A device-side handle of a device-updatable kernel node (what device code passes to the
+    /// device runtime's node-update calls).
+    CUgraphDeviceNode => CUgraphDeviceUpdatableNode_st;
     /// A stream-ordered memory pool.
     CUmemoryPool => CUmemPoolHandle_st;
     /// A CUDA array (unused by cuhal; appears in copy descriptors).
@@ -109,6 +112,127 @@ pub struct CUDA_MEMSET_NODE_PARAMS {
     /// Number of rows.
     pub height: usize,
 }
+
+/// `CUlaunchAttributeID` (also `CUkernelNodeAttrID`): which launch attribute a
+/// [`CUlaunchAttribute`] or a kernel node attribute sets.
+pub type CUlaunchAttributeID = c_uint;
+/// `int cooperative`: the grid may synchronize as a whole (`cuLaunchCooperativeKernel`).
+pub const CU_LAUNCH_ATTRIBUTE_COOPERATIVE: CUlaunchAttributeID = 2;
+/// `clusterDim {x, y, z}`: thread-block cluster dimensions in blocks.
+pub const CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: CUlaunchAttributeID = 4;
+/// `int programmaticStreamSerializationAllowed`: the launch may start before the previous
+/// kernel in the stream has finished (programmatic dependent launch).
+pub const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: CUlaunchAttributeID = 6;
+/// `int priority`: the launch's priority (a stream priority value).
+pub const CU_LAUNCH_ATTRIBUTE_PRIORITY: CUlaunchAttributeID = 8;
+/// `deviceUpdatableKernelNode {int deviceUpdatable; CUgraphDeviceNode devNode}`: graph kernel
+/// nodes only (CUDA 12.4): the node may be updated from the device; `devNode` is returned.
+pub const CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE: CUlaunchAttributeID = 13;
+
+/// `CUlaunchAttributeValue`: a 64-byte union; the constructors below write the member each
+/// attribute reads.
+#[repr(C, align(8))]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CUlaunchAttributeValue {
+    /// The union's bytes.
+    pub bytes: [u8; 64],
+}
+
+impl CUlaunchAttributeValue {
+    /// All bytes zero.
+    pub const fn zeroed() -> Self {
+        Self { bytes: [0; 64] }
+    }
+
+    /// A value whose first member is one `int` (cooperative, programmatic serialization,
+    /// priority).
+    pub fn int(value: i32) -> Self {
+        let mut v = Self::zeroed();
+        v.bytes[..4].copy_from_slice(&value.to_ne_bytes());
+        v
+    }
+
+    /// A `clusterDim` value.
+    pub fn cluster(dims: [u32; 3]) -> Self {
+        let mut v = Self::zeroed();
+        for (i, d) in dims.iter().enumerate() {
+            v.bytes[i * 4..i * 4 + 4].copy_from_slice(&d.to_ne_bytes());
+        }
+        v
+    }
+
+    /// The first `int` member.
+    pub fn as_int(&self) -> i32 {
+        i32::from_ne_bytes([self.bytes[0], self.bytes[1], self.bytes[2], self.bytes[3]])
+    }
+
+    /// The first three `unsigned int` members (`clusterDim`).
+    pub fn as_dims(&self) -> [u32; 3] {
+        let at = |i: usize| {
+            u32::from_ne_bytes([
+                self.bytes[i],
+                self.bytes[i + 1],
+                self.bytes[i + 2],
+                self.bytes[i + 3],
+            ])
+        };
+        [at(0), at(4), at(8)]
+    }
+
+    /// The `devNode` member of `deviceUpdatableKernelNode` (at byte 8).
+    pub fn device_node(&self) -> CUgraphDeviceNode {
+        let mut raw = [0u8; 8];
+        raw.copy_from_slice(&self.bytes[8..16]);
+        std::ptr::with_exposed_provenance_mut(u64::from_ne_bytes(raw) as usize)
+    }
+}
+
+/// `CUlaunchAttribute`: one attribute of a `cuLaunchKernelEx` launch.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CUlaunchAttribute {
+    /// Which attribute.
+    pub id: CUlaunchAttributeID,
+    /// Padding to the value's alignment.
+    pub pad: [u8; 4],
+    /// Its value.
+    pub value: CUlaunchAttributeValue,
+}
+
+/// `CUlaunchConfig`: the shape, stream and attributes of a `cuLaunchKernelEx` launch.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct CUlaunchConfig {
+    /// Grid width in blocks.
+    pub gridDimX: c_uint,
+    /// Grid height in blocks.
+    pub gridDimY: c_uint,
+    /// Grid depth in blocks.
+    pub gridDimZ: c_uint,
+    /// Block width in threads.
+    pub blockDimX: c_uint,
+    /// Block height in threads.
+    pub blockDimY: c_uint,
+    /// Block depth in threads.
+    pub blockDimZ: c_uint,
+    /// Dynamic shared memory per block in bytes.
+    pub sharedMemBytes: c_uint,
+    /// The stream.
+    pub hStream: CUstream,
+    /// `numAttrs` attributes (or null).
+    pub attrs: *mut CUlaunchAttribute,
+    /// How many attributes.
+    pub numAttrs: c_uint,
+}
+
+/// A full dependency: the downstream node starts after the upstream one completes.
+pub const CU_GRAPH_DEPENDENCY_TYPE_DEFAULT: u8 = 0;
+/// A programmatic dependency (kernel to kernel): see `CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC`.
+pub const CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC: u8 = 1;
+/// Kernel node port: the downstream kernel may start once every block of the upstream one has
+/// triggered (`griddepcontrol.launch_dependents`) or exited; it sees the upstream's memory
+/// only after `griddepcontrol.wait`.
+pub const CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC: u8 = 1;
 
 /// `CUmemorytype`: where a copy endpoint lives.
 pub type CUmemorytype = c_uint;
@@ -290,6 +414,12 @@ pub const CU_GET_PROC_ADDRESS_DEFAULT: u64 = 0;
 pub type CUdevice_attribute = c_uint;
 /// Maximum threads per block.
 pub const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: CUdevice_attribute = 1;
+/// Maximum grid width in blocks.
+pub const CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: CUdevice_attribute = 5;
+/// Maximum grid height in blocks.
+pub const CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: CUdevice_attribute = 6;
+/// Maximum grid depth in blocks.
+pub const CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: CUdevice_attribute = 7;
 /// Maximum shared memory per block in bytes.
 pub const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: CUdevice_attribute = 8;
 /// Warp size in threads.
@@ -310,10 +440,14 @@ pub const CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: CUdevice_attribute = 50;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: CUdevice_attribute = 75;
 /// Compute capability, minor.
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: CUdevice_attribute = 76;
+/// Cooperative launches are supported.
+pub const CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: CUdevice_attribute = 95;
 /// Maximum opt-in shared memory per block in bytes.
 pub const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: CUdevice_attribute = 97;
 /// Stream-ordered allocation (`cuMemAllocAsync`) is supported.
 pub const CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: CUdevice_attribute = 115;
+/// Thread-block clusters can be launched (compute capability 9.0 and later).
+pub const CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: CUdevice_attribute = 120;
 
 /// `CUfunction_attribute`.
 pub type CUfunction_attribute = c_uint;
@@ -333,6 +467,16 @@ pub const CU_FUNC_ATTRIBUTE_PTX_VERSION: CUfunction_attribute = 5;
 pub const CU_FUNC_ATTRIBUTE_BINARY_VERSION: CUfunction_attribute = 6;
 /// Maximum dynamic shared memory in bytes (settable).
 pub const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: CUfunction_attribute = 8;
+/// Nonzero when the kernel must be launched with a cluster size.
+pub const CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET: CUfunction_attribute = 10;
+/// The cluster width the kernel was compiled for (`.reqnctapercluster`); 0 when none.
+pub const CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: CUfunction_attribute = 11;
+/// The cluster height the kernel was compiled for; 0 when none.
+pub const CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: CUfunction_attribute = 12;
+/// The cluster depth the kernel was compiled for; 0 when none.
+pub const CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: CUfunction_attribute = 13;
+/// Nonzero when the kernel may be launched with clusters above the portable size of 8.
+pub const CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: CUfunction_attribute = 14;
 
 /// `CUjit_option`.
 pub type CUjit_option = c_uint;
@@ -401,8 +545,9 @@ pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus = 1;
 /// The capture was invalidated and must be ended.
 pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: CUstreamCaptureStatus = 2;
 
-/// `CUgraphEdgeData` (CUDA 12.3): the kind of one dependency edge. cuhal passes null arrays of
-/// these (every edge the default, full dependency).
+/// `CUgraphEdgeData` (CUDA 12.3): the kind of one dependency edge. Null arrays of these mean
+/// every edge is the default, full dependency; programmatic edges between kernel nodes use
+/// `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct CUgraphEdgeData {
@@ -431,5 +576,12 @@ const _: () = {
     assert!(offset_of!(CUDA_MEMCPY3D, WidthInBytes) == 176);
     assert!(size_of::<CUmemPoolProps>() == 88);
     assert!(size_of::<CUgraphExecUpdateResultInfo>() == 24);
+    assert!(size_of::<CUlaunchAttributeValue>() == 64);
+    assert!(size_of::<CUlaunchAttribute>() == 72);
+    assert!(offset_of!(CUlaunchAttribute, value) == 8);
+    assert!(size_of::<CUlaunchConfig>() == 56);
+    assert!(offset_of!(CUlaunchConfig, hStream) == 32);
+    assert!(offset_of!(CUlaunchConfig, attrs) == 40);
+    assert!(offset_of!(CUlaunchConfig, numAttrs) == 48);
     assert!(size_of::<CUgraphEdgeData>() == 8);
 };

@@ -13,14 +13,16 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use cuhal_sys::{
+    CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
     CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
     CU_STREAM_CAPTURE_STATUS_ACTIVE, CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_NON_BLOCKING,
     CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph,
-    CUgraphExec, CUgraphNode, CUstream, PrimaryContext,
+    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUstream, PrimaryContext,
 };
 use smallvec::SmallVec;
 
 use crate::arena::StableArena;
+use crate::launch::{AttributePath, LaunchAttributes, NO_ATTRIBUTE};
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
 use crate::{
@@ -182,6 +184,8 @@ impl GraphEncoder {
 }
 
 impl Encoder for GraphEncoder {
+    const ATTRIBUTE_PATH: AttributePath = AttributePath::GraphNode;
+
     fn fill(
         &mut self,
         target: CUdeviceptr,
@@ -250,7 +254,15 @@ impl Encoder for GraphEncoder {
     }
 
     fn dispatch(&mut self, dispatch: &Dispatch<'_>, zone: CommandZone) -> Result<(), Error> {
+        // A programmatic dependency replaces the full edge from the dispatch before the
+        // barrier (the recorder checked it is the frontier's one node, with no zone between).
+        let programmatic = dispatch.attributes.programmatic && zone.begin.is_none();
+        let attributes = dispatch.attributes;
         self.add_command(zone, |this, deps| {
+            let (deps, upstream) = match deps {
+                [upstream] if programmatic => (&[][..], Some(*upstream)),
+                _ => (deps, None),
+            };
             let api = this.context.api();
             // Points into `dispatch.args`, borrowed for this whole call; the driver copies the
             // values when it creates the node.
@@ -286,6 +298,10 @@ impl Encoder for GraphEncoder {
                     &params,
                 )
             })?;
+            set_node_attributes(api, node, &attributes)?;
+            if let Some(upstream) = upstream {
+                add_programmatic_edge(api, this.graph, upstream, node)?;
+            }
             Ok(node)
         })
     }
@@ -425,6 +441,62 @@ impl Encoder for GraphEncoder {
         self.exec = exec;
         Ok(())
     }
+}
+
+/// Sets a kernel node's launch attributes (all but the programmatic dependency, which is an
+/// edge). The recorder checked the driver has the entry point when there is any.
+fn set_node_attributes(
+    api: &cuhal_sys::DriverApi,
+    node: CUgraphNode,
+    attributes: &LaunchAttributes,
+) -> Result<(), Error> {
+    let mut attrs = [NO_ATTRIBUTE; 4];
+    let n = attributes.fill(&mut attrs, false);
+    if n == 0 {
+        return Ok(());
+    }
+    let Some(set) = api.cuGraphKernelNodeSetAttribute else {
+        return Err(Error::UnsupportedAttribute {
+            attribute: "launch attributes",
+            reason: "the driver has no cuGraphKernelNodeSetAttribute",
+        });
+    };
+    for attr in &attrs[..n] {
+        // SAFETY: `node` is a kernel node just added to the graph; the value is a local that
+        // outlives the call and holds the member the attribute reads.
+        api.check("cuGraphKernelNodeSetAttribute", unsafe {
+            set(node, attr.id, &attr.value)
+        })?;
+    }
+    Ok(())
+}
+
+/// Adds `upstream -> downstream` as a programmatic edge: `downstream` may start once every
+/// block of `upstream` has triggered (`griddepcontrol.launch_dependents`) or exited.
+fn add_programmatic_edge(
+    api: &cuhal_sys::DriverApi,
+    graph: CUgraph,
+    upstream: CUgraphNode,
+    downstream: CUgraphNode,
+) -> Result<(), Error> {
+    let Some(add) = api.cuGraphAddDependencies_v2 else {
+        return Err(Error::UnsupportedAttribute {
+            attribute: "programmatic",
+            reason: "the driver has no typed graph edges (CUDA 12.3)",
+        });
+    };
+    let edge = CUgraphEdgeData {
+        from_port: CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
+        to_port: 0,
+        type_: CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC,
+        reserved: [0; 5],
+    };
+    // SAFETY: both nodes are kernel nodes of `graph`; the three one-element arrays are locals
+    // that outlive the call.
+    api.check("cuGraphAddDependencies", unsafe {
+        add(graph, &upstream, &downstream, &edge, 1)
+    })?;
+    Ok(())
 }
 
 fn add_memcpy(

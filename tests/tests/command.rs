@@ -987,11 +987,21 @@ fn bad_cubin_is_an_error() {
         Executable::load_cubin(gpu.context(), &[1, 2]),
         Err(Error::BadImage { .. })
     ));
-    let mut garbage = b"\x7fELF".to_vec();
-    garbage.extend(std::iter::repeat_n(0xa5u8, 252));
+    // Headers that pass the bounds check but are not a cubin: the driver says so.
+    let mut garbage = b"\x7fELF\x02\x01".to_vec();
+    garbage.extend(std::iter::repeat_n(0u8, 250));
     assert!(matches!(
         Executable::load_cubin(gpu.context(), &garbage),
         Err(Error::ModuleLoad { .. })
+    ));
+    // Headers that declare more than the slice holds never reach the driver.
+    let mut truncated = garbage.clone();
+    truncated[0x28..0x30].copy_from_slice(&200u64.to_le_bytes());
+    truncated[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+    truncated[0x3c..0x3e].copy_from_slice(&8u16.to_le_bytes());
+    assert!(matches!(
+        Executable::load_cubin(gpu.context(), &truncated),
+        Err(Error::BadImage { .. })
     ));
 }
 

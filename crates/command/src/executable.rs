@@ -60,13 +60,14 @@ impl Executable {
         Self::load_image(context, text.as_ptr().cast())
     }
 
-    /// Loads a cubin or fatbin image.
+    /// Loads a cubin (ELF), fatbin or NUL-terminated PTX image.
+    ///
+    /// The driver takes the image without its length and reads as far as its headers say, so
+    /// the headers are checked against the slice first (see [`check_image`]): an image whose
+    /// declared extent passes the end of the slice is refused with [`Error::BadImage`] and never
+    /// reaches the driver.
     pub fn load_cubin(context: &Arc<PrimaryContext>, image: &[u8]) -> Result<Self, Error> {
-        if image.len() < 4 {
-            return Err(Error::BadImage {
-                reason: "image shorter than an ELF or fatbin header",
-            });
-        }
+        check_image(image).map_err(|reason| Error::BadImage { reason })?;
         // The driver reads the image's headers in place: give it 8-byte-aligned storage.
         let mut aligned = vec![0u64; image.len().div_ceil(8)];
         // SAFETY: `aligned` holds at least `image.len()` bytes; the two do not overlap.
@@ -248,6 +249,92 @@ struct FunctionInner {
     capabilities: LaunchCapabilities,
     /// Each parameter's size in bytes, when the driver can say (CUDA 12.4 and later).
     parameters: Option<Box<[usize]>>,
+}
+
+/// ELF identification: magic, 64-bit class, little-endian data.
+const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
+/// A fatbin's magic number (`FATBIN_MAGIC` in `fatbinary.h`), little-endian.
+const FATBIN_MAGIC: u32 = 0xba55_ed50;
+/// Section type of a section that occupies no bytes of the file (`.bss`).
+const SHT_NOBITS: u64 = 8;
+
+/// Checks that everything a driver reads of a module image lies inside `image`:
+///
+/// - a cubin (64-bit little-endian ELF): the ELF header, the program and section header tables,
+///   and every segment and section they declare;
+/// - a fatbin: its header and the payload size it declares;
+/// - anything else is taken as PTX text, which the driver reads up to a NUL byte: the slice must
+///   contain one.
+pub fn check_image(image: &[u8]) -> Result<(), &'static str> {
+    fn u16_at(image: &[u8], at: usize) -> Option<u64> {
+        Some(u16::from_le_bytes(image.get(at..at + 2)?.try_into().ok()?) as u64)
+    }
+    fn u32_at(image: &[u8], at: usize) -> Option<u64> {
+        Some(u32::from_le_bytes(image.get(at..at + 4)?.try_into().ok()?) as u64)
+    }
+    fn u64_at(image: &[u8], at: usize) -> Option<u64> {
+        Some(u64::from_le_bytes(image.get(at..at + 8)?.try_into().ok()?))
+    }
+    /// `offset + count * size <= len`, without overflow.
+    fn inside(len: usize, offset: u64, count: u64, size: u64) -> bool {
+        count
+            .checked_mul(size)
+            .and_then(|bytes| bytes.checked_add(offset))
+            .is_some_and(|end| end <= len as u64)
+    }
+    let len = image.len();
+    if image.starts_with(&ELF_MAGIC) {
+        const TRUNCATED: &str = "the ELF header is cut short";
+        if image.get(4) != Some(&2) || image.get(5) != Some(&1) {
+            return Err("not a 64-bit little-endian ELF image (a cubin)");
+        }
+        let phoff = u64_at(image, 0x20).ok_or(TRUNCATED)?;
+        let shoff = u64_at(image, 0x28).ok_or(TRUNCATED)?;
+        let ehsize = u16_at(image, 0x34).ok_or(TRUNCATED)?;
+        let phentsize = u16_at(image, 0x36).ok_or(TRUNCATED)?;
+        let phnum = u16_at(image, 0x38).ok_or(TRUNCATED)?;
+        let shentsize = u16_at(image, 0x3a).ok_or(TRUNCATED)?;
+        let shnum = u16_at(image, 0x3c).ok_or(TRUNCATED)?;
+        if !inside(len, 0, 1, ehsize.max(64)) {
+            return Err(TRUNCATED);
+        }
+        if phnum > 0 && (phentsize < 0x38 || !inside(len, phoff, phnum, phentsize)) {
+            return Err("the ELF program headers lie past the end of the image");
+        }
+        if shnum > 0 && (shentsize < 0x40 || !inside(len, shoff, shnum, shentsize)) {
+            return Err("the ELF section headers lie past the end of the image");
+        }
+        for i in 0..phnum {
+            let at = (phoff + i * phentsize) as usize;
+            let offset = u64_at(image, at + 0x08).ok_or(TRUNCATED)?;
+            let size = u64_at(image, at + 0x20).ok_or(TRUNCATED)?;
+            if !inside(len, offset, 1, size) {
+                return Err("an ELF segment lies past the end of the image");
+            }
+        }
+        for i in 0..shnum {
+            let at = (shoff + i * shentsize) as usize;
+            let kind = u32_at(image, at + 0x04).ok_or(TRUNCATED)?;
+            let offset = u64_at(image, at + 0x18).ok_or(TRUNCATED)?;
+            let size = u64_at(image, at + 0x20).ok_or(TRUNCATED)?;
+            if kind != SHT_NOBITS && !inside(len, offset, 1, size) {
+                return Err("an ELF section lies past the end of the image");
+            }
+        }
+        return Ok(());
+    }
+    if u32_at(image, 0) == Some(FATBIN_MAGIC as u64) {
+        let header = u16_at(image, 6).ok_or("the fatbin header is cut short")?;
+        let payload = u64_at(image, 8).ok_or("the fatbin header is cut short")?;
+        if header < 16 || !inside(len, header, 1, payload) {
+            return Err("the fatbin's declared size passes the end of the image");
+        }
+        return Ok(());
+    }
+    if !image.contains(&0) {
+        return Err("neither an ELF nor a fatbin image, and PTX text without a terminating NUL");
+    }
+    Ok(())
 }
 
 /// The sizes of `function`'s parameters through `cuFuncGetParamInfo`, or `None` if the driver
@@ -501,6 +588,45 @@ pub(crate) fn validate_dispatch(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn images_are_checked_against_their_declared_extent() {
+        use super::check_image;
+        // A minimal 64-bit ELF header with one section header table entry right after it.
+        let mut elf = vec![0u8; 64 + 64];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[4] = 2;
+        elf[5] = 1;
+        elf[0x28..0x30].copy_from_slice(&64u64.to_le_bytes());
+        elf[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
+        elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        elf[0x3c..0x3e].copy_from_slice(&1u16.to_le_bytes());
+        assert_eq!(check_image(&elf), Ok(()));
+        // The section claims bytes past the end.
+        let mut far = elf.clone();
+        far[64 + 0x18..64 + 0x20].copy_from_slice(&100u64.to_le_bytes());
+        far[64 + 0x20..64 + 0x28].copy_from_slice(&100u64.to_le_bytes());
+        assert!(check_image(&far).is_err());
+        // ... unless it occupies no file bytes.
+        far[64 + 4..64 + 8].copy_from_slice(&8u32.to_le_bytes());
+        assert_eq!(check_image(&far), Ok(()));
+        // The header table itself is cut off; offsets that overflow.
+        assert!(check_image(&elf[..100]).is_err());
+        let mut wrap = elf.clone();
+        wrap[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(check_image(&wrap).is_err());
+        assert!(check_image(&elf[..20]).is_err());
+        let mut fat = vec![0u8; 16 + 32];
+        fat[..4].copy_from_slice(&0xba55_ed50u32.to_le_bytes());
+        fat[6..8].copy_from_slice(&16u16.to_le_bytes());
+        fat[8..16].copy_from_slice(&32u64.to_le_bytes());
+        assert_eq!(check_image(&fat), Ok(()));
+        fat[8..16].copy_from_slice(&33u64.to_le_bytes());
+        assert!(check_image(&fat).is_err());
+        assert_eq!(check_image(b".version 8.0\0"), Ok(()));
+        assert!(check_image(b".version 8.0").is_err());
+        assert!(check_image(b"").is_err());
+    }
+
     use super::*;
 
     #[test]

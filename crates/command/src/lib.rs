@@ -73,7 +73,7 @@ mod trace_hook;
 pub use buffer::{Buffer, HostBuffer, HostBufferUse, WorkDone};
 pub use deferred::DeferredCommandBuffer;
 pub use error::Error;
-pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES};
+pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};
 pub use graph::GraphCommandBuffer;
 pub use kernel_args::{ArgSlot, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};

@@ -174,6 +174,22 @@ impl Device {
                 options.reserved_events
             )));
         }
+        let graph_tracing = options.command_buffer_mode == CommandBufferMode::Graph
+            && options.trace_sink.is_some()
+            && (0..options.queues).any(|i| {
+                options
+                    .queue_tracing
+                    .get(i)
+                    .copied()
+                    .unwrap_or(options.tracing)
+                    != Verbosity::Off
+            });
+        if graph_tracing && driver.api.cuGraphAddEventRecordNode.is_none() {
+            // The one feature that needs the symbol was asked for: refuse it by name.
+            return Err(Error::Driver(
+                driver.api.missing_symbol("cuGraphAddEventRecordNode"),
+            ));
+        }
         let info = cuhal_sys::device_info(&driver.api, ordinal)?;
         let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;
         let lost = Arc::new(Lost::default());

@@ -264,3 +264,65 @@ fn dealloca_frees_only_after_every_queued_use() {
     drop((cb, buffer, device));
     assert_eq!(live(&fake), Counts::default());
 }
+
+/// A driver without `cuGraphAddEventRecordNode` (needed only to trace inside graphs) still
+/// opens; asking for graph tracing is a typed error naming the symbol.
+#[test]
+fn a_driver_without_graph_event_nodes_opens_and_refuses_graph_tracing_by_name() {
+    let (_fake, driver) = load_with("no-event-node", |fake| {
+        fake.hide("cuGraphAddEventRecordNode")
+    });
+    assert!(driver.api().cuGraphAddEventRecordNode.is_none());
+    let device = driver.open(0, queues(1)).expect("an untraced device opens");
+    let buffer = device.create_buffer(64).unwrap();
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U8(1)).unwrap();
+    cb.end().unwrap();
+    drop((cb, buffer, device));
+    let traced = DeviceOptions {
+        tracing: Verbosity::Coarse,
+        trace_sink: Some(Arc::new(MemorySink::new())),
+        ..DeviceOptions::default()
+    };
+    let error = driver.open(0, traced.clone()).unwrap_err();
+    match &error {
+        Error::Driver(cuhal_sys::Error::MissingSymbol { symbol, .. }) => {
+            assert_eq!(*symbol, "cuGraphAddEventRecordNode")
+        }
+        other => panic!("expected MissingSymbol, got {other:?}"),
+    }
+    // Deferred command buffers trace with stream records: they need no graph node.
+    driver
+        .open(
+            0,
+            DeviceOptions {
+                command_buffer_mode: cuhal::CommandBufferMode::Deferred,
+                ..traced
+            },
+        )
+        .expect("stream tracing needs no graph event node");
+}
+
+/// A cubin whose headers declare more bytes than the slice holds never reaches the driver,
+/// which would read past the slice's end (it takes the image without a length).
+#[test]
+fn a_truncated_cubin_is_refused_before_the_driver_reads_it() {
+    let (fake, _driver, device) = open("cubin", queues(1));
+    let mut elf = [0u8; 64];
+    elf[..4].copy_from_slice(b"\x7fELF");
+    elf[4] = 2;
+    elf[5] = 1;
+    // 16 section headers at offset 64: all of them past the end of these 64 bytes.
+    elf[0x28..0x30].copy_from_slice(&64u64.to_le_bytes());
+    elf[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
+    elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+    elf[0x3c..0x3e].copy_from_slice(&16u16.to_le_bytes());
+    let before = fake.calls("cuModuleLoadDataEx");
+    for image in [&elf[..], b".version 8.0 no terminator"] {
+        match cuhal::Executable::load_cubin(device.context(), image) {
+            Err(cuhal_command::Error::BadImage { .. }) => {}
+            other => panic!("expected BadImage, got {other:?}"),
+        }
+    }
+    assert_eq!(fake.calls("cuModuleLoadDataEx"), before);
+}

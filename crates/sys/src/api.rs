@@ -283,8 +283,6 @@ driver_api! {
         fn cuGraphAddMemcpyNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, params: *const CUDA_MEMCPY3D, context: CUcontext);
         /// `cuGraphAddEmptyNode(&node, graph, deps, num_deps)`.
         fn cuGraphAddEmptyNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize);
-        /// `cuGraphAddEventRecordNode(&node, graph, deps, num_deps, event)`.
-        fn cuGraphAddEventRecordNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, event: CUevent);
         /// `cuGraphAddEventWaitNode(&node, graph, deps, num_deps, event)`.
         fn cuGraphAddEventWaitNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, event: CUevent);
         /// `cuGraphAddDependencies(graph, from, to, count)`.
@@ -385,6 +383,10 @@ driver_api! {
         fn cuGraphDestroyNode(node: CUgraphNode);
     }
     optional {
+        /// `cuGraphAddEventRecordNode(&node, graph, deps, num_deps, event)` (CUDA 11.1 drivers and
+        /// later): only tracing zones inside graphs need it, so a driver without it still loads
+        /// and graph tracing is refused with [`Error::MissingSymbol`] naming it.
+        fn cuGraphAddEventRecordNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, event: CUevent) since 11010;
         /// `cuFuncGetParamInfo(function, index, &offset, &size)` (CUDA 12.4 drivers and later):
         /// the layout of a kernel's parameters, for checking arguments before a launch.
         fn cuFuncGetParamInfo(function: CUfunction, index: usize, offset: *mut usize, size: *mut usize) since 12040;
@@ -494,6 +496,15 @@ impl DriverApi {
     /// if the driver could not say.
     pub fn driver_version(&self) -> i32 {
         self.driver_version
+    }
+
+    /// The error for an optional entry that this driver lacks, for the feature that needs it.
+    pub fn missing_symbol(&self, symbol: &'static str) -> Error {
+        Error::MissingSymbol {
+            symbol,
+            library: self.path.clone(),
+            driver_version: (self.driver_version > 0).then_some(self.driver_version),
+        }
     }
 
     /// The library the table was loaded from.

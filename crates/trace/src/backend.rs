@@ -208,10 +208,13 @@ unsafe impl EventBackend for CudaEvents {
     ) -> Result<CUgraphNode, Error> {
         let api = self.context.api();
         let mut node: CUgraphNode = std::ptr::null_mut();
+        let add = api
+            .cuGraphAddEventRecordNode
+            .ok_or_else(|| api.missing_symbol("cuGraphAddEventRecordNode"))?;
         // SAFETY: `node` is a valid out-pointer; `deps` is a live slice of nodes of `graph`
         // (the caller's contract), passed with its length; `event` is live.
         api.check("cuGraphAddEventRecordNode", unsafe {
-            (api.cuGraphAddEventRecordNode)(&mut node, graph, deps.as_ptr(), deps.len(), event)
+            add(&mut node, graph, deps.as_ptr(), deps.len(), event)
         })?;
         Ok(node)
     }

@@ -127,17 +127,14 @@ impl GraphEncoder {
     fn add_event(&mut self, deps: &[CUgraphNode], event: CUevent) -> Result<CUgraphNode, Error> {
         let api = self.context.api();
         let mut node: CUgraphNode = std::ptr::null_mut();
+        let add = api
+            .cuGraphAddEventRecordNode
+            .ok_or_else(|| api.missing_symbol("cuGraphAddEventRecordNode"))?;
         // SAFETY: `node` is a valid out-pointer; `deps` are nodes of `self.graph` and the
         // slice outlives the call; the event is owned by the zone recorder, which outlives this
         // graph (contract of ZoneRecorder).
         api.check("cuGraphAddEventRecordNode", unsafe {
-            (api.cuGraphAddEventRecordNode)(
-                &mut node,
-                self.graph,
-                deps_ptr(deps),
-                deps.len(),
-                event,
-            )
+            add(&mut node, self.graph, deps_ptr(deps), deps.len(), event)
         })?;
         self.nodes += 1;
         Ok(node)
@@ -567,6 +564,15 @@ impl GraphCommandBuffer {
         context: &Arc<PrimaryContext>,
         zones: Option<Arc<dyn ZoneRecorder>>,
     ) -> Result<Self, Error> {
+        let traced = zones
+            .as_ref()
+            .is_some_and(|z| z.verbosity() != crate::Verbosity::Off);
+        if traced && context.api().cuGraphAddEventRecordNode.is_none() {
+            // Graph tracing needs event record nodes; refuse it up front, naming what is missing.
+            return Err(Error::Cuda(
+                context.api().missing_symbol("cuGraphAddEventRecordNode"),
+            ));
+        }
         let encoder = GraphEncoder::new(Arc::clone(context))?;
         Ok(Self {
             recorder: Recorder::begin(

@@ -76,6 +76,10 @@ in_both_modes!(
     ten_thousand_chained_submissions_across_two_queues,
     dropping_the_device_fails_pending_work,
     rejected_operations_change_nothing,
+    a_host_signal_issues_an_alternating_chain_on_its_own_thread,
+    a_chain_on_one_queue_relies_on_stream_order,
+    a_backlog_behind_a_long_kernel_retires_in_batches,
+    idle_queues_park_their_threads,
 );
 
 /// One test's device, kernels and random source.
@@ -1042,4 +1046,166 @@ fn rejected_operations_change_nothing(mode: CommandBufferMode) {
     assert_eq!(q.stats().submitted, 0, "a rejected operation was submitted");
     assert_eq!(value_of(&s), 0);
     assert_all(&buffer, POISON, "a rejected operation wrote");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Submissions at the driver's floor: no hand-offs, no needless waits, batched retirement
+
+/// `steps` poisoned one-word-per-thread buffers and, for each step `i >= 1`, a command buffer of
+/// queue `queue_of(i)` computing `buffers[i] = buffers[i - 1] + 1`: a step that ran before the
+/// one it depends on would read poison.
+fn add_chain(
+    e: &Env,
+    steps: usize,
+    queue_of: impl Fn(usize) -> usize,
+) -> (Vec<Arc<Buffer>>, Vec<Arc<dyn cuhal::CommandBuffer>>) {
+    let buffers: Vec<_> = (0..=steps).map(|_| e.buffer()).collect();
+    let cbs = (1..=steps)
+        .map(|i| e.add_cb(queue_of(i), &buffers[i], &buffers[i - 1], 1))
+        .collect();
+    (buffers, cbs)
+}
+
+fn a_host_signal_issues_an_alternating_chain_on_its_own_thread(mode: CommandBufferMode) {
+    const STEPS: usize = 40;
+    let mut e = env(mode, 2);
+    let (gate, step) = (e.sem(), e.sem());
+    let (buffers, cbs) = add_chain(&e, STEPS, |i| i % 2);
+    let start = e.value();
+    e.q(0)
+        .execute(&[], &[(&gate, 1)], &[&e.fill_cb(0, 0, &buffers[0], start)])
+        .unwrap();
+    wait(&gate, 1);
+    let release = e.sem();
+    for i in 1..=STEPS {
+        let waits = if i == 1 {
+            [(&release, 1)]
+        } else {
+            [(&step, i as u64 - 1)]
+        };
+        e.q(i % 2)
+            .execute(&waits, &[(&step, i as u64)], &[&cbs[i - 1]])
+            .unwrap();
+    }
+    let before = [e.q(0).stats(), e.q(1).stats()];
+    // The signal issues the whole chain on this thread: each step's device signal makes the
+    // next ready, on the other queue, with a device wait on it.
+    release.signal(1).unwrap();
+    wait(&step, STEPS as u64);
+    assert_all(
+        &buffers[STEPS],
+        start.wrapping_add(STEPS as u32),
+        "every step read the one before it",
+    );
+    for (q, before) in before.iter().enumerate() {
+        let after = e.q(q).stats();
+        assert_eq!(
+            after.issued_by_worker, before.issued_by_worker,
+            "queue {q}: no step went through the worker: {after:?}"
+        );
+        assert_eq!(
+            after.issued_on_signal - before.issued_on_signal,
+            STEPS as u64 / 2,
+            "queue {q}: {after:?}"
+        );
+    }
+}
+
+fn a_chain_on_one_queue_relies_on_stream_order(mode: CommandBufferMode) {
+    const STEPS: usize = 40;
+    let mut e = env(mode, 1);
+    let (gate, step) = (e.sem(), e.sem());
+    let (buffers, cbs) = add_chain(&e, STEPS, |_| 0);
+    let start = e.value();
+    let first = e.fill_cb(0, SPIN_NS, &buffers[0], start);
+    // Every step waits for the one before on the same queue: no cuStreamWaitEvent is needed (the
+    // stream runs them in order), and the result shows that order held.
+    for i in 0..=STEPS {
+        let waits = if i == 0 {
+            [(&gate, 1)]
+        } else {
+            [(&step, i as u64)]
+        };
+        let cb = if i == 0 { &first } else { &cbs[i - 1] };
+        e.q(0)
+            .execute(&waits, &[(&step, i as u64 + 1)], &[cb])
+            .unwrap();
+    }
+    gate.signal(1).unwrap();
+    wait(&step, STEPS as u64 + 1);
+    assert_all(
+        &buffers[STEPS],
+        start.wrapping_add(STEPS as u32),
+        "every step ran after the one before it",
+    );
+    settle(e.q(0));
+    assert_eq!(e.q(0).stats().failed, 0);
+}
+
+fn a_backlog_behind_a_long_kernel_retires_in_batches(mode: CommandBufferMode) {
+    const COUNT: u64 = 200;
+    let mut e = env(mode, 1);
+    let s = e.sem();
+    let out = e.buffer();
+    let v = e.value();
+    let slow = e.fill_cb(0, SPIN_NS, &out, v);
+    let counter = e.device.create_buffer(4).unwrap();
+    poison(&counter, 0);
+    let increment = command_buffer(e.q(0), |cb| {
+        record_increment(cb, &e.kernels, &counter.whole())
+    });
+    e.q(0).execute(&[], &[(&s, 1)], &[&slow]).unwrap();
+    for value in 2..=COUNT {
+        e.q(0).execute(&[], &[(&s, value)], &[&increment]).unwrap();
+    }
+    // A waiter on a value in the middle and one on the last: both return with the work done.
+    let middle = {
+        let s = s.clone();
+        std::thread::spawn(move || s.wait(COUNT / 2, TIMEOUT))
+    };
+    wait(&s, COUNT);
+    middle.join().unwrap().unwrap();
+    assert_all(&out, v, "the long kernel ran");
+    assert_eq!(read_u32(&counter), vec![COUNT as u32 - 1]);
+    settle(e.q(0));
+    let stats = e.q(0).stats();
+    println!("{COUNT} submissions behind a 2 ms kernel: {stats:?}");
+    assert_eq!((stats.completed, stats.failed), (COUNT, 0));
+    assert!(
+        stats.retire_batches < COUNT / 4,
+        "the backlog retired in a few batches: {stats:?}"
+    );
+}
+
+fn idle_queues_park_their_threads(mode: CommandBufferMode) {
+    let mut e = env(mode, 2);
+    let s = e.sem();
+    let out = e.buffer();
+    let v = e.value();
+    let cb = e.fill_cb(0, 0, &out, v);
+    for value in 1..=50 {
+        e.q((value % 2) as usize)
+            .execute(&[(&s, value - 1)], &[(&s, value)], &[&cb])
+            .unwrap();
+    }
+    wait(&s, 50);
+    let deadline = Instant::now() + TIMEOUT;
+    for q in 0..2 {
+        settle(e.q(q));
+        while !(e.q(q).stats().completion_parked && e.q(q).stats().worker_parked) {
+            assert!(Instant::now() < deadline, "queue {q}: {:?}", e.q(q).stats());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let before: Vec<_> = (0..2).map(|q| e.q(q).stats()).collect();
+    std::thread::sleep(Duration::from_millis(50));
+    for (q, before) in before.iter().enumerate() {
+        let after = e.q(q).stats();
+        assert!(after.completion_parked && after.worker_parked, "{after:?}");
+        assert_eq!(
+            (after.completion_parks, after.worker_parks),
+            (before.completion_parks, before.worker_parks),
+            "queue {q}: an idle queue's threads stay parked"
+        );
+    }
 }

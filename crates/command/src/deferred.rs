@@ -13,6 +13,7 @@ use std::sync::Arc;
 use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, PrimaryContext};
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
+use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes};
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
@@ -55,6 +56,8 @@ pub(crate) enum Op {
     Event(CUevent),
     /// Stream work: index into `works`.
     StreamWork(u32),
+    /// An indirect dispatch: graph `index` of `indirect_graphs`.
+    Indirect(u32),
 }
 
 /// A recorded stream-work closure and the ranges it was recorded with.
@@ -69,6 +72,8 @@ pub(crate) struct DeferredEncoder {
     pub(crate) bytes: AlignedBytes,
     /// Arena offset of each dispatch argument, in op order.
     pub(crate) arg_offsets: Vec<u32>,
+    /// The graphs of indirect dispatches.
+    pub(crate) indirect_graphs: Vec<IndirectGraph>,
     /// Launch attributes of the dispatches that have any.
     pub(crate) attributes: Vec<LaunchAttributes>,
     /// `arg_offsets` turned into addresses by `end()`, when the arena stops moving.
@@ -226,6 +231,22 @@ impl Encoder for DeferredEncoder {
         )
     }
 
+    fn dispatch_indirect(
+        &mut self,
+        launch: &IndirectLaunch<'_>,
+        indirect: &Indirect,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        let graph = IndirectGraph::new(launch.dispatch.function.context(), launch, indirect)?;
+        let index =
+            u32::try_from(self.indirect_graphs.len()).map_err(|_| Error::IndirectCounts {
+                reason: "too many indirect dispatches in one command buffer",
+            })?;
+        self.indirect_graphs.push(graph);
+        self.push(zone, Op::Indirect(index));
+        Ok(())
+    }
+
     fn barrier(&mut self) -> Result<(), Error> {
         Ok(())
     }
@@ -370,6 +391,9 @@ impl DeferredCommandBuffer {
                         encoder.pointers(first_arg, args),
                     )?,
                     Op::Event(event) => stream_ops::record_event(api, stream, event)?,
+                    Op::Indirect(index) => {
+                        encoder.indirect_graphs[index as usize].launch(stream)?
+                    }
                     Op::StreamWork(index) => {
                         let recorded = &encoder.works[index as usize];
                         let on = StreamWork {
@@ -407,6 +431,12 @@ crate::recorder::forward_recording!(DeferredCommandBuffer);
 impl CommandBuffer for DeferredCommandBuffer {
     fn kind(&self) -> CommandBufferKind {
         CommandBufferKind::Deferred
+    }
+    fn check_completed(&self) -> Result<(), Error> {
+        self.recorder.check_completed()
+    }
+    fn checks_completion(&self) -> bool {
+        self.recorder.checks_completion()
     }
     unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
         // SAFETY: the caller upholds `issue`'s contract, which is `replay`'s.

@@ -189,6 +189,29 @@ pub enum Error {
         /// The highest priority (numerically smallest).
         greatest: i32,
     },
+    /// No indirect-dispatch helper cubin for the device's architecture (see
+    /// `INDIRECT_HELPER_DIR_ENV`).
+    NoIndirectHelper {
+        /// The device's architecture, as `sm_XY`.
+        architecture: String,
+    },
+    /// The counts range of an indirect dispatch is unusable.
+    IndirectCounts {
+        /// Why.
+        reason: &'static str,
+    },
+    /// An indirect dispatch read a workgroup count over the device's grid limits (or not a
+    /// multiple of its cluster): the dispatch did not run and its submission failed.
+    IndirectCountOutOfRange {
+        /// The indirect dispatch's index among its command buffer's indirect dispatches.
+        dispatch: u32,
+        /// The count it read (x, y, z).
+        count: [u32; 3],
+        /// The device's grid limits.
+        max: [u32; 3],
+        /// The dispatch's cluster shape (1s without clusters).
+        cluster: [u32; 3],
+    },
     /// The operation is not valid in the command buffer's current state.
     InvalidState {
         /// The operation attempted.
@@ -404,6 +427,22 @@ impl fmt::Display for Error {
                 f,
                 "{requested} bytes of dynamic shared memory exceed the {max} that {function} \
                  may use"
+            ),
+            Error::NoIndirectHelper { architecture } => write!(
+                f,
+                "no indirect-dispatch helper cubin for {architecture} (build one with \
+                 crates/command/kernels/build.sh and point CUHAL_INDIRECT_HELPER_DIR at it)"
+            ),
+            Error::IndirectCounts { reason } => write!(f, "indirect dispatch counts: {reason}"),
+            Error::IndirectCountOutOfRange {
+                dispatch,
+                count,
+                max,
+                cluster,
+            } => write!(
+                f,
+                "indirect dispatch {dispatch} read workgroup count {count:?}: over the device's \
+                 grid limits {max:?} or not a multiple of its cluster {cluster:?}; it did not run"
             ),
             Error::InvalidState { operation, state } => {
                 write!(f, "cannot {operation}: the command buffer is {state}")

@@ -93,6 +93,34 @@ impl LaunchAttributes {
     }
 }
 
+/// Sets a kernel node's launch attributes (all but the programmatic dependency, which is an
+/// edge). The recorder checked the driver has the entry point when there is any.
+pub(crate) fn set_kernel_node_attributes(
+    api: &cuhal_sys::DriverApi,
+    node: cuhal_sys::CUgraphNode,
+    attributes: &LaunchAttributes,
+) -> Result<(), Error> {
+    let mut attrs = [NO_ATTRIBUTE; 4];
+    let n = attributes.fill(&mut attrs, false);
+    if n == 0 {
+        return Ok(());
+    }
+    let Some(set) = api.cuGraphKernelNodeSetAttribute else {
+        return Err(Error::UnsupportedAttribute {
+            attribute: "launch attributes",
+            reason: "the driver has no cuGraphKernelNodeSetAttribute",
+        });
+    };
+    for attr in &attrs[..n] {
+        // SAFETY: `node` is a kernel node just added to the graph; the value is a local that
+        // outlives the call and holds the member the attribute reads.
+        api.check("cuGraphKernelNodeSetAttribute", unsafe {
+            set(node, attr.id, &attr.value)
+        })?;
+    }
+    Ok(())
+}
+
 /// An empty attribute slot.
 pub(crate) const NO_ATTRIBUTE: CUlaunchAttribute = CUlaunchAttribute {
     id: 0,

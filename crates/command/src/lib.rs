@@ -61,6 +61,7 @@ mod deferred;
 mod error;
 mod executable;
 mod graph;
+mod indirect;
 mod kernel_args;
 mod launch;
 mod range;
@@ -75,6 +76,7 @@ pub use deferred::DeferredCommandBuffer;
 pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};
 pub use graph::GraphCommandBuffer;
+pub use indirect::{INDIRECT_COUNT_BYTES, INDIRECT_HELPER, INDIRECT_HELPER_DIR_ENV};
 pub use kernel_args::{ArgSlot, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};
 pub use range::BufferRange;
@@ -121,6 +123,21 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
     /// context must be current on the calling thread: a queue makes it current once per
     /// submission, and a graph launch does not check it again.
     unsafe fn issue(&self, stream: CUstream) -> Result<(), Error>;
+
+    /// Called by the queue when a submission of this command buffer completed without a driver
+    /// error: an error here (an indirect dispatch whose count was out of range, which the device
+    /// recorded instead of running it) fails that submission. Reported once; a failure of a
+    /// later submission that completed in the same batch is reported with the first.
+    fn check_completed(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// Whether [`check_completed`](CommandBuffer::check_completed) can fail (the command buffer
+    /// recorded an indirect dispatch). The queue then signals a submission only after checking
+    /// it, never straight from its completion event.
+    fn checks_completion(&self) -> bool {
+        false
+    }
 
     /// The zone recorder given at creation, so the queue can call
     /// [`ZoneRecorder::on_submit`].

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use cuhal_sys::{CUcontext, CUdeviceptr, CUevent, PrimaryContext};
 
 use crate::executable::{validate_arguments, validate_dispatch};
+use crate::indirect::{INDIRECT_COUNT_BYTES, Indirect, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes, check_attributes};
 use crate::range::check_non_empty;
 use crate::{
@@ -178,6 +179,18 @@ pub trait CommandRecorder {
     /// Launches a kernel. The block size is checked against the function's limit.
     fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error>;
 
+    /// Launches a kernel whose grid is read from `counts` (three `u32`s: x, y, z, 4-byte
+    /// aligned) when the command runs, on the device, with no host round trip. The dispatch's
+    /// own `grid` is not used. A count with a zero axis runs nothing; a count over the device's
+    /// grid limits (or not a multiple of the cluster) runs nothing and fails the submission
+    /// with [`Error::IndirectCountOutOfRange`]. Clusters and priority are allowed; cooperative and
+    /// programmatic launches are not (their checks need the grid at recording).
+    fn dispatch_indirect(
+        &mut self,
+        dispatch: &Dispatch<'_>,
+        counts: &BufferRange,
+    ) -> Result<(), Error>;
+
     /// Everything recorded before the barrier completes before anything recorded after it
     /// starts. Commands between two barriers may run concurrently.
     fn barrier(&mut self) -> Result<(), Error>;
@@ -246,6 +259,13 @@ macro_rules! forward_recording {
             fn dispatch(&mut self, dispatch: &$crate::Dispatch<'_>) -> Result<(), $crate::Error> {
                 self.recorder.dispatch(dispatch)
             }
+            fn dispatch_indirect(
+                &mut self,
+                dispatch: &$crate::Dispatch<'_>,
+                counts: &$crate::BufferRange,
+            ) -> Result<(), $crate::Error> {
+                self.recorder.dispatch_indirect(dispatch, counts)
+            }
             fn barrier(&mut self) -> Result<(), $crate::Error> {
                 self.recorder.barrier()
             }
@@ -298,6 +318,13 @@ pub(crate) trait Encoder {
         zone: CommandZone,
     ) -> Result<(), Error>;
     fn dispatch(&mut self, dispatch: &Dispatch<'_>, zone: CommandZone) -> Result<(), Error>;
+    /// An indirect dispatch: the fragment of [`crate::indirect::add_fragment`], in command order.
+    fn dispatch_indirect(
+        &mut self,
+        launch: &IndirectLaunch<'_>,
+        indirect: &Indirect,
+        zone: CommandZone,
+    ) -> Result<(), Error>;
     fn barrier(&mut self) -> Result<(), Error>;
     /// Records stream work over `ranges` (checked, retained by the recorder). An
     /// [`Error::Capture`] or [`Error::CaptureUnsupported`] means nothing was recorded (the
@@ -454,6 +481,8 @@ pub(crate) struct Recorder<E> {
     open_groups: u32,
     retained: Retained,
     groups: Groups,
+    /// Created by the first indirect dispatch.
+    indirect: Option<Indirect>,
 }
 
 impl<E: Encoder> Recorder<E> {
@@ -472,6 +501,7 @@ impl<E: Encoder> Recorder<E> {
             open_groups: 0,
             retained: Retained::default(),
             groups: Groups::default(),
+            indirect: None,
         };
         if let Some(event) = this.zones.begin_coarse(name) {
             this.encoder.zone_event(event)?;
@@ -485,6 +515,17 @@ impl<E: Encoder> Recorder<E> {
 
     pub(crate) fn context(&self) -> Option<&Arc<PrimaryContext>> {
         self.context.as_ref()
+    }
+
+    /// Whether a submission that completed without a driver error did what it should: an
+    /// indirect dispatch whose count was out of range is reported here, once.
+    pub(crate) fn check_completed(&self) -> Result<(), Error> {
+        self.indirect.as_ref().map_or(Ok(()), Indirect::check)
+    }
+
+    /// Whether [`Recorder::check_completed`] can fail: an indirect dispatch was recorded.
+    pub(crate) fn checks_completion(&self) -> bool {
+        self.indirect.is_some()
     }
 
     #[cfg(test)]
@@ -637,6 +678,97 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         for buffer in dispatch.args.buffers() {
             self.retained.buffer(buffer);
         }
+        Ok(())
+    }
+
+    fn dispatch_indirect(
+        &mut self,
+        dispatch: &Dispatch<'_>,
+        counts: &BufferRange,
+    ) -> Result<(), Error> {
+        self.recording("indirect dispatch")?;
+        if counts.len() < INDIRECT_COUNT_BYTES {
+            return Err(Error::IndirectCounts {
+                reason: "the counts range is shorter than three u32s",
+            });
+        }
+        if !counts.device_ptr().is_multiple_of(4) {
+            return Err(Error::Misaligned {
+                what: "indirect counts address",
+                value: counts.device_ptr(),
+                alignment: 4,
+            });
+        }
+        self.check_range(counts)?;
+        let function = dispatch.function;
+        self.same_context(function.context())?;
+        if dispatch.attributes.cooperative || dispatch.attributes.programmatic {
+            return Err(Error::UnsupportedAttribute {
+                attribute: if dispatch.attributes.cooperative {
+                    "cooperative"
+                } else {
+                    "programmatic"
+                },
+                reason: "not with an indirect dispatch: its checks need the grid at recording",
+            });
+        }
+        function.ensure_dynamic_shared_memory(dispatch.shared_memory_bytes)?;
+        let cluster = dispatch
+            .attributes
+            .cluster
+            .or(function.capabilities().required_cluster)
+            .unwrap_or([1; 3]);
+        // The placeholder grid the node is created with until the device sets the real one.
+        validate_dispatch(
+            function.name(),
+            function.limits(),
+            cluster,
+            dispatch.block,
+            dispatch.shared_memory_bytes,
+        )?;
+        validate_arguments(function.name(), function.parameter_sizes(), dispatch.args)?;
+        for buffer in dispatch.args.buffers() {
+            self.same_context(buffer.context())?;
+        }
+        let attributes = check_attributes(
+            function,
+            cluster,
+            dispatch.block,
+            dispatch.shared_memory_bytes,
+            &dispatch.attributes,
+            AttributePath::GraphNode,
+        )?;
+        if self.indirect.is_none() {
+            self.indirect = Some(Indirect::new(function.context())?);
+        }
+        let Some(indirect) = self.indirect.as_mut() else {
+            unreachable!("created above")
+        };
+        let index = indirect.push(cluster)?;
+        let placed = Dispatch {
+            grid: cluster,
+            attributes,
+            ..*dispatch
+        };
+        let launch = IndirectLaunch {
+            dispatch: &placed,
+            counts: counts.device_ptr(),
+            index,
+        };
+        let zone = self.zones.command(function.name());
+        let Some(indirect) = self.indirect.as_ref() else {
+            unreachable!("created above")
+        };
+        if let Err(e) = self.encoder.dispatch_indirect(&launch, indirect, zone) {
+            self.state = CommandBufferState::Failed;
+            return Err(e);
+        }
+        self.groups.command(false);
+        self.retained.function(function);
+        for buffer in dispatch.args.buffers() {
+            self.retained.buffer(buffer);
+        }
+        self.retain_range(counts);
         Ok(())
     }
 

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cuhal_sys::{CUdeviceptr, CUevent, CUstream, PrimaryContext};
 
 use crate::arena::StableArena;
+use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::AttributePath;
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
@@ -26,6 +27,8 @@ pub(crate) struct StreamEncoder {
     /// Update bytes, kept until the command buffer is dropped (the copies read them
     /// asynchronously; the owner keeps the command buffer until its work completes).
     host_bytes: StableArena,
+    /// The graphs of indirect dispatches, kept until the command buffer is dropped.
+    indirect_graphs: Vec<IndirectGraph>,
 }
 
 impl StreamEncoder {
@@ -120,6 +123,22 @@ impl Encoder for StreamEncoder {
         })
     }
 
+    fn dispatch_indirect(
+        &mut self,
+        launch: &IndirectLaunch<'_>,
+        indirect: &Indirect,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        self.around(zone, |this| {
+            let graph = IndirectGraph::new(&this.context, launch, indirect)?;
+            // SAFETY: the stream is live while recording (contract of `new`) and the context
+            // is bound; the graph is kept with the command buffer, which outlives its work.
+            unsafe { graph.launch(this.stream) }?;
+            this.indirect_graphs.push(graph);
+            Ok(())
+        })
+    }
+
     fn barrier(&mut self) -> Result<(), Error> {
         // A stream runs its work in order: every command is already behind the ones before.
         Ok(())
@@ -177,6 +196,7 @@ impl StreamCommandBuffer {
             context: Arc::clone(context),
             stream,
             host_bytes: StableArena::default(),
+            indirect_graphs: Vec::new(),
         };
         Ok(Self {
             recorder: Recorder::begin(
@@ -201,6 +221,13 @@ crate::recorder::forward_recording!(StreamCommandBuffer);
 impl CommandBuffer for StreamCommandBuffer {
     fn kind(&self) -> CommandBufferKind {
         CommandBufferKind::Stream
+    }
+
+    fn check_completed(&self) -> Result<(), Error> {
+        self.recorder.check_completed()
+    }
+    fn checks_completion(&self) -> bool {
+        self.recorder.checks_completion()
     }
 
     unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {

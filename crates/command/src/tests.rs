@@ -379,6 +379,7 @@ fn shape(ops: &[Op]) -> String {
             Op::Copy { .. } => 'C',
             Op::Dispatch { .. } => 'D',
             Op::StreamWork(_) => 'W',
+            Op::Indirect(_) => 'I',
         })
         .collect()
 }

@@ -390,6 +390,25 @@ impl Backend for CudaBackend {
             .map_err(|e| self.lost.note(e))
     }
 
+    fn check_completed(&self, payload: &Payload) -> Result<(), Failure> {
+        if let Payload::Execute {
+            command_buffers, ..
+        } = payload
+        {
+            for command_buffer in command_buffers.iter() {
+                command_buffer
+                    .check_completed()
+                    .map_err(|e| Failure::new(Error::from(e)))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn checks_completion(&self, payload: &Payload) -> bool {
+        matches!(payload, Payload::Execute { command_buffers, .. }
+            if command_buffers.iter().any(|cb| cb.checks_completion()))
+    }
+
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {
         let mut outcome = event.query_raw();
         if matches!(outcome, Ok(false)) {

@@ -8,8 +8,8 @@
 // Functions carry the driver's names so a reader can match them to cuda.h.
 #![allow(non_snake_case)]
 
-use std::collections::VecDeque;
-use std::ffi::{c_int, c_uint};
+use std::collections::{HashSet, VecDeque};
+use std::ffi::{c_int, c_uint, c_void};
 
 use cuhal_sys::{
     CU_GRAPH_DEPENDENCY_TYPE_DEFAULT, CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC,
@@ -81,6 +81,7 @@ pub(crate) enum Op {
     EventWait {
         event: usize,
     },
+    IndirectApply(IndirectApply),
 }
 
 impl Op {
@@ -101,6 +102,50 @@ impl Op {
     }
 }
 
+/// The name of cuhal's indirect-dispatch helper kernel, which the fake runs (see
+/// [`IndirectApply`]).
+pub const INDIRECT_HELPER: &str = "cuhal_indirect_apply";
+
+/// A node of cuhal's indirect-dispatch helper, emulated: it reads three counts from device
+/// memory and updates its device-updatable target node in the executable graph, as the real
+/// helper does on the GPU with the device runtime (zero count: disabled; over the limits or not
+/// a multiple of the cluster: disabled and the failure recorded in `status`).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct IndirectApply {
+    function: usize,
+    counts: u64,
+    node: usize,
+    max: [u32; 3],
+    cluster: [u32; 3],
+    status: u64,
+    index: u32,
+}
+
+impl IndirectApply {
+    /// Reads the helper's arguments (its parameter list in `indirect.cu`).
+    ///
+    /// # Safety
+    /// `params` holds ten pointers, each to a value of that parameter's size.
+    unsafe fn read(function: usize, params: *mut *mut c_void) -> Result<Self, c_int> {
+        ensure(!params.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: the caller's contract: ten pointers to values of the parameters' sizes.
+        unsafe {
+            let arg = |i: usize| *params.add(i);
+            let u64_at = |i: usize| arg(i).cast::<u64>().read_unaligned();
+            let u32_at = |i: usize| arg(i).cast::<u32>().read_unaligned();
+            Ok(Self {
+                function,
+                counts: u64_at(0),
+                node: u64_at(1) as usize,
+                max: [u32_at(2), u32_at(3), u32_at(4)],
+                cluster: [u32_at(5), u32_at(6), u32_at(7)],
+                status: u64_at(8),
+                index: u32_at(9),
+            })
+        }
+    }
+}
+
 /// One node and the nodes it depends on.
 #[derive(Debug)]
 struct Node {
@@ -115,10 +160,16 @@ pub(crate) struct Graph {
     nodes: Vec<Node>,
 }
 
-/// An instantiated graph: its operations in an order that respects every dependency.
+/// An instantiated graph: its operations (with their node ids) in an order that respects every
+/// dependency, and the device-side updates of its device-updatable nodes.
 #[derive(Debug)]
 pub(crate) struct Exec {
-    order: Vec<Op>,
+    order: Vec<(usize, Op)>,
+    /// Kernel nodes disabled from the device, and grids set from the device.
+    disabled: HashSet<usize>,
+    /// Whether `cuGraphUpload` ran (needed before the first launch when the graph updates its
+    /// own nodes from the device).
+    uploaded: bool,
 }
 
 impl World {
@@ -154,7 +205,43 @@ impl World {
             Op::Empty => {}
             Op::EventRecord { event } => self.record(event)?,
             Op::EventWait { event } => lookup(&self.events, event).map(drop)?,
+            Op::IndirectApply(_) => return Err(status::INVALID_VALUE),
         }
+        Ok(())
+    }
+
+    /// Runs the indirect-dispatch helper: updates `disabled` for its target node.
+    fn apply_indirect(&mut self, apply: &IndirectApply, disabled: &mut HashSet<usize>) -> Status {
+        let name = lookup(&self.functions, apply.function)?.name.clone();
+        *self.launches.entry(name).or_insert(0) += 1;
+        let counts = self.mapped_span(apply.counts, 12)?;
+        // SAFETY: 12 bytes of a live allocation (checked above).
+        let count: [u32; 3] =
+            std::array::from_fn(|i| unsafe { counts.cast::<u32>().add(i).read_unaligned() });
+        if count.contains(&0) {
+            disabled.insert(apply.node);
+            return Ok(());
+        }
+        let over = count.iter().zip(apply.max).any(|(&c, m)| c > m);
+        let untiled = count
+            .iter()
+            .zip(apply.cluster)
+            .any(|(&c, k)| k == 0 || c % k != 0);
+        if over || untiled {
+            disabled.insert(apply.node);
+            let status = self.mapped_span(apply.status, 16)?.cast::<u32>();
+            // SAFETY: 16 bytes of a live (host-mapped) allocation, checked above.
+            unsafe {
+                if status.read() == 0 {
+                    status.write(apply.index + 1);
+                    for (i, c) in count.iter().enumerate() {
+                        status.add(i + 1).write(*c);
+                    }
+                }
+            }
+            return Ok(());
+        }
+        disabled.remove(&apply.node);
         Ok(())
     }
 
@@ -166,6 +253,7 @@ impl World {
                 lookup(&self.events, event).map(drop)
             }
             Op::Memset { .. } | Op::Memcpy(_) | Op::Empty => Ok(()),
+            Op::IndirectApply(apply) => lookup(&self.functions, apply.function).map(drop),
         }
     }
 
@@ -276,7 +364,7 @@ fn offset(place: Place, bytes: usize) -> End {
 
 /// The operations of `graph` in dependency order (Kahn's algorithm, stable), or
 /// `CUDA_ERROR_INVALID_VALUE` for a cycle.
-fn order(graph: &Graph) -> Result<Vec<Op>, c_int> {
+fn order(graph: &Graph) -> Result<Vec<(usize, Op)>, c_int> {
     let index = |id: usize| graph.nodes.iter().position(|n| n.id == id);
     let mut waiting: Vec<usize> = graph.nodes.iter().map(|n| n.deps.len()).collect();
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); graph.nodes.len()];
@@ -290,7 +378,7 @@ fn order(graph: &Graph) -> Result<Vec<Op>, c_int> {
         .collect();
     let mut order = Vec::with_capacity(graph.nodes.len());
     while let Some(i) = ready.pop_front() {
-        order.push(graph.nodes[i].op.clone());
+        order.push((graph.nodes[i].id, graph.nodes[i].op.clone()));
         for &next in &dependents[i] {
             waiting[next] -= 1;
             if waiting[next] == 0 {
@@ -352,12 +440,18 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
             [params.blockDimX, params.blockDimY, params.blockDimZ],
             params.sharedMemBytes,
         )?;
-        let op = Op::kernel(
-            function,
-            [params.gridDimX, params.gridDimY, params.gridDimZ],
-            [params.blockDimX, params.blockDimY, params.blockDimZ],
-            params.sharedMemBytes,
-        );
+        let op = if world.functions[&function].name == INDIRECT_HELPER {
+            // SAFETY: cuhal passes the helper's ten arguments (cuda.h's contract for
+            // kernelParams: one pointer per parameter).
+            Op::IndirectApply(unsafe { IndirectApply::read(function, params.kernelParams) }?)
+        } else {
+            Op::kernel(
+                function,
+                [params.gridDimX, params.gridDimY, params.gridDimZ],
+                [params.blockDimX, params.blockDimY, params.blockDimZ],
+                params.sharedMemBytes,
+            )
+        };
         // SAFETY: forwarded caller contract.
         unsafe { world.add_node(out, graph, deps, count, op) }
     })
@@ -773,9 +867,34 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
         let mut world = world();
         world.current_context()?;
         let order = order(lookup(&world.graphs, id(graph)?)?)?;
-        order.iter().try_for_each(|op| world.check(op))?;
+        order.iter().try_for_each(|(_, op)| world.check(op))?;
+        // An indirect helper's target must be a device-updatable kernel node of this graph.
+        for (_, op) in &order {
+            if let Op::IndirectApply(apply) = op {
+                ensure(
+                    order.iter().any(|(id, target)| {
+                        *id == apply.node
+                            && matches!(
+                                target,
+                                Op::Kernel {
+                                    device_updatable: true,
+                                    ..
+                                }
+                            )
+                    }),
+                    status::INVALID_VALUE,
+                )?;
+            }
+        }
         let exec = world.new_handle();
-        world.execs.insert(exec, Exec { order });
+        world.execs.insert(
+            exec,
+            Exec {
+                order,
+                disabled: HashSet::new(),
+                uploaded: false,
+            },
+        );
         // SAFETY: forwarded caller contract (checked non-null above).
         unsafe { put(out, handle(exec)) }
     })
@@ -786,10 +905,25 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> c_int {
     entry("cuGraphLaunch", || {
         let mut world = world();
         world.stream_device(stream)?;
-        let order = std::mem::take(&mut lookup_mut(&mut world.execs, id(exec)?)?.order);
-        let result = order.iter().try_for_each(|op| world.run(op));
+        let state = lookup_mut(&mut world.execs, id(exec)?)?;
+        let order = std::mem::take(&mut state.order);
+        let mut disabled = std::mem::take(&mut state.disabled);
+        let uploaded = state.uploaded;
+        let updates_itself = order
+            .iter()
+            .any(|(_, op)| matches!(op, Op::IndirectApply(_)));
+        // CUDA: a graph that updates its own nodes from the device must be uploaded first.
+        let mut result = ensure(uploaded || !updates_itself, status::INVALID_VALUE);
+        if result.is_ok() {
+            result = order.iter().try_for_each(|(id, op)| match op {
+                Op::Kernel { .. } if disabled.contains(id) => Ok(()),
+                Op::IndirectApply(apply) => world.apply_indirect(apply, &mut disabled),
+                _ => world.run(op),
+            });
+        }
         if let Some(exec) = world.execs.get_mut(&exec.addr()) {
             exec.order = order;
+            exec.disabled = disabled;
         }
         result
     })
@@ -798,9 +932,10 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> c_int {
 /// `CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)`: nothing to upload.
 pub extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> c_int {
     entry("cuGraphUpload", || {
-        let world = world();
+        let mut world = world();
         world.stream_device(stream)?;
-        lookup(&world.execs, id(exec)?).map(drop)
+        lookup_mut(&mut world.execs, id(exec)?)?.uploaded = true;
+        Ok(())
     })
 }
 

@@ -123,6 +123,21 @@ impl World {
         Ok(std::ptr::with_exposed_provenance_mut(address as usize))
     }
 
+    /// The bytes `[address, address + len)` of one live allocation of any kind: device memory,
+    /// or pinned host memory as the device sees it when mapped (at its host address).
+    pub fn mapped_span(&self, address: u64, len: usize) -> Result<*mut u8, c_int> {
+        let (&base, allocation) = self
+            .allocations
+            .range(..=address)
+            .next_back()
+            .ok_or(status::INVALID_VALUE)?;
+        let end = address
+            .checked_add(len as u64)
+            .ok_or(status::INVALID_VALUE)?;
+        ensure(end <= base + allocation.len as u64, status::INVALID_VALUE)?;
+        Ok(std::ptr::with_exposed_provenance_mut(address as usize))
+    }
+
     /// The pool behind a handle (a default pool or a live created one).
     fn pool(&self, pool: CUmemoryPool) -> Result<usize, c_int> {
         let pool = id(pool)?;
@@ -211,6 +226,32 @@ unsafe fn host_alloc(out: *mut *mut c_void, bytes: usize) -> Status {
     let address = world.allocate(bytes, Kind::Host, device)?;
     // SAFETY: forwarded caller contract (checked non-null above).
     unsafe { put(out, std::ptr::with_exposed_provenance_mut(address as usize)) }
+}
+
+/// `CUresult cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int flags)`: the
+/// fake's device sees host memory at its host address.
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuMemHostGetDevicePointer(
+    out: *mut CUdeviceptr,
+    pointer: *mut c_void,
+    flags: c_uint,
+) -> c_int {
+    entry("cuMemHostGetDevicePointer", || {
+        ensure(flags == 0, status::INVALID_VALUE)?;
+        let world = world();
+        let address = pointer.addr() as u64;
+        let (_, allocation) = world
+            .allocations
+            .range(..=address)
+            .next_back()
+            .ok_or(status::INVALID_VALUE)?;
+        ensure(matches!(allocation.kind, Kind::Host), status::INVALID_VALUE)?;
+        world.mapped_span(address, 1)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { put(out, address) }
+    })
 }
 
 /// `CUresult cuMemFreeHost(void *p)`.

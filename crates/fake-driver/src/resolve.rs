@@ -71,6 +71,7 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuMemFree" => f!(3020, mem::cuMemFree),
         "cuMemAllocHost" => f!(3020, mem::cuMemAllocHost),
         "cuMemHostAlloc" => f!(2020, mem::cuMemHostAlloc),
+        "cuMemHostGetDevicePointer" => f!(2020, mem::cuMemHostGetDevicePointer),
         "cuMemFreeHost" => f!(2000, mem::cuMemFreeHost),
         "cuMemGetInfo" => f!(3020, mem::cuMemGetInfo),
         "cuDeviceGetDefaultMemPool" => f!(11020, mem::cuDeviceGetDefaultMemPool),

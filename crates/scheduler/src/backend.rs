@@ -86,6 +86,26 @@ pub trait Backend: Send + Sync + 'static {
     /// with a sticky error returns that error), or a dropped queue would wait forever.
     fn wait_event(&self, event: &Self::Event, spin: Duration) -> Result<(), Failure>;
 
+    /// Called by the completion side for an action whose event completed without error, before
+    /// its signals advance: work that detects its own failure on the device (CUDA: an indirect
+    /// dispatch whose count was out of range, recorded instead of run) reports it here, and the
+    /// action fails with it. The queue stays usable: this is the work's failure, not the
+    /// device's. The default: nothing to check.
+    fn check_completed(&self, payload: &Self::Payload) -> Result<(), Failure> {
+        let _ = payload;
+        Ok(())
+    }
+
+    /// Whether [`check_completed`](Backend::check_completed) may fail this payload. Such an
+    /// action's completion event is not recorded as a device-signal timepoint of its signal
+    /// semaphores: host waiters and other queues then wait for the completion side, which signals
+    /// only after the check passed (so nothing runs after work that failed on the device). The
+    /// default: no.
+    fn checks_completion(&self, payload: &Self::Payload) -> bool {
+        let _ = payload;
+        false
+    }
+
     /// Gives back a payload the scheduler is done with: its action completed or failed (it may
     /// never have been issued). The default drops it.
     fn release(&self, payload: Self::Payload) {

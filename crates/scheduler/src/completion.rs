@@ -131,6 +131,10 @@ fn retire_batch<B: Backend>(
                     let spin = shared.options.completion_spin;
                     wait(shared, event, spin)
                 };
+                let result = match result {
+                    Ok(()) => check_completed(shared, body).map_err(|failure| (failure, false)),
+                    Err(error) => Err((error, true)),
+                };
                 match result {
                     Ok(()) => {
                         for (semaphore, value) in &body.signals {
@@ -141,7 +145,12 @@ fn retire_batch<B: Backend>(
                         }
                         None
                     }
-                    Err(error) => {
+                    Err((failure, false)) => {
+                        // The work failed on its own (the device is fine).
+                        body.fail_signals(&failure);
+                        Some(failure)
+                    }
+                    Err((error, true)) => {
                         // An event the action waited on failed: the failure came from upstream and
                         // this queue is fine. Otherwise this queue's device failed.
                         let failure = upstream_failure(device_waits).unwrap_or_else(|| {
@@ -194,6 +203,17 @@ fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> bool {
             .iter()
             .any(|(semaphore, _)| semaphore.has_waiters())
         || shared.options.eager_completion
+}
+
+fn check_completed<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> Result<(), Failure> {
+    catch_unwind(AssertUnwindSafe(|| {
+        shared.backend.check_completed(&body.payload)
+    }))
+    .unwrap_or_else(|_| {
+        Err(Failure::msg(
+            "the backend panicked while checking completed work",
+        ))
+    })
 }
 
 fn wait<B: Backend>(shared: &Shared<B>, event: &B::Event, spin: Duration) -> Result<(), Failure> {

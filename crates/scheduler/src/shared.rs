@@ -426,9 +426,12 @@ impl<B: Backend> Shared<B> {
         .unwrap_or_else(|_| Err(Failure::msg("the backend panicked while issuing an action")));
         match issued {
             Ok(event) => {
-                for (semaphore, value) in &body.signals {
-                    // Err only if the semaphore already failed: nothing to record then.
-                    let _ = semaphore.record_device_signal(*value, event.clone());
+                // Work that is checked when it completes signals only from the completion side.
+                if !self.backend.checks_completion(&body.payload) {
+                    for (semaphore, value) in &body.signals {
+                        // Err only if the semaphore already failed: nothing to record then.
+                        let _ = semaphore.record_device_signal(*value, event.clone());
+                    }
                 }
                 match issuer {
                     Issuer::Submitter => state.issued_on_submit += 1,

@@ -22,7 +22,8 @@ use cuhal_sys::{
 use smallvec::SmallVec;
 
 use crate::arena::StableArena;
-use crate::launch::{AttributePath, LaunchAttributes, NO_ATTRIBUTE};
+use crate::indirect::{self, Indirect, IndirectLaunch};
+use crate::launch::{AttributePath, set_kernel_node_attributes};
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
 use crate::{
@@ -51,6 +52,8 @@ pub(crate) struct GraphEncoder {
     nodes: usize,
     /// The stream stream work is captured on, created at the first stream-work command.
     capture_stream: CUstream,
+    /// Holds device-updatable nodes (indirect dispatches).
+    device_updatable: bool,
 }
 
 impl GraphEncoder {
@@ -70,6 +73,7 @@ impl GraphEncoder {
             host_bytes: StableArena::default(),
             nodes: 0,
             capture_stream: std::ptr::null_mut(),
+            device_updatable: false,
         })
     }
 
@@ -295,12 +299,27 @@ impl Encoder for GraphEncoder {
                     &params,
                 )
             })?;
-            set_node_attributes(api, node, &attributes)?;
+            set_kernel_node_attributes(api, node, &attributes)?;
             if let Some(upstream) = upstream {
                 add_programmatic_edge(api, this.graph, upstream, node)?;
             }
             Ok(node)
         })
+    }
+
+    fn dispatch_indirect(
+        &mut self,
+        launch: &IndirectLaunch<'_>,
+        indirect: &Indirect,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        self.add_command(zone, |this, deps| {
+            indirect::add_fragment(this.context.api(), this.graph, deps, launch, indirect)
+        })?;
+        // The helper node; `add_command` counted the dispatch node.
+        self.nodes += 1;
+        self.device_updatable = true;
+        Ok(())
     }
 
     fn barrier(&mut self) -> Result<(), Error> {
@@ -436,36 +455,12 @@ impl Encoder for GraphEncoder {
             (api.cuGraphInstantiateWithFlags)(&mut exec, self.graph, 0)
         })?;
         self.exec = exec;
+        if self.device_updatable {
+            // Nodes updated from inside the graph need it uploaded before the first launch.
+            indirect::upload(&self.context, exec)?;
+        }
         Ok(())
     }
-}
-
-/// Sets a kernel node's launch attributes (all but the programmatic dependency, which is an
-/// edge). The recorder checked the driver has the entry point when there is any.
-fn set_node_attributes(
-    api: &cuhal_sys::DriverApi,
-    node: CUgraphNode,
-    attributes: &LaunchAttributes,
-) -> Result<(), Error> {
-    let mut attrs = [NO_ATTRIBUTE; 4];
-    let n = attributes.fill(&mut attrs, false);
-    if n == 0 {
-        return Ok(());
-    }
-    let Some(set) = api.cuGraphKernelNodeSetAttribute else {
-        return Err(Error::UnsupportedAttribute {
-            attribute: "launch attributes",
-            reason: "the driver has no cuGraphKernelNodeSetAttribute",
-        });
-    };
-    for attr in &attrs[..n] {
-        // SAFETY: `node` is a kernel node just added to the graph; the value is a local that
-        // outlives the call and holds the member the attribute reads.
-        api.check("cuGraphKernelNodeSetAttribute", unsafe {
-            set(node, attr.id, &attr.value)
-        })?;
-    }
-    Ok(())
 }
 
 /// Adds `upstream -> downstream` as a programmatic edge: `downstream` may start once every
@@ -643,6 +638,12 @@ crate::recorder::forward_recording!(GraphCommandBuffer);
 impl CommandBuffer for GraphCommandBuffer {
     fn kind(&self) -> CommandBufferKind {
         CommandBufferKind::Graph
+    }
+    fn check_completed(&self) -> Result<(), Error> {
+        self.recorder.check_completed()
+    }
+    fn checks_completion(&self) -> bool {
+        self.recorder.checks_completion()
     }
     unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
         // SAFETY: the caller upholds `issue`'s contract: `launch`'s, and the context is current.

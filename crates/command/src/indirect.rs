@@ -1,0 +1,452 @@
+//! Indirect dispatch: a dispatch whose workgroup count is read from device memory when it runs.
+//!
+//! Every kind builds the same graph fragment: a helper kernel node (`cuhal_indirect_apply`, from
+//! `kernels/indirect.cu`, which needs the CUDA device runtime and so ships as cubins) followed by
+//! the dispatch as a *device-updatable* kernel node (CUDA 12.4). When the fragment runs, the
+//! helper reads the three counts and, on the device, sets the dispatch node's grid, or disables
+//! it for a zero count, or disables it and records a failure for a count over the device's grid
+//! limits (or not a multiple of the dispatch's cluster). No host round trip: the graph kind adds
+//! the fragment to its own graph; the stream and deferred kinds instantiate it as a small graph
+//! of its own and launch it on their stream (`cuGraphLaunch`) in command order.
+//!
+//! Failures land in host-mapped memory owned by the command buffer; the queue reads it when the
+//! submission completes ([`crate::CommandBuffer::check_completed`]) and fails the submission with
+//! [`Error::IndirectCountOutOfRange`].
+
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use cuhal_sys::{
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING,
+    CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode,
+    CUlaunchAttributeValue, CUstream, DriverApi, PrimaryContext,
+};
+
+use crate::launch::set_kernel_node_attributes;
+use crate::{Dispatch, Error, Executable, Function, KernelArgs};
+
+/// The helper kernel's name in its cubins.
+pub const INDIRECT_HELPER: &str = "cuhal_indirect_apply";
+
+/// A directory holding `indirect_sm_XY.cubin` files, looked at before the built-in cubins (for
+/// architectures this build of cuhal has none for; `kernels/build.sh` makes them).
+pub const INDIRECT_HELPER_DIR_ENV: &str = "CUHAL_INDIRECT_HELPER_DIR";
+
+/// Bytes of a workgroup count in device memory: three `u32`s (x, y, z).
+pub const INDIRECT_COUNT_BYTES: usize = 12;
+
+/// The helper cubins built into cuhal: (architecture as major * 10 + minor, image).
+const BUILT_IN: &[(u32, &[u8])] = &[];
+
+/// The driver version that has device-updatable kernel nodes.
+const DEVICE_UPDATABLE_SINCE: i32 = 12040;
+
+/// The helper image for compute capability `cc`: an exact match, else the newest of the same
+/// major version and a lower minor (cubins run on later minors of their major).
+fn helper_image(cc: (i32, i32)) -> Result<Vec<u8>, Error> {
+    let arch = (cc.0 * 10 + cc.1).max(0) as u32;
+    let candidates = || (cc.0 * 10..=cc.0 * 10 + cc.1).rev().map(|a| a as u32);
+    if let Some(dir) = std::env::var_os(INDIRECT_HELPER_DIR_ENV).filter(|d| !d.is_empty()) {
+        for a in candidates() {
+            let path = PathBuf::from(&dir).join(format!("indirect_sm_{a}.cubin"));
+            if let Ok(bytes) = std::fs::read(&path) {
+                return Ok(bytes);
+            }
+        }
+    }
+    for a in candidates() {
+        if let Some((_, image)) = BUILT_IN.iter().find(|(b, _)| *b == a) {
+            return Ok(image.to_vec());
+        }
+    }
+    Err(Error::NoIndirectHelper {
+        architecture: format!("sm_{arch}"),
+    })
+}
+
+/// Four `u32`s of pinned host memory mapped into the device: the failure record.
+struct Status {
+    context: Arc<PrimaryContext>,
+    host: *mut u32,
+    device: CUdeviceptr,
+}
+
+impl Status {
+    fn new(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
+        let api = context.api();
+        let _bound = context.enter()?;
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `host` is a valid out-pointer; 16 bytes of mapped, portable pinned memory.
+        api.check("cuMemHostAlloc", unsafe {
+            (api.cuMemHostAlloc)(
+                &mut host,
+                16,
+                CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE,
+            )
+        })?;
+        let mut this = Self {
+            context: Arc::clone(context),
+            host: host.cast(),
+            device: 0,
+        };
+        // SAFETY: 16 writable bytes just allocated; nothing reads them yet.
+        unsafe { std::ptr::write_bytes(this.host, 0, 4) };
+        let mut device: CUdeviceptr = 0;
+        // SAFETY: `host` is mapped pinned memory of this context; flags must be 0.
+        api.check("cuMemHostGetDevicePointer", unsafe {
+            (api.cuMemHostGetDevicePointer)(&mut device, host, 0)
+        })?;
+        this.device = device;
+        Ok(this)
+    }
+
+    fn word(&self, i: usize) -> &AtomicU32 {
+        debug_assert!(i < 4);
+        // SAFETY: the allocation holds four aligned u32s for as long as `self` lives; the device
+        // writes them only with plain stores and atomics, which an AtomicU32 view tolerates.
+        unsafe { AtomicU32::from_ptr(self.host.add(i)) }
+    }
+}
+
+impl Drop for Status {
+    fn drop(&mut self) {
+        if let Ok(_bound) = self.context.enter() {
+            // SAFETY: allocated in `new`, freed once; no work that writes it is in flight (the
+            // command buffer that owns it outlives its submissions).
+            let _ = unsafe { (self.context.api().cuMemFreeHost)(self.host.cast()) };
+        }
+    }
+}
+
+/// The indirect-dispatch state of one command buffer: the helper kernel, the failure record and
+/// what each indirect dispatch was checked against.
+pub(crate) struct Indirect {
+    helper: Function,
+    status: Status,
+    max_grid: [u32; 3],
+    /// The cluster shape of each indirect dispatch (1s without clusters), by index.
+    clusters: Vec<[u32; 3]>,
+}
+
+// SAFETY: the raw status pointer is only read and written through atomics; the rest is Send.
+unsafe impl Send for Indirect {}
+// SAFETY: as above.
+unsafe impl Sync for Indirect {}
+
+impl Indirect {
+    /// Loads the helper for `context`'s device and allocates the failure record. A driver
+    /// without device-updatable kernel nodes, or a device with no helper cubin, is an error.
+    pub(crate) fn new(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
+        let api = context.api();
+        if api.driver_version() < DEVICE_UPDATABLE_SINCE
+            || api.cuGraphKernelNodeSetAttribute.is_none()
+            || api.cuGraphKernelNodeGetAttribute.is_none()
+        {
+            return Err(Error::UnsupportedAttribute {
+                attribute: "indirect dispatch",
+                reason: "device-updatable graph kernel nodes need a CUDA 12.4 driver",
+            });
+        }
+        let cc = (
+            context.attribute(cuhal_sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            context.attribute(cuhal_sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        let image = helper_image(cc)?;
+        let helper = Executable::load_cubin(context, &image)?.function(INDIRECT_HELPER)?;
+        let max = |a| context.attribute(a).map(|v| v.max(1) as u32);
+        Ok(Self {
+            helper,
+            status: Status::new(context)?,
+            max_grid: [
+                max(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                max(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                max(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ],
+            clusters: Vec::new(),
+        })
+    }
+
+    /// Registers the next indirect dispatch (with its cluster shape) and returns its index.
+    pub(crate) fn push(&mut self, cluster: [u32; 3]) -> Result<u32, Error> {
+        let index = u32::try_from(self.clusters.len())
+            .ok()
+            .filter(|&i| i < u32::MAX - 1)
+            .ok_or(Error::IndirectCounts {
+                reason: "too many indirect dispatches in one command buffer",
+            })?;
+        self.clusters.push(cluster);
+        Ok(index)
+    }
+
+    /// Reports (once) an indirect dispatch whose count was out of range since the last check.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        let failed = self.status.word(0).load(Ordering::Acquire);
+        if failed == 0 {
+            return Ok(());
+        }
+        let count = [1, 2, 3].map(|i| self.status.word(i).load(Ordering::Acquire));
+        // Cleared for the next submission; a failure of a later submission that completed in the
+        // same batch is reported with this one.
+        self.status.word(0).store(0, Ordering::Release);
+        let dispatch = failed - 1;
+        Err(Error::IndirectCountOutOfRange {
+            dispatch,
+            count,
+            max: self.max_grid,
+            cluster: self
+                .clusters
+                .get(dispatch as usize)
+                .copied()
+                .unwrap_or([1; 3]),
+        })
+    }
+}
+
+/// What the fragment of one indirect dispatch needs.
+pub(crate) struct IndirectLaunch<'a> {
+    /// The dispatch, with a placeholder grid (its cluster shape, or 1s) and checked attributes.
+    pub(crate) dispatch: &'a Dispatch<'a>,
+    /// Device address of the three counts.
+    pub(crate) counts: CUdeviceptr,
+    /// The dispatch's index in its command buffer's [`Indirect`].
+    pub(crate) index: u32,
+}
+
+/// Adds the fragment (helper node after `deps`, then the device-updatable dispatch node) to
+/// `graph` and returns the dispatch node, the fragment's tail. The context must be current.
+pub(crate) fn add_fragment(
+    api: &DriverApi,
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    launch: &IndirectLaunch<'_>,
+    indirect: &Indirect,
+) -> Result<CUgraphNode, Error> {
+    let dispatch = launch.dispatch;
+    let target = add_kernel_node(
+        api,
+        graph,
+        &[],
+        &dispatch.function.clone(),
+        dispatch.grid,
+        dispatch.block,
+        dispatch.shared_memory_bytes,
+        dispatch.args,
+    )?;
+    set_kernel_node_attributes(api, target, &dispatch.attributes)?;
+    let (Some(set), Some(get)) = (
+        api.cuGraphKernelNodeSetAttribute,
+        api.cuGraphKernelNodeGetAttribute,
+    ) else {
+        return Err(Error::UnsupportedAttribute {
+            attribute: "indirect dispatch",
+            reason: "device-updatable graph kernel nodes need a CUDA 12.4 driver",
+        });
+    };
+    let updatable = CUlaunchAttributeValue::int(1);
+    // SAFETY: `target` is a kernel node just added to `graph`; the value is a live local.
+    api.check("cuGraphKernelNodeSetAttribute", unsafe {
+        set(
+            target,
+            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+            &updatable,
+        )
+    })?;
+    let mut value = CUlaunchAttributeValue::zeroed();
+    // SAFETY: as above; `value` is a valid out-pointer.
+    api.check("cuGraphKernelNodeGetAttribute", unsafe {
+        get(
+            target,
+            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+            &mut value,
+        )
+    })?;
+    let device_node = value.device_node().addr() as u64;
+    let cluster = indirect.clusters[launch.index as usize];
+    let args = KernelArgs::new()
+        .with(launch.counts)
+        .with(device_node)
+        .with(indirect.max_grid[0])
+        .with(indirect.max_grid[1])
+        .with(indirect.max_grid[2])
+        .with(cluster[0])
+        .with(cluster[1])
+        .with(cluster[2])
+        .with(indirect.status.device)
+        .with(launch.index);
+    let helper = add_kernel_node(api, graph, deps, &indirect.helper, [1; 3], [1; 3], 0, &args)?;
+    // SAFETY: both are nodes of `graph`; the one-element arrays are locals.
+    api.check("cuGraphAddDependencies", unsafe {
+        (api.cuGraphAddDependencies)(graph, &helper, &target, 1)
+    })?;
+    Ok(target)
+}
+
+#[allow(clippy::too_many_arguments)] // a kernel node's parameters, as cuda.h has them
+fn add_kernel_node(
+    api: &DriverApi,
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    function: &Function,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    args: &KernelArgs,
+) -> Result<CUgraphNode, Error> {
+    // Points into `args`, borrowed for this call; the driver copies the values.
+    let mut pointers = args.pointers();
+    let params = CUDA_KERNEL_NODE_PARAMS {
+        func: function.raw(),
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: shared,
+        kernelParams: if pointers.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            pointers.as_mut_ptr()
+        },
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    };
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: out-pointer valid; deps are nodes of `graph` and outlive the call; the function's
+    // module is retained by the command buffer; one pointer per argument, each to a live value.
+    api.check("cuGraphAddKernelNode", unsafe {
+        (api.cuGraphAddKernelNode)(
+            &mut node,
+            graph,
+            if deps.is_empty() {
+                std::ptr::null()
+            } else {
+                deps.as_ptr()
+            },
+            deps.len(),
+            &params,
+        )
+    })?;
+    Ok(node)
+}
+
+/// Uploads `exec` (a graph whose device-updatable nodes are updated from inside it must be
+/// uploaded before its first launch) on a private stream, and waits for the upload.
+pub(crate) fn upload(context: &PrimaryContext, exec: CUgraphExec) -> Result<(), Error> {
+    let api = context.api();
+    let mut stream: CUstream = std::ptr::null_mut();
+    // SAFETY: `stream` is a valid out-pointer; the caller made the context current.
+    api.check("cuStreamCreate", unsafe {
+        (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING)
+    })?;
+    // SAFETY: `exec` is a live executable graph of this context; `stream` was just created.
+    let mut result = api.check("cuGraphUpload", unsafe {
+        (api.cuGraphUpload)(exec, stream)
+    });
+    if result.is_ok() {
+        // SAFETY: `stream` is live.
+        result = api.check("cuStreamSynchronize", unsafe {
+            (api.cuStreamSynchronize)(stream)
+        });
+    }
+    // SAFETY: created above, destroyed once.
+    let _ = unsafe { (api.cuStreamDestroy)(stream) };
+    result?;
+    Ok(())
+}
+
+/// One indirect dispatch as a graph of its own (stream and deferred kinds), launched on their
+/// stream in command order.
+pub(crate) struct IndirectGraph {
+    context: Arc<PrimaryContext>,
+    graph: CUgraph,
+    exec: CUgraphExec,
+}
+
+// SAFETY: the handles are only used by `launch` (the driver serializes launches of one
+// executable) and `drop`.
+unsafe impl Send for IndirectGraph {}
+// SAFETY: as above.
+unsafe impl Sync for IndirectGraph {}
+
+impl IndirectGraph {
+    /// Builds, instantiates and uploads the fragment of `launch`.
+    pub(crate) fn new(
+        context: &Arc<PrimaryContext>,
+        launch: &IndirectLaunch<'_>,
+        indirect: &Indirect,
+    ) -> Result<Self, Error> {
+        let _bound = context.enter()?;
+        let api = context.api();
+        let mut graph: CUgraph = std::ptr::null_mut();
+        // SAFETY: `graph` is a valid out-pointer; flags must be 0.
+        api.check("cuGraphCreate", unsafe {
+            (api.cuGraphCreate)(&mut graph, 0)
+        })?;
+        let mut this = Self {
+            context: Arc::clone(context),
+            graph,
+            exec: std::ptr::null_mut(),
+        };
+        add_fragment(api, graph, &[], launch, indirect)?;
+        let mut exec: CUgraphExec = std::ptr::null_mut();
+        // SAFETY: `exec` is a valid out-pointer; the graph is complete.
+        api.check("cuGraphInstantiateWithFlags", unsafe {
+            (api.cuGraphInstantiateWithFlags)(&mut exec, graph, 0)
+        })?;
+        this.exec = exec;
+        upload(context, exec)?;
+        Ok(this)
+    }
+
+    /// `cuGraphLaunch` on `stream`.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of the context, which is current; the owner outlives the work.
+    pub(crate) unsafe fn launch(&self, stream: CUstream) -> Result<(), Error> {
+        let api = self.context.api();
+        // SAFETY: `exec` is live until drop; the caller guarantees the stream.
+        api.check("cuGraphLaunch", unsafe {
+            (api.cuGraphLaunch)(self.exec, stream)
+        })?;
+        Ok(())
+    }
+}
+
+impl Drop for IndirectGraph {
+    fn drop(&mut self) {
+        let Ok(_bound) = self.context.enter() else {
+            return;
+        };
+        let api = self.context.api();
+        if !self.exec.is_null() {
+            // SAFETY: instantiated here, destroyed once; a launch in flight completes first.
+            let _ = unsafe { (api.cuGraphExecDestroy)(self.exec) };
+        }
+        // SAFETY: created here, destroyed once.
+        let _ = unsafe { (api.cuGraphDestroy)(self.graph) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_cubin_the_error_names_the_architecture() {
+        // No built-in cubin for a compute capability no GPU has.
+        assert_eq!(
+            helper_image((1, 3)),
+            Err(Error::NoIndirectHelper {
+                architecture: "sm_13".into()
+            })
+        );
+        let text = helper_image((1, 3)).unwrap_err().to_string();
+        assert!(text.contains("sm_13"), "{text}");
+    }
+}

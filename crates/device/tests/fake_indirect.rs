@@ -1,0 +1,169 @@
+//! Indirect dispatch on the fake driver, in both command buffer modes. The fake runs cuhal's
+//! helper kernel as the GPU would (reads the counts, updates the device-updatable dispatch node
+//! of the executable graph), so these check the recorded structure and the outcomes: a count
+//! runs the dispatch, a zero count runs nothing, an out-of-range count runs nothing and fails
+//! its submission (the queue stays healthy), and a resubmission reads the counts again.
+
+mod fake_support;
+
+use std::sync::{Arc, Once};
+
+use cuhal::{CommandBuffer, CommandBufferMode, DeviceOptions, Dispatch, KernelArgs};
+use cuhal_command::Error as CommandError;
+use fake_support::*;
+
+const PTX: &str = "\
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry work(.param .u64 data) { ret; }
+";
+
+/// The fake "compiles" any text with `.entry` names, so the helper for its sm_90 device is a
+/// text file here (NUL-terminated: the fake reads images as C strings).
+fn helper_dir() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("cuhal-indirect-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("indirect_sm_90.cubin"),
+            ".entry cuhal_indirect_apply(.param .u64 counts) { ret; }\0",
+        )
+        .unwrap();
+        // SAFETY: set once, before any test of this binary loads a driver or records; nothing in
+        // this binary reads the environment through libc.
+        unsafe { std::env::set_var(cuhal_command::INDIRECT_HELPER_DIR_ENV, &dir) };
+    });
+}
+
+fn modes(test: fn(CommandBufferMode)) {
+    test(CommandBufferMode::Graph);
+    test(CommandBufferMode::Deferred);
+}
+
+fn words(counts: [u32; 3]) -> Vec<u8> {
+    counts.iter().flat_map(|c| c.to_ne_bytes()).collect()
+}
+
+#[test]
+fn counts_run_the_dispatch_zero_runs_nothing_and_out_of_range_fails_the_submission() {
+    modes(outcomes);
+}
+
+fn outcomes(mode: CommandBufferMode) {
+    helper_dir();
+    let (fake, _driver, device) = open(
+        &format!("indirect-{mode:?}").to_lowercase(),
+        DeviceOptions {
+            command_buffer_mode: mode,
+            ..queues(1)
+        },
+    );
+    let module = device.load_ptx(PTX).unwrap();
+    let work = module.function("work").unwrap();
+    let data = device.create_buffer(64).unwrap();
+    let counts = device.create_buffer(12).unwrap();
+    let args = KernelArgs::new().with_range(&data.whole());
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    cb.dispatch_indirect(
+        &Dispatch::new(&work, [1, 1, 1], [32, 1, 1], &args),
+        &counts.whole(),
+    )
+    .unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let done = device.create_semaphore(0);
+    let mut value = 0;
+    let mut submit = |counts_now: [u32; 3]| {
+        counts.write(0, &words(counts_now)).unwrap();
+        value += 1;
+        device
+            .queue(0)
+            .execute(&[], &[(&done, value)], &[&cb])
+            .unwrap();
+        done.wait(value, TIMEOUT).map_err(|e| e.to_string())
+    };
+
+    submit([3, 2, 1]).unwrap();
+    assert_eq!(fake.launches("work"), 1);
+    assert_eq!(fake.launches("cuhal_indirect_apply"), 1);
+    submit([0, 5, 1]).unwrap();
+    assert_eq!(fake.launches("work"), 1, "a zero count runs nothing");
+    assert_eq!(fake.launches("cuhal_indirect_apply"), 2);
+    let failed = submit([1, 70_000, 1]).unwrap_err();
+    assert!(
+        failed.contains("indirect dispatch 0") && failed.contains("[1, 70000, 1]"),
+        "{failed}"
+    );
+    assert_eq!(
+        fake.launches("work"),
+        1,
+        "an out-of-range count runs nothing"
+    );
+
+    // The queue is healthy and the counts are read again at every submission.
+    let done = device.create_semaphore(0);
+    counts.write(0, &words([7, 1, 1])).unwrap();
+    device.queue(0).execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    done.wait(1, TIMEOUT).unwrap();
+    assert_eq!(fake.launches("work"), 2);
+    if mode == CommandBufferMode::Graph {
+        assert!(
+            fake.calls("cuGraphUpload") >= 1,
+            "uploaded before its first launch"
+        );
+    }
+}
+
+#[test]
+fn clusters_must_tile_the_count_and_bad_recordings_are_refused() {
+    modes(refusals);
+}
+
+fn refusals(mode: CommandBufferMode) {
+    helper_dir();
+    let (fake, _driver, device) = open(
+        &format!("indirect-refusals-{mode:?}").to_lowercase(),
+        DeviceOptions {
+            command_buffer_mode: mode,
+            ..queues(1)
+        },
+    );
+    let module = device.load_ptx(PTX).unwrap();
+    let work = module.function("work").unwrap();
+    let data = device.create_buffer(64).unwrap();
+    let counts = device.create_buffer(16).unwrap();
+    let args = KernelArgs::new().with_range(&data.whole());
+    let d = Dispatch::new(&work, [1, 1, 1], [32, 1, 1], &args);
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    assert!(matches!(
+        cb.dispatch_indirect(&d, &counts.range(0, 8).unwrap()),
+        Err(CommandError::IndirectCounts { .. })
+    ));
+    assert!(matches!(
+        cb.dispatch_indirect(&d, &counts.range(2, 12).unwrap()),
+        Err(CommandError::Misaligned { .. })
+    ));
+    assert!(matches!(
+        cb.dispatch_indirect(&d.cooperative(), &counts.range(0, 12).unwrap()),
+        Err(CommandError::UnsupportedAttribute {
+            attribute: "cooperative",
+            ..
+        })
+    ));
+    cb.dispatch_indirect(&d.with_cluster([4, 1, 1]), &counts.range(0, 12).unwrap())
+        .unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    counts.write(0, &words([6, 1, 1])).unwrap();
+    let done = device.create_semaphore(0);
+    device.queue(0).execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    let e = done.wait(1, TIMEOUT).unwrap_err().to_string();
+    assert!(e.contains("[6, 1, 1]") && e.contains("[4, 1, 1]"), "{e}");
+    counts.write(0, &words([8, 1, 1])).unwrap();
+    let done = device.create_semaphore(0);
+    device.queue(0).execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    done.wait(1, TIMEOUT).unwrap();
+    assert_eq!(fake.launches("work"), 1);
+}

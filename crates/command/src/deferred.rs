@@ -13,14 +13,15 @@ use std::sync::Arc;
 use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, PrimaryContext};
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
+use crate::binding::{BindingError, Operand, with_bound_args};
 use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes};
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
 use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
 use crate::{
-    CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch, Error,
-    FillPattern, KernelArgs, ZoneRecorder,
+    ArgBinding, ArgSlot, BindingLayout, BufferRange, CommandBuffer, CommandBufferKind,
+    CommandBufferState, CommandRecorder, Dispatch, Error, FillPattern, KernelArgs, ZoneRecorder,
 };
 use smallvec::SmallVec;
 
@@ -66,6 +67,31 @@ pub(crate) struct DeferredWork {
     ranges: SmallVec<[WorkRange; 4]>,
 }
 
+/// The slot operands of one op, substituted at replay. Ops without any have no entry, so a
+/// replay without a table walks exactly the ops it walked before binding tables existed.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct BoundOp {
+    /// Index of the op in `ops`.
+    op: u32,
+    /// Fill, update and copy target; copy source (`Operand::Address` where not a slot).
+    target: Operand,
+    source: Operand,
+    /// Dispatch: the argument block in the arena and its bound arguments.
+    args: BoundArgs,
+}
+
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+struct BoundArgs {
+    /// Arena offset and length of the packed argument block.
+    block: u32,
+    block_len: u32,
+    /// Range of `arg_slots` (argument layout relative to the block) and `arg_bindings`.
+    first_slot: u32,
+    slots: u32,
+    first_binding: u32,
+    bindings: u32,
+}
+
 #[derive(Default)]
 pub(crate) struct DeferredEncoder {
     pub(crate) ops: Vec<Op>,
@@ -80,9 +106,28 @@ pub(crate) struct DeferredEncoder {
     arg_pointers: Vec<*mut c_void>,
     /// Stream work, called at every replay.
     works: Vec<DeferredWork>,
+    /// Ops with slot operands, in op order.
+    bound: Vec<BoundOp>,
+    /// Argument layouts and bound arguments of bound dispatches.
+    arg_slots: Vec<ArgSlot>,
+    arg_bindings: Vec<ArgBinding>,
 }
 
 impl DeferredEncoder {
+    /// Notes the slot operands of the op about to be pushed (after its begin zone event).
+    fn bind(&mut self, zone: CommandZone, target: Operand, source: Operand, args: BoundArgs) {
+        if target.slot().is_none() && source.slot().is_none() && args.bindings == 0 {
+            return;
+        }
+        let op = (self.ops.len() + usize::from(zone.begin.is_some())) as u32;
+        self.bound.push(BoundOp {
+            op,
+            target,
+            source,
+            args,
+        });
+    }
+
     fn zone(&mut self, event: Option<CUevent>) {
         if let Some(event) = event {
             self.ops.push(Op::Event(event));
@@ -150,6 +195,20 @@ impl DeferredEncoder {
             self.attributes.push(attributes);
             u32::try_from(self.attributes.len()).map_err(|_| too_big())?
         };
+        if !args.bindings().is_empty() {
+            let bound = BoundArgs {
+                block: u32::try_from(base).map_err(|_| too_big())?,
+                block_len: args.bytes().len() as u32,
+                first_slot: self.arg_slots.len() as u32,
+                slots: args.len() as u32,
+                first_binding: self.arg_bindings.len() as u32,
+                bindings: args.bindings().len() as u32,
+            };
+            self.arg_slots.extend_from_slice(args.slots());
+            self.arg_bindings.extend_from_slice(args.bindings());
+            let none = Operand::Address(0);
+            self.bind(zone, none, none, bound);
+        }
         self.push(
             zone,
             Op::Dispatch {
@@ -169,15 +228,16 @@ impl Encoder for DeferredEncoder {
 
     fn fill(
         &mut self,
-        target: CUdeviceptr,
+        target: Operand,
         length: usize,
         pattern: FillPattern,
         zone: CommandZone,
     ) -> Result<(), Error> {
+        self.bind(zone, target, Operand::Address(0), BoundArgs::default());
         self.push(
             zone,
             Op::Fill {
-                target,
+                target: target.recorded(),
                 length,
                 pattern,
             },
@@ -185,12 +245,13 @@ impl Encoder for DeferredEncoder {
         Ok(())
     }
 
-    fn update(&mut self, target: CUdeviceptr, data: &[u8], zone: CommandZone) -> Result<(), Error> {
+    fn update(&mut self, target: Operand, data: &[u8], zone: CommandZone) -> Result<(), Error> {
         let offset = self.bytes.push(data, 1);
+        self.bind(zone, target, Operand::Address(0), BoundArgs::default());
         self.push(
             zone,
             Op::Update {
-                target,
+                target: target.recorded(),
                 offset,
                 length: data.len(),
             },
@@ -200,16 +261,17 @@ impl Encoder for DeferredEncoder {
 
     fn copy(
         &mut self,
-        source: CUdeviceptr,
-        target: CUdeviceptr,
+        source: Operand,
+        target: Operand,
         length: usize,
         zone: CommandZone,
     ) -> Result<(), Error> {
+        self.bind(zone, target, source, BoundArgs::default());
         self.push(
             zone,
             Op::Copy {
-                source,
-                target,
+                source: source.recorded(),
+                target: target.recorded(),
                 length,
             },
         );
@@ -311,6 +373,19 @@ impl DeferredCommandBuffer {
         Self::begin(Some(Arc::clone(context)), zones)
     }
 
+    /// Starts recording for `context` with `capacity` binding slots: commands may name slots
+    /// below it ([`BufferRange::slot`], [`KernelArgs::push_binding`]), and each submission
+    /// passes a binding table whose addresses are substituted at replay.
+    pub fn with_bindings(
+        context: &Arc<PrimaryContext>,
+        zones: Option<Arc<dyn ZoneRecorder>>,
+        capacity: u32,
+    ) -> Result<Self, Error> {
+        let mut this = Self::begin(Some(Arc::clone(context)), zones)?;
+        this.recorder.set_binding_capacity(capacity);
+        Ok(this)
+    }
+
     fn begin(
         context: Option<Arc<PrimaryContext>>,
         zones: Option<Arc<dyn ZoneRecorder>>,
@@ -326,7 +401,8 @@ impl DeferredCommandBuffer {
     }
 
     /// Enqueues every recorded command on `stream`, in order (stream-work closures are called
-    /// with `stream`). Only after `end()`.
+    /// with `stream`). Only after `end()`, and only for a command buffer that recorded no
+    /// binding slot (see [`Self::replay_with_bindings`]).
     ///
     /// # Safety
     /// `stream` must be a live stream of the command buffer's context (given at creation or
@@ -335,12 +411,37 @@ impl DeferredCommandBuffer {
     /// the kernels). With tracing on, replays of one buffer must not overlap in time: they
     /// record the same timing events.
     pub unsafe fn replay(&self, stream: CUstream) -> Result<(), Error> {
+        // SAFETY: forwarded contract.
+        unsafe { self.replay_with_bindings(stream, &[]) }
+    }
+
+    /// Enqueues every recorded command on `stream`, in order, with each slot operand replaced
+    /// by the address of its binding in `bindings` (plus the recorded offset).
+    ///
+    /// # Safety
+    /// As [`Self::replay`]; and `bindings` must have passed [`BindingLayout::check`] for the
+    /// stream's context, and its memory must stay allocated until the replayed work completes
+    /// (a queue holds the table's buffers until then). A table shorter than the slots used is
+    /// refused; nothing else about it is checked here.
+    pub unsafe fn replay_with_bindings(
+        &self,
+        stream: CUstream,
+        bindings: &[BufferRange],
+    ) -> Result<(), Error> {
         let state = self.recorder.state();
         if state != CommandBufferState::Ended {
             return Err(Error::InvalidState {
                 operation: "replay",
                 state,
             });
+        }
+        let needed = self.recorder.bindings().slots_used();
+        if bindings.len() < needed {
+            return Err(BindingError::TableTooShort {
+                given: bindings.len(),
+                needed,
+            }
+            .into());
         }
         let encoder = &self.recorder.encoder;
         if encoder.ops.is_empty() {
@@ -351,45 +452,77 @@ impl DeferredCommandBuffer {
         };
         let _bound = context.enter()?;
         let api = context.api();
-        for op in &encoder.ops {
+        let mut bound = encoder.bound.iter().peekable();
+        for (index, op) in encoder.ops.iter().enumerate() {
+            let slots = bound.next_if(|b| b.op as usize == index);
+            let target = |recorded| slots.map_or(recorded, |b| b.target.resolve(bindings));
+            let source = |recorded| slots.map_or(recorded, |b| b.source.resolve(bindings));
             // SAFETY: (all arms) every range was checked when recorded and its buffer is
-            // retained by this command buffer (raw ranges: the caller's contract); update bytes
-            // and argument values live in the arena, frozen since `end()`; functions' modules
-            // are retained; events belong to the zone recorder, which outlives this buffer.
+            // retained by this command buffer (raw ranges: the caller's contract; slot ranges:
+            // a checked table whose memory the caller keeps); update bytes and argument values
+            // live in the arena, frozen since `end()`; functions' modules are retained; events
+            // belong to the zone recorder, which outlives this buffer.
             unsafe {
                 match *op {
                     Op::Fill {
-                        target,
+                        target: recorded,
                         length,
                         pattern,
-                    } => stream_ops::fill(api, stream, target, length, pattern)?,
+                    } => stream_ops::fill(api, stream, target(recorded), length, pattern)?,
                     Op::Update {
-                        target,
+                        target: recorded,
                         offset,
                         length,
                     } => {
-                        let source = encoder.bytes.base().add(offset);
-                        stream_ops::update(api, stream, target, source, length)?
+                        let bytes = encoder.bytes.base().add(offset);
+                        stream_ops::update(api, stream, target(recorded), bytes, length)?
                     }
                     Op::Copy {
-                        source,
-                        target,
+                        source: from,
+                        target: to,
                         length,
-                    } => stream_ops::copy(api, stream, source, target, length)?,
+                    } => stream_ops::copy(api, stream, source(from), target(to), length)?,
                     Op::Dispatch {
                         function,
                         shape,
                         attributes,
                         first_arg,
                         args,
-                    } => stream_ops::launch(
-                        api,
-                        stream,
-                        function,
-                        shape,
-                        encoder.launch_attributes(attributes),
-                        encoder.pointers(first_arg, args),
-                    )?,
+                    } => match slots {
+                        Some(b) if b.args.bindings > 0 => {
+                            let a = b.args;
+                            let block = a.block as usize;
+                            let bytes =
+                                &encoder.bytes.as_slice()[block..block + a.block_len as usize];
+                            let first_slot = a.first_slot as usize;
+                            let first_binding = a.first_binding as usize;
+                            with_bound_args(
+                                bytes,
+                                &encoder.arg_slots[first_slot..first_slot + a.slots as usize],
+                                &encoder.arg_bindings
+                                    [first_binding..first_binding + a.bindings as usize],
+                                bindings,
+                                |pointers| {
+                                    stream_ops::launch(
+                                        api,
+                                        stream,
+                                        function,
+                                        shape,
+                                        encoder.launch_attributes(attributes),
+                                        pointers,
+                                    )
+                                },
+                            )?
+                        }
+                        _ => stream_ops::launch(
+                            api,
+                            stream,
+                            function,
+                            shape,
+                            encoder.launch_attributes(attributes),
+                            encoder.pointers(first_arg, args),
+                        )?,
+                    },
                     Op::Event(event) => stream_ops::record_event(api, stream, event)?,
                     Op::Indirect(index) => {
                         encoder.indirect_graphs[index as usize].launch(stream)?
@@ -408,6 +541,11 @@ impl DeferredCommandBuffer {
             }
         }
         Ok(())
+    }
+
+    /// What the recorded commands use of each binding slot.
+    pub fn bindings(&self) -> &BindingLayout {
+        self.recorder.bindings()
     }
 
     /// Number of encoded commands (zone events included, barriers excluded).
@@ -441,6 +579,17 @@ impl CommandBuffer for DeferredCommandBuffer {
     unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
         // SAFETY: the caller upholds `issue`'s contract, which is `replay`'s.
         unsafe { self.replay(stream) }
+    }
+    unsafe fn issue_with_bindings(
+        &self,
+        stream: CUstream,
+        bindings: &[BufferRange],
+    ) -> Result<(), Error> {
+        // SAFETY: the caller upholds `issue_with_bindings`' contract, which is this one's.
+        unsafe { self.replay_with_bindings(stream, bindings) }
+    }
+    fn bindings(&self) -> &BindingLayout {
+        self.recorder.bindings()
     }
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
         self.recorder.zones()

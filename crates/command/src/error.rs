@@ -250,6 +250,8 @@ pub enum Error {
     /// A stream-work closure failed when a deferred command buffer replayed it or a stream
     /// command buffer ran it.
     StreamWork(crate::WorkError),
+    /// A slot range or a binding table was refused.
+    Binding(crate::BindingError),
 }
 
 impl Error {
@@ -473,6 +475,7 @@ impl fmt::Display for Error {
                 Ok(())
             }
             Error::StreamWork(work) => write!(f, "stream work failed: {work}"),
+            Error::Binding(e) => write!(f, "{e}"),
         }
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
-use crate::{Buffer, BufferRange, Error};
+use crate::{ArgBinding, Buffer, BufferRange, Error};
 
 mod sealed {
     pub trait Sealed {}
@@ -59,6 +59,8 @@ pub struct KernelArgs {
     bytes: AlignedBytes,
     slots: SmallVec<[ArgSlot; 16]>,
     buffers: SmallVec<[Arc<Buffer>; 4]>,
+    /// Arguments that are a binding slot's address plus an offset.
+    bindings: SmallVec<[ArgBinding; 4]>,
 }
 
 impl KernelArgs {
@@ -85,13 +87,45 @@ impl KernelArgs {
 
     /// Appends the device address of `range`'s first byte (a `T*` parameter) and keeps the
     /// range's buffer alive for as long as any command buffer that records these arguments.
+    /// A slot range ([`BufferRange::slot`]) appends the address its slot's binding has at each
+    /// submission, plus the range's offset, and makes the range's end part of the slot's
+    /// extent.
     pub fn push_range(&mut self, range: &BufferRange) -> &mut Self {
+        if let Some(slot) = range.binding_slot() {
+            return self.push_bound(slot, range.offset() as u64, range.len() as u64);
+        }
         if let Some(buffer) = range.buffer()
             && !self.buffers.iter().any(|b| Arc::ptr_eq(b, buffer))
         {
             self.buffers.push(Arc::clone(buffer));
         }
         self.push(range.device_ptr())
+    }
+
+    /// Appends the address of binding slot `slot` plus `offset` bytes (a `T*` parameter), filled
+    /// in at each submission from its binding table. Only a command buffer with a binding
+    /// capacity above `slot` records it; the slot's binding must be at least `offset` long
+    /// (use [`KernelArgs::push_range`] with a slot range to require a length as well).
+    pub fn push_binding(&mut self, slot: u32, offset: u64) -> &mut Self {
+        self.push_bound(slot, offset, 0)
+    }
+
+    /// Appends a slot's address, builder style.
+    pub fn with_binding(mut self, slot: u32, offset: u64) -> Self {
+        self.push_binding(slot, offset);
+        self
+    }
+
+    fn push_bound(&mut self, slot: u32, offset: u64, length: u64) -> &mut Self {
+        let arg = self.slots.len() as u32;
+        self.bindings.push(ArgBinding {
+            arg,
+            slot,
+            offset,
+            length,
+        });
+        // The recorded value until a table gives the slot its address: the offset.
+        self.push(offset)
     }
 
     /// Appends a range's address, builder style.
@@ -151,6 +185,11 @@ impl KernelArgs {
         &self.buffers
     }
 
+    /// The arguments that name binding slots.
+    pub fn bindings(&self) -> &[ArgBinding] {
+        &self.bindings
+    }
+
     /// The `void**` array the driver takes: one pointer per argument into this builder's
     /// storage. The pointers are valid while `self` is borrowed and unmodified.
     pub fn pointers(&self) -> SmallVec<[*mut c_void; 16]> {
@@ -172,6 +211,7 @@ impl KernelArgs {
         self.bytes.clear();
         self.slots.clear();
         self.buffers.clear();
+        self.bindings.clear();
     }
 }
 

@@ -21,6 +21,10 @@
 //! - Stream work ([`CommandRecorder::stream_work`]): a closure handed a stream, for library
 //!   calls (cuBLAS, NCCL, another runtime's kernels): captured into a graph command buffer's
 //!   graph, called at every replay of a deferred one, called at once by a stream one.
+//! - Binding tables ([`BindingLayout`]): a graph or deferred command buffer created with a
+//!   binding capacity records [`BufferRange::slot`] ranges and [`KernelArgs::push_binding`]
+//!   arguments instead of memory, and each issue passes a table of ranges for its slots
+//!   ([`CommandBuffer::issue_with_bindings`]): one recording replayed on new buffers every time.
 //! - [`ZoneRecorder`]: the hook `cuhal-trace` implements to time command buffers with GPU
 //!   events (zones at debug groups, and around each command at [`Verbosity::Fine`]). Without
 //!   one, tracing costs a branch per command.
@@ -56,6 +60,7 @@
 //! ```
 
 mod arena;
+mod binding;
 mod buffer;
 mod deferred;
 mod error;
@@ -71,11 +76,12 @@ mod stream_ops;
 mod stream_work;
 mod trace_hook;
 
+pub use binding::{ArgBinding, BindingError, BindingLayout};
 pub use buffer::{Buffer, HostBuffer, HostBufferUse, WorkDone};
 pub use deferred::DeferredCommandBuffer;
 pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};
-pub use graph::GraphCommandBuffer;
+pub use graph::{DEFAULT_EXECUTABLE_LIMIT, GraphCommandBuffer};
 pub use indirect::{INDIRECT_COUNT_BYTES, INDIRECT_HELPER, INDIRECT_HELPER_DIR_ENV};
 pub use kernel_args::{ArgSlot, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};
@@ -137,6 +143,38 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
     /// it, never straight from its completion event.
     fn checks_completion(&self) -> bool {
         false
+    }
+
+    /// [`CommandBuffer::issue`] with `bindings` giving memory to the slots the command buffer
+    /// recorded: a graph patches its executable's nodes whose bindings changed since that
+    /// executable's last launch, a deferred buffer substitutes the addresses as it replays. A
+    /// command buffer without slots takes only an empty table (and then is `issue`).
+    ///
+    /// # Safety
+    /// As [`CommandBuffer::issue`]; and `bindings` must have passed
+    /// [`BindingLayout::check`] against [`CommandBuffer::bindings`] for the stream's context,
+    /// with its memory allocated until the issued work completes. A table too short for the
+    /// slots used is refused rather than read out of bounds.
+    unsafe fn issue_with_bindings(
+        &self,
+        stream: CUstream,
+        bindings: &[BufferRange],
+    ) -> Result<(), Error> {
+        if bindings.is_empty() {
+            // SAFETY: forwarded contract.
+            unsafe { self.issue(stream) }
+        } else {
+            Err(BindingError::TableNotExpected {
+                given: bindings.len(),
+            }
+            .into())
+        }
+    }
+
+    /// What the recorded commands use of each binding slot: check a table against it
+    /// ([`BindingLayout::check`]) before issuing with it.
+    fn bindings(&self) -> &BindingLayout {
+        BindingLayout::none()
     }
 
     /// The zone recorder given at creation, so the queue can call

@@ -84,7 +84,9 @@ pub(crate) fn check_no_overlap(
     }
 }
 
-/// A checked byte range of device memory: a whole buffer, or a sub-range of one.
+/// A checked byte range of device memory: a whole buffer, or a sub-range of one; or, in a
+/// command buffer recorded with binding slots, a range of whatever a slot is bound to at each
+/// submission ([`BufferRange::slot`]).
 ///
 /// A range made from a [`Buffer`] holds an `Arc` of it, and command buffers keep every range's
 /// buffer alive for as long as they exist, so memory is never freed under recorded work.
@@ -93,6 +95,8 @@ pub(crate) fn check_no_overlap(
 #[derive(Clone)]
 pub struct BufferRange {
     owner: Option<Arc<Buffer>>,
+    /// `Some(slot)`: a range of the binding of that slot; `base` is 0 and `capacity` unbounded.
+    slot: Option<u32>,
     /// Start of the allocation the range is inside.
     base: CUdeviceptr,
     /// Length of that allocation.
@@ -113,6 +117,26 @@ impl BufferRange {
             base: buffer.device_ptr(),
             capacity: buffer.len(),
             owner: Some(Arc::clone(buffer)),
+            slot: None,
+            offset,
+            length,
+        })
+    }
+
+    /// `length` bytes at `offset` of whatever binding slot `slot` names at submission: what a
+    /// command buffer created with a binding capacity records instead of a buffer. Checked
+    /// only for overflow now; the command buffer records the largest extent used per slot, and
+    /// each submission's binding table is checked against it.
+    pub fn slot(slot: u32, offset: usize, length: usize) -> Result<Self, Error> {
+        offset
+            .checked_add(length)
+            .filter(|&end| end <= isize::MAX as usize)
+            .ok_or(Error::RangeOverflow { offset, length })?;
+        Ok(Self {
+            owner: None,
+            slot: Some(slot),
+            base: 0,
+            capacity: isize::MAX as usize,
             offset,
             length,
         })
@@ -129,10 +153,26 @@ impl BufferRange {
     pub unsafe fn from_raw(base: CUdeviceptr, capacity: usize) -> Self {
         Self {
             owner: None,
+            slot: None,
             base,
             capacity,
             offset: 0,
             length: capacity,
+        }
+    }
+
+    /// The binding slot the range is relative to, for a range made by [`BufferRange::slot`]
+    /// (or a sub-range of one).
+    pub fn binding_slot(&self) -> Option<u32> {
+        self.slot
+    }
+
+    /// `Ok` for a range of memory, a typed error for a slot range, which only a command buffer
+    /// with binding slots can record.
+    pub fn check_not_slot(&self, what: &'static str) -> Result<(), Error> {
+        match self.slot {
+            Some(slot) => Err(crate::BindingError::SlotRangeNotBound { what, slot }.into()),
+            None => Ok(()),
         }
     }
 
@@ -144,6 +184,8 @@ impl BufferRange {
     }
 
     /// Checks that this range may be copied to `target`: not empty, the same length, no overlap.
+    /// Ranges of two different slots, or of a slot and a buffer, are checked for overlap when a
+    /// binding table gives the slot its memory.
     pub fn check_copy_to(&self, target: &BufferRange) -> Result<(), Error> {
         check_non_empty("copy", self.length)?;
         if self.length != target.length {
@@ -153,6 +195,9 @@ impl BufferRange {
                 source: self.length,
             });
         }
+        if self.slot != target.slot {
+            return Ok(());
+        }
         check_no_overlap(self.device_ptr(), target.device_ptr(), self.length)
     }
 
@@ -161,6 +206,7 @@ impl BufferRange {
         check_range(offset, length, self.length)?;
         Ok(Self {
             owner: self.owner.clone(),
+            slot: self.slot,
             base: self.base,
             capacity: self.capacity,
             offset: self.offset + offset,
@@ -168,7 +214,8 @@ impl BufferRange {
         })
     }
 
-    /// Device address of the range's first byte.
+    /// Device address of the range's first byte. For a slot range, the address is only known
+    /// at submission: this is its offset in the slot's binding.
     pub fn device_ptr(&self) -> CUdeviceptr {
         self.base + self.offset as u64
     }
@@ -207,6 +254,7 @@ impl fmt::Debug for BufferRange {
             .field("length", &self.length)
             .field("capacity", &self.capacity)
             .field("owned", &self.owner.is_some())
+            .field("slot", &self.slot)
             .finish()
     }
 }

@@ -6,8 +6,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cuhal_sys::{CUcontext, CUdeviceptr, CUevent, PrimaryContext};
+use cuhal_sys::{CUcontext, CUevent, PrimaryContext};
 
+use crate::binding::{BindingLayout, Operand};
 use crate::executable::{validate_arguments, validate_dispatch};
 use crate::indirect::{INDIRECT_COUNT_BYTES, Indirect, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes, check_attributes};
@@ -297,23 +298,24 @@ pub(crate) struct CommandZone {
     pub(crate) end: Option<CUevent>,
 }
 
-/// What a command buffer kind does with checked commands.
+/// What a command buffer kind does with checked commands. Operands are addresses, or slots
+/// (only in command buffers with a binding capacity) bound at each submission.
 pub(crate) trait Encoder {
     /// How this kind passes launch attributes to the driver.
     const ATTRIBUTE_PATH: AttributePath;
 
     fn fill(
         &mut self,
-        target: CUdeviceptr,
+        target: Operand,
         length: usize,
         pattern: FillPattern,
         zone: CommandZone,
     ) -> Result<(), Error>;
-    fn update(&mut self, target: CUdeviceptr, data: &[u8], zone: CommandZone) -> Result<(), Error>;
+    fn update(&mut self, target: Operand, data: &[u8], zone: CommandZone) -> Result<(), Error>;
     fn copy(
         &mut self,
-        source: CUdeviceptr,
-        target: CUdeviceptr,
+        source: Operand,
+        target: Operand,
         length: usize,
         zone: CommandZone,
     ) -> Result<(), Error>;
@@ -483,6 +485,8 @@ pub(crate) struct Recorder<E> {
     groups: Groups,
     /// Created by the first indirect dispatch.
     indirect: Option<Indirect>,
+    /// The binding capacity and what the commands use of each slot.
+    layout: BindingLayout,
 }
 
 impl<E: Encoder> Recorder<E> {
@@ -502,6 +506,7 @@ impl<E: Encoder> Recorder<E> {
             retained: Retained::default(),
             groups: Groups::default(),
             indirect: None,
+            layout: BindingLayout::default(),
         };
         if let Some(event) = this.zones.begin_coarse(name) {
             this.encoder.zone_event(event)?;
@@ -526,6 +531,16 @@ impl<E: Encoder> Recorder<E> {
     /// Whether [`Recorder::check_completed`] can fail: an indirect dispatch was recorded.
     pub(crate) fn checks_completion(&self) -> bool {
         self.indirect.is_some()
+    }
+
+    /// Lets the commands recorded from now on name slots below `capacity`.
+    pub(crate) fn set_binding_capacity(&mut self, capacity: u32) {
+        self.layout = BindingLayout::with_capacity(capacity);
+    }
+
+    /// What the commands use of each binding slot.
+    pub(crate) fn bindings(&self) -> &BindingLayout {
+        &self.layout
     }
 
     #[cfg(test)]
@@ -562,6 +577,7 @@ impl<E: Encoder> Recorder<E> {
     }
 
     fn check_range(&mut self, range: &BufferRange) -> Result<(), Error> {
+        self.layout.check_range(range)?;
         if let Some(buffer) = range.buffer() {
             self.same_context(buffer.context())?;
         }
@@ -598,9 +614,10 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         target.check_fill(pattern)?;
         self.check_range(target)?;
         let zone = self.zones.command("fill");
-        self.encode(|e| e.fill(target.device_ptr(), target.len(), pattern, zone))?;
+        self.encode(|e| e.fill(Operand::of(target), target.len(), pattern, zone))?;
         self.groups.command(false);
         self.retain_range(target);
+        self.layout.use_range(target, pattern.size());
         Ok(())
     }
 
@@ -616,9 +633,10 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         }
         self.check_range(target)?;
         let zone = self.zones.command("update");
-        self.encode(|e| e.update(target.device_ptr(), data, zone))?;
+        self.encode(|e| e.update(Operand::of(target), data, zone))?;
         self.groups.command(false);
         self.retain_range(target);
+        self.layout.use_range(target, 1);
         Ok(())
     }
 
@@ -628,10 +646,13 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.check_range(source)?;
         self.check_range(target)?;
         let zone = self.zones.command("copy");
-        self.encode(|e| e.copy(source.device_ptr(), target.device_ptr(), source.len(), zone))?;
+        self.encode(|e| e.copy(Operand::of(source), Operand::of(target), source.len(), zone))?;
         self.groups.command(false);
         self.retain_range(source);
         self.retain_range(target);
+        self.layout.use_range(source, 1);
+        self.layout.use_range(target, 1);
+        self.layout.use_copy(source, target);
         Ok(())
     }
 
@@ -648,6 +669,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             dispatch.shared_memory_bytes,
         )?;
         validate_arguments(function.name(), function.parameter_sizes(), dispatch.args)?;
+        self.layout.check_args(dispatch.args.bindings())?;
         for buffer in dispatch.args.buffers() {
             self.same_context(buffer.context())?;
         }
@@ -678,6 +700,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         for buffer in dispatch.args.buffers() {
             self.retained.buffer(buffer);
         }
+        self.layout.use_args(dispatch.args.bindings());
         Ok(())
     }
 
@@ -786,6 +809,8 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
     ) -> Result<(), Error> {
         self.recording("stream work")?;
         for range in ranges {
+            // Stream work is handed addresses when recorded; a slot has none until submission.
+            range.check_not_slot("stream work")?;
             self.check_range(range)?;
         }
         let bound: SmallVec<[WorkRange; 4]> = ranges

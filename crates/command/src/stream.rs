@@ -8,9 +8,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cuhal_sys::{CUdeviceptr, CUevent, CUstream, PrimaryContext};
+use cuhal_sys::{CUevent, CUstream, PrimaryContext};
 
 use crate::arena::StableArena;
+use crate::binding::Operand;
 use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::AttributePath;
 use crate::recorder::{CommandZone, Encoder, Recorder};
@@ -59,11 +60,13 @@ impl Encoder for StreamEncoder {
 
     fn fill(
         &mut self,
-        target: CUdeviceptr,
+        target: Operand,
         length: usize,
         pattern: FillPattern,
         zone: CommandZone,
     ) -> Result<(), Error> {
+        // A stream command buffer has no binding capacity: the recorder let no slot through.
+        let target = target.address("a stream command buffer")?;
         self.around(zone, |this| {
             // SAFETY: the range was checked against a live, retained allocation and for the
             // pattern's alignment; stream and context as above.
@@ -71,7 +74,8 @@ impl Encoder for StreamEncoder {
         })
     }
 
-    fn update(&mut self, target: CUdeviceptr, data: &[u8], zone: CommandZone) -> Result<(), Error> {
+    fn update(&mut self, target: Operand, data: &[u8], zone: CommandZone) -> Result<(), Error> {
+        let target = target.address("a stream command buffer")?;
         self.around(zone, |this| {
             let source = this.host_bytes.copy(data);
             // SAFETY: `source` holds `data.len()` bytes that live as long as this command
@@ -84,11 +88,13 @@ impl Encoder for StreamEncoder {
 
     fn copy(
         &mut self,
-        source: CUdeviceptr,
-        target: CUdeviceptr,
+        source: Operand,
+        target: Operand,
         length: usize,
         zone: CommandZone,
     ) -> Result<(), Error> {
+        let source = source.address("a stream command buffer")?;
+        let target = target.address("a stream command buffer")?;
         self.around(zone, |this| {
             // SAFETY: both ranges were checked, do not overlap, and are retained.
             unsafe { stream_ops::copy(this.context.api(), this.stream, source, target, length) }

@@ -213,8 +213,12 @@ fn deferred_arena_encodes_each_command_compactly() {
 fn deferred_dispatch_arguments_are_frozen_in_the_arena() {
     use crate::recorder::Encoder;
     let mut enc = crate::deferred::DeferredEncoder::default();
-    enc.update(0x1000, &[1, 2, 3], CommandZone::default())
-        .unwrap();
+    enc.update(
+        crate::binding::Operand::Address(0x1000),
+        &[1, 2, 3],
+        CommandZone::default(),
+    )
+    .unwrap();
     let shape = LaunchShape {
         grid: [4, 1, 1],
         block: [64, 1, 1],

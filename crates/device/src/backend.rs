@@ -20,6 +20,7 @@ use cuhal_sys::{
 use cuhal_trace::ZoneList;
 use smallvec::SmallVec;
 
+use crate::bindings::BindingTables;
 use crate::error::Error;
 use crate::event_pool::{CudaEvent, EventPool};
 use crate::interop::ForeignEvent;
@@ -37,6 +38,9 @@ pub(crate) enum Payload {
         /// The command buffers (inline up to four, the most `Queue::execute` promises to
         /// submit without allocating).
         command_buffers: SmallVec<[Arc<dyn CommandBuffer>; 4]>,
+        /// One binding table per command buffer (checked at submission), holding the bound
+        /// buffers until the action completes; empty when no command buffer has slots.
+        bindings: BindingTables,
         /// The submission's own zone list (COARSE and FINE tracing only).
         zone: Option<ZoneList>,
     },
@@ -261,20 +265,25 @@ impl CudaBackend {
             Payload::Nop => {}
             Payload::Execute {
                 command_buffers,
+                bindings,
                 zone,
             } => {
                 if let Some(zone) = zone {
                     // SAFETY: the queue's stream is live and of the trace context's context.
                     unsafe { zone.begin_on_stream(self.stream, "submission") }?;
                 }
-                for command_buffer in command_buffers.iter() {
+                for (index, command_buffer) in command_buffers.iter().enumerate() {
                     if let Some(zones) = command_buffer.zones() {
                         zones.will_issue();
                     }
                     // SAFETY: the queue's stream is live (destroyed only when the backend
                     // drops, after the scheduler's threads are joined) and belongs to the
-                    // device's context, which `Queue::execute` checked is the command buffer's.
-                    unsafe { command_buffer.issue(self.stream) }?;
+                    // device's context, which `Queue::execute` checked is the command buffer's;
+                    // it also checked the table, whose buffers the payload holds until the
+                    // action completes.
+                    unsafe {
+                        command_buffer.issue_with_bindings(self.stream, bindings.table(index))
+                    }?;
                 }
                 if let Some(zone) = zone {
                     // SAFETY: as above.

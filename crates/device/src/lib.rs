@@ -49,6 +49,7 @@
 //! ```
 
 mod backend;
+mod bindings;
 mod device;
 mod error;
 mod event_pool;
@@ -64,13 +65,13 @@ pub use event_pool::CudaEvent;
 pub use interop::{ExportedBuffer, ExportedEvent, ForeignEvent, PointerInfo, Release};
 pub use lost::DeviceLost;
 pub use memory::Allocation;
-pub use queue::{CommandBufferMode, Queue, SemaphoreValues};
+pub use queue::{BoundCommandBuffer, CommandBufferMode, Queue, SemaphoreValues};
 pub use wait::{WaitMode, wait_semaphores};
 
 pub use cuhal_command::{
-    Buffer, BufferRange, CommandBuffer, CommandRecorder, Dispatch, Executable, FillPattern,
-    Function, HostBuffer, KernelArgs, LaunchAttributes, StreamWork, StreamWorkError, StreamWorkFn,
-    WorkRange,
+    BindingError, BindingLayout, Buffer, BufferRange, CommandBuffer, CommandRecorder, Dispatch,
+    Executable, FillPattern, Function, HostBuffer, KernelArgs, LaunchAttributes, StreamWork,
+    StreamWorkError, StreamWorkFn, WorkRange,
 };
 pub use cuhal_semaphore::{Failure, Timeout};
 pub use cuhal_trace::{JsonSink, MemorySink, Sink, Verbosity};

@@ -19,6 +19,7 @@ use smallvec::SmallVec;
 
 use crate::Semaphore;
 use crate::backend::{CudaBackend, Payload};
+use crate::bindings::{BindingTables, TablePool};
 use crate::device::DeviceShared;
 use crate::error::{Error, Result};
 use crate::event_pool::EventPool;
@@ -44,6 +45,10 @@ pub enum CommandBufferMode {
 
 /// A `(semaphore, value)` list as queue operations take it.
 pub type SemaphoreValues<'a> = [(&'a Semaphore, u64)];
+
+/// A command buffer and the binding table for its slots (one range per slot), as
+/// [`Queue::execute_with_bindings`] takes them.
+pub type BoundCommandBuffer<'a> = (&'a Arc<dyn CommandBuffer>, &'a [BufferRange]);
 
 /// A cleanup callback shared by every submission of a queue.
 type SharedCleanup = Arc<dyn Fn(Outcome<'_>) + Send + Sync>;
@@ -74,6 +79,8 @@ pub struct Queue {
     trace: Option<Arc<TraceContext>>,
     /// Collects the trace context's completed zones; one shared cleanup for every submission.
     collect: Option<SharedCleanup>,
+    /// Storage for the binding tables of submissions in flight.
+    tables: Arc<TablePool>,
 }
 
 impl Queue {
@@ -117,6 +124,7 @@ impl Queue {
             mode,
             trace,
             collect,
+            tables: Arc::default(),
         })
     }
 
@@ -159,6 +167,8 @@ impl Queue {
         what: &'static str,
         resources: &mut Resources,
     ) -> Result<()> {
+        // Only a command buffer with binding slots can record a slot range.
+        range.check_not_slot(what)?;
         match range.buffer() {
             Some(buffer) => self.check_buffer(buffer, what, resources),
             None => Ok(()),
@@ -188,13 +198,27 @@ impl Queue {
     /// `end()` it, then submit it (as `Arc<dyn CommandBuffer>`) with [`Queue::execute`] any
     /// number of times.
     pub fn create_command_buffer(&self) -> Result<Box<dyn CommandBuffer>> {
+        self.create_command_buffer_with_bindings(0)
+    }
+
+    /// A new command buffer of the queue's mode whose commands may name binding slots below
+    /// `capacity` instead of buffers ([`BufferRange::slot`], [`KernelArgs::push_binding`]).
+    /// Submit it with [`Queue::execute_with_bindings`], giving memory to its slots each time.
+    ///
+    /// [`KernelArgs::push_binding`]: cuhal_command::KernelArgs::push_binding
+    pub fn create_command_buffer_with_bindings(
+        &self,
+        capacity: u32,
+    ) -> Result<Box<dyn CommandBuffer>> {
         self.check_alive()?;
         let zones = self.trace.as_deref().and_then(TraceContext::recorder);
         let created: Result<Box<dyn CommandBuffer>, cuhal_command::Error> = match self.mode {
-            CommandBufferMode::Graph => GraphCommandBuffer::new(&self.context, zones)
-                .map(|cb| Box::new(cb) as Box<dyn CommandBuffer>),
+            CommandBufferMode::Graph => {
+                GraphCommandBuffer::with_bindings(&self.context, zones, capacity)
+                    .map(|cb| Box::new(cb) as Box<dyn CommandBuffer>)
+            }
             CommandBufferMode::Deferred => {
-                DeferredCommandBuffer::with_context(&self.context, zones)
+                DeferredCommandBuffer::with_bindings(&self.context, zones, capacity)
                     .map(|cb| Box::new(cb) as Box<dyn CommandBuffer>)
             }
         };
@@ -221,14 +245,56 @@ impl Queue {
     /// Executes `command_buffers` in order once every wait is reached, then signals.
     ///
     /// With tracing off, and at most four command buffers, waits and signals, this allocates
-    /// nothing once the queue is warm.
+    /// nothing once the queue is warm. Command buffers that recorded binding slots go through
+    /// [`Queue::execute_with_bindings`].
     pub fn execute(
         &self,
         waits: &SemaphoreValues<'_>,
         signals: &SemaphoreValues<'_>,
         command_buffers: &[&Arc<dyn CommandBuffer>],
     ) -> Result<()> {
-        for command_buffer in command_buffers {
+        self.execute_tables(waits, signals, command_buffers.len(), |i| {
+            (command_buffers[i], &[][..])
+        })
+    }
+
+    /// Executes command buffers in order, each with a binding table that gives memory to its
+    /// slots, once every wait is reached, then signals. A command buffer without slots takes
+    /// an empty table.
+    ///
+    /// Every table is checked here, before anything is queued: long enough for the slots
+    /// used and no longer than the binding capacity, every entry memory of this device (not a
+    /// slot range), at least as long as the largest extent recorded for its slot, aligned for
+    /// the slot's fills, and no copy overlapping itself; none given to a command buffer with
+    /// slots, or one given to a command buffer without, is an error too. Each is an
+    /// [`Error::Command`] with a [`cuhal_command::BindingError`], and the queue stays usable.
+    /// The submission holds the tables' buffers until it completes, so callers may drop theirs.
+    ///
+    /// Graph command buffers patch only the nodes whose slots are bound to other addresses than
+    /// at the last launch of the executable used; the same command buffer may run on several
+    /// queues at once with different tables (each queue's stream gets its own executable).
+    /// With tracing off, at most four command buffers, waits and signals, this allocates
+    /// nothing once the queue is warm, whatever the tables' sizes.
+    pub fn execute_with_bindings(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        command_buffers: &[BoundCommandBuffer<'_>],
+    ) -> Result<()> {
+        self.execute_tables(waits, signals, command_buffers.len(), |i| {
+            command_buffers[i]
+        })
+    }
+
+    fn execute_tables<'a>(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        count: usize,
+        nth: impl Fn(usize) -> BoundCommandBuffer<'a>,
+    ) -> Result<()> {
+        let mut any_table = false;
+        for (command_buffer, table) in (0..count).map(&nth) {
             // Everything `issue` could reject is rejected here: an issue error loses the queue.
             if command_buffer.kind() == CommandBufferKind::Stream {
                 return Err(Error::InvalidArgument(
@@ -251,11 +317,19 @@ impl Queue {
                     state: command_buffer.state(),
                 }));
             }
+            command_buffer
+                .bindings()
+                .check(table, self.context.raw())
+                .map_err(Error::Command)?;
+            any_table |= !table.is_empty();
         }
         let mut resources = Resources::new();
-        for command_buffer in command_buffers {
+        for (command_buffer, table) in (0..count).map(&nth) {
             for buffer in command_buffer.buffers() {
                 self.check_buffer(buffer, "command buffer's buffer", &mut resources)?;
+            }
+            for entry in table {
+                self.check_range(entry, "binding table entry", &mut resources)?;
             }
         }
         let mut cleanups = Cleanups::new();
@@ -269,8 +343,14 @@ impl Queue {
             // dropped as superseded.
             trace.collect();
         }
+        let bindings = if any_table {
+            BindingTables::copy(&self.tables, (0..count).map(|i| nth(i).1))
+        } else {
+            BindingTables::none()
+        };
         let payload = Payload::Execute {
-            command_buffers: command_buffers.iter().map(|cb| Arc::clone(cb)).collect(),
+            command_buffers: (0..count).map(|i| Arc::clone(nth(i).0)).collect(),
+            bindings,
             zone: self.trace.as_deref().and_then(TraceContext::zone_list),
         };
         self.submit(waits, signals, payload, resources, cleanups)

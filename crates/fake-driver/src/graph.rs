@@ -21,6 +21,7 @@ use cuhal_sys::{
 
 use crate::entry::{Status, ensure, entry, put};
 use crate::memory::fill;
+use crate::module::AddCall;
 use crate::status;
 use crate::transfer::End;
 use crate::world::{World, handle, host_address, id, lookup, lookup_mut, world};
@@ -69,6 +70,8 @@ pub(crate) enum Op {
         shared: c_uint,
         /// Set through `cuGraphKernelNodeSetAttribute`.
         device_updatable: bool,
+        /// The arguments of a kernel the fake runs.
+        call: Option<AddCall>,
     },
     Memset {
         params: CUDA_MEMSET_NODE_PARAMS,
@@ -98,7 +101,16 @@ impl Op {
             block,
             shared,
             device_updatable: false,
+            call: None,
         }
+    }
+
+    /// The kernel node with the arguments of a kernel the fake runs.
+    pub(crate) fn with_call(mut self, new: Option<AddCall>) -> Self {
+        if let Op::Kernel { call, .. } = &mut self {
+            *call = new;
+        }
+        self
     }
 }
 
@@ -176,8 +188,11 @@ impl World {
     /// Runs one node's operation.
     fn run(&mut self, op: &Op) -> Status {
         match *op {
-            Op::Kernel { function, .. } => {
+            Op::Kernel { function, call, .. } => {
                 let name = lookup(&self.functions, function)?.name.clone();
+                if let Some(call) = call {
+                    self.run_add(call)?;
+                }
                 *self.launches.entry(name).or_insert(0) += 1;
             }
             Op::Memset { params } => {
@@ -352,6 +367,104 @@ impl World {
     }
 }
 
+impl World {
+    /// A kernel node's operation, checked as a launch.
+    ///
+    /// # Safety
+    /// `params.kernelParams` as cuda.h requires of a launch.
+    unsafe fn kernel_op(&self, params: &CUDA_KERNEL_NODE_PARAMS) -> Result<Op, c_int> {
+        let function = id(params.func)?;
+        self.check_launch(
+            function,
+            [params.gridDimX, params.gridDimY, params.gridDimZ],
+            [params.blockDimX, params.blockDimY, params.blockDimZ],
+            params.sharedMemBytes,
+        )?;
+        let name = &lookup(&self.functions, function)?.name;
+        // SAFETY: forwarded caller contract.
+        let call = unsafe { AddCall::read(name, params.kernelParams) }?;
+        let grid = [params.gridDimX, params.gridDimY, params.gridDimZ];
+        let block = [params.blockDimX, params.blockDimY, params.blockDimZ];
+        Ok(Op::kernel(function, grid, block, params.sharedMemBytes).with_call(call))
+    }
+
+    /// A memset node's operation: a live context, 1, 2 or 4 byte elements, aligned, inside a
+    /// live allocation.
+    fn memset_op(&self, params: CUDA_MEMSET_NODE_PARAMS, context: CUcontext) -> Result<Op, c_int> {
+        self.active_context(id(context)?)
+            .ok_or(status::INVALID_CONTEXT)?;
+        let size = params.elementSize as usize;
+        ensure(
+            matches!(size, 1 | 2 | 4)
+                && params.dst.is_multiple_of(size as u64)
+                && params.width > 0
+                && params.height > 0
+                && (params.height == 1 || params.pitch >= params.width * size),
+            status::INVALID_VALUE,
+        )?;
+        for row in 0..params.height {
+            self.device_span(
+                params.dst + (row * params.pitch) as u64,
+                params.width * size,
+            )?;
+        }
+        Ok(Op::Memset { params })
+    }
+
+    /// A memcpy node's operation: host, device and unified ends (no arrays), device ends
+    /// inside live allocations.
+    fn memcpy_op(&self, p: &CUDA_MEMCPY3D, context: CUcontext) -> Result<Op, c_int> {
+        self.active_context(id(context)?)
+            .ok_or(status::INVALID_CONTEXT)?;
+        let place = |kind, host: usize, device: u64| match kind {
+            CU_MEMORYTYPE_HOST => Ok(Place::Host(host)),
+            CU_MEMORYTYPE_DEVICE => Ok(Place::Device(device)),
+            CU_MEMORYTYPE_UNIFIED => Ok(Place::Unified(device)),
+            _ => Err(status::NOT_SUPPORTED),
+        };
+        let rows = |pitch: usize, height: usize| {
+            (p.Height <= 1 || pitch >= p.WidthInBytes) && (p.Depth <= 1 || height >= p.Height)
+        };
+        ensure(
+            p.WidthInBytes > 0
+                && p.Height > 0
+                && p.Depth > 0
+                && p.srcLOD == 0
+                && p.dstLOD == 0
+                && rows(p.srcPitch, p.srcHeight)
+                && rows(p.dstPitch, p.dstHeight),
+            status::INVALID_VALUE,
+        )?;
+        let copy = Copy3d {
+            source: place(p.srcMemoryType, host_address(p.srcHost), p.srcDevice)?,
+            source_offset: p.srcXInBytes + (p.srcZ * p.srcHeight + p.srcY) * p.srcPitch,
+            source_pitch: p.srcPitch,
+            source_height: p.srcHeight,
+            target: place(
+                p.dstMemoryType,
+                host_address(p.dstHost.cast_const()),
+                p.dstDevice,
+            )?,
+            target_offset: p.dstXInBytes + (p.dstZ * p.dstHeight + p.dstY) * p.dstPitch,
+            target_pitch: p.dstPitch,
+            target_height: p.dstHeight,
+            width: p.WidthInBytes,
+            height: p.Height,
+            depth: p.Depth,
+        };
+        for (place, offset_bytes) in [
+            (copy.source, copy.source_offset),
+            (copy.target, copy.target_offset),
+        ] {
+            if let Place::Device(_) = place {
+                self.resolve(offset(place, offset_bytes), copy.width)?;
+            }
+        }
+        // SAFETY: forwarded caller contract.
+        Ok(Op::Memcpy(copy))
+    }
+}
+
 /// `place` moved on by `bytes`.
 fn offset(place: Place, bytes: usize) -> End {
     match place {
@@ -445,12 +558,8 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
             // kernelParams: one pointer per parameter).
             Op::IndirectApply(unsafe { IndirectApply::read(function, params.kernelParams) }?)
         } else {
-            Op::kernel(
-                function,
-                [params.gridDimX, params.gridDimY, params.gridDimZ],
-                [params.blockDimX, params.blockDimY, params.blockDimZ],
-                params.sharedMemBytes,
-            )
+            // SAFETY: forwarded caller contract.
+            unsafe { world.kernel_op(&params) }?
         };
         // SAFETY: forwarded caller contract.
         unsafe { world.add_node(out, graph, deps, count, op) }
@@ -476,26 +585,9 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
         // SAFETY: non-null and readable by the caller's contract.
         let params = unsafe { params.read() };
         let mut world = world();
-        world
-            .active_context(id(context)?)
-            .ok_or(status::INVALID_CONTEXT)?;
-        let size = params.elementSize as usize;
-        ensure(
-            matches!(size, 1 | 2 | 4)
-                && params.dst.is_multiple_of(size as u64)
-                && params.width > 0
-                && params.height > 0
-                && (params.height == 1 || params.pitch >= params.width * size),
-            status::INVALID_VALUE,
-        )?;
-        for row in 0..params.height {
-            world.device_span(
-                params.dst + (row * params.pitch) as u64,
-                params.width * size,
-            )?;
-        }
+        let op = world.memset_op(params, context)?;
         // SAFETY: forwarded caller contract.
-        unsafe { world.add_node(out, graph, deps, count, Op::Memset { params }) }
+        unsafe { world.add_node(out, graph, deps, count, op) }
     })
 }
 
@@ -518,55 +610,9 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
         // SAFETY: non-null and readable by the caller's contract.
         let p = unsafe { params.read() };
         let mut world = world();
-        world
-            .active_context(id(context)?)
-            .ok_or(status::INVALID_CONTEXT)?;
-        let place = |kind, host: usize, device: u64| match kind {
-            CU_MEMORYTYPE_HOST => Ok(Place::Host(host)),
-            CU_MEMORYTYPE_DEVICE => Ok(Place::Device(device)),
-            CU_MEMORYTYPE_UNIFIED => Ok(Place::Unified(device)),
-            _ => Err(status::NOT_SUPPORTED),
-        };
-        let rows = |pitch: usize, height: usize| {
-            (p.Height <= 1 || pitch >= p.WidthInBytes) && (p.Depth <= 1 || height >= p.Height)
-        };
-        ensure(
-            p.WidthInBytes > 0
-                && p.Height > 0
-                && p.Depth > 0
-                && p.srcLOD == 0
-                && p.dstLOD == 0
-                && rows(p.srcPitch, p.srcHeight)
-                && rows(p.dstPitch, p.dstHeight),
-            status::INVALID_VALUE,
-        )?;
-        let copy = Copy3d {
-            source: place(p.srcMemoryType, host_address(p.srcHost), p.srcDevice)?,
-            source_offset: p.srcXInBytes + (p.srcZ * p.srcHeight + p.srcY) * p.srcPitch,
-            source_pitch: p.srcPitch,
-            source_height: p.srcHeight,
-            target: place(
-                p.dstMemoryType,
-                host_address(p.dstHost.cast_const()),
-                p.dstDevice,
-            )?,
-            target_offset: p.dstXInBytes + (p.dstZ * p.dstHeight + p.dstY) * p.dstPitch,
-            target_pitch: p.dstPitch,
-            target_height: p.dstHeight,
-            width: p.WidthInBytes,
-            height: p.Height,
-            depth: p.Depth,
-        };
-        for (place, offset_bytes) in [
-            (copy.source, copy.source_offset),
-            (copy.target, copy.target_offset),
-        ] {
-            if let Place::Device(_) = place {
-                world.resolve(offset(place, offset_bytes), copy.width)?;
-            }
-        }
+        let op = world.memcpy_op(&p, context)?;
         // SAFETY: forwarded caller contract.
-        unsafe { world.add_node(out, graph, deps, count, Op::Memcpy(copy)) }
+        unsafe { world.add_node(out, graph, deps, count, op) }
     })
 }
 
@@ -948,5 +994,121 @@ pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> c_int {
             .remove(&exec)
             .map(drop)
             .ok_or(status::INVALID_HANDLE)
+    })
+}
+
+impl World {
+    /// Replaces the operation of `node` in `exec` by `op`, which `same_shape` must accept
+    /// against the operation there now (same node kind, and what the driver refuses to change).
+    fn set_exec_node(
+        &mut self,
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        mut op: Op,
+        same_shape: impl Fn(&Op, &mut Op) -> bool,
+    ) -> Status {
+        let exec = lookup_mut(&mut self.execs, id(exec)?)?;
+        let node = id(node)?;
+        let (_, current) = exec
+            .order
+            .iter_mut()
+            .find(|(n, _)| *n == node)
+            .ok_or(status::INVALID_VALUE)?;
+        ensure(same_shape(current, &mut op), status::INVALID_VALUE)?;
+        *current = op;
+        Ok(())
+    }
+}
+
+/// `CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const
+/// CUDA_KERNEL_NODE_PARAMS *nodeParams)`: later launches of the executable use the new
+/// function, shape and argument values (read now, as the driver copies them).
+///
+/// # Safety
+/// `params` is null or readable, with `kernelParams` as cuda.h requires of a launch.
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> c_int {
+    entry("cuGraphExecKernelNodeSetParams", || {
+        ensure(!params.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and readable by the caller's contract.
+        let params = unsafe { params.read() };
+        let mut world = world();
+        // SAFETY: forwarded caller contract.
+        let op = unsafe { world.kernel_op(&params) }?;
+        world.set_exec_node(exec, node, op, |current, new| match (current, new) {
+            (
+                Op::Kernel {
+                    device_updatable: kept,
+                    ..
+                },
+                Op::Kernel {
+                    device_updatable, ..
+                },
+            ) => {
+                // Node attributes are not node parameters: they stay.
+                *device_updatable = *kept;
+                true
+            }
+            _ => false,
+        })
+    })
+}
+
+/// `CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const
+/// CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)`: a new address and value; the shape
+/// (element size, width, height) must stay, as the driver requires of 1D memsets.
+///
+/// # Safety
+/// `params` is null or readable.
+pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+    context: CUcontext,
+) -> c_int {
+    entry("cuGraphExecMemsetNodeSetParams", || {
+        ensure(!params.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and readable by the caller's contract.
+        let params = unsafe { params.read() };
+        let mut world = world();
+        let op = world.memset_op(params, context)?;
+        world.set_exec_node(exec, node, op, |current, new| match (current, new) {
+            (Op::Memset { params: a }, Op::Memset { params: b }) => {
+                (a.elementSize, a.width, a.height) == (b.elementSize, b.width, b.height)
+            }
+            _ => false,
+        })
+    })
+}
+
+/// `CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const
+/// CUDA_MEMCPY3D *copyParams, CUcontext ctx)`: new ends of the same kinds and the same extent.
+///
+/// # Safety
+/// `params` is null or readable; host ends stay valid while the executable can launch.
+pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_MEMCPY3D,
+    context: CUcontext,
+) -> c_int {
+    entry("cuGraphExecMemcpyNodeSetParams", || {
+        ensure(!params.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: non-null and readable by the caller's contract.
+        let p = unsafe { params.read() };
+        let mut world = world();
+        let op = world.memcpy_op(&p, context)?;
+        let kind = |p: Place| std::mem::discriminant(&p);
+        world.set_exec_node(exec, node, op, |current, new| match (current, new) {
+            (Op::Memcpy(a), Op::Memcpy(b)) => {
+                (a.width, a.height, a.depth) == (b.width, b.height, b.depth)
+                    && kind(a.source) == kind(b.source)
+                    && kind(a.target) == kind(b.target)
+            }
+            _ => false,
+        })
     })
 }

@@ -2,9 +2,10 @@
 //!
 //! A "PTX" image is any NUL-terminated text; its kernels are the names after `.entry`. Text
 //! containing [`BAD_INSTRUCTION`] fails to compile with `CUDA_ERROR_INVALID_PTX` and a message
-//! in the JIT error log, so a test can exercise a compile error. A CPU cannot run kernels, so
+//! in the JIT error log, so a test can exercise a compile error. A CPU cannot run PTX, so
 //! launches (`cuLaunchKernel` and kernel graph nodes) are checked and counted per function
-//! name instead.
+//! name; a kernel named [`ADD_KERNEL`] also runs, so tests can check what arguments a launch
+//! really received (for example addresses substituted from a binding table).
 // Functions carry the driver's names so a reader can match them to cuda.h.
 #![allow(non_snake_case)]
 
@@ -36,6 +37,75 @@ pub const BAD_INSTRUCTION: &str = "cuhal_not_an_instruction";
 pub const DEFAULT_DYNAMIC_SHARED: c_int = 48 * 1024;
 /// Registers every fake kernel reports.
 pub const REGISTERS: c_int = 32;
+
+/// The one kernel the fake runs: `cuhal_fake_add_u32(u32 *dst, const u32 *src, u32 k, u32 n)`
+/// sets `dst[i] = src[i] + k` (wrapping) for `i < n`, whatever the grid: the signature of the
+/// GPU suite's `add_u32`.
+pub const ADD_KERNEL: &str = "cuhal_fake_add_u32";
+
+/// The arguments of one [`ADD_KERNEL`] launch, read when it is enqueued (or its node made or
+/// updated), as the driver copies argument values then.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AddCall {
+    input: u64,
+    output: u64,
+    n: u32,
+    addend: u32,
+}
+
+impl AddCall {
+    /// Reads the arguments of a launch of `name`: `Some` for [`ADD_KERNEL`].
+    ///
+    /// # Safety
+    /// For [`ADD_KERNEL`], `params` is null (refused) or holds four pointers to values of the
+    /// kernel's parameter types, as cuda.h requires of a launch.
+    pub(crate) unsafe fn read(name: &str, params: *mut *mut c_void) -> Result<Option<Self>, c_int> {
+        if name != ADD_KERNEL {
+            return Ok(None);
+        }
+        ensure(!params.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: four pointers to values of the parameter types (the caller's contract).
+        unsafe {
+            let p = std::slice::from_raw_parts(params, 4);
+            ensure(p.iter().all(|p| !p.is_null()), status::INVALID_VALUE)?;
+            Ok(Some(Self {
+                output: p[0].cast::<u64>().read_unaligned(),
+                input: p[1].cast::<u64>().read_unaligned(),
+                addend: p[2].cast::<u32>().read_unaligned(),
+                n: p[3].cast::<u32>().read_unaligned(),
+            }))
+        }
+    }
+}
+
+impl World {
+    /// Runs an [`ADD_KERNEL`] launch: both ranges must lie in live device allocations (a bad
+    /// address is `CUDA_ERROR_ILLEGAL_ADDRESS`, as a faulting kernel would report).
+    pub(crate) fn run_add(&self, call: AddCall) -> Status {
+        let bytes = call.n as usize * 4;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let input = self
+            .device_span(call.input, bytes)
+            .map_err(|_| status::ILLEGAL_ADDRESS)?;
+        let output = self
+            .device_span(call.output, bytes)
+            .map_err(|_| status::ILLEGAL_ADDRESS)?;
+        for i in 0..call.n as usize {
+            // SAFETY: both spans hold `n` u32 values of live allocations (the world's lock keeps
+            // them alive); unaligned accesses, element by element, tolerate any overlap.
+            unsafe {
+                let value = input.add(i * 4).cast::<u32>().read_unaligned();
+                output
+                    .add(i * 4)
+                    .cast::<u32>()
+                    .write_unaligned(value.wrapping_add(call.addend));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// A loaded module.
 #[derive(Debug)]
@@ -424,9 +494,13 @@ pub extern "C" fn cuFuncSetAttribute(
 }
 
 /// `CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, .., unsigned blockDimZ, unsigned
-/// sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)`: checked and counted.
+/// sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)`: checked and counted
+/// (and run, for [`ADD_KERNEL`]).
+///
+/// # Safety
+/// `params` as cuda.h requires: for [`ADD_KERNEL`], null or four pointers to its arguments.
 #[allow(clippy::too_many_arguments)]
-pub extern "C" fn cuLaunchKernel(
+pub unsafe extern "C" fn cuLaunchKernel(
     function: CUfunction,
     grid_x: c_uint,
     grid_y: c_uint,
@@ -436,7 +510,7 @@ pub extern "C" fn cuLaunchKernel(
     block_z: c_uint,
     shared: c_uint,
     stream: CUstream,
-    _params: *mut *mut c_void,
+    params: *mut *mut c_void,
     _extra: *mut *mut c_void,
 ) -> c_int {
     entry("cuLaunchKernel", || {
@@ -449,13 +523,18 @@ pub extern "C" fn cuLaunchKernel(
             [block_x, block_y, block_z],
             shared,
         )?;
+        let name = world.functions[&function].name.clone();
+        // SAFETY: cuda.h's contract for `kernelParams`.
+        let call = unsafe { AddCall::read(&name, params) }?;
         let (grid, block) = ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
         if world.captured(stream, || {
-            crate::graph::Op::kernel(function, grid, block, shared)
+            crate::graph::Op::kernel(function, grid, block, shared).with_call(call)
         })? {
             return Ok(());
         }
-        let name = world.functions[&function].name.clone();
+        if let Some(call) = call {
+            world.run_add(call)?;
+        }
         *world.launches.entry(name).or_insert(0) += 1;
         Ok(())
     })

@@ -114,6 +114,9 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuStreamIsCapturing" => f!(10000, stream::cuStreamIsCapturing),
         // The CUDA 12.3 form (with edge data), the one cuhal's table asks for.
         "cuStreamGetCaptureInfo" => f!(12030, stream::cuStreamGetCaptureInfo),
+        "cuGraphExecKernelNodeSetParams" => f!(10010, graph::cuGraphExecKernelNodeSetParams),
+        "cuGraphExecMemsetNodeSetParams" => f!(10020, graph::cuGraphExecMemsetNodeSetParams),
+        "cuGraphExecMemcpyNodeSetParams" => f!(10020, graph::cuGraphExecMemcpyNodeSetParams),
 
         "cuModuleLoadData" => f!(2000, modl::cuModuleLoadData),
         "cuModuleLoadDataEx" => f!(2010, modl::cuModuleLoadDataEx),

@@ -297,6 +297,10 @@ driver_api! {
         fn cuGraphExecUpdate(exec: CUgraphExec, graph: CUgraph, result_info: *mut CUgraphExecUpdateResultInfo);
         /// `cuGraphExecKernelNodeSetParams(exec, node, &params)`.
         fn cuGraphExecKernelNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS);
+        /// `cuGraphExecMemcpyNodeSetParams(exec, node, &params, context)`.
+        fn cuGraphExecMemcpyNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMCPY3D, context: CUcontext);
+        /// `cuGraphExecMemsetNodeSetParams(exec, node, &params, context)`.
+        fn cuGraphExecMemsetNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS, context: CUcontext);
         /// `cuGraphExecDestroy(exec)`.
         fn cuGraphExecDestroy(exec: CUgraphExec);
 

@@ -8,9 +8,10 @@
 //! it, then the event, then everything after it).
 
 pub(crate) mod deps;
+mod pool;
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cuhal_sys::{
     CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
@@ -22,15 +23,18 @@ use cuhal_sys::{
 use smallvec::SmallVec;
 
 use crate::arena::StableArena;
+use crate::binding::{Operand, SlotList, add_slot};
 use crate::indirect::{self, Indirect, IndirectLaunch};
 use crate::launch::{AttributePath, set_kernel_node_attributes};
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
 use crate::{
-    CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch, Error,
-    FillPattern, ZoneRecorder,
+    BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind, CommandBufferState,
+    CommandRecorder, Dispatch, Error, FillPattern, ZoneRecorder,
 };
 use deps::Dependencies;
+pub use pool::DEFAULT_EXECUTABLE_LIMIT;
+use pool::{ExecPool, PatchKind, PatchNode};
 
 type Deps = SmallVec<[CUgraphNode; 1]>;
 
@@ -45,7 +49,8 @@ fn deps_ptr(deps: &[CUgraphNode]) -> *const CUgraphNode {
 pub(crate) struct GraphEncoder {
     context: Arc<PrimaryContext>,
     graph: CUgraph,
-    exec: CUgraphExec,
+    /// The executables: one at `end()`, more for concurrent launches on other streams.
+    pool: Mutex<ExecPool>,
     deps: Dependencies<CUgraphNode>,
     /// Update bytes: memcpy nodes keep the host address, read at every launch.
     host_bytes: StableArena,
@@ -54,6 +59,15 @@ pub(crate) struct GraphEncoder {
     capture_stream: CUstream,
     /// Holds device-updatable nodes (indirect dispatches).
     device_updatable: bool,
+    /// Nodes with slot operands, patched at launch.
+    patches: Vec<PatchNode>,
+    /// Device memory standing in for slots in memset and memcpy nodes until the first table
+    /// (the driver wants real memory of the context there); the largest is last.
+    placeholders: Vec<Arc<Buffer>>,
+    /// Binding slots (set before anything is recorded).
+    slots: u32,
+    /// The node of the last command added (before its FINE zone's end event).
+    last_command: Option<CUgraphNode>,
 }
 
 impl GraphEncoder {
@@ -68,12 +82,16 @@ impl GraphEncoder {
         Ok(Self {
             context,
             graph,
-            exec: std::ptr::null_mut(),
+            pool: Mutex::new(ExecPool::new()),
             deps: Dependencies::default(),
             host_bytes: StableArena::default(),
             nodes: 0,
             capture_stream: std::ptr::null_mut(),
             device_updatable: false,
+            patches: Vec::new(),
+            placeholders: Vec::new(),
+            slots: 0,
+            last_command: None,
         })
     }
 
@@ -128,6 +146,45 @@ impl GraphEncoder {
         Ok(self.capture_stream)
     }
 
+    /// An address of at least `bytes` bytes of device memory of the context, to record where a
+    /// memset or memcpy node's operand is a slot. Never written: every executable is patched
+    /// before its first launch.
+    fn placeholder(&mut self, bytes: usize) -> Result<CUdeviceptr, Error> {
+        if let Some(last) = self.placeholders.last()
+            && last.len() >= bytes
+        {
+            return Ok(last.device_ptr());
+        }
+        let size = bytes.max(self.placeholders.last().map_or(0, |b| b.len() * 2));
+        let buffer = Buffer::new(&self.context, size)?;
+        let address = buffer.device_ptr();
+        self.placeholders.push(buffer);
+        Ok(address)
+    }
+
+    /// The address to record for `operand`: its own, or placeholder memory `at` bytes in.
+    fn recorded(
+        &mut self,
+        operand: Operand,
+        at: usize,
+        length: usize,
+    ) -> Result<CUdeviceptr, Error> {
+        match operand {
+            Operand::Address(address) => Ok(address),
+            Operand::Slot { .. } => Ok(self.placeholder(at + length)? + at as u64),
+        }
+    }
+
+    /// Notes the last added command node as one to patch, if it names slots.
+    fn note_patch(&mut self, slots: SlotList, kind: PatchKind) {
+        if slots.is_empty() {
+            return;
+        }
+        if let Some(node) = self.last_command {
+            self.patches.push(PatchNode { node, slots, kind });
+        }
+    }
+
     fn add_event(&mut self, deps: &[CUgraphNode], event: CUevent) -> Result<CUgraphNode, Error> {
         let api = self.context.api();
         let mut node: CUgraphNode = std::ptr::null_mut();
@@ -158,6 +215,7 @@ impl GraphEncoder {
             deps = smallvec::smallvec![begin];
         }
         let mut tail = add(self, &deps)?;
+        self.last_command = Some(tail);
         self.nodes += 1;
         if let Some(event) = zone.end {
             tail = self.add_event(&[tail], event)?;
@@ -189,13 +247,13 @@ impl Encoder for GraphEncoder {
 
     fn fill(
         &mut self,
-        target: CUdeviceptr,
+        target: Operand,
         length: usize,
         pattern: FillPattern,
         zone: CommandZone,
     ) -> Result<(), Error> {
         let params = CUDA_MEMSET_NODE_PARAMS {
-            dst: target,
+            dst: self.recorded(target, 0, length)?,
             pitch: 0, // unused for one row
             value: pattern.value(),
             elementSize: pattern.size() as u32,
@@ -219,10 +277,14 @@ impl Encoder for GraphEncoder {
                 )
             })?;
             Ok(node)
-        })
+        })?;
+        let mut slots = SlotList::new();
+        add_slot(&mut slots, target.slot());
+        self.note_patch(slots, PatchKind::Memset { params, target });
+        Ok(())
     }
 
-    fn update(&mut self, target: CUdeviceptr, data: &[u8], zone: CommandZone) -> Result<(), Error> {
+    fn update(&mut self, target: Operand, data: &[u8], zone: CommandZone) -> Result<(), Error> {
         // The node reads the host bytes at every launch: copy them into storage whose address
         // is fixed for as long as the graph exists.
         let source = self.host_bytes.copy(data);
@@ -232,7 +294,7 @@ impl Encoder for GraphEncoder {
             srcPitch: data.len(),
             srcHeight: 1,
             dstMemoryType: CU_MEMORYTYPE_DEVICE,
-            dstDevice: target,
+            dstDevice: self.recorded(target, 0, data.len())?,
             dstPitch: data.len(),
             dstHeight: 1,
             WidthInBytes: data.len(),
@@ -240,18 +302,42 @@ impl Encoder for GraphEncoder {
             Depth: 1,
             ..CUDA_MEMCPY3D::zeroed()
         };
-        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))
+        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))?;
+        let mut slots = SlotList::new();
+        add_slot(&mut slots, target.slot());
+        let kind = PatchKind::Memcpy {
+            params,
+            target,
+            source: None,
+        };
+        self.note_patch(slots, kind);
+        Ok(())
     }
 
     fn copy(
         &mut self,
-        source: CUdeviceptr,
-        target: CUdeviceptr,
+        source: Operand,
+        target: Operand,
         length: usize,
         zone: CommandZone,
     ) -> Result<(), Error> {
-        let params = CUDA_MEMCPY3D::linear_device_to_device(target, source, length);
-        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))
+        // Slot operands stand in at distinct places of the placeholder: a copy never overlaps.
+        let params = CUDA_MEMCPY3D::linear_device_to_device(
+            self.recorded(target, 0, length)?,
+            self.recorded(source, length, length)?,
+            length,
+        );
+        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))?;
+        let mut slots = SlotList::new();
+        add_slot(&mut slots, target.slot());
+        add_slot(&mut slots, source.slot());
+        let kind = PatchKind::Memcpy {
+            params,
+            target,
+            source: Some(source),
+        };
+        self.note_patch(slots, kind);
+        Ok(())
     }
 
     fn dispatch(&mut self, dispatch: &Dispatch<'_>, zone: CommandZone) -> Result<(), Error> {
@@ -304,7 +390,36 @@ impl Encoder for GraphEncoder {
                 add_programmatic_edge(api, this.graph, upstream, node)?;
             }
             Ok(node)
-        })
+        })?;
+        let args = dispatch.args;
+        if !args.bindings().is_empty() {
+            let mut slots = SlotList::new();
+            for b in args.bindings() {
+                add_slot(&mut slots, Some(b.slot));
+            }
+            let params = CUDA_KERNEL_NODE_PARAMS {
+                func: dispatch.function.raw(),
+                gridDimX: dispatch.grid[0],
+                gridDimY: dispatch.grid[1],
+                gridDimZ: dispatch.grid[2],
+                blockDimX: dispatch.block[0],
+                blockDimY: dispatch.block[1],
+                blockDimZ: dispatch.block[2],
+                sharedMemBytes: dispatch.shared_memory_bytes,
+                kernelParams: std::ptr::null_mut(),
+                extra: std::ptr::null_mut(),
+                kern: std::ptr::null_mut(),
+                ctx: std::ptr::null_mut(),
+            };
+            let kind = PatchKind::Kernel {
+                params,
+                bytes: args.bytes().into(),
+                slots: args.slots().into(),
+                bindings: args.bindings().into(),
+            };
+            self.note_patch(slots, kind);
+        }
+        Ok(())
     }
 
     fn dispatch_indirect(
@@ -454,10 +569,20 @@ impl Encoder for GraphEncoder {
         api.check("cuGraphInstantiateWithFlags", unsafe {
             (api.cuGraphInstantiateWithFlags)(&mut exec, self.graph, 0)
         })?;
-        self.exec = exec;
+        let slots = self.slots as usize;
+        self.pool
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .first(exec, slots);
+        self.patches.shrink_to_fit();
         if self.device_updatable {
-            // Nodes updated from inside the graph need it uploaded before the first launch.
+            // Nodes updated from inside the graph need it uploaded before the first launch, and
+            // such a graph is instantiated once: its launches share that executable.
             indirect::upload(&self.context, exec)?;
+            self.pool
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set_limit(1);
         }
         Ok(())
     }
@@ -520,11 +645,9 @@ impl Drop for GraphEncoder {
             return;
         };
         let api = self.context.api();
-        if !self.exec.is_null() {
-            // SAFETY: `exec` was instantiated here and is destroyed once. A launch still in
-            // flight is not cut short: the driver frees the executable when it completes.
-            let _ = unsafe { (api.cuGraphExecDestroy)(self.exec) };
-        }
+        let pool = self.pool.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the context is bound; `&mut self`: nothing launches any more.
+        unsafe { pool.destroy(api) };
         if !self.capture_stream.is_null() {
             // SAFETY: created here, destroyed once; no capture is open (each is ended before
             // `stream_work` returns).
@@ -541,16 +664,23 @@ impl Drop for GraphEncoder {
 /// (its error is returned there). [`GraphCommandBuffer::launch`] then enqueues it on a stream,
 /// any number of times, from any thread. Share it as `Arc<GraphCommandBuffer>`: a submission
 /// holds an `Arc` until it completes, so the owner may drop theirs at any time.
+///
+/// Launches of one executable graph wait for each other on the GPU, whatever their streams, so
+/// each stream the command buffer is launched on gets its own executable, instantiated on
+/// first use, up to [`GraphCommandBuffer::set_executable_limit`] of them; past that, launches
+/// share the least recently used one ([`GraphCommandBuffer::shared_launches`]).
+///
+/// Created [`with_bindings`](GraphCommandBuffer::with_bindings), it records slots, and each
+/// launch takes a binding table ([`GraphCommandBuffer::launch_with_bindings`]): only the nodes
+/// whose slots are bound elsewhere than at that executable's last launch are patched.
 pub struct GraphCommandBuffer {
     recorder: Recorder<GraphEncoder>,
-    /// The driver does not synchronize uses of one executable graph; launches take turns.
-    launch: Mutex<()>,
 }
 
 // SAFETY: the raw graph handles are used only through `&mut self` while recording and, once
-// ended, only by `launch`, which serializes on `self.launch`; the zone recorder is Send + Sync.
+// ended, only under the executable pool's lock; the zone recorder is Send + Sync.
 unsafe impl Send for GraphCommandBuffer {}
-// SAFETY: as above: no `&self` method touches the graph except under the launch lock.
+// SAFETY: as above: no `&self` method touches the graph except under the pool's lock.
 unsafe impl Sync for GraphCommandBuffer {}
 
 impl GraphCommandBuffer {
@@ -576,12 +706,62 @@ impl GraphCommandBuffer {
                 zones,
                 "graph command buffer",
             )?,
-            launch: Mutex::new(()),
         })
     }
 
+    /// Creates an empty graph whose commands may name binding slots below `capacity`
+    /// ([`BufferRange::slot`], [`KernelArgs::push_binding`](crate::KernelArgs::push_binding)).
+    /// Fills, updates and copies of slots record placeholder device memory as long as their
+    /// longest range (copies: twice that), which the graph keeps.
+    pub fn with_bindings(
+        context: &Arc<PrimaryContext>,
+        zones: Option<Arc<dyn ZoneRecorder>>,
+        capacity: u32,
+    ) -> Result<Self, Error> {
+        let mut this = Self::new(context, zones)?;
+        this.recorder.set_binding_capacity(capacity);
+        this.recorder.encoder.slots = capacity;
+        Ok(this)
+    }
+
+    /// Bounds the executables kept for concurrent launches on different streams (at least 1;
+    /// [`DEFAULT_EXECUTABLE_LIMIT`] unless set). A graph with indirect dispatches (nodes the
+    /// device updates) keeps one executable whatever the bound.
+    pub fn set_executable_limit(&self, limit: usize) {
+        if !self.recorder.encoder.device_updatable {
+            self.pool().set_limit(limit);
+        }
+    }
+
+    /// The bound on executables.
+    pub fn executable_limit(&self) -> usize {
+        self.pool().limit()
+    }
+
+    /// Executables instantiated so far (0 for an empty graph or before `end()`).
+    pub fn executable_count(&self) -> usize {
+        self.pool().len()
+    }
+
+    /// Launches that found every executable taken by other streams and shared one (so they may
+    /// have waited for that stream's launch on the GPU).
+    pub fn shared_launches(&self) -> u64 {
+        self.pool().shared_launches()
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, ExecPool> {
+        // A poisoned lock only means a launch panicked; the pool's bookkeeping is updated in
+        // steps that each leave it consistent.
+        self.recorder
+            .encoder
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Enqueues the graph on `stream` (`cuGraphLaunch`): after the stream's earlier work and
-    /// any earlier launch of this graph. Only after a successful `end()`.
+    /// any earlier launch of this graph. Only after a successful `end()`, and only for a graph
+    /// that recorded no binding slot (see [`Self::launch_with_bindings`]).
     ///
     /// # Safety
     /// `stream` must be a live stream of this command buffer's context, and the command buffer
@@ -590,15 +770,39 @@ impl GraphCommandBuffer {
     pub unsafe fn launch(&self, stream: CUstream) -> Result<(), Error> {
         let _bound = self.recorder.encoder.context.enter()?;
         // SAFETY: the caller upholds the stream and lifetime contract; the context is current.
-        unsafe { self.launch_current(stream) }
+        unsafe { self.launch_current(stream, &[]) }
     }
 
-    /// [`launch`](Self::launch) on a thread where the command buffer's context is already
-    /// current: one `cuCtxGetCurrent` fewer per submission.
+    /// Enqueues the graph on `stream` with `bindings` for its slots: the executable chosen for
+    /// the stream is patched where its nodes' bindings changed since its last launch, then
+    /// launched.
     ///
     /// # Safety
-    /// As [`launch`](Self::launch), and the command buffer's context is current on this thread.
-    unsafe fn launch_current(&self, stream: CUstream) -> Result<(), Error> {
+    /// As [`Self::launch`]; and `bindings` must have passed [`BindingLayout::check`] for this
+    /// context, with its memory allocated until the launched work completes (a queue holds the
+    /// table's buffers until then).
+    pub unsafe fn launch_with_bindings(
+        &self,
+        stream: CUstream,
+        bindings: &[BufferRange],
+    ) -> Result<(), Error> {
+        let _bound = self.recorder.encoder.context.enter()?;
+        // SAFETY: forwarded contract; the context is current.
+        unsafe { self.launch_current(stream, bindings) }
+    }
+
+    /// [`launch_with_bindings`](Self::launch_with_bindings) on a thread where the command
+    /// buffer's context is already current: one `cuCtxGetCurrent` fewer per submission. A table
+    /// shorter than the slots used is refused.
+    ///
+    /// # Safety
+    /// As [`launch_with_bindings`](Self::launch_with_bindings), and the command buffer's context
+    /// is current on this thread.
+    unsafe fn launch_current(
+        &self,
+        stream: CUstream,
+        bindings: &[BufferRange],
+    ) -> Result<(), Error> {
         let state = self.recorder.state();
         if state != CommandBufferState::Ended {
             return Err(Error::InvalidState {
@@ -606,25 +810,43 @@ impl GraphCommandBuffer {
                 state,
             });
         }
+        let needed = self.recorder.bindings().slots_used();
+        if bindings.len() < needed {
+            return Err(crate::BindingError::TableTooShort {
+                given: bindings.len(),
+                needed,
+            }
+            .into());
+        }
         let encoder = &self.recorder.encoder;
-        if encoder.exec.is_null() {
+        let mut pool = self.pool();
+        if pool.is_empty() {
             return Ok(());
         }
-        // A poisoned lock only means another launch panicked; the executable is unaffected.
-        let _turn = self.launch.lock().unwrap_or_else(|e| e.into_inner());
         let api = encoder.context.api();
-        // SAFETY: `exec` is a live instantiated graph (destroyed only in Drop, which cannot
-        // run while `&self` exists); launches are serialized by the lock; the caller
-        // guarantees the stream and the current context.
-        api.check("cuGraphLaunch", unsafe {
-            (api.cuGraphLaunch)(encoder.exec, stream)
-        })?;
-        Ok(())
+        // SAFETY: the graph is live and complete (ended), the patch nodes are its nodes, the
+        // context is current (the caller's contract); the pool's lock serializes launches and
+        // patches; the caller guarantees the stream and the table.
+        unsafe {
+            pool.launch(
+                api,
+                encoder.graph,
+                encoder.context.raw(),
+                &encoder.patches,
+                stream,
+                bindings,
+            )
+        }
     }
 
     /// Number of graph nodes, including joins and zone events.
     pub fn node_count(&self) -> usize {
         self.recorder.encoder.nodes
+    }
+
+    /// Number of nodes with slot operands (patched when their bindings change).
+    pub fn bound_node_count(&self) -> usize {
+        self.recorder.encoder.patches.len()
     }
 
     /// The raw graph (for inspection, e.g. `cuGraphDebugDotPrint`).
@@ -647,7 +869,19 @@ impl CommandBuffer for GraphCommandBuffer {
     }
     unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
         // SAFETY: the caller upholds `issue`'s contract: `launch`'s, and the context is current.
-        unsafe { self.launch_current(stream) }
+        unsafe { self.launch_current(stream, &[]) }
+    }
+    unsafe fn issue_with_bindings(
+        &self,
+        stream: CUstream,
+        bindings: &[BufferRange],
+    ) -> Result<(), Error> {
+        // SAFETY: the caller upholds `issue_with_bindings`' contract: this one's, and the
+        // context is current.
+        unsafe { self.launch_current(stream, bindings) }
+    }
+    fn bindings(&self) -> &BindingLayout {
+        self.recorder.bindings()
     }
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
         self.recorder.zones()
@@ -667,6 +901,7 @@ impl fmt::Debug for GraphCommandBuffer {
         f.debug_struct("GraphCommandBuffer")
             .field("state", &self.recorder.state())
             .field("nodes", &self.recorder.encoder.nodes)
+            .field("bound_nodes", &self.recorder.encoder.patches.len())
             .finish()
     }
 }

@@ -1,0 +1,662 @@
+//! Binding tables: command buffers recorded with slots instead of buffers, bound to memory at
+//! each submission.
+//!
+//! A command buffer created with a binding capacity may record [`BufferRange::slot`] ranges
+//! wherever it takes a buffer range (fill, update, copy targets and sources), and kernel
+//! arguments that name a slot and an offset ([`KernelArgs::push_binding`]). Recording checks
+//! what it can without memory (slot below the capacity, offsets that do not overflow, fill
+//! alignment of the offset) and keeps, per slot, the largest extent used and the strictest
+//! alignment, in a [`BindingLayout`]. Each submission passes a binding table, one
+//! [`BufferRange`] per slot, which [`BindingLayout::check`] checks entirely before anything
+//! is issued, so a bad table is a typed error and never a failure on the queue.
+//!
+//! What each kind does with a table: a graph command buffer patches, in each executable, only
+//! the nodes whose slots are bound to other addresses than at that executable's last launch
+//! (`cuGraphExec{Kernel,Memcpy,Memset}NodeSetParams`); a deferred one substitutes the
+//! addresses while it replays.
+//!
+//! [`KernelArgs::push_binding`]: crate::KernelArgs::push_binding
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::fmt;
+
+use cuhal_sys::{CUcontext, CUdeviceptr};
+use smallvec::SmallVec;
+
+use crate::range::check_no_overlap;
+use crate::{ArgSlot, BufferRange, Error};
+
+/// Why a slot range or a binding table was refused. Every one is found before anything
+/// reaches the driver: at recording for slot ranges, at submission for tables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BindingError {
+    /// A slot at or past the command buffer's binding capacity (0 for a command buffer
+    /// created without one).
+    SlotOutOfCapacity {
+        /// The slot named.
+        slot: u32,
+        /// The command buffer's binding capacity.
+        capacity: u32,
+    },
+    /// A slot range where memory is needed: a queue operation, a stream command buffer, or an
+    /// entry of a binding table.
+    SlotRangeNotBound {
+        /// What needed memory.
+        what: &'static str,
+        /// The slot the range names.
+        slot: u32,
+    },
+    /// A binding table given to a command buffer recorded without slots.
+    TableNotExpected {
+        /// Entries in the table.
+        given: usize,
+    },
+    /// No binding table for a command buffer that recorded slots.
+    TableMissing {
+        /// One past the highest slot the command buffer recorded.
+        needed: usize,
+    },
+    /// A binding table with fewer entries than the highest slot recorded needs.
+    TableTooShort {
+        /// Entries in the table.
+        given: usize,
+        /// One past the highest slot the command buffer recorded.
+        needed: usize,
+    },
+    /// A binding table with more entries than the command buffer's binding capacity.
+    TableTooLong {
+        /// Entries in the table.
+        given: usize,
+        /// The command buffer's binding capacity.
+        capacity: u32,
+    },
+    /// A binding shorter than the largest extent (offset + length) recorded for its slot.
+    BindingTooSmall {
+        /// The slot.
+        slot: u32,
+        /// Length of the bound range.
+        length: usize,
+        /// The largest offset + length the command buffer uses in the slot.
+        extent: usize,
+    },
+    /// A binding of memory of another device (context) than the command buffer's.
+    BindingContext {
+        /// The slot.
+        slot: u32,
+    },
+    /// A binding whose address does not meet the alignment a recorded fill of the slot needs.
+    BindingMisaligned {
+        /// The slot.
+        slot: u32,
+        /// The bound range's address.
+        address: CUdeviceptr,
+        /// The alignment the slot's fills need (their pattern size).
+        alignment: usize,
+    },
+    /// A copy whose source and target overlap once the table's addresses are substituted.
+    OverlappingCopy {
+        /// The copy's source address.
+        source: CUdeviceptr,
+        /// The copy's target address.
+        target: CUdeviceptr,
+        /// Bytes copied.
+        length: usize,
+    },
+}
+
+impl fmt::Display for BindingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BindingError::SlotOutOfCapacity { slot, capacity } => write!(
+                f,
+                "binding slot {slot} is outside the command buffer's binding capacity of \
+                 {capacity}"
+            ),
+            BindingError::SlotRangeNotBound { what, slot } => write!(
+                f,
+                "{what} needs memory, not a range of binding slot {slot} (only a command \
+                 buffer with a binding capacity records slots)"
+            ),
+            BindingError::TableNotExpected { given } => write!(
+                f,
+                "a binding table of {given} entries for a command buffer recorded without slots"
+            ),
+            BindingError::TableMissing { needed } => write!(
+                f,
+                "no binding table for a command buffer that uses {needed} slots"
+            ),
+            BindingError::TableTooShort { given, needed } => write!(
+                f,
+                "a binding table of {given} entries for a command buffer that uses {needed} slots"
+            ),
+            BindingError::TableTooLong { given, capacity } => write!(
+                f,
+                "a binding table of {given} entries for a binding capacity of {capacity}"
+            ),
+            BindingError::BindingTooSmall {
+                slot,
+                length,
+                extent,
+            } => write!(
+                f,
+                "binding slot {slot} is bound to {length} bytes; the command buffer uses \
+                 {extent}"
+            ),
+            BindingError::BindingContext { slot } => write!(
+                f,
+                "binding slot {slot} is bound to memory of another device than the command \
+                 buffer's"
+            ),
+            BindingError::BindingMisaligned {
+                slot,
+                address,
+                alignment,
+            } => write!(
+                f,
+                "binding slot {slot} is bound at {address:#x}, not a multiple of {alignment} \
+                 as its fills need"
+            ),
+            BindingError::OverlappingCopy {
+                source,
+                target,
+                length,
+            } => write!(
+                f,
+                "with this binding table a copy of {length} bytes from {source:#x} to \
+                 {target:#x} overlaps itself"
+            ),
+        }
+    }
+}
+
+impl From<BindingError> for Error {
+    fn from(e: BindingError) -> Self {
+        Error::Binding(e)
+    }
+}
+
+/// A kernel argument that is the address of a slot's binding plus an offset.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ArgBinding {
+    /// Index of the argument in its [`KernelArgs`](crate::KernelArgs).
+    pub arg: u32,
+    /// The slot.
+    pub slot: u32,
+    /// Bytes from the start of the binding.
+    pub offset: u64,
+    /// Bytes from `offset` the kernel may reach (0 when only the address is known): the
+    /// binding must be at least `offset + length` long.
+    pub length: u64,
+}
+
+/// Where a command's memory operand lives: a fixed address, or an offset in a slot's binding.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Operand {
+    Address(CUdeviceptr),
+    Slot { slot: u32, offset: u64 },
+}
+
+impl Operand {
+    /// The operand of a range (checked by the recorder first).
+    pub(crate) fn of(range: &BufferRange) -> Self {
+        match range.binding_slot() {
+            Some(slot) => Operand::Slot {
+                slot,
+                offset: range.offset() as u64,
+            },
+            None => Operand::Address(range.device_ptr()),
+        }
+    }
+
+    /// The fixed address, or an error for a slot (for encoders that cannot bind: stream).
+    pub(crate) fn address(self, what: &'static str) -> Result<CUdeviceptr, Error> {
+        match self {
+            Operand::Address(address) => Ok(address),
+            Operand::Slot { slot, .. } => {
+                Err(BindingError::SlotRangeNotBound { what, slot }.into())
+            }
+        }
+    }
+
+    pub(crate) fn slot(self) -> Option<u32> {
+        match self {
+            Operand::Address(_) => None,
+            Operand::Slot { slot, .. } => Some(slot),
+        }
+    }
+
+    /// The address with `table` bound (a table [`BindingLayout::check`] accepted).
+    #[inline]
+    pub(crate) fn resolve(self, table: &[BufferRange]) -> CUdeviceptr {
+        match self {
+            Operand::Address(address) => address,
+            Operand::Slot { slot, offset } => table[slot as usize].device_ptr() + offset,
+        }
+    }
+
+    /// The address recorded in place of a slot operand before any table is known: its offset
+    /// (never used by the driver; deferred buffers substitute, graphs patch before launching).
+    pub(crate) fn recorded(self) -> CUdeviceptr {
+        match self {
+            Operand::Address(address) => address,
+            Operand::Slot { offset, .. } => offset,
+        }
+    }
+}
+
+/// What a command buffer recorded about its binding slots, checked against each table.
+#[derive(Clone, Debug, Default)]
+pub struct BindingLayout {
+    capacity: u32,
+    /// Per slot below `capacity`: the largest `offset + length` used (`None`: unused).
+    extents: Vec<Option<usize>>,
+    /// Per slot: the largest fill element size used on it (1 when none).
+    alignments: Vec<u8>,
+    /// Copies with a slot operand: checked for overlap once the table is known.
+    copies: Vec<(Operand, Operand, usize)>,
+    /// One past the highest slot used.
+    needed: usize,
+}
+
+/// The layout of command buffers without slots.
+static NO_BINDINGS: BindingLayout = BindingLayout {
+    capacity: 0,
+    extents: Vec::new(),
+    alignments: Vec::new(),
+    copies: Vec::new(),
+    needed: 0,
+};
+
+impl BindingLayout {
+    /// The layout of a command buffer recorded without slots (accepts only empty tables).
+    pub fn none() -> &'static BindingLayout {
+        &NO_BINDINGS
+    }
+
+    pub(crate) fn with_capacity(capacity: u32) -> Self {
+        Self {
+            capacity,
+            extents: vec![None; capacity as usize],
+            alignments: vec![1; capacity as usize],
+            copies: Vec::new(),
+            needed: 0,
+        }
+    }
+
+    /// The binding capacity the command buffer was created with.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// One past the highest slot recorded: the shortest table a submission may pass.
+    pub fn slots_used(&self) -> usize {
+        self.needed
+    }
+
+    /// Whether the command buffer recorded any slot (and so needs a table).
+    pub fn has_slots(&self) -> bool {
+        self.needed > 0
+    }
+
+    /// The largest `offset + length` recorded for `slot`, or `None` if it is unused.
+    pub fn extent(&self, slot: u32) -> Option<usize> {
+        self.extents.get(slot as usize).copied().flatten()
+    }
+
+    /// Checks that `slot` exists, without recording anything.
+    fn check_slot(&self, slot: u32) -> Result<(), Error> {
+        if slot < self.capacity {
+            Ok(())
+        } else {
+            Err(BindingError::SlotOutOfCapacity {
+                slot,
+                capacity: self.capacity,
+            }
+            .into())
+        }
+    }
+
+    /// Checks a range's slot (if it has one) before a command is recorded.
+    pub(crate) fn check_range(&self, range: &BufferRange) -> Result<(), Error> {
+        match range.binding_slot() {
+            Some(slot) => self.check_slot(slot),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks the slots kernel arguments name.
+    pub(crate) fn check_args(&self, bindings: &[ArgBinding]) -> Result<(), Error> {
+        bindings.iter().try_for_each(|b| self.check_slot(b.slot))
+    }
+
+    fn note_extent(&mut self, slot: u32, end: usize) {
+        let extent = &mut self.extents[slot as usize];
+        *extent = Some(extent.map_or(end, |e| e.max(end)));
+        self.needed = self.needed.max(slot as usize + 1);
+    }
+
+    /// Records what a recorded command uses of `range`'s slot: its extent and the alignment of
+    /// its fills (`element`, 1 for anything else). Call after [`Self::check_range`] and after
+    /// the command was encoded.
+    pub(crate) fn use_range(&mut self, range: &BufferRange, element: usize) {
+        if let Some(slot) = range.binding_slot() {
+            self.note_extent(slot, range.offset() + range.len());
+            let alignment = &mut self.alignments[slot as usize];
+            *alignment = (*alignment).max(element as u8);
+        }
+    }
+
+    /// Records a copy with at least one slot operand, to check its overlap at submission.
+    pub(crate) fn use_copy(&mut self, source: &BufferRange, target: &BufferRange) {
+        let (s, t) = (Operand::of(source), Operand::of(target));
+        if (s.slot().is_some() || t.slot().is_some()) && s.slot() != t.slot() {
+            self.copies.push((s, t, source.len()));
+        }
+    }
+
+    /// Records what kernel arguments use of their slots.
+    pub(crate) fn use_args(&mut self, bindings: &[ArgBinding]) {
+        for b in bindings {
+            let end = b.offset.saturating_add(b.length);
+            self.note_extent(b.slot, usize::try_from(end).unwrap_or(usize::MAX));
+        }
+    }
+
+    /// Checks `table` for a submission on `context`: an empty table for a command buffer
+    /// without slots; otherwise at least one entry per slot used and no more than the
+    /// capacity, every used entry memory (not a slot range) of `context` (ranges made with
+    /// `BufferRange::from_raw` are taken on the caller's word), at least as long as the slot's
+    /// extent, aligned for the slot's fills, and no copy overlapping itself.
+    pub fn check(&self, table: &[BufferRange], context: CUcontext) -> Result<(), Error> {
+        if self.capacity == 0 {
+            return if table.is_empty() {
+                Ok(())
+            } else {
+                Err(BindingError::TableNotExpected { given: table.len() }.into())
+            };
+        }
+        if table.is_empty() && self.needed > 0 {
+            return Err(BindingError::TableMissing {
+                needed: self.needed,
+            }
+            .into());
+        }
+        if table.len() < self.needed {
+            return Err(BindingError::TableTooShort {
+                given: table.len(),
+                needed: self.needed,
+            }
+            .into());
+        }
+        if table.len() > self.capacity as usize {
+            return Err(BindingError::TableTooLong {
+                given: table.len(),
+                capacity: self.capacity,
+            }
+            .into());
+        }
+        for (slot, entry) in table.iter().enumerate().take(self.needed) {
+            let Some(extent) = self.extents[slot] else {
+                continue;
+            };
+            let slot = slot as u32;
+            if let Some(inner) = entry.binding_slot() {
+                return Err(BindingError::SlotRangeNotBound {
+                    what: "a binding table entry",
+                    slot: inner,
+                }
+                .into());
+            }
+            if let Some(buffer) = entry.buffer()
+                && buffer.context().raw() != context
+            {
+                return Err(BindingError::BindingContext { slot }.into());
+            }
+            if entry.len() < extent {
+                return Err(BindingError::BindingTooSmall {
+                    slot,
+                    length: entry.len(),
+                    extent,
+                }
+                .into());
+            }
+            let alignment = usize::from(self.alignments[slot as usize]);
+            if !entry.device_ptr().is_multiple_of(alignment as u64) {
+                return Err(BindingError::BindingMisaligned {
+                    slot,
+                    address: entry.device_ptr(),
+                    alignment,
+                }
+                .into());
+            }
+        }
+        for &(source, target, length) in &self.copies {
+            let (s, t) = (source.resolve(table), target.resolve(table));
+            if check_no_overlap(s, t, length).is_err() {
+                return Err(BindingError::OverlappingCopy {
+                    source: s,
+                    target: t,
+                    length,
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// 16-byte units, so argument values copied here keep their alignment.
+#[derive(Copy, Clone, Default)]
+#[repr(C, align(16))]
+struct Unit([u8; 16]);
+
+/// Per-thread scratch for kernel arguments with substituted addresses: the driver copies
+/// argument values when a launch is enqueued or a node's parameters are set, so one buffer per
+/// thread is enough, and it stops growing after the largest argument list it has seen.
+#[derive(Default)]
+struct ArgScratch {
+    bytes: Vec<Unit>,
+    pointers: Vec<*mut c_void>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<ArgScratch> = RefCell::new(ArgScratch::default());
+}
+
+/// Calls `use_args` with the `void**` of packed arguments `bytes` (laid out as `slots` say)
+/// whose bound arguments hold their slot's address in `table` plus their offset. Allocates only
+/// the first time a thread sees a longer argument list.
+pub(crate) fn with_bound_args<R>(
+    bytes: &[u8],
+    slots: &[ArgSlot],
+    bindings: &[ArgBinding],
+    table: &[BufferRange],
+    use_args: impl FnOnce(*mut *mut c_void) -> R,
+) -> R {
+    SCRATCH.with(|scratch| {
+        // A re-entrant call (none exists today) gets a fresh scratch rather than a panic.
+        let mut fresh = ArgScratch::default();
+        let mut borrowed = scratch.try_borrow_mut();
+        let scratch = match borrowed.as_deref_mut() {
+            Ok(s) => s,
+            Err(_) => &mut fresh,
+        };
+        let units = bytes.len().div_ceil(16);
+        if scratch.bytes.len() < units {
+            scratch.bytes.resize(units, Unit::default());
+        }
+        let base = scratch.bytes.as_mut_ptr().cast::<u8>();
+        // SAFETY: `scratch.bytes` holds at least `bytes.len()` bytes, owned by this thread's
+        // scratch, which nothing else borrows now.
+        let buffer = unsafe { std::slice::from_raw_parts_mut(base, bytes.len()) };
+        buffer.copy_from_slice(bytes);
+        for b in bindings {
+            let slot = slots[b.arg as usize];
+            let address = table[b.slot as usize].device_ptr() + b.offset;
+            let at = slot.offset as usize;
+            buffer[at..at + 8].copy_from_slice(&address.to_ne_bytes());
+        }
+        scratch.pointers.clear();
+        scratch.pointers.extend(slots.iter().map(|s| {
+            // SAFETY: every slot lies inside `bytes`, so the offset stays inside `buffer`.
+            unsafe { base.add(s.offset as usize) }.cast::<c_void>()
+        }));
+        let pointers = if scratch.pointers.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            scratch.pointers.as_mut_ptr()
+        };
+        use_args(pointers)
+    })
+}
+
+/// The slots a command's operands name, deduplicated (inline for up to four).
+pub(crate) type SlotList = SmallVec<[u32; 4]>;
+
+/// Adds `slot` to `list` unless it is there.
+pub(crate) fn add_slot(list: &mut SlotList, slot: Option<u32>) {
+    if let Some(slot) = slot
+        && !list.contains(&slot)
+    {
+        list.push(slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(base: u64, capacity: usize) -> BufferRange {
+        // SAFETY: these ranges never reach a device.
+        unsafe { BufferRange::from_raw(base, capacity) }
+    }
+
+    fn layout() -> BindingLayout {
+        let mut l = BindingLayout::with_capacity(4);
+        let a = BufferRange::slot(0, 16, 64).unwrap();
+        let b = BufferRange::slot(2, 0, 32).unwrap();
+        l.check_range(&a).unwrap();
+        l.use_range(&a, 4);
+        l.use_range(&b, 1);
+        l.use_copy(&b, &BufferRange::slot(0, 0, 32).unwrap());
+        l
+    }
+
+    #[test]
+    fn extents_and_needed_slots_follow_the_recording() {
+        let l = layout();
+        assert_eq!(l.extent(0), Some(80));
+        assert_eq!(l.extent(1), None);
+        assert_eq!(l.extent(2), Some(32));
+        assert_eq!(l.slots_used(), 3);
+        assert!(l.has_slots());
+        assert_eq!(
+            l.check_range(&BufferRange::slot(4, 0, 1).unwrap()),
+            Err(Error::Binding(BindingError::SlotOutOfCapacity {
+                slot: 4,
+                capacity: 4
+            }))
+        );
+    }
+
+    #[test]
+    fn every_bad_table_is_its_own_error() {
+        let l = layout();
+        let ok = [raw(0x1000, 80), raw(0, 0), raw(0x2000, 32)];
+        assert_eq!(l.check(&ok, std::ptr::null_mut()), Ok(()));
+        let err = |table: &[BufferRange]| match l.check(table, std::ptr::null_mut()) {
+            Err(Error::Binding(e)) => e,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            err(&ok[..2]),
+            BindingError::TableTooShort {
+                given: 2,
+                needed: 3
+            }
+        );
+        let five = [
+            ok[0].clone(),
+            ok[1].clone(),
+            ok[2].clone(),
+            raw(0, 0),
+            raw(0, 0),
+        ];
+        assert_eq!(
+            err(&five),
+            BindingError::TableTooLong {
+                given: 5,
+                capacity: 4
+            }
+        );
+        assert_eq!(
+            err(&[raw(0x1000, 79), raw(0, 0), raw(0x2000, 32)]),
+            BindingError::BindingTooSmall {
+                slot: 0,
+                length: 79,
+                extent: 80
+            }
+        );
+        assert_eq!(
+            err(&[raw(0x1002, 80), raw(0, 0), raw(0x2000, 32)]),
+            BindingError::BindingMisaligned {
+                slot: 0,
+                address: 0x1002,
+                alignment: 4
+            }
+        );
+        assert_eq!(
+            err(&[
+                raw(0x1000, 80),
+                raw(0, 0),
+                BufferRange::slot(1, 0, 32).unwrap()
+            ]),
+            BindingError::SlotRangeNotBound {
+                what: "a binding table entry",
+                slot: 1
+            }
+        );
+        // Slot 2's 32 bytes copied onto slot 0's first 32: bound to overlapping memory.
+        assert_eq!(
+            err(&[raw(0x1000, 80), raw(0, 0), raw(0x1010, 32)]),
+            BindingError::OverlappingCopy {
+                source: 0x1010,
+                target: 0x1000,
+                length: 32
+            }
+        );
+        assert_eq!(
+            BindingLayout::none().check(&ok, std::ptr::null_mut()),
+            Err(Error::Binding(BindingError::TableNotExpected { given: 3 }))
+        );
+        assert_eq!(
+            BindingLayout::none().check(&[], std::ptr::null_mut()),
+            Ok(())
+        );
+        assert_eq!(err(&[]), BindingError::TableMissing { needed: 3 });
+        assert!(err(&[]).to_string().contains("uses 3 slots"));
+    }
+
+    #[test]
+    fn bound_arguments_hold_the_table_address() {
+        let args = crate::KernelArgs::new()
+            .with(7u32)
+            .with_binding(1, 8)
+            .with(9u64);
+        let table = [raw(0x5000, 16), raw(0x9000, 64)];
+        let values = with_bound_args(args.bytes(), args.slots(), args.bindings(), &table, |p| {
+            // SAFETY: three pointers into the scratch, at values of the pushed types.
+            unsafe {
+                let p = std::slice::from_raw_parts(p, 3);
+                (
+                    *(p[0] as *const u32),
+                    *(p[1] as *const u64),
+                    *(p[2] as *const u64),
+                )
+            }
+        });
+        assert_eq!(values, (7, 0x9008, 9));
+    }
+}

@@ -1,0 +1,105 @@
+//! The binding tables of a submission, held until it completes without allocating per
+//! submission.
+//!
+//! `Queue::execute_with_bindings` copies each command buffer's table (cheap `BufferRange`
+//! clones: an `Arc` each) into one vector per submission, which keeps the bound buffers
+//! alive until the action completes or fails, whatever the caller does with theirs. The
+//! vectors come from, and go back to, a small per-queue pool, so a warm queue allocates
+//! nothing for tables of any size.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cuhal_command::BufferRange;
+use smallvec::SmallVec;
+
+/// Vectors a queue keeps for reuse; more in flight than this are freed when they complete.
+const POOLED_TABLES: usize = 64;
+
+/// Spare table storage of one queue.
+#[derive(Default)]
+pub(crate) struct TablePool {
+    spare: Mutex<Vec<Vec<BufferRange>>>,
+}
+
+impl TablePool {
+    fn take(&self) -> Vec<BufferRange> {
+        self.spare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give(&self, mut ranges: Vec<BufferRange>) {
+        ranges.clear();
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
+        if spare.len() < POOLED_TABLES {
+            spare.push(ranges);
+        }
+    }
+}
+
+/// Every binding table of one submission: the ranges back to back, and where each command
+/// buffer's table starts and ends. Holds the ranges' buffers until dropped (when the action
+/// completes or fails), then returns its storage to the queue's pool.
+pub(crate) struct BindingTables {
+    ranges: Vec<BufferRange>,
+    /// `(start, end)` in `ranges` per command buffer, in submission order.
+    spans: SmallVec<[(u32, u32); 4]>,
+    pool: Option<Arc<TablePool>>,
+}
+
+impl BindingTables {
+    /// No tables: every command buffer of the submission gets an empty one.
+    pub(crate) fn none() -> Self {
+        Self {
+            ranges: Vec::new(),
+            spans: SmallVec::new(),
+            pool: None,
+        }
+    }
+
+    /// Copies `tables` (one per command buffer) into storage from `pool`.
+    pub(crate) fn copy<'a>(
+        pool: &Arc<TablePool>,
+        tables: impl Iterator<Item = &'a [BufferRange]>,
+    ) -> Self {
+        let mut ranges = pool.take();
+        let mut spans = SmallVec::new();
+        for table in tables {
+            let start = ranges.len() as u32;
+            ranges.extend_from_slice(table);
+            spans.push((start, ranges.len() as u32));
+        }
+        Self {
+            ranges,
+            spans,
+            pool: Some(Arc::clone(pool)),
+        }
+    }
+
+    /// The table of the `index`th command buffer (empty when none was given).
+    pub(crate) fn table(&self, index: usize) -> &[BufferRange] {
+        match self.spans.get(index) {
+            Some(&(start, end)) => &self.ranges[start as usize..end as usize],
+            None => &[],
+        }
+    }
+}
+
+impl Drop for BindingTables {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.give(std::mem::take(&mut self.ranges));
+        }
+    }
+}
+
+impl std::fmt::Debug for BindingTables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BindingTables")
+            .field("tables", &self.spans.len())
+            .field("ranges", &self.ranges.len())
+            .finish()
+    }
+}

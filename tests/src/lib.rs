@@ -9,10 +9,12 @@
 //!
 //! - [`gpu`]: the [`Gpu`](gpu::Gpu) fixture (driver, primary context made current, released
 //!   on drop), device buffers, PTX modules with their JIT log, launches, a per-run random seed.
+//! - [`cublas`]: cuBLAS loaded at run time, for the interop tests' library calls.
 //! - [`kernels`]: the test kernels, hand-written PTX that the driver compiles at load time,
 //!   so building the suite needs no CUDA toolkit.
 
 pub mod command_support;
+pub mod cublas;
 pub mod device_support;
 pub mod gpu;
 pub mod kernels;

@@ -23,6 +23,7 @@
 mod alloc_count;
 mod cases;
 mod clock;
+mod cublas;
 mod gpu;
 mod hal;
 mod json;
@@ -154,6 +155,7 @@ fn bench(opts: &Options) -> Result<u8> {
                 Case::Replay => cases::replay::run(&env, &mut report),
                 Case::RoundTrip => cases::round_trip::run(&env, &mut report),
                 Case::Tracing => cases::tracing::run(&env, &mut report),
+                Case::Library => cases::library::run(&env, &mut report),
                 Case::Scheduler => Ok(()),
             };
             failures += record_failure(case, result, &mut report);

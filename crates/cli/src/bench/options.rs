@@ -19,11 +19,13 @@ pub enum Case {
     Tracing,
     /// 7: scheduler cost per action with many pending (CPU only).
     Scheduler,
+    /// 8: a library call (cuBLAS SGEMM) as stream work in a command buffer.
+    Library,
 }
 
 impl Case {
     /// Every case, in run order.
-    pub const ALL: [Case; 7] = [
+    pub const ALL: [Case; 8] = [
         Case::Submit,
         Case::Wake,
         Case::Dependency,
@@ -31,6 +33,7 @@ impl Case {
         Case::RoundTrip,
         Case::Tracing,
         Case::Scheduler,
+        Case::Library,
     ];
 
     /// The case's number as text.
@@ -43,6 +46,7 @@ impl Case {
             Case::RoundTrip => "5",
             Case::Tracing => "6",
             Case::Scheduler => "7",
+            Case::Library => "8",
         }
     }
 
@@ -56,6 +60,7 @@ impl Case {
             Case::RoundTrip => "round-trip",
             Case::Tracing => "tracing",
             Case::Scheduler => "scheduler",
+            Case::Library => "library",
         }
     }
 

@@ -2,6 +2,7 @@
 //! figure in this process, one after the other, with the same kernels and the same repetitions.
 
 pub mod dependency;
+pub mod library;
 pub mod replay;
 pub mod round_trip;
 pub mod scheduler;

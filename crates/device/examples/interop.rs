@@ -1,0 +1,362 @@
+//! cuhal next to other CUDA code in the same process, one worked example per direction:
+//!
+//! 1. memory and ordering *in*: another runtime allocates a buffer, fills it on its own stream
+//!    and records an event; cuhal imports the buffer (checked with `cuPointerGetAttribute`), waits
+//!    for the event on the device, and copies the buffer; the other runtime's release callback
+//!    (here: `cuMemFree`) runs once cuhal's last use has completed;
+//! 2. memory and ordering *out*: cuhal fills a buffer; its semaphore value is exported as a
+//!    `CUevent`, which the other runtime's stream waits on before copying from the exported
+//!    pointer;
+//! 3. a library call *inside* a command buffer: a cuBLAS SGEMM (libcublas.so.13, loaded at run
+//!    time when present) recorded as stream work into a graph command buffer between two fills.
+//!
+//! The "other runtime" is plain driver calls. No step waits on the host between producer and
+//! consumer.
+//!
+//! ```text
+//! cargo run -p cuhal --example interop
+//! ```
+//!
+//! Without a CUDA driver (or device) it says so and exits successfully.
+
+use std::ffi::{c_int, c_void};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cuhal::{
+    CommandBuffer, DeviceOptions, Driver, ExportedBuffer, FillPattern, ForeignEvent, StreamWork,
+    StreamWorkFn,
+};
+use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUstream, DriverApi};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> ExitCode {
+    let driver = match Driver::load() {
+        Ok(driver) => driver,
+        Err(e) => {
+            println!("no CUDA driver, so there is nothing to run: {e}");
+            return ExitCode::SUCCESS;
+        }
+    };
+    if !driver.devices().is_ok_and(|d| !d.is_empty()) {
+        println!("the CUDA driver sees no device, so there is nothing to run");
+        return ExitCode::SUCCESS;
+    }
+    match run(&driver) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("interop: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const WORDS: usize = 1 << 16;
+const BYTES: usize = WORDS * 4;
+
+fn run(driver: &Driver) -> Result {
+    let device = driver.open(0, DeviceOptions::default())?;
+    let q = device.queue(0);
+    let context = device.context().clone();
+    let api: &DriverApi = context.api();
+    let _bound = context.enter()?;
+
+    // The other runtime's stream and event.
+    let mut stream: CUstream = std::ptr::null_mut();
+    let mut event = std::ptr::null_mut();
+    // SAFETY: valid out-pointers and flags; the context is current.
+    unsafe {
+        api.check(
+            "cuStreamCreate",
+            (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING),
+        )?;
+        api.check(
+            "cuEventCreate",
+            (api.cuEventCreate)(&mut event, CU_EVENT_DISABLE_TIMING),
+        )?;
+    }
+
+    // 1. In: the other runtime allocates and fills; cuhal imports, waits, copies.
+    let mut theirs = 0;
+    // SAFETY: valid out-pointer; the context is current.
+    api.check("cuMemAlloc", unsafe {
+        (api.cuMemAlloc)(&mut theirs, BYTES)
+    })?;
+    // SAFETY: `theirs` is BYTES of device memory; the stream and event are live.
+    unsafe {
+        api.check(
+            "cuMemsetD32Async",
+            (api.cuMemsetD32Async)(theirs, 0x1234_5678, WORDS, stream),
+        )?;
+        api.check("cuEventRecord", (api.cuEventRecord)(event, stream))?;
+    }
+    let released = Arc::new(AtomicBool::new(false));
+    let release = {
+        let (context, released) = (context.clone(), released.clone());
+        Box::new(move || {
+            // Runs once, after cuhal's last use: the owner frees its memory.
+            if let Ok(_bound) = context.enter() {
+                let api = context.api();
+                // SAFETY: allocated above, freed once, no longer used by anyone.
+                let _ = unsafe { (api.cuMemFree)(theirs) };
+            }
+            released.store(true, Ordering::SeqCst);
+        })
+    };
+    // SAFETY: the memory stays allocated until the release callback frees it.
+    let imported = unsafe { device.import_buffer(theirs, BYTES, Some(release)) }?;
+    // SAFETY: the event outlives every wait on it (destroyed at the end, after a sync).
+    let foreign_event = unsafe { ForeignEvent::from_raw(event, None) };
+    let ours = device.create_buffer(BYTES)?;
+    let timeline = device.create_semaphore(0);
+    q.wait_event(&[], &[(&timeline, 1)], &foreign_event)?;
+    q.copy(
+        &[(&timeline, 1)],
+        &[(&timeline, 2)],
+        &imported.whole(),
+        &ours.whole(),
+    )?;
+    drop(imported);
+    timeline.wait(2, Duration::from_secs(10))?;
+    check(&ours, 0x1234_5678, "imported buffer copied by cuhal")?;
+    // The completion thread drops the copy's handle just after signalling.
+    for _ in 0..1000 {
+        if released.load(Ordering::SeqCst) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!(
+        "1. in:  foreign buffer + event -> cuhal copy: ok; release callback ran: {}",
+        released.load(Ordering::SeqCst)
+    );
+
+    // 2. Out: cuhal fills; the other runtime waits on the exported timepoint and copies.
+    let filled = device.create_buffer(BYTES)?;
+    q.fill(
+        &[],
+        &[(&timeline, 3)],
+        &filled.whole(),
+        FillPattern::U32(0xcafe),
+    )?;
+    let exported = device.export_timepoint(&timeline, 3, Duration::from_secs(10))?;
+    let lent = ExportedBuffer::new(&filled);
+    let mut copy_of = 0;
+    // SAFETY: valid out-pointer; then a stream-ordered copy between two live allocations,
+    // behind a device-side wait on the exported event (kept until the wait is enqueued).
+    unsafe {
+        api.check("cuMemAlloc", (api.cuMemAlloc)(&mut copy_of, BYTES))?;
+        api.check(
+            "cuStreamWaitEvent",
+            (api.cuStreamWaitEvent)(stream, exported.raw(), 0),
+        )?;
+        api.check(
+            "cuMemcpyDtoDAsync",
+            (api.cuMemcpyDtoDAsync)(copy_of, lent.device_ptr(), lent.len(), stream),
+        )?;
+    }
+    drop(exported);
+    // SAFETY: the stream is live.
+    api.check("cuStreamSynchronize", unsafe {
+        (api.cuStreamSynchronize)(stream)
+    })?;
+    drop(lent);
+    let mut words = vec![0u32; WORDS];
+    // SAFETY: `words` holds BYTES; `copy_of` is BYTES of device memory, then freed once.
+    unsafe {
+        api.check(
+            "cuMemcpyDtoH",
+            (api.cuMemcpyDtoH)(words.as_mut_ptr().cast(), copy_of, BYTES),
+        )?;
+        api.check("cuMemFree", (api.cuMemFree)(copy_of))?;
+    }
+    if words.iter().any(|&w| w != 0xcafe) {
+        return Err("the foreign copy ran before cuhal's fill".into());
+    }
+    println!("2. out: cuhal fill -> exported timepoint -> foreign copy: ok");
+
+    // 3. A library call in a graph command buffer.
+    match Cublas::load() {
+        Ok(cublas) => gemm(&device, Arc::new(cublas))?,
+        Err(e) => println!("3. library: skipped, {e}"),
+    }
+
+    // SAFETY: everything waiting on the event and using the stream has completed.
+    unsafe {
+        (api.cuEventDestroy)(event);
+        (api.cuStreamDestroy)(stream);
+    }
+    Ok(())
+}
+
+/// `C = A * B` (n x n, all ones, so every element of C is n) between two fills, as a graph.
+fn gemm(device: &cuhal::Device, cublas: Arc<Cublas>) -> Result {
+    const N: usize = 512;
+    let q = device.queue(0);
+    let bytes = N * N * 4;
+    let (a, b, c) = (
+        device.create_buffer(bytes)?,
+        device.create_buffer(bytes)?,
+        device.create_buffer(bytes)?,
+    );
+    let workspace = device.create_buffer(32 << 20)?;
+    cublas.set_workspace(workspace.device_ptr(), workspace.len())?;
+    // Warm cuBLAS up outside any capture (its first call may load modules, which capture
+    // forbids), with a GEMM on the queue's own stream.
+    let work: Arc<StreamWorkFn> = {
+        let cublas = cublas.clone();
+        Arc::new(move |on: &StreamWork<'_>| {
+            let [a, b, c] = on.ranges() else {
+                return Err("three ranges".into());
+            };
+            cublas.sgemm(on.stream(), N, a.ptr, b.ptr, c.ptr)?;
+            Ok(())
+        })
+    };
+    cublas.sgemm(
+        q.stream(),
+        N,
+        a.device_ptr(),
+        b.device_ptr(),
+        c.device_ptr(),
+    )?;
+
+    let mut cb = q.create_command_buffer()?;
+    cb.fill(&a.whole(), FillPattern::U32(1.0f32.to_bits()))?;
+    cb.fill(&b.whole(), FillPattern::U32(1.0f32.to_bits()))?;
+    cb.barrier()?;
+    cb.stream_work(&[a.whole(), b.whole(), c.whole()], work)?;
+    cb.end()?;
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let done = device.create_semaphore(0);
+    q.execute(&[], &[(&done, 1)], &[&cb])?;
+    done.wait(1, Duration::from_secs(10))?;
+    check(
+        &c,
+        (N as f32).to_bits(),
+        "cuBLAS GEMM in a graph command buffer",
+    )?;
+    println!("3. library: cuBLAS SGEMM {N}^3 captured into a graph command buffer: ok");
+    drop(cb);
+    drop(workspace);
+    Ok(())
+}
+
+fn check(buffer: &cuhal::Buffer, expected: u32, what: &str) -> Result {
+    let mut bytes = vec![0u8; buffer.len()];
+    buffer.read(0, &mut bytes)?;
+    if bytes
+        .chunks_exact(4)
+        .any(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]) != expected)
+    {
+        return Err(format!("{what}: wrong result").into());
+    }
+    Ok(())
+}
+
+/// Just enough of cuBLAS, loaded at run time.
+struct Cublas {
+    handle: *mut c_void,
+    set_stream: unsafe extern "C" fn(*mut c_void, CUstream) -> c_int,
+    set_workspace: unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> c_int,
+    #[allow(clippy::type_complexity)]
+    sgemm: unsafe extern "C" fn(
+        *mut c_void,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        *const f32,
+        *const f32,
+        c_int,
+        *const f32,
+        c_int,
+        *const f32,
+        *mut f32,
+        c_int,
+    ) -> c_int,
+    _library: libloading::Library,
+}
+
+// SAFETY: the example uses the handle from one thread at a time (recording, then the queue's
+// issuing thread, which never overlap here).
+unsafe impl Send for Cublas {}
+// SAFETY: as above.
+unsafe impl Sync for Cublas {}
+
+impl Cublas {
+    fn load() -> Result<Cublas> {
+        let paths = ["/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.13"];
+        let library = paths
+            .iter()
+            // SAFETY: loading cuBLAS runs its initializers, which have no preconditions.
+            .find_map(|p| unsafe { libloading::Library::new(p) }.ok())
+            .ok_or("libcublas.so.13 not found")?;
+        // SAFETY: the symbols' types are their declarations in cublas_api.h; the pointers are
+        // kept next to the library that holds them.
+        unsafe {
+            let create: libloading::Symbol<'_, unsafe extern "C" fn(*mut *mut c_void) -> c_int> =
+                library.get(b"cublasCreate_v2\0")?;
+            let mut handle = std::ptr::null_mut();
+            if create(&mut handle) != 0 {
+                return Err("cublasCreate_v2 failed".into());
+            }
+            Ok(Cublas {
+                handle,
+                set_stream: *library.get(b"cublasSetStream_v2\0")?,
+                set_workspace: *library.get(b"cublasSetWorkspace_v2\0")?,
+                sgemm: *library.get(b"cublasSgemm_v2\0")?,
+                _library: library,
+            })
+        }
+    }
+
+    fn set_workspace(&self, ptr: u64, bytes: usize) -> Result {
+        // SAFETY: `ptr` is `bytes` of device memory that outlives the handle's uses.
+        match unsafe { (self.set_workspace)(self.handle, ptr as *mut c_void, bytes) } {
+            0 => Ok(()),
+            s => Err(format!("cublasSetWorkspace_v2: status {s}").into()),
+        }
+    }
+
+    /// `C = A * B`, n x n, on `stream`.
+    fn sgemm(
+        &self,
+        stream: CUstream,
+        n: usize,
+        a: u64,
+        b: u64,
+        c: u64,
+    ) -> std::result::Result<(), String> {
+        let (alpha, beta, n) = (1.0f32, 0.0f32, n as c_int);
+        // SAFETY: the three pointers are n x n floats of live device memory (retained by the
+        // command buffer, or waited for); the stream is live.
+        let status = unsafe {
+            (self.set_stream)(self.handle, stream);
+            (self.sgemm)(
+                self.handle,
+                0,
+                0,
+                n,
+                n,
+                n,
+                &alpha,
+                a as *const f32,
+                n,
+                b as *const f32,
+                n,
+                &beta,
+                c as *mut f32,
+                n,
+            )
+        };
+        match status {
+            0 => Ok(()),
+            s => Err(format!("cublasSgemm_v2: status {s}")),
+        }
+    }
+}

@@ -195,7 +195,8 @@ fn retire_batch<B: Backend>(
 }
 
 /// Whether someone needs this action's completion seen soon: a host thread parked on one of its
-/// signal semaphores, or a submitter waiting for room.
+/// signal semaphores, a submitter waiting for room, or anybody at all when its work is checked
+/// on completion (it recorded no device signal, so nobody else can poll it).
 fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> bool {
     shared.room_waiters.load(Ordering::Relaxed) > 0
         || body
@@ -203,6 +204,7 @@ fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> bool {
             .iter()
             .any(|(semaphore, _)| semaphore.has_waiters())
         || shared.options.eager_completion
+        || shared.backend.checks_completion(&body.payload)
 }
 
 fn check_completed<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> Result<(), Failure> {

@@ -23,6 +23,7 @@
 mod alloc_count;
 mod cases;
 mod clock;
+mod cpu_time;
 mod cublas;
 mod gpu;
 mod hal;
@@ -156,6 +157,8 @@ fn bench(opts: &Options) -> Result<u8> {
                 Case::RoundTrip => cases::round_trip::run(&env, &mut report),
                 Case::Tracing => cases::tracing::run(&env, &mut report),
                 Case::Library => cases::library::run(&env, &mut report),
+                Case::Chain => cases::chain::run(&env, &mut report),
+                Case::Signal => cases::signal::run(&env, &mut report),
                 Case::Scheduler => Ok(()),
             };
             failures += record_failure(case, result, &mut report);

@@ -21,11 +21,15 @@ pub enum Case {
     Scheduler,
     /// 8: a library call (cuBLAS SGEMM) as stream work in a command buffer.
     Library,
+    /// 9: an alternating chain across two queues, released by one host signal.
+    Chain,
+    /// 10: from a host signal that releases a submission to a host waiter's return.
+    Signal,
 }
 
 impl Case {
     /// Every case, in run order.
-    pub const ALL: [Case; 8] = [
+    pub const ALL: [Case; 10] = [
         Case::Submit,
         Case::Wake,
         Case::Dependency,
@@ -34,6 +38,8 @@ impl Case {
         Case::Tracing,
         Case::Scheduler,
         Case::Library,
+        Case::Chain,
+        Case::Signal,
     ];
 
     /// The case's number as text.
@@ -47,6 +53,8 @@ impl Case {
             Case::Tracing => "6",
             Case::Scheduler => "7",
             Case::Library => "8",
+            Case::Chain => "9",
+            Case::Signal => "10",
         }
     }
 
@@ -61,6 +69,8 @@ impl Case {
             Case::Tracing => "tracing",
             Case::Scheduler => "scheduler",
             Case::Library => "library",
+            Case::Chain => "chain",
+            Case::Signal => "signal",
         }
     }
 

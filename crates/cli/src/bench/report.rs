@@ -174,6 +174,8 @@ pub enum Center {
     /// The mean: for GPU-timer gaps whose median is quantized by a coarse timer, where the
     /// mean of dithered samples is still exact. The table marks such cells `(mean)`.
     Mean,
+    /// The 99th percentile: for goals on the tail. The table marks such cells `(p99)`.
+    P99,
 }
 
 impl Center {
@@ -182,6 +184,7 @@ impl Center {
         match self {
             Center::Median => s.median,
             Center::Mean => s.mean,
+            Center::P99 => s.p99,
         }
     }
 
@@ -189,6 +192,7 @@ impl Center {
         match self {
             Center::Median => "median",
             Center::Mean => "mean",
+            Center::P99 => "p99",
         }
     }
 }
@@ -263,6 +267,7 @@ impl Comparison {
             (None, _) => "n/a".to_owned(),
             (Some(s), Center::Median) => self.unit.format(s.median),
             (Some(s), Center::Mean) => format!("{} (mean)", self.unit.format(s.mean)),
+            (Some(s), Center::P99) => format!("{} (p99)", self.unit.format(s.p99)),
         }
     }
 }

@@ -1,11 +1,13 @@
 //! The benchmark cases, one module each; every case measures its raw-driver floor and its cuhal
 //! figure in this process, one after the other, with the same kernels and the same repetitions.
 
+pub mod chain;
 pub mod dependency;
 pub mod library;
 pub mod replay;
 pub mod round_trip;
 pub mod scheduler;
+pub mod signal;
 pub mod submit;
 pub mod tracing;
 pub mod wake;

@@ -1,27 +1,38 @@
 //! Case 1, submission overhead: the host cost of one submission of a 1-dispatch graph with one
-//! wait and one signal, chained (each waits on the one before).
+//! wait and one signal, chained (each waits on the one before), in two forms:
 //!
-//! Floor: `cuStreamWaitEvent` (on the previous submission's event) + `cuGraphLaunch` (a
-//! one-kernel-node graph) + `cuEventRecord` (a `CU_EVENT_DISABLE_TIMING` event): the driver
-//! calls cuhal's issue path makes for such a submission. Each submission is timed alone on the
-//! host clock. Every `BATCH` submissions the host waits for the GPU, untimed, so the figure is
-//! the host's cost and never back-pressure from a full launch queue. The kernel counts its
-//! launches; the count is checked at the end.
+//! - **same queue**: every submission on one queue, waiting for the one before it. Floor:
+//!   `cuGraphLaunch` (a one-kernel-node graph) + `cuEventRecord` (a `CU_EVENT_DISABLE_TIMING`
+//!   event) on one stream: the wait is on the same stream, which orders it already, so cuhal
+//!   makes no `cuStreamWaitEvent` for it either;
+//! - **across queues**: submissions alternate between two queues, each waiting for the one
+//!   before it, on the other queue. Floor: `cuStreamWaitEvent` (on the other stream's last
+//!   event) + `cuGraphLaunch` + `cuEventRecord`, alternating between two streams.
+//!
+//! Each submission is timed alone on the host clock. Every `BATCH` submissions the host waits
+//! for the GPU, untimed, so the figure is the host's cost and never back-pressure from a full
+//! launch queue. Beside the wall time per call, the process's CPU time (all threads,
+//! `getrusage`) over the whole measured loop, per submission: cuhal's completion and worker
+//! threads count there. The kernel checks its order (a period-2 step chain across queues) and
+//! counts its launches; both are checked at the end.
 //!
 //! cuhal: `Queue::execute(&[(s, i)], &[(s, i + 1)], &[&cb])` with a one-dispatch graph command
-//! buffer, timed per call the same way, the host waiting on the semaphore every `BATCH`. The
-//! process's heap allocations are counted across the measured submissions of both sides
-//! (`alloc_count`); the floor's count checks the instrument (it must be 0).
+//! buffer (one per queue), timed per call the same way, the host waiting on the semaphore every
+//! `BATCH`. The process's heap allocations are counted across the measured submissions of both
+//! sides (`alloc_count`); the floor's count checks the instrument (it must be 0). The same-queue
+//! form also runs with `eager_completion` (the completion thread polls every batch whether or not
+//! anybody waits), reported for comparison.
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use cuhal::DeviceOptions;
 
 use super::{Env, progress, summarize};
 use crate::bench::alloc_count::allocations;
+use crate::bench::cpu_time::process_cpu_ns;
 use crate::bench::gpu::raw::{Event, GraphExec, KernelNode, Stream, SyncMode};
 use crate::bench::gpu::{Gpu, StepCounter};
 use crate::bench::hal::{Hal, wait};
-use crate::bench::report::{Comparison, Goal, Report, Unit};
+use crate::bench::report::{Center, Comparison, Goal, Report, Unit};
 use crate::bench::stats::Summary;
 
 /// Submissions measured (warm-up comes on top).
@@ -31,70 +42,205 @@ pub const BATCH: usize = 250;
 /// Events the floor cycles through, as an event pool would.
 const RING: usize = 64;
 
-/// The goal: at most this many times the floor.
-pub const GOAL_RATIO: f64 = 1.25;
+/// The goal on medians: at most this many times the floor.
+pub const GOAL_RATIO: f64 = 1.2;
+/// The goal on the tail: cuhal's p99 at most this many times the floor's p99.
+pub const GOAL_P99_RATIO: f64 = 2.0;
+/// The goal on process CPU time per submission: at most this many times the floor's.
+pub const GOAL_CPU_RATIO: f64 = 1.5;
+
+/// Where the chained submissions go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// All on one queue (stream).
+    SameQueue,
+    /// Alternating between two queues (streams).
+    AcrossQueues,
+}
+
+impl Form {
+    fn queues(self) -> usize {
+        match self {
+            Form::SameQueue => 1,
+            Form::AcrossQueues => 2,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Form::SameQueue => "same queue",
+            Form::AcrossQueues => "across queues",
+        }
+    }
+
+    /// The step kernel's period: 2 across queues, so a launch that ran before the other
+    /// stream's is caught.
+    fn period(self) -> u32 {
+        self.queues() as u32
+    }
+}
 
 /// Runs case 1.
 pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     let n = env.scaled(SUBMISSIONS);
     let warm = env.scaled(1_000);
-    progress(&format!("case 1 (submit): floor, {n} chained submissions"));
-    let floor = floor(env, warm, n)?;
-    let parts = floor_parts(env, warm, n)?;
-    report.measured(
-        "1",
-        "floor: cuStreamWaitEvent + cuGraphLaunch (1 node) + cuEventRecord, per submission",
-        floor.total,
-    );
-    report.measured("1", "  of which cuStreamWaitEvent", parts.wait);
-    report.measured("1", "  of which cuGraphLaunch, 1 kernel node", parts.launch);
-    report.measured(
-        "1",
-        "  of which cuEventRecord, DISABLE_TIMING",
-        parts.record,
-    );
+    for form in [Form::SameQueue, Form::AcrossQueues] {
+        run_form(env, report, form, warm, n)?;
+    }
+    Ok(())
+}
 
-    progress(&format!("case 1 (submit): cuhal, {n} chained submissions"));
-    let cuhal = cuhal_side(env, warm, n)?;
+fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usize) -> Result<()> {
+    let label = form.label();
+    progress(&format!(
+        "case 1 (submit, {label}): floor, {n} chained submissions"
+    ));
+    let floor = floor(env, form, warm, n)?;
+    let floor_name = match form {
+        Form::SameQueue => {
+            "floor (same queue): cuGraphLaunch (1 node) + cuEventRecord, per submission"
+        }
+        Form::AcrossQueues => {
+            "floor (across queues): cuStreamWaitEvent + cuGraphLaunch (1 node) + cuEventRecord, per submission"
+        }
+    };
+    report.measured("1", floor_name, floor.total);
+    if form == Form::AcrossQueues {
+        let parts = floor_parts(env, warm, n)?;
+        report.measured("1", "  of which cuStreamWaitEvent", parts.wait);
+        report.measured("1", "  of which cuGraphLaunch, 1 kernel node", parts.launch);
+        report.measured(
+            "1",
+            "  of which cuEventRecord, DISABLE_TIMING",
+            parts.record,
+        );
+    }
+
+    progress(&format!(
+        "case 1 (submit, {label}): cuhal, {n} chained submissions"
+    ));
+    let cuhal = cuhal_side(env, form, DeviceOptions::default(), warm, n)?;
+    let what = format!(
+        "submit ({label}): queue execute, 1-dispatch graph, 1 wait + 1 signal, chained; host cost per submission"
+    );
     report.comparisons.push(Comparison::new(
         "1",
-        "submit: queue execute, 1-dispatch graph, 1 wait + 1 signal, chained; host cost per submission",
+        what.clone(),
         Some(cuhal.total),
         Some(floor.total),
         Goal::RatioAtMost(GOAL_RATIO),
     ));
     report.comparisons.push(Comparison {
+        center: Center::P99,
+        ..Comparison::new(
+            "1",
+            format!("submit ({label}): tail, p99 against the floor's p99"),
+            Some(cuhal.total),
+            Some(floor.total),
+            Goal::RatioAtMost(GOAL_P99_RATIO),
+        )
+    });
+    report.comparisons.push(Comparison::new(
+        "1",
+        format!(
+            "submit ({label}): process CPU time per submission, all threads (getrusage; host waits every {BATCH} included)"
+        ),
+        cuhal.cpu,
+        floor.cpu,
+        Goal::RatioAtMost(GOAL_CPU_RATIO),
+    ));
+    report.comparisons.push(Comparison {
         unit: Unit::Count,
         ..Comparison::new(
             "1",
-            "submit: heap allocations per submission, whole process (floor column: the floor's loop)",
+            format!(
+                "submit ({label}): heap allocations per submission, whole process (floor column: the floor's loop)"
+            ),
             Some(cuhal.allocations),
             Some(floor.allocations),
             Goal::AtMost(0.0),
         )
     });
+    if form == Form::SameQueue {
+        progress(&format!(
+            "case 1 (submit, {label}): cuhal with eager completion, {n} chained submissions"
+        ));
+        let eager_options = DeviceOptions {
+            eager_completion: true,
+            ..DeviceOptions::default()
+        };
+        let eager = cuhal_side(env, form, eager_options, warm, n)?;
+        report.comparisons.push(Comparison::new(
+            "1",
+            format!("{what}; eager completion (for comparison)"),
+            Some(eager.total),
+            Some(floor.total),
+            Goal::Report,
+        ));
+        report.comparisons.push(Comparison::new(
+            "1",
+            format!(
+                "submit ({label}): process CPU per submission; eager completion (for comparison)"
+            ),
+            eager.cpu,
+            floor.cpu,
+            Goal::Report,
+        ));
+    }
     Ok(())
+}
+
+/// CPU time per submission between two readings, if both were available.
+fn cpu_per_item(
+    before: Option<u64>,
+    after: Option<u64>,
+    n: usize,
+    what: &str,
+) -> Result<Option<Summary>> {
+    match (before, after) {
+        (Some(before), Some(after)) => {
+            let per = after.saturating_sub(before) as f64 / n as f64;
+            Ok(Some(summarize(what, &mut [per])?))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// cuhal's side: `Queue::execute` of a one-dispatch graph command buffer, waiting for the
 /// previous submission's signal and signalling the next value, timed per call; the host waits
 /// for the semaphore every `BATCH` submissions (untimed), as the floor synchronizes.
-fn cuhal_side(env: &Env<'_>, warm: usize, n: usize) -> Result<Side> {
-    let hal = Hal::open(DeviceOptions::default())?;
-    let queue = hal.device.queue(0);
+fn cuhal_side(
+    env: &Env<'_>,
+    form: Form,
+    mut options: DeviceOptions,
+    warm: usize,
+    n: usize,
+) -> Result<Side> {
+    options.queues = form.queues();
+    let hal = Hal::open(options)?;
     let mut counter = StepCounter::new(env.gpu)?;
-    let cb = hal.command_buffer(0, &[counter.args(0, 1)])?;
+    let cbs = (0..form.queues())
+        .map(|q| hal.command_buffer(q, &[counter.args(q as u32, form.period())]))
+        .collect::<Result<Vec<_>>>()?;
     let semaphore = hal.semaphore();
     let clock = env.clock;
     let mut total = Vec::with_capacity(n);
     let mut allocations_at_warm = 0;
+    let mut cpu_at_warm = None;
     for i in 0..warm + n {
         if i == warm {
             allocations_at_warm = allocations();
+            cpu_at_warm = process_cpu_ns();
         }
+        let q = i % form.queues();
+        let queue = hal.device.queue(q);
         let value = i as u64;
         let t0 = clock.now_ns();
-        let result = queue.execute(&[(&semaphore, value)], &[(&semaphore, value + 1)], &[&cb]);
+        let result = queue.execute(
+            &[(&semaphore, value)],
+            &[(&semaphore, value + 1)],
+            &[&cbs[q]],
+        );
         let t1 = clock.now_ns();
         result.context("cuhal: Queue::execute")?;
         if i >= warm {
@@ -105,25 +251,29 @@ fn cuhal_side(env: &Env<'_>, warm: usize, n: usize) -> Result<Side> {
         }
     }
     wait(&semaphore, (warm + n) as u64)?;
+    let cpu_at_end = process_cpu_ns();
     let allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
     counter.expect_more((warm + n) as u64);
     counter.check("case 1 cuhal")?;
     Ok(Side {
         total: summarize("case 1 cuhal", &mut total)?,
         allocations: summarize("case 1 cuhal allocations", &mut [allocations])?,
+        cpu: cpu_per_item(cpu_at_warm, cpu_at_end, n, "case 1 cuhal CPU")?,
     })
 }
 
 /// The figures of one side.
 pub struct Side {
-    /// Per submission: the three driver calls, or one `Queue::execute`.
+    /// Per submission: the driver calls, or one `Queue::execute`.
     pub total: Summary,
     /// Heap allocations per measured submission, whole process (for the floor, 0 unless the
     /// measuring loop itself allocates: a check of the instrument).
     pub allocations: Summary,
+    /// Process CPU time per measured submission, all threads (`None` without `getrusage`).
+    pub cpu: Option<Summary>,
 }
 
-/// Per-call figures of the floor, from a second pass with a stamp between calls.
+/// Per-call figures of the floor across queues, from a second pass with a stamp between calls.
 pub struct Parts {
     /// `cuStreamWaitEvent`.
     pub wait: Summary,
@@ -137,22 +287,25 @@ pub struct Parts {
 struct Pass {
     /// Heap allocations per measured submission.
     allocations: f64,
+    /// Process CPU time per measured submission.
+    cpu: Option<Summary>,
     total: Vec<f64>,
     wait: Vec<f64>,
     launch: Vec<f64>,
     record: Vec<f64>,
 }
 
-fn floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Side> {
-    let mut pass = floor_pass(env, warm, n, false)?;
+fn floor(env: &Env<'_>, form: Form, warm: usize, n: usize) -> Result<Side> {
+    let mut pass = floor_pass(env, form, warm, n, false)?;
     Ok(Side {
         total: summarize("case 1 floor", &mut pass.total)?,
         allocations: summarize("case 1 floor allocations", &mut [pass.allocations])?,
+        cpu: pass.cpu,
     })
 }
 
 fn floor_parts(env: &Env<'_>, warm: usize, n: usize) -> Result<Parts> {
-    let mut pass = floor_pass(env, warm, n, true)?;
+    let mut pass = floor_pass(env, Form::AcrossQueues, warm, n, true)?;
     Ok(Parts {
         wait: summarize("case 1 cuStreamWaitEvent", &mut pass.wait)?,
         launch: summarize("case 1 cuGraphLaunch", &mut pass.launch)?,
@@ -162,43 +315,61 @@ fn floor_parts(env: &Env<'_>, warm: usize, n: usize) -> Result<Parts> {
 
 /// One chain of `warm + n` submissions. With `parts`, stamps between the calls too (which adds
 /// two clock reads to the total, so the total of that pass is not used).
-fn floor_pass(env: &Env<'_>, warm: usize, n: usize, parts: bool) -> Result<Pass> {
+fn floor_pass(env: &Env<'_>, form: Form, warm: usize, n: usize, parts: bool) -> Result<Pass> {
     let gpu: &Gpu = env.gpu;
     let api = gpu.api();
     let clock = env.clock;
-    let stream = Stream::new(&gpu.ctx)?;
+    let streams = (0..form.queues())
+        .map(|_| Stream::new(&gpu.ctx))
+        .collect::<Result<Vec<_>>>()?;
     let events = (0..RING)
         .map(|_| Event::new(&gpu.ctx, SyncMode::Spin))
         .collect::<Result<Vec<_>>>()?;
     let mut counter = StepCounter::new(gpu)?;
-    let exec = GraphExec::chain(
-        &gpu.ctx,
-        &mut [KernelNode {
-            function: gpu.kernels.step,
-            args: counter.args(0, 1),
-        }],
-    )?;
+    let execs = (0..form.queues())
+        .map(|q| {
+            GraphExec::chain(
+                &gpu.ctx,
+                &mut [KernelNode {
+                    function: gpu.kernels.step,
+                    args: counter.args(q as u32, form.period()),
+                }],
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if parts && form != Form::AcrossQueues {
+        bail!("the parts of case 1's floor are measured across queues");
+    }
     let mut pass = Pass {
         allocations: 0.0,
+        cpu: None,
         total: Vec::with_capacity(n),
         wait: Vec::with_capacity(if parts { n } else { 0 }),
         launch: Vec::with_capacity(if parts { n } else { 0 }),
         record: Vec::with_capacity(if parts { n } else { 0 }),
     };
-    let s = stream.raw();
-    let g = exec.raw();
+    let cross = form == Form::AcrossQueues;
     let mut allocations_at_warm = 0;
+    let mut cpu_at_warm = None;
     for i in 0..warm + n {
         if i == warm {
             allocations_at_warm = allocations();
+            cpu_at_warm = process_cpu_ns();
         }
-        // The first submission waits on an event never recorded: a no-op, as for a semaphore
-        // wait on a value already reached.
+        let q = i % form.queues();
+        let s = streams[q].raw();
+        let g = execs[q].raw();
+        // Across queues, the wait is on the event the other stream recorded last (the first
+        // submission's is never recorded: a no-op, as for a semaphore value already reached).
         let prev = events[(i + RING - 1) % RING].raw();
         let cur = events[i % RING].raw();
         let t0 = clock.now_ns();
-        // SAFETY: live stream and event of the current context.
-        let r1 = unsafe { (api.cuStreamWaitEvent)(s, prev, 0) };
+        let r1 = if cross {
+            // SAFETY: live stream and event of the current context.
+            unsafe { (api.cuStreamWaitEvent)(s, prev, 0) }
+        } else {
+            cuhal_sys::CUresult::SUCCESS
+        };
         let t1 = if parts { clock.now_ns() } else { 0 };
         // SAFETY: a live executable graph and stream.
         let r2 = unsafe { (api.cuGraphLaunch)(g, s) };
@@ -218,10 +389,15 @@ fn floor_pass(env: &Env<'_>, warm: usize, n: usize, parts: bool) -> Result<Pass>
             }
         }
         if (i + 1) % BATCH == 0 {
-            stream.sync()?;
+            for stream in &streams {
+                stream.sync()?;
+            }
         }
     }
-    stream.sync()?;
+    for stream in &streams {
+        stream.sync()?;
+    }
+    pass.cpu = cpu_per_item(cpu_at_warm, process_cpu_ns(), n, "case 1 floor CPU")?;
     pass.allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
     counter.expect_more((warm + n) as u64);
     counter.check("case 1 floor")?;

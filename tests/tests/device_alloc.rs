@@ -281,6 +281,105 @@ fn four_command_buffers_allocate_nothing_when_warm() {
     f.check("graph, 4 command buffers", all, mine);
 }
 
+/// Binding tables: every submission binds the one slot of a one-dispatch command buffer to the
+/// other of two counters, so graph executables are patched at every launch; nothing allocates.
+fn bound(mode: CommandBufferMode, what: &str) {
+    let mut f = Fixture::new(mode);
+    let kernels = Kernels::load(&f.device);
+    let counters = [
+        f.device.create_buffer(4).unwrap(),
+        f.device.create_buffer(4).unwrap(),
+    ];
+    for c in &counters {
+        poison(c, 0);
+    }
+    let mut cb = f
+        .device
+        .queue(0)
+        .create_command_buffer_with_bindings(1)
+        .unwrap();
+    let args = cuhal::KernelArgs::new().with_binding(0, 0);
+    cb.dispatch(&cuhal::Dispatch::new(
+        &kernels.increment,
+        [1, 1, 1],
+        [1, 1, 1],
+        &args,
+    ))
+    .unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let tables = [[counters[0].whole()], [counters[1].whole()]];
+    let mut submitted = 0u64;
+    let mut submit = |f: &mut Fixture| {
+        let n = f.n;
+        let table = &tables[(submitted % 2) as usize];
+        if let Err(e) =
+            f.device
+                .queue(0)
+                .execute_with_bindings(&[(&f.a, n)], &[(&f.a, n + 1)], &[(&cb, table)])
+        {
+            ARMED.store(false, Ordering::Relaxed);
+            panic!("execute {n}: {e}");
+        }
+        f.n += 1;
+        submitted += 1;
+    };
+    // Warm-up as `Fixture::warm_up` does: twice a window's worth behind a slow kernel, then a
+    // throttled run.
+    for _ in 0..2 {
+        let spin = f.spin.clone();
+        f.submit(&[&spin], 0);
+        for _ in 0..2 * WINDOW {
+            submit(&mut f);
+        }
+        f.drain();
+    }
+    for _ in 0..1_000 {
+        throttle(f.device.queue(0), WINDOW);
+        submit(&mut f);
+    }
+    f.drain();
+    SUBMITTER.with(|c| c.set(true));
+    SEEN_COUNT.store(0, Ordering::Relaxed);
+    let all_before = ALL.load(Ordering::SeqCst);
+    let mine_before = MINE.with(Cell::get);
+    ARMED.store(true, Ordering::SeqCst);
+    for _ in 0..COUNT {
+        throttle(f.device.queue(0), WINDOW);
+        submit(&mut f);
+    }
+    f.drain();
+    ARMED.store(false, Ordering::SeqCst);
+    let all = ALL.load(Ordering::SeqCst) - all_before;
+    let mine = MINE.with(Cell::get) - mine_before;
+    SUBMITTER.with(|c| c.set(false));
+    let (a, b) = (read_u32(&counters[0])[0], read_u32(&counters[1])[0]);
+    assert_eq!(
+        (u64::from(a), u64::from(b)),
+        (submitted.div_ceil(2), submitted / 2),
+        "{what}: every submission incremented the counter its table named"
+    );
+    f.check(what, all, mine);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn bound_graph_execute_allocates_nothing_when_warm() {
+    bound(
+        CommandBufferMode::Graph,
+        "graph, 1 bound dispatch, table changed every time",
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn bound_deferred_execute_allocates_nothing_when_warm() {
+    bound(
+        CommandBufferMode::Deferred,
+        "deferred, 1 bound dispatch, table changed every time",
+    );
+}
+
 /// The counter works: an allocation on this thread is counted (so a zero above means zero).
 #[test]
 fn the_counter_sees_allocations() {

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cuhal_command::BufferRange;
 use smallvec::SmallVec;
 
-/// Vectors a queue keeps for reuse; more in flight than this are freed when they complete.
-const POOLED_TABLES: usize = 64;
+/// Vectors a queue keeps for reuse: as many as submissions with tables were ever in flight at
+/// once, up to this; past it they are freed when they complete.
+const POOLED_TABLES: usize = 1024;
 
 /// Spare table storage of one queue.
 #[derive(Default)]

@@ -2,9 +2,12 @@
 //!
 //! Floor: the same work through the raw driver: `cuGraphLaunch` of a one-node graph (a
 //! one-thread `step`) + `cuEventRecord` + `cuEventSynchronize` (spinning event), timed together.
-//! References: the same with `cuLaunchKernel` instead of the graph, and the host cost of an
-//! empty-kernel `cuLaunchKernel` back to back (the design brief's 3.7 us line). Goals: at most
-//! 1.1x the graph floor, and the design's 10 us per call whatever the floor.
+//! References: the same with `cuLaunchKernel` instead of the graph; the host cost of an
+//! empty-kernel `cuLaunchKernel` back to back (the design brief's 3.7 us line); and a completion
+//! word's round trip: a one-node graph whose kernel writes its launch count to host-mapped
+//! memory, which the host polls with no driver call (what a per-queue completion word would
+//! save against event polling; see `docs/decisions/device.md`). Goals: at most 1.1x the graph
+//! floor, and the design's 10 us per call whatever the floor.
 //!
 //! cuhal: a one-dispatch graph command buffer, `Queue::execute` with one signal, then
 //! `Semaphore::wait`, timed together; also with `eager_completion`, for comparison.
@@ -13,9 +16,12 @@ use anyhow::Result;
 use cuhal::DeviceOptions;
 
 use super::{Env, progress, summarize};
-use crate::bench::gpu::StepCounter;
-use crate::bench::gpu::raw::{Args, Event, GraphExec, KernelNode, Stream, SyncMode, launch};
+use crate::bench::gpu::raw::{
+    Args, Event, GraphExec, KernelNode, MappedFlags, Stream, SyncMode, launch,
+};
+use crate::bench::gpu::{SpinRecord, StepCounter};
 use crate::bench::hal::Hal;
+use crate::bench::hal::WAIT;
 use crate::bench::report::{Comparison, Goal, Report};
 
 /// Round trips per variant (warm-up on top).
@@ -53,6 +59,12 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         "5",
         "reference: cuLaunchKernel + cuEventRecord + cuEventSynchronize (spinning)",
         summarize("case 5 kernel", &mut kernel)?,
+    );
+    let mut word = completion_word(env, warm, n)?;
+    report.measured(
+        "5",
+        "reference: cuGraphLaunch (1 node writing a host-mapped word) + host spin on the word, no event",
+        summarize("case 5 completion word", &mut word)?,
     );
     let mut launches = launch_cost(env, env.scaled(200), env.scaled(2_000))?;
     report.measured(
@@ -149,6 +161,48 @@ pub fn measure(env: &Env<'_>, submit: Submit, warm: usize, n: usize) -> Result<V
     stream.sync()?;
     counter.expect_more((warm + n) as u64);
     counter.check("case 5")?;
+    Ok(samples)
+}
+
+/// The round trip of a completion word: a one-node graph whose `spin` kernel (no spin) writes
+/// its launch count to a host-mapped flag after a system-wide fence; the host spins on the flag.
+fn completion_word(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
+    let gpu = env.gpu;
+    let api = gpu.api();
+    let clock = env.clock;
+    let stream = Stream::new(&gpu.ctx)?;
+    let flags = MappedFlags::new(&gpu.ctx, 1)?;
+    let mut record = SpinRecord::new(gpu)?;
+    let exec = GraphExec::chain(
+        &gpu.ctx,
+        &mut [KernelNode {
+            function: gpu.kernels.spin,
+            args: record.args(0, flags.device(0), 0),
+        }],
+    )?;
+    let flag = flags.flag(0);
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..warm + n {
+        let expected = record.count_launch() as u32;
+        let t0 = clock.now_ns();
+        // SAFETY: a live executable graph and stream.
+        api.check("cuGraphLaunch", unsafe {
+            (api.cuGraphLaunch)(exec.raw(), stream.raw())
+        })?;
+        let deadline = std::time::Instant::now() + WAIT;
+        while flag.load(std::sync::atomic::Ordering::Acquire) != expected {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("case 5: the completion word never reached {expected}");
+            }
+            std::hint::spin_loop();
+        }
+        let t1 = clock.now_ns();
+        if i >= warm {
+            samples.push((t1 - t0) as f64);
+        }
+    }
+    stream.sync()?;
+    record.read("case 5 completion word")?;
     Ok(samples)
 }
 

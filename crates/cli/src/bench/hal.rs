@@ -109,6 +109,30 @@ impl Hal {
         Ok(Arc::from(cb))
     }
 
+    /// A finished command buffer of queue `queue`'s mode: a chain of `count` one-thread `step`
+    /// dispatches (indices `0..count`, a barrier between consecutive ones) whose counter and
+    /// error words are binding slots 0 and 1, given at every submission.
+    pub fn bound_step_chain(&self, queue: usize, count: u32) -> Result<Arc<dyn CommandBuffer>> {
+        let mut cb = self
+            .device
+            .queue(queue)
+            .create_command_buffer_with_bindings(2)
+            .context("cuhal: creating a command buffer with binding slots")?;
+        for index in 0..count {
+            if index > 0 {
+                cb.barrier()?;
+            }
+            let args = KernelArgs::new()
+                .with_binding(0, 0)
+                .with_binding(1, 0)
+                .with(index)
+                .with(count.max(1));
+            cb.dispatch(&Dispatch::new(&self.step, [1, 1, 1], [1, 1, 1], &args))?;
+        }
+        cb.end().context("cuhal: ending a command buffer")?;
+        Ok(Arc::from(cb))
+    }
+
     /// The kernel and packed arguments for `args`.
     fn kernel(&self, args: &Args) -> Result<(&Function, KernelArgs)> {
         Ok(match *args {

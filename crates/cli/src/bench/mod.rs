@@ -159,6 +159,7 @@ fn bench(opts: &Options) -> Result<u8> {
                 Case::Library => cases::library::run(&env, &mut report),
                 Case::Chain => cases::chain::run(&env, &mut report),
                 Case::Signal => cases::signal::run(&env, &mut report),
+                Case::Bindings => cases::bindings::run(&env, &mut report),
                 Case::Scheduler => Ok(()),
             };
             failures += record_failure(case, result, &mut report);

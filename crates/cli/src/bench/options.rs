@@ -25,11 +25,13 @@ pub enum Case {
     Chain,
     /// 10: from a host signal that releases a submission to a host waiter's return.
     Signal,
+    /// 11: case 4 and case 5 with a new binding table every submission.
+    Bindings,
 }
 
 impl Case {
     /// Every case, in run order.
-    pub const ALL: [Case; 10] = [
+    pub const ALL: [Case; 11] = [
         Case::Submit,
         Case::Wake,
         Case::Dependency,
@@ -40,6 +42,7 @@ impl Case {
         Case::Library,
         Case::Chain,
         Case::Signal,
+        Case::Bindings,
     ];
 
     /// The case's number as text.
@@ -55,6 +58,7 @@ impl Case {
             Case::Library => "8",
             Case::Chain => "9",
             Case::Signal => "10",
+            Case::Bindings => "11",
         }
     }
 
@@ -71,6 +75,7 @@ impl Case {
             Case::Library => "library",
             Case::Chain => "chain",
             Case::Signal => "signal",
+            Case::Bindings => "bindings",
         }
     }
 

@@ -1,6 +1,7 @@
 //! The benchmark cases, one module each; every case measures its raw-driver floor and its cuhal
 //! figure in this process, one after the other, with the same kernels and the same repetitions.
 
+pub mod bindings;
 pub mod chain;
 pub mod dependency;
 pub mod library;

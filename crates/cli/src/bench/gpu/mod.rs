@@ -190,6 +190,15 @@ impl StepCounter {
         }
     }
 
+    /// A binding table for a command buffer whose `step` dispatches name their counter and
+    /// error words as slots 0 and 1.
+    pub fn table(&self) -> [cuhal::BufferRange; 2] {
+        // SAFETY: both words are device memory of the benchmark's (primary) context, which every
+        // cuhal device of the run shares, and live as long as this counter, which each case keeps
+        // until its submissions have completed.
+        [0, 1].map(|i| unsafe { cuhal::BufferRange::from_raw(self.words.word(i), 8) })
+    }
+
     /// Notes `n` more launches.
     pub fn expect_more(&mut self, n: u64) {
         self.launched += n;

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use cuhal_sys::{CUresult, DeviceInfo, DriverApi, Error};
+use cuhal_sys::{CUresult, DeviceInfo, DriverApi, Error, PeerLink};
 
 use crate::exit;
 
@@ -19,6 +19,12 @@ pub fn run() -> u8 {
     match cuhal_sys::devices(&api) {
         Ok(devices) => {
             print!("{}", report(&api, &devices));
+            if devices.len() > 1 {
+                match cuhal_sys::topology(&api) {
+                    Ok(links) => print!("{}", topology_report(&links)),
+                    Err(error) => eprintln!("cuhal: reading the topology failed: {error}"),
+                }
+            }
             if devices.is_empty() {
                 exit::NO_DEVICE
             } else {
@@ -87,6 +93,25 @@ fn report(api: &DriverApi, devices: &[DeviceInfo]) -> String {
     out
 }
 
+/// The peer links between devices, one line per ordered pair.
+fn topology_report(links: &[PeerLink]) -> String {
+    let mut out = String::from("topology (source -> destination):\n");
+    for link in links {
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            out,
+            "  {} -> {}: peer access {}, link {}, native atomics {}, performance rank {}",
+            link.source,
+            link.destination,
+            if link.access { "yes" } else { "no" },
+            link.kind().name(),
+            if link.native_atomics { "yes" } else { "no" },
+            link.performance_rank
+        );
+    }
+    out
+}
+
 /// `139.8 GiB`.
 fn gib(bytes: usize) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
@@ -138,6 +163,30 @@ mod tests {
         let (code, line) = load_failure(&missing);
         assert_eq!(code, exit::FAILURE);
         assert!(line.contains("cuGraphLaunch"), "{line}");
+    }
+
+    #[test]
+    fn topology_names_each_pair_its_link_and_rank() {
+        let link = |source, destination, access, native_atomics| PeerLink {
+            source,
+            destination,
+            access,
+            native_atomics,
+            performance_rank: 1,
+        };
+        let text = topology_report(&[link(0, 1, true, true), link(1, 0, true, false)]);
+        assert!(
+            text.contains(
+                "0 -> 1: peer access yes, link nvlink, native atomics yes, performance rank 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 -> 0: peer access yes, link pcie"),
+            "{text}"
+        );
+        let none = topology_report(&[link(0, 1, false, false)]);
+        assert!(none.contains("peer access no, link none"), "{none}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ fn cuhal(args: &[&str], library: &str, env: &[(&str, &str)]) -> Output {
         "CUHAL_FAKE_FAIL",
         "CUHAL_FAKE_DRIVER_VERSION",
         "CUHAL_FAKE_DEVICES",
+        "CUHAL_FAKE_NO_PEER_ACCESS",
     ] {
         cmd.env_remove(var);
     }
@@ -92,6 +93,33 @@ fn lists_the_driver_and_every_device() {
     assert!(stdout.contains("  memory 32.0 GiB"), "{stdout}");
     assert!(
         stdout.contains("  uuid GPU-face0000-0000-0000-0000-000000000001\n"),
+        "{stdout}"
+    );
+    for pair in ["0 -> 1", "1 -> 0"] {
+        assert!(
+            stdout.contains(&format!(
+                "  {pair}: peer access yes, link nvlink, native atomics yes, performance rank 0\n"
+            )),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn the_topology_says_when_devices_cannot_peer() {
+    let lib = fake_driver();
+    let out = cuhal(
+        &["info"],
+        lib.to_str().unwrap(),
+        &[
+            ("CUHAL_FAKE_DEVICES", "2"),
+            ("CUHAL_FAKE_NO_PEER_ACCESS", "1"),
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("  0 -> 1: peer access no, link none"),
         "{stdout}"
     );
 }

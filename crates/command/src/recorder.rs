@@ -177,6 +177,12 @@ pub trait CommandRecorder {
     /// Copies `source` to `target` (same length, no overlap).
     fn copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error>;
 
+    /// A peer copy: as [`CommandRecorder::copy`], but one end may be a buffer of another device
+    /// (the copy goes device to device, over the link when peer access is enabled); the other
+    /// end must be this command buffer's device's. Kept apart from `copy` so that a buffer of
+    /// the wrong device is still caught there.
+    fn copy_peer(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error>;
+
     /// Launches a kernel. The block size is checked against the function's limit.
     fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error>;
 
@@ -256,6 +262,13 @@ macro_rules! forward_recording {
                 target: &$crate::BufferRange,
             ) -> Result<(), $crate::Error> {
                 self.recorder.copy(source, target)
+            }
+            fn copy_peer(
+                &mut self,
+                source: &$crate::BufferRange,
+                target: &$crate::BufferRange,
+            ) -> Result<(), $crate::Error> {
+                self.recorder.copy_peer(source, target)
             }
             fn dispatch(&mut self, dispatch: &$crate::Dispatch<'_>) -> Result<(), $crate::Error> {
                 self.recorder.dispatch(dispatch)
@@ -590,6 +603,19 @@ impl<E: Encoder> Recorder<E> {
         }
     }
 
+    /// Encodes a checked copy and retains both ends.
+    fn encode_copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
+        let zone = self.zones.command("copy");
+        self.encode(|e| e.copy(Operand::of(source), Operand::of(target), source.len(), zone))?;
+        self.groups.command(false);
+        self.retain_range(source);
+        self.retain_range(target);
+        self.layout.use_range(source, 1);
+        self.layout.use_range(target, 1);
+        self.layout.use_copy(source, target);
+        Ok(())
+    }
+
     /// Runs an encoder step, moving to `Failed` if the driver rejects it.
     fn encode(&mut self, step: impl FnOnce(&mut E) -> Result<(), Error>) -> Result<(), Error> {
         let result = step(&mut self.encoder);
@@ -645,15 +671,18 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         source.check_copy_to(target)?;
         self.check_range(source)?;
         self.check_range(target)?;
-        let zone = self.zones.command("copy");
-        self.encode(|e| e.copy(Operand::of(source), Operand::of(target), source.len(), zone))?;
-        self.groups.command(false);
-        self.retain_range(source);
-        self.retain_range(target);
-        self.layout.use_range(source, 1);
-        self.layout.use_range(target, 1);
-        self.layout.use_copy(source, target);
-        Ok(())
+        self.encode_copy(source, target)
+    }
+
+    fn copy_peer(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
+        self.recording("copy")?;
+        source.check_copy_to(target)?;
+        // One end must be this command buffer's (checked first: a deferred command buffer
+        // adopts its context); unified addressing routes the copy to or from the other.
+        if target.buffer().is_none() || self.check_range(target).is_err() {
+            self.check_range(source)?;
+        }
+        self.encode_copy(source, target)
     }
 
     fn dispatch(&mut self, dispatch: &Dispatch<'_>) -> Result<(), Error> {

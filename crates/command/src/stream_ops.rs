@@ -63,8 +63,9 @@ pub(crate) unsafe fn update(
 /// `cuMemcpyDtoDAsync`.
 ///
 /// # Safety
-/// Both ranges are live device memory of the current context and do not overlap; `stream` is
-/// a live stream of that context.
+/// Both ranges are live device memory (of the current context, or one end of a peer device's,
+/// reached by unified addressing) and do not overlap; `stream` is a live stream of the current
+/// context.
 pub(crate) unsafe fn copy(
     api: &DriverApi,
     stream: CUstream,

@@ -57,6 +57,8 @@ pub(crate) enum Payload {
         source: BufferRange,
         /// Write here.
         target: BufferRange,
+        /// The context of the end that lives on another device (a peer copy), if one does.
+        peer: Option<Arc<PrimaryContext>>,
     },
     /// `cuMemcpyHtoDAsync` from pinned staging memory.
     Write {
@@ -325,7 +327,11 @@ impl CudaBackend {
                 };
                 api.check(call, r)?;
             }
-            Payload::Copy { source, target } => {
+            Payload::Copy {
+                source,
+                target,
+                peer: None,
+            } => {
                 // SAFETY: both ranges are checked, of equal length, and kept alive by the payload.
                 api.check("cuMemcpyDtoDAsync", unsafe {
                     (api.cuMemcpyDtoDAsync)(
@@ -335,6 +341,31 @@ impl CudaBackend {
                         self.stream,
                     )
                 })?;
+            }
+            Payload::Copy {
+                source,
+                target,
+                peer: Some(peer),
+            } => {
+                let context_of = |range: &BufferRange| {
+                    range
+                        .buffer()
+                        .map_or(self.context.raw(), |b| b.context().raw())
+                };
+                // SAFETY: both ranges are checked, of equal length, and kept alive by the payload
+                // (the peer's buffer keeps its context alive, and `peer` does too).
+                api.check("cuMemcpyPeerAsync", unsafe {
+                    (api.cuMemcpyPeerAsync)(
+                        target.device_ptr(),
+                        context_of(target),
+                        source.device_ptr(),
+                        context_of(source),
+                        source.len(),
+                        self.stream,
+                    )
+                })?;
+                // Held only to keep the peer's context alive until the copy completed.
+                let _ = peer;
             }
             Payload::Write { target, staging } => {
                 // SAFETY: the staging memory is pinned, holds target.len() bytes and lives in

@@ -141,6 +141,8 @@ pub struct Device {
     /// touches is shared with the other queues), for the counts.
     queue_events: Vec<EventPool>,
     semaphore_options: SemaphoreOptions,
+    /// Ordinals of the devices whose memory this one reaches directly (peer access enabled).
+    peers: std::sync::Mutex<Vec<i32>>,
 }
 
 /// What a device's queues share with it: the context, the timepoint event pool, the lost state
@@ -250,6 +252,7 @@ impl Device {
             info,
             queue_events,
             semaphore_options: SemaphoreOptions::new().with_event_spin(options.host_wait_spin),
+            peers: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -307,6 +310,32 @@ impl Device {
         self.check_alive()?;
         Executable::load_ptx(&self.shared.context, ptx)
             .map_err(|e| self.shared.lost.filter(e.into()))
+    }
+
+    /// Ordinals of the devices this one has peer access to (see [`Device::enable_peer_access`]).
+    pub fn peers(&self) -> Vec<i32> {
+        self.peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether this device reaches device `ordinal`'s memory directly.
+    pub fn has_peer_access(&self, ordinal: i32) -> bool {
+        self.peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&ordinal)
+    }
+
+    pub(crate) fn note_peer(&self, ordinal: i32) {
+        let mut peers = self
+            .peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !peers.contains(&ordinal) {
+            peers.push(ordinal);
+        }
     }
 
     /// Events of the queues' completion/timepoint pools, all together: (created, in use).

@@ -56,6 +56,7 @@ mod event_pool;
 mod interop;
 mod lost;
 mod memory;
+mod peer;
 mod queue;
 mod wait;
 
@@ -74,6 +75,7 @@ pub use cuhal_command::{
     StreamWorkError, StreamWorkFn, WorkRange,
 };
 pub use cuhal_semaphore::{Failure, Timeout};
+pub use cuhal_sys::{LinkKind, PeerLink};
 pub use cuhal_trace::{JsonSink, MemorySink, Sink, Verbosity};
 
 /// A timeline semaphore whose device timepoints are pooled CUDA events.

@@ -390,7 +390,8 @@ impl Queue {
     }
 
     /// Copies `source` to `target` (equal lengths; may be on different buffers or disjoint parts
-    /// of one).
+    /// of one). Both must be this queue's device's buffers; see [`Queue::copy_peer`] for copies
+    /// between devices.
     pub fn copy(
         &self,
         waits: &SemaphoreValues<'_>,
@@ -405,6 +406,46 @@ impl Queue {
         let payload = Payload::Copy {
             source: source.clone(),
             target: target.clone(),
+            peer: None,
+        };
+        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+    }
+
+    /// A peer copy: as [`Queue::copy`], but one of `source` and `target` may be a buffer of
+    /// another device. It runs on this queue, ordered by semaphores like any other operation
+    /// (`cuMemcpyPeerAsync`), directly over the link when peer access is enabled
+    /// ([`crate::Driver::open_many`] enables it), else staged through host memory by the driver.
+    /// The other end must be this queue's device's, so the copy belongs to one of the two.
+    pub fn copy_peer(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        source: &BufferRange,
+        target: &BufferRange,
+    ) -> Result<()> {
+        source.check_copy_to(target)?;
+        let foreign = |range: &BufferRange| {
+            range
+                .buffer()
+                .is_some_and(|b| b.context().raw() != self.context.raw())
+        };
+        let peer = match (foreign(source), foreign(target)) {
+            (false, false) => None,
+            (true, false) => Some(source),
+            (false, true) => Some(target),
+            (true, true) => {
+                return Err(Error::WrongDevice {
+                    what: "peer copy's source and target (one must be the queue's device's)",
+                });
+            }
+        };
+        let peer = peer
+            .and_then(BufferRange::buffer)
+            .map(|b| Arc::clone(b.context()));
+        let payload = Payload::Copy {
+            source: source.clone(),
+            target: target.clone(),
+            peer,
         };
         self.submit(waits, signals, payload, resources, Cleanups::new())
     }

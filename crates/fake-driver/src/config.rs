@@ -9,6 +9,7 @@
 //! | `CUHAL_FAKE_FAIL` | functions that return an error code (see [`crate::faults`]) | `cuInit=100,cuEventQuery=700@5..` |
 //! | `CUHAL_FAKE_DRIVER_VERSION` | what `cuDriverGetVersion` reports | `13000` |
 //! | `CUHAL_FAKE_DEVICES` | how many devices there are | `2` |
+//! | `CUHAL_FAKE_NO_PEER_ACCESS` | devices cannot reach each other's memory (any value) | `1` |
 //!
 //! Malformed entries are reported on stderr and ignored: a driver must not panic.
 
@@ -17,6 +18,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 /// Names `cuGetProcAddress` reports missing (comma-separated).
 pub const HIDE_ENV: &str = "CUHAL_FAKE_HIDE";
 pub use crate::faults::FAIL_ENV;
+/// When set (to anything), no device has peer access to another.
+pub const NO_PEER_ACCESS_ENV: &str = "CUHAL_FAKE_NO_PEER_ACCESS";
 /// The CUDA version `cuDriverGetVersion` reports.
 pub const DRIVER_VERSION_ENV: &str = "CUHAL_FAKE_DRIVER_VERSION";
 /// The number of devices.
@@ -56,6 +59,8 @@ pub struct State {
     pub driver_version: i32,
     /// `cuDeviceGetCount`'s answer.
     pub device_count: i32,
+    /// Whether peer access is switched off between every pair of devices.
+    pub no_peer_access: bool,
     /// Whether `cuInit` has succeeded.
     pub initialized: bool,
     /// Every resolution request, in order.
@@ -78,6 +83,7 @@ impl State {
                 Err(_) => warn(DRIVER_VERSION_ENV, &text),
             }
         }
+        state.no_peer_access = std::env::var_os(NO_PEER_ACCESS_ENV).is_some();
         if let Ok(text) = std::env::var(DEVICES_ENV) {
             match text.trim().parse() {
                 Ok(n) if n >= 0 => state.device_count = n,

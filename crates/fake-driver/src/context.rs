@@ -202,6 +202,37 @@ pub extern "C" fn cuCtxSynchronize() -> c_int {
     })
 }
 
+/// `CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)`: the current
+/// context may then reach `peer`'s memory. Refused between a context and itself, where the
+/// devices cannot peer, and twice (`CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`).
+pub extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> c_int {
+    entry("cuCtxEnablePeerAccess", || {
+        crate::entry::ensure(flags == 0, status::INVALID_VALUE)?;
+        let mut world = world();
+        let (context, device) = world.current_context()?;
+        let peer = check_context(&world, peer)?;
+        let peer_device = world.active_context(peer).ok_or(status::INVALID_CONTEXT)?;
+        // CUDA_ERROR_PEER_ACCESS_UNSUPPORTED.
+        crate::entry::ensure(
+            peer_device != device && !crate::config::state().no_peer_access,
+            217,
+        )?;
+        // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED.
+        crate::entry::ensure(world.peer_access.insert((context, peer)), 704)
+    })
+}
+
+/// `CUresult cuCtxDisablePeerAccess(CUcontext peerContext)`
+/// (`CUDA_ERROR_PEER_ACCESS_NOT_ENABLED` if it was not enabled).
+pub extern "C" fn cuCtxDisablePeerAccess(peer: CUcontext) -> c_int {
+    entry("cuCtxDisablePeerAccess", || {
+        let mut world = world();
+        let (context, _) = world.current_context()?;
+        let peer = check_context(&world, peer)?;
+        crate::entry::ensure(world.peer_access.remove(&(context, peer)), 705)
+    })
+}
+
 /// `CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)`: 0 to -5, as on Hopper.
 ///
 /// # Safety

@@ -243,7 +243,39 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(
     entry("cuDeviceCanAccessPeer", || {
         check_device(device)?;
         check_device(peer)?;
+        let allowed = device != peer && !state().no_peer_access;
         // SAFETY: forwarded caller contract.
-        unsafe { put(out, c_int::from(device != peer)) }
+        unsafe { put(out, c_int::from(allowed)) }
+    })
+}
+
+/// `CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice
+/// srcDevice, CUdevice dstDevice)`: distinct fake devices are joined like NVLink peers (access,
+/// native atomics, performance rank 0) unless peer access is switched off
+/// ([`crate::config::NO_PEER_ACCESS_ENV`]).
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
+    out: *mut c_int,
+    attribute: c_uint,
+    source: c_int,
+    destination: c_int,
+) -> c_int {
+    entry("cuDeviceGetP2PAttribute", || {
+        check_device(source)?;
+        check_device(destination)?;
+        ensure(source != destination, status::INVALID_DEVICE)?;
+        let linked = c_int::from(!state().no_peer_access);
+        let value = match attribute {
+            cuhal_sys::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK => 0,
+            cuhal_sys::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED
+            | cuhal_sys::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED => linked,
+            // CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED.
+            4 => linked,
+            _ => return Err(status::INVALID_VALUE),
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { put(out, value) }
     })
 }

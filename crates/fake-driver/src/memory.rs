@@ -138,6 +138,13 @@ impl World {
         Ok(std::ptr::with_exposed_provenance_mut(address as usize))
     }
 
+    /// The device whose memory `address` is (a device or pool allocation holding it).
+    pub fn allocation_device(&self, address: u64) -> Option<i32> {
+        let (&base, allocation) = self.allocations.range(..=address).next_back()?;
+        (allocation.kind != Kind::Host && address < base + allocation.len.max(1) as u64)
+            .then_some(allocation.device)
+    }
+
     /// The pool behind a handle (a default pool or a live created one).
     fn pool(&self, pool: CUmemoryPool) -> Result<usize, c_int> {
         let pool = id(pool)?;

@@ -37,6 +37,7 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuDeviceGetUuid" => f!(9020, dev::cuDeviceGetUuid),
         "cuDeviceGetPCIBusId" => f!(4010, dev::cuDeviceGetPCIBusId),
         "cuDeviceCanAccessPeer" => f!(4000, dev::cuDeviceCanAccessPeer),
+        "cuDeviceGetP2PAttribute" => f!(8000, dev::cuDeviceGetP2PAttribute),
         "cuGetErrorName" => f!(6000, errors::cuGetErrorName),
         "cuGetErrorString" => f!(6000, errors::cuGetErrorString),
 
@@ -50,6 +51,8 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuCtxGetDevice" => f!(2000, ctx::cuCtxGetDevice),
         "cuCtxSynchronize" => f!(2000, ctx::cuCtxSynchronize),
         "cuCtxGetStreamPriorityRange" => f!(5050, ctx::cuCtxGetStreamPriorityRange),
+        "cuCtxEnablePeerAccess" => f!(4000, ctx::cuCtxEnablePeerAccess),
+        "cuCtxDisablePeerAccess" => f!(4000, ctx::cuCtxDisablePeerAccess),
 
         "cuStreamCreate" => f!(2000, stream::cuStreamCreate),
         "cuStreamCreateWithPriority" => f!(5050, stream::cuStreamCreateWithPriority),
@@ -93,6 +96,7 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuMemcpyDtoHAsync" => f!(3020, xfer::cuMemcpyDtoHAsync),
         "cuMemcpyDtoDAsync" => f!(3020, xfer::cuMemcpyDtoDAsync),
         "cuMemcpyAsync" => f!(4000, xfer::cuMemcpyAsync),
+        "cuMemcpyPeerAsync" => f!(4000, xfer::cuMemcpyPeerAsync),
 
         "cuGraphCreate" => f!(10000, graph::cuGraphCreate),
         "cuGraphDestroy" => f!(10000, graph::cuGraphDestroy),

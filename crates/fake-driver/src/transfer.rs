@@ -241,6 +241,37 @@ pub extern "C" fn cuMemcpyDtoDAsync(
     })
 }
 
+/// `CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr
+/// srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)`: both contexts must be
+/// active primary contexts and each end must be an allocation of its context's device.
+pub extern "C" fn cuMemcpyPeerAsync(
+    target: CUdeviceptr,
+    target_context: cuhal_sys::CUcontext,
+    source: CUdeviceptr,
+    source_context: cuhal_sys::CUcontext,
+    len: usize,
+    stream: CUstream,
+) -> c_int {
+    entry("cuMemcpyPeerAsync", || {
+        {
+            let world = world();
+            for (address, context) in [(target, target_context), (source, source_context)] {
+                let device = world
+                    .active_context(crate::world::id(context).map_err(|_| status::INVALID_CONTEXT)?)
+                    .ok_or(status::INVALID_CONTEXT)?;
+                if len > 0 {
+                    ensure(
+                        world.allocation_device(address) == Some(device),
+                        status::INVALID_VALUE,
+                    )?;
+                }
+            }
+        }
+        // SAFETY: both ends are device ranges, checked against the allocations.
+        unsafe { memcpy(Some(stream), End::Device(target), End::Device(source), len) }
+    })
+}
+
 /// `CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)`:
 /// unified addressing, so either end may be host memory.
 ///

@@ -43,6 +43,8 @@ pub(crate) struct World {
     pub execs: HashMap<usize, Exec>,
     pub modules: HashMap<usize, Module>,
     pub functions: HashMap<usize, Function>,
+    /// Enabled peer access: (context, peer context) pairs.
+    pub peer_access: std::collections::HashSet<(usize, usize)>,
     /// Kernel launches (stream and graph) by function name; kept after modules unload.
     pub launches: HashMap<String, u64>,
     /// Programmatic edges added to graphs (`cuGraphAddDependencies_v2`).

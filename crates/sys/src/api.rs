@@ -242,6 +242,11 @@ driver_api! {
         fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint);
         /// `cuCtxDisablePeerAccess(peer_context)`.
         fn cuCtxDisablePeerAccess(peer: CUcontext);
+        /// `cuDeviceGetP2PAttribute(&value, attribute, source, destination)`.
+        fn cuDeviceGetP2PAttribute(value: *mut c_int, attribute: CUdevice_P2PAttribute, source: CUdevice, destination: CUdevice);
+        /// `cuMemcpyPeerAsync(dst, dst_context, src, src_context, bytes, stream)`: a copy
+        /// between two devices' memory (direct over the link when peer access is enabled).
+        fn cuMemcpyPeerAsync(dst: CUdeviceptr, dst_context: CUcontext, src: CUdeviceptr, src_context: CUcontext, bytes: usize, stream: CUstream);
 
         /// `cuStreamCreate(&stream, flags)`.
         fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);

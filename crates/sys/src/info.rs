@@ -109,6 +109,96 @@ pub fn devices(api: &DriverApi) -> Result<Vec<DeviceInfo>, Error> {
         .collect()
 }
 
+/// How one device reaches another (`cuDeviceGetP2PAttribute`, from `source` to `destination`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerLink {
+    /// The device whose kernels and copies access the other's memory.
+    pub source: i32,
+    /// The device whose memory is accessed.
+    pub destination: i32,
+    /// Whether peer access is possible (`cuCtxEnablePeerAccess` will succeed).
+    pub access: bool,
+    /// Whether atomics on the peer's memory are native (true over NVLink, false over PCIe).
+    pub native_atomics: bool,
+    /// The driver's relative performance rank of the link: 0 is the fastest; only meaningful
+    /// between pairs of one machine.
+    pub performance_rank: i32,
+}
+
+/// What kind of link joins two devices, as far as the driver API tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkKind {
+    /// Peer access with native atomics: an NVLink (or NVSwitch) connection.
+    NvLink,
+    /// Peer access without native atomics: PCIe peer-to-peer.
+    Pcie,
+    /// No peer access: copies go through host memory.
+    None,
+}
+
+impl LinkKind {
+    /// A short name (`nvlink`, `pcie`, `none`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkKind::NvLink => "nvlink",
+            LinkKind::Pcie => "pcie",
+            LinkKind::None => "none",
+        }
+    }
+}
+
+impl PeerLink {
+    /// The link's kind. The driver API names no link type; native peer atomics are what tells
+    /// NVLink from PCIe (PCIe peer-to-peer has none), so that is what this reads.
+    pub fn kind(&self) -> LinkKind {
+        match (self.access, self.native_atomics) {
+            (false, _) => LinkKind::None,
+            (true, true) => LinkKind::NvLink,
+            (true, false) => LinkKind::Pcie,
+        }
+    }
+}
+
+/// Reads the link from device `source` to device `destination` (distinct ordinals).
+pub fn peer_link(api: &DriverApi, source: i32, destination: i32) -> Result<PeerLink, Error> {
+    let handle = |ordinal| -> Result<CUdevice, Error> {
+        let mut device: CUdevice = 0;
+        // SAFETY: `device` is a valid out-pointer.
+        api.check("cuDeviceGet", unsafe {
+            (api.cuDeviceGet)(&mut device, ordinal)
+        })?;
+        Ok(device)
+    };
+    let (from, to) = (handle(source)?, handle(destination)?);
+    let attribute = |attribute| -> Result<i32, Error> {
+        let mut value: c_int = 0;
+        // SAFETY: `value` is a valid out-pointer; both devices are valid handles.
+        api.check("cuDeviceGetP2PAttribute", unsafe {
+            (api.cuDeviceGetP2PAttribute)(&mut value, attribute, from, to)
+        })?;
+        Ok(value)
+    };
+    Ok(PeerLink {
+        source,
+        destination,
+        access: attribute(CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED)? != 0,
+        native_atomics: attribute(CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED)? != 0,
+        performance_rank: attribute(CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK)?,
+    })
+}
+
+/// Every ordered pair of distinct devices and its link: the machine's topology.
+pub fn topology(api: &DriverApi) -> Result<Vec<PeerLink>, Error> {
+    let count = device_count(api)?;
+    let mut links = Vec::new();
+    for source in 0..count {
+        for destination in (0..count).filter(|d| *d != source) {
+            links.push(peer_link(api, source, destination)?);
+        }
+    }
+    Ok(links)
+}
+
 /// Text from a driver-filled buffer, up to its first NUL (or the whole buffer if none).
 fn c_text(buffer: &[c_char]) -> String {
     // SAFETY: c_char and u8 have the same size and alignment; the slice stays borrowed.

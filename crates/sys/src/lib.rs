@@ -38,6 +38,8 @@ pub mod types;
 pub use api::{DEFAULT_LIBRARIES, DriverApi, LIBRARY_ENV, TABLE_CUDA_VERSION};
 pub use context::{ContextGuard, PrimaryContext};
 pub use error::{Error, LoadAttempt, format_cuda_version};
-pub use info::{DeviceInfo, device_count, device_info, devices};
+pub use info::{
+    DeviceInfo, LinkKind, PeerLink, device_count, device_info, devices, peer_link, topology,
+};
 pub use result::CUresult;
 pub use types::*;

@@ -410,6 +410,15 @@ pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: CUdriverProcAddressQueryRe
 /// `cuGetProcAddress` flags: the default (legacy default stream) variants.
 pub const CU_GET_PROC_ADDRESS_DEFAULT: u64 = 0;
 
+/// `CUdevice_P2PAttribute`.
+pub type CUdevice_P2PAttribute = c_uint;
+/// `CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK`: relative performance of the link (0 is best).
+pub const CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: CUdevice_P2PAttribute = 1;
+/// `CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED`.
+pub const CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED: CUdevice_P2PAttribute = 2;
+/// `CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`.
+pub const CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED: CUdevice_P2PAttribute = 3;
+
 /// `CUdevice_attribute`.
 pub type CUdevice_attribute = c_uint;
 /// Maximum threads per block.

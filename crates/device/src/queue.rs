@@ -185,6 +185,17 @@ impl Queue {
         if buffer.context().raw() != self.context.raw() {
             return Err(Error::WrongDevice { what });
         }
+        self.track_use(buffer, what, resources)
+    }
+
+    /// Records a use of `buffer` by work about to be queued here, if `Queue::alloca` made it
+    /// (refused once `Queue::dealloca` released it).
+    fn track_use(
+        &self,
+        buffer: &Arc<Buffer>,
+        what: &'static str,
+        resources: &mut Resources,
+    ) -> Result<()> {
         if let Some(allocation) = allocation_of(buffer) {
             let used = allocation
                 .begin_use(self.stream())
@@ -326,7 +337,13 @@ impl Queue {
         let mut resources = Resources::new();
         for (command_buffer, table) in (0..count).map(&nth) {
             for buffer in command_buffer.buffers() {
-                self.check_buffer(buffer, "command buffer's buffer", &mut resources)?;
+                if buffer.context().raw() == self.context.raw() {
+                    self.check_buffer(buffer, "command buffer's buffer", &mut resources)?;
+                } else {
+                    // Another device's buffer only gets into a command buffer of this device
+                    // through a peer copy (`copy_peer`), which checked it when it was recorded.
+                    self.track_use(buffer, "command buffer's peer buffer", &mut resources)?;
+                }
             }
             for entry in table {
                 self.check_range(entry, "binding table entry", &mut resources)?;
@@ -408,7 +425,7 @@ impl Queue {
             target: target.clone(),
             peer: None,
         };
-        self.submit(waits, signals, payload, Resources::new(), Cleanups::new())
+        self.submit(waits, signals, payload, resources, Cleanups::new())
     }
 
     /// A peer copy: as [`Queue::copy`], but one of `source` and `target` may be a buffer of
@@ -439,6 +456,13 @@ impl Queue {
                 });
             }
         };
+        let mut resources = Resources::new();
+        for (range, what) in [(source, "peer copy source"), (target, "peer copy target")] {
+            match range.buffer() {
+                Some(buffer) if foreign(range) => self.track_use(buffer, what, &mut resources)?,
+                _ => self.check_range(range, what, &mut resources)?,
+            }
+        }
         let peer = peer
             .and_then(BufferRange::buffer)
             .map(|b| Arc::clone(b.context()));

@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! DIR/run          runs bin/cuhal info, bin/cuhal demo, then each test binary; ends "N passed, N failed"
+//!                  (`run --sanitize memcheck|racecheck|synccheck|initcheck` runs them under
+//!                  compute-sanitizer and reports each binary's error count)
 //! DIR/bench        runs bin/cuhal bench "$@"
 //! DIR/bin/cuhal
 //! DIR/bin/<test>   one per test target of cuhal-gpu-tests (e.g. bin/driver)
@@ -40,12 +42,23 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Tests that `run --sanitize` skips: those that only assert timings (a sanitizer's instrumented
+/// kernels run many times slower, so only their timings would fail) and the one that makes a
+/// kernel trap on purpose (the sanitizer reports the trap as an error).
+pub const SANITIZE_SKIP: &[&str] = &[
+    "a_zone_around_a_spin_kernel_measures_its_length",
+    "zone_times_land_where_the_host_saw_the_work",
+    "a_faulting_dispatch_fails_its_semaphores_and_loses_the_device",
+];
+
 /// The `run` script for these test names, in this order.
 pub fn run_script(tests: &[&str]) -> Result<String> {
-    for t in tests {
+    for t in tests.iter().chain(SANITIZE_SKIP) {
         check_name(t)?;
     }
-    Ok(RUN_TEMPLATE.replace("@TESTS@", &tests.join(" ")))
+    Ok(RUN_TEMPLATE
+        .replace("@TESTS@", &tests.join(" "))
+        .replace("@SANITIZE_SKIP@", &SANITIZE_SKIP.join(" ")))
 }
 
 /// Writes (or refreshes) a bundle in `dir`: removes its old `bin/`, copies and
@@ -324,6 +337,60 @@ mod tests {
         assert_eq!(size, size_of(&dir).unwrap());
         let out = Command::new(dir.join("run")).output().unwrap();
         assert_eq!(last_line(&out), "4 passed, 0 failed");
+    }
+
+    #[test]
+    fn sanitize_runs_every_binary_under_the_tool_and_counts_its_errors() {
+        let dir = scratch("bundle-sanitize");
+        fake(&dir, "cuhal", "driver 13.0", 0);
+        fake(&dir, "one", OK_3, 0);
+        fake(&dir, "two", OK_3, 0);
+        // A stand-in sanitizer: shows its arguments, runs the program, and reports one error
+        // for binary "two" only.
+        let sanitizer = dir.join("compute-sanitizer");
+        write_script(
+            &sanitizer,
+            "#!/usr/bin/env bash
+echo \"sanitizer: $*\"
+prog=\"$5\"
+shift 4
+\"$@\"
+             status=$?
+if [ \"$(basename \"$prog\")\" = two ]; then n=1; else n=0; fi
+             echo \"========= ERROR SUMMARY: $n errors\"
+exit $status
+",
+        )
+        .unwrap();
+        write_script(&dir.join("run"), &run_script(&["one", "two"]).unwrap()).unwrap();
+        let out = Command::new("bash")
+            .arg(dir.join("run"))
+            .args(["--sanitize", "memcheck", "fill"])
+            .env("CUHAL_SANITIZER", &sanitizer)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("sanitizer: --tool memcheck --target-processes all"),
+            "{text}"
+        );
+        for skipped in SANITIZE_SKIP {
+            assert!(text.contains(&format!("--skip {skipped}")), "{text}");
+        }
+        assert!(text.contains("memcheck one: 0 errors"), "{text}");
+        assert!(text.contains("memcheck two: 1 errors"), "{text}");
+        assert!(text.contains("memcheck cuhal-demo: 0 errors"), "{text}");
+        assert!(text.contains("memcheck: 1 errors in total"), "{text}");
+        assert_eq!(last_line(&out), "7 passed, 1 failed", "{text}");
+        assert!(!out.status.success());
+
+        let out = Command::new("bash")
+            .arg(dir.join("run"))
+            .args(["--sanitize", "nonsense"])
+            .env("CUHAL_SANITIZER", &sanitizer)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
     }
 
     #[test]

@@ -91,6 +91,13 @@ pub enum Error {
         /// The argument count, or that argument's size in bytes.
         found: usize,
     },
+    /// The driver cannot report a kernel's parameters (`cuFuncGetParamInfo` needs a CUDA 12.4
+    /// driver) and the caller did not state them: a dispatch could make the driver read
+    /// arguments that were never passed. State them with [`crate::Function::with_parameter_sizes`].
+    UnknownParameters {
+        /// The kernel.
+        function: String,
+    },
     /// The driver could not load a module; `log` is the JIT compiler's error log.
     ModuleLoad {
         /// The driver's error.
@@ -391,6 +398,12 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "kernel `{function}`: parameter {index} is {expected} bytes; the argument is {found}"
+            ),
+            Error::UnknownParameters { function } => write!(
+                f,
+                "kernel `{function}`: the driver cannot report its parameters (it needs CUDA \
+                 12.4 for that); state them with Function::with_parameter_sizes before \
+                 dispatching it"
             ),
             Error::ModuleLoad { source, log } => {
                 write!(f, "module load failed: {source}")?;

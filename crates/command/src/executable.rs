@@ -339,17 +339,38 @@ pub fn check_image(image: &[u8]) -> Result<(), &'static str> {
 
 /// The sizes of `function`'s parameters through `cuFuncGetParamInfo`, or `None` if the driver
 /// lacks it or cannot answer for this function.
+///
+/// With `cuFuncGetParamCount` (CUDA 13.0 drivers) the count is known and no call fails. Older
+/// drivers are probed index by index until `CUDA_ERROR_INVALID_VALUE` marks the end: that one
+/// failing call per kernel is expected, but compute-sanitizer reports it as an API error.
 fn parameter_sizes(api: &cuhal_sys::DriverApi, function: CUfunction) -> Option<Box<[usize]>> {
     let get_info = api.cuFuncGetParamInfo?;
+    let size_of = |index: usize| {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `function` is a function of a loaded module; both out-pointers are valid.
+        let r = unsafe { get_info(function, index, &mut offset, &mut size) };
+        (r, size)
+    };
+    if let Some(get_count) = api.cuFuncGetParamCount {
+        let mut count = 0usize;
+        // SAFETY: `function` is a function of a loaded module; the out-pointer is valid.
+        if !unsafe { get_count(function, &mut count) }.is_success() || count > MAX_PARAMETER_BYTES {
+            return None;
+        }
+        return (0..count)
+            .map(|index| match size_of(index) {
+                (cuhal_sys::CUresult::SUCCESS, size) => Some(size),
+                _ => None,
+            })
+            .collect();
+    }
     let mut sizes = Vec::new();
     // A kernel has at most 32,764 bytes of parameters, so at most that many parameters.
     for index in 0..MAX_PARAMETER_BYTES {
-        let (mut offset, mut size) = (0usize, 0usize);
-        // SAFETY: `function` is a function of a loaded module; both out-pointers are valid.
-        match unsafe { get_info(function, index, &mut offset, &mut size) } {
-            cuhal_sys::CUresult::SUCCESS => sizes.push(size),
+        match size_of(index) {
+            (cuhal_sys::CUresult::SUCCESS, size) => sizes.push(size),
             // Past the last parameter.
-            cuhal_sys::CUresult::ERROR_INVALID_VALUE => return Some(sizes.into()),
+            (cuhal_sys::CUresult::ERROR_INVALID_VALUE, _) => return Some(sizes.into()),
             _ => return None,
         }
     }
@@ -372,7 +393,11 @@ pub(crate) fn validate_arguments(
         });
     }
     let Some(parameters) = parameters else {
-        return Ok(());
+        // Without the layout the driver would read as many bytes as the kernel takes, however
+        // few were given.
+        return Err(Error::UnknownParameters {
+            function: function.to_owned(),
+        });
     };
     let slots = args.slots();
     if slots.len() != parameters.len() {
@@ -414,6 +439,52 @@ impl Function {
     /// only for their total argument size.
     pub fn parameter_sizes(&self) -> Option<&[usize]> {
         self.inner.parameters.as_deref()
+    }
+
+    /// This kernel with its parameters stated by the caller: each parameter's size in bytes, in
+    /// order. Needed to dispatch it where the driver cannot report them (before CUDA 12.4);
+    /// where it can, the stated sizes must match what it reports. The returned function has its
+    /// own copy of the dynamic shared memory setting.
+    pub fn with_parameter_sizes(&self, sizes: &[usize]) -> Result<Function, Error> {
+        if sizes.iter().sum::<usize>() > MAX_PARAMETER_BYTES {
+            return Err(Error::BadKernelArgument {
+                reason: "more than 32,764 bytes of kernel parameters",
+            });
+        }
+        if let Some(reported) = self.parameter_sizes() {
+            let found = sizes.len();
+            if found != reported.len() {
+                return Err(Error::ArgumentMismatch {
+                    function: self.name().to_owned(),
+                    index: None,
+                    expected: reported.len(),
+                    found,
+                });
+            }
+            if let Some(index) = (0..found).find(|&i| sizes[i] != reported[i]) {
+                return Err(Error::ArgumentMismatch {
+                    function: self.name().to_owned(),
+                    index: Some(index),
+                    expected: reported[index],
+                    found: sizes[index],
+                });
+            }
+        }
+        let inner = &self.inner;
+        Ok(Function {
+            inner: Arc::new(FunctionInner {
+                module: Arc::clone(&inner.module),
+                raw: inner.raw,
+                name: inner.name.clone(),
+                attributes: inner.attributes,
+                max_dynamic_shared: AtomicU32::new(
+                    inner.max_dynamic_shared.load(Ordering::Relaxed),
+                ),
+                raise: Mutex::new(()),
+                capabilities: inner.capabilities,
+                parameters: Some(sizes.into()),
+            }),
+        })
     }
 
     /// The name it was looked up by.
@@ -635,8 +706,10 @@ mod tests {
         assert_eq!(validate_arguments("k", Some(&[8, 4, 4]), &args), Ok(()));
         assert_eq!(
             validate_arguments("k", None, &args),
-            Ok(()),
-            "unknown layout"
+            Err(Error::UnknownParameters {
+                function: "k".into()
+            }),
+            "an unknown layout is refused: the driver would read what it was not given"
         );
         assert_eq!(
             validate_arguments("k", Some(&[8, 4, 4, 8]), &args),

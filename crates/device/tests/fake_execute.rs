@@ -61,7 +61,8 @@ fn execute_runs_every_command(mode: CommandBufferMode) {
         .unwrap();
     cb.dispatch(&Dispatch::new(&scale, [1, 1, 1], [256, 1, 1], &args))
         .unwrap();
-    cb.dispatch(&Dispatch::new(&add_one, [2, 2, 1], [32, 4, 1], &args))
+    let add_args = KernelArgs::new().with_range(&a.whole()).with(256u32);
+    cb.dispatch(&Dispatch::new(&add_one, [2, 2, 1], [32, 4, 1], &add_args))
         .unwrap();
     // After the barrier the copy sees every earlier write.
     cb.barrier().unwrap();

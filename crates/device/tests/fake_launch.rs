@@ -305,7 +305,13 @@ fn attributes_on_a_driver_without_the_entry_points_are_refused_at_recording() {
     let s = setup("old-driver-graph", CommandBufferMode::Graph, |fake| {
         fake.set_driver_version(12020)
     });
-    let plain = s.module.function("plain").unwrap();
+    // A 12.2 driver cannot report parameters (cuFuncGetParamInfo is 12.4): state them.
+    let plain = s
+        .module
+        .function("plain")
+        .unwrap()
+        .with_parameter_sizes(&[8])
+        .unwrap();
     let d = Dispatch::new(&plain, [2, 1, 1], [32, 1, 1], &s.args);
     let mut cb = s.cb();
     cb.dispatch(&d).unwrap();

@@ -326,3 +326,71 @@ fn a_truncated_cubin_is_refused_before_the_driver_reads_it() {
     }
     assert_eq!(fake.calls("cuModuleLoadDataEx"), before);
 }
+
+/// Where the driver cannot report a kernel's parameters, a dispatch needs the caller to state
+/// them; a wrong argument list is refused either way, so the driver never reads arguments that
+/// were not passed. With `cuFuncGetParamCount` the layout is read without a failing call.
+#[test]
+fn dispatch_arguments_are_checked_with_or_without_the_drivers_help() {
+    use cuhal::{Dispatch, KernelArgs};
+    use cuhal_command::Error as CommandError;
+
+    // A driver that reports parameters: exactly one call per parameter, none failing.
+    let (fake, _driver, device) = open("params", queues(1));
+    let module = device.load_ptx(PTX).unwrap();
+    let before = fake.calls("cuFuncGetParamInfo");
+    let scale = module.function("scale").unwrap();
+    assert_eq!(scale.parameter_sizes(), Some(&[8, 4, 4][..]));
+    assert_eq!(
+        fake.calls("cuFuncGetParamInfo") - before,
+        3,
+        "no probe past the end"
+    );
+    let buffer = device.create_buffer(1024).unwrap();
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    let short = KernelArgs::new().with_range(&buffer.whole()).with(2u32);
+    assert!(matches!(
+        cb.dispatch(&Dispatch::new(&scale, [1, 1, 1], [32, 1, 1], &short)),
+        Err(CommandError::ArgumentMismatch { .. })
+    ));
+    assert!(matches!(
+        scale.with_parameter_sizes(&[8, 8, 4]),
+        Err(CommandError::ArgumentMismatch { index: Some(1), .. })
+    ));
+    drop((cb, buffer, device));
+
+    // A driver that cannot: refused until the caller states the layout, then checked against it.
+    let (_fake, driver) = load_with("no-params", |fake| fake.hide("cuFuncGetParamInfo"));
+    let device = driver.open(0, queues(1)).unwrap();
+    let scale = device.load_ptx(PTX).unwrap().function("scale").unwrap();
+    assert_eq!(scale.parameter_sizes(), None);
+    let buffer = device.create_buffer(1024).unwrap();
+    let args = KernelArgs::new()
+        .with_range(&buffer.whole())
+        .with(2u32)
+        .with(256u32);
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    match cb.dispatch(&Dispatch::new(&scale, [1, 1, 1], [32, 1, 1], &args)) {
+        Err(CommandError::UnknownParameters { function }) => assert_eq!(function, "scale"),
+        other => panic!("expected UnknownParameters, got {other:?}"),
+    }
+    let stated = scale.with_parameter_sizes(&[8, 4, 4]).unwrap();
+    cb.dispatch(&Dispatch::new(&stated, [1, 1, 1], [32, 1, 1], &args))
+        .unwrap();
+    assert!(matches!(
+        cb.dispatch(&Dispatch::new(
+            &stated,
+            [1, 1, 1],
+            [32, 1, 1],
+            &short_of(&buffer)
+        )),
+        Err(CommandError::ArgumentMismatch { index: None, .. })
+    ));
+}
+
+/// Two arguments: one fewer than `scale` takes.
+fn short_of(buffer: &Arc<cuhal::Buffer>) -> cuhal::KernelArgs {
+    cuhal::KernelArgs::new()
+        .with_range(&buffer.whole())
+        .with(2u32)
+}

@@ -121,6 +121,56 @@ pub(crate) struct Function {
     max_dynamic_shared: c_int,
     /// The cluster shape from `.reqnctapercluster` in the kernel's header; zeros when none.
     pub required_cluster: [c_uint; 3],
+    /// `(offset, size)` of each `.param` in the kernel's header, for `cuFuncGetParamInfo`.
+    pub parameters: Vec<(usize, usize)>,
+}
+
+/// The `(offset, size)` of each parameter the kernel `name` declares: `.param .TYPE name` or
+/// `.param [.align A] .TYPE name[N]`, laid out in order, each aligned to its alignment (its
+/// element size unless `.align` says otherwise), as the driver reports them.
+fn parameters(text: &str, name: &str) -> Vec<(usize, usize)> {
+    let Some(start) = text.find(&format!(".entry {name}")) else {
+        return Vec::new();
+    };
+    let header = &text[start..];
+    let header = &header[..header.find('{').unwrap_or(header.len())];
+    let (Some(open), Some(close)) = (header.find('('), header.rfind(')')) else {
+        return Vec::new();
+    };
+    let mut offset = 0usize;
+    let mut out = Vec::new();
+    for param in header[open + 1..close].split(',') {
+        let words: Vec<&str> = param.split_whitespace().collect();
+        if !words.contains(&".param") {
+            continue;
+        }
+        let element = words
+            .iter()
+            .find_map(|w| match w.get(2..) {
+                Some("8") if w.starts_with(".u") || w.starts_with(".s") || w.starts_with(".b") => {
+                    Some(1)
+                }
+                Some("16") => Some(2),
+                Some("32") => Some(4),
+                Some("64") => Some(8),
+                _ => None,
+            })
+            .unwrap_or(8usize);
+        let align: usize = words
+            .iter()
+            .position(|w| *w == ".align")
+            .and_then(|i| words.get(i + 1)?.parse().ok())
+            .unwrap_or(element);
+        let count: usize = words
+            .last()
+            .and_then(|w| w.split_once('['))
+            .and_then(|(_, n)| n.trim_end_matches(']').parse().ok())
+            .unwrap_or(1);
+        offset = offset.next_multiple_of(align.max(1));
+        out.push((offset, element * count));
+        offset += element * count;
+    }
+    out
 }
 
 /// The cluster shape a kernel's header declares with `.reqnctapercluster x, y, z` (missing
@@ -344,6 +394,7 @@ unsafe fn load(
                 name: (*name).to_owned(),
                 max_dynamic_shared: DEFAULT_DYNAMIC_SHARED,
                 required_cluster: required_cluster(&text, name),
+                parameters: parameters(&text, name),
             },
         );
         functions.push(function);
@@ -434,6 +485,48 @@ pub extern "C" fn cuModuleUnload(module: CUmodule) -> c_int {
             world.functions.remove(&function);
         }
         Ok(())
+    })
+}
+
+/// `CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t
+/// *paramSize)`: the layout of the `.param` list of the kernel's header;
+/// `CUDA_ERROR_INVALID_VALUE` past the last one.
+///
+/// # Safety
+/// Each out-pointer is null or valid for one write.
+pub unsafe extern "C" fn cuFuncGetParamInfo(
+    function: CUfunction,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> c_int {
+    entry("cuFuncGetParamInfo", || {
+        ensure(!offset.is_null() && !size.is_null(), status::INVALID_VALUE)?;
+        let world = world();
+        let function = lookup(&world.functions, id(function)?)?;
+        let &(at, bytes) = function
+            .parameters
+            .get(index)
+            .ok_or(status::INVALID_VALUE)?;
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe {
+            put(offset, at)?;
+            put(size, bytes)
+        }
+    })
+}
+
+/// `CUresult cuFuncGetParamCount(CUfunction func, size_t *paramCount)`.
+///
+/// # Safety
+/// `count` is null or valid for one write.
+pub unsafe extern "C" fn cuFuncGetParamCount(function: CUfunction, count: *mut usize) -> c_int {
+    entry("cuFuncGetParamCount", || {
+        ensure(!count.is_null(), status::INVALID_VALUE)?;
+        let world = world();
+        let function = lookup(&world.functions, id(function)?)?;
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(count, function.parameters.len()) }
     })
 }
 

@@ -127,6 +127,8 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuModuleGetFunction" => f!(2000, modl::cuModuleGetFunction),
         "cuModuleUnload" => f!(2000, modl::cuModuleUnload),
         "cuFuncGetAttribute" => f!(2020, modl::cuFuncGetAttribute),
+        "cuFuncGetParamInfo" => f!(12040, modl::cuFuncGetParamInfo),
+        "cuFuncGetParamCount" => f!(13000, modl::cuFuncGetParamCount),
         "cuFuncSetAttribute" => f!(9000, modl::cuFuncSetAttribute),
         "cuLaunchKernel" => f!(4000, modl::cuLaunchKernel),
         "cuLaunchKernelEx" => f!(11080, modl::cuLaunchKernelEx),

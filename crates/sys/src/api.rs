@@ -399,6 +399,10 @@ driver_api! {
         /// `cuFuncGetParamInfo(function, index, &offset, &size)` (CUDA 12.4 drivers and later):
         /// the layout of a kernel's parameters, for checking arguments before a launch.
         fn cuFuncGetParamInfo(function: CUfunction, index: usize, offset: *mut usize, size: *mut usize) since 12040;
+        /// `cuFuncGetParamCount(function, &count)` (CUDA 13.0 drivers): how many parameters a
+        /// kernel has, so their layout is read without probing past the last one (each failing
+        /// probe is an API error that compute-sanitizer reports).
+        fn cuFuncGetParamCount(function: CUfunction, count: *mut usize) since 13000;
         /// `cuStreamGetId(stream, &id)` (CUDA 12.0 drivers and later).
         fn cuStreamGetId(stream: CUstream, id: *mut u64) since 12000;
         /// `cuGraphDebugDotPrint(graph, path, flags)`: writes a graph as Graphviz DOT, for debugging.

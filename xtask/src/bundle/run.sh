@@ -3,6 +3,12 @@
 # `bin/cuhal info`, `bin/cuhal demo` (which must run on the GPU), then every test binary with --include-ignored --test-threads=1.
 #
 #   ./run [ARGS...]       extra arguments go to every test binary (e.g. a name filter)
+#   ./run --sanitize TOOL [ARGS...]
+#                         runs `cuhal demo` and every test binary under compute-sanitizer with
+#                         --tool TOOL (memcheck, racecheck, synccheck or initcheck), skipping the
+#                         tests that only assert timings (instrumented kernels run many times
+#                         slower) and the one that faults on purpose, and prints each binary's
+#                         sanitizer error count; any error fails the run.
 #
 # Each binary runs in its own process, so a test that loses its CUDA context
 # cannot take the others down. A binary that crashes, times out or exits non-zero
@@ -10,12 +16,39 @@
 # "N passed, N failed"; the exit status is non-zero if anything failed.
 #
 # CUHAL_TEST_TIMEOUT (seconds, default 600) bounds each binary when `timeout` exists.
+# CUHAL_SANITIZER names compute-sanitizer (default /usr/local/cuda/bin/compute-sanitizer, else
+# the one on PATH).
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tests=(@TESTS@)
 limit="${CUHAL_TEST_TIMEOUT:-600}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+
+# Tests that only assert timings, and the one that traps on purpose (the sanitizer reports
+# its fault as an error): skipped under --sanitize.
+sanitize_skip=(@SANITIZE_SKIP@)
+
+tool=""
+if [ "${1:-}" = "--sanitize" ]; then
+    tool="${2:-}"
+    case "$tool" in
+    memcheck | racecheck | synccheck | initcheck) ;;
+    *)
+        echo "!! --sanitize needs a tool: memcheck, racecheck, synccheck or initcheck (got '$tool')"
+        exit 2
+        ;;
+    esac
+    shift 2
+    sanitizer="${CUHAL_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}"
+    if [ ! -x "$sanitizer" ]; then
+        sanitizer="$(command -v compute-sanitizer || true)"
+    fi
+    if [ -z "$sanitizer" ]; then
+        echo "!! compute-sanitizer not found (set CUHAL_SANITIZER)"
+        exit 2
+    fi
+fi
 
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
@@ -30,6 +63,31 @@ bounded() {
 
 passed=0
 failed=0
+sanitizer_errors=0
+sanitizer_report=()
+
+# Runs "$@" under the sanitizer when one was asked for; otherwise as it is.
+sanitized() {
+    if [ -n "$tool" ]; then
+        bounded "$sanitizer" --tool "$tool" --target-processes all "$@"
+    else
+        bounded "$@"
+    fi
+}
+
+# Adds up the sanitizer's "ERROR SUMMARY: N errors" lines of a log (one per process) and notes
+# the count under the binary's name.
+count_sanitizer_errors() {
+    local name="$1" log="$2" n
+    [ -n "$tool" ] || return 0
+    n="$(sed -n 's/^========= ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')"
+    if ! grep -q '^========= ERROR SUMMARY:' "$log"; then
+        echo "!! $name: compute-sanitizer printed no error summary"
+        n=1
+    fi
+    sanitizer_errors=$((sanitizer_errors + n))
+    sanitizer_report+=("$tool $name: $n errors")
+}
 
 echo "== cuhal info"
 bounded "$here/bin/cuhal" info
@@ -42,8 +100,9 @@ fi
 echo
 echo "== cuhal demo"
 demo_trace="${CUHAL_DEMO_TRACE:-$logs/cuhal-trace.json}"
-bounded "$here/bin/cuhal" demo --trace "$demo_trace" 2>&1 | tee "$logs/demo.log"
+sanitized "$here/bin/cuhal" demo --trace "$demo_trace" 2>&1 | tee "$logs/demo.log"
 status=${PIPESTATUS[0]}
+count_sanitizer_errors "cuhal-demo" "$logs/demo.log"
 if [ "$status" -ne 0 ]; then
     echo "!! cuhal demo exited with status $status"
     failed=$((failed + 1))
@@ -57,8 +116,15 @@ fi
 for t in "${tests[@]}"; do
     echo
     echo "== $t"
-    bounded "$here/bin/$t" --include-ignored --test-threads=1 "$@" 2>&1 | tee "$logs/$t.log"
+    skips=()
+    if [ -n "$tool" ]; then
+        for name in "${sanitize_skip[@]}"; do
+            skips+=(--skip "$name")
+        done
+    fi
+    sanitized "$here/bin/$t" --include-ignored --test-threads=1 "${skips[@]}" "$@" 2>&1 | tee "$logs/$t.log"
     status=${PIPESTATUS[0]}
+    count_sanitizer_errors "$t" "$logs/$t.log"
     # libtest's summary: "test result: ok. 3 passed; 0 failed; 0 ignored; ...".
     # The last one is the binary's own (earlier ones could come from test output).
     counts="$(sed -n 's/^test result: [A-Za-z]*\. \([0-9][0-9]*\) passed; \([0-9][0-9]*\) failed;.*/\1 \2/p' "$logs/$t.log" | tail -n 1)"
@@ -81,6 +147,18 @@ for t in "${tests[@]}"; do
     passed=$((passed + p))
     failed=$((failed + f))
 done
+
+if [ -n "$tool" ]; then
+    echo
+    echo "== compute-sanitizer --tool $tool, errors per binary"
+    for line in "${sanitizer_report[@]}"; do
+        echo "$line"
+    done
+    echo "$tool: $sanitizer_errors errors in total"
+    if [ "$sanitizer_errors" -ne 0 ]; then
+        failed=$((failed + 1))
+    fi
+fi
 
 echo
 echo "$passed passed, $failed failed"

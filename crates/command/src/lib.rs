@@ -89,7 +89,7 @@ pub use range::BufferRange;
 pub use recorder::{CommandBufferState, CommandRecorder, Dispatch, FillPattern};
 pub use stream::StreamCommandBuffer;
 pub use stream_work::{StreamWork, StreamWorkError, StreamWorkFn, WorkError, WorkRange};
-pub use trace_hook::{Verbosity, ZoneInfo, ZoneRecorder};
+pub use trace_hook::{CommandTiming, Verbosity, ZoneInfo, ZoneRecorder};
 
 use std::sync::Arc;
 

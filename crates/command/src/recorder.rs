@@ -6,7 +6,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cuhal_sys::{CUcontext, CUevent, PrimaryContext};
+use cuhal_sys::{CUcontext, CUevent, CUgraphNode, PrimaryContext};
 
 use crate::binding::{BindingLayout, Operand};
 use crate::executable::{validate_arguments, validate_dispatch};
@@ -309,6 +309,8 @@ pub(crate) use forward_recording;
 pub(crate) struct CommandZone {
     pub(crate) begin: Option<CUevent>,
     pub(crate) end: Option<CUevent>,
+    /// Timed from activity records: no events, and the tracer wants the command's graph node.
+    pub(crate) by_activity: bool,
 }
 
 /// What a command buffer kind does with checked commands. Operands are addresses, or slots
@@ -349,6 +351,10 @@ pub(crate) trait Encoder {
     /// it happens before it, everything after it happens after it.
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error>;
     fn end(&mut self) -> Result<(), Error>;
+    /// The graph node the last command was recorded as (graph command buffers only).
+    fn last_command_node(&self) -> Option<CUgraphNode> {
+        None
+    }
 }
 
 /// The tracer attached to a command buffer, with its verbosity read once.
@@ -390,11 +396,23 @@ impl ZoneHooks {
     fn command(&self, name: &str) -> CommandZone {
         match &self.recorder {
             Some(r) if self.verbosity >= Verbosity::Fine => {
-                let begin = r.begin_zone(name);
-                let end = r.end_zone();
-                CommandZone { begin, end }
+                let timing = r.command_zone(name);
+                CommandZone {
+                    begin: timing.begin,
+                    end: timing.end,
+                    by_activity: timing.by_activity,
+                }
             }
             _ => CommandZone::default(),
+        }
+    }
+
+    /// Tells the tracer which graph node an activity-timed command became.
+    fn command_node(&self, zone: CommandZone, node: Option<CUgraphNode>) {
+        if let (true, Some(r), Some(node)) = (zone.by_activity, &self.recorder, node) {
+            // SAFETY: the encoder just added `node` to its graph, which lives as long as the
+            // command buffer.
+            unsafe { r.command_node(node) };
         }
     }
 }
@@ -607,6 +625,8 @@ impl<E: Encoder> Recorder<E> {
     fn encode_copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
         let zone = self.zones.command("copy");
         self.encode(|e| e.copy(Operand::of(source), Operand::of(target), source.len(), zone))?;
+        self.zones
+            .command_node(zone, self.encoder.last_command_node());
         self.groups.command(false);
         self.retain_range(source);
         self.retain_range(target);
@@ -641,6 +661,8 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.check_range(target)?;
         let zone = self.zones.command("fill");
         self.encode(|e| e.fill(Operand::of(target), target.len(), pattern, zone))?;
+        self.zones
+            .command_node(zone, self.encoder.last_command_node());
         self.groups.command(false);
         self.retain_range(target);
         self.layout.use_range(target, pattern.size());
@@ -660,6 +682,8 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.check_range(target)?;
         let zone = self.zones.command("update");
         self.encode(|e| e.update(Operand::of(target), data, zone))?;
+        self.zones
+            .command_node(zone, self.encoder.last_command_node());
         self.groups.command(false);
         self.retain_range(target);
         self.layout.use_range(target, 1);
@@ -724,6 +748,8 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         };
         let zone = self.zones.command(function.name());
         self.encode(|e| e.dispatch(&dispatch, zone))?;
+        self.zones
+            .command_node(zone, self.encoder.last_command_node());
         self.groups.command(true);
         self.retained.function(function);
         for buffer in dispatch.args.buffers() {

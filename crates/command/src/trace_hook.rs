@@ -6,7 +6,7 @@
 //! graph, or an event command in a deferred buffer's arena. With no recorder, or one whose
 //! verbosity is [`Verbosity::Off`], recording costs one branch per command and nothing more.
 
-use cuhal_sys::CUevent;
+use cuhal_sys::{CUevent, CUgraphNode};
 
 /// How much a queue traces. Chosen per queue at creation.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
@@ -31,6 +31,19 @@ pub struct ZoneInfo {
     pub line: u32,
 }
 
+/// How one command's FINE zone is timed: by events the command buffer records around it, or by
+/// the driver's own activity records (CUPTI), which need no extra GPU work.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommandTiming {
+    /// The event to record before the command, if timed by events.
+    pub begin: Option<CUevent>,
+    /// The event to record after the command, if timed by events.
+    pub end: Option<CUevent>,
+    /// The tracer times the command from activity records: the command buffer records no event
+    /// and reports the command's graph node ([`ZoneRecorder::command_node`]) if it has one.
+    pub by_activity: bool,
+}
+
 /// A command buffer's list of timing zones, supplied by a tracer. One per command buffer.
 ///
 /// Events handed out are owned by the recorder: the command buffer only records them. The
@@ -47,7 +60,7 @@ pub struct ZoneInfo {
 ///
 /// ```compile_fail
 /// use cuhal_command::{Verbosity, ZoneRecorder};
-/// use cuhal_sys::CUevent;
+/// use cuhal_sys::{CUevent, CUgraphNode};
 /// struct Forged;
 /// impl ZoneRecorder for Forged {
 ///     fn verbosity(&self) -> Verbosity { Verbosity::Fine }
@@ -69,6 +82,25 @@ pub unsafe trait ZoneRecorder: Send + Sync {
     /// Closes the innermost open zone; same contract for the returned event. Called once for
     /// every `begin_zone`, even one that returned `None`, so the recorder keeps nesting balanced.
     fn end_zone(&self) -> Option<CUevent>;
+
+    /// Opens and closes the FINE zone of one command. The default times it by events: a
+    /// [`ZoneRecorder::begin_zone`] and [`ZoneRecorder::end_zone`] pair.
+    fn command_zone(&self, name: &str) -> CommandTiming {
+        CommandTiming {
+            begin: self.begin_zone(name),
+            end: self.end_zone(),
+            by_activity: false,
+        }
+    }
+
+    /// The graph node a command whose zone is timed by activity was recorded as (graph command
+    /// buffers only; called right after that command's `command_zone`). The default ignores it.
+    ///
+    /// # Safety
+    /// `node` must be a live node of the command buffer's graph.
+    unsafe fn command_node(&self, node: CUgraphNode) {
+        let _ = node;
+    }
 
     /// Called by the queue just before it issues (launches or replays) the command buffer again,
     /// which re-records its events: collections of earlier submissions still pending must not

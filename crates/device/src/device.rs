@@ -7,7 +7,7 @@ use cuhal_command::{Buffer, Executable, HostBuffer};
 use cuhal_scheduler::QueueOptions;
 use cuhal_semaphore::{Failure, SemaphoreOptions};
 use cuhal_sys::{DeviceInfo, DriverApi, PrimaryContext};
-use cuhal_trace::{Sink, TraceConfig, TraceContext, Verbosity};
+use cuhal_trace::{CuptiChoice, Sink, TraceConfig, TraceContext, Verbosity};
 
 use crate::Semaphore;
 use crate::error::{Error, Result};
@@ -73,6 +73,9 @@ pub struct DeviceOptions {
     pub queue_priorities: Vec<i32>,
     /// Where traced zones go (required for tracing to record anything).
     pub trace_sink: Option<Arc<dyn Sink>>,
+    /// Where FINE command zones get their times: CUPTI's activity records when it can be had
+    /// (the default), timing events otherwise.
+    pub cupti: CuptiChoice,
     /// How long a completion thread polls an event before blocking on it.
     pub completion_spin: Duration,
     /// How long the completion thread pauses between two queries of an event while it spins:
@@ -100,6 +103,7 @@ impl Default for DeviceOptions {
             queue_tracing: Vec::new(),
             queue_priorities: Vec::new(),
             trace_sink: None,
+            cupti: CuptiChoice::default(),
             completion_spin: QueueOptions::DEFAULT_COMPLETION_SPIN,
             completion_poll_interval: Duration::from_micros(1),
             host_wait_spin: Duration::from_micros(200),
@@ -118,6 +122,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("tracing", &self.tracing)
             .field("queue_tracing", &self.queue_tracing)
             .field("queue_priorities", &self.queue_priorities)
+            .field("cupti", &self.cupti)
             .field("completion_spin", &self.completion_spin)
             .field("completion_poll_interval", &self.completion_poll_interval)
             .field("host_wait_spin", &self.host_wait_spin)
@@ -219,7 +224,10 @@ impl Device {
                 (Some(sink), verbosity) if verbosity != Verbosity::Off => Some(
                     TraceContext::new(
                         context.clone(),
-                        TraceConfig::new(verbosity, format!("GPU {ordinal} queue {index}")),
+                        TraceConfig {
+                            cupti: options.cupti.clone(),
+                            ..TraceConfig::new(verbosity, format!("GPU {ordinal} queue {index}"))
+                        },
                         sink.clone(),
                     )
                     .map_err(|e| shared.lost.filter(e.into()))?,

@@ -76,7 +76,7 @@ pub use cuhal_command::{
 };
 pub use cuhal_semaphore::{Failure, Timeout};
 pub use cuhal_sys::{LinkKind, PeerLink};
-pub use cuhal_trace::{JsonSink, MemorySink, Sink, Verbosity};
+pub use cuhal_trace::{CuptiChoice, JsonSink, MemorySink, Sink, Verbosity};
 
 /// A timeline semaphore whose device timepoints are pooled CUDA events.
 pub type Semaphore = cuhal_semaphore::Semaphore<CudaEvent>;

@@ -10,8 +10,9 @@ use smallvec::SmallVec;
 
 use crate::Error;
 use crate::backend::{CudaEvents, EventBackend};
+use crate::cupti::{Activity, CuptiApi, CuptiError, CuptiSession};
 use crate::hook::{Verbosity, ZoneRecorder};
-use crate::list::{ListInner, Record, ZoneList};
+use crate::list::{ListInner, ListState, Record, ZoneList};
 use crate::lock::lock;
 use crate::pool::{Ev, EventPool, PoolLimits};
 use crate::sink::{DropReason, Sink, TrackId};
@@ -28,6 +29,76 @@ pub struct TraceConfig {
     pub pool: PoolLimits,
     /// Re-base when the base event is older than this (default 8 s: a step of 0.49 us).
     pub rebase_after: Duration,
+    /// Where FINE command zones get their times (default: CUPTI when it can be had).
+    pub cupti: CuptiChoice,
+}
+
+/// Whether FINE zones of commands come from CUPTI's activity records or from timing events.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub enum CuptiChoice {
+    /// Timing events around every command (extra graph nodes or stream records).
+    Off,
+    /// CUPTI when it loads and no other profiler holds it; otherwise timing events, said once
+    /// on stderr and in [`TraceStats::cupti_unavailable`].
+    #[default]
+    Auto,
+    /// CUPTI or an error ([`Error::Cupti`]) naming why it cannot be had.
+    Required,
+    /// Loads CUPTI from this path (else as [`CuptiChoice::Auto`] does); `required` as
+    /// [`CuptiChoice::Required`].
+    Library {
+        /// The library to open.
+        path: std::path::PathBuf,
+        /// Fail instead of falling back.
+        required: bool,
+    },
+    /// Uses these entry points instead of loading the library (a fake CUPTI in tests).
+    Api {
+        /// The entry points.
+        api: CuptiApi,
+        /// Fail instead of falling back.
+        required: bool,
+    },
+}
+
+/// Where a context's FINE command zones get their times.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FineSource {
+    /// Not FINE: no command zones.
+    #[default]
+    None,
+    /// Timing events around each command.
+    Events,
+    /// CUPTI activity records.
+    Cupti,
+}
+
+/// Says once per process why FINE tracing fell back to events.
+fn report_fallback(error: &CuptiError) {
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    if !REPORTED.swap(true, Ordering::Relaxed) {
+        eprintln!("cuhal: FINE tracing uses timing events, not CUPTI: {error}");
+    }
+}
+
+/// Opens the CUPTI session `choice` asks for. `Ok(Err(reason))`: fell back to events.
+fn open_cupti(choice: &CuptiChoice) -> Result<Result<Arc<CuptiSession>, &'static str>, Error> {
+    let (result, required) = match choice {
+        CuptiChoice::Off => return Ok(Err("turned off")),
+        CuptiChoice::Auto => (CuptiSession::acquire(None), false),
+        CuptiChoice::Required => (CuptiSession::acquire(None), true),
+        CuptiChoice::Library { path, required } => (CuptiSession::acquire(Some(path)), *required),
+        CuptiChoice::Api { api, required } => (CuptiSession::acquire_with(*api), *required),
+    };
+    match result {
+        Ok(session) => Ok(Ok(session)),
+        Err(e) if required => Err(Error::Cupti(e)),
+        Err(e) => {
+            report_fallback(&e);
+            Ok(Err(e.reason()))
+        }
+    }
 }
 
 impl Default for TraceConfig {
@@ -37,6 +108,7 @@ impl Default for TraceConfig {
             name: "GPU".to_owned(),
             pool: PoolLimits::default(),
             rebase_after: Duration::from_nanos(DEFAULT_REBASE_AFTER_NS),
+            cupti: CuptiChoice::default(),
         }
     }
 }
@@ -98,6 +170,12 @@ pub struct TraceStats {
     pub calibrations: u64,
     /// Half the host-time bracket of the current calibration, in nanoseconds.
     pub calibration_uncertainty_ns: u64,
+    /// Where FINE command zones get their times.
+    pub fine_source: FineSource,
+    /// Why CUPTI is not used, when FINE fell back to events ("library not found", ...).
+    pub cupti_unavailable: Option<&'static str>,
+    /// Command zones timed from CUPTI activity records and handed to the sink.
+    pub activity_zones: u64,
 }
 
 #[derive(Default)]
@@ -107,6 +185,7 @@ pub(crate) struct Counters {
     dropped: [AtomicU64; DropReason::ALL.len()],
     calibrations: AtomicU64,
     uncertainty_ns: AtomicU64,
+    activity_zones: AtomicU64,
 }
 
 /// A submitted list waiting for collection.
@@ -120,6 +199,24 @@ enum Outcome {
     Done,
     /// Some event has not completed: keep it for a later collection.
     NotReady,
+}
+
+/// Collections a list with activity-timed commands waits for its records once its events
+/// completed, before its command zones are given up on.
+const ACTIVITY_PATIENCE: u32 = 16;
+
+/// The time of the `End` that closes the zone enclosing record `at`, if it has one.
+fn enclosing_end(records: &[Record], times: &[u64], at: usize) -> Option<u64> {
+    let mut depth = 0i32;
+    for (record, &ns) in records.iter().zip(times).skip(at + 1) {
+        match record {
+            Record::Begin { .. } => depth += 1,
+            Record::End { .. } if depth == 0 => return Some(ns),
+            Record::End { .. } => depth -= 1,
+            Record::Command { .. } => {}
+        }
+    }
+    None
 }
 
 /// Calibration attempts per (re-)calibration: the bracket of one attempt varies with how fast
@@ -142,6 +239,14 @@ struct CollectState {
     retry: Vec<Pending>,
     /// Timestamps of one list's records; reused.
     times: Vec<u64>,
+    /// Begin and end of each activity-timed command of one list (`None`: no record); reused.
+    command_times: Vec<Option<(u64, u64)>>,
+    /// Indices into the arrived records of one list's records; reused.
+    candidates: Vec<usize>,
+    /// Indices of the records matched to one list's commands; reused.
+    matched: Vec<usize>,
+    /// CUPTI's clock mapped onto the backend's host clock.
+    cupti_clock: Option<crate::cupti::ClockMap>,
     /// Drops already handed to the sink, per reason.
     reported: [u64; DropReason::ALL.len()],
 }
@@ -158,6 +263,10 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     rebase_after_ns: u64,
     pub(crate) counters: Counters,
+    /// The CUPTI session FINE command zones are timed from, if any.
+    pub(crate) cupti: Option<Arc<CuptiSession>>,
+    fine_source: FineSource,
+    cupti_unavailable: Option<&'static str>,
 }
 
 impl Shared {
@@ -231,6 +340,17 @@ impl Shared {
                     .calibration
                     .is_stale(self.backend.now_ns(), self.rebase_after_ns);
             let ready = bound.is_ok() && (!stale || self.calibrate(&mut cs).is_ok());
+            if let Some(session) = &self.cupti {
+                // Records of completed work; a failure leaves them for the next collection.
+                let _ = session.flush();
+                let now = self.backend.now_ns();
+                let stale = cs.cupti_clock.is_none_or(|c| {
+                    now.saturating_sub(c.taken_at_ns) > crate::cupti::REBASE_AFTER_NS
+                });
+                if stale && let Ok(map) = session.calibrate_against(|| self.backend.now_ns()) {
+                    cs.cupti_clock = Some(map);
+                }
+            }
             while let Some(entry) = cs.work.pop_front() {
                 let outcome = if ready {
                     self.collect_one(&mut cs, &entry, &mut zones)
@@ -269,24 +389,17 @@ impl Shared {
     }
 
     fn collect_one(&self, cs: &mut CollectState, entry: &Pending, zones: &mut u64) -> Outcome {
-        let state = lock(&entry.list.state);
+        let mut state = lock(&entry.list.state);
         if state.submissions != entry.generation {
             // Submitted again since: the events now time the later submission, which reports them.
             self.count_dropped(DropReason::Superseded, state.timed_zones);
             return Outcome::Done;
         }
-        let Some(anchor) = state.records.iter().find_map(|r| match r {
-            Record::Begin { begin, .. } => Some(*begin),
-            Record::End { .. } => None,
-        }) else {
+        let Some(anchor) = state.records.iter().find_map(Record::event) else {
             return Outcome::Done;
         };
-        let event_of = |r: &Record| match r {
-            Record::Begin { begin, .. } => *begin,
-            Record::End { end } => *end,
-        };
         // The last event recorded is, on a stream, the last to complete: a cheap early out.
-        if let Some(last) = state.records.last().map(event_of) {
+        if let Some(last) = state.records.iter().rev().find_map(Record::event) {
             // SAFETY: the list's events come from this context's pool and stay alive while the
             // list (held by `entry`) does.
             match unsafe { self.backend.query(last.0) } {
@@ -309,11 +422,16 @@ impl Shared {
         };
         // Every event's time first, so a list is shown whole or not at all. `elapsed_ms` answers
         // `None` (CUDA_ERROR_NOT_READY) for any event not complete yet, exactly as cuEventQuery.
+        // Activity-timed commands get a placeholder here and their times below.
         cs.times.clear();
         let base_ns = cs.calibration.base_ns;
         for record in &state.records {
+            let Some(event) = record.event() else {
+                cs.times.push(0);
+                continue;
+            };
             // SAFETY: as above, both events belong to the list.
-            match unsafe { self.backend.elapsed_ms(anchor.0, event_of(record).0) } {
+            match unsafe { self.backend.elapsed_ms(anchor.0, event.0) } {
                 Ok(Some(ms)) => cs
                     .times
                     .push(timebase::event_ns(base_ns, base_to_anchor, ms)),
@@ -324,29 +442,152 @@ impl Shared {
                 }
             }
         }
-        let mut open = 0u64;
+        cs.command_times.clear();
+        if state.commands > 0 {
+            match self.command_times(cs, &mut state) {
+                Some(true) => {}
+                Some(false) => {
+                    state.activity_waits += 1;
+                    if state.activity_waits < ACTIVITY_PATIENCE {
+                        return Outcome::NotReady;
+                    }
+                    // Records that never came (lost by CUPTI, or a submission whose launches
+                    // did not match its commands): the command zones are dropped, the rest shown.
+                    self.count_dropped(DropReason::ActivityMissing, u64::from(state.commands));
+                }
+                None => {
+                    self.count_dropped(DropReason::ActivityMissing, u64::from(state.commands));
+                }
+            }
+        }
+        let mut open: SmallVec<[u64; 8]> = SmallVec::new();
         let mut latest = 0u64;
-        for (record, &ns) in state.records.iter().zip(&cs.times) {
-            latest = latest.max(ns);
+        let mut command = 0usize;
+        let mut activity_zones = 0u64;
+        for (i, (record, &ns)) in state.records.iter().zip(&cs.times).enumerate() {
             match record {
                 Record::Begin { name, .. } => {
+                    latest = latest.max(ns);
                     self.sink.gpu_zone_begin(self.track, name, ns);
-                    open += 1;
+                    open.push(ns);
                 }
                 Record::End { .. } => {
+                    latest = latest.max(ns);
                     self.sink.gpu_zone_end(self.track, ns);
-                    open -= 1;
+                    open.pop();
                     *zones += 1;
+                }
+                Record::Command { name, .. } => {
+                    let Some(&times) = cs.command_times.get(command) else {
+                        continue;
+                    };
+                    command += 1;
+                    let Some((begin, end)) = times else {
+                        self.count_dropped(DropReason::ActivityMissing, 1);
+                        continue;
+                    };
+                    // Event and activity times come from two calibrations: keep the command
+                    // inside its enclosing zone so viewers nest it.
+                    let floor = open.last().copied().unwrap_or(0);
+                    let ceiling = enclosing_end(&state.records, &cs.times, i).unwrap_or(u64::MAX);
+                    let begin = begin.clamp(floor, ceiling.max(floor));
+                    let end = end.clamp(begin, ceiling.max(begin));
+                    latest = latest.max(end);
+                    self.sink.gpu_zone_begin(self.track, name, begin);
+                    self.sink.gpu_zone_end(self.track, end);
+                    *zones += 1;
+                    activity_zones += 1;
                 }
             }
         }
         // Zones never ended when submitted are closed at the list's last time, so the sink's
         // nesting stays balanced.
-        for _ in 0..open {
+        for _ in 0..open.len() {
             self.sink.gpu_zone_end(self.track, latest);
             *zones += 1;
         }
+        self.counters
+            .activity_zones
+            .fetch_add(activity_zones, Ordering::Relaxed);
         Outcome::Done
+    }
+
+    /// Finds the activity records of `state`'s commands among those CUPTI delivered, takes them,
+    /// and puts each command's times (trace clock) in `cs.command_times`. `Some(false)`: not all
+    /// arrived yet; `None`: they can never match (no CUPTI, or launches and commands differ).
+    fn command_times(&self, cs: &mut CollectState, state: &mut ListState) -> Option<bool> {
+        let session = self.cupti.as_ref()?;
+        let ids = &state.ids;
+        let commands = state.commands as usize;
+        // A graph is one launch whose records carry node ids; a deferred replay is one launch
+        // per command, in order.
+        let graph = ids.len() == 1
+            && state
+                .records
+                .iter()
+                .any(|r| matches!(r, Record::Command { node_id, .. } if *node_id != 0));
+        if !graph && ids.len() != commands {
+            return None;
+        }
+        let clock = cs.cupti_clock?;
+        session.with_arrived(|arrived| {
+            cs.candidates.clear();
+            cs.candidates.extend(
+                arrived
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| ids.contains(&a.correlation_id))
+                    .map(|(i, _)| i),
+            );
+            if cs.candidates.len() < commands {
+                return Some(false);
+            }
+            cs.matched.clear();
+            let mut ordinal = 0usize;
+            for record in &state.records {
+                let Record::Command { node_id, .. } = record else {
+                    continue;
+                };
+                let wanted = |a: &Activity| {
+                    if graph {
+                        *node_id != 0 && session.original_node_id(a.graph_node_id) == *node_id
+                    } else {
+                        a.correlation_id == ids[ordinal]
+                    }
+                };
+                let found = cs
+                    .candidates
+                    .iter()
+                    .copied()
+                    .find(|&i| !cs.matched.contains(&i) && wanted(&arrived[i]));
+                match found {
+                    Some(i) => cs.matched.push(i),
+                    // A graph command whose node has no record of its own (an indirect
+                    // dispatch's, whose node is not reported): its zone alone is dropped.
+                    None if graph => cs.matched.push(usize::MAX),
+                    None => return Some(false),
+                }
+                ordinal += 1;
+            }
+            if graph && cs.matched.iter().all(|&i| i == usize::MAX) {
+                // Nothing matched: the records may be late.
+                return Some(false);
+            }
+            for &i in &cs.matched {
+                cs.command_times.push(
+                    arrived
+                        .get(i)
+                        .map(|a| (clock.to_trace_ns(a.start), clock.to_trace_ns(a.end))),
+                );
+            }
+            // Take every record of the list's launches (matched or not), highest index first so
+            // the lower ones stay valid.
+            cs.candidates.sort_unstable_by(|a, b| b.cmp(a));
+            for &i in &cs.candidates {
+                arrived.swap_remove(i);
+            }
+            Some(true)
+        })
     }
 
     fn report_drops(&self, cs: &mut CollectState) {
@@ -421,6 +662,14 @@ impl TraceContext {
         if config.verbosity == Verbosity::Off {
             return Ok(Self::off());
         }
+        let (cupti, fine_source, cupti_unavailable) = if config.verbosity == Verbosity::Fine {
+            match open_cupti(&config.cupti)? {
+                Ok(session) => (Some(session), FineSource::Cupti, None),
+                Err(reason) => (None, FineSource::Events, Some(reason)),
+            }
+        } else {
+            (None, FineSource::None, None)
+        };
         let _bound = backend.enter()?;
         let mut created: SmallVec<[Ev; CALIBRATION_TRIES]> = SmallVec::new();
         let mut failure = None;
@@ -464,12 +713,19 @@ impl TraceContext {
                 work: VecDeque::new(),
                 retry: Vec::new(),
                 times: Vec::new(),
+                command_times: Vec::new(),
+                candidates: Vec::new(),
+                matched: Vec::new(),
+                cupti_clock: None,
                 reported: [0; DropReason::ALL.len()],
                 calibration_broken: false,
             }),
             closed: AtomicBool::new(false),
             rebase_after_ns: u64::try_from(config.rebase_after.as_nanos()).unwrap_or(u64::MAX),
             counters: Counters::default(),
+            cupti,
+            fine_source,
+            cupti_unavailable,
         };
         // From here `shared` owns the base events and destroys them on any failure.
         {
@@ -552,6 +808,9 @@ impl TraceContext {
             pending_submissions: lock(&s.pending).len(),
             calibrations: c.calibrations.load(Ordering::Relaxed),
             calibration_uncertainty_ns: c.uncertainty_ns.load(Ordering::Relaxed),
+            fine_source: s.fine_source,
+            cupti_unavailable: s.cupti_unavailable,
+            activity_zones: c.activity_zones.load(Ordering::Relaxed),
         }
     }
 

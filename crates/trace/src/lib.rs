@@ -60,7 +60,7 @@ pub mod sink;
 pub mod timebase;
 
 pub use backend::{CudaEvents, EventBackend};
-pub use context::{DropCounts, TraceConfig, TraceContext, TraceStats};
+pub use context::{CuptiChoice, DropCounts, FineSource, TraceConfig, TraceContext, TraceStats};
 pub use cpu_zone::{CpuZone, thread_id};
 pub use error::Error;
 pub use hook::{Verbosity, ZoneInfo, ZoneRecorder};

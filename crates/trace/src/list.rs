@@ -9,11 +9,15 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use std::cell::RefCell;
+
+use cuhal_command::CommandTiming;
 use cuhal_sys::{CUevent, CUgraph, CUgraphNode, CUstream};
 use smallvec::SmallVec;
 
 use crate::Error;
 use crate::context::Shared;
+use crate::cupti::CaptureGuard;
 use crate::hook::Verbosity;
 use crate::lock::lock;
 use crate::pool::Ev;
@@ -25,6 +29,20 @@ pub(crate) enum Record {
     Begin { name: Arc<str>, begin: Ev },
     /// The innermost timed zone ended.
     End { end: Ev },
+    /// One command timed by its activity record (CUPTI): no events. `node_id` is CUPTI's id
+    /// of the command's graph node (0 outside graphs).
+    Command { name: Arc<str>, node_id: u64 },
+}
+
+impl Record {
+    /// The event this record times, if it has one.
+    pub(crate) fn event(&self) -> Option<Ev> {
+        match self {
+            Record::Begin { begin, .. } => Some(*begin),
+            Record::End { end } => Some(*end),
+            Record::Command { .. } => None,
+        }
+    }
 }
 
 pub(crate) struct ListState {
@@ -37,8 +55,35 @@ pub(crate) struct ListState {
     pub(crate) submissions: u64,
     /// `will_issue` counted the submission being issued; its `on_submit` must not count it again.
     issuing: bool,
-    /// Zones with events (begun, whether or not ended).
+    /// Zones with events (begun, whether or not ended), and activity-timed commands.
     pub(crate) timed_zones: u64,
+    /// Activity-timed commands in `records`.
+    pub(crate) commands: u32,
+    /// Correlation ids of the launches of the latest issue, in order (reused).
+    pub(crate) ids: Vec<u32>,
+    /// Collections that found the latest issue's events complete but not its records.
+    pub(crate) activity_waits: u32,
+}
+
+thread_local! {
+    /// The list whose issue this thread is capturing launch ids for, and the capture.
+    static CAPTURING: RefCell<Option<(Arc<ListInner>, CaptureGuard)>> = const { RefCell::new(None) };
+}
+
+/// Ends the capture open on this thread, if any, handing its ids to its list.
+fn finish_capture() {
+    let Some((list, guard)) = CAPTURING
+        .try_with(|c| c.try_borrow_mut().ok().and_then(|mut c| c.take()))
+        .ok()
+        .flatten()
+    else {
+        return;
+    };
+    guard.finish(|ids| {
+        let mut state = lock(&list.state);
+        state.ids.clear();
+        state.ids.extend_from_slice(ids);
+    });
 }
 
 pub(crate) struct ListInner {
@@ -92,6 +137,9 @@ impl ZoneList {
                     submissions: 0,
                     issuing: false,
                     timed_zones: 0,
+                    commands: 0,
+                    ids: Vec::new(),
+                    activity_waits: 0,
                 }),
             }),
             verbosity,
@@ -143,6 +191,54 @@ impl ZoneList {
         Some(end.0)
     }
 
+    /// Opens and closes the FINE zone of one command. With CUPTI the command is timed by its
+    /// activity record: no events, nothing added to the GPU work. Otherwise a begin and an end
+    /// event, as [`ZoneList::begin_zone`] and [`ZoneList::end_zone`].
+    pub fn command_zone(&self, name: &str) -> CommandTiming {
+        if self.verbosity == Verbosity::Off {
+            return CommandTiming::default();
+        }
+        let shared = &self.inner.shared;
+        if shared.cupti.is_none() {
+            return CommandTiming {
+                begin: self.begin_zone(name),
+                end: self.end_zone(),
+                by_activity: false,
+            };
+        }
+        let name = shared.intern(name);
+        let mut state = lock(&self.inner.state);
+        state.records.push(Record::Command { name, node_id: 0 });
+        state.commands += 1;
+        state.timed_zones += 1;
+        shared
+            .counters
+            .zones_recorded
+            .fetch_add(1, Ordering::Relaxed);
+        CommandTiming {
+            begin: None,
+            end: None,
+            by_activity: true,
+        }
+    }
+
+    /// The graph node the last activity-timed command became: its CUPTI id is how its record
+    /// is found.
+    ///
+    /// # Safety
+    /// `node` must be a live graph node.
+    pub unsafe fn command_node(&self, node: CUgraphNode) {
+        let Some(session) = &self.inner.shared.cupti else {
+            return;
+        };
+        // SAFETY: the caller vouches for the node.
+        let id = unsafe { session.graph_node_id(node) }.unwrap_or(0);
+        let mut state = lock(&self.inner.state);
+        if let Some(Record::Command { node_id, .. }) = state.records.last_mut() {
+            *node_id = id;
+        }
+    }
+
     /// Marks every earlier submission of this list still waiting for collection as superseded,
     /// before the events are recorded again; the following [`ZoneList::on_submit`] then queues
     /// the new submission under that generation. (Without this call, `on_submit` does both.)
@@ -154,6 +250,20 @@ impl ZoneList {
         if !state.issuing {
             state.submissions += 1;
             state.issuing = true;
+        }
+        let capture = state.commands > 0;
+        state.activity_waits = 0;
+        drop(state);
+        if capture {
+            // The issue follows on this thread: its launches' ids are this list's. A capture
+            // still open belongs to the list issued before, whose launches are all made.
+            finish_capture();
+            let guard = CaptureGuard::start();
+            let _ = CAPTURING.try_with(|c| {
+                if let Ok(mut c) = c.try_borrow_mut() {
+                    *c = Some((self.inner.clone(), guard));
+                }
+            });
         }
     }
 
@@ -168,6 +278,21 @@ impl ZoneList {
             return None;
         }
         let shared = &self.inner.shared;
+        if shared.cupti.is_some() {
+            // This list's launches are all made: its capture (if still open) is complete.
+            let mine = CAPTURING
+                .try_with(|c| {
+                    c.try_borrow()
+                        .ok()
+                        .and_then(|c| c.as_ref().map(|(l, _)| Arc::ptr_eq(l, &self.inner)))
+                })
+                .ok()
+                .flatten()
+                .unwrap_or(false);
+            if mine {
+                finish_capture();
+            }
+        }
         let generation = {
             let mut state = lock(&self.inner.state);
             let announced = std::mem::take(&mut state.issuing);
@@ -286,6 +411,15 @@ unsafe impl crate::hook::ZoneRecorder for ZoneList {
 
     fn end_zone(&self) -> Option<CUevent> {
         ZoneList::end_zone(self)
+    }
+
+    fn command_zone(&self, name: &str) -> CommandTiming {
+        ZoneList::command_zone(self, name)
+    }
+
+    unsafe fn command_node(&self, node: CUgraphNode) {
+        // SAFETY: the caller's contract (a live node) is this method's.
+        unsafe { ZoneList::command_node(self, node) }
     }
 
     fn will_issue(&self) {

@@ -245,6 +245,10 @@ impl GraphEncoder {
 impl Encoder for GraphEncoder {
     const ATTRIBUTE_PATH: AttributePath = AttributePath::GraphNode;
 
+    fn last_command_node(&self) -> Option<CUgraphNode> {
+        self.last_command
+    }
+
     fn fill(
         &mut self,
         target: Operand,

@@ -56,6 +56,7 @@ struct State {
     next_correlation: u32,
     node_ids: HashMap<usize, u64>,
     clock_offset_ns: i128,
+    fixed_timestamp: Option<u64>,
     dropped: usize,
     flushes: u64,
 }
@@ -228,8 +229,8 @@ unsafe extern "C" fn dropped_records(_c: CUcontext, _s: u32, out: *mut usize) ->
 }
 
 unsafe extern "C" fn get_timestamp(out: *mut u64) -> CUptiResult {
-    let offset = with(|s| s.clock_offset_ns);
-    let t = i128::from(clock::now_ns()) + offset;
+    let (offset, fixed) = with(|s| (s.clock_offset_ns, s.fixed_timestamp));
+    let t = fixed.map_or(i128::from(clock::now_ns()) + offset, i128::from);
     // SAFETY: a valid out-pointer.
     unsafe { *out = u64::try_from(t.max(0)).unwrap_or(u64::MAX) };
     CUPTI_SUCCESS
@@ -318,6 +319,11 @@ impl FakeCupti {
     /// CUPTI's clock runs `offset_ns` ahead of the trace clock.
     pub fn set_clock_offset(&self, offset_ns: i128) {
         with(|s| s.clock_offset_ns = offset_ns);
+    }
+
+    /// `cuptiGetTimestamp` answers `t` from now on (`None`: the trace clock plus the offset).
+    pub fn set_timestamp(&self, t: Option<u64>) {
+        with(|s| s.fixed_timestamp = t);
     }
 
     /// `cuptiActivityFlushAll` calls so far.

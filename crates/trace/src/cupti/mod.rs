@@ -22,9 +22,12 @@ pub mod records;
 mod session;
 
 pub use error::CuptiError;
+pub use ffi::CuptiApi;
 pub use load::{CuptiLibrary, DEFAULT_LIBRARIES, LIBRARY_ENV, candidates};
 pub use records::{Activity, ActivityKind};
-pub use session::{BUFFER_BYTES, CaptureGuard, ClockMap, CuptiSession, MAX_BUFFERS};
+pub use session::{
+    BUFFER_BYTES, CaptureGuard, ClockMap, CuptiSession, MAX_BUFFERS, REBASE_AFTER_NS,
+};
 
 #[cfg(test)]
 mod tests;

@@ -259,9 +259,9 @@ impl ClockMap {
     }
 }
 
-/// Re-read the clocks when the mapping is older than this: the two clocks drift apart by parts
+/// Clock mappings older than this are taken again: the two clocks drift apart by parts
 /// per million at most, well under a nanosecond a millisecond.
-const REBASE_AFTER_NS: u64 = 1_000_000_000;
+pub const REBASE_AFTER_NS: u64 = 1_000_000_000;
 /// Clock readings per calibration; the tightest bracket is kept.
 const CALIBRATION_TRIES: usize = 5;
 
@@ -405,22 +405,34 @@ impl CuptiSession {
         Ok(())
     }
 
-    /// Reads both clocks again (the tightest of a few brackets).
-    pub fn recalibrate(&self) -> Result<ClockMap, CuptiError> {
+    /// CUPTI's clock now (`cuptiGetTimestamp`).
+    pub fn timestamp(&self) -> Result<u64, CuptiError> {
+        let mut t = 0u64;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { (self.api.cuptiGetTimestamp)(&mut t) };
+        Self::check(&self.api, "cuptiGetTimestamp", r)?;
+        Ok(t)
+    }
+
+    /// A mapping from CUPTI's clock onto the clock `host` reads (the tightest of a few
+    /// brackets).
+    pub fn calibrate_against(&self, host: impl Fn() -> u64) -> Result<ClockMap, CuptiError> {
         let mut best: Option<ClockMap> = None;
         for _ in 0..CALIBRATION_TRIES {
-            let mut cupti = 0u64;
-            let before = clock::now_ns();
-            // SAFETY: valid out-pointer.
-            let r = unsafe { (self.api.cuptiGetTimestamp)(&mut cupti) };
-            let after = clock::now_ns();
-            Self::check(&self.api, "cuptiGetTimestamp", r)?;
+            let before = host();
+            let cupti = self.timestamp()?;
+            let after = host();
             let m = ClockMap::from_bracket(before, cupti, after);
             if best.is_none_or(|b| m.uncertainty_ns < b.uncertainty_ns) {
                 best = Some(m);
             }
         }
-        let best = best.unwrap_or(ClockMap::from_bracket(0, 0, 0));
+        Ok(best.unwrap_or(ClockMap::from_bracket(0, 0, 0)))
+    }
+
+    /// Reads CUPTI's clock and the trace clock again.
+    pub fn recalibrate(&self) -> Result<ClockMap, CuptiError> {
+        let best = self.calibrate_against(clock::now_ns)?;
         *lock(&self.clock) = best;
         Ok(best)
     }
@@ -521,6 +533,11 @@ impl CuptiSession {
         let before = arrived.activities.len();
         arrived.activities.retain(|a| !f(a));
         before - arrived.activities.len()
+    }
+
+    /// Runs `f` on the arrived records (locked); it may take the ones it claims.
+    pub fn with_arrived<R>(&self, f: impl FnOnce(&mut Vec<Activity>) -> R) -> R {
+        f(&mut lock(&self.arrived).activities)
     }
 
     /// Records arrived and not claimed yet.

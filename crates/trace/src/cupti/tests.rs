@@ -166,3 +166,372 @@ fn cupti_times_are_converted_onto_the_trace_clock() {
     // Durations are kept exactly.
     assert_eq!(map.to_trace_ns(cupti_now + 1_234) - converted, 1_234);
 }
+
+mod zones {
+    //! FINE command zones from activity records, through a tracing context on the fake GPU and
+    //! the fake CUPTI.
+
+    use std::sync::Arc;
+
+    use super::super::fake::FakeCupti;
+    use super::super::ffi::cbid;
+    use crate::fake::FakeGpu;
+    use crate::{
+        CuptiChoice, DropReason, Error, FineSource, MemorySink, TraceConfig, TraceContext,
+        Verbosity, ZoneList,
+    };
+
+    /// The fake GPU's clock reads 1 ms; CUPTI's reads `CUPTI_AT_1MS` then, so CUPTI time `t`
+    /// is trace time `t - CUPTI_AT_1MS + 1 ms`.
+    const CUPTI_AT_1MS: u64 = 50_000_000_000;
+
+    fn to_cupti(trace_ns: u64) -> u64 {
+        trace_ns - 1_000_000 + CUPTI_AT_1MS
+    }
+
+    fn context(fake: &FakeCupti, gpu: &Arc<FakeGpu>, sink: &Arc<MemorySink>) -> TraceContext {
+        fake.set_timestamp(Some(CUPTI_AT_1MS));
+        let config = TraceConfig {
+            cupti: CuptiChoice::Api {
+                api: fake.api(),
+                required: true,
+            },
+            ..TraceConfig::new(Verbosity::Fine, "queue 0")
+        };
+        TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap()
+    }
+
+    /// Records a command buffer zone around `names` (activity-timed) and returns the list and
+    /// the buffer zone's events.
+    fn record(list: &ZoneList, names: &[&str]) -> (cuhal_sys::CUevent, cuhal_sys::CUevent) {
+        let begin = list.begin_zone("command buffer").unwrap();
+        for name in names {
+            let timing = list.command_zone(name);
+            assert!(timing.by_activity && timing.begin.is_none() && timing.end.is_none());
+        }
+        let end = list.end_zone().unwrap();
+        (begin, end)
+    }
+
+    #[test]
+    fn deferred_replay_commands_take_their_records_times_and_keep_names_and_nesting() {
+        let fake = FakeCupti::install();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let trace = context(&fake, &gpu, &sink);
+        assert_eq!(trace.stats().fine_source, FineSource::Cupti);
+        let list = trace.zone_list().unwrap();
+        let (begin, end) = record(&list, &["fill", "saxpy", "copy"]);
+        // The issue, on this thread: one launch per command, in order.
+        list.will_issue();
+        let fill = fake.launch(cbid::MEMSET_D32_ASYNC);
+        let saxpy = fake.launch(cbid::LAUNCH_KERNEL);
+        let copy = fake.launch(cbid::MEMCPY_DTOD_ASYNC);
+        drop(list.on_submit());
+        gpu.complete_at(begin, 2_000_000);
+        gpu.complete_at(end, 2_100_000);
+        // Records arrive in any order.
+        fake.complete_kernel(saxpy, to_cupti(2_010_000), to_cupti(2_050_500), 0);
+        fake.complete_memcpy(copy, to_cupti(2_051_000), to_cupti(2_060_000), 0);
+        fake.complete_memset(fill, to_cupti(2_001_000), to_cupti(2_009_000), 0);
+        assert_eq!(trace.collect(), 4);
+        let zones = sink.zones();
+        let got: Vec<_> = zones
+            .iter()
+            .map(|z| (z.name.as_str(), z.begin_ns, z.end_ns, z.depth))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("command buffer", 2_000_000, 2_100_000, 0),
+                ("fill", 2_001_000, 2_009_000, 1),
+                ("saxpy", 2_010_000, 2_050_500, 1),
+                ("copy", 2_051_000, 2_060_000, 1),
+            ]
+        );
+        let stats = trace.stats();
+        assert_eq!(stats.activity_zones, 3);
+        assert_eq!(stats.dropped.total(), 0);
+    }
+
+    #[test]
+    fn graph_records_find_their_commands_through_the_cloned_node_ids() {
+        let fake = FakeCupti::install();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let trace = context(&fake, &gpu, &sink);
+        let list = trace.zone_list().unwrap();
+        let begin = list.begin_zone("command buffer").unwrap();
+        let nodes: Vec<cuhal_sys::CUgraphNode> = (1..=3)
+            .map(|i| (0x100 * i) as cuhal_sys::CUgraphNode)
+            .collect();
+        for (i, (name, node)) in ["a", "b", "c"].iter().zip(&nodes).enumerate() {
+            fake.set_node_id(*node, 0x5_0000_0000 + i as u64);
+            list.command_zone(name);
+            // SAFETY: the fake knows the node.
+            unsafe { list.command_node(*node) };
+        }
+        let end = list.end_zone().unwrap();
+        // Instantiation clones every node; records name the clones.
+        for (i, node) in nodes.iter().enumerate() {
+            let clone = (0x9000 + i) as cuhal_sys::CUgraphNode;
+            fake.set_node_id(clone, 0x8_0000_0000 + i as u64);
+            fake.clone_node(*node, clone);
+        }
+        list.will_issue();
+        let launch = fake.launch(cbid::GRAPH_LAUNCH);
+        drop(list.on_submit());
+        gpu.complete_at(begin, 3_000_000);
+        gpu.complete_at(end, 3_100_000);
+        // The three nodes ran concurrently, in an order unlike their recording.
+        fake.complete_kernel(
+            launch,
+            to_cupti(3_020_000),
+            to_cupti(3_030_000),
+            0x8_0000_0002,
+        );
+        fake.complete_kernel(
+            launch,
+            to_cupti(3_001_000),
+            to_cupti(3_040_000),
+            0x8_0000_0000,
+        );
+        fake.complete_kernel(
+            launch,
+            to_cupti(3_005_000),
+            to_cupti(3_006_000),
+            0x8_0000_0001,
+        );
+        assert_eq!(trace.collect(), 4);
+        let mut got: Vec<_> = sink
+            .zones()
+            .iter()
+            .map(|z| (z.name.clone(), z.duration_ns()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("a".to_owned(), 39_000),
+                ("b".to_owned(), 1_000),
+                ("c".to_owned(), 10_000),
+                ("command buffer".to_owned(), 100_000),
+            ]
+        );
+    }
+
+    #[test]
+    fn records_not_yet_delivered_keep_the_list_pending_then_it_is_shown() {
+        let fake = FakeCupti::install();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let trace = context(&fake, &gpu, &sink);
+        let list = trace.zone_list().unwrap();
+        let (begin, end) = record(&list, &["k"]);
+        list.will_issue();
+        let id = fake.launch(cbid::LAUNCH_KERNEL);
+        drop(list.on_submit());
+        gpu.complete_at(begin, 2_000_000);
+        gpu.complete_at(end, 2_100_000);
+        assert_eq!(trace.collect(), 0);
+        assert_eq!(trace.stats().pending_submissions, 1);
+        fake.complete_kernel(id, to_cupti(2_010_000), to_cupti(2_020_000), 0);
+        assert_eq!(trace.collect(), 2);
+        assert_eq!(trace.stats().pending_submissions, 0);
+    }
+
+    #[test]
+    fn records_that_never_come_drop_only_the_command_zones() {
+        let fake = FakeCupti::install();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let trace = context(&fake, &gpu, &sink);
+        let list = trace.zone_list().unwrap();
+        let (begin, end) = record(&list, &["k1", "k2"]);
+        list.will_issue();
+        fake.launch(cbid::LAUNCH_KERNEL);
+        fake.launch(cbid::LAUNCH_KERNEL);
+        drop(list.on_submit());
+        gpu.complete_at(begin, 2_000_000);
+        gpu.complete_at(end, 2_100_000);
+        let mut shown = 0;
+        for _ in 0..64 {
+            shown += trace.collect();
+        }
+        assert_eq!(shown, 1, "the command buffer zone alone");
+        assert_eq!(sink.zones()[0].name, "command buffer");
+        assert_eq!(trace.stats().dropped.get(DropReason::ActivityMissing), 2);
+        assert_eq!(sink.dropped(DropReason::ActivityMissing), 2);
+    }
+
+    #[test]
+    fn launches_that_do_not_match_the_commands_are_never_misattributed() {
+        let fake = FakeCupti::install();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let trace = context(&fake, &gpu, &sink);
+        let list = trace.zone_list().unwrap();
+        let (begin, end) = record(&list, &["k1", "k2"]);
+        list.will_issue();
+        // Three launches for two commands (stream work, say): which is which is unknown.
+        for _ in 0..3 {
+            let id = fake.launch(cbid::LAUNCH_KERNEL);
+            fake.complete_kernel(id, to_cupti(2_010_000), to_cupti(2_020_000), 0);
+        }
+        drop(list.on_submit());
+        gpu.complete_at(begin, 2_000_000);
+        gpu.complete_at(end, 2_100_000);
+        assert_eq!(trace.collect(), 1);
+        assert_eq!(trace.stats().dropped.get(DropReason::ActivityMissing), 2);
+    }
+
+    #[test]
+    fn two_lists_issued_back_to_back_each_get_their_own_launches() {
+        let fake = FakeCupti::install();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let trace = context(&fake, &gpu, &sink);
+        let first = trace.zone_list().unwrap();
+        let second = trace.zone_list().unwrap();
+        let (b1, e1) = record(&first, &["one"]);
+        let (b2, e2) = record(&second, &["two"]);
+        // As a queue issues one submission of two command buffers.
+        first.will_issue();
+        let one = fake.launch(cbid::LAUNCH_KERNEL);
+        second.will_issue();
+        let two = fake.launch(cbid::LAUNCH_KERNEL);
+        drop(first.on_submit());
+        drop(second.on_submit());
+        for (e, t) in [
+            (b1, 2_000_000),
+            (e1, 2_100_000),
+            (b2, 2_200_000),
+            (e2, 2_300_000),
+        ] {
+            gpu.complete_at(e, t);
+        }
+        fake.complete_kernel(one, to_cupti(2_010_000), to_cupti(2_011_000), 0);
+        fake.complete_kernel(two, to_cupti(2_210_000), to_cupti(2_213_000), 0);
+        assert_eq!(trace.collect(), 4);
+        let got: Vec<_> = sink
+            .zones()
+            .iter()
+            .map(|z| (z.name.clone(), z.duration_ns()))
+            .collect();
+        assert!(got.contains(&("one".to_owned(), 1_000)), "{got:?}");
+        assert!(got.contains(&("two".to_owned(), 3_000)), "{got:?}");
+    }
+
+    #[test]
+    fn resubmitting_reuses_the_lists_storage_and_times_each_submission() {
+        let fake = FakeCupti::install();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let trace = context(&fake, &gpu, &sink);
+        let list = trace.zone_list().unwrap();
+        let (begin, end) = record(&list, &["k"]);
+        for round in 0..5u64 {
+            list.will_issue();
+            let id = fake.launch(cbid::LAUNCH_KERNEL);
+            drop(list.on_submit());
+            let t = 10_000_000 * (round + 1);
+            gpu.complete_at(begin, t);
+            gpu.complete_at(end, t + 100_000);
+            fake.complete_kernel(
+                id,
+                to_cupti(t + 1_000),
+                to_cupti(t + 1_000 + round * 10 + 5),
+                0,
+            );
+            assert_eq!(trace.collect(), 2);
+        }
+        let durations: Vec<u64> = sink
+            .zones()
+            .iter()
+            .filter(|z| z.name == "k")
+            .map(|z| z.duration_ns())
+            .collect();
+        assert_eq!(durations, vec![5, 15, 25, 35, 45]);
+    }
+
+    #[test]
+    fn without_cupti_fine_falls_back_to_events_and_says_why() {
+        let fake = FakeCupti::install();
+        fake.take_subscriber();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let config = TraceConfig {
+            cupti: CuptiChoice::Api {
+                api: fake.api(),
+                required: false,
+            },
+            ..TraceConfig::new(Verbosity::Fine, "q")
+        };
+        let trace = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap();
+        let stats = trace.stats();
+        assert_eq!(stats.fine_source, FineSource::Events);
+        assert_eq!(
+            stats.cupti_unavailable,
+            Some("subscriber taken by another profiler")
+        );
+        // Commands are timed by events again.
+        let list = trace.zone_list().unwrap();
+        let timing = list.command_zone("k");
+        assert!(!timing.by_activity);
+        assert!(timing.begin.is_some() && timing.end.is_some());
+
+        let config = TraceConfig {
+            cupti: CuptiChoice::Library {
+                path: "/nonexistent/libcupti.so.13".into(),
+                required: false,
+            },
+            ..TraceConfig::new(Verbosity::Fine, "q")
+        };
+        let trace = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap();
+        assert_eq!(trace.stats().cupti_unavailable, Some("library not found"));
+        // COARSE never asks for CUPTI.
+        let trace = TraceContext::with_backend(
+            gpu.clone(),
+            TraceConfig::new(Verbosity::Coarse, "q"),
+            sink.clone(),
+        )
+        .unwrap();
+        assert_eq!(trace.stats().fine_source, FineSource::None);
+        assert_eq!(trace.stats().cupti_unavailable, None);
+    }
+
+    #[test]
+    fn asking_for_cupti_explicitly_is_a_typed_error_naming_the_reason() {
+        let fake = FakeCupti::install();
+        fake.take_subscriber();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let config = TraceConfig {
+            cupti: CuptiChoice::Api {
+                api: fake.api(),
+                required: true,
+            },
+            ..TraceConfig::new(Verbosity::Fine, "q")
+        };
+        let err = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap_err();
+        assert!(
+            matches!(err, Error::Cupti(super::super::CuptiError::SubscriberTaken)),
+            "{err:?}"
+        );
+        let config = TraceConfig {
+            cupti: CuptiChoice::Library {
+                path: "/nonexistent/libcupti.so.13".into(),
+                required: true,
+            },
+            ..TraceConfig::new(Verbosity::Fine, "q")
+        };
+        let err = TraceContext::with_backend(gpu, config, sink).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Cupti(super::super::CuptiError::LibraryNotFound { .. })
+            ),
+            "{err:?}"
+        );
+    }
+}

@@ -42,17 +42,21 @@ pub enum DropReason {
     EventError,
     /// The tracing context went away before the submission completed.
     Abandoned,
+    /// A command timed by the driver's activity records (CUPTI) got none that could be matched
+    /// to it (records lost, or a submission whose launches did not match its commands).
+    ActivityMissing,
 }
 
 impl DropReason {
     /// Every reason, in declaration order.
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::PoolExhausted,
         DropReason::QueryIdsExhausted,
         DropReason::NeverSubmitted,
         DropReason::Superseded,
         DropReason::EventError,
         DropReason::Abandoned,
+        DropReason::ActivityMissing,
     ];
 
     /// A short human name.
@@ -64,6 +68,7 @@ impl DropReason {
             DropReason::Superseded => "superseded",
             DropReason::EventError => "event error",
             DropReason::Abandoned => "abandoned",
+            DropReason::ActivityMissing => "activity missing",
         }
     }
 }

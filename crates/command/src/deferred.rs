@@ -18,7 +18,7 @@ use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes};
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
-use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
+use crate::stream_work::{self, StreamWork, StreamWorkFn};
 use crate::{
     ArgBinding, ArgSlot, BindingLayout, BufferRange, CommandBuffer, CommandBufferKind,
     CommandBufferState, CommandRecorder, Dispatch, Error, FillPattern, KernelArgs, ZoneRecorder,
@@ -64,7 +64,8 @@ pub(crate) enum Op {
 /// A recorded stream-work closure and the ranges it was recorded with.
 pub(crate) struct DeferredWork {
     work: Arc<StreamWorkFn>,
-    ranges: SmallVec<[WorkRange; 4]>,
+    /// Addresses, or slots resolved at each replay from its binding table.
+    ranges: SmallVec<[(Operand, usize); 4]>,
 }
 
 /// The slot operands of one op, substituted at replay. Ops without any have no entry, so a
@@ -225,6 +226,7 @@ impl DeferredEncoder {
 
 impl Encoder for DeferredEncoder {
     const ATTRIBUTE_PATH: AttributePath = AttributePath::Launch;
+    const BINDS_STREAM_WORK: bool = true;
 
     fn fill(
         &mut self,
@@ -313,7 +315,11 @@ impl Encoder for DeferredEncoder {
         Ok(())
     }
 
-    fn stream_work(&mut self, ranges: &[WorkRange], work: &Arc<StreamWorkFn>) -> Result<(), Error> {
+    fn stream_work(
+        &mut self,
+        ranges: &[(Operand, usize)],
+        work: &Arc<StreamWorkFn>,
+    ) -> Result<(), Error> {
         let index = u32::try_from(self.works.len()).map_err(|_| Error::BadKernelArgument {
             reason: "a deferred command buffer holds at most 2^32 stream-work commands",
         })?;
@@ -529,9 +535,10 @@ impl DeferredCommandBuffer {
                     }
                     Op::StreamWork(index) => {
                         let recorded = &encoder.works[index as usize];
+                        let ranges = stream_work::resolve(&recorded.ranges, bindings);
                         let on = StreamWork {
                             stream,
-                            ranges: &recorded.ranges,
+                            ranges: &ranges,
                             capturing: false,
                             context,
                         };

@@ -14,8 +14,7 @@ use crate::indirect::{INDIRECT_COUNT_BYTES, Indirect, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes, check_attributes};
 use crate::range::check_non_empty;
 use crate::{
-    Buffer, BufferRange, Error, Function, KernelArgs, StreamWorkFn, Verbosity, WorkRange,
-    ZoneRecorder,
+    Buffer, BufferRange, Error, Function, KernelArgs, StreamWorkFn, Verbosity, ZoneRecorder,
 };
 use smallvec::SmallVec;
 
@@ -218,6 +217,11 @@ pub trait CommandRecorder {
     ///
     /// Like every command, the work runs after the last barrier's commands and before the next
     /// barrier's. FINE tracing does not time it on its own (its enclosing debug group does).
+    ///
+    /// Slot ranges ([`BufferRange::slot`]) are accepted by deferred command buffers with a
+    /// binding capacity: each replay hands the closure that submission's addresses. Graph and
+    /// stream command buffers run the closure at recording, when a slot has no address: a
+    /// slot range there is refused (`BindingError::SlotRangeNotBound`), nothing recorded.
     fn stream_work(
         &mut self,
         ranges: &[BufferRange],
@@ -318,6 +322,9 @@ pub(crate) struct CommandZone {
 pub(crate) trait Encoder {
     /// How this kind passes launch attributes to the driver.
     const ATTRIBUTE_PATH: AttributePath;
+    /// Whether stream work may name slot ranges: only a kind that calls the closure at each
+    /// submission (deferred) can hand it the addresses of that submission's bindings.
+    const BINDS_STREAM_WORK: bool;
 
     fn fill(
         &mut self,
@@ -346,7 +353,11 @@ pub(crate) trait Encoder {
     /// Records stream work over `ranges` (checked, retained by the recorder). An
     /// [`Error::Capture`] or [`Error::CaptureUnsupported`] means nothing was recorded (the
     /// encoder undid what it had started); any other error leaves the command buffer failed.
-    fn stream_work(&mut self, ranges: &[WorkRange], work: &Arc<StreamWorkFn>) -> Result<(), Error>;
+    fn stream_work(
+        &mut self,
+        ranges: &[(Operand, usize)],
+        work: &Arc<StreamWorkFn>,
+    ) -> Result<(), Error>;
     /// Records a coarse zone edge (command buffer or debug group begin/end). Everything before
     /// it happens before it, everything after it happens after it.
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error>;
@@ -864,18 +875,16 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
     ) -> Result<(), Error> {
         self.recording("stream work")?;
         for range in ranges {
-            // Stream work is handed addresses when recorded; a slot has none until submission.
-            range.check_not_slot("stream work")?;
+            if !E::BINDS_STREAM_WORK {
+                // Graph (captured now) and stream (run now) command buffers hand the closure
+                // addresses at recording; a slot has none until submission.
+                range.check_not_slot("stream work in a graph or stream command buffer")?;
+            }
             self.check_range(range)?;
         }
-        let bound: SmallVec<[WorkRange; 4]> = ranges
-            .iter()
-            .map(|r| WorkRange {
-                ptr: r.device_ptr(),
-                len: r.len(),
-            })
-            .collect();
-        match self.encoder.stream_work(&bound, &work) {
+        let operands: SmallVec<[(Operand, usize); 4]> =
+            ranges.iter().map(|r| (Operand::of(r), r.len())).collect();
+        match self.encoder.stream_work(&operands, &work) {
             Ok(()) => {}
             // Undone by the encoder: nothing was recorded, the command buffer stays usable.
             Err(e @ (Error::Capture { .. } | Error::CaptureUnsupported { .. })) => return Err(e),
@@ -888,6 +897,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.groups.command(false);
         for range in ranges {
             self.retain_range(range);
+            self.layout.use_range(range, 1);
         }
         self.retained.works.push(work);
         Ok(())

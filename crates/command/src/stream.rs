@@ -16,7 +16,7 @@ use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::AttributePath;
 use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_ops::{self, LaunchShape};
-use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
+use crate::stream_work::{self, StreamWork, StreamWorkFn};
 use crate::{
     CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch, Error,
     FillPattern, ZoneRecorder,
@@ -57,6 +57,7 @@ impl StreamEncoder {
 
 impl Encoder for StreamEncoder {
     const ATTRIBUTE_PATH: AttributePath = AttributePath::Launch;
+    const BINDS_STREAM_WORK: bool = false;
 
     fn fill(
         &mut self,
@@ -150,7 +151,13 @@ impl Encoder for StreamEncoder {
         Ok(())
     }
 
-    fn stream_work(&mut self, ranges: &[WorkRange], work: &Arc<StreamWorkFn>) -> Result<(), Error> {
+    fn stream_work(
+        &mut self,
+        ranges: &[(Operand, usize)],
+        work: &Arc<StreamWorkFn>,
+    ) -> Result<(), Error> {
+        // The recorder let no slot through (BINDS_STREAM_WORK is false).
+        let ranges = &stream_work::resolve(ranges, &[]);
         let _bound = self.context.enter()?;
         let on = StreamWork {
             stream: self.stream,

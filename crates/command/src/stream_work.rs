@@ -126,6 +126,21 @@ impl fmt::Display for Panicked {
 
 impl StdError for Panicked {}
 
+/// The ranges as addresses: slot operands resolved with `table` (empty for kinds without
+/// bindings, whose recorder lets no slot through). Inline up to four ranges: no allocation.
+pub(crate) fn resolve(
+    ranges: &[(crate::binding::Operand, usize)],
+    table: &[crate::BufferRange],
+) -> smallvec::SmallVec<[WorkRange; 4]> {
+    ranges
+        .iter()
+        .map(|&(operand, len)| WorkRange {
+            ptr: operand.resolve(table),
+            len,
+        })
+        .collect()
+}
+
 /// Calls `work`, turning an error or a panic into a [`WorkError`].
 pub(crate) fn call(work: &StreamWorkFn, on: &StreamWork<'_>) -> Result<(), WorkError> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(on))) {

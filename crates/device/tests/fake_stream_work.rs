@@ -303,3 +303,81 @@ fn stream_work_ranges_must_belong_to_the_command_buffer_context() {
     assert!(matches!(e, Error::ContextMismatch), "{e:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+/// Binding tables reach stream work in deferred command buffers: the closure is handed the
+/// addresses of each submission's bindings (plus the recorded offsets). A graph captures its
+/// closure at record time, when a slot has no address: a typed error, nothing recorded.
+#[test]
+fn deferred_stream_work_is_handed_each_submission_bindings() {
+    let (_fake, _driver, device) =
+        open("stream-work-bindings", options(CommandBufferMode::Deferred));
+    let q = device.queue(0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut cb = q.create_command_buffer_with_bindings(2).unwrap();
+    let fill = fill_then_copy(11, &calls);
+    let record = Arc::clone(&seen);
+    let work: Arc<StreamWorkFn> = Arc::new(move |on: &StreamWork<'_>| {
+        record.lock().unwrap().push(on.ranges().to_vec());
+        fill(on)
+    });
+    // Slot 0 from byte 64, 128 bytes; then a copy into slot 1.
+    cb.stream_work(
+        &[
+            cuhal::BufferRange::slot(0, 64, 128).unwrap(),
+            cuhal::BufferRange::slot(1, 0, 128).unwrap(),
+        ],
+        work,
+    )
+    .unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let done = device.create_semaphore(0);
+    for round in 1..=2u64 {
+        let (x, y) = (
+            device.create_buffer(256).unwrap(),
+            device.create_buffer(128).unwrap(),
+        );
+        poison(&device, q, &x.whole());
+        poison(&device, q, &y.whole());
+        let table = [x.whole(), y.whole()];
+        q.execute_with_bindings(&[], &[(&done, round)], &[(&cb, &table)])
+            .unwrap();
+        wait(&done, round);
+        let last = seen.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(last[0].ptr, x.device_ptr() + 64, "round {round}");
+        assert_eq!((last[1].ptr, last[1].len), (y.device_ptr(), 128));
+        let xs = read(&device, q, &x.whole());
+        assert!(xs[..64].iter().all(|&b| b == POISON), "round {round}");
+        assert!(u32s(&xs[64..192]).iter().all(|&v| v == 11));
+        assert!(xs[192..].iter().all(|&b| b == POISON));
+        assert!(u32s(&read(&device, q, &y.whole())).iter().all(|&v| v == 11));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    // A table too short for the slots the stream work names is refused at submission.
+    let short = [device.create_buffer(256).unwrap().whole()];
+    assert!(
+        q.execute_with_bindings(&[], &[(&done, 3)], &[(&cb, &short)])
+            .is_err()
+    );
+
+    // Graph: refused at recording, the command buffer still records.
+    let (_fake, _driver, device) = open(
+        "stream-work-bindings-graph",
+        options(CommandBufferMode::Graph),
+    );
+    let mut cb = device
+        .queue(0)
+        .create_command_buffer_with_bindings(1)
+        .unwrap();
+    let e = cb
+        .stream_work(
+            &[cuhal::BufferRange::slot(0, 0, 64).unwrap()],
+            fill_then_copy(1, &calls),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("binding slot 0"), "{e}");
+    assert_eq!(cb.state(), CommandBufferState::Recording);
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "never called");
+}

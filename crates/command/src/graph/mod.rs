@@ -27,7 +27,7 @@ use crate::binding::{Operand, SlotList, add_slot};
 use crate::indirect::{self, Indirect, IndirectLaunch};
 use crate::launch::{AttributePath, set_kernel_node_attributes};
 use crate::recorder::{CommandZone, Encoder, Recorder};
-use crate::stream_work::{self, StreamWork, StreamWorkFn, WorkRange};
+use crate::stream_work::{self, StreamWork, StreamWorkFn};
 use crate::{
     BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind, CommandBufferState,
     CommandRecorder, Dispatch, Error, FillPattern, ZoneRecorder,
@@ -244,6 +244,7 @@ impl GraphEncoder {
 
 impl Encoder for GraphEncoder {
     const ATTRIBUTE_PATH: AttributePath = AttributePath::GraphNode;
+    const BINDS_STREAM_WORK: bool = false;
 
     fn last_command_node(&self) -> Option<CUgraphNode> {
         self.last_command
@@ -446,7 +447,13 @@ impl Encoder for GraphEncoder {
         self.join()
     }
 
-    fn stream_work(&mut self, ranges: &[WorkRange], work: &Arc<StreamWorkFn>) -> Result<(), Error> {
+    fn stream_work(
+        &mut self,
+        ranges: &[(Operand, usize)],
+        work: &Arc<StreamWorkFn>,
+    ) -> Result<(), Error> {
+        // The recorder let no slot through (BINDS_STREAM_WORK is false).
+        let ranges = &stream_work::resolve(ranges, &[]);
         let context = Arc::clone(&self.context);
         let api = context.api();
         let (Some(begin_capture), Some(capture_info)) =

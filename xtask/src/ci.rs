@@ -18,6 +18,18 @@ const STEPS: &[&[&str]] = &[
         "warnings",
     ],
     &["test", "--workspace", "--locked"],
+    // The fault sweep already ran above; again with its output shown, so CI's log carries its
+    // size and results (runs, survived, panics, hangs, leaks). Nothing is rebuilt.
+    &[
+        "test",
+        "-p",
+        "cuhal",
+        "--locked",
+        "--test",
+        "fault_sweep",
+        "--",
+        "--nocapture",
+    ],
     // The Tracy sink is behind a feature that no other step turns on; keep it compiling.
     &[
         "clippy",

@@ -463,3 +463,52 @@ fn traced(mode: CommandBufferMode) {
         );
     }
 }
+
+#[test]
+fn a_failed_patch_fails_its_submission_and_the_command_buffer_still_runs_elsewhere() {
+    let (fake, _driver, device) = open("bind-fault", options(CommandBufferMode::Graph, 2));
+    let module = device.load_ptx(&ptx()).unwrap();
+    let cb = record(device.queue(0), &module.function(ADD_KERNEL).unwrap());
+    let mut rng = Rng::new();
+    let a = Slots::new(&device, device.queue(1), &mut rng);
+    let s = device.create_semaphore(0);
+    // The second kernel node's patch fails (not a sticky error): the first is patched already.
+    fake.fail_calls(
+        "cuGraphExecKernelNodeSetParams",
+        2,
+        1,
+        cuhal_fake_driver::status::INVALID_VALUE,
+    );
+    device
+        .queue(0)
+        .execute_with_bindings(&[], &[(&s, 1)], &[(&cb, &a.table())])
+        .ok();
+    let failure = failure_of(&s, 1);
+    let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
+    assert_eq!(
+        cuda.result(),
+        Some(cuhal_sys::CUresult::ERROR_INVALID_VALUE)
+    );
+    assert_eq!(fake.launches(ADD_KERNEL), 0, "the graph was not launched");
+    // An error while issuing loses that queue, not the device.
+    assert!(device.queue(0).lost().is_some());
+    assert!(device.lost().is_none(), "not a sticky error");
+    // The other queue runs the same command buffer with its own executable, patched in full.
+    let before = patches(&fake);
+    let t = device.create_semaphore(0);
+    device
+        .queue(1)
+        .execute_with_bindings(&[], &[(&t, 1)], &[(&cb, &a.table())])
+        .unwrap();
+    wait(&t, 1);
+    let after = patches(&fake);
+    assert_eq!(
+        [
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2]
+        ],
+        [2, 1, 2]
+    );
+    a.check(&device, device.queue(1), "after the failed patch");
+}

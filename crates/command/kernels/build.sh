@@ -8,6 +8,7 @@
 # Needs a CUDA toolkit of 12.4 or later (device-updatable kernel nodes). cuhal embeds the cubins
 # it finds here for the architectures listed in crates/command/src/indirect.rs; at run time
 # CUHAL_INDIRECT_HELPER_DIR may name a directory with cubins for other architectures.
+# check_indirect.cu (see its header) checks a cubin on a GPU without cargo.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:-$here}"

@@ -39,8 +39,16 @@ pub const INDIRECT_HELPER_DIR_ENV: &str = "CUHAL_INDIRECT_HELPER_DIR";
 /// Bytes of a workgroup count in device memory: three `u32`s (x, y, z).
 pub const INDIRECT_COUNT_BYTES: usize = 12;
 
-/// The helper cubins built into cuhal: (architecture as major * 10 + minor, image).
-const BUILT_IN: &[(u32, &[u8])] = &[];
+/// The helper cubins built into cuhal (`kernels/build.sh`, CUDA 13.0): (architecture as
+/// major * 10 + minor, image).
+const BUILT_IN: &[(u32, &[u8])] = &[
+    (80, include_bytes!("../kernels/indirect_sm_80.cubin")),
+    (86, include_bytes!("../kernels/indirect_sm_86.cubin")),
+    (89, include_bytes!("../kernels/indirect_sm_89.cubin")),
+    (90, include_bytes!("../kernels/indirect_sm_90.cubin")),
+    (100, include_bytes!("../kernels/indirect_sm_100.cubin")),
+    (120, include_bytes!("../kernels/indirect_sm_120.cubin")),
+];
 
 /// The driver version that has device-updatable kernel nodes.
 const DEVICE_UPDATABLE_SINCE: i32 = 12040;
@@ -58,13 +66,20 @@ fn helper_image(cc: (i32, i32)) -> Result<Vec<u8>, Error> {
             }
         }
     }
-    for a in candidates() {
-        if let Some((_, image)) = BUILT_IN.iter().find(|(b, _)| *b == a) {
-            return Ok(image.to_vec());
-        }
-    }
-    Err(Error::NoIndirectHelper {
-        architecture: format!("sm_{arch}"),
+    built_in(cc)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| Error::NoIndirectHelper {
+            architecture: format!("sm_{arch}"),
+        })
+}
+
+/// The built-in cubin for compute capability `cc` (same rule as [`helper_image`]).
+fn built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
+    (cc.0 * 10..=cc.0 * 10 + cc.1).rev().find_map(|a| {
+        BUILT_IN
+            .iter()
+            .find(|(b, _)| i64::from(*b) == i64::from(a))
+            .map(|(_, image)| *image)
     })
 }
 
@@ -436,6 +451,26 @@ impl Drop for IndirectGraph {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn built_in_cubins_are_elf_images_of_the_helper() {
+        for (arch, image) in BUILT_IN {
+            assert_eq!(&image[..4], b"\x7fELF", "sm_{arch}");
+            let name = INDIRECT_HELPER.as_bytes();
+            assert!(
+                image.windows(name.len()).any(|w| w == name),
+                "sm_{arch} has no {INDIRECT_HELPER}"
+            );
+        }
+        // sm_87 (Orin) runs the sm_86 cubin; sm_90 its own.
+        assert_eq!(helper_image_built_in((8, 7)), Some(BUILT_IN[1].1));
+        assert_eq!(helper_image_built_in((9, 0)), Some(BUILT_IN[3].1));
+        assert_eq!(helper_image_built_in((7, 5)), None);
+    }
+
+    fn helper_image_built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
+        built_in(cc)
+    }
 
     #[test]
     fn without_a_cubin_the_error_names_the_architecture() {

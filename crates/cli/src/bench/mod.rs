@@ -160,6 +160,7 @@ fn bench(opts: &Options) -> Result<u8> {
                 Case::Chain => cases::chain::run(&env, &mut report),
                 Case::Signal => cases::signal::run(&env, &mut report),
                 Case::Bindings => cases::bindings::run(&env, &mut report),
+                Case::Pdl => cases::pdl::run(&env, &mut report),
                 Case::Scheduler => Ok(()),
             };
             failures += record_failure(case, result, &mut report);

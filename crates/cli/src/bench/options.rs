@@ -27,11 +27,13 @@ pub enum Case {
     Signal,
     /// 11: case 4 and case 5 with a new binding table every submission.
     Bindings,
+    /// 12: GPU time per step of 100 dependent dispatches, with and without programmatic edges.
+    Pdl,
 }
 
 impl Case {
     /// Every case, in run order.
-    pub const ALL: [Case; 11] = [
+    pub const ALL: [Case; 12] = [
         Case::Submit,
         Case::Wake,
         Case::Dependency,
@@ -43,6 +45,7 @@ impl Case {
         Case::Chain,
         Case::Signal,
         Case::Bindings,
+        Case::Pdl,
     ];
 
     /// The case's number as text.
@@ -59,6 +62,7 @@ impl Case {
             Case::Chain => "9",
             Case::Signal => "10",
             Case::Bindings => "11",
+            Case::Pdl => "12",
         }
     }
 
@@ -76,6 +80,7 @@ impl Case {
             Case::Chain => "chain",
             Case::Signal => "signal",
             Case::Bindings => "bindings",
+            Case::Pdl => "pdl",
         }
     }
 

@@ -5,6 +5,7 @@ pub mod bindings;
 pub mod chain;
 pub mod dependency;
 pub mod library;
+pub mod pdl;
 pub mod replay;
 pub mod round_trip;
 pub mod scheduler;

@@ -8,7 +8,7 @@ use cuhal_sys::{
     CUDA_KERNEL_NODE_PARAMS, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUmodule, Error,
     PrimaryContext,
 };
-use cuhal_trace::{MemorySink, PoolLimits, TraceConfig, TraceContext, Verbosity};
+use cuhal_trace::{CuptiChoice, MemorySink, PoolLimits, TraceConfig, TraceContext, Verbosity};
 
 /// `spin(u64 ns, u64 *out)`: one thread reads `%globaltimer` until `ns` nanoseconds have passed
 /// since it started; if `out` is not null it writes the start and end readings to `out[0..2]`.
@@ -235,8 +235,11 @@ pub fn traced(
     limits: PoolLimits,
 ) -> (TraceContext, Arc<MemorySink>) {
     let sink = Arc::new(MemorySink::new());
+    // These tests time commands by events (issued by hand, without a queue's launch capture);
+    // CUPTI's zones have their own tests.
     let config = TraceConfig {
         pool: limits,
+        cupti: CuptiChoice::Off,
         ..TraceConfig::new(verbosity, "test queue")
     };
     let trace = TraceContext::new(context.clone(), config, sink.clone()).expect("tracing context");

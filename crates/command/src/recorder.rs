@@ -325,6 +325,9 @@ pub(crate) trait Encoder {
     /// Whether stream work may name slot ranges: only a kind that calls the closure at each
     /// submission (deferred) can hand it the addresses of that submission's bindings.
     const BINDS_STREAM_WORK: bool;
+    /// Whether a tracer may time this kind's commands from activity records (no events): only
+    /// kinds a queue issues, where the launches of an issue are captured.
+    const ACTIVITY_TIMING: bool = true;
 
     fn fill(
         &mut self,
@@ -404,8 +407,13 @@ impl ZoneHooks {
 
     /// Opens and closes the zone of one command at FINE verbosity. Both events are taken
     /// before the command is encoded; the encoder records them around it.
-    fn command(&self, name: &str) -> CommandZone {
+    fn command(&self, name: &str, activity: bool) -> CommandZone {
         match &self.recorder {
+            Some(r) if self.verbosity >= Verbosity::Fine && !activity => CommandZone {
+                begin: r.begin_zone(name),
+                end: r.end_zone(),
+                by_activity: false,
+            },
             Some(r) if self.verbosity >= Verbosity::Fine => {
                 let timing = r.command_zone(name);
                 CommandZone {
@@ -634,7 +642,7 @@ impl<E: Encoder> Recorder<E> {
 
     /// Encodes a checked copy and retains both ends.
     fn encode_copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
-        let zone = self.zones.command("copy");
+        let zone = self.zones.command("copy", E::ACTIVITY_TIMING);
         self.encode(|e| e.copy(Operand::of(source), Operand::of(target), source.len(), zone))?;
         self.zones
             .command_node(zone, self.encoder.last_command_node());
@@ -670,7 +678,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.recording("fill")?;
         target.check_fill(pattern)?;
         self.check_range(target)?;
-        let zone = self.zones.command("fill");
+        let zone = self.zones.command("fill", E::ACTIVITY_TIMING);
         self.encode(|e| e.fill(Operand::of(target), target.len(), pattern, zone))?;
         self.zones
             .command_node(zone, self.encoder.last_command_node());
@@ -691,7 +699,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             });
         }
         self.check_range(target)?;
-        let zone = self.zones.command("update");
+        let zone = self.zones.command("update", E::ACTIVITY_TIMING);
         self.encode(|e| e.update(Operand::of(target), data, zone))?;
         self.zones
             .command_node(zone, self.encoder.last_command_node());
@@ -757,7 +765,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             attributes,
             ..*dispatch
         };
-        let zone = self.zones.command(function.name());
+        let zone = self.zones.command(function.name(), E::ACTIVITY_TIMING);
         self.encode(|e| e.dispatch(&dispatch, zone))?;
         self.zones
             .command_node(zone, self.encoder.last_command_node());
@@ -844,7 +852,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             counts: counts.device_ptr(),
             index,
         };
-        let zone = self.zones.command(function.name());
+        let zone = self.zones.command(function.name(), E::ACTIVITY_TIMING);
         let Some(indirect) = self.indirect.as_ref() else {
             unreachable!("created above")
         };

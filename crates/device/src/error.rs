@@ -31,6 +31,16 @@ pub enum Error {
     },
     /// An argument is outside what the operation accepts.
     InvalidArgument(String),
+    /// NCCL could not be loaded, or one of its calls failed (with NCCL's message).
+    Nccl(cuhal_sys::NcclError),
+    /// A collective did not finish within its communicator's timeout (a peer that never
+    /// arrived): the communicator was aborted (`ncclCommAbort`) and fails everything after.
+    CollectiveTimeout {
+        /// The communicator's timeout.
+        timeout: std::time::Duration,
+        /// Whether it was waiting to be issued (inside NCCL) or to complete on the devices.
+        stage: &'static str,
+    },
     /// A buffer, command buffer or host buffer given to a queue belongs to another device.
     WrongDevice {
         /// What it was (e.g. "fill target", "command buffer").
@@ -156,6 +166,12 @@ impl fmt::Display for Error {
                 write!(f, "no CUDA device {ordinal}: the driver sees {count}")
             }
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::Nccl(e) => write!(f, "{e}"),
+            Error::CollectiveTimeout { timeout, stage } => write!(
+                f,
+                "a collective was still {stage} after the communicator's timeout of {timeout:?} \
+                 (a peer never arrived?); the communicator was aborted"
+            ),
             Error::WrongDevice { what } => write!(
                 f,
                 "the {what} belongs to another device than the queue it was given to"
@@ -219,6 +235,7 @@ impl std::error::Error for Error {
             Error::Queue(e) => Some(e),
             Error::Trace(e) => Some(&**e),
             Error::Lost(f) => Some(f),
+            Error::Nccl(e) => Some(e),
             _ => None,
         }
     }
@@ -227,6 +244,11 @@ impl std::error::Error for Error {
 impl From<cuhal_sys::Error> for Error {
     fn from(e: cuhal_sys::Error) -> Self {
         Error::Driver(e)
+    }
+}
+impl From<cuhal_sys::NcclError> for Error {
+    fn from(e: cuhal_sys::NcclError) -> Self {
+        Error::Nccl(e)
     }
 }
 impl From<cuhal_command::Error> for Error {

@@ -50,6 +50,7 @@
 
 mod backend;
 mod bindings;
+mod collective;
 mod device;
 mod error;
 mod event_pool;
@@ -60,6 +61,9 @@ mod peer;
 mod queue;
 mod wait;
 
+pub use collective::{
+    Collective, CollectivePart, Communicator, CommunicatorOptions, Nccl, UniqueId,
+};
 pub use device::{Device, DeviceOptions, Driver, MAX_RESERVED_EVENTS};
 pub use error::{Error, Result, cuda_of_failure};
 pub use event_pool::CudaEvent;
@@ -75,7 +79,7 @@ pub use cuhal_command::{
     StreamWorkError, StreamWorkFn, WorkRange,
 };
 pub use cuhal_semaphore::{Failure, Timeout};
-pub use cuhal_sys::{LinkKind, PeerLink};
+pub use cuhal_sys::{LinkKind, NcclDataType, NcclRedOp, PeerLink};
 pub use cuhal_trace::{CuptiChoice, JsonSink, MemorySink, Sink, Verbosity};
 
 /// A timeline semaphore whose device timepoints are pooled CUDA events.

@@ -51,6 +51,7 @@ pub mod graph;
 pub mod harness;
 pub mod memory;
 pub mod module;
+pub mod nccl;
 pub mod resolve;
 pub mod stream;
 pub mod transfer;

@@ -32,6 +32,7 @@ mod api;
 mod context;
 mod error;
 mod info;
+mod nccl;
 mod result;
 pub mod types;
 
@@ -40,6 +41,11 @@ pub use context::{ContextGuard, PrimaryContext};
 pub use error::{Error, LoadAttempt, format_cuda_version};
 pub use info::{
     DeviceInfo, LinkKind, PeerLink, device_count, device_info, devices, peer_link, topology,
+};
+pub use nccl::{
+    NCCL_DEFAULT_LIBRARIES, NCCL_IN_PROGRESS, NCCL_LIBRARY_ENV, NCCL_MIN_VERSION, NCCL_SUCCESS,
+    NcclApi, NcclComm, NcclDataType, NcclError, NcclRedOp, NcclResult, NcclUniqueId,
+    format_nccl_version,
 };
 pub use result::CUresult;
 pub use types::*;

@@ -1,0 +1,475 @@
+//! NCCL collectives on the fake driver and its fake NCCL (the same library, collectives done in
+//! host memory): every collective as a queue operation, failures, a peer that never arrives,
+//! ranks joined by unique id as two processes would, and many submissions under a watchdog.
+
+mod fake_support;
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use cuhal::{
+    Collective, CollectivePart, Communicator, CommunicatorOptions, Device, DeviceOptions, Error,
+    Nccl, NcclDataType, NcclRedOp, Semaphore,
+};
+use cuhal_fake_driver::harness::FakeDriver;
+use fake_support::{TIMEOUT, failure_of, load, read, wait};
+
+/// Two fake devices and the fake NCCL from the same library.
+fn setup(tag: &str) -> (FakeDriver, Vec<Device>, Nccl) {
+    let (fake, driver) = load(tag);
+    fake.set_device_count(2);
+    let devices = driver.open_all(DeviceOptions::default()).unwrap();
+    let nccl = Nccl::load(Some(fake.path().to_path_buf())).unwrap();
+    (fake, devices, nccl)
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn bytes_of(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Writes `values` into a new buffer of `device`; returns it and the semaphore the write signals.
+fn upload(device: &Device, values: &[f32]) -> (std::sync::Arc<cuhal::Buffer>, Semaphore) {
+    let buffer = device.create_buffer(values.len() * 4).unwrap();
+    let written = device.create_semaphore(0);
+    device
+        .queue(0)
+        .write(&[], &[(&written, 1)], &buffer.whole(), &bytes_of(values))
+        .unwrap();
+    (buffer, written)
+}
+
+#[test]
+fn nccl_loads_from_an_explicit_path_and_reports_its_version() {
+    let (fake, _devices, nccl) = setup("nccl-load");
+    assert_eq!(nccl.version(), cuhal_fake_driver::nccl::VERSION);
+    assert_eq!(nccl.library_path(), fake.path().display().to_string());
+}
+
+#[test]
+fn without_nccl_a_typed_error_and_everything_else_works() {
+    let (_fake, devices, _nccl) = setup("nccl-absent");
+    let error = Nccl::load(Some("/nonexistent/libnccl.so.2".into())).unwrap_err();
+    match &error {
+        Error::Nccl(cuhal_sys::NcclError::NotFound { tried }) => {
+            assert_eq!(tried[0].path, "/nonexistent/libnccl.so.2")
+        }
+        other => panic!("expected NcclError::NotFound, got {other:?}"),
+    }
+    // The devices do not care.
+    let (buffer, written) = upload(&devices[0], &[1.0, 2.0]);
+    wait(&written, 1);
+    assert_eq!(
+        f32s(&read(&devices[0], devices[0].queue(0), &buffer.whole())),
+        [1.0, 2.0]
+    );
+}
+
+#[test]
+fn all_reduce_over_two_devices_as_one_submission_with_per_rank_waits_and_signals() {
+    let (_fake, devices, nccl) = setup("nccl-allreduce");
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(comm.ranks(), 2);
+    assert_eq!(comm.local_ranks(), vec![0, 1]);
+    let (a, wa) = upload(&devices[0], &[1.0, 2.0, 3.0, 4.0]);
+    let (b, wb) = upload(&devices[1], &[10.0, 20.0, 30.0, 40.0]);
+    let (d0, d1) = (
+        devices[0].create_semaphore(0),
+        devices[1].create_semaphore(0),
+    );
+    for op in [NcclRedOp::Sum, NcclRedOp::Max] {
+        let round = if op == NcclRedOp::Sum { 1 } else { 2 };
+        let w0 = [(&wa, round)];
+        let w1 = [(&wb, round)];
+        let s0 = [(&d0, round)];
+        let s1 = [(&d1, round)];
+        comm.submit(&[
+            CollectivePart::all_reduce(&a.whole(), &a.whole(), 4, NcclDataType::F32, op)
+                .waits(&w0)
+                .signals(&s0),
+            CollectivePart::all_reduce(&b.whole(), &b.whole(), 4, NcclDataType::F32, op)
+                .waits(&w1)
+                .signals(&s1),
+        ])
+        .unwrap();
+        wait(&d0, round);
+        wait(&d1, round);
+        let expected = [11.0, 22.0, 33.0, 44.0];
+        assert_eq!(
+            f32s(&read(&devices[0], devices[0].queue(0), &a.whole())),
+            expected
+        );
+        assert_eq!(
+            f32s(&read(&devices[1], devices[1].queue(0), &b.whole())),
+            expected
+        );
+        if round == 1 {
+            // Arm the next round's waits.
+            devices[0].queue(0).barrier(&[], &[(&wa, 2)]).unwrap();
+            devices[1].queue(0).barrier(&[], &[(&wb, 2)]).unwrap();
+        }
+    }
+}
+
+#[test]
+fn every_collective_kind_moves_the_right_bytes() {
+    let (_fake, devices, nccl) = setup("nccl-kinds");
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    let run = |parts: [CollectivePart<'_>; 2]| {
+        let done = devices[0].create_semaphore(0);
+        let signals = [(&done, 1)];
+        let [p0, p1] = parts;
+        comm.submit(&[p0.signals(&signals), p1]).unwrap();
+        wait(&done, 1);
+    };
+    let (x0, w0) = upload(&devices[0], &[1.0, 2.0]);
+    let (x1, w1) = upload(&devices[1], &[3.0, 4.0]);
+    wait(&w0, 1);
+    wait(&w1, 1);
+    let get = |d: usize, b: &std::sync::Arc<cuhal::Buffer>| {
+        f32s(&read(&devices[d], devices[d].queue(0), &b.whole()))
+    };
+    // All-gather: [x0, x1] on both.
+    let g0 = devices[0].create_buffer(16).unwrap();
+    let g1 = devices[1].create_buffer(16).unwrap();
+    let f = NcclDataType::F32;
+    run([
+        CollectivePart::new(
+            Collective::AllGather,
+            f,
+            2,
+            Some(&x0.whole()),
+            Some(&g0.whole()),
+        ),
+        CollectivePart::new(
+            Collective::AllGather,
+            f,
+            2,
+            Some(&x1.whole()),
+            Some(&g1.whole()),
+        ),
+    ]);
+    assert_eq!(get(0, &g0), [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(get(1, &g1), [1.0, 2.0, 3.0, 4.0]);
+    // Reduce-scatter of the gathered [1,2,3,4] + [1,2,3,4]: rank 0 gets [2,4], rank 1 [6,8].
+    let r0 = devices[0].create_buffer(8).unwrap();
+    let r1 = devices[1].create_buffer(8).unwrap();
+    let rs = Collective::ReduceScatter(NcclRedOp::Sum);
+    run([
+        CollectivePart::new(rs, f, 2, Some(&g0.whole()), Some(&r0.whole())),
+        CollectivePart::new(rs, f, 2, Some(&g1.whole()), Some(&r1.whole())),
+    ]);
+    assert_eq!(get(0, &r0), [2.0, 4.0]);
+    assert_eq!(get(1, &r1), [6.0, 8.0]);
+    // Broadcast from rank 1: x1 everywhere.
+    let bc = Collective::Broadcast { root: 1 };
+    run([
+        CollectivePart::new(bc, f, 2, None, Some(&r0.whole())),
+        CollectivePart::new(bc, f, 2, Some(&x1.whole()), Some(&r1.whole())),
+    ]);
+    assert_eq!(get(0, &r0), [3.0, 4.0]);
+    // Reduce (product) to rank 0: x0 * x1.
+    let red = Collective::Reduce {
+        op: NcclRedOp::Prod,
+        root: 0,
+    };
+    run([
+        CollectivePart::new(red, f, 2, Some(&x0.whole()), Some(&r0.whole())),
+        CollectivePart::new(red, f, 2, Some(&x1.whole()), None),
+    ]);
+    assert_eq!(get(0, &r0), [3.0, 8.0]);
+    // Send from rank 0, receive on rank 1.
+    run([
+        CollectivePart::new(Collective::Send { peer: 1 }, f, 2, Some(&x0.whole()), None),
+        CollectivePart::new(Collective::Recv { peer: 0 }, f, 2, None, Some(&r1.whole())),
+    ]);
+    assert_eq!(get(1, &r1), [1.0, 2.0]);
+}
+
+#[test]
+fn parts_are_checked_at_submission() {
+    let (_fake, devices, nccl) = setup("nccl-checks");
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    let a = devices[0].create_buffer(16).unwrap();
+    let b = devices[1].create_buffer(16).unwrap();
+    let f = NcclDataType::F32;
+    let sum = NcclRedOp::Sum;
+    // One part for two ranks.
+    assert!(matches!(
+        comm.submit(&[CollectivePart::all_reduce(
+            &a.whole(),
+            &a.whole(),
+            4,
+            f,
+            sum
+        )]),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A buffer of the other device.
+    assert!(matches!(
+        comm.submit(&[
+            CollectivePart::all_reduce(&b.whole(), &b.whole(), 4, f, sum),
+            CollectivePart::all_reduce(&b.whole(), &b.whole(), 4, f, sum),
+        ]),
+        Err(Error::WrongDevice { .. })
+    ));
+    // A length that does not match the count.
+    assert!(matches!(
+        comm.submit(&[
+            CollectivePart::all_reduce(&a.whole(), &a.whole(), 3, f, sum),
+            CollectivePart::all_reduce(&b.whole(), &b.whole(), 3, f, sum),
+        ]),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A bad root and a bad peer.
+    let bc = Collective::Broadcast { root: 2 };
+    assert!(
+        comm.submit(&[
+            CollectivePart::new(bc, f, 4, Some(&a.whole()), Some(&a.whole())),
+            CollectivePart::new(bc, f, 4, None, Some(&b.whole())),
+        ])
+        .is_err()
+    );
+    assert!(
+        comm.submit(&[
+            CollectivePart::new(Collective::Send { peer: 0 }, f, 4, Some(&a.whole()), None),
+            CollectivePart::new(Collective::Recv { peer: 0 }, f, 4, None, Some(&b.whole())),
+        ])
+        .is_err()
+    );
+    assert_eq!(comm.stats().submitted, 0, "nothing reached the queue");
+}
+
+#[test]
+fn a_nccl_error_fails_the_signals_with_nccls_message() {
+    let (fake, devices, nccl) = setup("nccl-error");
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    let a = devices[0].create_buffer(16).unwrap();
+    let b = devices[1].create_buffer(16).unwrap();
+    let (d0, d1) = (
+        devices[0].create_semaphore(0),
+        devices[1].create_semaphore(0),
+    );
+    fake.fail("ncclAllReduce", 4);
+    let (s0, s1) = ([(&d0, 1)], [(&d1, 1)]);
+    let f = NcclDataType::F32;
+    comm.submit(&[
+        CollectivePart::all_reduce(&a.whole(), &a.whole(), 4, f, NcclRedOp::Sum).signals(&s0),
+        CollectivePart::all_reduce(&b.whole(), &b.whole(), 4, f, NcclRedOp::Sum).signals(&s1),
+    ])
+    .unwrap();
+    for semaphore in [&d0, &d1] {
+        let failure = failure_of(semaphore, 1);
+        let text = failure.to_string();
+        assert!(
+            text.contains("ncclAllReduce") && text.contains("invalid argument"),
+            "{text}"
+        );
+    }
+    fake.clear_faults();
+    // The communicator is done for; later submissions say so, the devices do not care.
+    assert!(comm.failure().is_some());
+    assert!(matches!(
+        comm.submit(&[
+            CollectivePart::all_reduce(&a.whole(), &a.whole(), 4, f, NcclRedOp::Sum),
+            CollectivePart::all_reduce(&b.whole(), &b.whole(), 4, f, NcclRedOp::Sum),
+        ]),
+        Err(Error::Lost(_))
+    ));
+    assert!(devices[0].lost().is_none() && devices[1].lost().is_none());
+}
+
+#[test]
+fn an_asynchronous_error_fails_the_collective_with_nccls_message() {
+    let (fake, devices, nccl) = setup("nccl-async");
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    let a = devices[0].create_buffer(4).unwrap();
+    let b = devices[1].create_buffer(4).unwrap();
+    let done = devices[0].create_semaphore(0);
+    // ncclRemoteError from the communicator's background check.
+    fake.fail("ncclCommGetAsyncError", 6);
+    let s = [(&done, 1)];
+    let f = NcclDataType::I32;
+    comm.submit(&[
+        CollectivePart::all_reduce(&a.whole(), &a.whole(), 1, f, NcclRedOp::Sum).signals(&s),
+        CollectivePart::all_reduce(&b.whole(), &b.whole(), 1, f, NcclRedOp::Sum),
+    ])
+    .unwrap();
+    let text = failure_of(&done, 1).to_string();
+    assert!(
+        text.contains("ncclCommGetAsyncError") && text.contains("remote process exited"),
+        "{text}"
+    );
+    fake.clear_faults();
+}
+
+#[test]
+fn a_peer_that_never_arrives_is_aborted_after_the_timeout() {
+    let (fake, devices, nccl) = setup("nccl-timeout");
+    // Rank 0 of two; rank 1 (another process) never joins or submits.
+    let id = nccl.unique_id().unwrap();
+    let options = CommunicatorOptions {
+        timeout: Duration::from_millis(300),
+        ..CommunicatorOptions::default()
+    };
+    let comm = Communicator::join(&nccl, id, 2, &[(&devices[0], 0)], options).unwrap();
+    let a = devices[0].create_buffer(4).unwrap();
+    let done = devices[0].create_semaphore(0);
+    let s = [(&done, 1)];
+    let (tx, rx) = mpsc::channel();
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let f = NcclDataType::F32;
+            let r = comm.submit(&[CollectivePart::all_reduce(
+                &a.whole(),
+                &a.whole(),
+                1,
+                f,
+                NcclRedOp::Sum,
+            )
+            .signals(&s)]);
+            tx.send(r.is_ok()).unwrap();
+        });
+        assert!(rx.recv_timeout(TIMEOUT).unwrap(), "the submission returned");
+        let failure = failure_of(&done, 1);
+        match failure.downcast_ref::<Error>() {
+            Some(Error::CollectiveTimeout { timeout, .. }) => {
+                assert_eq!(*timeout, Duration::from_millis(300))
+            }
+            other => panic!("expected CollectiveTimeout, got {other:?} ({failure})"),
+        }
+    });
+    assert!(started.elapsed() < TIMEOUT);
+    assert!(fake.calls("ncclCommAbort") >= 1);
+    assert!(comm.failure().is_some());
+    drop(comm);
+}
+
+#[test]
+fn ranks_joined_by_unique_id_work_like_two_processes() {
+    let (_fake, devices, nccl) = setup("nccl-join");
+    let id = nccl.unique_id().unwrap();
+    // What a second process would receive from the first.
+    let id = cuhal::UniqueId::from_bytes(id.to_bytes());
+    std::thread::scope(|scope| {
+        for (rank, device) in devices.iter().enumerate() {
+            let nccl = &nccl;
+            scope.spawn(move || {
+                let comm = Communicator::join(
+                    nccl,
+                    id,
+                    2,
+                    &[(device, rank as i32)],
+                    CommunicatorOptions::default(),
+                )
+                .unwrap();
+                let value = (rank + 1) as f32;
+                let (x, written) = upload(device, &[value; 8]);
+                let done = device.create_semaphore(0);
+                let (w, s) = ([(&written, 1)], [(&done, 1)]);
+                comm.submit(&[CollectivePart::all_reduce(
+                    &x.whole(),
+                    &x.whole(),
+                    8,
+                    NcclDataType::F32,
+                    NcclRedOp::Sum,
+                )
+                .waits(&w)
+                .signals(&s)])
+                    .unwrap();
+                wait(&done, 1);
+                assert_eq!(f32s(&read(device, device.queue(0), &x.whole())), [3.0; 8]);
+            });
+        }
+    });
+}
+
+/// The design's guarantee on the fake, whose collectives block like spinning GPU kernels until
+/// every rank posted: one thread submitting thousands of all-reduces over two devices, each
+/// behind the previous one's signals, never deadlocks (a watchdog fails the test if progress
+/// stops for 10 s).
+#[test]
+fn thousands_of_all_reduces_from_one_thread_never_deadlock() {
+    let (_fake, devices, nccl) = setup("nccl-many");
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    let a = devices[0].create_buffer(4).unwrap();
+    let b = devices[1].create_buffer(4).unwrap();
+    let (d0, d1) = (
+        devices[0].create_semaphore(0),
+        devices[1].create_semaphore(0),
+    );
+    let rounds = 2000u64;
+    let progress = std::sync::atomic::AtomicU64::new(0);
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut last = (0, std::time::Instant::now());
+            while !finished.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(50));
+                let now = progress.load(std::sync::atomic::Ordering::Acquire);
+                if now != last.0 {
+                    last = (now, std::time::Instant::now());
+                }
+                assert!(
+                    last.1.elapsed() < Duration::from_secs(10),
+                    "no progress for 10 s at round {now}: deadlock"
+                );
+            }
+        });
+        let f = NcclDataType::I32;
+        for i in 0..rounds {
+            let (w0, w1) = ([(&d0, i)], [(&d1, i)]);
+            let (s0, s1) = ([(&d0, i + 1)], [(&d1, i + 1)]);
+            comm.submit(&[
+                CollectivePart::all_reduce(&a.whole(), &a.whole(), 1, f, NcclRedOp::Max)
+                    .waits(&w1)
+                    .signals(&s0),
+                CollectivePart::all_reduce(&b.whole(), &b.whole(), 1, f, NcclRedOp::Max)
+                    .waits(&w0)
+                    .signals(&s1),
+            ])
+            .unwrap();
+            progress.store(i, std::sync::atomic::Ordering::Release);
+        }
+        wait(&d0, rounds);
+        wait(&d1, rounds);
+        finished.store(true, std::sync::atomic::Ordering::Release);
+    });
+}

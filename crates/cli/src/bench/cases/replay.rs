@@ -107,6 +107,12 @@ pub struct ZoneCounts {
     pub collected: u64,
     /// Zones dropped, for any reason.
     pub dropped: u64,
+    /// Where FINE command zones got their times (CUPTI or events).
+    pub fine_source: cuhal_trace::FineSource,
+    /// Why CUPTI was not used, when FINE fell back to events.
+    pub cupti_unavailable: Option<&'static str>,
+    /// Command zones timed from CUPTI activity records.
+    pub activity_zones: u64,
 }
 
 /// cuhal's side: a 100-dispatch command buffer (a barrier between dispatches) of `mode`,
@@ -144,6 +150,9 @@ pub fn cuhal_replay(
                 recorded: stats.zones_recorded,
                 collected: stats.zones_collected,
                 dropped: stats.dropped.total(),
+                fine_source: stats.fine_source,
+                cupti_unavailable: stats.cupti_unavailable,
+                activity_zones: stats.activity_zones,
             }
         });
     Ok(Replay { samples, zones })

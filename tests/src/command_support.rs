@@ -7,54 +7,14 @@ use cuhal_command::{
     Buffer, CommandBuffer, DeferredCommandBuffer, GraphCommandBuffer, StreamCommandBuffer,
     ZoneRecorder,
 };
-use cuhal_sys::{CU_STREAM_NON_BLOCKING, CUstream, Error, PrimaryContext};
+use cuhal_sys::{CU_STREAM_NON_BLOCKING, Error, PrimaryContext};
 
-/// A non-blocking stream, destroyed on drop.
-pub struct Stream {
-    context: Arc<PrimaryContext>,
-    raw: CUstream,
-}
+/// The tests' streams: `cuhal-sys`'s own, created `CU_STREAM_NON_BLOCKING` by [`stream`].
+pub use cuhal_sys::Stream;
 
-impl Stream {
-    /// Creates a `CU_STREAM_NON_BLOCKING` stream in `context`.
-    pub fn new(context: &Arc<PrimaryContext>) -> Result<Stream, Error> {
-        context.bind()?;
-        let api = context.api();
-        let mut raw: CUstream = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current.
-        api.check("cuStreamCreate", unsafe {
-            (api.cuStreamCreate)(&mut raw, CU_STREAM_NON_BLOCKING)
-        })?;
-        Ok(Stream {
-            context: Arc::clone(context),
-            raw,
-        })
-    }
-
-    /// The raw handle.
-    pub fn raw(&self) -> CUstream {
-        self.raw
-    }
-
-    /// Waits for everything enqueued so far (`cuStreamSynchronize`).
-    pub fn synchronize(&self) -> Result<(), Error> {
-        self.context.bind()?;
-        let api = self.context.api();
-        // SAFETY: `raw` is a live stream of the bound context.
-        api.check("cuStreamSynchronize", unsafe {
-            (api.cuStreamSynchronize)(self.raw)
-        })
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        if self.context.bind().is_ok() {
-            let api = self.context.api();
-            // SAFETY: `raw` is a live stream, destroyed once (pending work still completes).
-            let _ = unsafe { (api.cuStreamDestroy)(self.raw) };
-        }
-    }
+/// A `CU_STREAM_NON_BLOCKING` stream in `context`.
+pub fn stream(context: &Arc<PrimaryContext>) -> Result<Stream, Error> {
+    Stream::new(context, CU_STREAM_NON_BLOCKING)
 }
 
 /// The three kinds of command buffer, for tests that run on each.
@@ -105,7 +65,7 @@ pub fn submit(cb: &dyn CommandBuffer, stream: &Stream) -> Result<(), cuhal_comma
 /// Reads a whole buffer back (after the caller synchronized its stream).
 pub fn read(buffer: &Buffer) -> Vec<u8> {
     let mut out = vec![0u8; buffer.len()];
-    buffer.read(0, &mut out).expect("cuMemcpyDtoH");
+    buffer.read(0, &mut out).expect("read a buffer back");
     out
 }
 

@@ -4,16 +4,12 @@
 //! driver call that failed rather than at a higher cuhal crate. They panic on misuse (a
 //! buffer too small for a copy), as test helpers may; driver failures are returned.
 
-use std::ffi::{CStr, CString, c_uint, c_void};
+use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cuhal_sys::{
-    CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
-    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CUdeviceptr, CUfunction, CUjit_option, CUmodule, CUresult,
-    DriverApi, Error, PrimaryContext,
-};
+use cuhal_sys::{CUdeviceptr, CUfunction, CUresult, DriverApi, Error, PrimaryContext, cu};
 
 /// Chooses the device the suite runs on (an ordinal; default 0).
 pub const DEVICE_ENV: &str = "CUHAL_TEST_DEVICE";
@@ -56,9 +52,7 @@ impl Gpu {
         self.context.bind()?;
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: `ptr` is a valid out-pointer and the context is current.
-        self.api().check("cuMemAlloc", unsafe {
-            (self.api().cuMemAlloc)(&mut ptr, bytes)
-        })?;
+        unsafe { cu!(self.api(), cuMemAlloc(&mut ptr, bytes)) }?;
         Ok(DeviceBuffer {
             context: self.context.clone(),
             ptr,
@@ -69,48 +63,16 @@ impl Gpu {
     /// Loads a PTX module (`cuModuleLoadDataEx`), returning the JIT's error log with any
     /// failure.
     pub fn load_ptx(&self, ptx: &str) -> Result<Module, ModuleError> {
-        let image = CString::new(ptx).expect("PTX text contains no NUL");
-        let mut error_log = vec![0u8; 16 * 1024];
-        let mut info_log = vec![0u8; 16 * 1024];
-        let mut options: [CUjit_option; 4] = [
-            CU_JIT_ERROR_LOG_BUFFER,
-            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-            CU_JIT_INFO_LOG_BUFFER,
-            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-        ];
-        // Sizes travel in the pointer-sized value slots, as cuda.h specifies.
-        let mut values: [*mut c_void; 4] = [
-            error_log.as_mut_ptr().cast(),
-            std::ptr::without_provenance_mut(error_log.len()),
-            info_log.as_mut_ptr().cast(),
-            std::ptr::without_provenance_mut(info_log.len()),
-        ];
-        let fail = |error, error_log: &[u8]| ModuleError {
-            error,
-            log: nul_terminated(error_log),
-        };
-        if let Err(e) = self.context.bind() {
-            return Err(fail(e, &[]));
-        }
-        let mut module: CUmodule = std::ptr::null_mut();
-        // SAFETY: `image` is NUL-terminated PTX; `options` and `values` have 4 entries each,
-        // pairing each option with a buffer that outlives the call or that buffer's size; the
-        // context is current.
-        let r = unsafe {
-            (self.api().cuModuleLoadDataEx)(
-                &mut module,
-                image.as_ptr().cast(),
-                options.len() as c_uint,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
-        match self.api().check("cuModuleLoadDataEx", r) {
-            Ok(()) => Ok(Module {
-                context: self.context.clone(),
-                raw: module,
+        match cuhal_sys::Module::load_ptx(&self.context, ptx) {
+            Ok(module) => Ok(Module(module)),
+            Err(Error::ModuleLoad { source, log }) => Err(ModuleError {
+                error: *source,
+                log,
             }),
-            Err(e) => Err(fail(e, &error_log)),
+            Err(error) => Err(ModuleError {
+                error,
+                log: String::new(),
+            }),
         }
     }
 
@@ -133,22 +95,24 @@ impl Gpu {
         let grid = elements.div_ceil(block).max(1);
         // SAFETY: `function` belongs to a live module of this context; the parameter
         // contract is the caller's; a null stream and null `extra` are allowed.
-        let r = unsafe {
-            (self.api().cuLaunchKernel)(
-                function.raw,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                std::ptr::null_mut(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
+        unsafe {
+            cu!(
+                self.api(),
+                cuLaunchKernel(
+                    function.raw,
+                    grid,
+                    1,
+                    1,
+                    block,
+                    1,
+                    1,
+                    0,
+                    std::ptr::null_mut(),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
             )
-        };
-        self.api().check("cuLaunchKernel", r)?;
+        }?;
         self.synchronize()
     }
 
@@ -156,9 +120,7 @@ impl Gpu {
     pub fn synchronize(&self) -> Result<(), Error> {
         self.context.bind()?;
         // SAFETY: the context is current.
-        self.api().check("cuCtxSynchronize", unsafe {
-            (self.api().cuCtxSynchronize)()
-        })
+        unsafe { cu!(self.api(), cuCtxSynchronize()) }
     }
 }
 
@@ -207,9 +169,7 @@ impl DeviceBuffer {
         self.context.bind()?;
         let api = self.context.api();
         // SAFETY: `data` is valid for `bytes` reads and the buffer for `bytes` writes.
-        api.check("cuMemcpyHtoD", unsafe {
-            (api.cuMemcpyHtoD)(self.ptr, data.as_ptr().cast(), bytes)
-        })
+        unsafe { cu!(api, cuMemcpyHtoD(self.ptr, data.as_ptr().cast(), bytes)) }
     }
 
     /// Copies the whole buffer back as `u32`s (`cuMemcpyDtoH`, synchronous).
@@ -219,9 +179,7 @@ impl DeviceBuffer {
         self.context.bind()?;
         let api = self.context.api();
         // SAFETY: `out` is valid for `bytes` writes and the buffer for `bytes` reads.
-        api.check("cuMemcpyDtoH", unsafe {
-            (api.cuMemcpyDtoH)(out.as_mut_ptr().cast(), self.ptr, bytes)
-        })?;
+        unsafe { cu!(api, cuMemcpyDtoH(out.as_mut_ptr().cast(), self.ptr, bytes)) }?;
         Ok(out)
     }
 }
@@ -232,41 +190,21 @@ impl Drop for DeviceBuffer {
         if self.context.bind().is_ok() {
             let api = self.context.api();
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once.
-            let _ = unsafe { (api.cuMemFree)(self.ptr) };
+            let _ = unsafe { cu!(api, cuMemFree(self.ptr)) };
         }
     }
 }
 
-/// A loaded module, unloaded on drop.
-pub struct Module {
-    context: Arc<PrimaryContext>,
-    raw: CUmodule,
-}
+/// A loaded module (`cuhal-sys`'s, unloaded on drop) whose kernels borrow it.
+pub struct Module(cuhal_sys::Module);
 
 impl Module {
     /// The kernel `name` (`cuModuleGetFunction`).
     pub fn function(&self, name: &str) -> Result<Function<'_>, Error> {
-        let name = CString::new(name).expect("kernel names contain no NUL");
-        let api = self.context.api();
-        let mut raw: CUfunction = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer, `self.raw` a live module, `name` NUL-terminated.
-        api.check("cuModuleGetFunction", unsafe {
-            (api.cuModuleGetFunction)(&mut raw, self.raw, name.as_ptr())
-        })?;
         Ok(Function {
-            raw,
+            raw: self.0.function(name)?,
             _module: PhantomData,
         })
-    }
-}
-
-impl Drop for Module {
-    fn drop(&mut self) {
-        if self.context.bind().is_ok() {
-            let api = self.context.api();
-            // SAFETY: `raw` is a live module of this context, unloaded once.
-            let _ = unsafe { (api.cuModuleUnload)(self.raw) };
-        }
     }
 }
 
@@ -310,14 +248,6 @@ impl fmt::Display for ModuleError {
 }
 
 impl std::error::Error for ModuleError {}
-
-/// A driver-filled text buffer, up to its first NUL.
-fn nul_terminated(buffer: &[u8]) -> String {
-    match CStr::from_bytes_until_nul(buffer) {
-        Ok(text) => text.to_string_lossy().trim_end().to_owned(),
-        Err(_) => String::from_utf8_lossy(buffer).trim_end().to_owned(),
-    }
-}
 
 /// This run's random seed: `CUHAL_TEST_SEED` if set, else from the clock. Printed, so a
 /// failing run can be repeated.
@@ -381,12 +311,5 @@ mod tests {
         assert_ne!(a[0], other.next_u64());
         // SplitMix64's published first output for seed 0.
         assert_eq!(Rng::new(0).next_u64(), 0xE220_A839_7B1D_CDAF);
-    }
-
-    #[test]
-    fn logs_stop_at_the_nul() {
-        assert_eq!(nul_terminated(b"line 8: error\n\0garbage"), "line 8: error");
-        assert_eq!(nul_terminated(b"no nul"), "no nul");
-        assert_eq!(nul_terminated(b"\0"), "");
     }
 }

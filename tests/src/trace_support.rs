@@ -1,12 +1,12 @@
 //! Helpers for the tracing tests (`tests/trace.rs`): a stream, a graph, and a kernel that spins
 //! for a given number of nanoseconds of `%globaltimer`, so a zone around it has a known length.
 
-use std::ffi::{CString, c_void};
+use std::ffi::c_void;
 use std::sync::Arc;
 
 use cuhal_sys::{
-    CUDA_KERNEL_NODE_PARAMS, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUmodule, Error,
-    PrimaryContext,
+    CUDA_KERNEL_NODE_PARAMS, CUfunction, CUgraph, CUgraphExec, CUgraphNode, Error, Module,
+    PrimaryContext, cu,
 };
 use cuhal_trace::{CuptiChoice, MemorySink, PoolLimits, TraceConfig, TraceContext, Verbosity};
 
@@ -47,36 +47,23 @@ SPIN_DONE:
 /// The entry point of [`SPIN_PTX`].
 pub const SPIN_NAME: &str = "spin";
 
-/// A non-blocking stream of its own (the command helpers' [`Stream`](crate::command_support::Stream)).
-pub use crate::command_support::Stream as TraceStream;
+/// A non-blocking stream of its own (the command helpers' [`Stream`](crate::command_support::Stream)), and its constructor.
+pub use crate::command_support::{Stream as TraceStream, stream as trace_stream};
 
 /// The spin kernel, loaded.
 pub struct Spin {
     context: Arc<PrimaryContext>,
-    module: CUmodule,
+    /// Keeps `function` loaded.
+    #[allow(dead_code)]
+    module: Module,
     function: CUfunction,
 }
 
 impl Spin {
     /// JIT-compiles [`SPIN_PTX`] in `context`.
     pub fn load(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
-        context.bind()?;
-        let api = context.api();
-        let image = CString::new(SPIN_PTX).expect("no NUL in PTX");
-        let mut module: CUmodule = std::ptr::null_mut();
-        // SAFETY: `image` is NUL-terminated PTX; `module` is a valid out-pointer.
-        api.check("cuModuleLoadData", unsafe {
-            (api.cuModuleLoadData)(&mut module, image.as_ptr().cast())
-        })?;
-        let mut function: CUfunction = std::ptr::null_mut();
-        let name = CString::new(SPIN_NAME).unwrap();
-        // SAFETY: `module` is live; `name` is NUL-terminated.
-        let r = unsafe { (api.cuModuleGetFunction)(&mut function, module, name.as_ptr()) };
-        if let Err(e) = api.check("cuModuleGetFunction", r) {
-            // SAFETY: loaded above, unloaded once.
-            let _ = unsafe { (api.cuModuleUnload)(module) };
-            return Err(e);
-        }
+        let module = Module::load_ptx(context, SPIN_PTX)?;
+        let function = module.function(SPIN_NAME)?;
         Ok(Self {
             context: context.clone(),
             module,
@@ -92,21 +79,24 @@ impl Spin {
         let mut params: [*mut c_void; 2] = [(&raw mut ns).cast(), (&raw mut out).cast()];
         // SAFETY: `spin` takes (u64, u64) and `params` points at one of each, read during the
         // call; the stream and function are live objects of this context.
-        api.check("cuLaunchKernel", unsafe {
-            (api.cuLaunchKernel)(
-                self.function,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                0,
-                stream.raw(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
+        unsafe {
+            cu!(
+                api,
+                cuLaunchKernel(
+                    self.function,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    stream.raw(),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut()
+                )
             )
-        })
+        }
     }
 
     /// The raw function, for command buffers.
@@ -142,25 +132,19 @@ impl Spin {
         let mut node: CUgraphNode = std::ptr::null_mut();
         // SAFETY: the parameters are copied into the graph during the call; `deps` are nodes
         // of `graph`; every handle is live.
-        api.check("cuGraphAddKernelNode", unsafe {
-            (api.cuGraphAddKernelNode)(
-                &mut node,
-                graph.raw(),
-                deps.as_ptr(),
-                deps.len(),
-                &node_params,
+        unsafe {
+            cu!(
+                api,
+                cuGraphAddKernelNode(
+                    &mut node,
+                    graph.raw(),
+                    deps.as_ptr(),
+                    deps.len(),
+                    &node_params
+                )
             )
-        })?;
+        }?;
         Ok(node)
-    }
-}
-
-impl Drop for Spin {
-    fn drop(&mut self) {
-        if self.context.bind().is_ok() {
-            // SAFETY: loaded in `load`, unloaded once.
-            let _ = unsafe { (self.context.api().cuModuleUnload)(self.module) };
-        }
     }
 }
 
@@ -178,9 +162,7 @@ impl Graph {
         let api = context.api();
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: valid out-pointer; flags must be 0.
-        api.check("cuGraphCreate", unsafe {
-            (api.cuGraphCreate)(&mut graph, 0)
-        })?;
+        unsafe { cu!(api, cuGraphCreate(&mut graph, 0)) }?;
         Ok(Self {
             context: context.clone(),
             graph,
@@ -197,9 +179,12 @@ impl Graph {
     pub fn instantiate(&mut self) -> Result<(), Error> {
         let api = self.context.api();
         // SAFETY: valid out-pointer; the graph is complete.
-        api.check("cuGraphInstantiateWithFlags", unsafe {
-            (api.cuGraphInstantiateWithFlags)(&mut self.exec, self.graph, 0)
-        })
+        unsafe {
+            cu!(
+                api,
+                cuGraphInstantiateWithFlags(&mut self.exec, self.graph, 0)
+            )
+        }
     }
 
     /// Launches the instantiated graph on `stream`.
@@ -207,9 +192,7 @@ impl Graph {
         assert!(!self.exec.is_null(), "instantiate first");
         let api = self.context.api();
         // SAFETY: both handles are live objects of this context.
-        api.check("cuGraphLaunch", unsafe {
-            (api.cuGraphLaunch)(self.exec, stream.raw())
-        })
+        unsafe { cu!(api, cuGraphLaunch(self.exec, stream.raw())) }
     }
 }
 
@@ -220,9 +203,9 @@ impl Drop for Graph {
             // SAFETY: created here, destroyed once; launched work completes on its own.
             unsafe {
                 if !self.exec.is_null() {
-                    let _ = (api.cuGraphExecDestroy)(self.exec);
+                    let _ = cu!(api, cuGraphExecDestroy(self.exec));
                 }
-                let _ = (api.cuGraphDestroy)(self.graph);
+                let _ = cu!(api, cuGraphDestroy(self.graph));
             }
         }
     }

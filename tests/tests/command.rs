@@ -60,7 +60,7 @@ struct Env {
 
 fn env() -> Env {
     let gpu = Gpu::open();
-    let stream = Stream::new(gpu.context()).expect("cuStreamCreate");
+    let stream = stream(gpu.context()).expect("create a stream");
     let kernels =
         Executable::load_ptx(gpu.context(), COMMAND_KERNELS).unwrap_or_else(|e| panic!("{e}"));
     Env {
@@ -184,7 +184,7 @@ fn create_end_and_submit_empty(kind: Kind) {
     assert_eq!(cb.state(), CommandBufferState::Ended);
     let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
     if kind == Kind::Stream {
-        let other = Stream::new(e.ctx()).unwrap();
+        let other = stream(e.ctx()).unwrap();
         // SAFETY: `other` is a live stream of the context.
         let r = unsafe { cb.issue(other.raw()) };
         assert_eq!(r, Err(Error::StreamMismatch));
@@ -805,7 +805,7 @@ struct EventZones {
 struct ZoneLog {
     open: Vec<(String, CUevent)>,
     closed: Vec<(String, CUevent, CUevent)>,
-    events: Vec<CUevent>,
+    events: Vec<cuhal_sys::Event>,
 }
 
 // SAFETY: the raw events are only used under the mutex or after the command buffers that
@@ -816,16 +816,11 @@ unsafe impl Sync for EventZones {}
 
 impl EventZones {
     fn event(&self, log: &mut ZoneLog) -> CUevent {
-        self.context.bind().unwrap();
-        let api = self.context.api();
-        let mut event: CUevent = std::ptr::null_mut();
-        // SAFETY: `event` is a valid out-pointer; default flags (timing enabled).
-        api.check("cuEventCreate", unsafe {
-            (api.cuEventCreate)(&mut event, 0)
-        })
-        .unwrap();
+        // Default flags: timing enabled.
+        let event = cuhal_sys::Event::new(&self.context, 0).unwrap();
+        let raw = event.raw();
         log.events.push(event);
-        event
+        raw
     }
 }
 
@@ -850,19 +845,6 @@ unsafe impl ZoneRecorder for EventZones {
     }
     fn on_submit(&self) -> Option<Box<dyn FnOnce() + Send>> {
         None
-    }
-}
-
-impl Drop for EventZones {
-    fn drop(&mut self) {
-        let log = self.state.get_mut().unwrap();
-        if self.context.bind().is_ok() {
-            for &event in &log.events {
-                // SAFETY: created in `event`, destroyed once; the command buffers that record
-                // them are gone (they hold this recorder).
-                let _ = unsafe { (self.context.api().cuEventDestroy)(event) };
-            }
-        }
     }
 }
 
@@ -907,11 +889,11 @@ fn tracing_zones_record_real_events(kind: Kind) {
             assert_eq!(names, ["fill", SCALE_ADD_NAME, "work", whole.as_str()]);
             let api = e.ctx().api();
             for (name, begin, end) in &log.closed {
-                let mut ms = -1f32;
                 // SAFETY: both events are live timing events, recorded by the completed
                 // submission.
-                let r = unsafe { (api.cuEventElapsedTime)(&mut ms, *begin, *end) };
-                assert_eq!(r, CUresult::SUCCESS, "{when}: zone {name}");
+                let ms = unsafe { cuhal_sys::elapsed_ms(api, *begin, *end) }
+                    .unwrap_or_else(|e| panic!("{when}: zone {name}: {e}"))
+                    .unwrap_or_else(|| panic!("{when}: zone {name} not complete"));
                 assert!(ms >= 0.0, "{when}: zone {name} took {ms} ms");
             }
         },
@@ -1129,7 +1111,7 @@ fn issue_from_several_threads(kind: Kind) {
             let cb = Arc::clone(&cb);
             let context = Arc::clone(e.ctx());
             scope.spawn(move || {
-                let stream = Stream::new(&context).unwrap();
+                let stream = stream(&context).unwrap();
                 for _ in 0..100 {
                     // SAFETY: `stream` is a live stream of the command buffer's context.
                     unsafe { cb.issue(stream.raw()) }.unwrap();

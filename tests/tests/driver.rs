@@ -1,6 +1,7 @@
 //! GPU suite, part 1: the driver itself. Load it, enumerate devices, retain the primary
 //! context, JIT a PTX module, launch a kernel, check every element it wrote.
 
+use cuhal_sys::{cu, cu_name};
 use std::ffi::c_uint;
 
 use cuhal_gpu_tests::gpu::{Gpu, Rng, arg, seed};
@@ -23,10 +24,7 @@ fn the_driver_loads_and_is_new_enough() {
     );
     let mut version = 0;
     // SAFETY: `version` is a valid out-pointer.
-    api.check("cuDriverGetVersion", unsafe {
-        (api.cuDriverGetVersion)(&mut version)
-    })
-    .unwrap();
+    unsafe { cu!(api, cuDriverGetVersion(&mut version)) }.unwrap();
     assert_eq!(version, api.driver_version());
 }
 
@@ -83,9 +81,12 @@ fn the_primary_context_is_retained_current_and_released() {
     let state = |api: &DriverApi| {
         let (mut flags, mut active): (c_uint, i32) = (0, 0);
         // SAFETY: valid out-pointers; the device handle came from cuDeviceGet.
-        api.check("cuDevicePrimaryCtxGetState", unsafe {
-            (api.cuDevicePrimaryCtxGetState)(gpu.context().device(), &mut flags, &mut active)
-        })
+        unsafe {
+            cu!(
+                api,
+                cuDevicePrimaryCtxGetState(gpu.context().device(), &mut flags, &mut active)
+            )
+        }
         .unwrap();
         active
     };
@@ -93,10 +94,7 @@ fn the_primary_context_is_retained_current_and_released() {
 
     let mut current: CUcontext = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
-    api.check("cuCtxGetCurrent", unsafe {
-        (api.cuCtxGetCurrent)(&mut current)
-    })
-    .unwrap();
+    unsafe { cu!(api, cuCtxGetCurrent(&mut current)) }.unwrap();
     assert_eq!(
         current,
         gpu.context().raw(),
@@ -109,7 +107,7 @@ fn the_primary_context_is_retained_current_and_released() {
         ctx.bind().unwrap();
         let mut current: CUcontext = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        unsafe { (ctx.api().cuCtxGetCurrent)(&mut current) };
+        unsafe { cu!(ctx.api(), cuCtxGetCurrent(&mut current)) }.unwrap();
         assert_eq!(current, ctx.raw());
     })
     .join()
@@ -121,9 +119,12 @@ fn the_primary_context_is_retained_current_and_released() {
     drop(gpu);
     let (mut flags, mut active): (c_uint, i32) = (0, 1);
     // SAFETY: valid out-pointers.
-    api.check("cuDevicePrimaryCtxGetState", unsafe {
-        (api.cuDevicePrimaryCtxGetState)(device, &mut flags, &mut active)
-    })
+    unsafe {
+        cu!(
+            api,
+            cuDevicePrimaryCtxGetState(device, &mut flags, &mut active)
+        )
+    }
     .unwrap();
     assert_eq!(active, 0, "the primary context was not released");
 }
@@ -215,5 +216,5 @@ fn a_missing_kernel_name_is_an_error() {
         .err()
         .expect("found a kernel that does not exist");
     assert_eq!(err.result(), Some(CUresult::ERROR_NOT_FOUND), "{err}");
-    assert!(err.to_string().contains("cuModuleGetFunction"));
+    assert!(err.to_string().contains(cu_name!(cuModuleGetFunction)));
 }

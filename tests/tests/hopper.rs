@@ -28,7 +28,7 @@ struct Env {
 
 fn env() -> Env {
     let gpu = Gpu::open();
-    let stream = Stream::new(gpu.context()).expect("cuStreamCreate");
+    let stream = stream(gpu.context()).expect("create a stream");
     let kernels =
         Executable::load_ptx(gpu.context(), HOPPER_KERNELS).unwrap_or_else(|e| panic!("{e}"));
     let command =

@@ -19,11 +19,11 @@ use cuhal::{
     BufferRange, CommandBufferMode, Dispatch, ExportedBuffer, ForeignEvent, KernelArgs, StreamWork,
     StreamWorkFn,
 };
-use cuhal_gpu_tests::command_support::Stream;
+use cuhal_gpu_tests::command_support::{Stream, stream};
 use cuhal_gpu_tests::cublas::Cublas;
 use cuhal_gpu_tests::device_support::*;
 use cuhal_gpu_tests::gpu::{Gpu, Rng, arg, seed};
-use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent};
+use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, cu};
 
 /// A GPU spin long enough that a missing dependency would let the consumer run first (2 ms).
 const SPIN_NS: u64 = 2_000_000;
@@ -82,7 +82,7 @@ struct Foreign {
 impl Foreign {
     fn new() -> Foreign {
         let gpu = Gpu::open();
-        let stream = Stream::new(gpu.context()).expect("foreign stream");
+        let stream = stream(gpu.context()).expect("foreign stream");
         let kernels = gpu
             .load_ptx(DEVICE_KERNELS)
             .unwrap_or_else(|e| panic!("foreign module: {e:?}"));
@@ -99,22 +99,25 @@ impl Foreign {
         self.gpu.context().bind().unwrap();
         // SAFETY: the function belongs to the live module; `params` holds one pointer per
         // kernel parameter, each to a value of its size, live for the call.
-        let r = unsafe {
-            (api.cuLaunchKernel)(
-                function.raw(),
-                n.div_ceil(BLOCK).max(1),
-                1,
-                1,
-                BLOCK,
-                1,
-                1,
-                0,
-                self.stream.raw(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
+        unsafe {
+            cu!(
+                api,
+                cuLaunchKernel(
+                    function.raw(),
+                    n.div_ceil(BLOCK).max(1),
+                    1,
+                    1,
+                    BLOCK,
+                    1,
+                    1,
+                    0,
+                    self.stream.raw(),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut()
+                )
             )
-        };
-        api.check("cuLaunchKernel", r).unwrap();
+        }
+        .unwrap();
     }
 
     /// `ptr[i] = value` after a GPU spin of `ns`.
@@ -142,29 +145,20 @@ impl Foreign {
         let mut event = std::ptr::null_mut();
         self.gpu.context().bind().unwrap();
         // SAFETY: valid out-pointer and flags.
-        api.check("cuEventCreate", unsafe {
-            (api.cuEventCreate)(&mut event, CU_EVENT_DISABLE_TIMING)
-        })
-        .unwrap();
+        unsafe { cu!(api, cuEventCreate(&mut event, CU_EVENT_DISABLE_TIMING)) }.unwrap();
         event
     }
 
     fn record(&self, event: CUevent) {
         let api = self.gpu.api();
         // SAFETY: both live.
-        api.check("cuEventRecord", unsafe {
-            (api.cuEventRecord)(event, self.stream.raw())
-        })
-        .unwrap();
+        unsafe { cu!(api, cuEventRecord(event, self.stream.raw())) }.unwrap();
     }
 
     fn wait(&self, event: CUevent) {
         let api = self.gpu.api();
         // SAFETY: the stream is live; the caller keeps the event live until this returns.
-        api.check("cuStreamWaitEvent", unsafe {
-            (api.cuStreamWaitEvent)(self.stream.raw(), event, 0)
-        })
-        .unwrap();
+        unsafe { cu!(api, cuStreamWaitEvent(self.stream.raw(), event, 0)) }.unwrap();
     }
 }
 
@@ -267,7 +261,7 @@ fn foreign_buffer_and_event_into_cuhal(mode: CommandBufferMode) {
     foreign.stream.synchronize().unwrap();
     let api = foreign.gpu.api();
     // SAFETY: nothing waits on the event any more.
-    unsafe { (api.cuEventDestroy)(event) };
+    let _ = unsafe { cu!(api, cuEventDestroy(event)) };
 }
 
 /// cuhal produces (a command buffer that spins 2 ms, then `z = data + 5`); the semaphore value
@@ -370,7 +364,7 @@ fn cublas_gemm_between_two_dispatches(mode: CommandBufferMode) {
     let a_ref: Vec<f32> = a_src.iter().map(|v| v * 2.0).collect();
     write_f32(&a, &a_ref);
     poison(&c, POISON);
-    let raw = Stream::new(device.context()).unwrap();
+    let raw = stream(device.context()).unwrap();
     // SAFETY: the buffers are live and large enough; the stream is synchronized below.
     unsafe {
         cublas.sgemm(
@@ -475,13 +469,9 @@ fn a_synchronizing_capture_is_refused_by_the_driver() {
         let api = on.context().api();
         let range = on.ranges()[0];
         // SAFETY: the range is live device memory retained by the command buffer.
-        api.check("cuMemsetD8Async", unsafe {
-            (api.cuMemsetD8Async)(range.ptr, 1, range.len, on.stream())
-        })?;
+        unsafe { cu!(api, cuMemsetD8Async(range.ptr, 1, range.len, on.stream())) }?;
         // SAFETY: the stream is live; capture forbids this.
-        api.check("cuStreamSynchronize", unsafe {
-            (api.cuStreamSynchronize)(on.stream())
-        })?;
+        unsafe { cu!(api, cuStreamSynchronize(on.stream())) }?;
         Ok(())
     });
     let e = cb.stream_work(&[buffer.whole()], work).unwrap_err();

@@ -11,7 +11,9 @@ use cuhal_command::{
     StreamCommandBuffer,
 };
 use cuhal_gpu_tests::gpu::Gpu;
-use cuhal_gpu_tests::trace_support::{Graph, SPIN_NAME, SPIN_PTX, Spin, TraceStream, traced};
+use cuhal_gpu_tests::trace_support::{
+    Graph, SPIN_NAME, SPIN_PTX, Spin, TraceStream, trace_stream, traced,
+};
 use cuhal_trace::{DropReason, MemoryZone, PoolLimits, Verbosity, clock};
 
 const US: u64 = 1_000;
@@ -67,7 +69,7 @@ fn median(values: &[u64]) -> u64 {
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn a_zone_around_a_spin_kernel_measures_its_length() {
     let gpu = Gpu::open();
-    let stream = TraceStream::new(gpu.context()).unwrap();
+    let stream = trace_stream(gpu.context()).unwrap();
     let spin = Spin::load(gpu.context()).unwrap();
     let (trace, sink) = traced(gpu.context(), Verbosity::Coarse, big_pool());
     // Warm up: the first launch of a module pays for its upload.
@@ -103,7 +105,7 @@ fn a_zone_around_a_spin_kernel_measures_its_length() {
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn zones_on_one_stream_are_ordered_and_nested() {
     let gpu = Gpu::open();
-    let stream = TraceStream::new(gpu.context()).unwrap();
+    let stream = trace_stream(gpu.context()).unwrap();
     let spin = Spin::load(gpu.context()).unwrap();
     let (trace, sink) = traced(gpu.context(), Verbosity::Coarse, big_pool());
     let list = trace.zone_list().unwrap();
@@ -152,7 +154,7 @@ fn zones_on_one_stream_are_ordered_and_nested() {
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn graph_zones_wrap_their_nodes_on_every_launch() {
     let gpu = Gpu::open();
-    let stream = TraceStream::new(gpu.context()).unwrap();
+    let stream = trace_stream(gpu.context()).unwrap();
     let spin = Spin::load(gpu.context()).unwrap();
     let (trace, sink) = traced(gpu.context(), Verbosity::Coarse, big_pool());
     let list = trace.zone_list().unwrap();
@@ -195,7 +197,7 @@ fn graph_zones_wrap_their_nodes_on_every_launch() {
 fn graph_stream_and_deferred_command_buffers_produce_zones() {
     let gpu = Gpu::open();
     let context = gpu.context();
-    let stream = TraceStream::new(context).unwrap();
+    let stream = trace_stream(context).unwrap();
     let executable = Executable::load_ptx(context, SPIN_PTX).unwrap();
     let function = executable.function(SPIN_NAME).unwrap();
     let (trace, sink) = traced(context, Verbosity::Fine, big_pool());
@@ -265,7 +267,7 @@ fn graph_stream_and_deferred_command_buffers_produce_zones() {
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn a_hundred_thousand_zones_through_a_pool_of_a_thousand_events() {
     let gpu = Gpu::open();
-    let stream = TraceStream::new(gpu.context()).unwrap();
+    let stream = trace_stream(gpu.context()).unwrap();
     let limits = PoolLimits {
         initial: 0,
         grow_by: 100,
@@ -334,7 +336,7 @@ fn a_hundred_thousand_zones_through_a_pool_of_a_thousand_events() {
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn a_zone_whose_work_is_still_running_is_not_collected() {
     let gpu = Gpu::open();
-    let stream = TraceStream::new(gpu.context()).unwrap();
+    let stream = trace_stream(gpu.context()).unwrap();
     let spin = Spin::load(gpu.context()).unwrap();
     let (trace, sink) = traced(gpu.context(), Verbosity::Coarse, big_pool());
     let list = trace.zone_list().unwrap();
@@ -363,7 +365,7 @@ fn a_zone_whose_work_is_still_running_is_not_collected() {
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn zone_times_land_where_the_host_saw_the_work() {
     let gpu = Gpu::open();
-    let stream = TraceStream::new(gpu.context()).unwrap();
+    let stream = trace_stream(gpu.context()).unwrap();
     let spin = Spin::load(gpu.context()).unwrap();
     let (trace, sink) = traced(gpu.context(), Verbosity::Coarse, big_pool());
     spin.launch(&stream, US).unwrap();
@@ -412,7 +414,7 @@ fn collection_from_the_completion_side_keeps_up_with_submissions() {
     // Collectors run on another thread, as the scheduler's completion thread runs them, while
     // this thread keeps recording and submitting.
     let gpu = Gpu::open();
-    let stream = TraceStream::new(gpu.context()).unwrap();
+    let stream = trace_stream(gpu.context()).unwrap();
     let spin = Spin::load(gpu.context()).unwrap();
     let (trace, sink) = traced(
         gpu.context(),

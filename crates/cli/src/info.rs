@@ -1,5 +1,6 @@
 //! `cuhal info`: the driver and each device, or one clear line saying why there are none.
 
+use cuhal_sys::cu_name;
 use std::fmt::Write as _;
 
 use cuhal_sys::{CUresult, DeviceInfo, DriverApi, Error, PeerLink};
@@ -46,14 +47,14 @@ fn load_failure(error: &Error) -> (u8, String) {
         Error::LibraryNotFound { .. } => {
             (exit::NO_DRIVER, format!("no CUDA driver found: {error}"))
         }
-        Error::Cuda {
-            call: "cuInit",
-            result,
-            ..
-        } if *result == CUresult::ERROR_NO_DEVICE => (
-            exit::NO_DEVICE,
-            format!("a CUDA driver was found but it sees no device: {error}"),
-        ),
+        Error::Cuda { call, result, .. }
+            if *call == cu_name!(cuInit) && *result == CUresult::ERROR_NO_DEVICE =>
+        {
+            (
+                exit::NO_DEVICE,
+                format!("a CUDA driver was found but it sees no device: {error}"),
+            )
+        }
         _ => (
             exit::FAILURE,
             format!("the CUDA driver could not be used: {error}"),
@@ -148,21 +149,21 @@ mod tests {
             description: String::new(),
         };
         assert_eq!(
-            load_failure(&cuda("cuInit", CUresult::ERROR_NO_DEVICE)).0,
+            load_failure(&cuda(cu_name!(cuInit), CUresult::ERROR_NO_DEVICE)).0,
             exit::NO_DEVICE
         );
         assert_eq!(
-            load_failure(&cuda("cuInit", CUresult::ERROR_UNKNOWN)).0,
+            load_failure(&cuda(cu_name!(cuInit), CUresult::ERROR_UNKNOWN)).0,
             exit::FAILURE
         );
         let missing = Error::MissingSymbol {
-            symbol: "cuGraphLaunch",
+            symbol: cu_name!(cuGraphLaunch),
             library: "libcuda.so.1".into(),
             driver_version: Some(11040),
         };
         let (code, line) = load_failure(&missing);
         assert_eq!(code, exit::FAILURE);
-        assert!(line.contains("cuGraphLaunch"), "{line}");
+        assert!(line.contains(cu_name!(cuGraphLaunch)), "{line}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `cuhal bench` as a user runs it: the built binary, without a driver, with a driver that
 //! cannot run kernels, and on the CPU-only case.
 
+use cuhal_sys::cu_name;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -83,11 +84,17 @@ fn a_driver_that_cannot_run_kernels_fails_naming_the_call() {
             json.to_str().unwrap(),
         ],
         fake_driver().to_str().unwrap(),
-        &[("CUHAL_FAKE_FAIL", "cuDevicePrimaryCtxRetain=801")],
+        &[(
+            "CUHAL_FAKE_FAIL",
+            &format!("{}=801", cu_name!(cuDevicePrimaryCtxRetain)),
+        )],
     );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
-    assert!(stderr.contains("cuDevicePrimaryCtxRetain"), "{stderr}");
+    assert!(
+        stderr.contains(cu_name!(cuDevicePrimaryCtxRetain)),
+        "{stderr}"
+    );
     assert!(stderr.contains("CUDA_ERROR_NOT_SUPPORTED"), "{stderr}");
 }
 

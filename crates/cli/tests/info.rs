@@ -1,5 +1,6 @@
 //! `cuhal info` as a user runs it: the built binary, with and without a driver.
 
+use cuhal_sys::cu_name;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -129,7 +130,11 @@ fn a_driver_without_devices_is_exit_3() {
     let lib = fake_driver();
     let lib = lib.to_str().unwrap();
     // The driver may fail cuInit with NO_DEVICE, or succeed and count none.
-    let out = cuhal(&["info"], lib, &[("CUHAL_FAKE_FAIL", "cuInit=100")]);
+    let out = cuhal(
+        &["info"],
+        lib,
+        &[("CUHAL_FAKE_FAIL", &format!("{}=100", cu_name!(cuInit)))],
+    );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("CUDA_ERROR_NO_DEVICE"), "{stderr}");
@@ -145,22 +150,28 @@ fn an_unusable_driver_is_exit_1_naming_the_problem() {
     let out = cuhal(
         &["info"],
         lib.to_str().unwrap(),
-        &[("CUHAL_FAKE_HIDE", "cuEventRecord")],
+        &[("CUHAL_FAKE_HIDE", cu_name!(cuEventRecord))],
     );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("cuEventRecord"), "{stderr}");
+    assert!(stderr.contains(cu_name!(cuEventRecord)), "{stderr}");
     assert!(!stderr.contains("panicked"));
 
     let out = cuhal(
         &["info"],
         lib.to_str().unwrap(),
-        &[("CUHAL_FAKE_FAIL", "cuDeviceGetName=999")],
+        &[(
+            "CUHAL_FAKE_FAIL",
+            &format!("{}=999", cu_name!(cuDeviceGetName)),
+        )],
     );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("cuDeviceGetName failed: CUDA_ERROR_UNKNOWN"),
+        stderr.contains(&format!(
+            "{} failed: CUDA_ERROR_UNKNOWN",
+            cu_name!(cuDeviceGetName)
+        )),
         "{stderr}"
     );
 }

@@ -10,7 +10,7 @@ use cuhal_command::{
     Buffer, CommandBuffer, CommandRecorder, Dispatch, Executable, FillPattern, GraphCommandBuffer,
     KernelArgs,
 };
-use cuhal_sys::{CU_STREAM_NON_BLOCKING, CUstream, DriverApi, PrimaryContext};
+use cuhal_sys::{CU_STREAM_NON_BLOCKING, DriverApi, PrimaryContext, Stream};
 
 /// `iota(u32 *out, u32 base, u32 n)`: `out[i] += base + i`.
 const IOTA_PTX: &str = r#"
@@ -91,13 +91,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("recorded a graph of {} nodes", cb.node_count());
     let cb: Arc<dyn CommandBuffer> = Arc::new(cb);
 
-    let stream = Stream::new(&context)?;
+    let stream = Stream::new(&context, CU_STREAM_NON_BLOCKING)?;
     let _current = context.enter()?;
     for _ in 0..3 {
         // SAFETY: `stream` is a live stream of `context`, which is current on this thread.
-        unsafe { cb.issue(stream.0) }?;
+        unsafe { cb.issue(stream.raw()) }?;
     }
-    stream.synchronize(&context)?;
+    stream.synchronize()?;
 
     let mut out = vec![0u8; N * 4];
     copy.read(0, &mut out)?;
@@ -115,35 +115,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if ok { "yes" } else { "NO" }
     );
     Ok(())
-}
-
-/// The smallest stream wrapper the example needs.
-struct Stream(CUstream, Arc<PrimaryContext>);
-
-impl Stream {
-    fn new(context: &Arc<PrimaryContext>) -> Result<Self, cuhal_sys::Error> {
-        let api = context.api();
-        let mut raw: CUstream = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current (retain binds it).
-        api.check("cuStreamCreate", unsafe {
-            (api.cuStreamCreate)(&mut raw, CU_STREAM_NON_BLOCKING)
-        })?;
-        Ok(Self(raw, Arc::clone(context)))
-    }
-
-    fn synchronize(&self, context: &PrimaryContext) -> Result<(), cuhal_sys::Error> {
-        // SAFETY: a live stream of the current context.
-        context.api().check("cuStreamSynchronize", unsafe {
-            (context.api().cuStreamSynchronize)(self.0)
-        })
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        if self.1.bind().is_ok() {
-            // SAFETY: created in `new`, destroyed once.
-            let _ = unsafe { (self.1.api().cuStreamDestroy)(self.0) };
-        }
-    }
 }

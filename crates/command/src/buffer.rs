@@ -1,5 +1,6 @@
 //! Device and pinned host allocations, freed in `Drop` with their context bound.
 
+use cuhal_sys::cu;
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ impl Buffer {
         let api = context.api();
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: `ptr` is a valid out-pointer and the context is current.
-        api.check("cuMemAlloc", unsafe { (api.cuMemAlloc)(&mut ptr, len) })?;
+        unsafe { cu!(api, cuMemAlloc(&mut ptr, len)) }?;
         Ok(Arc::new(Self {
             context: Arc::clone(context),
             ptr,
@@ -113,13 +114,14 @@ impl Buffer {
         let api = self.context.api();
         // SAFETY: the destination range was checked against the allocation; `data` is a live
         // host slice of exactly that many bytes.
-        api.check("cuMemcpyHtoD", unsafe {
-            (api.cuMemcpyHtoD)(self.ptr + offset as u64, data.as_ptr().cast(), data.len())
-        })?;
+        unsafe {
+            cu!(
+                api,
+                cuMemcpyHtoD(self.ptr + offset as u64, data.as_ptr().cast(), data.len())
+            )
+        }?;
         // SAFETY: the null stream is the context's legacy default stream.
-        api.check("cuStreamSynchronize", unsafe {
-            (api.cuStreamSynchronize)(std::ptr::null_mut())
-        })?;
+        unsafe { cu!(api, cuStreamSynchronize(std::ptr::null_mut())) }?;
         Ok(())
     }
 
@@ -135,9 +137,12 @@ impl Buffer {
         let api = self.context.api();
         // SAFETY: the source range was checked against the allocation; `out` is a live,
         // exclusively borrowed host slice of exactly that many bytes.
-        api.check("cuMemcpyDtoH", unsafe {
-            (api.cuMemcpyDtoH)(out.as_mut_ptr().cast(), self.ptr + offset as u64, out.len())
-        })?;
+        unsafe {
+            cu!(
+                api,
+                cuMemcpyDtoH(out.as_mut_ptr().cast(), self.ptr + offset as u64, out.len())
+            )
+        }?;
         Ok(())
     }
 }
@@ -151,7 +156,7 @@ impl Drop for Buffer {
         // there is nothing better to do than to leak the address range.
         if let Ok(_bound) = self.context.enter() {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed exactly once.
-            let _ = unsafe { (self.context.api().cuMemFree)(self.ptr) };
+            let _ = unsafe { cu!(self.context.api(), cuMemFree(self.ptr)) };
         }
     }
 }
@@ -260,9 +265,7 @@ impl HostBuffer {
         let api = context.api();
         let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer and the context is current.
-        api.check("cuMemAllocHost", unsafe {
-            (api.cuMemAllocHost)(&mut ptr, len)
-        })?;
+        unsafe { cu!(api, cuMemAllocHost(&mut ptr, len)) }?;
         // SAFETY: the driver returned `len` writable bytes at `ptr`.
         unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, len) };
         Ok(Self {
@@ -356,7 +359,7 @@ impl Drop for HostBuffer {
     fn drop(&mut self) {
         if let Ok(_bound) = self.context.enter() {
             // SAFETY: `ptr` came from cuMemAllocHost and is freed exactly once.
-            let _ = unsafe { (self.context.api().cuMemFreeHost)(self.ptr.cast()) };
+            let _ = unsafe { cu!(self.context.api(), cuMemFreeHost(self.ptr.cast())) };
         }
     }
 }

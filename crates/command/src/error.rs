@@ -280,7 +280,14 @@ impl Error {
 
 impl From<cuhal_sys::Error> for Error {
     fn from(e: cuhal_sys::Error) -> Self {
-        Error::Cuda(e)
+        match e {
+            cuhal_sys::Error::ModuleLoad { source, log } => Error::ModuleLoad {
+                source: *source,
+                log,
+            },
+            cuhal_sys::Error::BadImage { reason } => Error::BadImage { reason },
+            other => Error::Cuda(other),
+        }
     }
 }
 

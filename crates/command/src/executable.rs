@@ -1,7 +1,7 @@
 //! Executables: modules loaded from PTX (compiled by the driver's JIT) or cubin, and their
 //! kernel functions with the attributes a dispatch is checked against.
 
-use std::ffi::{CString, c_int, c_uint, c_void};
+use std::ffi::c_int;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,36 +10,12 @@ use cuhal_sys::{
     CU_FUNC_ATTRIBUTE_BINARY_VERSION, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
     CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
     CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_FUNC_ATTRIBUTE_NUM_REGS,
-    CU_FUNC_ATTRIBUTE_PTX_VERSION, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
-    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-    CU_JIT_LOG_VERBOSE, CUfunction, CUfunction_attribute, CUjit_option, CUmodule, PrimaryContext,
+    CU_FUNC_ATTRIBUTE_PTX_VERSION, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, CUfunction,
+    CUfunction_attribute, CUmodule, Module, PrimaryContext, cu,
 };
 
 use crate::launch::LaunchCapabilities;
 use crate::{Error, KernelArgs};
-
-/// Bytes reserved for each of the JIT's logs.
-const JIT_LOG_BYTES: usize = 16 * 1024;
-
-struct Module {
-    context: Arc<PrimaryContext>,
-    raw: CUmodule,
-}
-
-// SAFETY: a CUmodule may be used from any thread of its context; it is only read after load.
-unsafe impl Send for Module {}
-// SAFETY: as above.
-unsafe impl Sync for Module {}
-
-impl Drop for Module {
-    fn drop(&mut self) {
-        if let Ok(_bound) = self.context.enter() {
-            // SAFETY: `raw` was loaded in this context and is unloaded once, after every
-            // Function (each holds an Arc of this Module) and command buffer that uses it.
-            let _ = unsafe { (self.context.api().cuModuleUnload)(self.raw) };
-        }
-    }
-}
 
 /// A loaded module (`cuModuleLoadDataEx`).
 ///
@@ -47,17 +23,15 @@ impl Drop for Module {
 #[derive(Clone)]
 pub struct Executable {
     module: Arc<Module>,
-    info_log: Arc<str>,
 }
 
 impl Executable {
     /// Compiles and loads PTX text. A compile error is an [`Error::ModuleLoad`] whose `log` is
     /// the JIT's error log.
     pub fn load_ptx(context: &Arc<PrimaryContext>, ptx: &str) -> Result<Self, Error> {
-        let text = CString::new(ptx).map_err(|_| Error::BadImage {
-            reason: "PTX text contains a NUL byte",
-        })?;
-        Self::load_image(context, text.as_ptr().cast())
+        Ok(Self {
+            module: Arc::new(Module::load_ptx(context, ptx)?),
+        })
     }
 
     /// Loads a cubin (ELF), fatbin or NUL-terminated PTX image.
@@ -68,112 +42,42 @@ impl Executable {
     /// reaches the driver.
     pub fn load_cubin(context: &Arc<PrimaryContext>, image: &[u8]) -> Result<Self, Error> {
         check_image(image).map_err(|reason| Error::BadImage { reason })?;
-        // The driver reads the image's headers in place: give it 8-byte-aligned storage.
-        let mut aligned = vec![0u64; image.len().div_ceil(8)];
-        // SAFETY: `aligned` holds at least `image.len()` bytes; the two do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                image.as_ptr(),
-                aligned.as_mut_ptr().cast::<u8>(),
-                image.len(),
-            );
-        }
-        Self::load_image(context, aligned.as_ptr().cast())
-    }
-
-    fn load_image(context: &Arc<PrimaryContext>, image: *const c_void) -> Result<Self, Error> {
-        let _bound = context.enter()?;
-        let api = context.api();
-        let mut info = vec![0u8; JIT_LOG_BYTES];
-        let mut error = vec![0u8; JIT_LOG_BYTES];
-        let mut options: [CUjit_option; 5] = [
-            CU_JIT_INFO_LOG_BUFFER,
-            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-            CU_JIT_ERROR_LOG_BUFFER,
-            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-            CU_JIT_LOG_VERBOSE,
-        ];
-        // Sizes and flags travel as integers in pointer-sized slots (cuda.h's convention);
-        // the driver overwrites the size slots with the bytes it wrote.
-        let mut values: [*mut c_void; 5] = [
-            info.as_mut_ptr().cast(),
-            std::ptr::without_provenance_mut::<c_void>(JIT_LOG_BYTES),
-            error.as_mut_ptr().cast(),
-            std::ptr::without_provenance_mut::<c_void>(JIT_LOG_BYTES),
-            std::ptr::without_provenance_mut::<c_void>(1),
-        ];
-        let mut module: CUmodule = std::ptr::null_mut();
-        // SAFETY: `image` is a NUL-terminated PTX string or an aligned cubin that outlives the
-        // call; the option and value arrays have 5 entries each; the log buffers are writable
-        // for the sizes given and outlive the call.
-        let r = unsafe {
-            (api.cuModuleLoadDataEx)(
-                &mut module,
-                image,
-                options.len() as c_uint,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
-        let info_log = log_text(&info, values[1].addr());
-        if !r.is_success() {
-            let mut log = log_text(&error, values[3].addr());
-            if log.is_empty() {
-                log = info_log;
-            }
-            return Err(Error::ModuleLoad {
-                source: api.error("cuModuleLoadDataEx", r),
-                log,
-            });
-        }
         Ok(Self {
-            module: Arc::new(Module {
-                context: Arc::clone(context),
-                raw: module,
-            }),
-            info_log: info_log.into(),
+            module: Arc::new(Module::load_cubin(context, image)?),
         })
     }
 
     /// The JIT's informational log from loading (register use and the like; may be empty).
     pub fn info_log(&self) -> &str {
-        &self.info_log
+        self.module.info_log()
     }
 
     /// The raw module handle.
     pub fn raw(&self) -> CUmodule {
-        self.module.raw
+        self.module.raw()
     }
 
     /// The context the module is loaded in.
     pub fn context(&self) -> &Arc<PrimaryContext> {
-        &self.module.context
+        self.module.context()
     }
 
     /// Looks up a kernel by its (mangled) name and reads its attributes.
     pub fn function(&self, name: &str) -> Result<Function, Error> {
-        let context = &self.module.context;
+        let context = self.module.context();
         let api = context.api();
-        let c_name = CString::new(name).map_err(|_| Error::BadImage {
-            reason: "function name contains a NUL byte",
+        let raw = self.module.function(name).map_err(|e| match e {
+            cuhal_sys::Error::Cuda { .. } => Error::UnknownFunction {
+                name: name.to_owned(),
+                source: e,
+            },
+            other => Error::from(other),
         })?;
         let _bound = context.enter()?;
-        let mut raw: CUfunction = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer, the module is loaded, `c_name` is
-        // NUL-terminated.
-        let r = unsafe { (api.cuModuleGetFunction)(&mut raw, self.module.raw, c_name.as_ptr()) };
-        if !r.is_success() {
-            return Err(Error::UnknownFunction {
-                name: name.to_owned(),
-                source: api.error("cuModuleGetFunction", r),
-            });
-        }
         let get = |attribute: CUfunction_attribute| -> Result<u32, Error> {
             let mut value: c_int = 0;
             // SAFETY: `value` is a valid out-pointer; `raw` is a function of a loaded module.
-            api.check("cuFuncGetAttribute", unsafe {
-                (api.cuFuncGetAttribute)(&mut value, attribute, raw)
-            })?;
+            unsafe { cu!(api, cuFuncGetAttribute(&mut value, attribute, raw)) }?;
             Ok(value.max(0) as u32)
         };
         let attributes = FunctionAttributes {
@@ -205,16 +109,9 @@ impl Executable {
 impl fmt::Debug for Executable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Executable")
-            .field("module", &self.module.raw)
+            .field("module", &self.module.raw())
             .finish()
     }
-}
-
-/// The text of a JIT log buffer: up to the bytes written, up to the first NUL, trimmed.
-fn log_text(buffer: &[u8], written: usize) -> String {
-    let bytes = &buffer[..written.min(buffer.len())];
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).trim_end().to_owned()
 }
 
 /// What the driver reports about a kernel (`cuFuncGetAttribute`), read once at lookup.
@@ -344,34 +241,33 @@ pub fn check_image(image: &[u8]) -> Result<(), &'static str> {
 /// drivers are probed index by index until `CUDA_ERROR_INVALID_VALUE` marks the end: that one
 /// failing call per kernel is expected, but compute-sanitizer reports it as an API error.
 fn parameter_sizes(api: &cuhal_sys::DriverApi, function: CUfunction) -> Option<Box<[usize]>> {
-    let get_info = api.cuFuncGetParamInfo?;
     let size_of = |index: usize| {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: `function` is a function of a loaded module; both out-pointers are valid.
-        let r = unsafe { get_info(function, index, &mut offset, &mut size) };
-        (r, size)
+        unsafe { cu!(optional: api, cuFuncGetParamInfo(function, index, &mut offset, &mut size)) }
+            .map(|()| size)
     };
-    if let Some(get_count) = api.cuFuncGetParamCount {
+    if api.cuFuncGetParamCount.is_some() {
         let mut count = 0usize;
         // SAFETY: `function` is a function of a loaded module; the out-pointer is valid.
-        if !unsafe { get_count(function, &mut count) }.is_success() || count > MAX_PARAMETER_BYTES {
+        if unsafe { cu!(optional: api, cuFuncGetParamCount(function, &mut count)) }.is_err()
+            || count > MAX_PARAMETER_BYTES
+        {
             return None;
         }
-        return (0..count)
-            .map(|index| match size_of(index) {
-                (cuhal_sys::CUresult::SUCCESS, size) => Some(size),
-                _ => None,
-            })
-            .collect();
+        return (0..count).map(|index| size_of(index).ok()).collect();
     }
     let mut sizes = Vec::new();
     // A kernel has at most 32,764 bytes of parameters, so at most that many parameters.
     for index in 0..MAX_PARAMETER_BYTES {
         match size_of(index) {
-            (cuhal_sys::CUresult::SUCCESS, size) => sizes.push(size),
+            Ok(size) => sizes.push(size),
             // Past the last parameter.
-            (cuhal_sys::CUresult::ERROR_INVALID_VALUE, _) => return Some(sizes.into()),
-            _ => return None,
+            Err(e) if e.result() == Some(cuhal_sys::CUresult::ERROR_INVALID_VALUE) => {
+                return Some(sizes.into());
+            }
+            // The driver lacks the entry (before CUDA 12.4) or cannot say for this function.
+            Err(_) => return None,
         }
     }
     None
@@ -513,7 +409,7 @@ impl Function {
     /// Raises (or lowers) the dynamic shared memory limit
     /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`); needed above 48 KiB.
     pub fn set_max_dynamic_shared_memory(&self, bytes: u32) -> Result<(), Error> {
-        let context = &self.inner.module.context;
+        let context = &self.inner.module.context();
         let api = context.api();
         let value = c_int::try_from(bytes).map_err(|_| Error::SharedMemoryTooLarge {
             function: self.name().to_owned(),
@@ -522,13 +418,16 @@ impl Function {
         })?;
         let _bound = context.enter()?;
         // SAFETY: `raw` is a function of a loaded module; the attribute takes an int.
-        api.check("cuFuncSetAttribute", unsafe {
-            (api.cuFuncSetAttribute)(
-                self.inner.raw,
-                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                value,
+        unsafe {
+            cu!(
+                api,
+                cuFuncSetAttribute(
+                    self.inner.raw,
+                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    value
+                )
             )
-        })?;
+        }?;
         self.inner
             .max_dynamic_shared
             .store(bytes, Ordering::Relaxed);
@@ -582,7 +481,7 @@ impl Function {
 
     /// The context of the function's module.
     pub fn context(&self) -> &Arc<PrimaryContext> {
-        &self.inner.module.context
+        self.inner.module.context()
     }
 
     pub(crate) fn same(&self, other: &Function) -> bool {
@@ -809,15 +708,5 @@ mod tests {
                 ..
             })
         ));
-    }
-
-    #[test]
-    fn jit_logs_stop_at_the_nul_and_the_written_size() {
-        let mut buffer = b"ptxas error: bad\0garbage".to_vec();
-        assert_eq!(log_text(&buffer, buffer.len()), "ptxas error: bad");
-        assert_eq!(log_text(&buffer, 5), "ptxas");
-        buffer.truncate(3);
-        assert_eq!(log_text(&buffer, 1000), "ptx");
-        assert_eq!(log_text(&[0; 8], 8), "");
     }
 }

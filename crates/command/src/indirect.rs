@@ -23,7 +23,7 @@ use cuhal_sys::{
     CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING,
     CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode,
-    CUlaunchAttributeValue, CUstream, DriverApi, PrimaryContext,
+    CUlaunchAttributeValue, CUstream, DriverApi, PrimaryContext, Stream, cu,
 };
 
 use crate::launch::set_kernel_node_attributes;
@@ -96,13 +96,16 @@ impl Status {
         let _bound = context.enter()?;
         let mut host: *mut c_void = std::ptr::null_mut();
         // SAFETY: `host` is a valid out-pointer; 16 bytes of mapped, portable pinned memory.
-        api.check("cuMemHostAlloc", unsafe {
-            (api.cuMemHostAlloc)(
-                &mut host,
-                16,
-                CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE,
+        unsafe {
+            cu!(
+                api,
+                cuMemHostAlloc(
+                    &mut host,
+                    16,
+                    CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE
+                )
             )
-        })?;
+        }?;
         let mut this = Self {
             context: Arc::clone(context),
             host: host.cast(),
@@ -112,9 +115,7 @@ impl Status {
         unsafe { std::ptr::write_bytes(this.host, 0, 4) };
         let mut device: CUdeviceptr = 0;
         // SAFETY: `host` is mapped pinned memory of this context; flags must be 0.
-        api.check("cuMemHostGetDevicePointer", unsafe {
-            (api.cuMemHostGetDevicePointer)(&mut device, host, 0)
-        })?;
+        unsafe { cu!(api, cuMemHostGetDevicePointer(&mut device, host, 0)) }?;
         this.device = device;
         Ok(this)
     }
@@ -132,7 +133,7 @@ impl Drop for Status {
         if let Ok(_bound) = self.context.enter() {
             // SAFETY: allocated in `new`, freed once; no work that writes it is in flight (the
             // command buffer that owns it outlives its submissions).
-            let _ = unsafe { (self.context.api().cuMemFreeHost)(self.host.cast()) };
+            let _ = unsafe { cu!(self.context.api(), cuMemFreeHost(self.host.cast())) };
         }
     }
 }
@@ -252,33 +253,36 @@ pub(crate) fn add_fragment(
         dispatch.args,
     )?;
     set_kernel_node_attributes(api, target, &dispatch.attributes)?;
-    let (Some(set), Some(get)) = (
-        api.cuGraphKernelNodeSetAttribute,
-        api.cuGraphKernelNodeGetAttribute,
-    ) else {
+    if api.cuGraphKernelNodeSetAttribute.is_none() || api.cuGraphKernelNodeGetAttribute.is_none() {
         return Err(Error::UnsupportedAttribute {
             attribute: "indirect dispatch",
             reason: "device-updatable graph kernel nodes need a CUDA 12.4 driver",
         });
-    };
+    }
     let updatable = CUlaunchAttributeValue::int(1);
     // SAFETY: `target` is a kernel node just added to `graph`; the value is a live local.
-    api.check("cuGraphKernelNodeSetAttribute", unsafe {
-        set(
-            target,
-            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
-            &updatable,
+    unsafe {
+        cu!(
+            optional: api,
+            cuGraphKernelNodeSetAttribute(
+                target,
+                CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+                &updatable,
+            )
         )
-    })?;
+    }?;
     let mut value = CUlaunchAttributeValue::zeroed();
     // SAFETY: as above; `value` is a valid out-pointer.
-    api.check("cuGraphKernelNodeGetAttribute", unsafe {
-        get(
-            target,
-            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
-            &mut value,
+    unsafe {
+        cu!(
+            optional: api,
+            cuGraphKernelNodeGetAttribute(
+                target,
+                CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+                &mut value,
+            )
         )
-    })?;
+    }?;
     let device_node = value.device_node().addr() as u64;
     let cluster = indirect.clusters[launch.index as usize];
     let args = KernelArgs::new()
@@ -294,9 +298,7 @@ pub(crate) fn add_fragment(
         .with(launch.index);
     let helper = add_kernel_node(api, graph, deps, &indirect.helper, [1; 3], [1; 3], 0, &args)?;
     // SAFETY: both are nodes of `graph`; the one-element arrays are locals.
-    api.check("cuGraphAddDependencies", unsafe {
-        (api.cuGraphAddDependencies)(graph, &helper, &target, 1)
-    })?;
+    unsafe { cu!(api, cuGraphAddDependencies(graph, &helper, &target, 1)) }?;
     Ok(target)
 }
 
@@ -334,44 +336,32 @@ fn add_kernel_node(
     let mut node: CUgraphNode = std::ptr::null_mut();
     // SAFETY: out-pointer valid; deps are nodes of `graph` and outlive the call; the function's
     // module is retained by the command buffer; one pointer per argument, each to a live value.
-    api.check("cuGraphAddKernelNode", unsafe {
-        (api.cuGraphAddKernelNode)(
-            &mut node,
-            graph,
-            if deps.is_empty() {
-                std::ptr::null()
-            } else {
-                deps.as_ptr()
-            },
-            deps.len(),
-            &params,
+    unsafe {
+        cu!(
+            api,
+            cuGraphAddKernelNode(
+                &mut node,
+                graph,
+                if deps.is_empty() {
+                    std::ptr::null()
+                } else {
+                    deps.as_ptr()
+                },
+                deps.len(),
+                &params
+            )
         )
-    })?;
+    }?;
     Ok(node)
 }
 
 /// Uploads `exec` (a graph whose device-updatable nodes are updated from inside it must be
 /// uploaded before its first launch) on a private stream, and waits for the upload.
-pub(crate) fn upload(context: &PrimaryContext, exec: CUgraphExec) -> Result<(), Error> {
-    let api = context.api();
-    let mut stream: CUstream = std::ptr::null_mut();
-    // SAFETY: `stream` is a valid out-pointer; the caller made the context current.
-    api.check("cuStreamCreate", unsafe {
-        (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING)
-    })?;
-    // SAFETY: `exec` is a live executable graph of this context; `stream` was just created.
-    let mut result = api.check("cuGraphUpload", unsafe {
-        (api.cuGraphUpload)(exec, stream)
-    });
-    if result.is_ok() {
-        // SAFETY: `stream` is live.
-        result = api.check("cuStreamSynchronize", unsafe {
-            (api.cuStreamSynchronize)(stream)
-        });
-    }
-    // SAFETY: created above, destroyed once.
-    let _ = unsafe { (api.cuStreamDestroy)(stream) };
-    result?;
+pub(crate) fn upload(context: &Arc<PrimaryContext>, exec: CUgraphExec) -> Result<(), Error> {
+    let stream = Stream::new(context, CU_STREAM_NON_BLOCKING)?;
+    // SAFETY: `exec` is a live executable graph of this context; `stream` is live.
+    unsafe { cu!(context.api(), cuGraphUpload(exec, stream.raw())) }?;
+    stream.synchronize()?;
     Ok(())
 }
 
@@ -400,9 +390,7 @@ impl IndirectGraph {
         let api = context.api();
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: `graph` is a valid out-pointer; flags must be 0.
-        api.check("cuGraphCreate", unsafe {
-            (api.cuGraphCreate)(&mut graph, 0)
-        })?;
+        unsafe { cu!(api, cuGraphCreate(&mut graph, 0)) }?;
         let mut this = Self {
             context: Arc::clone(context),
             graph,
@@ -411,9 +399,7 @@ impl IndirectGraph {
         add_fragment(api, graph, &[], launch, indirect)?;
         let mut exec: CUgraphExec = std::ptr::null_mut();
         // SAFETY: `exec` is a valid out-pointer; the graph is complete.
-        api.check("cuGraphInstantiateWithFlags", unsafe {
-            (api.cuGraphInstantiateWithFlags)(&mut exec, graph, 0)
-        })?;
+        unsafe { cu!(api, cuGraphInstantiateWithFlags(&mut exec, graph, 0)) }?;
         this.exec = exec;
         upload(context, exec)?;
         Ok(this)
@@ -426,9 +412,7 @@ impl IndirectGraph {
     pub(crate) unsafe fn launch(&self, stream: CUstream) -> Result<(), Error> {
         let api = self.context.api();
         // SAFETY: `exec` is live until drop; the caller guarantees the stream.
-        api.check("cuGraphLaunch", unsafe {
-            (api.cuGraphLaunch)(self.exec, stream)
-        })?;
+        unsafe { cu!(api, cuGraphLaunch(self.exec, stream)) }?;
         Ok(())
     }
 }
@@ -441,10 +425,10 @@ impl Drop for IndirectGraph {
         let api = self.context.api();
         if !self.exec.is_null() {
             // SAFETY: instantiated here, destroyed once; a launch in flight completes first.
-            let _ = unsafe { (api.cuGraphExecDestroy)(self.exec) };
+            let _ = unsafe { cu!(api, cuGraphExecDestroy(self.exec)) };
         }
         // SAFETY: created here, destroyed once.
-        let _ = unsafe { (api.cuGraphDestroy)(self.graph) };
+        let _ = unsafe { cu!(api, cuGraphDestroy(self.graph)) };
     }
 }
 

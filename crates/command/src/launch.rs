@@ -13,7 +13,7 @@ use std::ffi::c_int;
 use cuhal_sys::{
     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
     CU_LAUNCH_ATTRIBUTE_PRIORITY, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-    CUlaunchAttribute, CUlaunchAttributeValue, CUlaunchConfig, DriverApi,
+    CUlaunchAttribute, CUlaunchAttributeValue, CUlaunchConfig, DriverApi, cu,
 };
 
 use crate::{Error, Function};
@@ -105,18 +105,16 @@ pub(crate) fn set_kernel_node_attributes(
     if n == 0 {
         return Ok(());
     }
-    let Some(set) = api.cuGraphKernelNodeSetAttribute else {
+    if api.cuGraphKernelNodeSetAttribute.is_none() {
         return Err(Error::UnsupportedAttribute {
             attribute: "launch attributes",
-            reason: "the driver has no cuGraphKernelNodeSetAttribute",
+            reason: "the driver cannot set a graph kernel node's launch attributes",
         });
-    };
+    }
     for attr in &attrs[..n] {
         // SAFETY: `node` is a kernel node just added to the graph; the value is a local that
         // outlives the call and holds the member the attribute reads.
-        api.check("cuGraphKernelNodeSetAttribute", unsafe {
-            set(node, attr.id, &attr.value)
-        })?;
+        unsafe { cu!(optional: api, cuGraphKernelNodeSetAttribute(node, attr.id, &attr.value)) }?;
     }
     Ok(())
 }
@@ -261,7 +259,7 @@ pub(crate) fn check_attributes(
                 max,
             });
         }
-        if let Some(query) = api.cuOccupancyMaxActiveClusters {
+        if api.cuOccupancyMaxActiveClusters.is_some() {
             let mut attrs = [NO_ATTRIBUTE; 4];
             let n = LaunchAttributes {
                 cluster: Some(cluster),
@@ -280,9 +278,12 @@ pub(crate) fn check_attributes(
             let _bound = function.context().enter()?;
             // SAFETY: `clusters` is a valid out-pointer; `config` and the attribute array it
             // points to live across the call; the function's module is loaded.
-            api.check("cuOccupancyMaxActiveClusters", unsafe {
-                query(&mut clusters, function.raw(), &config)
-            })?;
+            unsafe {
+                cu!(
+                    optional: api,
+                    cuOccupancyMaxActiveClusters(&mut clusters, function.raw(), &config)
+                )
+            }?;
             if clusters <= 0 {
                 return Err(bad_cluster(
                     function,
@@ -300,19 +301,27 @@ pub(crate) fn check_attributes(
             "cooperative",
             "the device does not support cooperative launches",
         )?;
-        let Some(query) = api.cuOccupancyMaxActiveBlocksPerMultiprocessor else {
+        if api.cuOccupancyMaxActiveBlocksPerMultiprocessor.is_none() {
             return Err(unsupported(
                 "cooperative",
                 "the driver cannot report occupancy",
             ));
-        };
+        }
         let threads = block.iter().map(|&b| b as c_int).product::<c_int>();
         let mut per_sm: c_int = 0;
         let _bound = function.context().enter()?;
         // SAFETY: `per_sm` is a valid out-pointer; the function's module is loaded.
-        api.check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
-            query(&mut per_sm, function.raw(), threads, shared_memory as usize)
-        })?;
+        unsafe {
+            cu!(
+                optional: api,
+                cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut per_sm,
+                    function.raw(),
+                    threads,
+                    shared_memory as usize
+                )
+            )
+        }?;
         let max = u64::from(per_sm.max(0) as u32) * u64::from(caps.multiprocessors);
         let blocks = grid.iter().map(|&g| u64::from(g)).product::<u64>();
         if blocks > max {
@@ -417,11 +426,9 @@ pub(crate) fn read_capabilities(
     let function_attribute = |attribute| {
         let mut value: c_int = 0;
         // SAFETY: `value` is a valid out-pointer; `function` is a function of a loaded module.
-        let r = unsafe { (api.cuFuncGetAttribute)(&mut value, attribute, function) };
-        if r.is_success() {
-            value.max(0) as u32
-        } else {
-            0
+        match unsafe { cu!(api, cuFuncGetAttribute(&mut value, attribute, function)) } {
+            Ok(()) => value.max(0) as u32,
+            Err(_) => 0,
         }
     };
     let required = [
@@ -431,9 +438,7 @@ pub(crate) fn read_capabilities(
     ];
     let (mut least, mut greatest) = (0, 0);
     // SAFETY: both out-pointers are valid locals; the context is current (the caller entered it).
-    api.check("cuCtxGetStreamPriorityRange", unsafe {
-        (api.cuCtxGetStreamPriorityRange)(&mut least, &mut greatest)
-    })?;
+    unsafe { cu!(api, cuCtxGetStreamPriorityRange(&mut least, &mut greatest)) }?;
     Ok(LaunchCapabilities {
         compute_capability: (
             context.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,

@@ -36,6 +36,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use cuhal_command::*;
+//! use cuhal_sys::cu;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let (context, stream): (Arc<cuhal_sys::PrimaryContext>, cuhal_sys::CUstream) = todo!();
 //! let data = Buffer::new(&context, 1024)?;
@@ -55,7 +56,7 @@
 //! }
 //! let api = context.api();
 //! // SAFETY: `stream` is live; waits for both launches before `cb` and `data` can drop.
-//! api.check("cuStreamSynchronize", unsafe { (api.cuStreamSynchronize)(stream) })?;
+//! unsafe { cu!(api, cuStreamSynchronize(stream)) }?;
 //! # Ok(()) }
 //! ```
 
@@ -74,6 +75,7 @@ mod recorder;
 mod stream;
 mod stream_ops;
 mod stream_work;
+pub use stream_ops::fill as enqueue_fill;
 mod trace_hook;
 
 pub use binding::{ArgBinding, BindingError, BindingLayout};

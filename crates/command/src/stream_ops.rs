@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, DriverApi};
+use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, DriverApi, cu};
 
 use crate::launch::{LaunchAttributes, NO_ATTRIBUTE, launch_config};
 use crate::{Error, FillPattern};
@@ -13,7 +13,7 @@ use crate::{Error, FillPattern};
 /// # Safety
 /// `[target, target + length)` is live device memory of the current context, aligned for the
 /// pattern; `stream` is a live stream of that context.
-pub(crate) unsafe fn fill(
+pub unsafe fn fill(
     api: &DriverApi,
     stream: CUstream,
     target: CUdeviceptr,
@@ -22,23 +22,13 @@ pub(crate) unsafe fn fill(
 ) -> Result<(), Error> {
     let count = length / pattern.size();
     // SAFETY: guaranteed by the caller; `count` elements of the pattern's size cover the range.
-    let (call, r) = unsafe {
+    unsafe {
         match pattern {
-            FillPattern::U8(v) => (
-                "cuMemsetD8Async",
-                (api.cuMemsetD8Async)(target, v, count, stream),
-            ),
-            FillPattern::U16(v) => (
-                "cuMemsetD16Async",
-                (api.cuMemsetD16Async)(target, v, count, stream),
-            ),
-            FillPattern::U32(v) => (
-                "cuMemsetD32Async",
-                (api.cuMemsetD32Async)(target, v, count, stream),
-            ),
+            FillPattern::U8(v) => cu!(api, cuMemsetD8Async(target, v, count, stream)),
+            FillPattern::U16(v) => cu!(api, cuMemsetD16Async(target, v, count, stream)),
+            FillPattern::U32(v) => cu!(api, cuMemsetD32Async(target, v, count, stream)),
         }
-    };
-    api.check(call, r)?;
+    }?;
     Ok(())
 }
 
@@ -55,8 +45,12 @@ pub(crate) unsafe fn update(
     length: usize,
 ) -> Result<(), Error> {
     // SAFETY: guaranteed by the caller.
-    let r = unsafe { (api.cuMemcpyHtoDAsync)(target, source.cast(), length, stream) };
-    api.check("cuMemcpyHtoDAsync", r)?;
+    unsafe {
+        cu!(
+            api,
+            cuMemcpyHtoDAsync(target, source.cast(), length, stream)
+        )
+    }?;
     Ok(())
 }
 
@@ -74,8 +68,7 @@ pub(crate) unsafe fn copy(
     length: usize,
 ) -> Result<(), Error> {
     // SAFETY: guaranteed by the caller.
-    let r = unsafe { (api.cuMemcpyDtoDAsync)(target, source, length, stream) };
-    api.check("cuMemcpyDtoDAsync", r)?;
+    unsafe { cu!(api, cuMemcpyDtoDAsync(target, source, length, stream)) }?;
     Ok(())
 }
 
@@ -103,12 +96,12 @@ pub(crate) unsafe fn launch(
     params: *mut *mut c_void,
 ) -> Result<(), Error> {
     if !attributes.is_plain() {
-        let Some(launch_ex) = api.cuLaunchKernelEx else {
+        if api.cuLaunchKernelEx.is_none() {
             return Err(Error::UnsupportedAttribute {
                 attribute: "launch attributes",
-                reason: "the driver has no cuLaunchKernelEx (CUDA 11.8)",
+                reason: "the driver has no extended launch (CUDA 11.8)",
             });
-        };
+        }
         let mut attrs = [NO_ATTRIBUTE; 4];
         let n = attributes.fill(&mut attrs, true);
         let config = launch_config(
@@ -121,29 +114,35 @@ pub(crate) unsafe fn launch(
         );
         // SAFETY: guaranteed by the caller; `config` and the attributes it points to are
         // locals that outlive the call.
-        let r = unsafe { launch_ex(&config, function, params, std::ptr::null_mut()) };
-        api.check("cuLaunchKernelEx", r)?;
+        unsafe {
+            cu!(
+                optional: api,
+                cuLaunchKernelEx(&config, function, params, std::ptr::null_mut())
+            )
+        }?;
         return Ok(());
     }
     let [gx, gy, gz] = shape.grid;
     let [bx, by, bz] = shape.block;
     // SAFETY: guaranteed by the caller.
-    let r = unsafe {
-        (api.cuLaunchKernel)(
-            function,
-            gx,
-            gy,
-            gz,
-            bx,
-            by,
-            bz,
-            shape.shared_memory,
-            stream,
-            params,
-            std::ptr::null_mut(),
+    unsafe {
+        cu!(
+            api,
+            cuLaunchKernel(
+                function,
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                shape.shared_memory,
+                stream,
+                params,
+                std::ptr::null_mut(),
+            )
         )
-    };
-    api.check("cuLaunchKernel", r)?;
+    }?;
     Ok(())
 }
 
@@ -158,7 +157,6 @@ pub(crate) unsafe fn record_event(
     event: CUevent,
 ) -> Result<(), Error> {
     // SAFETY: guaranteed by the caller.
-    let r = unsafe { (api.cuEventRecord)(event, stream) };
-    api.check("cuEventRecord", r)?;
+    unsafe { cu!(api, cuEventRecord(event, stream)) }?;
     Ok(())
 }

@@ -29,7 +29,9 @@ use cuhal::{
     CommandBuffer, DeviceOptions, Driver, ExportedBuffer, FillPattern, ForeignEvent, StreamWork,
     StreamWorkFn,
 };
-use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUstream, DriverApi};
+use cuhal_sys::{
+    CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUstream, DriverApi, Event, Stream, cu,
+};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -65,33 +67,18 @@ fn run(driver: &Driver) -> Result {
     let _bound = context.enter()?;
 
     // The other runtime's stream and event.
-    let mut stream: CUstream = std::ptr::null_mut();
-    let mut event = std::ptr::null_mut();
-    // SAFETY: valid out-pointers and flags; the context is current.
-    unsafe {
-        api.check(
-            "cuStreamCreate",
-            (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING),
-        )?;
-        api.check(
-            "cuEventCreate",
-            (api.cuEventCreate)(&mut event, CU_EVENT_DISABLE_TIMING),
-        )?;
-    }
+    let their_stream = Stream::new(&context, CU_STREAM_NON_BLOCKING)?;
+    let their_event = Event::new(&context, CU_EVENT_DISABLE_TIMING)?;
+    let (stream, event) = (their_stream.raw(), their_event.raw());
 
     // 1. In: the other runtime allocates and fills; cuhal imports, waits, copies.
     let mut theirs = 0;
     // SAFETY: valid out-pointer; the context is current.
-    api.check("cuMemAlloc", unsafe {
-        (api.cuMemAlloc)(&mut theirs, BYTES)
-    })?;
+    unsafe { cu!(api, cuMemAlloc(&mut theirs, BYTES)) }?;
     // SAFETY: `theirs` is BYTES of device memory; the stream and event are live.
     unsafe {
-        api.check(
-            "cuMemsetD32Async",
-            (api.cuMemsetD32Async)(theirs, 0x1234_5678, WORDS, stream),
-        )?;
-        api.check("cuEventRecord", (api.cuEventRecord)(event, stream))?;
+        cu!(api, cuMemsetD32Async(theirs, 0x1234_5678, WORDS, stream))?;
+        cu!(api, cuEventRecord(event, stream))?;
     }
     let released = Arc::new(AtomicBool::new(false));
     let release = {
@@ -101,14 +88,14 @@ fn run(driver: &Driver) -> Result {
             if let Ok(_bound) = context.enter() {
                 let api = context.api();
                 // SAFETY: allocated above, freed once, no longer used by anyone.
-                let _ = unsafe { (api.cuMemFree)(theirs) };
+                let _ = unsafe { cu!(api, cuMemFree(theirs)) };
             }
             released.store(true, Ordering::SeqCst);
         })
     };
     // SAFETY: the memory stays allocated until the release callback frees it.
     let imported = unsafe { device.import_buffer(theirs, BYTES, Some(release)) }?;
-    // SAFETY: the event outlives every wait on it (destroyed at the end, after a sync).
+    // SAFETY: the event outlives every wait on it (`their_event` drops at the end, after a sync).
     let foreign_event = unsafe { ForeignEvent::from_raw(event, None) };
     let ours = device.create_buffer(BYTES)?;
     let timeline = device.create_semaphore(0);
@@ -148,30 +135,22 @@ fn run(driver: &Driver) -> Result {
     // SAFETY: valid out-pointer; then a stream-ordered copy between two live allocations,
     // behind a device-side wait on the exported event (kept until the wait is enqueued).
     unsafe {
-        api.check("cuMemAlloc", (api.cuMemAlloc)(&mut copy_of, BYTES))?;
-        api.check(
-            "cuStreamWaitEvent",
-            (api.cuStreamWaitEvent)(stream, exported.raw(), 0),
-        )?;
-        api.check(
-            "cuMemcpyDtoDAsync",
-            (api.cuMemcpyDtoDAsync)(copy_of, lent.device_ptr(), lent.len(), stream),
+        cu!(api, cuMemAlloc(&mut copy_of, BYTES))?;
+        cu!(api, cuStreamWaitEvent(stream, exported.raw(), 0))?;
+        cu!(
+            api,
+            cuMemcpyDtoDAsync(copy_of, lent.device_ptr(), lent.len(), stream)
         )?;
     }
     drop(exported);
     // SAFETY: the stream is live.
-    api.check("cuStreamSynchronize", unsafe {
-        (api.cuStreamSynchronize)(stream)
-    })?;
+    unsafe { cu!(api, cuStreamSynchronize(stream)) }?;
     drop(lent);
     let mut words = vec![0u32; WORDS];
     // SAFETY: `words` holds BYTES; `copy_of` is BYTES of device memory, then freed once.
     unsafe {
-        api.check(
-            "cuMemcpyDtoH",
-            (api.cuMemcpyDtoH)(words.as_mut_ptr().cast(), copy_of, BYTES),
-        )?;
-        api.check("cuMemFree", (api.cuMemFree)(copy_of))?;
+        cu!(api, cuMemcpyDtoH(words.as_mut_ptr().cast(), copy_of, BYTES))?;
+        cu!(api, cuMemFree(copy_of))?;
     }
     if words.iter().any(|&w| w != 0xcafe) {
         return Err("the foreign copy ran before cuhal's fill".into());
@@ -184,11 +163,6 @@ fn run(driver: &Driver) -> Result {
         Err(e) => println!("3. library: skipped, {e}"),
     }
 
-    // SAFETY: everything waiting on the event and using the stream has completed.
-    unsafe {
-        (api.cuEventDestroy)(event);
-        (api.cuStreamDestroy)(stream);
-    }
     Ok(())
 }
 

@@ -14,8 +14,8 @@ use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer, HostBuf
 use cuhal_scheduler::{Backend, ThreadRole};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{
-    CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING,
-    CUevent, CUstream, PrimaryContext,
+    CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUstream, Event,
+    PrimaryContext, Stream, cu,
 };
 use cuhal_trace::ZoneList;
 use smallvec::SmallVec;
@@ -86,24 +86,19 @@ pub(crate) enum Payload {
 /// One queue's stream and its own event pool (crate-private, like [`Payload`]).
 pub(crate) struct CudaBackend {
     context: Arc<PrimaryContext>,
-    stream: CUstream,
+    stream: Stream,
     events: EventPool,
     lost: Arc<Lost>,
     /// Where the completion thread goes to sleep: a private stream that waits for a completion
     /// event on the device, then records `sleep_event`, a blocking-sync event.
-    sleep_stream: CUstream,
-    sleep_event: CUevent,
+    sleep_stream: Stream,
+    sleep_event: Event,
     /// Serializes sleepers: the scheduler has one (the completion thread), but `wait_event` is
     /// public and the sleep event must not be recorded by one thread while another waits on it.
     sleep_lock: std::sync::Mutex<()>,
     /// The pause between two queries of a completion event while spinning.
     poll_interval: Duration,
 }
-
-// SAFETY: a CUstream may be used from any thread; the scheduler serializes `issue` per queue.
-unsafe impl Send for CudaBackend {}
-// SAFETY: as above; the stream handle is never mutated after creation.
-unsafe impl Sync for CudaBackend {}
 
 /// A spin budget no wait outlasts (a century), for budgets too large for an `Instant`.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -117,37 +112,19 @@ impl CudaBackend {
         priority: i32,
         poll_interval: Duration,
     ) -> Result<Self, Error> {
-        let _bound = context.enter()?;
-        let api = context.api();
-        let mut stream: CUstream = std::ptr::null_mut();
-        // SAFETY: `stream` is a valid out-pointer; the flags and priority are in range (the
-        // driver clamps the priority).
-        api.check("cuStreamCreateWithPriority", unsafe {
-            (api.cuStreamCreateWithPriority)(&mut stream, CU_STREAM_NON_BLOCKING, priority)
-        })?;
-        let mut backend = Self {
-            context: context.clone(),
+        let stream = Stream::with_priority(&context, CU_STREAM_NON_BLOCKING, priority)?;
+        let sleep_stream = Stream::new(&context, CU_STREAM_NON_BLOCKING)?;
+        let sleep_event = Event::new(&context, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC)?;
+        Ok(Self {
+            context,
             stream,
             events,
             lost,
-            sleep_stream: std::ptr::null_mut(),
-            sleep_event: std::ptr::null_mut(),
+            sleep_stream,
+            sleep_event,
             sleep_lock: std::sync::Mutex::new(()),
             poll_interval,
-        };
-        // From here `backend`'s Drop destroys whatever was created.
-        // SAFETY: valid out-pointer and flags.
-        api.check("cuStreamCreate", unsafe {
-            (api.cuStreamCreate)(&mut backend.sleep_stream, CU_STREAM_NON_BLOCKING)
-        })?;
-        // SAFETY: valid out-pointer and flags.
-        api.check("cuEventCreate", unsafe {
-            (api.cuEventCreate)(
-                &mut backend.sleep_event,
-                CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC,
-            )
-        })?;
-        Ok(backend)
+        })
     }
 
     /// Queries `event` every `poll_interval` until it completes, fails, or `until` passes.
@@ -181,33 +158,21 @@ impl CudaBackend {
     /// device-side wait on them 1.3 us slower and every submission slower, while this costs two
     /// driver calls only when a wait outlasts its spin.
     fn sleep_until(&self, event: &CudaEvent) -> Result<bool, cuhal_sys::Error> {
-        let api = self.context.api();
         let _sleeping = self
             .sleep_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: both streams and both events are live; the sleep lock keeps the record and the
-        // wait of one sleeper together.
-        unsafe {
-            api.check(
-                "cuStreamWaitEvent",
-                (api.cuStreamWaitEvent)(self.sleep_stream, event.raw(), CU_EVENT_WAIT_DEFAULT),
-            )?;
-            api.check(
-                "cuEventRecord",
-                (api.cuEventRecord)(self.sleep_event, self.sleep_stream),
-            )?;
-            api.check(
-                "cuEventSynchronize",
-                (api.cuEventSynchronize)(self.sleep_event),
-            )?;
-        }
+        // The sleep lock keeps the record and the wait of one sleeper together.
+        // SAFETY: the completion event is live while `event` is held.
+        unsafe { self.sleep_stream.wait_raw_event(event.raw()) }?;
+        self.sleep_event.record(&self.sleep_stream)?;
+        self.sleep_event.synchronize()?;
         event.query_raw()
     }
 
     /// The queue's stream.
     pub(crate) fn stream(&self) -> CUstream {
-        self.stream
+        self.stream.raw()
     }
 
     /// Issues one action. The completion event is taken first, so running out of events enqueues
@@ -222,12 +187,8 @@ impl CudaBackend {
         let _bound = self.context.enter()?;
         let completion = self.events.acquire()?;
         let enqueued = self.enqueue_work(device_waits, payload).and_then(|()| {
-            let api = self.context.api();
-            // SAFETY: the event and the stream are live.
-            api.check("cuEventRecord", unsafe {
-                (api.cuEventRecord)(completion.raw(), self.stream)
-            })
-            .map_err(Error::from)
+            // SAFETY: the completion event is live while `completion` is held.
+            unsafe { self.stream.record_raw_event(completion.raw()) }.map_err(Error::from)
         });
         match enqueued {
             Ok(()) => {
@@ -239,10 +200,9 @@ impl CudaBackend {
                 Ok(completion)
             }
             Err(error) => {
-                let api = self.context.api();
-                // SAFETY: the stream is live. The result is irrelevant: on a lost context it
-                // fails at once, which is also when nothing on the stream runs any more.
-                let _ = unsafe { (api.cuStreamSynchronize)(self.stream) };
+                // The result is irrelevant: on a lost context it fails at once, which is also
+                // when nothing on the stream runs any more.
+                let _ = self.stream.synchronize();
                 Err(error)
             }
         }
@@ -259,9 +219,7 @@ impl CudaBackend {
             }
             // SAFETY: the stream and the event are live; cuStreamWaitEvent captures the event's
             // current record, so the event may be re-recorded once this returns.
-            api.check("cuStreamWaitEvent", unsafe {
-                (api.cuStreamWaitEvent)(self.stream, event.raw(), CU_EVENT_WAIT_DEFAULT)
-            })?;
+            unsafe { self.stream.wait_raw_event(event.raw()) }?;
         }
         match payload {
             Payload::Nop => {}
@@ -272,7 +230,7 @@ impl CudaBackend {
             } => {
                 if let Some(zone) = zone {
                     // SAFETY: the queue's stream is live and of the trace context's context.
-                    unsafe { zone.begin_on_stream(self.stream, "submission") }?;
+                    unsafe { zone.begin_on_stream(self.stream.raw(), "submission") }?;
                 }
                 for (index, command_buffer) in command_buffers.iter().enumerate() {
                     if let Some(zones) = command_buffer.zones() {
@@ -284,12 +242,12 @@ impl CudaBackend {
                     // it also checked the table, whose buffers the payload holds until the
                     // action completes.
                     unsafe {
-                        command_buffer.issue_with_bindings(self.stream, bindings.table(index))
+                        command_buffer.issue_with_bindings(self.stream.raw(), bindings.table(index))
                     }?;
                 }
                 if let Some(zone) = zone {
                     // SAFETY: as above.
-                    unsafe { zone.end_on_stream(self.stream) }?;
+                    unsafe { zone.end_on_stream(self.stream.raw()) }?;
                 }
                 // Each list is queued for collection now that its events are enqueued; the
                 // queue's shared cleanup collects them after completion, so the per-list
@@ -309,23 +267,7 @@ impl CudaBackend {
                 // SAFETY: the range was checked against its live buffer (kept alive by the
                 // payload until completion) and its offset and length are multiples of the
                 // pattern size (checked at submission).
-                let (call, r) = unsafe {
-                    match *pattern {
-                        FillPattern::U8(v) => (
-                            "cuMemsetD8Async",
-                            (api.cuMemsetD8Async)(ptr, v, len, self.stream),
-                        ),
-                        FillPattern::U16(v) => (
-                            "cuMemsetD16Async",
-                            (api.cuMemsetD16Async)(ptr, v, len / 2, self.stream),
-                        ),
-                        FillPattern::U32(v) => (
-                            "cuMemsetD32Async",
-                            (api.cuMemsetD32Async)(ptr, v, len / 4, self.stream),
-                        ),
-                    }
-                };
-                api.check(call, r)?;
+                unsafe { cuhal_command::enqueue_fill(api, self.stream.raw(), ptr, len, *pattern) }?;
             }
             Payload::Copy {
                 source,
@@ -333,14 +275,17 @@ impl CudaBackend {
                 peer: None,
             } => {
                 // SAFETY: both ranges are checked, of equal length, and kept alive by the payload.
-                api.check("cuMemcpyDtoDAsync", unsafe {
-                    (api.cuMemcpyDtoDAsync)(
-                        target.device_ptr(),
-                        source.device_ptr(),
-                        source.len(),
-                        self.stream,
+                unsafe {
+                    cu!(
+                        api,
+                        cuMemcpyDtoDAsync(
+                            target.device_ptr(),
+                            source.device_ptr(),
+                            source.len(),
+                            self.stream.raw()
+                        )
                     )
-                })?;
+                }?;
             }
             Payload::Copy {
                 source,
@@ -354,30 +299,36 @@ impl CudaBackend {
                 };
                 // SAFETY: both ranges are checked, of equal length, and kept alive by the payload
                 // (the peer's buffer keeps its context alive, and `peer` does too).
-                api.check("cuMemcpyPeerAsync", unsafe {
-                    (api.cuMemcpyPeerAsync)(
-                        target.device_ptr(),
-                        context_of(target),
-                        source.device_ptr(),
-                        context_of(source),
-                        source.len(),
-                        self.stream,
+                unsafe {
+                    cu!(
+                        api,
+                        cuMemcpyPeerAsync(
+                            target.device_ptr(),
+                            context_of(target),
+                            source.device_ptr(),
+                            context_of(source),
+                            source.len(),
+                            self.stream.raw()
+                        )
                     )
-                })?;
+                }?;
                 // Held only to keep the peer's context alive until the copy completed.
                 let _ = peer;
             }
             Payload::Write { target, staging } => {
                 // SAFETY: the staging memory is pinned, holds target.len() bytes and lives in
                 // the payload until the copy completed.
-                api.check("cuMemcpyHtoDAsync", unsafe {
-                    (api.cuMemcpyHtoDAsync)(
-                        target.device_ptr(),
-                        staging.as_ptr().cast(),
-                        target.len(),
-                        self.stream,
+                unsafe {
+                    cu!(
+                        api,
+                        cuMemcpyHtoDAsync(
+                            target.device_ptr(),
+                            staging.as_ptr().cast(),
+                            target.len(),
+                            self.stream.raw()
+                        )
                     )
-                })?;
+                }?;
             }
             Payload::Read {
                 source,
@@ -386,22 +337,23 @@ impl CudaBackend {
             } => {
                 // SAFETY: `offset + source.len()` was checked against the pinned target, which
                 // the payload keeps alive until the copy completed.
-                api.check("cuMemcpyDtoHAsync", unsafe {
-                    (api.cuMemcpyDtoHAsync)(
-                        target.buffer().as_ptr().add(*offset).cast(),
-                        source.device_ptr(),
-                        source.len(),
-                        self.stream,
+                unsafe {
+                    cu!(
+                        api,
+                        cuMemcpyDtoHAsync(
+                            target.buffer().as_ptr().add(*offset).cast(),
+                            source.device_ptr(),
+                            source.len(),
+                            self.stream.raw()
+                        )
                     )
-                })?;
+                }?;
             }
-            Payload::Dealloca(allocation) => allocation.free_after_uses(self.stream)?,
+            Payload::Dealloca(allocation) => allocation.free_after_uses(self.stream.raw())?,
             Payload::WaitEvent(event) => {
-                // SAFETY: the stream is live; the event is live while the payload holds it
-                // (ForeignEvent's contract); CUDA takes events of any context here.
-                api.check("cuStreamWaitEvent", unsafe {
-                    (api.cuStreamWaitEvent)(self.stream, event.raw(), CU_EVENT_WAIT_DEFAULT)
-                })?;
+                // SAFETY: the event is live while the payload holds it (ForeignEvent's
+                // contract); CUDA takes events of any context here.
+                unsafe { self.stream.wait_raw_event(event.raw()) }?;
             }
         }
         Ok(())
@@ -463,29 +415,9 @@ impl Backend for CudaBackend {
         match outcome {
             Ok(true) => Ok(()),
             Ok(false) => Err(Failure::new(Error::EventNotComplete {
-                after: "cuEventSynchronize",
+                after: cuhal_sys::cu_name!(cuEventSynchronize),
             })),
             Err(e) => Err(self.lost.note(Error::from(e))),
-        }
-    }
-}
-
-impl Drop for CudaBackend {
-    fn drop(&mut self) {
-        // The scheduler joined its threads before dropping the backend: nothing issues any more.
-        let _bound = self.context.enter();
-        let api = self.context.api();
-        // SAFETY: the streams and the event are live (or null, never created) and no thread uses
-        // them any more; cuStreamDestroy returns at once and the driver releases a stream when
-        // its work is done.
-        unsafe {
-            let _ = (api.cuStreamDestroy)(self.stream);
-            if !self.sleep_stream.is_null() {
-                let _ = (api.cuStreamDestroy)(self.sleep_stream);
-            }
-            if !self.sleep_event.is_null() {
-                let _ = (api.cuEventDestroy)(self.sleep_event);
-            }
         }
     }
 }

@@ -45,8 +45,8 @@ use cuhal_command::BufferRange;
 use cuhal_scheduler::{Backend, Cleanups, QueueOptions, Resources, ThreadRole};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{
-    CU_EVENT_DISABLE_TIMING, CU_EVENT_WAIT_DEFAULT, CU_STREAM_NON_BLOCKING, CUevent, CUstream,
-    NcclApi, NcclComm, NcclDataType, NcclRedOp, NcclUniqueId, PrimaryContext,
+    CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, Event, NcclApi, NcclComm, NcclDataType,
+    NcclRedOp, NcclUniqueId, PrimaryContext, Stream,
 };
 use smallvec::SmallVec;
 
@@ -242,9 +242,9 @@ struct Rank {
     rank: i32,
     context: Arc<PrimaryContext>,
     lost: Arc<Lost>,
-    stream: CUstream,
+    stream: Stream,
     /// Recorded at the end of this rank's part, for rank 0's stream to join (ranks > 0).
-    done: CUevent,
+    done: Event,
 }
 
 /// The communicator's NCCL state, shared by the issuing thread, the completion thread and the
@@ -367,14 +367,9 @@ impl CollectiveBackend {
         // inputs are ready anyway, and this keeps one wait list per submission.
         for rank in &comms.ranks {
             let _bound = rank.context.enter()?;
-            let driver = rank.context.api();
             for event in device_waits {
                 // SAFETY: the stream and the event are live; CUDA takes events of any context.
-                let r = unsafe {
-                    (driver.cuStreamWaitEvent)(rank.stream, event.raw(), CU_EVENT_WAIT_DEFAULT)
-                };
-                driver
-                    .check("cuStreamWaitEvent", r)
+                unsafe { rank.stream.wait_raw_event(event.raw()) }
                     .map_err(|e| rank.lost.filter(e.into()))?;
             }
         }
@@ -413,22 +408,13 @@ impl CollectiveBackend {
         let first = &comms.ranks[0];
         for rank in &comms.ranks[1..] {
             let _bound = rank.context.enter()?;
-            let driver = rank.context.api();
-            // SAFETY: the event and the stream are live and of this rank's context.
-            driver.check("cuEventRecord", unsafe {
-                (driver.cuEventRecord)(rank.done, rank.stream)
-            })?;
-            // SAFETY: rank 0's stream is live; CUDA takes events of any context.
-            driver.check("cuStreamWaitEvent", unsafe {
-                (driver.cuStreamWaitEvent)(first.stream, rank.done, CU_EVENT_WAIT_DEFAULT)
-            })?;
+            rank.done.record(&rank.stream)?;
+            // CUDA takes events of any context.
+            first.stream.wait_event(&rank.done)?;
         }
         let _bound = first.context.enter()?;
-        let driver = first.context.api();
-        // SAFETY: the completion event (of rank 0's context) and rank 0's stream are live.
-        driver.check("cuEventRecord", unsafe {
-            (driver.cuEventRecord)(completion.raw(), first.stream)
-        })?;
+        // SAFETY: the completion event (of rank 0's context) is live while held.
+        unsafe { first.stream.record_raw_event(completion.raw()) }?;
         Ok(completion)
     }
 
@@ -468,7 +454,7 @@ impl CollectiveBackend {
         let recv = part.recv.as_ref().map_or(std::ptr::null_mut(), |r| {
             r.device_ptr() as usize as *mut std::ffi::c_void
         });
-        let (comm, stream, count, t) = (rank.comm, rank.stream, part.count, part.data_type);
+        let (comm, stream, count, t) = (rank.comm, rank.stream.raw(), part.count, part.data_type);
         // SAFETY: the ranges were checked at submission against the rank's device and the
         // lengths the collective reads and writes, and the payload keeps their buffers alive
         // until the submission completed; the communicator is live (not aborted: checked under
@@ -919,27 +905,14 @@ impl Rank {
         let context = device.context().clone();
         let lost = device.shared.lost.clone();
         let _bound = context.enter()?;
-        let api = context.api().clone();
-        let mut this = Rank {
+        Ok(Rank {
             comm: std::ptr::null_mut(),
             rank,
-            context: context.clone(),
+            stream: Stream::new(&context, CU_STREAM_NON_BLOCKING)?,
+            done: Event::new(&context, CU_EVENT_DISABLE_TIMING)?,
+            context,
             lost,
-            stream: std::ptr::null_mut(),
-            done: std::ptr::null_mut(),
-        };
-        // SAFETY: valid out-pointers and flags; `this`'s Drop destroys what was created.
-        unsafe {
-            api.check(
-                "cuStreamCreate",
-                (api.cuStreamCreate)(&mut this.stream, CU_STREAM_NON_BLOCKING),
-            )?;
-            api.check(
-                "cuEventCreate",
-                (api.cuEventCreate)(&mut this.done, CU_EVENT_DISABLE_TIMING),
-            )?;
-        }
-        Ok(this)
+        })
     }
 }
 
@@ -951,22 +924,6 @@ impl Drop for Comms {
                 // SAFETY: the communicator is live and no thread uses it any more (the queue's
                 // threads were joined); destroy waits for its work, which has completed.
                 let _ = unsafe { (self.api.ncclCommDestroy)(rank.comm) };
-            }
-        }
-    }
-}
-
-impl Drop for Rank {
-    fn drop(&mut self) {
-        let _bound = self.context.enter();
-        let api = self.context.api();
-        // SAFETY: the stream and event are live (or null) and no longer used.
-        unsafe {
-            if !self.stream.is_null() {
-                let _ = (api.cuStreamDestroy)(self.stream);
-            }
-            if !self.done.is_null() {
-                let _ = (api.cuEventDestroy)(self.done);
             }
         }
     }

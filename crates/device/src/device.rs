@@ -194,7 +194,9 @@ impl Device {
         if graph_tracing && driver.api.cuGraphAddEventRecordNode.is_none() {
             // The one feature that needs the symbol was asked for: refuse it by name.
             return Err(Error::Driver(
-                driver.api.missing_symbol("cuGraphAddEventRecordNode"),
+                driver
+                    .api
+                    .missing_symbol(cuhal_sys::cu_name!(cuGraphAddEventRecordNode)),
             ));
         }
         let info = cuhal_sys::device_info(&driver.api, ordinal)?;

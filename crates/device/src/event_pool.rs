@@ -19,14 +19,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cuhal_semaphore::{DeviceEvent, Failure};
-use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, CUresult, PrimaryContext};
+use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, Event, PrimaryContext};
 
 use crate::error::Error;
 use crate::lost::Lost;
 
 /// One event of the pool, at a fixed address for the pool's lifetime.
 struct Slot {
-    raw: CUevent,
+    event: Event,
     handles: AtomicUsize,
     /// The pool (`Arc::as_ptr`); the slot owns one strong count of it while it is handed out.
     pool: *const PoolShared,
@@ -105,15 +105,9 @@ impl EventPool {
     #[cold]
     fn grow(&self) -> Result<NonNull<Slot>, Error> {
         let shared = &self.shared;
-        let _bound = shared.context.enter()?;
-        let api = shared.context.api();
-        let mut raw: CUevent = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the flags are valid event flags.
-        api.check("cuEventCreate", unsafe {
-            (api.cuEventCreate)(&mut raw, shared.flags)
-        })?;
+        let event = Event::new(&shared.context, shared.flags)?;
         let slot = NonNull::from(Box::leak(Box::new(Slot {
-            raw,
+            event,
             handles: AtomicUsize::new(0),
             pool: Arc::as_ptr(shared),
         })));
@@ -159,18 +153,15 @@ impl EventPool {
 impl Drop for PoolShared {
     fn drop(&mut self) {
         // Every handle holds the pool, so when it goes every slot is free.
-        let _bound = self.context.enter();
-        let api = self.context.api();
         for slot in self
             .all
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .drain(..)
         {
-            // SAFETY: the slot was leaked from a Box in `grow` and nothing references it now.
-            let slot = unsafe { Box::from_raw(slot.as_ptr()) };
-            // SAFETY: the event was created by this pool and no handle remains.
-            let _ = unsafe { (api.cuEventDestroy)(slot.raw) };
+            // SAFETY: the slot was leaked from a Box in `grow` and nothing references it now;
+            // dropping it destroys its event.
+            drop(unsafe { Box::from_raw(slot.as_ptr()) });
         }
     }
 }
@@ -201,7 +192,7 @@ impl CudaEvent {
 
     /// The raw event handle (valid while this handle lives).
     pub fn raw(&self) -> CUevent {
-        self.slot().raw
+        self.slot().event.raw()
     }
 
     /// The context the event belongs to.
@@ -211,14 +202,7 @@ impl CudaEvent {
 
     /// `cuEventQuery` as a tri-state: complete, not ready, or the driver's error.
     pub fn query_raw(&self) -> Result<bool, cuhal_sys::Error> {
-        let api = self.pool().context.api();
-        // SAFETY: the event is live while we hold the handle.
-        let r = unsafe { (api.cuEventQuery)(self.raw()) };
-        match r {
-            CUresult::SUCCESS => Ok(true),
-            CUresult::ERROR_NOT_READY => Ok(false),
-            other => Err(api.error("cuEventQuery", other)),
-        }
+        self.slot().event.query()
     }
 }
 

@@ -29,7 +29,7 @@ use cuhal_sys::{
     CU_MEMORYTYPE_DEVICE, CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CUcontext, CUdeviceptr, CUevent, CUpointer_attribute,
-    CUresult, PrimaryContext,
+    CUresult, PrimaryContext, cu,
 };
 
 use crate::error::{Error, Result};
@@ -96,14 +96,17 @@ fn attribute<T: Default>(
     let mut value = T::default();
     // SAFETY: `value` is a live local of the type the attribute writes (the callers pair each
     // attribute with its type from cuda.h); the driver only reads `ptr` as a number.
-    let r = unsafe {
-        (api.cuPointerGetAttribute)((&mut value as *mut T).cast::<c_void>(), attribute, ptr)
+    let read = unsafe {
+        cu!(
+            api,
+            cuPointerGetAttribute((&mut value as *mut T).cast::<c_void>(), attribute, ptr)
+        )
     };
-    if r == CUresult::ERROR_INVALID_VALUE {
-        return Ok(None);
+    match read {
+        Ok(()) => Ok(Some(value)),
+        Err(e) if e.result() == Some(CUresult::ERROR_INVALID_VALUE) => Ok(None),
+        Err(e) => Err(e.into()),
     }
-    api.check("cuPointerGetAttribute", r)?;
-    Ok(Some(value))
 }
 
 /// Asks the driver what `ptr` is. `Error::NotDeviceMemory` when it does not know the address.

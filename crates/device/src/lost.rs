@@ -143,7 +143,7 @@ mod tests {
             counter.fetch_add(1, Ordering::Relaxed);
         }));
         let plain = Error::Driver(cuda(
-            "cuMemsetD32Async",
+            cuhal_sys::cu_name!(cuMemsetD32Async),
             CUresult::ERROR_INVALID_VALUE,
             "CUDA_ERROR_INVALID_VALUE",
         ));
@@ -157,7 +157,7 @@ mod tests {
 
         // A sticky error first seen by a tracing call, as the trace crate reports it.
         let sticky = cuda(
-            "cuEventRecord",
+            cuhal_sys::cu_name!(cuEventRecord),
             CUresult::ERROR_ILLEGAL_ADDRESS,
             "CUDA_ERROR_ILLEGAL_ADDRESS",
         );
@@ -170,7 +170,7 @@ mod tests {
 
         // A later sticky error, from anywhere, reports the device's failure.
         let later = lost.filter(Error::Driver(cuda(
-            "cuEventQuery",
+            cuhal_sys::cu_name!(cuEventQuery),
             CUresult::ERROR_LAUNCH_FAILED,
             "CUDA_ERROR_LAUNCH_FAILED",
         )));

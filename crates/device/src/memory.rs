@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use smallvec::SmallVec;
 
+use cuhal_sys::cu;
 use cuhal_sys::{
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
     CUdeviceptr, CUmemLocation, CUmemPoolProps, CUmemoryPool, CUstream, PrimaryContext,
@@ -51,14 +52,13 @@ impl MemoryPool {
         };
         let mut raw: CUmemoryPool = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; `props` is fully initialized.
-        let created = unsafe { (api.cuMemPoolCreate)(&mut raw, &props) };
-        let owned = if created.is_success() {
+        let created = unsafe { cu!(api, cuMemPoolCreate(&mut raw, &props)) };
+        // Without a pool of its own (the driver may refuse one), the device's default pool.
+        let owned = if created.is_ok() {
             true
         } else {
             // SAFETY: `raw` is a valid out-pointer; the device handle is live.
-            api.check("cuDeviceGetDefaultMemPool", unsafe {
-                (api.cuDeviceGetDefaultMemPool)(&mut raw, context.device())
-            })?;
+            unsafe { cu!(api, cuDeviceGetDefaultMemPool(&mut raw, context.device())) }?;
             false
         };
         // From here the pool's Drop destroys a pool created here, also when setting it up fails.
@@ -70,13 +70,16 @@ impl MemoryPool {
         if owned {
             let mut threshold = u64::MAX;
             // SAFETY: the attribute takes a pointer to a u64.
-            api.check("cuMemPoolSetAttribute", unsafe {
-                (api.cuMemPoolSetAttribute)(
-                    raw,
-                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    (&mut threshold as *mut u64).cast(),
+            unsafe {
+                cu!(
+                    api,
+                    cuMemPoolSetAttribute(
+                        raw,
+                        CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                        (&mut threshold as *mut u64).cast()
+                    )
                 )
-            })?;
+            }?;
         }
         Ok(pool)
     }
@@ -87,9 +90,12 @@ impl MemoryPool {
         let api = self.context.api();
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: `ptr` is a valid out-pointer; the pool and stream are live.
-        api.check("cuMemAllocFromPoolAsync", unsafe {
-            (api.cuMemAllocFromPoolAsync)(&mut ptr, len, self.raw, stream)
-        })?;
+        unsafe {
+            cu!(
+                api,
+                cuMemAllocFromPoolAsync(&mut ptr, len, self.raw, stream)
+            )
+        }?;
         Ok(Arc::new(Allocation {
             context: self.context.clone(),
             ptr,
@@ -109,7 +115,7 @@ impl Drop for MemoryPool {
             // SAFETY: the pool was created here and is destroyed once. Allocations still live
             // (held by buffers that outlive the device) stay valid: the driver releases the
             // pool's memory only when they are freed.
-            let _ = unsafe { (api.cuMemPoolDestroy)(self.raw) };
+            let _ = unsafe { cu!(api, cuMemPoolDestroy(self.raw)) };
         }
     }
 }
@@ -247,9 +253,7 @@ impl Allocation {
         }
         let api = self.context.api();
         // SAFETY: the memory came from cuMemAllocFromPoolAsync and is freed exactly once.
-        let freed = api.check("cuMemFreeAsync", unsafe {
-            (api.cuMemFreeAsync)(self.ptr, stream)
-        });
+        let freed = unsafe { cu!(api, cuMemFreeAsync(self.ptr, stream)) };
         if freed.is_err() {
             // Still allocated: let the drop free it.
             self.freed.store(false, Ordering::Release);
@@ -265,7 +269,7 @@ impl Drop for Allocation {
             let api = self.context.api();
             // SAFETY: never freed, and no handle to it remains: every action and command buffer
             // that used it retained it, so all work using it has completed.
-            let _ = unsafe { (api.cuMemFree)(self.ptr) };
+            let _ = unsafe { cu!(api, cuMemFree(self.ptr)) };
         }
     }
 }

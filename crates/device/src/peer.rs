@@ -10,6 +10,7 @@
 //! enabled for the life of the primary contexts: they are shared with any other user of the
 //! runtime API in the process, which expects the same.
 
+use cuhal_sys::cu;
 use cuhal_sys::{CUresult, PeerLink};
 
 use crate::device::{Device, DeviceOptions, Driver};
@@ -71,18 +72,23 @@ impl Device {
         let api = context.api();
         let mut allowed = 0;
         // SAFETY: `allowed` is a valid out-pointer; both handles are this driver's devices.
-        api.check("cuDeviceCanAccessPeer", unsafe {
-            (api.cuDeviceCanAccessPeer)(&mut allowed, context.device(), peer.context().device())
-        })?;
+        unsafe {
+            cu!(
+                api,
+                cuDeviceCanAccessPeer(&mut allowed, context.device(), peer.context().device())
+            )
+        }?;
         if allowed == 0 {
             return Ok(false);
         }
         let _bound = context.enter()?;
         // SAFETY: this device's context is current; the peer's context is a live primary
         // context (retained by `peer`); the flags must be 0.
-        let result = unsafe { (api.cuCtxEnablePeerAccess)(peer.context().raw(), 0) };
-        if result != CUresult::ERROR_PEER_ACCESS_ALREADY_ENABLED {
-            api.check("cuCtxEnablePeerAccess", result)?;
+        match unsafe { cu!(api, cuCtxEnablePeerAccess(peer.context().raw(), 0)) } {
+            Err(e) if e.result() != Some(CUresult::ERROR_PEER_ACCESS_ALREADY_ENABLED) => {
+                return Err(e.into());
+            }
+            _ => {}
         }
         self.note_peer(other);
         Ok(true)

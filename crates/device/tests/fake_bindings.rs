@@ -6,6 +6,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{
@@ -181,9 +182,9 @@ fn fresh_buffers(mode: CommandBufferMode) {
 /// Calls of the three patch entry points so far.
 fn patches(fake: &FakeDriver) -> [u64; 3] {
     [
-        "cuGraphExecKernelNodeSetParams",
-        "cuGraphExecMemsetNodeSetParams",
-        "cuGraphExecMemcpyNodeSetParams",
+        cu_name!(cuGraphExecKernelNodeSetParams),
+        cu_name!(cuGraphExecMemsetNodeSetParams),
+        cu_name!(cuGraphExecMemcpyNodeSetParams),
     ]
     .map(|name| fake.calls(name))
 }
@@ -474,7 +475,7 @@ fn a_failed_patch_fails_its_submission_and_the_command_buffer_still_runs_elsewhe
     let s = device.create_semaphore(0);
     // The second kernel node's patch fails (not a sticky error): the first is patched already.
     fake.fail_calls(
-        "cuGraphExecKernelNodeSetParams",
+        cu_name!(cuGraphExecKernelNodeSetParams),
         2,
         1,
         cuhal_fake_driver::status::INVALID_VALUE,

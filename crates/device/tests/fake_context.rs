@@ -4,6 +4,8 @@
 
 mod fake_support;
 
+use cuhal_sys::cu;
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{DeviceOptions, FillPattern};
@@ -13,10 +15,7 @@ use fake_support::{load, settle, wait};
 fn current(api: &DriverApi) -> CUcontext {
     let mut context: CUcontext = std::ptr::null_mut();
     // SAFETY: `context` is a valid out-pointer.
-    api.check("cuCtxGetCurrent", unsafe {
-        (api.cuCtxGetCurrent)(&mut context)
-    })
-    .unwrap();
+    unsafe { cu!(api, cuCtxGetCurrent(&mut context)) }.unwrap();
     context
 }
 
@@ -85,7 +84,7 @@ fn a_thread_without_a_context_gets_cuhals() {
 #[test]
 fn queues_take_their_stream_priorities() {
     let (fake, driver) = load("context-priorities");
-    let before = fake.calls("cuStreamCreateWithPriority");
+    let before = fake.calls(cu_name!(cuStreamCreateWithPriority));
     let device = driver
         .open(
             0,
@@ -97,5 +96,5 @@ fn queues_take_their_stream_priorities() {
         )
         .unwrap();
     assert_eq!(device.queues().len(), 3);
-    assert_eq!(fake.calls("cuStreamCreateWithPriority") - before, 3);
+    assert_eq!(fake.calls(cu_name!(cuStreamCreateWithPriority)) - before, 3);
 }

@@ -3,6 +3,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{CommandBuffer, DeviceOptions, Error, FillPattern, KernelArgs};
@@ -141,7 +142,7 @@ fn fills_refuse_misaligned_ranges_before_the_driver_sees_them() {
     let (fake, _driver, device) = open("misaligned", queues(1));
     let q = device.queue(0);
     let a = device.create_buffer(64).unwrap();
-    let before = fake.calls("cuMemsetD32Async") + fake.calls("cuMemsetD16Async");
+    let before = fake.calls(cu_name!(cuMemsetD32Async)) + fake.calls(cu_name!(cuMemsetD16Async));
     let s = device.create_semaphore(0);
     assert!(
         q.fill(
@@ -162,7 +163,7 @@ fn fills_refuse_misaligned_ranges_before_the_driver_sees_them() {
         .is_err()
     );
     assert_eq!(
-        fake.calls("cuMemsetD32Async") + fake.calls("cuMemsetD16Async"),
+        fake.calls(cu_name!(cuMemsetD32Async)) + fake.calls(cu_name!(cuMemsetD16Async)),
         before
     );
     assert_eq!(s.query().unwrap(), 0, "a refused operation signals nothing");
@@ -197,7 +198,7 @@ fn alloca_and_dealloca_leak_nothing() {
     q1.dealloca(&[(&written, 1)], &[(&freed, 1)], &buffer)
         .unwrap();
     wait(&freed, 1);
-    assert_eq!(fake.calls("cuMemFreeAsync"), 1);
+    assert_eq!(fake.calls(cu_name!(cuMemFreeAsync)), 1);
     assert_eq!(
         fake.counts().device_allocations,
         baseline.device_allocations

@@ -4,6 +4,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{
@@ -99,8 +100,10 @@ fn execute_runs_every_command(mode: CommandBufferMode) {
         assert_eq!(fake.launches("scale"), 2 * round, "{mode:?}");
         assert_eq!(fake.launches("add_one"), round, "{mode:?}");
     }
-    let (graph_launches, kernel_launches) =
-        (fake.calls("cuGraphLaunch"), fake.calls("cuLaunchKernel"));
+    let (graph_launches, kernel_launches) = (
+        fake.calls(cu_name!(cuGraphLaunch)),
+        fake.calls(cu_name!(cuLaunchKernel)),
+    );
     match mode {
         CommandBufferMode::Graph => assert!(graph_launches == 3 && kernel_launches == 0),
         CommandBufferMode::Deferred => assert!(graph_launches == 0 && kernel_launches == 9),

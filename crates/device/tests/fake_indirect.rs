@@ -6,6 +6,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::{Arc, Once};
 
 use cuhal::{CommandBuffer, CommandBufferMode, DeviceOptions, Dispatch, KernelArgs};
@@ -110,7 +111,7 @@ fn outcomes(mode: CommandBufferMode) {
     assert_eq!(fake.launches("work"), 2);
     if mode == CommandBufferMode::Graph {
         assert!(
-            fake.calls("cuGraphUpload") >= 1,
+            fake.calls(cu_name!(cuGraphUpload)) >= 1,
             "uploaded before its first launch"
         );
     }

@@ -7,12 +7,13 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cuhal::{Error, ExportedBuffer, FillPattern, ForeignEvent, Release};
-use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUdeviceptr, CUevent, CUstream};
+use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUdeviceptr, CUevent, cu};
 use fake_support::*;
 
 /// A release callback that counts its runs.
@@ -30,8 +31,7 @@ fn raw_alloc(device: &cuhal::Device, len: usize) -> CUdeviceptr {
     let api = context.api();
     let mut ptr = 0;
     // SAFETY: valid out-pointer; the context is current.
-    api.check("cuMemAlloc", unsafe { (api.cuMemAlloc)(&mut ptr, len) })
-        .unwrap();
+    unsafe { cu!(api, cuMemAlloc(&mut ptr, len)) }.unwrap();
     ptr
 }
 
@@ -40,8 +40,7 @@ fn raw_free(device: &cuhal::Device, ptr: CUdeviceptr) {
     let _bound = context.enter().unwrap();
     let api = context.api();
     // SAFETY: `ptr` came from raw_alloc and is freed once, after every use of it.
-    api.check("cuMemFree", unsafe { (api.cuMemFree)(ptr) })
-        .unwrap();
+    unsafe { cu!(api, cuMemFree(ptr)) }.unwrap();
 }
 
 #[test]
@@ -199,10 +198,7 @@ fn exported_buffers_keep_their_memory_until_released() {
     {
         let _bound = device.context().enter().unwrap();
         // SAFETY: `ptr` is 4096 live bytes of device memory until `release` runs.
-        api.check("cuMemsetD8Async", unsafe {
-            (api.cuMemsetD8Async)(ptr, 7, len, std::ptr::null_mut())
-        })
-        .unwrap();
+        unsafe { cu!(api, cuMemsetD8Async(ptr, 7, len, std::ptr::null_mut())) }.unwrap();
     }
     release();
     assert_eq!(fake.counts().device_allocations, base, "freed on release");
@@ -210,65 +206,26 @@ fn exported_buffers_keep_their_memory_until_released() {
 
 /// The foreign runtime's stream and event, made with raw driver calls.
 struct Foreign {
-    device: Arc<cuhal_sys::PrimaryContext>,
-    stream: CUstream,
-    event: CUevent,
+    stream: cuhal_sys::Stream,
+    event: cuhal_sys::Event,
 }
 
 impl Foreign {
     fn new(device: &cuhal::Device) -> Self {
-        let context = device.context().clone();
-        let _bound = context.enter().unwrap();
-        let api = context.api();
-        let (mut stream, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
-        // SAFETY: valid out-pointers and flags; the context is current.
-        unsafe {
-            api.check(
-                "cuStreamCreate",
-                (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING),
-            )
-            .unwrap();
-            api.check(
-                "cuEventCreate",
-                (api.cuEventCreate)(&mut event, CU_EVENT_DISABLE_TIMING),
-            )
-            .unwrap();
-        }
+        let context = device.context();
         Self {
-            device: context,
-            stream,
-            event,
+            stream: cuhal_sys::Stream::new(context, CU_STREAM_NON_BLOCKING).unwrap(),
+            event: cuhal_sys::Event::new(context, CU_EVENT_DISABLE_TIMING).unwrap(),
         }
     }
 
     fn record(&self) {
-        let api = self.device.api();
-        // SAFETY: both handles are live.
-        api.check("cuEventRecord", unsafe {
-            (api.cuEventRecord)(self.event, self.stream)
-        })
-        .unwrap();
+        self.event.record(&self.stream).unwrap();
     }
 
     fn wait_on(&self, event: CUevent) {
-        let api = self.device.api();
-        // SAFETY: the stream is live; the caller keeps `event` live.
-        api.check("cuStreamWaitEvent", unsafe {
-            (api.cuStreamWaitEvent)(self.stream, event, 0)
-        })
-        .unwrap();
-    }
-}
-
-impl Drop for Foreign {
-    fn drop(&mut self) {
-        let _bound = self.device.enter();
-        let api = self.device.api();
-        // SAFETY: created in `new`, destroyed once, no longer used.
-        unsafe {
-            (api.cuEventDestroy)(self.event);
-            (api.cuStreamDestroy)(self.stream);
-        }
+        // SAFETY: the caller keeps `event` live.
+        unsafe { self.stream.wait_raw_event(event) }.unwrap();
     }
 }
 
@@ -278,14 +235,14 @@ fn a_queue_operation_waits_on_a_foreign_event() {
     let foreign = Foreign::new(&device);
     let released = Arc::new(AtomicUsize::new(0));
     // SAFETY: the event outlives the release callback (destroyed when `foreign` drops, last).
-    let event = unsafe { ForeignEvent::from_raw(foreign.event, counted(&released)) };
-    let waits_before = fake.calls("cuStreamWaitEvent");
+    let event = unsafe { ForeignEvent::from_raw(foreign.event.raw(), counted(&released)) };
+    let waits_before = fake.calls(cu_name!(cuStreamWaitEvent));
 
     // Never recorded: waits for nothing, as CUDA defines, and signals.
     let s = device.create_semaphore(0);
     device.queue(0).wait_event(&[], &[(&s, 1)], &event).unwrap();
     wait(&s, 1);
-    assert_eq!(fake.calls("cuStreamWaitEvent"), waits_before + 1);
+    assert_eq!(fake.calls(cu_name!(cuStreamWaitEvent)), waits_before + 1);
 
     // Recorded by the foreign runtime, waited on behind a pending semaphore on queue 1; a
     // fill on queue 0 ordered after it through the signal.
@@ -329,7 +286,10 @@ fn a_queue_wait_on_a_destroyed_event_fails_its_signals() {
     device.queue(0).wait_event(&[], &[(&s, 1)], &event).unwrap();
     let failure = failure_of(&s, 1);
     let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
-    assert!(cuda.to_string().contains("cuStreamWaitEvent"), "{cuda}");
+    assert!(
+        cuda.to_string().contains(cu_name!(cuStreamWaitEvent)),
+        "{cuda}"
+    );
     drop(foreign);
 }
 

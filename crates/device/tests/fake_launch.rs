@@ -5,6 +5,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{
@@ -156,10 +157,12 @@ fn clusters(mode: CommandBufferMode) {
     );
     match mode {
         // Only the explicit cluster is an attribute.
-        CommandBufferMode::Graph => assert_eq!(s.fake.calls("cuGraphKernelNodeSetAttribute"), 2),
+        CommandBufferMode::Graph => {
+            assert_eq!(s.fake.calls(cu_name!(cuGraphKernelNodeSetAttribute)), 2)
+        }
         CommandBufferMode::Deferred => {
-            assert_eq!(s.fake.calls("cuLaunchKernelEx"), 2);
-            assert_eq!(s.fake.calls("cuLaunchKernel"), 1);
+            assert_eq!(s.fake.calls(cu_name!(cuLaunchKernelEx)), 2);
+            assert_eq!(s.fake.calls(cu_name!(cuLaunchKernel)), 1);
         }
     }
 }
@@ -240,9 +243,9 @@ fn programmatic(mode: CommandBufferMode) {
     match mode {
         CommandBufferMode::Graph => {
             assert_eq!(s.fake.counts().programmatic_edges, 3);
-            assert_eq!(s.fake.calls("cuGraphKernelNodeSetAttribute"), 0);
+            assert_eq!(s.fake.calls(cu_name!(cuGraphKernelNodeSetAttribute)), 0);
         }
-        CommandBufferMode::Deferred => assert_eq!(s.fake.calls("cuLaunchKernelEx"), 3),
+        CommandBufferMode::Deferred => assert_eq!(s.fake.calls(cu_name!(cuLaunchKernelEx)), 3),
     }
 }
 
@@ -282,7 +285,7 @@ fn priority(mode: CommandBufferMode) {
 #[test]
 fn attributes_on_a_driver_without_the_entry_points_are_refused_at_recording() {
     let s = setup("old-driver-deferred", CommandBufferMode::Deferred, |fake| {
-        fake.hide("cuLaunchKernelEx")
+        fake.hide(cu_name!(cuLaunchKernelEx))
     });
     let plain = s.module.function("plain").unwrap();
     let d = Dispatch::new(&plain, [2, 1, 1], [32, 1, 1], &s.args);
@@ -350,7 +353,7 @@ fn shared_memory(mode: CommandBufferMode) {
         100 * 1024,
         "never lowered"
     );
-    assert_eq!(s.fake.calls("cuFuncSetAttribute"), 1);
+    assert_eq!(s.fake.calls(cu_name!(cuFuncSetAttribute)), 1);
     assert_eq!(
         cb.dispatch(&d.with_shared_memory(227 * 1024 + 1))
             .unwrap_err(),

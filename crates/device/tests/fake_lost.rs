@@ -5,6 +5,7 @@ mod fake_support;
 
 use cuhal::FillPattern;
 use cuhal_fake_driver::control::Counts;
+use cuhal_sys::cu_name;
 use fake_support::*;
 
 #[test]
@@ -31,7 +32,10 @@ fn an_injected_sticky_error_loses_the_device() {
     assert_eq!(q0.stats().pending + q1.stats().pending, 3);
 
     // The GPU faults: from now on every event query reports an illegal address.
-    fake.fail("cuEventQuery", cuhal_fake_driver::status::ILLEGAL_ADDRESS);
+    fake.fail(
+        cu_name!(cuEventQuery),
+        cuhal_fake_driver::status::ILLEGAL_ADDRESS,
+    );
     go.signal(1).unwrap();
     let failure = failure_of(&s, 1);
     let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
@@ -94,7 +98,7 @@ fn a_failed_fill_fails_its_signal_with_the_drivers_error() {
     let a = device.create_buffer(64).unwrap();
     // Only the next 32-bit fill fails, with an error that does not lose the context.
     fake.fail_calls(
-        "cuMemsetD32Async",
+        cu_name!(cuMemsetD32Async),
         1,
         1,
         cuhal_fake_driver::status::INVALID_VALUE,
@@ -109,5 +113,5 @@ fn a_failed_fill_fails_its_signal_with_the_drivers_error() {
         Some(cuhal_sys::CUresult::ERROR_INVALID_VALUE)
     );
     assert!(device.lost().is_none(), "not a sticky error");
-    assert_eq!(fake.calls("cuMemsetD32Async"), 1);
+    assert_eq!(fake.calls(cu_name!(cuMemsetD32Async)), 1);
 }

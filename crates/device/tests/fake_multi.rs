@@ -4,6 +4,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{CommandBuffer, DeviceOptions, Error, FillPattern, LinkKind};
@@ -19,7 +20,7 @@ fn opens_any_subset_and_enables_peer_access_both_ways() {
     assert_eq!(devices[0].peers(), vec![0]);
     assert_eq!(devices[1].peers(), vec![2]);
     assert!(!devices[0].has_peer_access(1), "device 1 was not opened");
-    assert_eq!(fake.calls("cuCtxEnablePeerAccess"), 2);
+    assert_eq!(fake.calls(cu_name!(cuCtxEnablePeerAccess)), 2);
     // Enabling again is not an error (the driver's ALREADY_ENABLED is absorbed).
     assert!(devices[0].enable_peer_access(&devices[1]).unwrap());
     assert!(matches!(
@@ -80,7 +81,7 @@ fn without_peer_access_devices_open_and_peer_copies_still_work() {
     );
     let devices = driver.open_all(DeviceOptions::default()).unwrap();
     assert!(devices.iter().all(|d| d.peers().is_empty()));
-    assert_eq!(fake.calls("cuCtxEnablePeerAccess"), 0);
+    assert_eq!(fake.calls(cu_name!(cuCtxEnablePeerAccess)), 0);
     peer_copy_round_trip(&devices[0], &devices[1]);
 }
 
@@ -126,7 +127,7 @@ fn a_queue_of_one_device_waits_on_the_device_for_another_devices_signal() {
         })
         .unwrap();
     gpu0.queue(0).barrier(&[], &[(&produced, 1)]).unwrap();
-    let waits_before = fake.calls("cuStreamWaitEvent");
+    let waits_before = fake.calls(cu_name!(cuStreamWaitEvent));
     let issued_before = gpu1.queue(0).stats().issued_on_submit;
     gpu1.queue(0)
         .fill(
@@ -147,7 +148,7 @@ fn a_queue_of_one_device_waits_on_the_device_for_another_devices_signal() {
         "the fill was issued at once, on the submitting thread"
     );
     assert_eq!(
-        fake.calls("cuStreamWaitEvent"),
+        fake.calls(cu_name!(cuStreamWaitEvent)),
         waits_before + 1,
         "one cuStreamWaitEvent on device 1's stream for device 0's event"
     );
@@ -172,10 +173,10 @@ fn peer_copies_as_queue_operations_in_both_directions() {
     let (fake, driver) = load("multi-copy");
     fake.set_device_count(2);
     let devices = driver.open_all(DeviceOptions::default()).unwrap();
-    let calls = fake.calls("cuMemcpyPeerAsync");
+    let calls = fake.calls(cu_name!(cuMemcpyPeerAsync));
     peer_copy_round_trip(&devices[0], &devices[1]);
     peer_copy_round_trip(&devices[1], &devices[0]);
-    assert_eq!(fake.calls("cuMemcpyPeerAsync"), calls + 2);
+    assert_eq!(fake.calls(cu_name!(cuMemcpyPeerAsync)), calls + 2);
     // A copy whose two ends are both another device's is refused.
     let a = devices[1].create_buffer(64).unwrap();
     let b = devices[1].create_buffer(64).unwrap();

@@ -3,6 +3,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,7 +37,7 @@ fn two_queues_chain_through_semaphores() {
     }
     assert_eq!(s.query().unwrap(), 0);
     assert_eq!(
-        fake.calls("cuMemcpyDtoDAsync"),
+        fake.calls(cu_name!(cuMemcpyDtoDAsync)),
         0,
         "nothing ran before its wait"
     );
@@ -44,7 +45,7 @@ fn two_queues_chain_through_semaphores() {
     wait(&s, WORDS as u64);
     assert_eq!(s.query().unwrap(), WORDS as u64);
     let got = read(&device, device.queue(1), &x.whole());
-    assert_eq!(fake.calls("cuMemcpyDtoDAsync"), WORDS as u64 - 1);
+    assert_eq!(fake.calls(cu_name!(cuMemcpyDtoDAsync)), WORDS as u64 - 1);
     assert_eq!(got, first.repeat(WORDS));
 }
 

@@ -3,6 +3,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{CommandBuffer, DeviceOptions, Error, FillPattern, MemorySink, Verbosity};
@@ -38,7 +39,7 @@ fn a_sticky_error_in_a_tracing_call_loses_the_device() {
         .unwrap();
 
     // The first driver call of the submission is the submission zone's begin record.
-    fake.fail_calls("cuEventRecord", 1, 1, status::ILLEGAL_ADDRESS);
+    fake.fail_calls(cu_name!(cuEventRecord), 1, 1, status::ILLEGAL_ADDRESS);
     let done = device.create_semaphore(0);
     let _ = queue.execute(&[], &[(&done, 1)], &[&cb]);
     let failure = failure_of(&done, 1);
@@ -46,10 +47,7 @@ fn a_sticky_error_in_a_tracing_call_loses_the_device() {
     assert!(
         matches!(
             cuda,
-            cuhal_sys::Error::Cuda {
-                call: "cuEventRecord",
-                ..
-            }
+            cuhal_sys::Error::Cuda { call, .. } if *call == cu_name!(cuEventRecord)
         ),
         "{cuda}"
     );
@@ -78,10 +76,10 @@ fn a_sticky_error_in_a_tracing_call_loses_the_device() {
 #[test]
 fn a_failed_memory_pool_setup_leaks_nothing() {
     let (fake, driver) = load("pool-attribute");
-    fake.fail("cuMemPoolSetAttribute", status::INVALID_VALUE);
+    fake.fail(cu_name!(cuMemPoolSetAttribute), status::INVALID_VALUE);
     let error = driver.open(0, queues(1)).unwrap_err();
     assert!(
-        error.to_string().contains("cuMemPoolSetAttribute"),
+        error.to_string().contains(cu_name!(cuMemPoolSetAttribute)),
         "{error}"
     );
     assert_eq!(live(&fake), Counts::default());
@@ -153,14 +151,14 @@ fn a_completion_event_that_never_completes_is_named() {
     let (fake, _driver, device) = open("never-complete", queues(1));
     let queue = device.queue(0);
     let buffer = device.create_buffer(64).unwrap();
-    fake.fail("cuEventQuery", status::NOT_READY);
+    fake.fail(cu_name!(cuEventQuery), status::NOT_READY);
     let done = device.create_semaphore(0);
     queue
         .fill(&[], &[(&done, 1)], &buffer.whole(), FillPattern::U8(1))
         .unwrap();
     let failure = failure_of(&done, 1);
     match failure.downcast_ref::<Error>() {
-        Some(Error::EventNotComplete { after }) => assert_eq!(*after, "cuEventSynchronize"),
+        Some(Error::EventNotComplete { after }) => assert_eq!(*after, cu_name!(cuEventSynchronize)),
         other => panic!("expected EventNotComplete, got {other:?} ({failure})"),
     }
     assert!(
@@ -270,7 +268,7 @@ fn dealloca_frees_only_after_every_queued_use() {
 #[test]
 fn a_driver_without_graph_event_nodes_opens_and_refuses_graph_tracing_by_name() {
     let (_fake, driver) = load_with("no-event-node", |fake| {
-        fake.hide("cuGraphAddEventRecordNode")
+        fake.hide(cu_name!(cuGraphAddEventRecordNode))
     });
     assert!(driver.api().cuGraphAddEventRecordNode.is_none());
     let device = driver.open(0, queues(1)).expect("an untraced device opens");
@@ -287,7 +285,7 @@ fn a_driver_without_graph_event_nodes_opens_and_refuses_graph_tracing_by_name() 
     let error = driver.open(0, traced.clone()).unwrap_err();
     match &error {
         Error::Driver(cuhal_sys::Error::MissingSymbol { symbol, .. }) => {
-            assert_eq!(*symbol, "cuGraphAddEventRecordNode")
+            assert_eq!(*symbol, cu_name!(cuGraphAddEventRecordNode))
         }
         other => panic!("expected MissingSymbol, got {other:?}"),
     }
@@ -317,14 +315,14 @@ fn a_truncated_cubin_is_refused_before_the_driver_reads_it() {
     elf[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
     elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
     elf[0x3c..0x3e].copy_from_slice(&16u16.to_le_bytes());
-    let before = fake.calls("cuModuleLoadDataEx");
+    let before = fake.calls(cu_name!(cuModuleLoadDataEx));
     for image in [&elf[..], b".version 8.0 no terminator"] {
         match cuhal::Executable::load_cubin(device.context(), image) {
             Err(cuhal_command::Error::BadImage { .. }) => {}
             other => panic!("expected BadImage, got {other:?}"),
         }
     }
-    assert_eq!(fake.calls("cuModuleLoadDataEx"), before);
+    assert_eq!(fake.calls(cu_name!(cuModuleLoadDataEx)), before);
 }
 
 /// Where the driver cannot report a kernel's parameters, a dispatch needs the caller to state
@@ -338,11 +336,11 @@ fn dispatch_arguments_are_checked_with_or_without_the_drivers_help() {
     // A driver that reports parameters: exactly one call per parameter, none failing.
     let (fake, _driver, device) = open("params", queues(1));
     let module = device.load_ptx(PTX).unwrap();
-    let before = fake.calls("cuFuncGetParamInfo");
+    let before = fake.calls(cu_name!(cuFuncGetParamInfo));
     let scale = module.function("scale").unwrap();
     assert_eq!(scale.parameter_sizes(), Some(&[8, 4, 4][..]));
     assert_eq!(
-        fake.calls("cuFuncGetParamInfo") - before,
+        fake.calls(cu_name!(cuFuncGetParamInfo)) - before,
         3,
         "no probe past the end"
     );
@@ -360,7 +358,7 @@ fn dispatch_arguments_are_checked_with_or_without_the_drivers_help() {
     drop((cb, buffer, device));
 
     // A driver that cannot: refused until the caller states the layout, then checked against it.
-    let (_fake, driver) = load_with("no-params", |fake| fake.hide("cuFuncGetParamInfo"));
+    let (_fake, driver) = load_with("no-params", |fake| fake.hide(cu_name!(cuFuncGetParamInfo)));
     let device = driver.open(0, queues(1)).unwrap();
     let scale = device.load_ptx(PTX).unwrap().function("scale").unwrap();
     assert_eq!(scale.parameter_sizes(), None);

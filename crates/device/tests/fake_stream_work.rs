@@ -4,6 +4,7 @@
 
 mod fake_support;
 
+use cuhal_sys::{cu, cu_name};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -32,14 +33,20 @@ fn fill_then_copy(value: u32, calls: &Arc<AtomicUsize>) -> Arc<StreamWorkFn> {
         let first = on.ranges()[0];
         // SAFETY: range 0 is live device memory the command buffer retains; the stream is the
         // one handed to us.
-        api.check("cuMemsetD32Async", unsafe {
-            (api.cuMemsetD32Async)(first.ptr, value, first.len / 4, on.stream())
-        })?;
+        unsafe {
+            cu!(
+                api,
+                cuMemsetD32Async(first.ptr, value, first.len / 4, on.stream())
+            )
+        }?;
         if let Some(second) = on.ranges().get(1) {
             // SAFETY: both ranges are live, equal in length (the test makes them so), disjoint.
-            api.check("cuMemcpyDtoDAsync", unsafe {
-                (api.cuMemcpyDtoDAsync)(second.ptr, first.ptr, first.len, on.stream())
-            })?;
+            unsafe {
+                cu!(
+                    api,
+                    cuMemcpyDtoDAsync(second.ptr, first.ptr, first.len, on.stream())
+                )
+            }?;
         }
         Ok(())
     })
@@ -141,9 +148,7 @@ fn synchronizing(calls: &Arc<AtomicUsize>) -> Arc<StreamWorkFn> {
         inner(on)?;
         let api = on.context().api();
         // SAFETY: the stream is live; under capture the driver refuses this.
-        api.check("cuStreamSynchronize", unsafe {
-            (api.cuStreamSynchronize)(on.stream())
-        })?;
+        unsafe { cu!(api, cuStreamSynchronize(on.stream())) }?;
         Ok(())
     })
 }
@@ -168,7 +173,7 @@ fn a_capture_that_breaks_the_rules_is_a_typed_error_and_leaves_nothing() {
                 Some(CUresult::ERROR_STREAM_CAPTURE_INVALIDATED)
             );
             let work = work.as_ref().expect("the closure's error").to_string();
-            assert!(work.contains("cuStreamSynchronize"), "{work}");
+            assert!(work.contains(cu_name!(cuStreamSynchronize)), "{work}");
             assert!(
                 work.contains("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"),
                 "{work}"
@@ -223,7 +228,7 @@ fn a_capture_that_breaks_the_rules_is_a_typed_error_and_leaves_nothing() {
 fn graph_capture_needs_cuda_12_3() {
     // A driver older than 12.3 has no cuStreamBeginCaptureToGraph.
     let (_fake, driver) = load_with("stream-work-old", |fake| {
-        fake.hide("cuStreamBeginCaptureToGraph")
+        fake.hide(cu_name!(cuStreamBeginCaptureToGraph))
     });
     let device = driver.open(0, options(CommandBufferMode::Graph)).unwrap();
     let a = device.create_buffer(64).unwrap();

@@ -4,6 +4,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{CommandBuffer, FillPattern};
@@ -27,18 +28,18 @@ fn a_submission_checks_the_context_once() {
     wait(&done, N);
     settle(queue);
     let (events, _) = device.event_counts();
-    let checks = fake.calls("cuCtxGetCurrent");
-    let launches = fake.calls("cuGraphLaunch");
+    let checks = fake.calls(cu_name!(cuCtxGetCurrent));
+    let launches = fake.calls(cu_name!(cuGraphLaunch));
     for value in N + 1..=2 * N {
         queue.execute(&[], &[(&done, value)], &[&cb]).unwrap();
     }
     wait(&done, 2 * N);
     settle(queue);
-    assert_eq!(fake.calls("cuGraphLaunch") - launches, N);
+    assert_eq!(fake.calls(cu_name!(cuGraphLaunch)) - launches, N);
     // Creating an event (when more are in flight than ever before) checks the context too.
     let created = (device.event_counts().0 - events) as u64;
     assert_eq!(
-        fake.calls("cuCtxGetCurrent") - checks,
+        fake.calls(cu_name!(cuCtxGetCurrent)) - checks,
         N + created,
         "one context check per submission ({created} events created)"
     );
@@ -62,13 +63,13 @@ fn waits_on_the_queues_own_timepoints_cost_no_driver_call() {
         queue.barrier(&waits, &[(&step, i)]).unwrap();
     }
     assert_eq!(queue.stats().pending, STEPS as usize);
-    let waits = fake.calls("cuStreamWaitEvent");
+    let waits = fake.calls(cu_name!(cuStreamWaitEvent));
     gate.signal(1).unwrap();
     wait(&step, STEPS);
     settle(queue);
     let stats = queue.stats();
     assert_eq!(
-        fake.calls("cuStreamWaitEvent") - waits,
+        fake.calls(cu_name!(cuStreamWaitEvent)) - waits,
         0,
         "stream order already gives every wait: {stats:?}"
     );

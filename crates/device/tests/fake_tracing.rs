@@ -2,6 +2,7 @@
 
 mod fake_support;
 
+use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{DeviceOptions, MemorySink, Verbosity};
@@ -121,7 +122,7 @@ fn fine_zones_from_cupti_add_no_graph_nodes() {
         .unwrap();
         cb.end_debug_group().unwrap();
         cb.end().unwrap();
-        let nodes = fake.calls("cuGraphAddEventRecordNode");
+        let nodes = fake.calls(cu_name!(cuGraphAddEventRecordNode));
         let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
         let done = device.create_semaphore(0);
         queue.execute(&[], &[(&done, 1)], &[&cb]).unwrap();

@@ -2,6 +2,7 @@
 //! and host waits on its semaphores (a `cuhal::Semaphore` signalled only by the host needs no
 //! event, so no driver).
 
+use cuhal_sys::cu_name;
 use std::time::{Duration, Instant};
 
 use cuhal::{
@@ -21,7 +22,7 @@ fn cuda(call: &'static str, result: CUresult, name: &str) -> cuhal_sys::Error {
 
 fn launch_failed() -> cuhal_sys::Error {
     cuda(
-        "cuEventSynchronize",
+        cu_name!(cuEventSynchronize),
         CUresult::ERROR_LAUNCH_FAILED,
         "CUDA_ERROR_LAUNCH_FAILED",
     )
@@ -29,7 +30,7 @@ fn launch_failed() -> cuhal_sys::Error {
 
 fn invalid_value() -> cuhal_sys::Error {
     cuda(
-        "cuMemsetD32Async",
+        cu_name!(cuMemsetD32Async),
         CUresult::ERROR_INVALID_VALUE,
         "CUDA_ERROR_INVALID_VALUE",
     )
@@ -79,7 +80,7 @@ fn errors_say_what_was_wrong() {
     let e = Error::InvalidArgument("a device needs at least one queue".into());
     assert!(e.to_string().contains("at least one queue"), "{e}");
     let e = Error::Driver(invalid_value());
-    assert!(e.to_string().contains("cuMemsetD32Async"), "{e}");
+    assert!(e.to_string().contains(cu_name!(cuMemsetD32Async)), "{e}");
     assert!(std::error::Error::source(&e).is_some());
 }
 

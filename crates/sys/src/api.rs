@@ -500,8 +500,7 @@ impl DriverApi {
         }
         let api = Self::resolve_table(resolver, library, path, driver_version)?;
         // SAFETY: cuInit takes a flags word that must be 0.
-        let r = unsafe { (api.cuInit)(0) };
-        api.check("cuInit", r)?;
+        unsafe { crate::cu!(api, cuInit(0)) }?;
         Ok(api)
     }
 
@@ -533,6 +532,17 @@ impl DriverApi {
             Ok(())
         } else {
             Err(self.error(call, result))
+        }
+    }
+
+    /// `Ok(true)` for `CUDA_SUCCESS`, `Ok(false)` for `CUDA_ERROR_NOT_READY` (a query's "not
+    /// yet"), else an [`Error::Cuda`] naming `call`.
+    #[inline]
+    pub fn check_ready(&self, call: &'static str, result: CUresult) -> Result<bool, Error> {
+        match result {
+            CUresult::SUCCESS => Ok(true),
+            CUresult::ERROR_NOT_READY => Ok(false),
+            other => Err(self.error(call, other)),
         }
     }
 

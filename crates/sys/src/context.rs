@@ -31,14 +31,10 @@ impl PrimaryContext {
     pub fn retain(api: Arc<DriverApi>, ordinal: i32) -> Result<Arc<Self>, Error> {
         let mut device: CUdevice = 0;
         // SAFETY: `device` is a valid out-pointer.
-        api.check("cuDeviceGet", unsafe {
-            (api.cuDeviceGet)(&mut device, ordinal)
-        })?;
+        unsafe { crate::cu!(api, cuDeviceGet(&mut device, ordinal)) }?;
         let mut context: CUcontext = std::ptr::null_mut();
         // SAFETY: `context` is a valid out-pointer; `device` came from cuDeviceGet.
-        api.check("cuDevicePrimaryCtxRetain", unsafe {
-            (api.cuDevicePrimaryCtxRetain)(&mut context, device)
-        })?;
+        unsafe { crate::cu!(api, cuDevicePrimaryCtxRetain(&mut context, device)) }?;
         let this = Arc::new(Self {
             api,
             device,
@@ -59,9 +55,7 @@ impl PrimaryContext {
             return Ok(());
         }
         // SAFETY: `self.context` is a live retained primary context.
-        self.api.check("cuCtxSetCurrent", unsafe {
-            (self.api.cuCtxSetCurrent)(self.context)
-        })
+        unsafe { crate::cu!(self.api, cuCtxSetCurrent(self.context)) }
     }
 
     /// Makes the context current on the calling thread for as long as the returned guard lives,
@@ -83,18 +77,14 @@ impl PrimaryContext {
         }
         if r.is_success() && current.is_null() {
             // SAFETY: `self.context` is a live retained primary context.
-            self.api.check("cuCtxSetCurrent", unsafe {
-                (self.api.cuCtxSetCurrent)(self.context)
-            })?;
+            unsafe { crate::cu!(self.api, cuCtxSetCurrent(self.context)) }?;
             return Ok(ContextGuard {
                 pushed: None,
                 _not_send: std::marker::PhantomData,
             });
         }
         // SAFETY: `self.context` is a live retained primary context.
-        self.api.check("cuCtxPushCurrent", unsafe {
-            (self.api.cuCtxPushCurrent)(self.context)
-        })?;
+        unsafe { crate::cu!(self.api, cuCtxPushCurrent(self.context)) }?;
         Ok(ContextGuard {
             pushed: Some(self.api.clone()),
             _not_send: std::marker::PhantomData,
@@ -125,9 +115,12 @@ impl PrimaryContext {
     pub fn attribute(&self, attribute: CUdevice_attribute) -> Result<i32, Error> {
         let mut value = 0;
         // SAFETY: `value` is a valid out-pointer.
-        self.api.check("cuDeviceGetAttribute", unsafe {
-            (self.api.cuDeviceGetAttribute)(&mut value, attribute, self.device)
-        })?;
+        unsafe {
+            crate::cu!(
+                self.api,
+                cuDeviceGetAttribute(&mut value, attribute, self.device)
+            )
+        }?;
         Ok(value)
     }
 }

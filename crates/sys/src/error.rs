@@ -42,6 +42,19 @@ pub enum Error {
         /// The driver's description from `cuGetErrorString`.
         description: String,
     },
+    /// A module image failed to load (`cuModuleLoadDataEx`); the JIT's log says why.
+    ModuleLoad {
+        /// The driver's error.
+        source: Box<Error>,
+        /// The JIT's error log (its informational log when the error log is empty; may be
+        /// empty when the driver wrote neither).
+        log: String,
+    },
+    /// A module image or a name passed with it cannot be given to the driver at all.
+    BadImage {
+        /// Why.
+        reason: &'static str,
+    },
 }
 
 impl Error {
@@ -49,6 +62,7 @@ impl Error {
     pub fn result(&self) -> Option<CUresult> {
         match self {
             Error::Cuda { result, .. } => Some(*result),
+            Error::ModuleLoad { source, .. } => source.result(),
             _ => None,
         }
     }
@@ -106,11 +120,26 @@ impl fmt::Display for Error {
                 description,
                 result,
             } => write!(f, "{call} failed: {name} ({}): {description}", result.0),
+            Error::ModuleLoad { source, log } => {
+                write!(f, "module load failed: {source}")?;
+                if !log.is_empty() {
+                    write!(f, "\nJIT log:\n{log}")?;
+                }
+                Ok(())
+            }
+            Error::BadImage { reason } => write!(f, "bad module image: {reason}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::ModuleLoad { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

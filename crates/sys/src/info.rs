@@ -45,9 +45,7 @@ impl DeviceInfo {
 pub fn device_count(api: &DriverApi) -> Result<i32, Error> {
     let mut count: c_int = 0;
     // SAFETY: `count` is a valid out-pointer.
-    api.check("cuDeviceGetCount", unsafe {
-        (api.cuDeviceGetCount)(&mut count)
-    })?;
+    unsafe { crate::cu!(api, cuDeviceGetCount(&mut count)) }?;
     Ok(count)
 }
 
@@ -55,38 +53,36 @@ pub fn device_count(api: &DriverApi) -> Result<i32, Error> {
 pub fn device_info(api: &DriverApi, ordinal: i32) -> Result<DeviceInfo, Error> {
     let mut device: CUdevice = 0;
     // SAFETY: `device` is a valid out-pointer.
-    api.check("cuDeviceGet", unsafe {
-        (api.cuDeviceGet)(&mut device, ordinal)
-    })?;
+    unsafe { crate::cu!(api, cuDeviceGet(&mut device, ordinal)) }?;
 
     let mut name = [0 as c_char; 256];
     // SAFETY: the driver writes at most `len` bytes including the NUL.
-    api.check("cuDeviceGetName", unsafe {
-        (api.cuDeviceGetName)(name.as_mut_ptr(), name.len() as c_int, device)
-    })?;
+    unsafe {
+        crate::cu!(
+            api,
+            cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, device)
+        )
+    }?;
     let attribute = |attribute| -> Result<i32, Error> {
         let mut value: c_int = 0;
         // SAFETY: `value` is a valid out-pointer; unknown attributes return an error code.
-        api.check("cuDeviceGetAttribute", unsafe {
-            (api.cuDeviceGetAttribute)(&mut value, attribute, device)
-        })?;
+        unsafe { crate::cu!(api, cuDeviceGetAttribute(&mut value, attribute, device)) }?;
         Ok(value)
     };
     let mut total_memory = 0usize;
     // SAFETY: `total_memory` is a valid out-pointer.
-    api.check("cuDeviceTotalMem", unsafe {
-        (api.cuDeviceTotalMem)(&mut total_memory, device)
-    })?;
+    unsafe { crate::cu!(api, cuDeviceTotalMem(&mut total_memory, device)) }?;
     let mut uuid = CUuuid::default();
     // SAFETY: `uuid` is a valid 16-byte out-pointer.
-    api.check("cuDeviceGetUuid", unsafe {
-        (api.cuDeviceGetUuid)(&mut uuid, device)
-    })?;
+    unsafe { crate::cu!(api, cuDeviceGetUuid(&mut uuid, device)) }?;
     let mut bus = [0 as c_char; 64];
     // SAFETY: the driver writes at most `len` bytes including the NUL.
-    api.check("cuDeviceGetPCIBusId", unsafe {
-        (api.cuDeviceGetPCIBusId)(bus.as_mut_ptr(), bus.len() as c_int, device)
-    })?;
+    unsafe {
+        crate::cu!(
+            api,
+            cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, device)
+        )
+    }?;
 
     Ok(DeviceInfo {
         ordinal,

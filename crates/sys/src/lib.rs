@@ -14,7 +14,53 @@
 //! 4. `cuInit(0)`.
 //!
 //! Every failed call becomes an [`Error::Cuda`] carrying the call's name, the [`CUresult`] and
-//! the driver's own name and description for it ([`DriverApi::check`]).
+//! the driver's own name and description for it ([`DriverApi::check`], through [`cu!`]).
+//!
+//! ## Calling the driver
+//!
+//! Every driver call goes through [`cu!`], which names the function once and checks its result
+//! (IREE's `IREE_CUDA_RETURN_IF_ERROR(syms, cuX(...))`):
+//!
+//! ```no_run
+//! use cuhal_sys::{CUdeviceptr, DriverApi, cu};
+//!
+//! fn zero(api: &DriverApi, dst: CUdeviceptr, bytes: usize) -> Result<(), cuhal_sys::Error> {
+//!     // SAFETY: `dst` is a live allocation of at least `bytes` bytes in the current context.
+//!     unsafe { cu!(api, cuMemsetD8Async(dst, 0, bytes, std::ptr::null_mut())) }
+//! }
+//! ```
+//!
+//! - `cu!(api, cuX(args))` is `Result<(), Error>`; an error names `cuX`, the `CUresult` and the
+//!   driver's words for it. The name comes from the identifier, so it cannot drift from the call.
+//! - `cu!(ready: api, cuX(args))` is `Result<bool, Error>`, `false` for `CUDA_ERROR_NOT_READY`
+//!   (queries).
+//! - `cu!(optional: api, cuX(args))` calls an entry newer than the table's base version, and is
+//!   an [`Error::MissingSymbol`] where the driver lacks it.
+//! - [`cu_name!`]`(cuX)` is the name alone, checked against the table at compile time, for code
+//!   that speaks of a call without making it (tests steering a fake driver, messages).
+//!
+//! A new driver function is one line in the table of `api.rs` (its signature from `cuda.h`);
+//! calls to it then need nothing else. No other crate of cuhal writes a driver function's name
+//! as a string.
+//!
+//! ## Owned objects
+//!
+//! [`Stream`], [`Event`] and [`Module`] (with the JIT's logs) own their driver object: created
+//! with the context made current, destroyed on drop on any thread, keeping the
+//! [`PrimaryContext`] alive meanwhile. Every crate above uses them rather than wrapping the raw
+//! handles again.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, DriverApi, Event, PrimaryContext, Stream};
+//!
+//! let api = Arc::new(DriverApi::load()?);
+//! let context = PrimaryContext::retain(api, 0)?;
+//! let stream = Stream::new(&context, CU_STREAM_NON_BLOCKING)?;
+//! let done = Event::new(&context, CU_EVENT_DISABLE_TIMING)?;
+//! done.record_and_synchronize(&stream)?;
+//! # Ok::<(), cuhal_sys::Error>(())
+//! ```
 //!
 //! The C types (`types`) are written by hand from `cuda.h` (no bindgen, no toolkit at build
 //! time), with their layouts asserted at compile time.
@@ -29,10 +75,12 @@
 //! ```
 
 mod api;
+mod call;
 mod context;
 mod error;
 mod info;
 mod nccl;
+mod objects;
 mod result;
 pub mod types;
 
@@ -47,5 +95,6 @@ pub use nccl::{
     NcclApi, NcclComm, NcclDataType, NcclError, NcclRedOp, NcclResult, NcclUniqueId,
     format_nccl_version,
 };
+pub use objects::{Event, Module, Stream, elapsed_ms};
 pub use result::CUresult;
 pub use types::*;

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use cuhal_sys::{CU_STREAM_NON_BLOCKING, CUdeviceptr, CUstream, DriverApi, PrimaryContext};
+use cuhal_sys::{CU_STREAM_NON_BLOCKING, DriverApi, PrimaryContext, Stream, cu};
 use cuhal_trace::fake::FakeGpu;
 use cuhal_trace::{
     CpuZone, Fanout, JsonSink, MemorySink, Sink, TraceConfig, TraceContext, Verbosity,
@@ -85,17 +85,11 @@ fn on_gpu(
         TraceConfig::new(Verbosity::Fine, "GPU 0 queue 0"),
         sink.clone(),
     )?;
-    let mut stream: CUstream = std::ptr::null_mut();
-    // SAFETY: valid out-pointer; `retain` made the context current on this thread.
-    api.check("cuStreamCreate", unsafe {
-        (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING)
-    })?;
+    let owned_stream = Stream::new(context, CU_STREAM_NON_BLOCKING)?;
+    let stream = owned_stream.raw();
     let bytes = 64 << 20;
-    let mut memory: CUdeviceptr = 0;
-    // SAFETY: valid out-pointer.
-    api.check("cuMemAlloc", unsafe {
-        (api.cuMemAlloc)(&mut memory, bytes)
-    })?;
+    let buffer = cuhal_command::Buffer::new(context, bytes)?;
+    let memory = buffer.device_ptr();
     for _ in 0..3 {
         let _cpu = CpuZone::new(sink.as_ref(), "record and submit");
         let list = trace.zone_list().expect("tracing is on");
@@ -104,28 +98,17 @@ fn on_gpu(
             list.begin_on_stream(stream, "submission")?;
             for (name, value) in [("memset 0x00", 0u8), ("memset 0xff", 0xff)] {
                 list.begin_on_stream(stream, name)?;
-                api.check(
-                    "cuMemsetD8Async",
-                    (api.cuMemsetD8Async)(memory, value, bytes, stream),
-                )?;
+                cu!(api, cuMemsetD8Async(memory, value, bytes, stream))?;
                 list.end_on_stream(stream)?;
             }
             list.end_on_stream(stream)?;
         }
         let collect = list.on_submit();
-        // SAFETY: `stream` is live.
-        api.check("cuStreamSynchronize", unsafe {
-            (api.cuStreamSynchronize)(stream)
-        })?;
+        owned_stream.synchronize()?;
         // What the completion thread does once the submission completed.
         if let Some(collect) = collect {
             collect();
         }
-    }
-    // SAFETY: allocated and created above; the stream is idle.
-    unsafe {
-        let _ = (api.cuMemFree)(memory);
-        let _ = (api.cuStreamDestroy)(stream);
     }
     Ok(())
 }

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use cuhal_sys::{
-    CU_STREAM_NON_BLOCKING, CUevent, CUgraph, CUgraphNode, CUresult, CUstream, ContextGuard,
-    PrimaryContext,
+    CU_STREAM_NON_BLOCKING, CUevent, CUgraph, CUgraphNode, CUstream, ContextGuard, PrimaryContext,
+    Stream, cu,
 };
 
 use crate::Error;
@@ -99,25 +99,13 @@ pub unsafe trait EventBackend: Send + Sync {
 /// non-blocking stream used only to calibrate, so calibrating never waits for a queue's work.
 pub struct CudaEvents {
     context: Arc<PrimaryContext>,
-    calibration_stream: CUstream,
+    calibration_stream: Stream,
 }
-
-// SAFETY: CUstream is a driver handle usable from any thread; it is only passed to the driver,
-// which synchronizes internally, and destroyed once in Drop.
-unsafe impl Send for CudaEvents {}
-// SAFETY: as above; the struct has no interior mutability.
-unsafe impl Sync for CudaEvents {}
 
 impl CudaEvents {
     /// Creates the calibration stream in `context` (made current on this thread).
     pub fn new(context: Arc<PrimaryContext>) -> Result<Self, Error> {
-        let _bound = context.enter()?;
-        let api = context.api();
-        let mut stream: CUstream = std::ptr::null_mut();
-        // SAFETY: `stream` is a valid out-pointer; the context is current.
-        api.check("cuStreamCreate", unsafe {
-            (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING)
-        })?;
+        let stream = Stream::new(&context, CU_STREAM_NON_BLOCKING)?;
         Ok(Self {
             context,
             calibration_stream: stream,
@@ -137,9 +125,7 @@ unsafe impl EventBackend for CudaEvents {
         let api = self.context.api();
         let mut event: CUevent = std::ptr::null_mut();
         // SAFETY: `event` is a valid out-pointer; flags 0 is CU_EVENT_DEFAULT (timing enabled).
-        api.check("cuEventCreate", unsafe {
-            (api.cuEventCreate)(&mut event, 0)
-        })?;
+        unsafe { cu!(api, cuEventCreate(&mut event, 0)) }?;
         Ok(event)
     }
 
@@ -148,52 +134,34 @@ unsafe impl EventBackend for CudaEvents {
         // Destroying can only fail on a lost or deinitialized context; the event is gone either way.
         // SAFETY: `event` was created by `create_event` in this context and is destroyed once
         // (the pool owns it); cuEventDestroy is safe to call while a record is pending.
-        let _ = unsafe { (api.cuEventDestroy)(event) };
+        let _ = unsafe { cu!(api, cuEventDestroy(event)) };
     }
 
     unsafe fn query(&self, event: CUevent) -> Result<bool, Error> {
         let api = self.context.api();
         // SAFETY: `event` is a live event of this context.
-        let r = unsafe { (api.cuEventQuery)(event) };
-        match r {
-            CUresult::SUCCESS => Ok(true),
-            CUresult::ERROR_NOT_READY => Ok(false),
-            r => Err(api.error("cuEventQuery", r).into()),
-        }
+        Ok(unsafe { cu!(ready: api, cuEventQuery(event)) }?)
     }
 
     unsafe fn elapsed_ms(&self, start: CUevent, end: CUevent) -> Result<Option<f32>, Error> {
-        let api = self.context.api();
-        let mut ms = 0f32;
-        // SAFETY: `ms` is a valid out-pointer; both events are live timing events of this context.
-        let r = unsafe { (api.cuEventElapsedTime)(&mut ms, start, end) };
-        match r {
-            CUresult::SUCCESS => Ok(Some(ms)),
-            CUresult::ERROR_NOT_READY => Ok(None),
-            r => Err(api.error("cuEventElapsedTime", r).into()),
-        }
+        // SAFETY: both events are live timing events of this context.
+        Ok(unsafe { cuhal_sys::elapsed_ms(self.context.api(), start, end) }?)
     }
 
     unsafe fn calibrate(&self, event: CUevent) -> Result<(), Error> {
         let api = self.context.api();
         // SAFETY: both handles are live objects of this context.
-        api.check("cuEventRecord", unsafe {
-            (api.cuEventRecord)(event, self.calibration_stream)
-        })?;
+        unsafe { cu!(api, cuEventRecord(event, self.calibration_stream.raw())) }?;
         // The stream is private and idle, so this waits only for the record itself.
         // SAFETY: `event` is live and was just recorded.
-        api.check("cuEventSynchronize", unsafe {
-            (api.cuEventSynchronize)(event)
-        })?;
+        unsafe { cu!(api, cuEventSynchronize(event)) }?;
         Ok(())
     }
 
     unsafe fn record(&self, event: CUevent, stream: CUstream) -> Result<(), Error> {
         let api = self.context.api();
         // SAFETY: `event` is a live event of this context; the caller passes a live stream of it.
-        api.check("cuEventRecord", unsafe {
-            (api.cuEventRecord)(event, stream)
-        })?;
+        unsafe { cu!(api, cuEventRecord(event, stream)) }?;
         Ok(())
     }
 
@@ -208,30 +176,18 @@ unsafe impl EventBackend for CudaEvents {
     ) -> Result<CUgraphNode, Error> {
         let api = self.context.api();
         let mut node: CUgraphNode = std::ptr::null_mut();
-        let add = api
-            .cuGraphAddEventRecordNode
-            .ok_or_else(|| api.missing_symbol("cuGraphAddEventRecordNode"))?;
         // SAFETY: `node` is a valid out-pointer; `deps` is a live slice of nodes of `graph`
         // (the caller's contract), passed with its length; `event` is live.
-        api.check("cuGraphAddEventRecordNode", unsafe {
-            add(&mut node, graph, deps.as_ptr(), deps.len(), event)
-        })?;
+        unsafe {
+            cu!(
+                optional: api,
+                cuGraphAddEventRecordNode(&mut node, graph, deps.as_ptr(), deps.len(), event)
+            )
+        }?;
         Ok(node)
     }
 
     fn enter(&self) -> Result<Option<ContextGuard>, Error> {
         Ok(Some(self.context.enter()?))
-    }
-}
-
-impl Drop for CudaEvents {
-    fn drop(&mut self) {
-        // Without a current context the stream cannot be destroyed; at process exit that is moot.
-        if let Ok(_bound) = self.context.enter() {
-            let api = self.context.api();
-            // SAFETY: the stream was created in `new` and is destroyed once; pending work (a
-            // calibration record at most) completes on its own.
-            let _ = unsafe { (api.cuStreamDestroy)(self.calibration_stream) };
-        }
     }
 }

@@ -143,7 +143,7 @@ impl FakeGpu {
                 e.time = if pending { None } else { Some(now) };
                 Ok(())
             }
-            None => Err(invalid_handle("cuEventRecord")),
+            None => Err(invalid_handle(cuhal_sys::cu_name!(cuEventRecord))),
         }
     }
 }
@@ -155,7 +155,7 @@ unsafe impl EventBackend for FakeGpu {
         self.call();
         if self.creates.load(Ordering::SeqCst) >= self.fail_creates_after.load(Ordering::SeqCst) {
             return Err(Error::Driver(cuhal_sys::Error::Cuda {
-                call: "cuEventCreate",
+                call: cuhal_sys::cu_name!(cuEventCreate),
                 result: CUresult::ERROR_OUT_OF_MEMORY,
                 name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
                 description: "out of memory (fake device)".into(),
@@ -184,7 +184,7 @@ unsafe impl EventBackend for FakeGpu {
             Some(e) if e.recorded => Ok(e.time.is_some()),
             // cuEventQuery on a never-recorded event reports success.
             Some(_) => Ok(true),
-            None => Err(invalid_handle("cuEventQuery")),
+            None => Err(invalid_handle(cuhal_sys::cu_name!(cuEventQuery))),
         }
     }
 
@@ -192,10 +192,10 @@ unsafe impl EventBackend for FakeGpu {
         self.call();
         let events = lock(&self.events);
         let (Some(a), Some(b)) = (events.get(&id(start)), events.get(&id(end))) else {
-            return Err(invalid_handle("cuEventElapsedTime"));
+            return Err(invalid_handle(cuhal_sys::cu_name!(cuEventElapsedTime)));
         };
         if !a.recorded || !b.recorded {
-            return Err(invalid_handle("cuEventElapsedTime"));
+            return Err(invalid_handle(cuhal_sys::cu_name!(cuEventElapsedTime)));
         }
         match (a.time, b.time) {
             (Some(a), Some(b)) => Ok(Some(((b as f64 - a as f64) / 1e6) as f32)),
@@ -210,7 +210,7 @@ unsafe impl EventBackend for FakeGpu {
             if left == 0 {
                 self.fail_calibration_after
                     .store(u64::MAX, Ordering::SeqCst);
-                return Err(invalid_handle("cuEventSynchronize"));
+                return Err(invalid_handle(cuhal_sys::cu_name!(cuEventSynchronize)));
             }
             self.fail_calibration_after
                 .store(left - 1, Ordering::SeqCst);

@@ -214,7 +214,12 @@ fn open_gpu() -> Result<std::result::Result<Gpu, u8>> {
     };
     match cuhal_sys::device_count(&api) {
         Ok(n) if n > 0 => {}
-        Ok(_) => return no_device(&"cuDeviceGetCount reports 0 devices"),
+        Ok(_) => {
+            return no_device(&format!(
+                "{} reports 0 devices",
+                cuhal_sys::cu_name!(cuDeviceGetCount)
+            ));
+        }
         Err(e) if e.result() == Some(CUresult::ERROR_NO_DEVICE) => return no_device(&e),
         Err(e) => return Err(e).context("counting CUDA devices"),
     }

@@ -18,7 +18,7 @@ use cuhal_sys::{
     CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
     CU_STREAM_CAPTURE_STATUS_ACTIVE, CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_NON_BLOCKING,
     CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph,
-    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUstream, PrimaryContext,
+    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUstream, PrimaryContext, Stream, cu,
 };
 use smallvec::SmallVec;
 
@@ -56,7 +56,7 @@ pub(crate) struct GraphEncoder {
     host_bytes: StableArena,
     nodes: usize,
     /// The stream stream work is captured on, created at the first stream-work command.
-    capture_stream: CUstream,
+    capture_stream: Option<Stream>,
     /// Holds device-updatable nodes (indirect dispatches).
     device_updatable: bool,
     /// Nodes with slot operands, patched at launch.
@@ -76,9 +76,7 @@ impl GraphEncoder {
         let api = context.api();
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: `graph` is a valid out-pointer; flags must be 0.
-        api.check("cuGraphCreate", unsafe {
-            (api.cuGraphCreate)(&mut graph, 0)
-        })?;
+        unsafe { cu!(api, cuGraphCreate(&mut graph, 0)) }?;
         Ok(Self {
             context,
             graph,
@@ -86,7 +84,7 @@ impl GraphEncoder {
             deps: Dependencies::default(),
             host_bytes: StableArena::default(),
             nodes: 0,
-            capture_stream: std::ptr::null_mut(),
+            capture_stream: None,
             device_updatable: false,
             patches: Vec::new(),
             placeholders: Vec::new(),
@@ -100,14 +98,20 @@ impl GraphEncoder {
         let api = self.context.api();
         let mut count = 0usize;
         // SAFETY: the graph is live; with a null array the driver only writes the count.
-        api.check("cuGraphGetNodes", unsafe {
-            (api.cuGraphGetNodes)(self.graph, std::ptr::null_mut(), &mut count)
-        })?;
+        unsafe {
+            cu!(
+                api,
+                cuGraphGetNodes(self.graph, std::ptr::null_mut(), &mut count)
+            )
+        }?;
         let mut nodes = vec![std::ptr::null_mut(); count];
         // SAFETY: `nodes` has room for `count` handles, the length passed in.
-        api.check("cuGraphGetNodes", unsafe {
-            (api.cuGraphGetNodes)(self.graph, nodes.as_mut_ptr(), &mut count)
-        })?;
+        unsafe {
+            cu!(
+                api,
+                cuGraphGetNodes(self.graph, nodes.as_mut_ptr(), &mut count)
+            )
+        }?;
         nodes.truncate(count);
         nodes.sort_unstable_by_key(|n| n.addr());
         Ok(nodes)
@@ -123,9 +127,7 @@ impl GraphEncoder {
             {
                 // SAFETY: `node` is a node of this graph, added by the failed capture; nothing
                 // recorded by cuhal depends on it (the frontier was not advanced).
-                api.check("cuGraphDestroyNode", unsafe {
-                    (api.cuGraphDestroyNode)(node)
-                })?;
+                unsafe { cu!(api, cuGraphDestroyNode(node)) }?;
             }
         }
         Ok(())
@@ -134,16 +136,13 @@ impl GraphEncoder {
     /// The capture stream, created on first use (`CU_STREAM_NON_BLOCKING`: a capture must not
     /// touch the legacy stream).
     fn capture_stream(&mut self) -> Result<CUstream, Error> {
-        if self.capture_stream.is_null() {
-            let api = self.context.api();
-            let mut stream: CUstream = std::ptr::null_mut();
-            // SAFETY: valid out-pointer and flags; the context is current (callers enter it).
-            api.check("cuStreamCreate", unsafe {
-                (api.cuStreamCreate)(&mut stream, CU_STREAM_NON_BLOCKING)
-            })?;
-            self.capture_stream = stream;
-        }
-        Ok(self.capture_stream)
+        let stream = match &self.capture_stream {
+            Some(stream) => stream,
+            None => self
+                .capture_stream
+                .insert(Stream::new(&self.context, CU_STREAM_NON_BLOCKING)?),
+        };
+        Ok(stream.raw())
     }
 
     /// An address of at least `bytes` bytes of device memory of the context, to record where a
@@ -188,15 +187,15 @@ impl GraphEncoder {
     fn add_event(&mut self, deps: &[CUgraphNode], event: CUevent) -> Result<CUgraphNode, Error> {
         let api = self.context.api();
         let mut node: CUgraphNode = std::ptr::null_mut();
-        let add = api
-            .cuGraphAddEventRecordNode
-            .ok_or_else(|| api.missing_symbol("cuGraphAddEventRecordNode"))?;
         // SAFETY: `node` is a valid out-pointer; `deps` are nodes of `self.graph` and the
         // slice outlives the call; the event is owned by the zone recorder, which outlives this
         // graph (contract of ZoneRecorder).
-        api.check("cuGraphAddEventRecordNode", unsafe {
-            add(&mut node, self.graph, deps_ptr(deps), deps.len(), event)
-        })?;
+        unsafe {
+            cu!(
+                optional: api,
+                cuGraphAddEventRecordNode(&mut node, self.graph, deps_ptr(deps), deps.len(), event)
+            )
+        }?;
         self.nodes += 1;
         Ok(node)
     }
@@ -231,9 +230,12 @@ impl GraphEncoder {
             let mut node: CUgraphNode = std::ptr::null_mut();
             // SAFETY: `node` is a valid out-pointer; `group` holds nodes of `graph` and
             // outlives the call.
-            api.check("cuGraphAddEmptyNode", unsafe {
-                (api.cuGraphAddEmptyNode)(&mut node, graph, group.as_ptr(), group.len())
-            })?;
+            unsafe {
+                cu!(
+                    api,
+                    cuGraphAddEmptyNode(&mut node, graph, group.as_ptr(), group.len())
+                )
+            }?;
             added += 1;
             Ok::<_, Error>(node)
         })?;
@@ -271,16 +273,19 @@ impl Encoder for GraphEncoder {
             // SAFETY: out-pointer valid; deps are nodes of the graph; `params` describes a
             // range checked against a live allocation (retained by the command buffer) with
             // the element alignment memset requires.
-            api.check("cuGraphAddMemsetNode", unsafe {
-                (api.cuGraphAddMemsetNode)(
-                    &mut node,
-                    this.graph,
-                    deps_ptr(deps),
-                    deps.len(),
-                    &params,
-                    this.context.raw(),
+            unsafe {
+                cu!(
+                    api,
+                    cuGraphAddMemsetNode(
+                        &mut node,
+                        this.graph,
+                        deps_ptr(deps),
+                        deps.len(),
+                        &params,
+                        this.context.raw()
+                    )
                 )
-            })?;
+            }?;
             Ok(node)
         })?;
         let mut slots = SlotList::new();
@@ -381,15 +386,18 @@ impl Encoder for GraphEncoder {
             // SAFETY: out-pointer valid; deps are nodes of the graph; the function belongs to a
             // module the command buffer retains; `kernelParams` has one pointer per argument,
             // each to a live value of that argument's size.
-            api.check("cuGraphAddKernelNode", unsafe {
-                (api.cuGraphAddKernelNode)(
-                    &mut node,
-                    this.graph,
-                    deps_ptr(deps),
-                    deps.len(),
-                    &params,
+            unsafe {
+                cu!(
+                    api,
+                    cuGraphAddKernelNode(
+                        &mut node,
+                        this.graph,
+                        deps_ptr(deps),
+                        deps.len(),
+                        &params
+                    )
                 )
-            })?;
+            }?;
             set_kernel_node_attributes(api, node, &attributes)?;
             if let Some(upstream) = upstream {
                 add_programmatic_edge(api, this.graph, upstream, node)?;
@@ -456,13 +464,11 @@ impl Encoder for GraphEncoder {
         let ranges = &stream_work::resolve(ranges, &[]);
         let context = Arc::clone(&self.context);
         let api = context.api();
-        let (Some(begin_capture), Some(capture_info)) =
-            (api.cuStreamBeginCaptureToGraph, api.cuStreamGetCaptureInfo)
-        else {
+        if api.cuStreamBeginCaptureToGraph.is_none() || api.cuStreamGetCaptureInfo.is_none() {
             return Err(Error::CaptureUnsupported {
                 driver_version: api.driver_version(),
             });
-        };
+        }
         let _bound = context.enter()?;
         let stream = self.capture_stream()?;
         let before = self.node_set()?;
@@ -472,16 +478,19 @@ impl Encoder for GraphEncoder {
         // SAFETY: the stream and graph are live; `deps` are nodes of the graph, and no edge
         // data is passed (default edges).
         let began = unsafe {
-            begin_capture(
-                stream,
-                self.graph,
-                deps_ptr(&deps),
-                std::ptr::null(),
-                deps.len(),
-                CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            cu!(
+                optional: api,
+                cuStreamBeginCaptureToGraph(
+                    stream,
+                    self.graph,
+                    deps_ptr(&deps),
+                    std::ptr::null(),
+                    deps.len(),
+                    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                )
             )
         };
-        if let Err(e) = api.check("cuStreamBeginCaptureToGraph", began) {
+        if let Err(e) = began {
             return Err(Error::Capture {
                 cuda: Some(e),
                 work: None,
@@ -501,35 +510,34 @@ impl Encoder for GraphEncoder {
         // SAFETY: the stream is live; every out-pointer is a valid local or null (id, graph
         // and edge data are not asked for).
         let info = unsafe {
-            capture_info(
-                stream,
-                &mut status,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                &mut tails_ptr,
-                std::ptr::null_mut(),
-                &mut count,
+            cu!(
+                optional: api,
+                cuStreamGetCaptureInfo(
+                    stream,
+                    &mut status,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    &mut tails_ptr,
+                    std::ptr::null_mut(),
+                    &mut count,
+                )
             )
         };
-        let tails: Deps = if info.is_success()
-            && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
-            && !tails_ptr.is_null()
-        {
-            // SAFETY: the driver returned `count` node handles that stay valid until the next
-            // capture call on this stream (the copy is taken before it).
-            unsafe { std::slice::from_raw_parts(tails_ptr, count) }
-                .iter()
-                .copied()
-                .collect()
-        } else {
-            Deps::new()
-        };
+        let tails: Deps =
+            if info.is_ok() && status == CU_STREAM_CAPTURE_STATUS_ACTIVE && !tails_ptr.is_null() {
+                // SAFETY: the driver returned `count` node handles that stay valid until the next
+                // capture call on this stream (the copy is taken before it).
+                unsafe { std::slice::from_raw_parts(tails_ptr, count) }
+                    .iter()
+                    .copied()
+                    .collect()
+            } else {
+                Deps::new()
+            };
         let mut captured: CUgraph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun above); `captured` is a valid out-pointer. The
         // capture is ended whatever the closure did, so the stream is usable again.
-        let ended = unsafe { (api.cuStreamEndCapture)(stream, &mut captured) };
-        let ended = api.check("cuStreamEndCapture", ended);
-        let info = api.check("cuStreamGetCaptureInfo", info);
+        let ended = unsafe { cu!(api, cuStreamEndCapture(stream, &mut captured)) };
         let failure = match (outcome, ended, info) {
             (Ok(()), Ok(()), Ok(())) => None,
             (Ok(()), Ok(()), Err(e)) => Some(Error::Capture {
@@ -577,9 +585,7 @@ impl Encoder for GraphEncoder {
         let mut exec: CUgraphExec = std::ptr::null_mut();
         // SAFETY: `exec` is a valid out-pointer; the graph is complete and not used by any
         // other thread (recording holds `&mut self`).
-        api.check("cuGraphInstantiateWithFlags", unsafe {
-            (api.cuGraphInstantiateWithFlags)(&mut exec, self.graph, 0)
-        })?;
+        unsafe { cu!(api, cuGraphInstantiateWithFlags(&mut exec, self.graph, 0)) }?;
         let slots = self.slots as usize;
         self.pool
             .get_mut()
@@ -607,12 +613,12 @@ fn add_programmatic_edge(
     upstream: CUgraphNode,
     downstream: CUgraphNode,
 ) -> Result<(), Error> {
-    let Some(add) = api.cuGraphAddDependencies_v2 else {
+    if api.cuGraphAddDependencies_v2.is_none() {
         return Err(Error::UnsupportedAttribute {
             attribute: "programmatic",
             reason: "the driver has no typed graph edges (CUDA 12.3)",
         });
-    };
+    }
     let edge = CUgraphEdgeData {
         from_port: CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
         to_port: 0,
@@ -621,9 +627,12 @@ fn add_programmatic_edge(
     };
     // SAFETY: both nodes are kernel nodes of `graph`; the three one-element arrays are locals
     // that outlive the call.
-    api.check("cuGraphAddDependencies", unsafe {
-        add(graph, &upstream, &downstream, &edge, 1)
-    })?;
+    unsafe {
+        cu!(
+            optional: api,
+            cuGraphAddDependencies_v2(graph, &upstream, &downstream, &edge, 1)
+        )
+    }?;
     Ok(())
 }
 
@@ -637,16 +646,19 @@ fn add_memcpy(
     // SAFETY: out-pointer valid; deps are nodes of the graph; `params` describes a 1D copy
     // between a checked, retained device range and a retained device range or host bytes
     // that live as long as the graph.
-    api.check("cuGraphAddMemcpyNode", unsafe {
-        (api.cuGraphAddMemcpyNode)(
-            &mut node,
-            this.graph,
-            deps_ptr(deps),
-            deps.len(),
-            params,
-            this.context.raw(),
+    unsafe {
+        cu!(
+            api,
+            cuGraphAddMemcpyNode(
+                &mut node,
+                this.graph,
+                deps_ptr(deps),
+                deps.len(),
+                params,
+                this.context.raw()
+            )
         )
-    })?;
+    }?;
     Ok(node)
 }
 
@@ -659,13 +671,10 @@ impl Drop for GraphEncoder {
         let pool = self.pool.get_mut().unwrap_or_else(PoisonError::into_inner);
         // SAFETY: the context is bound; `&mut self`: nothing launches any more.
         unsafe { pool.destroy(api) };
-        if !self.capture_stream.is_null() {
-            // SAFETY: created here, destroyed once; no capture is open (each is ended before
-            // `stream_work` returns).
-            let _ = unsafe { (api.cuStreamDestroy)(self.capture_stream) };
-        }
+        // The capture stream (if any) drops with `self`: no capture is open on it (each is
+        // ended before `stream_work` returns).
         // SAFETY: `graph` was created here and is destroyed once.
-        let _ = unsafe { (api.cuGraphDestroy)(self.graph) };
+        let _ = unsafe { cu!(api, cuGraphDestroy(self.graph)) };
     }
 }
 
@@ -706,7 +715,9 @@ impl GraphCommandBuffer {
         if traced && context.api().cuGraphAddEventRecordNode.is_none() {
             // Graph tracing needs event record nodes; refuse it up front, naming what is missing.
             return Err(Error::Cuda(
-                context.api().missing_symbol("cuGraphAddEventRecordNode"),
+                context
+                    .api()
+                    .missing_symbol(cuhal_sys::cu_name!(cuGraphAddEventRecordNode)),
             ));
         }
         let encoder = GraphEncoder::new(Arc::clone(context))?;

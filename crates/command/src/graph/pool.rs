@@ -15,7 +15,7 @@
 
 use cuhal_sys::{
     CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUdeviceptr,
-    CUgraph, CUgraphExec, CUgraphNode, CUstream, DriverApi,
+    CUgraph, CUgraphExec, CUgraphNode, CUstream, DriverApi, cu,
 };
 
 use crate::binding::{Operand, SlotList, with_bound_args};
@@ -80,9 +80,12 @@ impl PatchNode {
                 };
                 // SAFETY: the caller's contract; the range was checked against the binding's
                 // length and alignment at submission.
-                api.check("cuGraphExecMemsetNodeSetParams", unsafe {
-                    (api.cuGraphExecMemsetNodeSetParams)(exec, self.node, &params, context)
-                })?;
+                unsafe {
+                    cu!(
+                        api,
+                        cuGraphExecMemsetNodeSetParams(exec, self.node, &params, context)
+                    )
+                }?;
             }
             PatchKind::Memcpy {
                 params,
@@ -95,9 +98,12 @@ impl PatchNode {
                     params.srcDevice = source.resolve(table);
                 }
                 // SAFETY: as above; host source bytes live as long as the graph.
-                api.check("cuGraphExecMemcpyNodeSetParams", unsafe {
-                    (api.cuGraphExecMemcpyNodeSetParams)(exec, self.node, &params, context)
-                })?;
+                unsafe {
+                    cu!(
+                        api,
+                        cuGraphExecMemcpyNodeSetParams(exec, self.node, &params, context)
+                    )
+                }?;
             }
             PatchKind::Kernel {
                 params,
@@ -112,9 +118,12 @@ impl PatchNode {
                     };
                     // SAFETY: as above; `pointers` holds one pointer per argument into this
                     // thread's scratch, which the driver copies before returning.
-                    api.check("cuGraphExecKernelNodeSetParams", unsafe {
-                        (api.cuGraphExecKernelNodeSetParams)(exec, self.node, &params)
-                    })
+                    unsafe {
+                        cu!(
+                            api,
+                            cuGraphExecKernelNodeSetParams(exec, self.node, &params)
+                        )
+                    }
                 })?;
             }
         }
@@ -210,8 +219,8 @@ impl ExecPool {
         if self.execs.len() < self.limit {
             let mut exec: CUgraphExec = std::ptr::null_mut();
             // SAFETY: valid out-pointer; the graph is complete and no longer edited.
-            let made = unsafe { (api.cuGraphInstantiateWithFlags)(&mut exec, graph, 0) };
-            if made.is_success() && !exec.is_null() {
+            let made = unsafe { cu!(api, cuGraphInstantiateWithFlags(&mut exec, graph, 0)) };
+            if made.is_ok() && !exec.is_null() {
                 self.push(exec);
                 return self.execs.len() - 1;
             }
@@ -275,9 +284,7 @@ impl ExecPool {
             }
         }
         // SAFETY: a live executable of this context; the caller guarantees the stream.
-        api.check("cuGraphLaunch", unsafe {
-            (api.cuGraphLaunch)(executable.exec, stream)
-        })?;
+        unsafe { cu!(api, cuGraphLaunch(executable.exec, stream)) }?;
         Ok(())
     }
 
@@ -289,7 +296,7 @@ impl ExecPool {
         for e in self.execs.drain(..) {
             // SAFETY: instantiated here, destroyed once. A launch still in flight is not cut
             // short: the driver frees the executable when it completes.
-            let _ = unsafe { (api.cuGraphExecDestroy)(e.exec) };
+            let _ = unsafe { cu!(api, cuGraphExecDestroy(e.exec)) };
         }
     }
 }

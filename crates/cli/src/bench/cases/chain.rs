@@ -17,12 +17,14 @@
 
 use anyhow::{Context as _, Result};
 use cuhal::DeviceOptions;
+use cuhal_sys::cu;
 
 use super::{Env, progress, summarize};
 use crate::bench::gpu::StepCounter;
-use crate::bench::gpu::raw::{Event, GraphExec, KernelNode, Stream, SyncMode};
+use crate::bench::gpu::raw::{GraphExec, KernelNode, SyncMode};
 use crate::bench::hal::{Hal, wait};
 use crate::bench::report::{Comparison, Goal, Report};
+use cuhal_sys::{Event, Stream};
 
 /// Steps per chain.
 pub const STEPS: usize = 100;
@@ -71,10 +73,13 @@ fn floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
     let gpu = env.gpu;
     let api = gpu.api();
     let clock = env.clock;
-    let streams = [Stream::new(&gpu.ctx)?, Stream::new(&gpu.ctx)?];
+    let streams = [
+        Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?,
+        Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?,
+    ];
     let events = (0..STEPS)
-        .map(|_| Event::new(&gpu.ctx, SyncMode::Spin))
-        .collect::<Result<Vec<_>>>()?;
+        .map(|_| Event::new(&gpu.ctx, SyncMode::Spin.flags()))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut counter = StepCounter::new(gpu)?;
     let execs = (0..2u32)
         .map(|q| {
@@ -95,30 +100,22 @@ fn floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
             let s = streams[q].raw();
             if i > 0 {
                 // SAFETY: a live stream and a live event recorded on the other stream.
-                api.check("cuStreamWaitEvent", unsafe {
-                    (api.cuStreamWaitEvent)(s, events[i - 1].raw(), 0)
-                })?;
+                unsafe { cu!(api, cuStreamWaitEvent(s, events[i - 1].raw(), 0)) }?;
             }
             // SAFETY: a live executable graph and stream.
-            api.check("cuGraphLaunch", unsafe {
-                (api.cuGraphLaunch)(execs[q].raw(), s)
-            })?;
+            unsafe { cu!(api, cuGraphLaunch(execs[q].raw(), s)) }?;
             // SAFETY: a live event and stream.
-            api.check("cuEventRecord", unsafe {
-                (api.cuEventRecord)(events[i].raw(), s)
-            })?;
+            unsafe { cu!(api, cuEventRecord(events[i].raw(), s)) }?;
         }
         // SAFETY: a live, recorded event (spinning: created without blocking sync).
-        api.check("cuEventSynchronize", unsafe {
-            (api.cuEventSynchronize)(events[STEPS - 1].raw())
-        })?;
+        unsafe { cu!(api, cuEventSynchronize(events[STEPS - 1].raw())) }?;
         let t1 = clock.now_ns();
         if chain >= warm {
             samples.push((t1 - t0) as f64);
         }
     }
     for stream in &streams {
-        stream.sync()?;
+        stream.synchronize()?;
     }
     counter.expect_more(((warm + n) * STEPS) as u64);
     counter.check("case 9 floor")?;

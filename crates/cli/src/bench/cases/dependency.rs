@@ -19,12 +19,14 @@
 
 use anyhow::{Context as _, Result};
 use cuhal::DeviceOptions;
+use cuhal_sys::cu;
 
 use super::{Env, progress, summarize};
 use crate::bench::gpu::SpinRecord;
-use crate::bench::gpu::raw::{Event, GraphExec, KernelNode, Stream, SyncMode, launch};
+use crate::bench::gpu::raw::{GraphExec, KernelNode, SyncMode, launch};
 use crate::bench::hal::{Hal, wait};
 use crate::bench::report::{Center, Comparison, Goal, Report};
+use cuhal_sys::{Event, Stream};
 
 /// A's spin: far longer than the host needs to queue B behind it.
 pub const A_NS: u64 = 30_000;
@@ -100,9 +102,9 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
 fn measure(env: &Env<'_>, placement: Placement, warm: usize, n: usize) -> Result<Vec<f64>> {
     let gpu = env.gpu;
     let api = gpu.api();
-    let s1 = Stream::new(&gpu.ctx)?;
-    let s2 = Stream::new(&gpu.ctx)?;
-    let event = Event::new(&gpu.ctx, SyncMode::Spin)?;
+    let s1 = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
+    let s2 = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
+    let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
     let mut rec_a = SpinRecord::new(gpu)?;
     let mut rec_b = SpinRecord::new(gpu)?;
     let mut a = rec_a.args(A_NS, 0, JITTER_CYCLES);
@@ -129,30 +131,18 @@ fn measure(env: &Env<'_>, placement: Placement, warm: usize, n: usize) -> Result
             Placement::CrossStreamGraphs => {
                 // SAFETY: live graphs, streams and event of the current context.
                 unsafe {
-                    api.check(
-                        "cuGraphLaunch",
-                        (api.cuGraphLaunch)(graph_a.raw(), s1.raw()),
-                    )?;
-                    api.check("cuEventRecord", (api.cuEventRecord)(event.raw(), s1.raw()))?;
-                    api.check(
-                        "cuStreamWaitEvent",
-                        (api.cuStreamWaitEvent)(s2.raw(), event.raw(), 0),
-                    )?;
-                    api.check(
-                        "cuGraphLaunch",
-                        (api.cuGraphLaunch)(graph_b.raw(), s2.raw()),
-                    )?;
+                    cu!(api, cuGraphLaunch(graph_a.raw(), s1.raw()))?;
+                    cu!(api, cuEventRecord(event.raw(), s1.raw()))?;
+                    cu!(api, cuStreamWaitEvent(s2.raw(), event.raw(), 0))?;
+                    cu!(api, cuGraphLaunch(graph_b.raw(), s2.raw()))?;
                 }
             }
             Placement::CrossStreamKernels => {
                 launch(api, gpu.kernels.spin, s1.raw(), &mut a)?;
                 // SAFETY: live streams and event of the current context.
                 unsafe {
-                    api.check("cuEventRecord", (api.cuEventRecord)(event.raw(), s1.raw()))?;
-                    api.check(
-                        "cuStreamWaitEvent",
-                        (api.cuStreamWaitEvent)(s2.raw(), event.raw(), 0),
-                    )?;
+                    cu!(api, cuEventRecord(event.raw(), s1.raw()))?;
+                    cu!(api, cuStreamWaitEvent(s2.raw(), event.raw(), 0))?;
                 }
                 launch(api, gpu.kernels.spin, s2.raw(), &mut b)?;
             }
@@ -161,8 +151,8 @@ fn measure(env: &Env<'_>, placement: Placement, warm: usize, n: usize) -> Result
                 launch(api, gpu.kernels.spin, s1.raw(), &mut b)?;
             }
         }
-        s2.sync()?;
-        s1.sync()?;
+        s2.synchronize()?;
+        s1.synchronize()?;
         let gap = gap(&rec_a, &rec_b, "case 3 floor")?;
         if i >= warm {
             gaps.push(gap);

@@ -18,9 +18,10 @@ use cuhal::{CommandBufferMode, DeviceOptions, StreamWork, StreamWorkFn};
 
 use super::{Env, progress, summarize};
 use crate::bench::cublas::Cublas;
-use crate::bench::gpu::raw::{Event, Stream, SyncMode};
+use crate::bench::gpu::raw::SyncMode;
 use crate::bench::hal::Hal;
 use crate::bench::report::{Comparison, Goal, Report};
+use cuhal_sys::{Event, Stream, cu};
 
 /// The GEMM's size (square).
 pub const SIZE: usize = 2048;
@@ -56,21 +57,24 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     for buffer in [&a, &b] {
         let api = device.context().api();
         // SAFETY: the buffer is `bytes` of live device memory; 1.0f32 everywhere.
-        api.check("cuMemsetD32Async", unsafe {
-            (api.cuMemsetD32Async)(
-                buffer.device_ptr(),
-                1.0f32.to_bits(),
-                SIZE * SIZE,
-                std::ptr::null_mut(),
+        unsafe {
+            cu!(
+                api,
+                cuMemsetD32Async(
+                    buffer.device_ptr(),
+                    1.0f32.to_bits(),
+                    SIZE * SIZE,
+                    std::ptr::null_mut()
+                )
             )
-        })?;
+        }?;
     }
 
     progress(&format!(
         "case 8 (library): raw-stream SGEMM floor, {n} calls"
     ));
-    let stream = Stream::new(&env.gpu.ctx)?;
-    let event = Event::new(&env.gpu.ctx, SyncMode::Spin)?;
+    let stream = Stream::new(&env.gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
+    let event = Event::new(&env.gpu.ctx, SyncMode::Spin.flags())?;
     let mut floor = Vec::with_capacity(n);
     for i in 0..warm + n {
         let t0 = env.clock.now_ns();
@@ -87,7 +91,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
                 c.device_ptr(),
             )
         }?;
-        event.record_and_sync(&stream)?;
+        event.record_and_synchronize(&stream)?;
         let t1 = env.clock.now_ns();
         if i >= warm {
             floor.push((t1 - t0) as f64);
@@ -141,6 +145,6 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             Goal::RatioAtMost(GOAL_RATIO),
         ));
     }
-    stream.sync()?;
+    stream.synchronize()?;
     Ok(())
 }

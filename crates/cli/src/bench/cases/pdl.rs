@@ -23,13 +23,14 @@ use cuhal::{CommandBuffer, CommandBufferMode, DeviceOptions, Dispatch, Driver, K
 use cuhal_sys::{
     CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
     CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec,
-    CUgraphNode, PrimaryContext,
+    CUgraphNode, PrimaryContext, cu,
 };
 
 use super::{Env, progress, summarize};
-use crate::bench::gpu::raw::{DeviceWords, Event, Module, Stream, SyncMode};
+use crate::bench::gpu::raw::{DeviceWords, SyncMode};
 use crate::bench::hal::WAIT;
 use crate::bench::report::{Comparison, Goal, Report};
+use cuhal_sys::{Event, Module, Stream};
 
 /// Dispatches per chain.
 pub const CHAIN: u32 = 100;
@@ -176,15 +177,13 @@ fn raw_side(env: &Env<'_>, programmatic: bool, warm: usize, n: usize) -> Result<
     let stamps = DeviceWords::zeroed(&gpu.ctx, 2)?;
     let seq = DeviceWords::zeroed(&gpu.ctx, 1)?;
     let exec = chain(&gpu.ctx, function, stamps.ptr(), seq.ptr(), programmatic)?;
-    let stream = Stream::new(&gpu.ctx)?;
-    let event = Event::new(&gpu.ctx, SyncMode::Spin)?;
+    let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
+    let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
     let mut samples = Vec::with_capacity(n);
     for i in 0..warm + n {
         // SAFETY: a live executable graph and stream of the current context.
-        api.check("cuGraphLaunch", unsafe {
-            (api.cuGraphLaunch)(exec.raw, stream.raw())
-        })?;
-        event.record_and_sync(&stream)?;
+        unsafe { cu!(api, cuGraphLaunch(exec.raw, stream.raw())) }?;
+        event.record_and_synchronize(&stream)?;
         if i >= warm {
             let s = stamps.read()?;
             let violations = (seq.read()?[0] >> 32) as u32;
@@ -208,9 +207,9 @@ impl Drop for Chain {
         // SAFETY: created in `chain`, destroyed once, after the benchmark synchronized.
         unsafe {
             if !self.raw.is_null() {
-                let _ = (api.cuGraphExecDestroy)(self.raw);
+                let _ = cu!(api, cuGraphExecDestroy(self.raw));
             }
-            let _ = (api.cuGraphDestroy)(self.graph);
+            let _ = cu!(api, cuGraphDestroy(self.graph));
         }
     }
 }
@@ -225,17 +224,15 @@ fn chain(
     let api = ctx.api();
     let mut graph: CUgraph = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; flags must be 0.
-    api.check("cuGraphCreate", unsafe {
-        (api.cuGraphCreate)(&mut graph, 0)
-    })?;
+    unsafe { cu!(api, cuGraphCreate(&mut graph, 0)) }?;
     let mut this = Chain {
         ctx: ctx.clone(),
         graph,
         raw: std::ptr::null_mut(),
     };
-    let add_edge = api
-        .cuGraphAddDependencies_v2
-        .context("the driver has no typed graph edges (CUDA 12.3)")?;
+    if api.cuGraphAddDependencies_v2.is_none() {
+        bail!("the driver has no typed graph edges (CUDA 12.3)");
+    }
     let mut prev: Option<CUgraphNode> = None;
     for index in 0..CHAIN {
         let (mut a, mut b, mut c, mut d) = (stamps, seq, index, CHAIN - 1);
@@ -267,9 +264,12 @@ fn chain(
         };
         // SAFETY: a live graph; `deps` holds `count` of its nodes; the argument values outlive
         // the call, which copies them.
-        api.check("cuGraphAddKernelNode", unsafe {
-            (api.cuGraphAddKernelNode)(&mut node, graph, deps, count, &params)
-        })?;
+        unsafe {
+            cu!(
+                api,
+                cuGraphAddKernelNode(&mut node, graph, deps, count, &params)
+            )
+        }?;
         if let (Some(p), true) = (prev, programmatic) {
             let edge = CUgraphEdgeData {
                 from_port: CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
@@ -278,17 +278,13 @@ fn chain(
                 reserved: [0; 5],
             };
             // SAFETY: both are kernel nodes of `graph`; one-element arrays of locals.
-            api.check("cuGraphAddDependencies", unsafe {
-                add_edge(graph, &p, &node, &edge, 1)
-            })?;
+            unsafe { cu!(optional: api, cuGraphAddDependencies_v2(graph, &p, &node, &edge, 1)) }?;
         }
         prev = Some(node);
     }
     let mut raw: CUgraphExec = std::ptr::null_mut();
     // SAFETY: a complete graph; a valid out-pointer.
-    api.check("cuGraphInstantiateWithFlags", unsafe {
-        (api.cuGraphInstantiateWithFlags)(&mut raw, graph, 0)
-    })?;
+    unsafe { cu!(api, cuGraphInstantiateWithFlags(&mut raw, graph, 0)) }?;
     this.raw = raw;
     Ok(this)
 }

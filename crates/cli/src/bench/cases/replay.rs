@@ -12,6 +12,7 @@
 //! stream (compared with the 100 launches); `Queue::execute` with one signal, then a host wait
 //! on the semaphore.
 
+use cuhal_sys::cu;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -19,10 +20,11 @@ use cuhal::{CommandBufferMode, DeviceOptions, MemorySink, Sink, Verbosity};
 
 use super::{Env, progress, summarize};
 use crate::bench::gpu::StepCounter;
-use crate::bench::gpu::raw::{Args, Event, GraphExec, KernelNode, Stream, SyncMode, launch};
+use crate::bench::gpu::raw::{Args, GraphExec, KernelNode, SyncMode, launch};
 use crate::bench::hal::Hal;
 use crate::bench::report::{Comparison, Goal, Report};
 use crate::bench::stats::Summary;
+use cuhal_sys::{Event, Stream};
 
 /// Dispatches per command buffer.
 pub const CHAIN: u32 = 100;
@@ -176,8 +178,8 @@ fn graph_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
     let gpu = env.gpu;
     let api = gpu.api();
     let clock = env.clock;
-    let stream = Stream::new(&gpu.ctx)?;
-    let event = Event::new(&gpu.ctx, SyncMode::Spin)?;
+    let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
+    let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
     let mut counter = StepCounter::new(gpu)?;
     let mut nodes: Vec<KernelNode> = (0..CHAIN)
         .map(|i| KernelNode {
@@ -190,16 +192,14 @@ fn graph_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
     for i in 0..warm + n {
         let t0 = clock.now_ns();
         // SAFETY: a live executable graph and stream.
-        api.check("cuGraphLaunch", unsafe {
-            (api.cuGraphLaunch)(exec.raw(), stream.raw())
-        })?;
-        event.record_and_sync(&stream)?;
+        unsafe { cu!(api, cuGraphLaunch(exec.raw(), stream.raw())) }?;
+        event.record_and_synchronize(&stream)?;
         let t1 = clock.now_ns();
         if i >= warm {
             samples.push((t1 - t0) as f64);
         }
     }
-    stream.sync()?;
+    stream.synchronize()?;
     counter.expect_more(((warm + n) * CHAIN as usize) as u64);
     counter.check("case 4 graph floor")?;
     Ok(samples)
@@ -209,8 +209,8 @@ fn stream_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
     let gpu = env.gpu;
     let api = gpu.api();
     let clock = env.clock;
-    let stream = Stream::new(&gpu.ctx)?;
-    let event = Event::new(&gpu.ctx, SyncMode::Spin)?;
+    let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
+    let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
     let mut counter = StepCounter::new(gpu)?;
     let mut args: Vec<_> = (0..CHAIN).map(|i| counter.args(i, CHAIN)).collect();
     let mut samples = Vec::with_capacity(n);
@@ -219,13 +219,13 @@ fn stream_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
         for a in args.iter_mut() {
             launch(api, gpu.kernels.step, stream.raw(), a)?;
         }
-        event.record_and_sync(&stream)?;
+        event.record_and_synchronize(&stream)?;
         let t1 = clock.now_ns();
         if i >= warm {
             samples.push((t1 - t0) as f64);
         }
     }
-    stream.sync()?;
+    stream.synchronize()?;
     counter.expect_more(((warm + n) * CHAIN as usize) as u64);
     counter.check("case 4 stream floor")?;
     Ok(samples)

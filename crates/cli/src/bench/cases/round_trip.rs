@@ -14,15 +14,15 @@
 
 use anyhow::Result;
 use cuhal::DeviceOptions;
+use cuhal_sys::cu;
 
 use super::{Env, progress, summarize};
-use crate::bench::gpu::raw::{
-    Args, Event, GraphExec, KernelNode, MappedFlags, Stream, SyncMode, launch,
-};
+use crate::bench::gpu::raw::{Args, GraphExec, KernelNode, MappedFlags, SyncMode, launch};
 use crate::bench::gpu::{SpinRecord, StepCounter};
 use crate::bench::hal::Hal;
 use crate::bench::hal::WAIT;
 use crate::bench::report::{Comparison, Goal, Report};
+use cuhal_sys::{Event, Stream};
 
 /// Round trips per variant (warm-up on top).
 pub const CALLS: usize = 5_000;
@@ -131,8 +131,8 @@ pub fn measure(env: &Env<'_>, submit: Submit, warm: usize, n: usize) -> Result<V
     let gpu = env.gpu;
     let api = gpu.api();
     let clock = env.clock;
-    let stream = Stream::new(&gpu.ctx)?;
-    let event = Event::new(&gpu.ctx, SyncMode::Spin)?;
+    let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
+    let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
     let mut counter = StepCounter::new(gpu)?;
     let mut args = counter.args(0, 1);
     let exec = GraphExec::chain(
@@ -148,17 +148,15 @@ pub fn measure(env: &Env<'_>, submit: Submit, warm: usize, n: usize) -> Result<V
         match submit {
             Submit::Kernel => launch(api, gpu.kernels.step, stream.raw(), &mut args)?,
             // SAFETY: a live executable graph and stream.
-            Submit::Graph => api.check("cuGraphLaunch", unsafe {
-                (api.cuGraphLaunch)(exec.raw(), stream.raw())
-            })?,
+            Submit::Graph => unsafe { cu!(api, cuGraphLaunch(exec.raw(), stream.raw())) }?,
         }
-        event.record_and_sync(&stream)?;
+        event.record_and_synchronize(&stream)?;
         let t1 = clock.now_ns();
         if i >= warm {
             samples.push((t1 - t0) as f64);
         }
     }
-    stream.sync()?;
+    stream.synchronize()?;
     counter.expect_more((warm + n) as u64);
     counter.check("case 5")?;
     Ok(samples)
@@ -170,7 +168,7 @@ fn completion_word(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
     let gpu = env.gpu;
     let api = gpu.api();
     let clock = env.clock;
-    let stream = Stream::new(&gpu.ctx)?;
+    let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
     let flags = MappedFlags::new(&gpu.ctx, 1)?;
     let mut record = SpinRecord::new(gpu)?;
     let exec = GraphExec::chain(
@@ -186,9 +184,7 @@ fn completion_word(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
         let expected = record.count_launch() as u32;
         let t0 = clock.now_ns();
         // SAFETY: a live executable graph and stream.
-        api.check("cuGraphLaunch", unsafe {
-            (api.cuGraphLaunch)(exec.raw(), stream.raw())
-        })?;
+        unsafe { cu!(api, cuGraphLaunch(exec.raw(), stream.raw())) }?;
         let deadline = std::time::Instant::now() + WAIT;
         while flag.load(std::sync::atomic::Ordering::Acquire) != expected {
             if std::time::Instant::now() > deadline {
@@ -201,7 +197,7 @@ fn completion_word(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
             samples.push((t1 - t0) as f64);
         }
     }
-    stream.sync()?;
+    stream.synchronize()?;
     record.read("case 5 completion word")?;
     Ok(samples)
 }
@@ -212,7 +208,7 @@ fn launch_cost(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
     let gpu = env.gpu;
     let api = gpu.api();
     let clock = env.clock;
-    let stream = Stream::new(&gpu.ctx)?;
+    let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
     let mut args = Args::None;
     let mut samples = Vec::with_capacity(n);
     for i in 0..warm + n {
@@ -221,7 +217,7 @@ fn launch_cost(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
             launch(api, gpu.kernels.empty, stream.raw(), &mut args)?;
         }
         let t1 = clock.now_ns();
-        stream.sync()?;
+        stream.synchronize()?;
         if i >= warm {
             samples.push((t1 - t0) as f64);
         }

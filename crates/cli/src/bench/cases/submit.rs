@@ -25,15 +25,17 @@
 
 use anyhow::{Context as _, Result, bail};
 use cuhal::DeviceOptions;
+use cuhal_sys::cu;
 
 use super::{Env, progress, summarize};
 use crate::bench::alloc_count::allocations;
 use crate::bench::cpu_time::process_cpu_ns;
-use crate::bench::gpu::raw::{Event, GraphExec, KernelNode, Stream, SyncMode};
+use crate::bench::gpu::raw::{GraphExec, KernelNode, SyncMode};
 use crate::bench::gpu::{Gpu, StepCounter};
 use crate::bench::hal::{Hal, wait};
 use crate::bench::report::{Center, Comparison, Goal, Report, Unit};
 use crate::bench::stats::Summary;
+use cuhal_sys::{Event, Stream};
 
 /// Submissions measured (warm-up comes on top).
 pub const SUBMISSIONS: usize = 10_000;
@@ -320,11 +322,11 @@ fn floor_pass(env: &Env<'_>, form: Form, warm: usize, n: usize, parts: bool) -> 
     let api = gpu.api();
     let clock = env.clock;
     let streams = (0..form.queues())
-        .map(|_| Stream::new(&gpu.ctx))
-        .collect::<Result<Vec<_>>>()?;
+        .map(|_| Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING))
+        .collect::<Result<Vec<_>, _>>()?;
     let events = (0..RING)
-        .map(|_| Event::new(&gpu.ctx, SyncMode::Spin))
-        .collect::<Result<Vec<_>>>()?;
+        .map(|_| Event::new(&gpu.ctx, SyncMode::Spin.flags()))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut counter = StepCounter::new(gpu)?;
     let execs = (0..form.queues())
         .map(|q| {
@@ -366,20 +368,21 @@ fn floor_pass(env: &Env<'_>, form: Form, warm: usize, n: usize, parts: bool) -> 
         let t0 = clock.now_ns();
         let r1 = if cross {
             // SAFETY: live stream and event of the current context.
-            unsafe { (api.cuStreamWaitEvent)(s, prev, 0) }
+            unsafe { cu!(api, cuStreamWaitEvent(s, prev, 0)) }
         } else {
-            cuhal_sys::CUresult::SUCCESS
+            Ok(())
         };
         let t1 = if parts { clock.now_ns() } else { 0 };
         // SAFETY: a live executable graph and stream.
-        let r2 = unsafe { (api.cuGraphLaunch)(g, s) };
+        let r2 = unsafe { cu!(api, cuGraphLaunch(g, s)) };
         let t2 = if parts { clock.now_ns() } else { 0 };
         // SAFETY: live event and stream.
-        let r3 = unsafe { (api.cuEventRecord)(cur, s) };
+        let r3 = unsafe { cu!(api, cuEventRecord(cur, s)) };
         let t3 = clock.now_ns();
-        api.check("cuStreamWaitEvent", r1)?;
-        api.check("cuGraphLaunch", r2)?;
-        api.check("cuEventRecord", r3)?;
+        // Checked after the clock reads, so the figures hold the calls alone.
+        r1?;
+        r2?;
+        r3?;
         if i >= warm {
             pass.total.push((t3 - t0) as f64);
             if parts {
@@ -390,12 +393,12 @@ fn floor_pass(env: &Env<'_>, form: Form, warm: usize, n: usize, parts: bool) -> 
         }
         if (i + 1) % BATCH == 0 {
             for stream in &streams {
-                stream.sync()?;
+                stream.synchronize()?;
             }
         }
     }
     for stream in &streams {
-        stream.sync()?;
+        stream.synchronize()?;
     }
     pass.cpu = cpu_per_item(cpu_at_warm, process_cpu_ns(), n, "case 1 floor CPU")?;
     pass.allocations = (allocations() - allocations_at_warm) as f64 / n as f64;

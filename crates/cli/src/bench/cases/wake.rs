@@ -17,6 +17,7 @@
 //! cuhal: the same kernel as a one-dispatch graph command buffer, `Queue::execute` with one
 //! signal, then `Semaphore::wait` on the host.
 
+use cuhal_sys::{cu, cu_name};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -24,15 +25,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use cuhal::DeviceOptions;
-use cuhal_sys::CUresult;
 
 use super::{Env, progress, summarize};
 use crate::bench::clock::{Clock, delta};
 use crate::bench::gpu::SpinRecord;
 use crate::bench::gpu::observer::FlagObserver;
-use crate::bench::gpu::raw::{Event, MappedFlags, Stream, SyncMode, launch};
+use crate::bench::gpu::raw::{MappedFlags, SyncMode, launch};
 use crate::bench::hal::{Hal, WAIT};
 use crate::bench::report::{Comparison, Goal, Report};
+use cuhal_sys::{Event, Stream};
 
 /// The kernel's length.
 pub const KERNEL_NS: u64 = 50_000;
@@ -55,12 +56,17 @@ enum Wait {
 }
 
 impl Wait {
-    fn describe(self) -> &'static str {
+    fn describe(self) -> String {
         match self {
-            Wait::SpinSync => "cuEventSynchronize, spinning event",
-            Wait::BlockingSync => "cuEventSynchronize, BLOCKING_SYNC event",
-            Wait::QueryPoll => "cuEventQuery polled in a loop",
-            Wait::HostFunc => "seeds' design: cuLaunchHostFunc signals a condvar, waiter wakes",
+            Wait::SpinSync => format!("{}, spinning event", cu_name!(cuEventSynchronize)),
+            Wait::BlockingSync => {
+                format!("{}, BLOCKING_SYNC event", cu_name!(cuEventSynchronize))
+            }
+            Wait::QueryPoll => format!("{} polled in a loop", cu_name!(cuEventQuery)),
+            Wait::HostFunc => format!(
+                "seeds' design: {} signals a condvar, waiter wakes",
+                cu_name!(cuLaunchHostFunc)
+            ),
         }
     }
 }
@@ -211,14 +217,15 @@ fn measure(
     let gpu = env.gpu;
     let api = gpu.api();
     let clock = env.clock;
-    let stream = Stream::new(&gpu.ctx)?;
+    let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
     let event = Event::new(
         &gpu.ctx,
         if wait == Wait::BlockingSync {
             SyncMode::Blocking
         } else {
             SyncMode::Spin
-        },
+        }
+        .flags(),
     )?;
     // Leaked (once per variant, a few dozen bytes): a host function still queued when an error
     // ends this function early can then never outlive what it points to.
@@ -242,21 +249,15 @@ fn measure(
         launch(api, gpu.kernels.spin, stream.raw(), &mut args)?;
         match wait {
             Wait::SpinSync | Wait::BlockingSync => {
-                event.record_and_sync(&stream)?;
+                event.record_and_synchronize(&stream)?;
             }
             Wait::QueryPoll => {
                 // SAFETY: live event and stream.
-                api.check("cuEventRecord", unsafe {
-                    (api.cuEventRecord)(event.raw(), stream.raw())
-                })?;
+                unsafe { cu!(api, cuEventRecord(event.raw(), stream.raw())) }?;
                 loop {
                     // SAFETY: a live, recorded event.
-                    let r = unsafe { (api.cuEventQuery)(event.raw()) };
-                    if r.is_success() {
+                    if unsafe { cu!(ready: api, cuEventQuery(event.raw())) }? {
                         break;
-                    }
-                    if r != CUresult::ERROR_NOT_READY {
-                        api.check("cuEventQuery", r)?;
                     }
                     std::hint::spin_loop();
                 }
@@ -265,16 +266,14 @@ fn measure(
                 let user = slot as *const HostFnSlot as *mut c_void;
                 // SAFETY: `host_fn` makes no CUDA calls and takes no lock a CUDA-calling thread
                 // holds; `slot` is 'static.
-                api.check("cuLaunchHostFunc", unsafe {
-                    (api.cuLaunchHostFunc)(stream.raw(), Some(host_fn), user)
-                })?;
+                unsafe { cu!(api, cuLaunchHostFunc(stream.raw(), Some(host_fn), user)) }?;
                 callbacks += 1;
                 wait_for_callbacks(slot, callbacks)?;
             }
         }
         let t_return = clock.now_ns();
         let seen = observer.seen(value)?;
-        stream.sync()?;
+        stream.synchronize()?;
         let times = record.read("case 2")?;
         if i >= warm {
             out.latency.push(delta(seen, t_return));
@@ -286,7 +285,7 @@ fn measure(
             }
         }
     }
-    stream.sync()?;
+    stream.synchronize()?;
     Ok(out)
 }
 

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result, bail};
 use cuhal_sys::{CUfunction, DeviceInfo, DriverApi, PrimaryContext};
 
-use raw::{Args, DeviceWords, Module, Stream, launch};
+use cuhal_sys::{Module, Stream};
+use raw::{Args, DeviceWords, launch};
 
 /// The benchmark's kernels, loaded once.
 pub struct Kernels {
@@ -41,7 +42,8 @@ impl Gpu {
     pub fn open(api: Arc<DriverApi>) -> Result<Self> {
         let info = cuhal_sys::device_info(&api, 0).context("reading device 0")?;
         let ctx = PrimaryContext::retain(api, 0).context("retaining device 0's context")?;
-        let module = Module::load_ptx(&ctx, ptx::MODULE)?;
+        let module =
+            Module::load_ptx(&ctx, ptx::MODULE).context("compiling the benchmark kernels")?;
         let kernels = Kernels {
             empty: module.function("empty")?,
             step: module.function("step")?,
@@ -60,14 +62,14 @@ impl Gpu {
     /// Measures `%globaltimer`'s resolution: the smallest step between two reads in a tight
     /// loop, in nanoseconds. Also proves that kernels run at all before any case relies on it.
     pub fn timer_resolution(&self) -> Result<TimerResolution> {
-        let stream = Stream::new(&self.ctx)?;
+        let stream = Stream::new(&self.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
         let out = DeviceWords::zeroed(&self.ctx, 3)?;
         let mut args = Args::Probe {
             out: out.ptr(),
             iters: 200_000,
         };
         launch(self.api(), self.kernels.probe, stream.raw(), &mut args)?;
-        stream.sync()?;
+        stream.synchronize()?;
         let words = out.read()?;
         let (step, steps, span) = (words[0], words[1], words[2]);
         if steps == 0 || span == 0 {

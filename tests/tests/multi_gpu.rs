@@ -1,0 +1,458 @@
+//! GPU suite: several GPUs in one process (and two processes). Every test needs two GPUs and
+//! says "skipped: needs 2 GPUs" (and passes) on a machine with fewer; the NCCL tests also need
+//! NCCL (`CUHAL_NCCL_LIBRARY` or `libnccl.so.2` on the loader's path) and set
+//! `NCCL_NVLS_ENABLE=0` (NVLink multicast off) before NCCL is loaded.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cuhal::{
+    Collective, CollectivePart, Communicator, CommunicatorOptions, Device, DeviceOptions, Driver,
+    FillPattern, Nccl, NcclDataType, NcclRedOp, Semaphore, UniqueId,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The first two devices, or `None` (after saying so) with fewer than two.
+fn two_gpus() -> Option<(Driver, Vec<Device>)> {
+    let driver = Driver::load().expect("the CUDA driver loads");
+    let count = driver.devices().expect("devices").len();
+    if count < 2 {
+        println!("skipped: needs 2 GPUs ({count} found)");
+        return None;
+    }
+    let devices = driver
+        .open_many(&[0, 1], DeviceOptions::default())
+        .expect("opening GPUs 0 and 1");
+    Some((driver, devices))
+}
+
+/// NCCL, with NVLink multicast off (set before NCCL reads its environment).
+fn nccl() -> Nccl {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: set once, before NCCL is loaded, and read only by NCCL (through libc) after
+        // this; no other thread of the suite writes the environment.
+        unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
+    });
+    let nccl = Nccl::load(None).expect("NCCL loads (set CUHAL_NCCL_LIBRARY)");
+    println!(
+        "NCCL {} ({})",
+        cuhal_sys::format_nccl_version(nccl.version()),
+        nccl.library_path()
+    );
+    nccl
+}
+
+fn wait(semaphore: &Semaphore, value: u64) {
+    semaphore
+        .wait(value, TIMEOUT)
+        .unwrap_or_else(|e| panic!("waiting for {value}: {e}"));
+}
+
+fn read(device: &Device, range: &cuhal::BufferRange) -> Vec<u8> {
+    let host = device.create_host_buffer(range.len()).unwrap();
+    let done = device.create_semaphore(0);
+    device
+        .queue(0)
+        .read(&[], &[(&done, 1)], range, &host, 0)
+        .unwrap();
+    wait(&done, 1);
+    let mut bytes = vec![0; range.len()];
+    host.read(0, &mut bytes).unwrap();
+    bytes
+}
+
+fn f32_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
+    values.flat_map(f32::to_le_bytes).collect()
+}
+
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn multi_gpu_topology_and_peer_access() {
+    let Some((driver, devices)) = two_gpus() else {
+        return;
+    };
+    let links = driver.topology().unwrap();
+    for link in &links {
+        println!(
+            "{} -> {}: access {}, {}, rank {}",
+            link.source,
+            link.destination,
+            link.access,
+            link.kind().name(),
+            link.performance_rank
+        );
+        if link.source < 2 && link.destination < 2 {
+            assert_eq!(
+                devices[link.source as usize].has_peer_access(link.destination),
+                link.access,
+                "peer access enabled exactly where the driver allows it"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn multi_gpu_cross_device_wait_is_a_device_wait() {
+    let Some((_driver, devices)) = two_gpus() else {
+        return;
+    };
+    let (gpu0, gpu1) = (&devices[0], &devices[1]);
+    let len = 16 << 20;
+    let source = gpu0.create_buffer(len).unwrap();
+    let target = gpu1.create_buffer(len).unwrap();
+    for round in 1..=20u64 {
+        let filled = gpu0.create_semaphore(0);
+        let copied = gpu1.create_semaphore(0);
+        // GPU 1's queue waits for GPU 0's fill on the device: submitted at once, issued at once
+        // (the fill's completion event is recorded), ordered by cuStreamWaitEvent alone.
+        gpu0.queue(0)
+            .fill(
+                &[],
+                &[(&filled, 1)],
+                &source.whole(),
+                FillPattern::U32(round as u32),
+            )
+            .unwrap();
+        gpu1.queue(0)
+            .copy_peer(
+                &[(&filled, 1)],
+                &[(&copied, 1)],
+                &source.whole(),
+                &target.whole(),
+            )
+            .unwrap();
+        wait(&copied, 1);
+        let bytes = read(gpu1, &target.whole());
+        assert!(
+            bytes.chunks(4).all(|c| c == (round as u32).to_le_bytes()),
+            "round {round}: the copy ran before the fill"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn multi_gpu_peer_copies_as_queue_operations_and_commands() {
+    let Some((_driver, devices)) = two_gpus() else {
+        return;
+    };
+    let (gpu0, gpu1) = (&devices[0], &devices[1]);
+    let len = 64 << 20;
+    let a = gpu0.create_buffer(len).unwrap();
+    let b = gpu1.create_buffer(len).unwrap();
+    let back = gpu0.create_buffer(len).unwrap();
+    let done = gpu0.create_semaphore(0);
+    gpu0.queue(0)
+        .fill(
+            &[],
+            &[(&done, 1)],
+            &a.whole(),
+            FillPattern::U32(0xa5a5_0001),
+        )
+        .unwrap();
+    gpu1.queue(0)
+        .copy_peer(&[(&done, 1)], &[(&done, 2)], &a.whole(), &b.whole())
+        .unwrap();
+    wait(&done, 2);
+    assert!(
+        read(gpu1, &b.whole())
+            .chunks(4)
+            .all(|c| c == 0xa5a5_0001u32.to_le_bytes())
+    );
+    let mut cb = gpu0.queue(0).create_command_buffer().unwrap();
+    cb.fill(&b.whole(), FillPattern::U32(7)).unwrap_err(); // another device's buffer
+    cb.copy_peer(&b.whole(), &back.whole()).unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn cuhal::CommandBuffer> = Arc::from(cb);
+    gpu0.queue(0).execute(&[], &[(&done, 3)], &[&cb]).unwrap();
+    wait(&done, 3);
+    assert!(
+        read(gpu0, &back.whole())
+            .chunks(4)
+            .all(|c| c == 0xa5a5_0001u32.to_le_bytes())
+    );
+}
+
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn multi_gpu_nccl_collectives_bit_exact() {
+    let Some((_driver, devices)) = two_gpus() else {
+        return;
+    };
+    let nccl = nccl();
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    let n = 1 << 20;
+    let f = NcclDataType::F32;
+    // Integer-valued floats: every sum is exact, so results compare bit for bit.
+    let values = |rank: usize| (0..n).map(move |i| ((i % 1000) + rank * 7) as f32);
+    let bufs: Vec<_> = (0..2)
+        .map(|r| {
+            let x = devices[r].create_buffer(n * 4).unwrap();
+            let done = devices[r].create_semaphore(0);
+            devices[r]
+                .queue(0)
+                .write(&[], &[(&done, 1)], &x.whole(), &f32_bytes(values(r)))
+                .unwrap();
+            (x, done)
+        })
+        .collect();
+    let out: Vec<_> = (0..2)
+        .map(|r| devices[r].create_buffer(2 * n * 4).unwrap())
+        .collect();
+    let done = devices[0].create_semaphore(0);
+    let (w0, w1, s) = ([(&bufs[0].1, 1)], [(&bufs[1].1, 1)], [(&done, 1)]);
+    comm.submit(&[
+        CollectivePart::new(
+            Collective::AllReduce(NcclRedOp::Sum),
+            f,
+            n,
+            Some(&bufs[0].0.whole()),
+            Some(&out[0].range(0, n * 4).unwrap()),
+        )
+        .waits(&w0)
+        .signals(&s),
+        CollectivePart::new(
+            Collective::AllReduce(NcclRedOp::Sum),
+            f,
+            n,
+            Some(&bufs[1].0.whole()),
+            Some(&out[1].range(0, n * 4).unwrap()),
+        )
+        .waits(&w1),
+    ])
+    .unwrap();
+    wait(&done, 1);
+    let expected = f32_bytes((0..n).map(|i| ((i % 1000) * 2 + 7) as f32));
+    for r in 0..2 {
+        assert_eq!(
+            read(&devices[r], &out[r].range(0, n * 4).unwrap()),
+            expected,
+            "all-reduce on rank {r}"
+        );
+    }
+    // All-gather: rank 0's values then rank 1's, on both.
+    let s = [(&done, 2)];
+    comm.submit(&[
+        CollectivePart::new(
+            Collective::AllGather,
+            f,
+            n,
+            Some(&bufs[0].0.whole()),
+            Some(&out[0].whole()),
+        )
+        .signals(&s),
+        CollectivePart::new(
+            Collective::AllGather,
+            f,
+            n,
+            Some(&bufs[1].0.whole()),
+            Some(&out[1].whole()),
+        ),
+    ])
+    .unwrap();
+    wait(&done, 2);
+    let gathered: Vec<u8> = f32_bytes(values(0).chain(values(1)));
+    for r in 0..2 {
+        assert_eq!(
+            read(&devices[r], &out[r].whole()),
+            gathered,
+            "all-gather on rank {r}"
+        );
+    }
+    // Send/recv: rank 1's values to rank 0.
+    let s = [(&done, 3)];
+    comm.submit(&[
+        CollectivePart::new(
+            Collective::Recv { peer: 1 },
+            f,
+            n,
+            None,
+            Some(&out[0].range(0, n * 4).unwrap()),
+        )
+        .signals(&s),
+        CollectivePart::new(
+            Collective::Send { peer: 0 },
+            f,
+            n,
+            Some(&bufs[1].0.whole()),
+            None,
+        ),
+    ])
+    .unwrap();
+    wait(&done, 3);
+    assert_eq!(
+        read(&devices[0], &out[0].range(0, n * 4).unwrap()),
+        f32_bytes(values(1))
+    );
+}
+
+/// 10,000 dependent all-reduces over both GPUs submitted from one thread; a watchdog ends the
+/// process (a failure, not a hang) if no progress is seen for 60 s.
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn multi_gpu_ten_thousand_all_reduces_never_deadlock() {
+    let Some((_driver, devices)) = two_gpus() else {
+        return;
+    };
+    let nccl = nccl();
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    let a = devices[0].create_buffer(8).unwrap();
+    let b = devices[1].create_buffer(8).unwrap();
+    let (d0, d1) = (
+        devices[0].create_semaphore(0),
+        devices[1].create_semaphore(0),
+    );
+    let progress = Arc::new(AtomicU64::new(0));
+    let watched = progress.clone();
+    std::thread::spawn(move || {
+        let mut last = (0, Instant::now());
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = watched.load(Ordering::Acquire);
+            if now == u64::MAX {
+                return;
+            }
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() > TIMEOUT {
+                eprintln!("watchdog: no progress for {TIMEOUT:?} at step {now}: deadlock");
+                std::process::exit(101);
+            }
+        }
+    });
+    let rounds = 10_000u64;
+    let f = NcclDataType::F32;
+    let started = Instant::now();
+    for i in 0..rounds {
+        let (w0, w1, s0, s1) = ([(&d1, i)], [(&d0, i)], [(&d0, i + 1)], [(&d1, i + 1)]);
+        comm.submit(&[
+            CollectivePart::all_reduce(&a.whole(), &a.whole(), 2, f, NcclRedOp::Sum)
+                .waits(&w0)
+                .signals(&s0),
+            CollectivePart::all_reduce(&b.whole(), &b.whole(), 2, f, NcclRedOp::Sum)
+                .waits(&w1)
+                .signals(&s1),
+        ])
+        .unwrap();
+        if i % 64 == 0 {
+            d0.wait(i.saturating_sub(128), TIMEOUT).unwrap();
+        }
+        progress.store(i + 1, Ordering::Release);
+    }
+    wait(&d0, rounds);
+    wait(&d1, rounds);
+    progress.store(u64::MAX, Ordering::Release);
+    println!("{rounds} all-reduces in {:?}", started.elapsed());
+}
+
+const RANK_ENV: &str = "CUHAL_MULTI_GPU_RANK";
+const ID_ENV: &str = "CUHAL_MULTI_GPU_NCCL_ID";
+
+/// Two processes, one GPU each, one communicator: the parent makes the unique id and passes it
+/// to both children (as hex in the environment), as a multi-host launcher would.
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn multi_gpu_two_processes_all_reduce() {
+    if let Ok(rank) = std::env::var(RANK_ENV) {
+        return two_process_child(rank.parse().unwrap());
+    }
+    let Some((_driver, devices)) = two_gpus() else {
+        return;
+    };
+    drop(devices);
+    let id = nccl().unique_id().unwrap();
+    let hex: String = id.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let children: Vec<_> = (0..2)
+        .map(|rank| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "multi_gpu_two_processes_all_reduce",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env(RANK_ENV, rank.to_string())
+                .env(ID_ENV, &hex)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for mut child in children {
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "a rank failed: {status}");
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("a rank did not finish in 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn two_process_child(rank: usize) {
+    let hex = std::env::var(ID_ENV).unwrap();
+    let mut bytes = [0u8; 128];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    let driver = Driver::load().unwrap();
+    let device = driver.open(rank as i32, DeviceOptions::default()).unwrap();
+    let comm = Communicator::join(
+        &nccl(),
+        UniqueId::from_bytes(bytes),
+        2,
+        &[(&device, rank as i32)],
+        CommunicatorOptions {
+            timeout: Duration::from_secs(60),
+            ..CommunicatorOptions::default()
+        },
+    )
+    .unwrap();
+    let n = 1 << 16;
+    let x = device.create_buffer(n * 4).unwrap();
+    let done = device.create_semaphore(0);
+    device
+        .queue(0)
+        .write(
+            &[],
+            &[(&done, 1)],
+            &x.whole(),
+            &f32_bytes((0..n).map(|i| (i + rank) as f32)),
+        )
+        .unwrap();
+    let (w, s) = ([(&done, 1)], [(&done, 2)]);
+    comm.submit(&[CollectivePart::all_reduce(
+        &x.whole(),
+        &x.whole(),
+        n,
+        NcclDataType::F32,
+        NcclRedOp::Sum,
+    )
+    .waits(&w)
+    .signals(&s)])
+        .unwrap();
+    wait(&done, 2);
+    assert_eq!(
+        read(&device, &x.whole()),
+        f32_bytes((0..n).map(|i| (2 * i + 1) as f32))
+    );
+    println!("rank {rank}: all-reduce across processes matched");
+}

@@ -56,7 +56,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
         };
         if !spin_until(shared.options.idle_spin, ready) {
             let side = &shared.completion_side;
-            side.parked.store(true, Ordering::Relaxed);
+            shared.completion_parked.store(true, Ordering::Relaxed);
             // Pairs with the fence in `push_finished`: either the pusher sees `parked` and
             // unparks, or this sees its item.
             std::sync::atomic::fence(Ordering::SeqCst);
@@ -64,7 +64,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
                 side.parks.fetch_add(1, Ordering::Relaxed);
                 parker.park();
             }
-            side.parked.store(false, Ordering::Relaxed);
+            shared.completion_parked.store(false, Ordering::Relaxed);
         }
     }
 }

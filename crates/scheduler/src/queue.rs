@@ -250,7 +250,7 @@ impl<B: Backend> Queue<B> {
             retire_batches: side.batches.load(Ordering::Relaxed),
             in_flight_high_water: side.high_water.load(Ordering::Relaxed),
             completion_parks: side.parks.load(Ordering::Relaxed),
-            completion_parked: side.parked.load(Ordering::SeqCst),
+            completion_parked: self.shared.completion_parked.load(Ordering::SeqCst),
             worker_parks: self.shared.worker_parks.load(Ordering::Relaxed),
             worker_parked: self.shared.worker_parked.load(Ordering::SeqCst),
         }

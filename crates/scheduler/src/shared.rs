@@ -68,8 +68,6 @@ pub(crate) struct CompletionSide {
     pub(crate) high_water: AtomicU64,
     /// Times the completion thread parked with nothing to retire.
     pub(crate) parks: AtomicU64,
-    /// Whether it is parked now.
-    pub(crate) parked: AtomicBool,
 }
 
 pub(crate) struct Shared<B: Backend> {
@@ -91,6 +89,10 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) worker_done: AtomicBool,
     pub(crate) issue_side: CachePadded<IssueSide>,
     pub(crate) completion_side: CachePadded<CompletionSide>,
+    /// Whether the completion thread is parked (or about to): every issue reads it, to know
+    /// whether to wake the thread, so it has a line of its own that changes only when the
+    /// thread parks or wakes, not with every retired batch.
+    pub(crate) completion_parked: CachePadded<AtomicBool>,
     /// Submitters waiting for room (backpressure), and where they wait.
     pub(crate) room_waiters: AtomicUsize,
     pub(crate) room: (Mutex<()>, Condvar),
@@ -204,8 +206,8 @@ impl<B: Backend> Shared<B> {
                     batches: AtomicU64::new(0),
                     high_water: AtomicU64::new(0),
                     parks: AtomicU64::new(0),
-                    parked: AtomicBool::new(false),
                 }),
+                completion_parked: CachePadded::new(AtomicBool::new(false)),
                 room_waiters: AtomicUsize::new(0),
                 room: (Mutex::new(()), Condvar::new()),
                 worker_parks: AtomicU64::new(0),
@@ -482,7 +484,7 @@ impl<B: Backend> Shared<B> {
         // spinning sees `finished_len`. The fence pairs with the one the completion thread puts
         // between raising `parked` and its last look at `finished_len`.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.completion_side.parked.load(Ordering::Relaxed) {
+        if self.completion_parked.load(Ordering::Relaxed) {
             self.completion.unpark();
         }
     }

@@ -194,6 +194,11 @@ impl<E: DeviceEvent> Semaphore<E> {
 
     /// Host signal: sets the value to `value`, which must be greater than the current one
     /// (else `Err(NotMonotonic)` and nothing changes). `Err(Failed)` once failed.
+    ///
+    /// Listeners run on the calling thread before this returns, and a scheduler's listener issues
+    /// the work the signal made ready right there (device calls included), which saves a thread
+    /// hand-off. So do not signal from inside a driver callback (CUDA's `cuLaunchHostFunc`
+    /// forbids driver calls there): signal from a thread of your own.
     pub fn signal(&self, value: u64) -> Result<(), Error> {
         let mut wake = Wake::new();
         {

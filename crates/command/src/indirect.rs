@@ -398,8 +398,14 @@ impl IndirectGraph {
         };
         add_fragment(api, graph, &[], launch, indirect)?;
         let mut exec: CUgraphExec = std::ptr::null_mut();
+        // A dispatch priority is a node priority here.
+        let flags = if launch.dispatch.attributes.priority.is_some() {
+            cuhal_sys::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
+        } else {
+            0
+        };
         // SAFETY: `exec` is a valid out-pointer; the graph is complete.
-        unsafe { cu!(api, cuGraphInstantiateWithFlags(&mut exec, graph, 0)) }?;
+        unsafe { cu!(api, cuGraphInstantiateWithFlags(&mut exec, graph, flags)) }?;
         this.exec = exec;
         upload(context, exec)?;
         Ok(this)

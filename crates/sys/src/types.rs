@@ -522,6 +522,9 @@ pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x1;
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
 /// `cuGraphInstantiateWithFlags` flag: upload the graph as part of instantiation.
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
+/// `cuGraphInstantiateWithFlags` flag: run kernel nodes at their own priority attribute rather
+/// than the priority of the stream the graph is launched into.
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY: u64 = 8;
 
 /// `CUpointer_attribute`: what `cuPointerGetAttribute` reports about an address.
 pub type CUpointer_attribute = c_uint;

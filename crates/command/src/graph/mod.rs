@@ -17,8 +17,9 @@ use cuhal_sys::{
     CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
     CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
     CU_STREAM_CAPTURE_STATUS_ACTIVE, CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_NON_BLOCKING,
-    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph,
-    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUstream, PrimaryContext, Stream, cu,
+    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D,
+    CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec,
+    CUgraphNode, CUstream, PrimaryContext, Stream, cu,
 };
 use smallvec::SmallVec;
 
@@ -59,6 +60,8 @@ pub(crate) struct GraphEncoder {
     capture_stream: Option<Stream>,
     /// Holds device-updatable nodes (indirect dispatches).
     device_updatable: bool,
+    /// A dispatch set its own priority: executables must honour node priorities.
+    node_priority: bool,
     /// Nodes with slot operands, patched at launch.
     patches: Vec<PatchNode>,
     /// Device memory standing in for slots in memset and memcpy nodes until the first table
@@ -86,6 +89,7 @@ impl GraphEncoder {
             nodes: 0,
             capture_stream: None,
             device_updatable: false,
+            node_priority: false,
             patches: Vec::new(),
             placeholders: Vec::new(),
             slots: 0,
@@ -355,6 +359,7 @@ impl Encoder for GraphEncoder {
         // barrier (the recorder checked it is the frontier's one node, with no zone between).
         let programmatic = dispatch.attributes.programmatic && zone.begin.is_none();
         let attributes = dispatch.attributes;
+        self.node_priority |= attributes.priority.is_some();
         self.add_command(zone, |this, deps| {
             let (deps, upstream) = match deps {
                 [upstream] if programmatic => (&[][..], Some(*upstream)),
@@ -446,6 +451,7 @@ impl Encoder for GraphEncoder {
         })?;
         // The helper node; `add_command` counted the dispatch node.
         self.nodes += 1;
+        self.node_priority |= launch.dispatch.attributes.priority.is_some();
         self.device_updatable = true;
         Ok(())
     }
@@ -583,9 +589,23 @@ impl Encoder for GraphEncoder {
         let _bound = self.context.enter()?;
         let api = self.context.api();
         let mut exec: CUgraphExec = std::ptr::null_mut();
+        let flags = if self.node_priority {
+            CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
+        } else {
+            0
+        };
         // SAFETY: `exec` is a valid out-pointer; the graph is complete and not used by any
         // other thread (recording holds `&mut self`).
-        unsafe { cu!(api, cuGraphInstantiateWithFlags(&mut exec, self.graph, 0)) }?;
+        unsafe {
+            cu!(
+                api,
+                cuGraphInstantiateWithFlags(&mut exec, self.graph, flags)
+            )
+        }?;
+        self.pool
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set_flags(flags);
         let slots = self.slots as usize;
         self.pool
             .get_mut()

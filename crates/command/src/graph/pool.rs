@@ -150,6 +150,8 @@ pub(crate) struct ExecPool {
     /// Scratch: which slots changed for the launch being prepared.
     changed: Vec<bool>,
     shared_launches: u64,
+    /// `cuGraphInstantiateWithFlags` flags of every executable.
+    flags: u64,
 }
 
 impl ExecPool {
@@ -161,7 +163,14 @@ impl ExecPool {
             slots: 0,
             changed: Vec::new(),
             shared_launches: 0,
+            flags: 0,
         }
+    }
+
+    /// Sets the instantiation flags of the executables made later (those of the one made at
+    /// `end()`).
+    pub(crate) fn set_flags(&mut self, flags: u64) {
+        self.flags = flags;
     }
 
     /// Sets the bound on executables (at least 1).
@@ -219,7 +228,12 @@ impl ExecPool {
         if self.execs.len() < self.limit {
             let mut exec: CUgraphExec = std::ptr::null_mut();
             // SAFETY: valid out-pointer; the graph is complete and no longer edited.
-            let made = unsafe { cu!(api, cuGraphInstantiateWithFlags(&mut exec, graph, 0)) };
+            let made = unsafe {
+                cu!(
+                    api,
+                    cuGraphInstantiateWithFlags(&mut exec, graph, self.flags)
+                )
+            };
             if made.is_ok() && !exec.is_null() {
                 self.push(exec);
                 return self.execs.len() - 1;

@@ -98,7 +98,12 @@ static CUresult add_fragment(CUgraph graph, CUfunction helper, CUfunction target
     h.blockDimX = h.blockDimY = h.blockDimZ = 1; h.kernelParams = hargs;
     r = cuGraphAddKernelNode(&out->helper, graph, deps, ndeps, &h);
     if (r) return r;
+#if CUDA_VERSION >= 13000
+    // CUDA 13's cuGraphAddDependencies is the 12.3 form with edge data (null: full edges).
+    return cuGraphAddDependencies(graph, &out->helper, &out->target, nullptr, 1);
+#else
     return cuGraphAddDependencies(graph, &out->helper, &out->target, 1);
+#endif
 }
 
 int main(int argc, char** argv) {

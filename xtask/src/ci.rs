@@ -45,9 +45,31 @@ const STEPS: &[&[&str]] = &[
     ],
 ];
 
+/// The packages with loom models (`tests/loom_*.rs`, compiled only under `--cfg loom`).
+const LOOM_PACKAGES: &[&str] = &["cuhal-semaphore"];
+
+/// The loom step: every model of the concurrency core, each explored up to two preemptions (as
+/// tokio and crossbeam bound theirs), in a target directory of its own so that `--cfg loom` does
+/// not invalidate the main build. Each model prints its name and how many interleavings it ran.
+fn loom_step() -> std::process::Command {
+    let mut args = vec!["test", "--release", "--locked"];
+    for package in LOOM_PACKAGES {
+        args.extend(["-p", package]);
+    }
+    args.extend(["--test", "loom_*", "--", "--nocapture", "--test-threads=1"]);
+    let mut cmd = cargo(args);
+    cmd.env("RUSTFLAGS", "--cfg loom")
+        .env("LOOM_MAX_PREEMPTIONS", "2")
+        .env(
+            "CARGO_TARGET_DIR",
+            crate::cargo::workspace_root().join("target/loom"),
+        );
+    cmd
+}
+
 /// Runs every step, stopping at the first failure.
 pub fn run() -> Result<()> {
-    let total = STEPS.len();
+    let total = STEPS.len() + 1;
     for (i, args) in STEPS.iter().enumerate() {
         let mut cmd = cargo(args.iter());
         let shown = display(&cmd);
@@ -60,6 +82,21 @@ pub fn run() -> Result<()> {
             );
         }
     }
+    let mut cmd = loom_step();
+    let shown = display(&cmd);
+    eprintln!(
+        "xtask ci: [{total}/{total}] RUSTFLAGS=\"--cfg loom\" LOOM_MAX_PREEMPTIONS=2 \
+         CARGO_TARGET_DIR=target/loom {shown}"
+    );
+    let started = std::time::Instant::now();
+    let st = status(&mut cmd)?;
+    if !st.success() {
+        bail!("step {total}/{total} (loom models) failed ({st})");
+    }
+    eprintln!(
+        "xtask ci: loom models passed in {:.1} s (build included)",
+        started.elapsed().as_secs_f64()
+    );
     eprintln!("xtask ci: all {total} steps passed");
     Ok(())
 }

@@ -91,6 +91,7 @@ mod listener;
 mod multi_wait;
 mod options;
 mod semaphore;
+mod sync;
 pub mod testing;
 mod timeout;
 mod timepoint;

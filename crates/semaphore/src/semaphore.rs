@@ -1,10 +1,8 @@
 //! [`Semaphore`]: the timeline semaphore itself.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::PoisonError;
 
-use crossbeam_utils::sync::Unparker;
 use smallvec::SmallVec;
 
 use crate::error::Error;
@@ -13,6 +11,7 @@ use crate::failure::Failure;
 use crate::listener::{Due, FIRED_SLOT, ListenToken, Listener, Listeners};
 use crate::multi_wait::{Mode, wait_list};
 use crate::options::SemaphoreOptions;
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, Unparker};
 use crate::timeout::Timeout;
 use crate::timepoint::{Timepoints, WaitPoint};
 use crate::waiter::{FAILURE_ONLY, Waiters};
@@ -23,8 +22,10 @@ pub struct SemaphoreId(u64);
 
 impl SemaphoreId {
     fn next() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        SemaphoreId(NEXT.fetch_add(1, Ordering::Relaxed))
+        // std's atomic even under loom: a plain counter outside every model (and loom's
+        // atomics cannot be statics).
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        SemaphoreId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The id as a number.
@@ -333,7 +334,12 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// token's cancel does nothing).
     ///
     /// The listener's storage is reused, so registering allocates nothing in steady state.
-    pub fn listen(&self, value: u64, listener: &Arc<dyn Listener>, key: u64) -> ListenToken {
+    pub fn listen(
+        &self,
+        value: u64,
+        listener: &std::sync::Arc<dyn Listener>,
+        key: u64,
+    ) -> ListenToken {
         let id = self.id();
         let mut state = self.lock();
         if state.failure.is_some() || state.listen_threshold() >= value {

@@ -7,11 +7,13 @@
 //! between. That is the whole no-lost-wake-up argument, and it holds for any number of semaphores
 //! sharing one parker.
 
+#[cfg(not(loom))]
 use std::cell::Cell;
 
-use crossbeam_utils::sync::{Parker, Unparker};
 use slab::Slab;
 use smallvec::SmallVec;
+
+use crate::sync::{Parker, Unparker};
 
 /// Registered value of a waiter that only wants to hear about a failure (its value is reached).
 pub(crate) const FAILURE_ONLY: u64 = u64::MAX;
@@ -103,6 +105,7 @@ fn wake_inline<const N: usize>(out: &mut SmallVec<[Unparker; N]>, unparker: Opti
     }
 }
 
+#[cfg(not(loom))]
 thread_local! {
     /// One parker per thread, reused by every wait on it so a wait allocates nothing.
     static PARKER: Cell<Option<Parker>> = const { Cell::new(None) };
@@ -115,6 +118,11 @@ pub(crate) struct ThreadParker {
 
 impl ThreadParker {
     pub(crate) fn take() -> Self {
+        // Under loom every wait gets a fresh parker: loom's threads share the OS thread and its
+        // thread-locals, and loom objects must not outlive the model execution that made them.
+        #[cfg(loom)]
+        let parker = Parker::new();
+        #[cfg(not(loom))]
         let parker = PARKER
             .try_with(Cell::take)
             .ok()
@@ -136,6 +144,7 @@ impl ThreadParker {
 
 impl Drop for ThreadParker {
     fn drop(&mut self) {
+        #[cfg(not(loom))]
         if let Some(parker) = self.parker.take() {
             let _ = PARKER.try_with(|cell| cell.set(Some(parker)));
         }

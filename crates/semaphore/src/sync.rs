@@ -1,0 +1,99 @@
+//! The synchronisation primitives this crate uses, in one place so that the loom models
+//! (`tests/loom_semaphore.rs`, built with `RUSTFLAGS="--cfg loom"`) can swap them for loom's
+//! checked versions. Normal builds get std's types and crossbeam's parker, unchanged.
+//!
+//! crossbeam's `Parker` has no loom counterpart; under loom it is a token under a `Mutex` with a
+//! `Condvar`, which has the same contract (an unpark before the park is kept; one token at most).
+//! loom has no time, so under loom a timed park with a non-zero timeout parks until unparked: the
+//! models only use untimed waits.
+
+#[cfg(not(loom))]
+pub(crate) use crossbeam_utils::sync::{Parker, Unparker};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+#[cfg(loom)]
+pub(crate) use loom_parker::{Parker, Unparker};
+
+#[cfg(loom)]
+mod loom_parker {
+    use std::sync::PoisonError;
+    use std::time::{Duration, Instant};
+
+    use loom::sync::{Arc, Condvar, Mutex};
+
+    struct Inner {
+        token: Mutex<bool>,
+        condvar: Condvar,
+    }
+
+    /// A parker with crossbeam's contract, built from loom's mutex and condition variable.
+    pub(crate) struct Parker {
+        unparker: Unparker,
+    }
+
+    /// Wakes its [`Parker`]'s thread, or keeps the token for its next park.
+    #[derive(Clone)]
+    pub(crate) struct Unparker(Arc<Inner>);
+
+    impl Default for Parker {
+        fn default() -> Self {
+            Parker {
+                unparker: Unparker(Arc::new(Inner {
+                    token: Mutex::new(false),
+                    condvar: Condvar::new(),
+                })),
+            }
+        }
+    }
+
+    impl Parker {
+        pub(crate) fn new() -> Self {
+            Self::default()
+        }
+
+        pub(crate) fn unparker(&self) -> &Unparker {
+            &self.unparker
+        }
+
+        pub(crate) fn park(&self) {
+            let inner = &self.unparker.0;
+            let mut token = inner.token.lock().unwrap_or_else(PoisonError::into_inner);
+            while !*token {
+                token = inner
+                    .condvar
+                    .wait(token)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            *token = false;
+        }
+
+        /// A zero timeout only consumes a pending token; any other parks until unparked.
+        pub(crate) fn park_timeout(&self, timeout: Duration) {
+            if timeout.is_zero() {
+                let inner = &self.unparker.0;
+                *inner.token.lock().unwrap_or_else(PoisonError::into_inner) = false;
+            } else {
+                self.park();
+            }
+        }
+
+        pub(crate) fn park_deadline(&self, _deadline: Instant) {
+            self.park();
+        }
+    }
+
+    impl Unparker {
+        pub(crate) fn unpark(&self) {
+            let inner = &self.0;
+            *inner.token.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            inner.condvar.notify_one();
+        }
+    }
+}

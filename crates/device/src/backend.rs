@@ -22,7 +22,7 @@ use smallvec::SmallVec;
 
 use crate::bindings::BindingTables;
 use crate::error::Error;
-use crate::event_pool::{CudaEvent, EventPool};
+use crate::event_pool::{CudaEvent, TimepointEventPool};
 use crate::interop::ForeignEvent;
 use crate::lost::Lost;
 use crate::memory::Allocation;
@@ -87,7 +87,7 @@ pub(crate) enum Payload {
 pub(crate) struct CudaBackend {
     context: Arc<PrimaryContext>,
     stream: Stream,
-    events: EventPool,
+    events: TimepointEventPool,
     lost: Arc<Lost>,
     /// Where the completion thread goes to sleep: a private stream that waits for a completion
     /// event on the device, then records `sleep_event`, a blocking-sync event.
@@ -107,7 +107,7 @@ impl CudaBackend {
     /// Creates the queue's `CU_STREAM_NON_BLOCKING` stream (with `priority`, lower is higher).
     pub(crate) fn new(
         context: Arc<PrimaryContext>,
-        events: EventPool,
+        events: TimepointEventPool,
         lost: Arc<Lost>,
         priority: i32,
         poll_interval: Duration,

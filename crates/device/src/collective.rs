@@ -53,7 +53,7 @@ use smallvec::SmallVec;
 use crate::Semaphore;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::event_pool::{CudaEvent, EventPool};
+use crate::event_pool::{CudaEvent, TimepointEventPool};
 use crate::lost::Lost;
 use crate::queue::SemaphoreValues;
 
@@ -346,7 +346,7 @@ struct RankPart {
 /// The communicator's scheduler backend: issues every local rank's part in one group.
 pub(crate) struct CollectiveBackend {
     comms: Arc<Comms>,
-    events: EventPool,
+    events: TimepointEventPool,
     poll_interval: Duration,
 }
 
@@ -658,7 +658,7 @@ impl Communicator {
             return Err(error);
         }
         let first = &comms.ranks[0];
-        let events = EventPool::new(first.context.clone(), 8, first.lost.clone())?;
+        let events = TimepointEventPool::new(first.context.clone(), 8, first.lost.clone())?;
         let backend = CollectiveBackend {
             comms: comms.clone(),
             events,

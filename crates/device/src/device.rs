@@ -11,7 +11,7 @@ use cuhal_trace::{CuptiChoice, Sink, TraceConfig, TraceContext, Verbosity};
 
 use crate::Semaphore;
 use crate::error::{Error, Result};
-use crate::event_pool::EventPool;
+use crate::event_pool::TimepointEventPool;
 use crate::lost::Lost;
 use crate::memory::MemoryPool;
 use crate::queue::{CommandBufferMode, Queue, QueueSetup};
@@ -144,7 +144,7 @@ pub struct Device {
     info: DeviceInfo,
     /// Each queue's completion/timepoint events (the queue's own, so that nothing a submission
     /// touches is shared with the other queues), for the counts.
-    queue_events: Vec<EventPool>,
+    queue_events: Vec<TimepointEventPool>,
     semaphore_options: SemaphoreOptions,
     /// Ordinals of the devices whose memory this one reaches directly (peer access enabled).
     peers: std::sync::Mutex<Vec<i32>>,
@@ -157,7 +157,7 @@ pub(crate) struct DeviceShared {
     pub(crate) context: Arc<PrimaryContext>,
     /// Events for exported timepoints that need no recording (each queue's completion and
     /// timepoint events come from its own pool).
-    pub(crate) events: EventPool,
+    pub(crate) events: TimepointEventPool,
     /// Whether a sticky error lost the device.
     pub(crate) lost: Arc<Lost>,
     /// Stream-ordered allocations.
@@ -203,8 +203,8 @@ impl Device {
         let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;
         let lost = Arc::new(Lost::default());
         // The device's own pool serves exports only (see `interop.rs`); queues have their own.
-        let events =
-            EventPool::new(context.clone(), 0, lost.clone()).map_err(|e| lost.filter(e))?;
+        let events = TimepointEventPool::new(context.clone(), 0, lost.clone())
+            .map_err(|e| lost.filter(e))?;
         let memory = Arc::new(MemoryPool::new(context.clone()).map_err(|e| lost.filter(e))?);
         let shared = DeviceShared {
             context,
@@ -236,7 +236,7 @@ impl Device {
                 ),
                 _ => None,
             };
-            let events = EventPool::new(
+            let events = TimepointEventPool::new(
                 context.clone(),
                 options.reserved_events,
                 shared.lost.clone(),

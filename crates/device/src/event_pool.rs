@@ -51,13 +51,13 @@ unsafe impl Sync for PoolShared {}
 
 /// A pool of completion/timepoint events: each queue has its own, so that taking and giving back
 /// events touches nothing another queue's submissions touch, and so that an event tells which
-/// queue's stream it was recorded on ([`EventPool::owns`]).
+/// queue's stream it was recorded on ([`TimepointEventPool::owns`]).
 #[derive(Clone)]
-pub(crate) struct EventPool {
+pub(crate) struct TimepointEventPool {
     shared: Arc<PoolShared>,
 }
 
-impl EventPool {
+impl TimepointEventPool {
     /// A pool of `CU_EVENT_DISABLE_TIMING` events, with `reserve` created up front; queries that
     /// see a sticky error lose the device through `lost`.
     pub(crate) fn new(

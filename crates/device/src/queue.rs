@@ -22,7 +22,7 @@ use crate::backend::{CudaBackend, Payload};
 use crate::bindings::{BindingTables, TablePool};
 use crate::device::DeviceShared;
 use crate::error::{Error, Result};
-use crate::event_pool::EventPool;
+use crate::event_pool::TimepointEventPool;
 use crate::lost::Lost;
 use crate::memory::{Allocation, MemoryPool};
 
@@ -58,7 +58,7 @@ pub(crate) struct QueueSetup {
     /// The scheduler's options (label, completion spin).
     pub(crate) options: QueueOptions,
     /// The queue's own completion and timepoint events.
-    pub(crate) events: EventPool,
+    pub(crate) events: TimepointEventPool,
     /// The stream's priority (lower runs first).
     pub(crate) priority: i32,
     /// The completion thread's pause between event queries.

@@ -14,7 +14,7 @@ use crate::cupti::{Activity, CuptiApi, CuptiError, CuptiSession};
 use crate::hook::{Verbosity, ZoneRecorder};
 use crate::list::{ListInner, ListState, Record, ZoneList};
 use crate::lock::lock;
-use crate::pool::{Ev, EventPool, PoolLimits};
+use crate::pool::{Ev, PoolLimits, TimingEventPool};
 use crate::sink::{DropReason, Sink, TrackId};
 use crate::timebase::{self, Calibration, DEFAULT_REBASE_AFTER_NS};
 
@@ -256,7 +256,7 @@ pub(crate) struct Shared {
     sink: Arc<dyn Sink>,
     track: TrackId,
     pub(crate) verbosity: Verbosity,
-    pub(crate) pool: EventPool,
+    pub(crate) pool: TimingEventPool,
     names: Mutex<HashSet<Arc<str>>>,
     pending: Mutex<VecDeque<Pending>>,
     collect: Mutex<CollectState>,
@@ -699,7 +699,7 @@ impl TraceContext {
         // All were created (no failure above), so every index is in range.
         let bases: [Ev; CALIBRATION_TRIES] = std::array::from_fn(|i| created[i]);
         let shared = Shared {
-            pool: EventPool::new(backend.clone(), config.pool),
+            pool: TimingEventPool::new(backend.clone(), config.pool),
             backend,
             sink,
             track,

@@ -7,7 +7,7 @@
 //!    holds nothing and does nothing: no events, no locks.
 //! 2. Each command buffer gets a [`ZoneList`] ([`TraceContext::recorder`]), the
 //!    [`ZoneRecorder`] of `cuhal-command`. A zone takes a begin and an end timing event from the
-//!    context's [`pool`](EventPool); the command buffer records them on its stream
+//!    context's [`pool`](TimingEventPool); the command buffer records them on its stream
 //!    (`cuEventRecord`) or into its graph (`cuGraphAddEventRecordNode`). The pool grows on demand
 //!    up to a cap; past it, zones are dropped and counted, never a crash (IREE dereferenced an
 //!    empty free list).
@@ -69,7 +69,7 @@ pub use cpu_zone::{CpuZone, thread_id};
 pub use error::Error;
 pub use hook::{Verbosity, ZoneInfo, ZoneRecorder};
 pub use list::ZoneList;
-pub use pool::{EventPool, PoolCounts, PoolLimits};
+pub use pool::{PoolCounts, PoolLimits, TimingEventPool};
 #[cfg(feature = "tracy")]
 pub use sink::TracySink;
 pub use sink::{

@@ -2,7 +2,7 @@
 //!
 //! Events are created on demand, `grow_by` at a time, up to a cap. A zone takes its begin and end
 //! events together, so a zone is either fully timed or dropped: when the pool is at its cap and
-//! empty, [`EventPool::acquire_pair`] answers `None` and the caller counts a dropped zone (IREE
+//! empty, [`TimingEventPool::acquire_pair`] answers `None` and the caller counts a dropped zone (IREE
 //! dereferenced the empty free list). Events come back when the list that took them is dropped,
 //! which is after every submission that could still record them has been collected.
 
@@ -22,7 +22,7 @@ unsafe impl Send for Ev {}
 // SAFETY: as above; the handle is only copied and passed to the driver.
 unsafe impl Sync for Ev {}
 
-/// Sizes of an [`EventPool`].
+/// Sizes of an [`TimingEventPool`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct PoolLimits {
     /// Events created with the pool.
@@ -64,13 +64,13 @@ pub struct PoolCounts {
 }
 
 /// A free list of timing events over an [`EventBackend`].
-pub struct EventPool {
+pub struct TimingEventPool {
     backend: Arc<dyn EventBackend>,
     limits: PoolLimits,
     state: Mutex<PoolState>,
 }
 
-impl EventPool {
+impl TimingEventPool {
     /// A pool with `limits.initial` events created now (never more than `limits.max`).
     pub(crate) fn new(backend: Arc<dyn EventBackend>, limits: PoolLimits) -> Self {
         let pool = Self {
@@ -157,7 +157,7 @@ impl EventPool {
     }
 }
 
-impl Drop for EventPool {
+impl Drop for TimingEventPool {
     fn drop(&mut self) {
         let state = self
             .state
@@ -188,8 +188,8 @@ mod tests {
     use super::*;
     use crate::fake::FakeGpu;
 
-    fn pool(fake: &Arc<FakeGpu>, initial: usize, grow_by: usize, max: usize) -> EventPool {
-        EventPool::new(
+    fn pool(fake: &Arc<FakeGpu>, initial: usize, grow_by: usize, max: usize) -> TimingEventPool {
+        TimingEventPool::new(
             fake.clone(),
             PoolLimits {
                 initial,

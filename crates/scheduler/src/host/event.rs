@@ -159,7 +159,7 @@ impl fmt::Debug for HostEvent {
 /// again (`Arc::get_mut` proves nobody else can still see it). Events come back roughly in issue
 /// order, so a short scan from a moving cursor finds one; if none is free the pool grows, and keeps
 /// what it grew.
-pub(crate) struct EventPool {
+pub(crate) struct HostEventPool {
     ring: Vec<Arc<EventState>>,
     cursor: usize,
 }
@@ -167,9 +167,9 @@ pub(crate) struct EventPool {
 /// How many events to look at before growing the pool.
 const SCAN: usize = 8;
 
-impl EventPool {
+impl HostEventPool {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
-        EventPool {
+        HostEventPool {
             ring: (0..capacity).map(|_| Arc::new(EventState::new())).collect(),
             cursor: 0,
         }
@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn pool_reuses_only_events_nobody_holds() {
-        let mut pool = EventPool::with_capacity(2);
+        let mut pool = HostEventPool::with_capacity(2);
         let a = pool.acquire();
         a.complete(Ok(()));
         let b = pool.acquire();

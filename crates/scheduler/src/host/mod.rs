@@ -44,7 +44,7 @@ use crate::error::Error;
 use crate::options::QueueOptions;
 use crate::queue::Queue;
 use crate::spin::spin_until;
-use event::EventPool;
+use event::HostEventPool;
 
 /// A semaphore whose device events are host events.
 pub type HostSemaphore = Semaphore<HostEvent>;
@@ -80,7 +80,7 @@ struct Executor {
 /// The host backend of one queue: an executor thread that runs payloads in issue order.
 pub struct HostBackend {
     executor: Arc<Executor>,
-    pool: Mutex<EventPool>,
+    pool: Mutex<HostEventPool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -104,7 +104,7 @@ impl HostBackend {
         };
         Ok(HostBackend {
             executor,
-            pool: Mutex::new(EventPool::with_capacity(QueueOptions::DEFAULT_CAPACITY)),
+            pool: Mutex::new(HostEventPool::with_capacity(QueueOptions::DEFAULT_CAPACITY)),
             thread: Some(thread),
         })
     }

@@ -85,4 +85,18 @@ mod tests {
         assert!(FILL_U32.contains(&format!(".visible .entry {FILL_U32_NAME}(")));
         assert!(BAD_PTX.contains(BAD_PTX_TOKEN));
     }
+
+    /// The parameter count cuhal reads from PTX text (so that no driver is probed past the last
+    /// parameter) is exact for the suite's kernels.
+    #[test]
+    fn parameter_counts_are_read_from_the_ptx() {
+        assert_eq!(
+            cuhal_command::ptx_parameter_counts(FILL_U32),
+            vec![(FILL_U32_NAME.to_owned(), 3)]
+        );
+        assert_eq!(
+            cuhal_command::ptx_parameter_counts(BAD_PTX),
+            vec![("broken".to_owned(), 0)]
+        );
+    }
 }

@@ -345,8 +345,10 @@ mod tests {
         fake(&dir, "cuhal", "driver 13.0", 0);
         fake(&dir, "one", OK_3, 0);
         fake(&dir, "two", OK_3, 0);
+        fake(&dir, "three", OK_3, 0);
         // A stand-in sanitizer: shows its arguments, runs the program, and reports one error
-        // for binary "two" only.
+        // for binary "two" only; for "three" it says what compute-sanitizer says of a program
+        // that never called CUDA (no summary, status 255).
         let sanitizer = dir.join("compute-sanitizer");
         write_script(
             &sanitizer,
@@ -356,13 +358,21 @@ prog=\"$5\"
 shift 4
 \"$@\"
              status=$?
+if [ \"$(basename \"$prog\")\" = three ]; then
+    echo '========= Error: Target application terminated before first instrumented API call'
+    exit 255
+fi
 if [ \"$(basename \"$prog\")\" = two ]; then n=1; else n=0; fi
              echo \"========= ERROR SUMMARY: $n errors\"
 exit $status
 ",
         )
         .unwrap();
-        write_script(&dir.join("run"), &run_script(&["one", "two"]).unwrap()).unwrap();
+        write_script(
+            &dir.join("run"),
+            &run_script(&["one", "two", "three"]).unwrap(),
+        )
+        .unwrap();
         let out = Command::new("bash")
             .arg(dir.join("run"))
             .args(["--sanitize", "memcheck", "fill"])
@@ -379,9 +389,11 @@ exit $status
         }
         assert!(text.contains("memcheck one: 0 errors"), "{text}");
         assert!(text.contains("memcheck two: 1 errors"), "{text}");
+        assert!(text.contains("memcheck three: 0 errors"), "{text}");
+        assert!(!text.contains("three exited"), "{text}");
         assert!(text.contains("memcheck cuhal-demo: 0 errors"), "{text}");
         assert!(text.contains("memcheck: 1 errors in total"), "{text}");
-        assert_eq!(last_line(&out), "7 passed, 1 failed", "{text}");
+        assert_eq!(last_line(&out), "10 passed, 1 failed", "{text}");
         assert!(!out.status.success());
 
         let out = Command::new("bash")

@@ -23,6 +23,9 @@ use crate::{Error, KernelArgs};
 #[derive(Clone)]
 pub struct Executable {
     module: Arc<Module>,
+    /// Each kernel's parameter count as the loaded image states it (see `param_count.rs`): lets
+    /// a driver without `cuFuncGetParamCount` be asked for exactly the parameters there are.
+    parameter_counts: Arc<[(String, usize)]>,
 }
 
 impl Executable {
@@ -31,6 +34,7 @@ impl Executable {
     pub fn load_ptx(context: &Arc<PrimaryContext>, ptx: &str) -> Result<Self, Error> {
         Ok(Self {
             module: Arc::new(Module::load_ptx(context, ptx)?),
+            parameter_counts: crate::param_count::ptx_parameter_counts(ptx).into(),
         })
     }
 
@@ -44,6 +48,7 @@ impl Executable {
         check_image(image).map_err(|reason| Error::BadImage { reason })?;
         Ok(Self {
             module: Arc::new(Module::load_cubin(context, image)?),
+            parameter_counts: crate::param_count::image_parameter_counts(image).into(),
         })
     }
 
@@ -60,6 +65,15 @@ impl Executable {
     /// The context the module is loaded in.
     pub fn context(&self) -> &Arc<PrimaryContext> {
         self.module.context()
+    }
+
+    /// How many parameters the kernel `name` takes, as the loaded image states it (`None` for a
+    /// fatbin, or a name the image reader did not find).
+    pub fn parameter_count(&self, name: &str) -> Option<usize> {
+        self.parameter_counts
+            .iter()
+            .find(|(kernel, _)| kernel == name)
+            .map(|&(_, count)| count)
     }
 
     /// Looks up a kernel by its (mangled) name and reads its attributes.
@@ -99,7 +113,7 @@ impl Executable {
                 attributes,
                 max_dynamic_shared: AtomicU32::new(max_dynamic_shared),
                 raise: Mutex::new(()),
-                parameters: parameter_sizes(api, raw),
+                parameters: parameter_sizes(api, raw, self.parameter_count(name)),
                 capabilities,
             }),
         })
@@ -237,10 +251,16 @@ pub fn check_image(image: &[u8]) -> Result<(), &'static str> {
 /// The sizes of `function`'s parameters through `cuFuncGetParamInfo`, or `None` if the driver
 /// lacks it or cannot answer for this function.
 ///
-/// With `cuFuncGetParamCount` (CUDA 13.0 drivers) the count is known and no call fails. Older
-/// drivers are probed index by index until `CUDA_ERROR_INVALID_VALUE` marks the end: that one
-/// failing call per kernel is expected, but compute-sanitizer reports it as an API error.
-fn parameter_sizes(api: &cuhal_sys::DriverApi, function: CUfunction) -> Option<Box<[usize]>> {
+/// The count comes from `cuFuncGetParamCount` where the driver has it, else from the loaded
+/// image (`image_count`, see `param_count.rs`); either way no call fails. Only when neither
+/// knows (a fatbin on a driver without `cuFuncGetParamCount`) is the driver probed index by
+/// index until `CUDA_ERROR_INVALID_VALUE` marks the end: that one failing call per kernel is
+/// expected, but compute-sanitizer reports it as an API error.
+fn parameter_sizes(
+    api: &cuhal_sys::DriverApi,
+    function: CUfunction,
+    image_count: Option<usize>,
+) -> Option<Box<[usize]>> {
     let size_of = |index: usize| {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: `function` is a function of a loaded module; both out-pointers are valid.
@@ -255,6 +275,11 @@ fn parameter_sizes(api: &cuhal_sys::DriverApi, function: CUfunction) -> Option<B
         {
             return None;
         }
+        return (0..count).map(|index| size_of(index).ok()).collect();
+    }
+    if let Some(count) = image_count.filter(|&count| count <= MAX_PARAMETER_BYTES) {
+        // `cuFuncGetParamInfo` itself may be missing (before CUDA 12.4): then `None`.
+        api.cuFuncGetParamInfo?;
         return (0..count).map(|index| size_of(index).ok()).collect();
     }
     let mut sizes = Vec::new();

@@ -41,7 +41,7 @@ pub const INDIRECT_COUNT_BYTES: usize = 12;
 
 /// The helper cubins built into cuhal (`kernels/build.sh`, CUDA 13.0): (architecture as
 /// major * 10 + minor, image).
-const BUILT_IN: &[(u32, &[u8])] = &[
+pub(crate) const BUILT_IN: &[(u32, &[u8])] = &[
     (80, include_bytes!("../kernels/indirect_sm_80.cubin")),
     (86, include_bytes!("../kernels/indirect_sm_86.cubin")),
     (89, include_bytes!("../kernels/indirect_sm_89.cubin")),

@@ -357,6 +357,23 @@ fn dispatch_arguments_are_checked_with_or_without_the_drivers_help() {
     ));
     drop((cb, buffer, device));
 
+    // A driver without `cuFuncGetParamCount` (as compute-sanitizer's interposer can present a
+    // 13.0 driver): the count comes from the PTX text, so still one call per parameter and no
+    // failing probe past the end.
+    let (fake, driver) = load_with("no-count", |fake| fake.hide(cu_name!(cuFuncGetParamCount)));
+    let device = driver.open(0, queues(1)).unwrap();
+    let module = device.load_ptx(PTX).unwrap();
+    assert_eq!(module.parameter_count("scale"), Some(3));
+    let before = fake.calls(cu_name!(cuFuncGetParamInfo));
+    let scale = module.function("scale").unwrap();
+    assert_eq!(scale.parameter_sizes(), Some(&[8, 4, 4][..]));
+    assert_eq!(
+        fake.calls(cu_name!(cuFuncGetParamInfo)) - before,
+        3,
+        "no probe past the end"
+    );
+    drop((scale, module, device));
+
     // A driver that cannot: refused until the caller states the layout, then checked against it.
     let (_fake, driver) = load_with("no-params", |fake| fake.hide(cu_name!(cuFuncGetParamInfo)));
     let device = driver.open(0, queues(1)).unwrap();

@@ -9,13 +9,14 @@
 //!
 //! - [`gpu`]: the [`Gpu`](gpu::Gpu) fixture (driver, primary context made current, released
 //!   on drop), device buffers, PTX modules with their JIT log, launches, a per-run random seed.
-//! - [`cublas`]: cuBLAS loaded at run time, for the interop tests' library calls.
+//! - [`cublas`]: cuBLAS loaded at run time, for the interop tests' library calls (the bench's
+//!   loader, `cuhal_bench::cublas`, so there is one).
 //! - [`kernels`]: the test kernels, hand-written PTX that the driver compiles at load time,
 //!   so building the suite needs no CUDA toolkit; [`hopper_kernels`]: the `sm_90` kernels of the
 //!   launch-attribute and indirect-dispatch tests.
 
 pub mod command_support;
-pub mod cublas;
+pub use cuhal_bench::cublas;
 pub mod device_support;
 pub mod gpu;
 pub mod hopper_kernels;

@@ -3,7 +3,7 @@
 //! - `cuhal info`: the CUDA driver and every device it sees.
 //! - `cuhal demo`: a traced two-queue pipeline on the GPU (or on the CPU host backend without
 //!   one).
-//! - `cuhal bench`: cuhal against the raw driver, in one process (see `bench`).
+//! - `cuhal bench`: cuhal against the raw driver, in one process (the `cuhal-bench` crate).
 //!
 //! Arguments are parsed by hand (the workspace keeps its dependencies few). Exit codes are
 //! part of the interface, because scripts (`cargo xtask gpu-test`, the GPU bundle) act on them:
@@ -17,6 +17,11 @@ mod info;
 use std::process::ExitCode;
 
 use command::Command;
+
+/// Counts the process's heap allocations for `cuhal bench` case 1 (allocations per submission);
+/// otherwise the system allocator.
+#[global_allocator]
+static GLOBAL: cuhal_bench::alloc_count::Counting = cuhal_bench::alloc_count::Counting;
 
 /// Exit codes of `cuhal`.
 pub mod exit {

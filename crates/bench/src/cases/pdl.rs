@@ -27,9 +27,9 @@ use cuhal_sys::{
 };
 
 use super::{Env, progress, summarize};
-use crate::bench::gpu::raw::{DeviceWords, SyncMode};
-use crate::bench::hal::WAIT;
-use crate::bench::report::{Comparison, Goal, Report};
+use crate::gpu::raw::{DeviceWords, SyncMode};
+use crate::hal::WAIT;
+use crate::report::{Comparison, Goal, Report};
 use cuhal_sys::{Event, Module, Stream};
 
 /// Dispatches per chain.

@@ -22,9 +22,9 @@ use cuhal_scheduler::host::{self, HostPayload, HostSemaphore};
 use cuhal_scheduler::{Cleanups, QueueOptions, Resources};
 
 use super::{progress, scaled, summarize};
-use crate::bench::clock::Clock;
-use crate::bench::report::{Comparison, Goal, Report};
-use crate::bench::stats::Summary;
+use crate::clock::Clock;
+use crate::report::{Comparison, Goal, Report};
+use crate::stats::Summary;
 
 /// Pending actions of the two measurements.
 pub const PENDING: [usize; 2] = [100, 100_000];

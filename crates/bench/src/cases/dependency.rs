@@ -22,10 +22,10 @@ use cuhal::DeviceOptions;
 use cuhal_sys::cu;
 
 use super::{Env, progress, summarize};
-use crate::bench::gpu::SpinRecord;
-use crate::bench::gpu::raw::{GraphExec, KernelNode, SyncMode, launch};
-use crate::bench::hal::{Hal, wait};
-use crate::bench::report::{Center, Comparison, Goal, Report};
+use crate::gpu::SpinRecord;
+use crate::gpu::raw::{GraphExec, KernelNode, SyncMode, launch};
+use crate::hal::{Hal, wait};
+use crate::report::{Center, Comparison, Goal, Report};
 use cuhal_sys::{Event, Stream};
 
 /// A's spin: far longer than the host needs to queue B behind it.

@@ -6,8 +6,8 @@
 //! context, so the same checks prove that cuhal's submissions ran, as often and in the order
 //! expected.
 //!
-//! [`StepCounter`]: crate::bench::gpu::StepCounter
-//! [`SpinRecord`]: crate::bench::gpu::SpinRecord
+//! [`StepCounter`]: crate::gpu::StepCounter
+//! [`SpinRecord`]: crate::gpu::SpinRecord
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +18,9 @@ use cuhal::{
     Semaphore,
 };
 
-use crate::bench::clock::Clock;
-use crate::bench::gpu::ptx;
-use crate::bench::gpu::raw::Args;
+use crate::clock::Clock;
+use crate::gpu::ptx;
+use crate::gpu::raw::Args;
 
 /// How long any host wait of the benchmarks may take before it is an error, not a hang.
 pub const WAIT: Duration = Duration::from_secs(10);

@@ -14,9 +14,9 @@ pub mod submit;
 pub mod tracing;
 pub mod wake;
 
-use crate::bench::clock::Clock;
-use crate::bench::gpu::{Gpu, TimerResolution};
-use crate::bench::stats::Summary;
+use crate::clock::Clock;
+use crate::gpu::{Gpu, TimerResolution};
+use crate::stats::Summary;
 
 use anyhow::{Result, anyhow};
 

@@ -51,7 +51,8 @@ impl Watchdog {
                     "cuhal bench: gave up after {} s in {stage}: something never returned. {on_fire}",
                     limit.as_secs()
                 );
-                std::process::exit(i32::from(crate::exit::FAILURE));
+                // 1: the `cuhal` binary's exit status for a failed run.
+                std::process::exit(1);
             });
         Self { state }
     }

@@ -1,5 +1,14 @@
-//! A counting global allocator for the `cuhal` binary, so case 1 can report heap allocations per
-//! submission (the goal is zero).
+//! A counting global allocator, so case 1 can report heap allocations per submission (the goal
+//! is zero). A library cannot install a global allocator for its users, so the program that
+//! runs the bench (the `cuhal` binary) installs [`Counting`]:
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static GLOBAL: cuhal_bench::alloc_count::Counting = cuhal_bench::alloc_count::Counting;
+//! ```
+//!
+//! Case 1 checks that it is installed ([`is_counting`]) and fails otherwise, rather than report
+//! zero allocations that nobody counted.
 //!
 //! It counts every allocation and reallocation of every thread of the process (the submitting
 //! thread and cuhal's own threads alike) with one relaxed atomic add, and otherwise is the
@@ -42,12 +51,22 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+// The unit tests' own binary counts too.
+#[cfg(test)]
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Allocations (and reallocations) made by the whole process so far.
+/// Allocations (and reallocations) made by the whole process so far; 0 forever when [`Counting`]
+/// is not the process's global allocator.
 pub fn allocations() -> u64 {
     ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// Whether [`Counting`] is the process's global allocator: one allocation must move the count.
+pub fn is_counting() -> bool {
+    let before = allocations();
+    drop(std::hint::black_box(Box::new(std::hint::black_box(1u64))));
+    allocations() > before
 }
 
 #[cfg(test)]
@@ -64,5 +83,10 @@ mod tests {
         v.reserve(1000);
         std::hint::black_box(&v);
         assert!(allocations() >= before + 2);
+    }
+
+    #[test]
+    fn sees_that_it_is_installed() {
+        assert!(is_counting());
     }
 }

@@ -1,15 +1,15 @@
-//! `cuhal bench`: cuhal against the raw CUDA driver, in one process.
+//! The harness behind `cuhal bench`: cuhal against the raw CUDA driver, in one process.
 //!
 //! Every cuhal figure stands beside a raw-driver floor measured in the same run, with the same
 //! kernels, so the ratio says what cuhal costs whatever the machine's day. The run:
 //!
-//! 1. loads the driver (exit 2 without one, 3 without a device), retains device 0's primary
-//!    context and compiles the benchmark kernels (hand-written PTX, `gpu::ptx`);
+//! 1. loads the driver (stopping cleanly without one or without a device), retains device 0's
+//!    primary context and compiles the benchmark kernels (hand-written PTX, `gpu::ptx`);
 //! 2. measures `%globaltimer`'s resolution, which also proves that kernels run;
 //! 3. runs each selected case (`cases`): warm-up, then many timed repetitions of the floor and
 //!    of cuhal's side; every case checks on the device that its kernels ran, as often and in the
 //!    order expected, and fails loudly otherwise. A failed case is reported and the others run;
-//! 4. prints a markdown table (median, p99, the floor beside, ratio, goal, met?) and the raw
+//! 4. returns a markdown table (median, p99, the floor beside, ratio, goal, met?) and the raw
 //!    figures, and writes the same as JSON (`--json`, default `cuhal-bench.json`).
 //!
 //! The cuhal side goes through the public API of the `cuhal` crate only (`Driver`, `Device`,
@@ -17,19 +17,20 @@
 //! would, one device per case (and per command-buffer mode or tracing level).
 //!
 //! The whole run is sized to take well under a minute on an H200, far inside the three minutes
-//! it may have (`--quick`: a tenth of that). Progress goes to stderr, the report to stdout.
-//! docs/benchmarks.md explains each case's method.
+//! it may have (`--quick`: a tenth of that). Progress goes to stderr; [`run`] returns the
+//! report for the caller (the `cuhal` binary) to print. docs/benchmarks.md explains each case's
+//! method.
 
-mod alloc_count;
+pub mod alloc_count;
 mod cases;
 mod clock;
 mod cpu_time;
-mod cublas;
+pub mod cublas;
 mod gpu;
 mod hal;
 mod json;
 mod machine;
-mod options;
+pub mod options;
 mod report;
 mod stats;
 mod watchdog;
@@ -43,39 +44,36 @@ use cuhal_sys::{CUresult, DriverApi, Error, format_cuda_version};
 use cases::{Env, progress};
 use clock::{Clock, utc_now};
 use gpu::Gpu;
-use options::{Case, Options};
+pub use options::{Case, Options};
 use report::Report;
 use watchdog::Watchdog;
-
-use crate::exit;
 
 /// The run is given up (exit 1) past this: a full run takes well under a minute.
 const WATCHDOG_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Runs `cuhal bench` with the arguments after `bench`; returns the exit code (see
-/// [`crate::exit`]: 2 without a driver, 3 without a device, 1 when a case failed).
-pub fn run(args: &[String]) -> u8 {
-    let opts = match options::parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("cuhal bench: {e}\n\n{}", options::usage());
-            return exit::USAGE;
-        }
-    };
-    if opts.help {
-        println!("{}", options::usage());
-        return exit::OK;
-    }
-    match bench(&opts) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("cuhal bench: {e:#}");
-            exit::FAILURE
-        }
-    }
+/// How a run ended, for the caller to report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The selected cases ran (or failed one by one); the report is also in the JSON file.
+    Finished {
+        /// The markdown report: facts, the comparison table, the raw figures and the notes.
+        markdown: String,
+        /// How many cases (or the first-kernel probe) failed; their notes say why.
+        failures: usize,
+    },
+    /// No CUDA driver library could be loaded; the text says what was tried.
+    NoDriver(String),
+    /// A driver was loaded but sees no usable device; the text says why.
+    NoDevice(String),
 }
 
-fn bench(opts: &Options) -> Result<u8> {
+/// Runs the cases `opts` selects and writes the JSON report to `opts.json` (after every case,
+/// so a run cut short keeps what it measured). Progress goes to stderr.
+///
+/// An error is a failure of the run itself (writing the report, an unusable driver); a case
+/// that fails is counted in [`Outcome::Finished`] instead. A run that hangs past five minutes
+/// is ended by a watchdog with exit status 1, after a line on stderr naming the stage.
+pub fn run(opts: &Options) -> Result<Outcome> {
     let started = Instant::now();
     let watchdog = Watchdog::start(
         WATCHDOG_LIMIT,
@@ -108,7 +106,7 @@ fn bench(opts: &Options) -> Result<u8> {
     let gpu = if opts.cases.iter().any(|c| c.needs_gpu()) {
         match open_gpu()? {
             Ok(gpu) => Some(gpu),
-            Err(code) => return Ok(code),
+            Err(stop) => return Ok(stop),
         }
     } else {
         None
@@ -181,14 +179,12 @@ fn bench(opts: &Options) -> Result<u8> {
         "bench wall time",
         format!("{:.1} s", started.elapsed().as_secs_f64()),
     );
-    println!("{}", report.to_markdown());
     write_json(&report, opts)?;
     progress(&format!("wrote {}", opts.json.display()));
-    if failures > 0 {
-        eprintln!("cuhal bench: {failures} case(s) failed; see the notes");
-        return Ok(exit::FAILURE);
-    }
-    Ok(exit::OK)
+    Ok(Outcome::Finished {
+        markdown: report.to_markdown(),
+        failures,
+    })
 }
 
 fn write_json(report: &Report, opts: &Options) -> Result<()> {
@@ -196,18 +192,18 @@ fn write_json(report: &Report, opts: &Options) -> Result<()> {
     std::fs::write(&opts.json, json).with_context(|| format!("writing {}", opts.json.display()))
 }
 
-/// Loads the driver and opens device 0; `Err(code)` for the clean exits (no driver, no device),
-/// each after one line on stderr, as `cuhal info` does.
-fn open_gpu() -> Result<std::result::Result<Gpu, u8>> {
+/// Loads the driver and opens device 0; `Err(outcome)` for the clean stops (no driver, no
+/// device), whose text the caller prints as one line, as `cuhal info` does.
+fn open_gpu() -> Result<std::result::Result<Gpu, Outcome>> {
     let no_device = |e: &dyn std::fmt::Display| {
-        eprintln!("cuhal bench: a CUDA driver was found but it sees no device: {e}");
-        Ok(Err(exit::NO_DEVICE))
+        Ok(Err(Outcome::NoDevice(format!(
+            "a CUDA driver was found but it sees no device: {e}"
+        ))))
     };
     let api = match DriverApi::load() {
         Ok(api) => api,
         Err(e @ Error::LibraryNotFound { .. }) => {
-            eprintln!("cuhal bench: no CUDA driver found: {e}");
-            return Ok(Err(exit::NO_DRIVER));
+            return Ok(Err(Outcome::NoDriver(format!("no CUDA driver found: {e}"))));
         }
         Err(e) if e.result() == Some(CUresult::ERROR_NO_DEVICE) => return no_device(&e),
         Err(e) => return Err(e).context("the CUDA driver could not be used"),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 
 use super::raw::MappedFlags;
-use crate::bench::clock::Clock;
+use crate::clock::Clock;
 
 /// How much later than its limit the observer thread may report, before `seen` gives up on it:
 /// a busy host can keep a runnable thread off a core for tens of milliseconds.

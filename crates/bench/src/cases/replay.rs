@@ -19,11 +19,11 @@ use anyhow::Result;
 use cuhal::{CommandBufferMode, DeviceOptions, MemorySink, Sink, Verbosity};
 
 use super::{Env, progress, summarize};
-use crate::bench::gpu::StepCounter;
-use crate::bench::gpu::raw::{Args, GraphExec, KernelNode, SyncMode, launch};
-use crate::bench::hal::Hal;
-use crate::bench::report::{Comparison, Goal, Report};
-use crate::bench::stats::Summary;
+use crate::gpu::StepCounter;
+use crate::gpu::raw::{Args, GraphExec, KernelNode, SyncMode, launch};
+use crate::hal::Hal;
+use crate::report::{Comparison, Goal, Report};
+use crate::stats::Summary;
 use cuhal_sys::{Event, Stream};
 
 /// Dispatches per command buffer.

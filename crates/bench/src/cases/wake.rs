@@ -27,12 +27,12 @@ use anyhow::{Context as _, Result, bail};
 use cuhal::DeviceOptions;
 
 use super::{Env, progress, summarize};
-use crate::bench::clock::{Clock, delta};
-use crate::bench::gpu::SpinRecord;
-use crate::bench::gpu::observer::FlagObserver;
-use crate::bench::gpu::raw::{MappedFlags, SyncMode, launch};
-use crate::bench::hal::{Hal, WAIT};
-use crate::bench::report::{Comparison, Goal, Report};
+use crate::clock::{Clock, delta};
+use crate::gpu::SpinRecord;
+use crate::gpu::observer::FlagObserver;
+use crate::gpu::raw::{MappedFlags, SyncMode, launch};
+use crate::hal::{Hal, WAIT};
+use crate::report::{Comparison, Goal, Report};
 use cuhal_sys::{Event, Stream};
 
 /// The kernel's length.

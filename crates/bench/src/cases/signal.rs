@@ -20,9 +20,9 @@ use cuhal::DeviceOptions;
 
 use super::round_trip::{Submit, measure};
 use super::{Env, progress, summarize};
-use crate::bench::gpu::StepCounter;
-use crate::bench::hal::{Hal, WAIT};
-use crate::bench::report::{Comparison, Goal, Report};
+use crate::gpu::StepCounter;
+use crate::hal::{Hal, WAIT};
+use crate::report::{Comparison, Goal, Report};
 
 /// Calls measured (warm-up on top).
 pub const CALLS: usize = 2_000;

@@ -17,11 +17,11 @@ use cuhal::DeviceOptions;
 use cuhal_sys::cu;
 
 use super::{Env, progress, summarize};
-use crate::bench::gpu::raw::{Args, GraphExec, KernelNode, MappedFlags, SyncMode, launch};
-use crate::bench::gpu::{SpinRecord, StepCounter};
-use crate::bench::hal::Hal;
-use crate::bench::hal::WAIT;
-use crate::bench::report::{Comparison, Goal, Report};
+use crate::gpu::raw::{Args, GraphExec, KernelNode, MappedFlags, SyncMode, launch};
+use crate::gpu::{SpinRecord, StepCounter};
+use crate::hal::Hal;
+use crate::hal::WAIT;
+use crate::report::{Comparison, Goal, Report};
 use cuhal_sys::{Event, Stream};
 
 /// Round trips per variant (warm-up on top).

@@ -1,5 +1,5 @@
-//! cuBLAS, loaded at run time (like the driver), for the interop tests: a handle with its own
-//! workspace and an SGEMM on whatever stream it is given.
+//! cuBLAS, loaded at run time (like the driver), for the library case and the GPU suite's
+//! interop tests: a handle with its own workspace and an SGEMM on whatever stream it is given.
 //!
 //! The library is `libcublas.so.13` from `/usr/local/cuda/lib64` or the loader path; without it
 //! [`Cublas::load`] says what it tried.

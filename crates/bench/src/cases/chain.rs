@@ -20,10 +20,10 @@ use cuhal::DeviceOptions;
 use cuhal_sys::cu;
 
 use super::{Env, progress, summarize};
-use crate::bench::gpu::StepCounter;
-use crate::bench::gpu::raw::{GraphExec, KernelNode, SyncMode};
-use crate::bench::hal::{Hal, wait};
-use crate::bench::report::{Comparison, Goal, Report};
+use crate::gpu::StepCounter;
+use crate::gpu::raw::{GraphExec, KernelNode, SyncMode};
+use crate::hal::{Hal, wait};
+use crate::report::{Comparison, Goal, Report};
 use cuhal_sys::{Event, Stream};
 
 /// Steps per chain.

@@ -10,7 +10,7 @@ use cuhal::{CommandBufferMode, Verbosity};
 
 use super::replay::{REPLAYS, cuhal_replay};
 use super::{Env, progress, summarize};
-use crate::bench::report::{Comparison, Goal, Report};
+use crate::report::{Comparison, Goal, Report};
 
 /// Runs case 6.
 pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {

@@ -28,13 +28,13 @@ use cuhal::DeviceOptions;
 use cuhal_sys::cu;
 
 use super::{Env, progress, summarize};
-use crate::bench::alloc_count::allocations;
-use crate::bench::cpu_time::process_cpu_ns;
-use crate::bench::gpu::raw::{GraphExec, KernelNode, SyncMode};
-use crate::bench::gpu::{Gpu, StepCounter};
-use crate::bench::hal::{Hal, wait};
-use crate::bench::report::{Center, Comparison, Goal, Report, Unit};
-use crate::bench::stats::Summary;
+use crate::alloc_count::allocations;
+use crate::cpu_time::process_cpu_ns;
+use crate::gpu::raw::{GraphExec, KernelNode, SyncMode};
+use crate::gpu::{Gpu, StepCounter};
+use crate::hal::{Hal, wait};
+use crate::report::{Center, Comparison, Goal, Report, Unit};
+use crate::stats::Summary;
 use cuhal_sys::{Event, Stream};
 
 /// Submissions measured (warm-up comes on top).
@@ -84,6 +84,12 @@ impl Form {
 
 /// Runs case 1.
 pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
+    if !crate::alloc_count::is_counting() {
+        bail!(
+            "heap allocations cannot be counted: the program's global allocator is not \
+             cuhal_bench::alloc_count::Counting"
+        );
+    }
     let n = env.scaled(SUBMISSIONS);
     let warm = env.scaled(1_000);
     for form in [Form::SameQueue, Form::AcrossQueues] {

@@ -24,10 +24,10 @@ use anyhow::{Context as _, Result};
 use cuhal::{BufferRange, CommandBuffer, CommandBufferMode, DeviceOptions};
 
 use super::{Env, progress, summarize};
-use crate::bench::clock::Clock;
-use crate::bench::gpu::StepCounter;
-use crate::bench::hal::{Hal, WAIT};
-use crate::bench::report::{Comparison, Goal, Report};
+use crate::clock::Clock;
+use crate::gpu::StepCounter;
+use crate::hal::{Hal, WAIT};
+use crate::report::{Comparison, Goal, Report};
 
 use super::replay::CHAIN;
 use super::round_trip::{self, Submit};

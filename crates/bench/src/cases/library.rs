@@ -17,10 +17,10 @@ use anyhow::{Context as _, Result};
 use cuhal::{CommandBufferMode, DeviceOptions, StreamWork, StreamWorkFn};
 
 use super::{Env, progress, summarize};
-use crate::bench::cublas::Cublas;
-use crate::bench::gpu::raw::SyncMode;
-use crate::bench::hal::Hal;
-use crate::bench::report::{Comparison, Goal, Report};
+use crate::cublas::Cublas;
+use crate::gpu::raw::SyncMode;
+use crate::hal::Hal;
+use crate::report::{Comparison, Goal, Report};
 use cuhal_sys::{Event, Stream, cu};
 
 /// The GEMM's size (square).

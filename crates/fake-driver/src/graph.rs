@@ -21,7 +21,7 @@ use cuhal_sys::{
 
 use crate::entry::{Status, ensure, entry, put};
 use crate::memory::fill;
-use crate::module::AddCall;
+use crate::module::KernelCall;
 use crate::status;
 use crate::transfer::End;
 use crate::world::{World, handle, host_address, id, lookup, lookup_mut, world};
@@ -71,7 +71,7 @@ pub(crate) enum Op {
         /// Set through `cuGraphKernelNodeSetAttribute`.
         device_updatable: bool,
         /// The arguments of a kernel the fake runs.
-        call: Option<AddCall>,
+        call: Option<KernelCall>,
     },
     Memset {
         params: CUDA_MEMSET_NODE_PARAMS,
@@ -106,7 +106,7 @@ impl Op {
     }
 
     /// The kernel node with the arguments of a kernel the fake runs.
-    pub(crate) fn with_call(mut self, new: Option<AddCall>) -> Self {
+    pub(crate) fn with_call(mut self, new: Option<KernelCall>) -> Self {
         if let Op::Kernel { call, .. } = &mut self {
             *call = new;
         }
@@ -191,7 +191,7 @@ impl World {
             Op::Kernel { function, call, .. } => {
                 let name = lookup(&self.functions, function)?.name.clone();
                 if let Some(call) = call {
-                    self.run_add(call)?;
+                    self.run_call(call)?;
                 }
                 *self.launches.entry(name).or_insert(0) += 1;
             }
@@ -382,7 +382,7 @@ impl World {
         )?;
         let name = &lookup(&self.functions, function)?.name;
         // SAFETY: forwarded caller contract.
-        let call = unsafe { AddCall::read(name, params.kernelParams) }?;
+        let call = unsafe { KernelCall::read(name, params.kernelParams) }?;
         let grid = [params.gridDimX, params.gridDimY, params.gridDimZ];
         let block = [params.blockDimX, params.blockDimY, params.blockDimZ];
         Ok(Op::kernel(function, grid, block, params.sharedMemBytes).with_call(call))
@@ -1000,6 +1000,17 @@ pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> c_int {
 impl World {
     /// Replaces the operation of `node` in `exec` by `op`, which `same_shape` must accept
     /// against the operation there now (same node kind, and what the driver refuses to change).
+    /// A copy of the operation of `node` in `exec`.
+    fn exec_node(&self, exec: CUgraphExec, node: CUgraphNode) -> Result<Op, c_int> {
+        let exec = lookup(&self.execs, id(exec)?)?;
+        let node = id(node)?;
+        exec.order
+            .iter()
+            .find(|(n, _)| *n == node)
+            .map(|(_, op)| op.clone())
+            .ok_or(status::INVALID_VALUE)
+    }
+
     fn set_exec_node(
         &mut self,
         exec: CUgraphExec,
@@ -1102,6 +1113,26 @@ pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
         let mut world = world();
         let op = world.memcpy_op(&p, context)?;
         let kind = |p: Place| std::mem::discriminant(&p);
+        // Device ends must stay mapped as they were (pool memory stays pool memory, and
+        // `cuMemAlloc` memory stays such), as the driver requires; it answers
+        // `CUDA_ERROR_INVALID_VALUE` otherwise.
+        let mapping = |p: Place| match p {
+            Place::Device(a) | Place::Unified(a) => world.in_pool_memory(a),
+            Place::Host(_) => None,
+        };
+        // (An end whose memory is gone since is not compared: the fake keeps no record of it.)
+        let same = |a: Place, b: Place| match (mapping(a), mapping(b)) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        let mapped_alike =
+            |a: &Copy3d, b: &Copy3d| same(a.source, b.source) && same(a.target, b.target);
+        let current = world.exec_node(exec, node)?;
+        let alike = match (&current, &op) {
+            (Op::Memcpy(a), Op::Memcpy(b)) => mapped_alike(a, b),
+            _ => true,
+        };
+        ensure(alike, status::INVALID_VALUE)?;
         world.set_exec_node(exec, node, op, |current, new| match (current, new) {
             (Op::Memcpy(a), Op::Memcpy(b)) => {
                 (a.width, a.height, a.depth) == (b.width, b.height, b.depth)

@@ -145,6 +145,15 @@ impl World {
             .then_some(allocation.device)
     }
 
+    /// Whether `address` lies in stream-ordered pool memory (`Some(true)`) or another live
+    /// allocation (`Some(false)`): the two are mapped differently, which the driver's memcpy
+    /// node updates check.
+    pub fn in_pool_memory(&self, address: u64) -> Option<bool> {
+        let (&base, allocation) = self.allocations.range(..=address).next_back()?;
+        (address < base + allocation.len.max(1) as u64)
+            .then_some(matches!(allocation.kind, Kind::Pool(_)))
+    }
+
     /// The pool behind a handle (a default pool or a live created one).
     fn pool(&self, pool: CUmemoryPool) -> Result<usize, c_int> {
         let pool = id(pool)?;

@@ -4,8 +4,9 @@
 //! containing [`BAD_INSTRUCTION`] fails to compile with `CUDA_ERROR_INVALID_PTX` and a message
 //! in the JIT error log, so a test can exercise a compile error. A CPU cannot run PTX, so
 //! launches (`cuLaunchKernel` and kernel graph nodes) are checked and counted per function
-//! name; a kernel named [`ADD_KERNEL`] also runs, so tests can check what arguments a launch
-//! really received (for example addresses substituted from a binding table).
+//! name; kernels named [`ADD_KERNEL`] and [`SLOT_COPY_KERNEL`] also run, so tests can check
+//! what arguments a launch really received (for example addresses substituted from a binding
+//! table).
 // Functions carry the driver's names so a reader can match them to cuda.h.
 #![allow(non_snake_case)]
 
@@ -43,64 +44,117 @@ pub const REGISTERS: c_int = 32;
 /// GPU suite's `add_u32`.
 pub const ADD_KERNEL: &str = "cuhal_fake_add_u32";
 
-/// The arguments of one [`ADD_KERNEL`] launch, read when it is enqueued (or its node made or
-/// updated), as the driver copies argument values then.
+/// The kernel graph slot copies run as: `cuhal_slot_copy(u8 *dst, const u8 *src, u64 n)`
+/// copies `n` bytes, whatever the grid (the command crate's kernel of that name).
+pub const SLOT_COPY_KERNEL: &str = "cuhal_slot_copy";
+
+/// The arguments of one launch of a kernel the fake runs ([`ADD_KERNEL`] or
+/// [`SLOT_COPY_KERNEL`]), read when it is enqueued (or its node made or updated), as the driver
+/// copies argument values then.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct AddCall {
-    input: u64,
-    output: u64,
-    n: u32,
-    addend: u32,
+pub(crate) enum KernelCall {
+    Add {
+        input: u64,
+        output: u64,
+        n: u32,
+        addend: u32,
+    },
+    Copy {
+        target: u64,
+        source: u64,
+        len: u64,
+    },
 }
 
-impl AddCall {
-    /// Reads the arguments of a launch of `name`: `Some` for [`ADD_KERNEL`].
+impl KernelCall {
+    /// Reads the arguments of a launch of `name`: `Some` for a kernel the fake runs.
     ///
     /// # Safety
-    /// For [`ADD_KERNEL`], `params` is null (refused) or holds four pointers to values of the
-    /// kernel's parameter types, as cuda.h requires of a launch.
+    /// For a kernel the fake runs, `params` is null (refused) or holds one pointer per
+    /// parameter to a value of its type, as cuda.h requires of a launch.
     pub(crate) unsafe fn read(name: &str, params: *mut *mut c_void) -> Result<Option<Self>, c_int> {
-        if name != ADD_KERNEL {
-            return Ok(None);
-        }
+        let count = match name {
+            ADD_KERNEL => 4,
+            SLOT_COPY_KERNEL => 3,
+            _ => return Ok(None),
+        };
         ensure(!params.is_null(), status::INVALID_VALUE)?;
-        // SAFETY: four pointers to values of the parameter types (the caller's contract).
+        // SAFETY: `count` pointers to values of the parameter types (the caller's contract).
         unsafe {
-            let p = std::slice::from_raw_parts(params, 4);
+            let p = std::slice::from_raw_parts(params, count);
             ensure(p.iter().all(|p| !p.is_null()), status::INVALID_VALUE)?;
-            Ok(Some(Self {
-                output: p[0].cast::<u64>().read_unaligned(),
-                input: p[1].cast::<u64>().read_unaligned(),
-                addend: p[2].cast::<u32>().read_unaligned(),
-                n: p[3].cast::<u32>().read_unaligned(),
+            let u64_at = |i: usize| p[i].cast::<u64>().read_unaligned();
+            Ok(Some(if name == ADD_KERNEL {
+                Self::Add {
+                    output: u64_at(0),
+                    input: u64_at(1),
+                    addend: p[2].cast::<u32>().read_unaligned(),
+                    n: p[3].cast::<u32>().read_unaligned(),
+                }
+            } else {
+                Self::Copy {
+                    target: u64_at(0),
+                    source: u64_at(1),
+                    len: u64_at(2),
+                }
             }))
         }
     }
 }
 
 impl World {
-    /// Runs an [`ADD_KERNEL`] launch: both ranges must lie in live device allocations (a bad
-    /// address is `CUDA_ERROR_ILLEGAL_ADDRESS`, as a faulting kernel would report).
-    pub(crate) fn run_add(&self, call: AddCall) -> Status {
-        let bytes = call.n as usize * 4;
-        if bytes == 0 {
-            return Ok(());
-        }
-        let input = self
-            .device_span(call.input, bytes)
-            .map_err(|_| status::ILLEGAL_ADDRESS)?;
-        let output = self
-            .device_span(call.output, bytes)
-            .map_err(|_| status::ILLEGAL_ADDRESS)?;
-        for i in 0..call.n as usize {
-            // SAFETY: both spans hold `n` u32 values of live allocations (the world's lock keeps
-            // them alive); unaligned accesses, element by element, tolerate any overlap.
-            unsafe {
-                let value = input.add(i * 4).cast::<u32>().read_unaligned();
-                output
-                    .add(i * 4)
-                    .cast::<u32>()
-                    .write_unaligned(value.wrapping_add(call.addend));
+    /// Runs a launch of a kernel the fake runs: every range must lie in one live device
+    /// allocation (a bad address is `CUDA_ERROR_ILLEGAL_ADDRESS`, as a faulting kernel would
+    /// report).
+    pub(crate) fn run_call(&self, call: KernelCall) -> Status {
+        match call {
+            KernelCall::Add {
+                input,
+                output,
+                n,
+                addend,
+            } => {
+                let bytes = n as usize * 4;
+                if bytes == 0 {
+                    return Ok(());
+                }
+                let input = self
+                    .device_span(input, bytes)
+                    .map_err(|_| status::ILLEGAL_ADDRESS)?;
+                let output = self
+                    .device_span(output, bytes)
+                    .map_err(|_| status::ILLEGAL_ADDRESS)?;
+                for i in 0..n as usize {
+                    // SAFETY: both spans hold `n` u32 values of live allocations (the world's
+                    // lock keeps them alive); unaligned accesses, element by element, tolerate
+                    // any overlap.
+                    unsafe {
+                        let value = input.add(i * 4).cast::<u32>().read_unaligned();
+                        output
+                            .add(i * 4)
+                            .cast::<u32>()
+                            .write_unaligned(value.wrapping_add(addend));
+                    }
+                }
+            }
+            KernelCall::Copy {
+                target,
+                source,
+                len,
+            } => {
+                let len = usize::try_from(len).map_err(|_| status::ILLEGAL_ADDRESS)?;
+                if len == 0 {
+                    return Ok(());
+                }
+                let source = self
+                    .device_span(source, len)
+                    .map_err(|_| status::ILLEGAL_ADDRESS)?;
+                let target = self
+                    .device_span(target, len)
+                    .map_err(|_| status::ILLEGAL_ADDRESS)?;
+                // SAFETY: both spans hold `len` bytes of live allocations (the world's lock
+                // keeps them alive); `copy` tolerates overlap.
+                unsafe { std::ptr::copy(source, target, len) };
             }
         }
         Ok(())
@@ -618,7 +672,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
         )?;
         let name = world.functions[&function].name.clone();
         // SAFETY: cuda.h's contract for `kernelParams`.
-        let call = unsafe { AddCall::read(&name, params) }?;
+        let call = unsafe { KernelCall::read(&name, params) }?;
         let (grid, block) = ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
         if world.captured(stream, || {
             crate::graph::Op::kernel(function, grid, block, shared).with_call(call)
@@ -626,7 +680,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             return Ok(());
         }
         if let Some(call) = call {
-            world.run_add(call)?;
+            world.run_call(call)?;
         }
         *world.launches.entry(name).or_insert(0) += 1;
         Ok(())

@@ -31,7 +31,7 @@ use crate::recorder::{CommandZone, Encoder, Recorder};
 use crate::stream_work::{self, StreamWork, StreamWorkFn};
 use crate::{
     BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind, CommandBufferState,
-    CommandRecorder, Dispatch, Error, FillPattern, ZoneRecorder,
+    CommandRecorder, Dispatch, Error, Executable, FillPattern, Function, KernelArgs, ZoneRecorder,
 };
 use deps::Dependencies;
 pub use pool::DEFAULT_EXECUTABLE_LIMIT;
@@ -71,7 +71,80 @@ pub(crate) struct GraphEncoder {
     slots: u32,
     /// The node of the last command added (before its FINE zone's end event).
     last_command: Option<CUgraphNode>,
+    /// The copy kernel slot copies and updates run as, loaded at the first one.
+    copy_kernel: Option<Function>,
+    /// Update bytes of slot updates, staged in device memory at recording.
+    staged: Vec<Arc<Buffer>>,
 }
+
+/// `cuhal_slot_copy(u8 *dst, const u8 *src, u64 n)`: copies `n` bytes, 16 at a time when both
+/// addresses and `n` are 16-byte aligned, else byte by byte, over a grid-stride loop.
+const SLOT_COPY_PTX: &str = r#"
+.version 7.0
+.target sm_75
+.address_size 64
+
+.visible .entry cuhal_slot_copy(
+    .param .u64 cuhal_slot_copy_dst,
+    .param .u64 cuhal_slot_copy_src,
+    .param .u64 cuhal_slot_copy_n
+)
+{
+    .reg .pred  %p<3>;
+    .reg .b16   %rs<2>;
+    .reg .b32   %r<9>;
+    .reg .b64   %rd<16>;
+
+    ld.param.u64        %rd1, [cuhal_slot_copy_dst];
+    ld.param.u64        %rd2, [cuhal_slot_copy_src];
+    ld.param.u64        %rd3, [cuhal_slot_copy_n];
+    cvta.to.global.u64  %rd1, %rd1;
+    cvta.to.global.u64  %rd2, %rd2;
+    mov.u32             %r1, %ctaid.x;
+    mov.u32             %r2, %ntid.x;
+    mov.u32             %r3, %tid.x;
+    mov.u32             %r4, %nctaid.x;
+    mul.wide.u32        %rd4, %r1, %r2;
+    cvt.u64.u32         %rd5, %r3;
+    add.u64             %rd4, %rd4, %rd5;
+    mul.wide.u32        %rd6, %r4, %r2;
+    or.b64              %rd7, %rd1, %rd2;
+    or.b64              %rd7, %rd7, %rd3;
+    and.b64             %rd7, %rd7, 15;
+    setp.ne.u64         %p1, %rd7, 0;
+    @%p1 bra            SLOT_COPY_BYTES;
+    shr.u64             %rd8, %rd3, 4;
+SLOT_COPY_UNITS:
+    setp.ge.u64         %p2, %rd4, %rd8;
+    @%p2 bra            SLOT_COPY_DONE;
+    shl.b64             %rd9, %rd4, 4;
+    add.u64             %rd10, %rd2, %rd9;
+    add.u64             %rd11, %rd1, %rd9;
+    ld.global.v4.u32    {%r5, %r6, %r7, %r8}, [%rd10];
+    st.global.v4.u32    [%rd11], {%r5, %r6, %r7, %r8};
+    add.u64             %rd4, %rd4, %rd6;
+    bra.uni             SLOT_COPY_UNITS;
+SLOT_COPY_BYTES:
+    setp.ge.u64         %p2, %rd4, %rd3;
+    @%p2 bra            SLOT_COPY_DONE;
+    add.u64             %rd10, %rd2, %rd4;
+    add.u64             %rd11, %rd1, %rd4;
+    ld.global.u8        %rs1, [%rd10];
+    st.global.u8        [%rd11], %rs1;
+    add.u64             %rd4, %rd4, %rd6;
+    bra.uni             SLOT_COPY_BYTES;
+SLOT_COPY_DONE:
+    ret;
+}
+"#;
+
+/// The slot copy kernel's name (the fake driver runs a kernel of this name too).
+pub const SLOT_COPY_KERNEL: &str = "cuhal_slot_copy";
+/// Threads per block of a slot copy.
+const SLOT_COPY_THREADS: u32 = 256;
+/// Bytes one block of a slot copy moves per pass (16 per thread), and the most blocks.
+const SLOT_COPY_BLOCK_BYTES: usize = SLOT_COPY_THREADS as usize * 16;
+const SLOT_COPY_MAX_BLOCKS: usize = 1024;
 
 impl GraphEncoder {
     fn new(context: Arc<PrimaryContext>) -> Result<Self, Error> {
@@ -94,6 +167,8 @@ impl GraphEncoder {
             placeholders: Vec::new(),
             slots: 0,
             last_command: None,
+            copy_kernel: None,
+            staged: Vec::new(),
         })
     }
 
@@ -150,7 +225,7 @@ impl GraphEncoder {
     }
 
     /// An address of at least `bytes` bytes of device memory of the context, to record where a
-    /// memset or memcpy node's operand is a slot. Never written: every executable is patched
+    /// memset node's operand is a slot. Never written: every executable is patched
     /// before its first launch.
     fn placeholder(&mut self, bytes: usize) -> Result<CUdeviceptr, Error> {
         if let Some(last) = self.placeholders.last()
@@ -186,6 +261,45 @@ impl GraphEncoder {
         if let Some(node) = self.last_command {
             self.patches.push(PatchNode { node, slots, kind });
         }
+    }
+
+    /// Records a copy with a slot operand as a kernel node of [`SLOT_COPY_KERNEL`], whose
+    /// address arguments are patched like any bound kernel argument.
+    ///
+    /// Memcpy nodes cannot take slots: `cuGraphExecMemcpyNodeSetParams` refuses operands whose
+    /// memory is mapped otherwise than at instantiation (`CUDA_ERROR_INVALID_VALUE`), so a
+    /// node recorded with `cuMemAlloc` placeholder memory can never be given stream-ordered
+    /// pool memory (`Queue::alloca`), nor the reverse. Kernel arguments are opaque to the
+    /// driver and take any device address.
+    fn slot_copy(
+        &mut self,
+        source: Operand,
+        target: Operand,
+        length: usize,
+        zone: CommandZone,
+    ) -> Result<(), Error> {
+        let function = match &self.copy_kernel {
+            Some(f) => f.clone(),
+            None => {
+                let module = Executable::load_ptx(&self.context, SLOT_COPY_PTX)?;
+                let f = module.function(SLOT_COPY_KERNEL)?;
+                self.copy_kernel = Some(f.clone());
+                f
+            }
+        };
+        let mut args = KernelArgs::new();
+        for operand in [target, source] {
+            match operand {
+                Operand::Address(address) => args.push(address),
+                Operand::Slot { slot, offset } => args.push_binding(slot, offset),
+            };
+        }
+        args.push(length as u64);
+        let blocks = length
+            .div_ceil(SLOT_COPY_BLOCK_BYTES)
+            .clamp(1, SLOT_COPY_MAX_BLOCKS) as u32;
+        let dispatch = Dispatch::new(&function, [blocks, 1, 1], [SLOT_COPY_THREADS, 1, 1], &args);
+        self.dispatch(&dispatch, zone)
     }
 
     fn add_event(&mut self, deps: &[CUgraphNode], event: CUevent) -> Result<CUgraphNode, Error> {
@@ -299,6 +413,15 @@ impl Encoder for GraphEncoder {
     }
 
     fn update(&mut self, target: Operand, data: &[u8], zone: CommandZone) -> Result<(), Error> {
+        if target.slot().is_some() {
+            // A slot target needs the copy kernel (see `slot_copy`), which reads device memory:
+            // stage the bytes there now, kept as long as the graph.
+            let staged = Buffer::new(&self.context, data.len())?;
+            staged.write(0, data)?;
+            let source = Operand::Address(staged.device_ptr());
+            self.staged.push(staged);
+            return self.slot_copy(source, target, data.len(), zone);
+        }
         // The node reads the host bytes at every launch: copy them into storage whose address
         // is fixed for as long as the graph exists.
         let source = self.host_bytes.copy(data);
@@ -316,16 +439,7 @@ impl Encoder for GraphEncoder {
             Depth: 1,
             ..CUDA_MEMCPY3D::zeroed()
         };
-        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))?;
-        let mut slots = SlotList::new();
-        add_slot(&mut slots, target.slot());
-        let kind = PatchKind::Memcpy {
-            params,
-            target,
-            source: None,
-        };
-        self.note_patch(slots, kind);
-        Ok(())
+        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))
     }
 
     fn copy(
@@ -335,23 +449,15 @@ impl Encoder for GraphEncoder {
         length: usize,
         zone: CommandZone,
     ) -> Result<(), Error> {
-        // Slot operands stand in at distinct places of the placeholder: a copy never overlaps.
+        if source.slot().is_some() || target.slot().is_some() {
+            return self.slot_copy(source, target, length, zone);
+        }
         let params = CUDA_MEMCPY3D::linear_device_to_device(
             self.recorded(target, 0, length)?,
             self.recorded(source, length, length)?,
             length,
         );
-        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))?;
-        let mut slots = SlotList::new();
-        add_slot(&mut slots, target.slot());
-        add_slot(&mut slots, source.slot());
-        let kind = PatchKind::Memcpy {
-            params,
-            target,
-            source: Some(source),
-        };
-        self.note_patch(slots, kind);
-        Ok(())
+        self.add_command(zone, |this, deps| add_memcpy(this, deps, &params))
     }
 
     fn dispatch(&mut self, dispatch: &Dispatch<'_>, zone: CommandZone) -> Result<(), Error> {
@@ -753,8 +859,8 @@ impl GraphCommandBuffer {
 
     /// Creates an empty graph whose commands may name binding slots below `capacity`
     /// ([`BufferRange::slot`], [`KernelArgs::push_binding`](crate::KernelArgs::push_binding)).
-    /// Fills, updates and copies of slots record placeholder device memory as long as their
-    /// longest range (copies: twice that), which the graph keeps.
+    /// Fills of slots record placeholder device memory as long as their longest range, which
+    /// the graph keeps; copies and updates with a slot run as a built-in copy kernel.
     pub fn with_bindings(
         context: &Arc<PrimaryContext>,
         zones: Option<Arc<dyn ZoneRecorder>>,

@@ -14,8 +14,8 @@
 //! comparison per slot.
 
 use cuhal_sys::{
-    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUdeviceptr,
-    CUgraph, CUgraphExec, CUgraphNode, CUstream, DriverApi, cu,
+    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUdeviceptr, CUgraph, CUgraphExec,
+    CUgraphNode, CUstream, DriverApi, cu,
 };
 
 use crate::binding::{Operand, SlotList, with_bound_args};
@@ -34,12 +34,6 @@ pub(crate) enum PatchKind {
     Memset {
         params: CUDA_MEMSET_NODE_PARAMS,
         target: Operand,
-    },
-    Memcpy {
-        params: CUDA_MEMCPY3D,
-        target: Operand,
-        /// `None`: the source is host bytes (an update).
-        source: Option<Operand>,
     },
     Kernel {
         /// Everything but `kernelParams`, which is rebuilt at each patch.
@@ -84,24 +78,6 @@ impl PatchNode {
                     cu!(
                         api,
                         cuGraphExecMemsetNodeSetParams(exec, self.node, &params, context)
-                    )
-                }?;
-            }
-            PatchKind::Memcpy {
-                params,
-                target,
-                source,
-            } => {
-                let mut params = *params;
-                params.dstDevice = target.resolve(table);
-                if let Some(source) = source {
-                    params.srcDevice = source.resolve(table);
-                }
-                // SAFETY: as above; host source bytes live as long as the graph.
-                unsafe {
-                    cu!(
-                        api,
-                        cuGraphExecMemcpyNodeSetParams(exec, self.node, &params, context)
                     )
                 }?;
             }

@@ -22,12 +22,18 @@ pub const DEFAULT_LIBRARIES: &[&str] = &[
     "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
 ];
 
-/// An opened CUPTI library and its entry points; the library stays loaded while this lives.
+/// An opened CUPTI library and its entry points.
+///
+/// The library is never unloaded, not even when this is dropped: once CUPTI has run, it leaves
+/// code of its own behind that outlives any subscription (thread-local destructors run when
+/// each thread that made a CUDA call exits, its activity worker thread, the hooks it installed
+/// in the driver). Closing the library unmapped that code, and the next thread to exit jumped
+/// into unmapped memory.
 pub struct CuptiLibrary {
     api: CuptiApi,
     path: String,
-    // Dropped last: every pointer in `api` points into it.
-    _library: Library,
+    // Leaked on purpose (see above); every pointer in `api` points into it.
+    _library: &'static Library,
 }
 
 impl std::fmt::Debug for CuptiLibrary {
@@ -60,6 +66,9 @@ impl CuptiLibrary {
             // state; a library of another name at this path is the caller's choice.
             match unsafe { Library::new(&candidate) } {
                 Ok(library) => {
+                    // Never closed (see the type's documentation): a handle per successful
+                    // open, of which a process makes one per tracing session at most.
+                    let library: &'static Library = Box::leak(Box::new(library));
                     return Self::resolve(library, candidate.display().to_string());
                 }
                 Err(e) => tried.push(LoadAttempt {
@@ -71,12 +80,12 @@ impl CuptiLibrary {
         Err(CuptiError::LibraryNotFound { tried })
     }
 
-    fn resolve(library: Library, path: String) -> Result<Self, CuptiError> {
+    fn resolve(library: &'static Library, path: String) -> Result<Self, CuptiError> {
         macro_rules! symbol {
             ($name:literal) => {{
                 // SAFETY: the symbol is given the type of the CuptiApi field it fills, which is
-                // its C declaration in the CUPTI headers; the pointer is used only while
-                // `library` stays loaded (it is stored beside it).
+                // its C declaration in the CUPTI headers; `library` is never unloaded, so the
+                // pointer stays valid.
                 match unsafe { library.get(concat!($name, "\0").as_bytes()) } {
                     Ok(symbol) => *symbol,
                     Err(_) => {
@@ -151,6 +160,43 @@ mod tests {
         }
         assert!(err.to_string().contains(LIBRARY_ENV), "{err}");
         assert_eq!(err.reason(), "library not found");
+    }
+
+    /// Whether a library whose path contains `name` is mapped into this process.
+    fn mapped(name: &str) -> bool {
+        std::fs::read_to_string("/proc/self/maps")
+            .expect("/proc/self/maps")
+            .lines()
+            .any(|line| line.contains(name))
+    }
+
+    /// An opened library stays mapped after its `CuptiLibrary` is gone, and after a failed
+    /// resolve: CUPTI leaves thread-exit destructors and hooks behind that point into it.
+    /// libthread_db (part of glibc) stands in for CUPTI: no test process maps it otherwise.
+    #[test]
+    fn an_opened_library_is_never_unloaded() {
+        assert!(
+            !mapped("libthread_db"),
+            "libthread_db mapped before the test"
+        );
+        let err = CuptiLibrary::load(Some(Path::new("libthread_db.so.1"))).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CuptiError::MissingSymbol {
+                    symbol: "cuptiSubscribe",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            mapped("libthread_db"),
+            "the library was unloaded on the error path"
+        );
+        // A thread that exits after the library was given up must not find it unmapped.
+        std::thread::spawn(|| ()).join().unwrap();
+        assert!(mapped("libthread_db"));
     }
 
     #[test]

@@ -61,6 +61,9 @@ impl Hal {
         {
             options.completion_poll_interval = Duration::from_nanos(ns);
         }
+        if let Some(us) = env_micros("CUHAL_BENCH_COMPLETION_NAP_US") {
+            options.completion_nap = us;
+        }
         if let Some(us) = env_micros("CUHAL_BENCH_HOST_WAIT_SPIN_US") {
             options.host_wait_spin = us;
         }

@@ -81,6 +81,13 @@ pub struct DeviceOptions {
     /// How long the completion thread pauses between two queries of an event while it spins:
     /// shorter sees completions sooner, longer leaves the driver to the submitting threads.
     pub completion_poll_interval: Duration,
+    /// How long a completion thread that nobody waits on (no parked host waiter, no submitter
+    /// waiting for room; its spin is then zero) polls a completion event with short thread
+    /// sleeps before it blocks on the device's interrupt. That blocking enqueues a wait on the
+    /// event and a blocking-sync record on a stream of its own, device work that a short
+    /// dependency chain between queues should not have to share the GPU with; the naps enqueue
+    /// nothing. Zero: block on the device at once.
+    pub completion_nap: Duration,
     /// How long a host semaphore wait polls a recorded device event before parking.
     pub host_wait_spin: Duration,
     /// Events created up front in each queue's pool (a pool grows on demand).
@@ -106,6 +113,7 @@ impl Default for DeviceOptions {
             cupti: CuptiChoice::default(),
             completion_spin: QueueOptions::DEFAULT_COMPLETION_SPIN,
             completion_poll_interval: Duration::from_micros(1),
+            completion_nap: Duration::from_micros(500),
             host_wait_spin: Duration::from_micros(200),
             reserved_events: 64,
             max_in_flight: QueueOptions::DEFAULT_MAX_IN_FLIGHT,
@@ -125,6 +133,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("cupti", &self.cupti)
             .field("completion_spin", &self.completion_spin)
             .field("completion_poll_interval", &self.completion_poll_interval)
+            .field("completion_nap", &self.completion_nap)
             .field("host_wait_spin", &self.host_wait_spin)
             .field("max_in_flight", &self.max_in_flight)
             .field("eager_completion", &self.eager_completion)
@@ -251,6 +260,7 @@ impl Device {
                 events,
                 priority: options.queue_priorities.get(index).copied().unwrap_or(0),
                 poll_interval: options.completion_poll_interval,
+                completion_nap: options.completion_nap,
                 mode: options.command_buffer_mode,
                 trace,
             };

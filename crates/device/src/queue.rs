@@ -63,6 +63,9 @@ pub(crate) struct QueueSetup {
     pub(crate) priority: i32,
     /// The completion thread's pause between event queries.
     pub(crate) poll_interval: Duration,
+    /// How long a completion wait nobody needs soon polls with thread sleeps before it sleeps
+    /// on the device.
+    pub(crate) completion_nap: Duration,
     /// How command buffers are built.
     pub(crate) mode: CommandBufferMode,
     /// The queue's tracing context, if it traces.
@@ -91,6 +94,7 @@ impl Queue {
             events,
             priority,
             poll_interval,
+            completion_nap,
             mode,
             trace,
         } = setup;
@@ -103,6 +107,7 @@ impl Queue {
             lost.clone(),
             priority,
             poll_interval,
+            completion_nap,
         )
         .map_err(|e| lost.filter(e))?;
         let inner = cuhal_scheduler::Queue::new(backend, options)?;

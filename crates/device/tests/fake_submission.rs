@@ -6,8 +6,9 @@ mod fake_support;
 
 use cuhal_sys::cu_name;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use cuhal::{CommandBuffer, FillPattern};
+use cuhal::{CommandBuffer, DeviceOptions, FillPattern};
 use fake_support::*;
 
 #[test]
@@ -78,4 +79,175 @@ fn waits_on_the_queues_own_timepoints_cost_no_driver_call() {
         (STEPS, 0),
         "the signalling thread issued the whole chain"
     );
+}
+
+/// A one-fill graph command buffer of `queue`.
+fn fill_command_buffer(device: &cuhal::Device, queue: &cuhal::Queue) -> Arc<dyn CommandBuffer> {
+    let buffer = device.create_buffer(256).unwrap();
+    let mut cb = queue.create_command_buffer().unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U32(3)).unwrap();
+    cb.end().unwrap();
+    Arc::from(cb)
+}
+
+/// Bench case 3's pattern: B on queue 1 waits for A's signal from queue 0. Once A is issued, B
+/// must be issued at once with one `cuStreamWaitEvent` on A's completion event (what the GPU
+/// needs to start B right after A), not be held on the host until A's completion is seen there.
+/// A is held behind a host gate so that, on this synchronous fake, nothing can see A complete
+/// before B is issued: opening the gate issues A, whose recorded device signal issues B on the
+/// same thread, all before `signal` returns.
+#[test]
+fn a_dependent_submission_on_another_queue_is_issued_with_a_device_wait() {
+    let (fake, _driver, device) = open("cross-queue-wait", queues(2));
+    let (q1, q2) = (device.queue(0), device.queue(1));
+    let (cb_a, cb_b) = (
+        fill_command_buffer(&device, q1),
+        fill_command_buffer(&device, q2),
+    );
+    let (gate, sem_a, sem_b) = (
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+    );
+    const ROUNDS: u64 = 20;
+    for value in 1..=ROUNDS {
+        q1.execute(&[(&gate, value)], &[(&sem_a, value)], &[&cb_a])
+            .unwrap();
+        q2.execute(&[(&sem_a, value)], &[(&sem_b, value)], &[&cb_b])
+            .unwrap();
+        assert_eq!(
+            (q1.stats().pending, q2.stats().pending),
+            (1, 1),
+            "round {value}: A waits for the gate, B for A"
+        );
+        let waits = fake.calls(cu_name!(cuStreamWaitEvent));
+        let launches = fake.calls(cu_name!(cuGraphLaunch));
+        gate.signal(value).unwrap();
+        // Both were issued inside `signal`, B behind a device wait on A's event.
+        assert_eq!(
+            (q1.stats().pending, q2.stats().pending),
+            (0, 0),
+            "round {value}: the gate's signal issued A and B"
+        );
+        assert_eq!(fake.calls(cu_name!(cuGraphLaunch)) - launches, 2);
+        assert_eq!(
+            fake.calls(cu_name!(cuStreamWaitEvent)) - waits,
+            1,
+            "round {value}: B waits for A's completion event on the device"
+        );
+        wait(&sem_b, value);
+        wait(&sem_a, value);
+    }
+    settle(q1);
+    settle(q2);
+    let (s1, s2) = (q1.stats(), q2.stats());
+    assert_eq!((s1.issued_on_signal, s2.issued_on_signal), (ROUNDS, ROUNDS));
+    assert_eq!(s2.issued_by_worker, 0, "no hand-off to queue 2's worker");
+}
+
+/// The bench's own order: A is ready when submitted, B is submitted right after. B is issued by
+/// the submitting thread (never left pending for a host-side completion of A).
+#[test]
+fn a_dependent_submission_after_an_issued_one_is_issued_on_submit() {
+    let (_fake, _driver, device) = open("cross-queue-submit", queues(2));
+    let (q1, q2) = (device.queue(0), device.queue(1));
+    let (cb_a, cb_b) = (
+        fill_command_buffer(&device, q1),
+        fill_command_buffer(&device, q2),
+    );
+    let (sem_a, sem_b) = (device.create_semaphore(0), device.create_semaphore(0));
+    const ROUNDS: u64 = 50;
+    for value in 1..=ROUNDS {
+        q1.execute(&[], &[(&sem_a, value)], &[&cb_a]).unwrap();
+        q2.execute(&[(&sem_a, value)], &[(&sem_b, value)], &[&cb_b])
+            .unwrap();
+        assert_eq!(
+            q2.stats().pending,
+            0,
+            "round {value}: B was issued on submit"
+        );
+        wait(&sem_b, value);
+        wait(&sem_a, value);
+    }
+    settle(q2);
+    assert_eq!(q2.stats().issued_on_submit, ROUNDS);
+}
+
+/// `CUDA_ERROR_NOT_READY`: what the fake's `cuEventQuery` answers while work "runs".
+const NOT_READY: i32 = 600;
+
+/// Retiring work that nobody waits for (the lazy path, a zero spin) naps on the host: it
+/// enqueues nothing on the device, so the sleep stream's wait on the completion event and its
+/// blocking-sync record never compete with another queue's device wait on that event.
+#[test]
+fn a_lazy_completion_enqueues_no_device_work_while_it_naps() {
+    let (fake, _driver, device) = open(
+        "lazy-nap",
+        DeviceOptions {
+            completion_nap: Duration::from_secs(600),
+            ..queues(1)
+        },
+    );
+    let queue = device.queue(0);
+    let cb = fill_command_buffer(&device, queue);
+    let done = device.create_semaphore(0);
+    // Every query says "still running" until the faults are cleared.
+    fake.fail("cuEventQuery", NOT_READY);
+    let waits = fake.calls(cu_name!(cuStreamWaitEvent));
+    let records = fake.calls(cu_name!(cuEventRecord));
+    queue.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    // Let the completion thread find the action and query it a few times.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let queries = fake.calls(cu_name!(cuEventQuery));
+    while fake.calls(cu_name!(cuEventQuery)) < queries + 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the completion thread never queried"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        (
+            fake.calls(cu_name!(cuStreamWaitEvent)) - waits,
+            fake.calls(cu_name!(cuEventRecord)) - records
+        ),
+        (0, 1),
+        "only the submission's completion record: no sleep-stream work"
+    );
+    fake.clear_faults();
+    settle(queue);
+    assert_eq!(done.query().unwrap(), 1);
+    assert_eq!(fake.calls(cu_name!(cuStreamWaitEvent)) - waits, 0);
+    assert!(queue.lost().is_none());
+}
+
+/// With no naps, the same lazy completion blocks on the device at once: a wait on the event
+/// and a blocking-sync record on the sleep stream (what the naps avoid).
+#[test]
+fn without_naps_a_lazy_completion_sleeps_on_the_device() {
+    let (fake, _driver, device) = open(
+        "lazy-no-nap",
+        DeviceOptions {
+            completion_nap: Duration::ZERO,
+            ..queues(1)
+        },
+    );
+    let queue = device.queue(0);
+    let cb = fill_command_buffer(&device, queue);
+    let done = device.create_semaphore(0);
+    let waits = fake.calls(cu_name!(cuStreamWaitEvent));
+    let records = fake.calls(cu_name!(cuEventRecord));
+    // The completion thread's first query (nobody else queries) says "still running".
+    fake.fail_calls("cuEventQuery", 1, 1, NOT_READY);
+    queue.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    settle(queue);
+    assert_eq!(
+        (
+            fake.calls(cu_name!(cuStreamWaitEvent)) - waits,
+            fake.calls(cu_name!(cuEventRecord)) - records
+        ),
+        (1, 2),
+        "the sleep stream waited for the event and recorded the sleep event"
+    );
+    assert!(queue.lost().is_none());
 }

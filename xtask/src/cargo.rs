@@ -7,7 +7,7 @@ use std::process::{Command, ExitStatus, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use crate::json::{self, Value};
+use serde_json::Value;
 
 /// The workspace root: xtask lives one level below it.
 pub fn workspace_root() -> PathBuf {
@@ -82,7 +82,7 @@ pub struct Executable {
 /// compiler diagnostics (which JSON mode keeps off the terminal) so they can
 /// be shown.
 pub fn parse_messages(line: &str) -> Result<Message> {
-    let v = json::parse(line)
+    let v: Value = serde_json::from_str(line)
         .with_context(|| format!("cargo printed a line that is not JSON: {line}"))?;
     match v.get("reason").and_then(Value::as_str) {
         Some("compiler-artifact") => {
@@ -90,17 +90,17 @@ pub fn parse_messages(line: &str) -> Result<Message> {
                 return Ok(Message::Other);
             };
             let name = v
-                .path(&["target", "name"])
+                .pointer("/target/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             let kind = v
-                .path(&["target", "kind"])
+                .pointer("/target/kind")
                 .and_then(Value::as_array)
                 .and_then(|k| k.first())
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             let test = v
-                .path(&["profile", "test"])
+                .pointer("/profile/test")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
             Ok(Message::Executable(Executable {
@@ -111,7 +111,7 @@ pub fn parse_messages(line: &str) -> Result<Message> {
             }))
         }
         Some("compiler-message") => Ok(v
-            .path(&["message", "rendered"])
+            .pointer("/message/rendered")
             .and_then(Value::as_str)
             .map_or(Message::Other, |r| Message::Diagnostic(r.to_owned()))),
         _ => Ok(Message::Other),
@@ -209,5 +209,20 @@ mod tests {
     #[test]
     fn non_json_output_is_an_error() {
         assert!(parse_messages("Compiling foo").is_err());
+        assert!(parse_messages(r#"{"reason":"compiler-artifact""#).is_err());
+    }
+
+    #[test]
+    fn escaped_paths_and_names_are_decoded() {
+        let line = r#"{"reason":"compiler-artifact","target":{"kind":["bin"],"name":"a\"b\u00e9"},"profile":{"test":false},"executable":"/t/with space/\\x\ny"}"#;
+        assert_eq!(
+            parse_messages(line).unwrap(),
+            Message::Executable(Executable {
+                name: "a\"bé".into(),
+                kind: "bin".into(),
+                test: false,
+                path: "/t/with space/\\x\ny".into(),
+            })
+        );
     }
 }

@@ -13,7 +13,6 @@ mod bundle;
 mod cargo;
 mod ci;
 mod gpu_test;
-mod json;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,6 +1,7 @@
-//! Just enough JSON to write the results file (the workspace has no serde, on purpose).
+//! The results file's JSON: a small value type that keeps fields in insertion order, written by
+//! serde_json.
 
-use std::fmt::Write as _;
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 /// A JSON value.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,86 +34,44 @@ impl Value {
         self
     }
 
-    /// The text, indented by two spaces per level, ending without a newline.
+    /// The text, indented by two spaces per level, ending without a newline (written by
+    /// serde_json).
     pub fn to_pretty(&self) -> String {
-        let mut out = String::new();
-        self.write(&mut out, 0);
-        out
+        // Serializing this type cannot fail: every key is a string and every number finite or
+        // written as null.
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("null /* {e} */"))
     }
+}
 
-    fn write(&self, out: &mut String, depth: usize) {
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            Value::Null => out.push_str("null"),
-            Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Value::Num(x) => write_number(out, *x),
-            Value::Str(s) => write_string(out, s),
-            Value::Arr(items) if items.is_empty() => out.push_str("[]"),
-            Value::Obj(fields) if fields.is_empty() => out.push_str("{}"),
+            Value::Null => serializer.serialize_unit(),
+            Value::Bool(b) => serializer.serialize_bool(*b),
+            Value::Num(x) if !x.is_finite() => serializer.serialize_unit(),
+            // Integral values print without a fraction or exponent (and -0 as 0), as they did
+            // before serde_json wrote this file (which would write 1e20 as `1e20`).
+            Value::Num(x) if *x == x.trunc() && x.abs() < 1e38 => {
+                serializer.serialize_i128(*x as i128)
+            }
+            Value::Num(x) => serializer.serialize_f64(*x),
+            Value::Str(s) => serializer.serialize_str(s),
             Value::Arr(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    out.push_str(if i == 0 { "\n" } else { ",\n" });
-                    indent(out, depth + 1);
-                    item.write(out, depth + 1);
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
                 }
-                out.push('\n');
-                indent(out, depth);
-                out.push(']');
+                seq.end()
             }
             Value::Obj(fields) => {
-                out.push('{');
-                for (i, (key, value)) in fields.iter().enumerate() {
-                    out.push_str(if i == 0 { "\n" } else { ",\n" });
-                    indent(out, depth + 1);
-                    write_string(out, key);
-                    out.push_str(": ");
-                    value.write(out, depth + 1);
+                let mut map = serializer.serialize_map(Some(fields.len()))?;
+                for (key, value) in fields {
+                    map.serialize_entry(key, value)?;
                 }
-                out.push('\n');
-                indent(out, depth);
-                out.push('}');
+                map.end()
             }
         }
     }
-}
-
-fn indent(out: &mut String, depth: usize) {
-    for _ in 0..depth {
-        out.push_str("  ");
-    }
-}
-
-fn write_number(out: &mut String, x: f64) {
-    if !x.is_finite() {
-        out.push_str("null");
-    } else if x == x.trunc() && x.abs() < 1e15 {
-        // Integral values print without a fraction (and -0 as 0).
-        let _ = write!(out, "{}", x as i64);
-    } else {
-        // Rust's shortest round-trip form is valid JSON for finite values.
-        let _ = write!(out, "{x}");
-    }
-}
-
-/// Writes `s` as a JSON string literal: quotes, backslashes and control characters escaped.
-pub fn write_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 impl From<bool> for Value {
@@ -166,9 +125,12 @@ mod tests {
     use super::*;
 
     fn string(s: &str) -> String {
-        let mut out = String::new();
-        write_string(&mut out, s);
-        out
+        Value::from(s).to_pretty()
+    }
+
+    /// Parses `text` back, so a test sees what a JSON reader sees.
+    fn parse(text: &str) -> serde_json::Value {
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
     }
 
     #[test]
@@ -177,10 +139,32 @@ mod tests {
         assert_eq!(string("a\"b"), "\"a\\\"b\"");
         assert_eq!(string("C:\\x"), "\"C:\\\\x\"");
         assert_eq!(string("l1\nl2\tx\r"), "\"l1\\nl2\\tx\\r\"");
-        assert_eq!(string("\u{1}\u{1f}\u{7f}"), "\"\\u0001\\u001f\\u007f\"");
+        assert_eq!(string("\u{1}\u{1f}"), "\"\\u0001\\u001f\"");
         assert_eq!(string("\u{8}\u{c}"), "\"\\b\\f\"");
         // Non-ASCII text is valid JSON as UTF-8 and stays as it is.
         assert_eq!(string("H200 µs"), "\"H200 µs\"");
+    }
+
+    #[test]
+    fn hostile_strings_round_trip_as_keys_and_values() {
+        let hostile = [
+            "\"}], \"injected\": true, {\"",
+            "back\\slash\\\"quote",
+            "\u{0}nul\u{1b}[31mescape\u{7f}del",
+            "line\nbreak\r\n\u{2028}separator\u{2029}",
+            "/* not a comment */ </script>",
+            "emoji 🚀 and \u{fffd} replacement",
+        ];
+        for s in hostile {
+            let v = Value::object()
+                .with(s, s)
+                .with("list", vec![Value::from(s)]);
+            let back = parse(&v.to_pretty());
+            let obj = back.as_object().expect("an object");
+            assert_eq!(obj.len(), 2, "{s:?} added or lost a field: {back}");
+            assert_eq!(obj[s], serde_json::Value::from(s));
+            assert_eq!(obj["list"][0], serde_json::Value::from(s));
+        }
     }
 
     #[test]

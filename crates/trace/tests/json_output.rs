@@ -1,6 +1,5 @@
 //! The JSON sink writes valid trace-event JSON whose GPU zones nest as recorded.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cuhal_trace::fake::FakeGpu;
@@ -8,256 +7,31 @@ use cuhal_trace::{
     CpuZone, DropReason, JsonSink, PoolLimits, Sink, TraceConfig, TraceContext, Verbosity,
 };
 
-/// A JSON value, parsed by the small recursive-descent parser below.
-#[derive(Clone, Debug, PartialEq)]
-enum Json {
-    Null,
-    Bool(bool),
-    Number(f64),
-    String(String),
-    Array(Vec<Json>),
-    Object(BTreeMap<String, Json>),
+/// A JSON value as serde_json reads it back.
+type Json = serde_json::Value;
+
+/// Field access in the shapes the checks below use.
+trait Fields {
+    fn str(&self, key: &str) -> Option<&str>;
+    fn num(&self, key: &str) -> Option<f64>;
 }
 
-impl Json {
-    fn get(&self, key: &str) -> Option<&Json> {
-        match self {
-            Json::Object(m) => m.get(key),
-            _ => None,
-        }
-    }
+impl Fields for Json {
     fn str(&self, key: &str) -> Option<&str> {
-        match self.get(key) {
-            Some(Json::String(s)) => Some(s),
-            _ => None,
-        }
+        self.get(key).and_then(Json::as_str)
     }
     fn num(&self, key: &str) -> Option<f64> {
-        match self.get(key) {
-            Some(Json::Number(n)) => Some(*n),
-            _ => None,
-        }
+        self.get(key).and_then(Json::as_f64)
     }
 }
 
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Parser<'_> {
-    fn parse(text: &str) -> Result<Json, String> {
-        let mut p = Parser {
-            s: text.as_bytes(),
-            i: 0,
-        };
-        let v = p.value()?;
-        p.ws();
-        if p.i != p.s.len() {
-            return Err(format!("trailing data at {}", p.i));
-        }
-        Ok(v)
+/// Parses a whole trace file: a JSON array of events.
+fn parse_events(text: &str) -> Vec<Json> {
+    match serde_json::from_str::<Json>(text) {
+        Ok(Json::Array(events)) => events,
+        Ok(other) => panic!("not an array: {other:?}"),
+        Err(e) => panic!("invalid JSON ({e}):\n{text}"),
     }
-    fn ws(&mut self) {
-        while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\n' | b'\r' | b'\t') {
-            self.i += 1;
-        }
-    }
-    fn peek(&self) -> Option<u8> {
-        self.s.get(self.i).copied()
-    }
-    fn expect(&mut self, c: u8) -> Result<(), String> {
-        self.ws();
-        if self.peek() == Some(c) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err(format!("expected {:?} at {}", c as char, self.i))
-        }
-    }
-    fn literal(&mut self, word: &str, v: Json) -> Result<Json, String> {
-        if self.s[self.i..].starts_with(word.as_bytes()) {
-            self.i += word.len();
-            Ok(v)
-        } else {
-            Err(format!("bad literal at {}", self.i))
-        }
-    }
-    fn value(&mut self) -> Result<Json, String> {
-        self.ws();
-        match self.peek().ok_or("unexpected end")? {
-            b'{' => {
-                self.i += 1;
-                let mut m = BTreeMap::new();
-                self.ws();
-                if self.peek() == Some(b'}') {
-                    self.i += 1;
-                    return Ok(Json::Object(m));
-                }
-                loop {
-                    self.ws();
-                    let Json::String(k) = self.string()? else {
-                        unreachable!()
-                    };
-                    self.expect(b':')?;
-                    let v = self.value()?;
-                    if m.insert(k.clone(), v).is_some() {
-                        return Err(format!("duplicate key {k}"));
-                    }
-                    self.ws();
-                    match self.peek() {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(Json::Object(m));
-                        }
-                        _ => return Err(format!("bad object at {}", self.i)),
-                    }
-                }
-            }
-            b'[' => {
-                self.i += 1;
-                let mut a = Vec::new();
-                self.ws();
-                if self.peek() == Some(b']') {
-                    self.i += 1;
-                    return Ok(Json::Array(a));
-                }
-                loop {
-                    a.push(self.value()?);
-                    self.ws();
-                    match self.peek() {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(Json::Array(a));
-                        }
-                        _ => return Err(format!("bad array at {}", self.i)),
-                    }
-                }
-            }
-            b'"' => self.string(),
-            b't' => self.literal("true", Json::Bool(true)),
-            b'f' => self.literal("false", Json::Bool(false)),
-            b'n' => self.literal("null", Json::Null),
-            _ => self.number(),
-        }
-    }
-    fn string(&mut self) -> Result<Json, String> {
-        if self.peek() != Some(b'"') {
-            return Err(format!("expected a string at {}", self.i));
-        }
-        self.i += 1;
-        let mut out = String::new();
-        loop {
-            let c = self.peek().ok_or("unterminated string")?;
-            self.i += 1;
-            match c {
-                b'"' => return Ok(Json::String(out)),
-                b'\\' => {
-                    let e = self.peek().ok_or("bad escape")?;
-                    self.i += 1;
-                    match e {
-                        b'"' => out.push('"'),
-                        b'\\' => out.push('\\'),
-                        b'/' => out.push('/'),
-                        b'n' => out.push('\n'),
-                        b'r' => out.push('\r'),
-                        b't' => out.push('\t'),
-                        b'b' => out.push('\u{8}'),
-                        b'f' => out.push('\u{c}'),
-                        b'u' => {
-                            let hex = std::str::from_utf8(&self.s[self.i..self.i + 4])
-                                .map_err(|e| e.to_string())?;
-                            let code = u32::from_str_radix(hex, 16).map_err(|e| e.to_string())?;
-                            out.push(char::from_u32(code).ok_or("bad \\u")?);
-                            self.i += 4;
-                        }
-                        _ => return Err(format!("bad escape at {}", self.i)),
-                    }
-                }
-                c if c < 0x20 => return Err(format!("raw control character at {}", self.i)),
-                _ => {
-                    // Copy one UTF-8 sequence.
-                    let start = self.i - 1;
-                    let len = match c {
-                        0x00..=0x7f => 1,
-                        0xc0..=0xdf => 2,
-                        0xe0..=0xef => 3,
-                        _ => 4,
-                    };
-                    let chunk = std::str::from_utf8(&self.s[start..start + len])
-                        .map_err(|e| e.to_string())?;
-                    out.push_str(chunk);
-                    self.i = start + len;
-                }
-            }
-        }
-    }
-    fn number(&mut self) -> Result<Json, String> {
-        let start = self.i;
-        if self.peek() == Some(b'-') {
-            self.i += 1;
-        }
-        let digits = |p: &mut Self| {
-            let s = p.i;
-            while p.peek().is_some_and(|c| c.is_ascii_digit()) {
-                p.i += 1;
-            }
-            p.i > s
-        };
-        if !digits(self) {
-            return Err(format!("bad number at {start}"));
-        }
-        if self.peek() == Some(b'.') {
-            self.i += 1;
-            if !digits(self) {
-                return Err(format!("bad fraction at {start}"));
-            }
-        }
-        if matches!(self.peek(), Some(b'e' | b'E')) {
-            self.i += 1;
-            if matches!(self.peek(), Some(b'+' | b'-')) {
-                self.i += 1;
-            }
-            if !digits(self) {
-                return Err(format!("bad exponent at {start}"));
-            }
-        }
-        let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
-        text.parse()
-            .map(Json::Number)
-            .map_err(|e| format!("{e}: {text}"))
-    }
-}
-
-#[test]
-fn the_parser_rejects_what_it_should() {
-    for bad in [
-        "[1,]",
-        "{\"a\":1,}",
-        "[1 2]",
-        "\"a",
-        "{\"a\" 1}",
-        "[01x]",
-        "[\"\u{1}\"]",
-        "[1]]",
-    ] {
-        assert!(Parser::parse(bad).is_err(), "accepted {bad:?}");
-    }
-    assert_eq!(
-        Parser::parse(r#" {"a":[1,-2.5e3,true,null,"x\"\u0041"]} "#).unwrap(),
-        Json::Object(BTreeMap::from([(
-            "a".to_owned(),
-            Json::Array(vec![
-                Json::Number(1.0),
-                Json::Number(-2500.0),
-                Json::Bool(true),
-                Json::Null,
-                Json::String("x\"A".to_owned())
-            ])
-        )]))
-    );
 }
 
 /// Writes a trace through the whole pipeline on the fake device, and returns the parsed events.
@@ -311,11 +85,7 @@ fn traced_events() -> Vec<Json> {
         "finishing twice is harmless"
     );
     let text = String::from_utf8(bytes).unwrap();
-    match Parser::parse(&text) {
-        Ok(Json::Array(events)) => events,
-        Ok(other) => panic!("not an array: {other:?}"),
-        Err(e) => panic!("invalid JSON ({e}):\n{text}"),
-    }
+    parse_events(&text)
 }
 
 #[test]
@@ -405,9 +175,49 @@ fn a_file_sink_closes_the_array_on_drop() {
     }
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_file(&path).ok();
-    let Json::Array(events) = Parser::parse(&text).unwrap() else {
-        panic!("not an array")
-    };
+    let events = parse_events(&text);
     let z = events.iter().find(|e| e.str("ph") == Some("X")).unwrap();
     assert_eq!((z.num("ts"), z.num("dur")), (Some(1.5), Some(1.25)));
+}
+
+#[test]
+fn hostile_names_come_back_as_written() {
+    let hostile = [
+        "\"}], {\"ph\":\"X\", \"injected\": true",
+        "back\\slash\\\"quote\\",
+        "\u{0}nul\u{1b}[31mescape\u{7f}del\u{1f}",
+        "line\nbreak\r\n\t\u{2028}\u{2029}",
+        "emoji 🚀 \u{fffd} µs",
+    ];
+    let sink = JsonSink::new(Vec::<u8>::new()).unwrap();
+    let mut tracks = Vec::new();
+    for (i, name) in hostile.iter().enumerate() {
+        let track = sink.register_gpu_track(name, 0).unwrap();
+        sink.gpu_zone_begin(track, name, 1_000 * i as u64);
+        sink.gpu_zone_end(track, 1_000 * i as u64 + 500);
+        tracks.push(track);
+    }
+    sink.cpu_zone(hostile[0], 10, 20);
+    let text = String::from_utf8(sink.finish().unwrap().unwrap()).unwrap();
+    let events = parse_events(&text);
+    // 1 process name, 2 metadata events per track, 1 zone per track, 1 CPU thread name and zone.
+    assert_eq!(events.len(), 1 + 3 * hostile.len() + 2, "{text}");
+    for name in hostile {
+        let named = events
+            .iter()
+            .filter(|e| {
+                e.str("name") == Some("thread_name")
+                    && e.get("args").and_then(|a| a.str("name")) == Some(name)
+            })
+            .count();
+        assert_eq!(named, 1, "track {name:?} in {text}");
+        let zones = events
+            .iter()
+            .filter(|e| e.str("ph") == Some("X") && e.str("name") == Some(name))
+            .count();
+        // The first name is also the CPU zone's.
+        let expected = if name == hostile[0] { 2 } else { 1 };
+        assert_eq!(zones, expected, "zone {name:?} in {text}");
+    }
+    assert!(events.iter().all(|e| e.get("injected").is_none()));
 }

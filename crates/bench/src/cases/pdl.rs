@@ -21,13 +21,12 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result, bail};
 use cuhal::{CommandBuffer, CommandBufferMode, DeviceOptions, Dispatch, Driver, KernelArgs};
 use cuhal_sys::{
-    CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
-    CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec,
-    CUgraphNode, PrimaryContext, cu,
+    CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC, CUdeviceptr,
+    CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, PrimaryContext, cu,
 };
 
 use super::{Env, progress, summarize};
-use crate::gpu::raw::{DeviceWords, SyncMode};
+use crate::gpu::raw::{DeviceWords, SyncMode, add_kernel_node};
 use crate::hal::WAIT;
 use crate::report::{Comparison, Goal, Report};
 use cuhal_sys::{Event, Module, Stream};
@@ -242,34 +241,10 @@ fn chain(
             (&mut c as *mut u32).cast(),
             (&mut d as *mut u32).cast(),
         ];
-        let params = CUDA_KERNEL_NODE_PARAMS {
-            func: function,
-            gridDimX: 1,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: 32,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            kernelParams: pointers.as_mut_ptr(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
-        let mut node: CUgraphNode = std::ptr::null_mut();
         let full = prev.filter(|_| !programmatic);
-        let (deps, count) = match &full {
-            Some(p) => (p as *const CUgraphNode, 1),
-            None => (std::ptr::null(), 0),
-        };
-        // SAFETY: a live graph; `deps` holds `count` of its nodes; the argument values outlive
-        // the call, which copies them.
-        unsafe {
-            cu!(
-                api,
-                cuGraphAddKernelNode(&mut node, graph, deps, count, &params)
-            )
-        }?;
+        // SAFETY: a live graph; `full` is a node of it; `pointers` points to locals that live
+        // across the call, which copies them.
+        let node = unsafe { add_kernel_node(api, graph, function, 32, &mut pointers, full) }?;
         if let (Some(p), true) = (prev, programmatic) {
             let edge = CUgraphEdgeData {
                 from_port: CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,

@@ -180,6 +180,50 @@ impl Drop for MappedFlags {
     }
 }
 
+/// Adds a one-block kernel node of `block_x` threads to `graph`, depending on `dependency` when
+/// given, and returns it.
+///
+/// # Safety
+/// `graph` is a live graph of the current context, `dependency` one of its nodes, and
+/// `pointers` points to the kernel's argument values (one per parameter, live during the call).
+pub unsafe fn add_kernel_node(
+    api: &DriverApi,
+    graph: CUgraph,
+    function: CUfunction,
+    block_x: c_uint,
+    pointers: &mut [*mut c_void],
+    dependency: Option<CUgraphNode>,
+) -> Result<CUgraphNode> {
+    let params = CUDA_KERNEL_NODE_PARAMS {
+        func: function,
+        gridDimX: 1,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block_x,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        kernelParams: pointers.as_mut_ptr(),
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    };
+    let mut added = std::ptr::null_mut();
+    let (deps, count) = match &dependency {
+        Some(p) => (p as *const CUgraphNode, 1),
+        None => (std::ptr::null(), 0),
+    };
+    // SAFETY: the caller's guarantees; `deps` points to `count` nodes of the graph and
+    // `params` lives across the call (the driver copies it and the argument values).
+    unsafe {
+        cu!(
+            api,
+            cuGraphAddKernelNode(&mut added, graph, deps, count, &params)
+        )
+    }?;
+    Ok(added)
+}
+
 /// An instantiated graph.
 pub struct GraphExec {
     ctx: Arc<PrimaryContext>,
@@ -209,33 +253,10 @@ impl GraphExec {
         let mut prev: Option<CUgraphNode> = None;
         for node in nodes.iter_mut() {
             let mut pointers = node.args.pointers();
-            let params = CUDA_KERNEL_NODE_PARAMS {
-                func: node.function,
-                gridDimX: 1,
-                gridDimY: 1,
-                gridDimZ: 1,
-                blockDimX: 1,
-                blockDimY: 1,
-                blockDimZ: 1,
-                sharedMemBytes: 0,
-                kernelParams: pointers.as_mut_ptr(),
-                extra: std::ptr::null_mut(),
-                kern: std::ptr::null_mut(),
-                ctx: std::ptr::null_mut(),
-            };
-            let mut added = std::ptr::null_mut();
-            let (deps, count) = match &prev {
-                Some(p) => (p as *const CUgraphNode, 1),
-                None => (std::ptr::null(), 0),
-            };
-            // SAFETY: a live graph; `deps` points to `count` nodes of it; `params` and the
-            // argument values it points to live across the call (the driver copies them).
-            unsafe {
-                cu!(
-                    api,
-                    cuGraphAddKernelNode(&mut added, graph, deps, count, &params)
-                )
-            }?;
+            // SAFETY: a live graph; `prev` is a node of it; `pointers` points to the node's
+            // argument values, which live across the call (the driver copies them).
+            let added =
+                unsafe { add_kernel_node(api, graph, node.function, 1, &mut pointers, prev) }?;
             prev = Some(added);
         }
         let mut raw = std::ptr::null_mut();

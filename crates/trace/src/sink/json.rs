@@ -6,8 +6,11 @@
 //! (`"ph":"X"`, with `ts` and `dur` in microseconds with nanosecond decimals), written when
 //! they end; dropped zones are a counter track per GPU track (`"ph":"C"`, cumulative per reason).
 //! The array is closed by [`JsonSink::finish`] (or on drop), which makes the file valid JSON.
+//!
+//! The file is streamed, one event at a time, into a reused line buffer: each event's fixed
+//! skeleton (keys, numbers) is formatted in place and every string in it (zone, track and
+//! thread names, which users choose) is written by serde_json, so escaping is serde_json's.
 
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -37,7 +40,7 @@ struct State<W: Write> {
     named_threads: Vec<u64>,
     error: Option<std::io::Error>,
     /// Reused for formatting one event.
-    line: String,
+    line: Vec<u8>,
 }
 
 /// A sink writing Chrome/Perfetto trace-event JSON to `W` (a file by default).
@@ -57,27 +60,14 @@ impl JsonSink<BufWriter<File>> {
     }
 }
 
-/// Appends `s` to `out` as a JSON string literal.
-fn push_json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+/// Appends `s` to `out` as a JSON string literal, escaped by serde_json.
+fn push_json_string(out: &mut Vec<u8>, s: &str) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 /// Appends nanoseconds as microseconds with three exact decimals.
-fn push_us(out: &mut String, ns: u64) {
+fn push_us(out: &mut Vec<u8>, ns: u64) {
     let _ = write!(out, "{}.{:03}", ns / 1_000, ns % 1_000);
 }
 
@@ -92,12 +82,12 @@ impl<W: Write + Send> JsonSink<W> {
                 tracks: Vec::new(),
                 named_threads: Vec::new(),
                 error: None,
-                line: String::with_capacity(256),
+                line: Vec::with_capacity(256),
             }),
         };
         {
             let mut st = lock(&sink.state);
-            st.write_raw("[");
+            st.write_raw(b"[");
             let mut line = std::mem::take(&mut st.line);
             line.clear();
             let _ = write!(
@@ -124,7 +114,7 @@ impl<W: Write + Send> JsonSink<W> {
         if st.out.is_none() {
             return Ok(None);
         }
-        st.write_raw("\n]\n");
+        st.write_raw(b"\n]\n");
         let mut out = st.out.take();
         if let (Some(w), None) = (out.as_mut(), st.error.as_ref())
             && let Err(e) = w.flush()
@@ -140,7 +130,7 @@ impl<W: Write + Send> JsonSink<W> {
         }
     }
 
-    fn with_line(&self, f: impl FnOnce(&mut State<W>, &mut String)) {
+    fn with_line(&self, f: impl FnOnce(&mut State<W>, &mut Vec<u8>)) {
         let mut st = lock(&self.state);
         if st.out.is_none() {
             return;
@@ -157,20 +147,20 @@ impl<W: Write + Send> JsonSink<W> {
 }
 
 impl<W: Write> State<W> {
-    fn write_raw(&mut self, s: &str) {
+    fn write_raw(&mut self, s: &[u8]) {
         if self.error.is_some() {
             return;
         }
         if let Some(out) = self.out.as_mut()
-            && let Err(e) = out.write_all(s.as_bytes())
+            && let Err(e) = out.write_all(s)
         {
             self.error = Some(e);
         }
     }
 
     /// Writes one event object, with its separator.
-    fn event(&mut self, json: &str) {
-        let sep = if self.written == 0 { "\n" } else { ",\n" };
+    fn event(&mut self, json: &[u8]) {
+        let sep: &[u8] = if self.written == 0 { b"\n" } else { b",\n" };
         self.write_raw(sep);
         self.write_raw(json);
         self.written += 1;
@@ -179,7 +169,7 @@ impl<W: Write> State<W> {
 
 /// Appends a complete ("X") event.
 fn push_complete(
-    line: &mut String,
+    line: &mut Vec<u8>,
     pid: u32,
     tid: u64,
     cat: &str,
@@ -187,16 +177,16 @@ fn push_complete(
     begin_ns: u64,
     end_ns: u64,
 ) {
-    line.push_str(r#"{"name":"#);
+    line.extend_from_slice(br#"{"name":"#);
     push_json_string(line, name);
     let _ = write!(
         line,
         r#","cat":"{cat}","ph":"X","pid":{pid},"tid":{tid},"ts":"#
     );
     push_us(line, begin_ns);
-    line.push_str(r#","dur":"#);
+    line.extend_from_slice(br#","dur":"#);
     push_us(line, end_ns.saturating_sub(begin_ns));
-    line.push('}');
+    line.push(b'}');
 }
 
 impl<W: Write + Send> Sink for JsonSink<W> {
@@ -215,7 +205,7 @@ impl<W: Write + Send> Sink for JsonSink<W> {
                 r#"{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},"args":{{"name":"#
             );
             push_json_string(line, name);
-            line.push_str("}}");
+            line.extend_from_slice(b"}}");
             st.event(line);
             line.clear();
             let _ = write!(
@@ -278,7 +268,7 @@ impl<W: Write + Send> Sink for JsonSink<W> {
                 track.0
             );
             push_us(line, now);
-            line.push_str(r#","args":{"#);
+            line.extend_from_slice(br#","args":{"#);
             push_json_string(line, reason.as_str());
             let _ = write!(line, ":{total}}}}}");
             st.event(line);
@@ -298,7 +288,7 @@ impl<W: Write + Send> Sink for JsonSink<W> {
                     r#"{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},"args":{{"name":"#
                 );
                 push_json_string(line, &format!("{thread_name} ({tid})"));
-                line.push_str("}}");
+                line.extend_from_slice(b"}}");
                 st.event(line);
                 line.clear();
             }

@@ -632,6 +632,9 @@ fn bad_input_is_a_clear_error_and_no_gpu_work(kind: Kind) {
     let counter = e.buffer_with(&start.to_ne_bytes());
     let add_one = e.function(ADD_ONE_NAME);
     let reverse = e.function(REVERSE_BLOCK_NAME);
+    let wide = e.random_u32(64);
+    let wide_buf = e.buffer_with(&bytes_of(&wide));
+    let wide_args = KernelArgs::new().with_range(&wide_buf.whole());
 
     // Ranges are checked when made.
     assert_eq!(
@@ -717,14 +720,30 @@ fn bad_input_is_a_clear_error_and_no_gpu_work(kind: Kind) {
         Err(Error::BadDimension { what: "grid", .. })
     ));
     let reverse_args = KernelArgs::new().with_range(&buffer.whole());
-    let too_much = reverse.max_dynamic_shared_memory() + 1;
-    assert!(matches!(
-        cb.dispatch(
+    // Up to the device's opt-in maximum a dispatch raises the function's limit (below); one
+    // byte more than the device allows is refused before the driver sees it.
+    let device_max = reverse.max_dynamic_shared_memory_optin();
+    let default_max = reverse.max_dynamic_shared_memory();
+    assert!(device_max > default_max, "{device_max} <= {default_max}");
+    let err = cb
+        .dispatch(
             &Dispatch::new(&reverse, [1, 1, 1], [64, 1, 1], &reverse_args)
-                .with_shared_memory(too_much)
-        ),
-        Err(Error::SharedMemoryTooLarge { .. })
-    ));
+                .with_shared_memory(device_max + 1),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::SharedMemoryTooLarge {
+            function: REVERSE_BLOCK_NAME.into(),
+            requested: device_max + 1,
+            max: device_max
+        }
+    );
+    assert_eq!(
+        reverse.max_dynamic_shared_memory(),
+        default_max,
+        "raised by a refused dispatch"
+    );
     // Arguments that do not match the kernel's parameters, as the driver reports them: the
     // launch would read past what was given.
     assert_eq!(add_one.parameter_sizes(), Some(&[8, 4][..]));
@@ -760,6 +779,14 @@ fn bad_input_is_a_clear_error_and_no_gpu_work(kind: Kind) {
     .unwrap();
     cb.fill(&buffer.range(10, 3).unwrap(), FillPattern::U8(0x5a))
         .unwrap();
+    // Above the function's default limit but within the device's maximum: the limit is raised
+    // and the dispatch runs (reverse_block on its own buffer, 64 values).
+    cb.dispatch(
+        &Dispatch::new(&reverse, [1, 1, 1], [64, 1, 1], &wide_args)
+            .with_shared_memory(default_max + 1),
+    )
+    .unwrap();
+    assert!(reverse.max_dynamic_shared_memory() > default_max);
     cb.end().unwrap();
 
     // Recording after end.
@@ -791,6 +818,12 @@ fn bad_input_is_a_clear_error_and_no_gpu_work(kind: Kind) {
     expected[10..13].fill(0x5a);
     assert_eq!(read(&buffer), expected, "only the valid fill ran");
     assert_eq!(read_u32(&counter), [start.wrapping_add(1)]);
+    let reversed: Vec<u32> = wide.iter().rev().copied().collect();
+    assert_eq!(
+        read_u32(&wide_buf),
+        reversed,
+        "the dispatch above the default limit ran"
+    );
 }
 
 /// A zone recorder that makes a real timing event for every zone edge, like the tracing

@@ -481,3 +481,110 @@ fn a_synchronizing_capture_is_refused_by_the_driver() {
     assert_eq!(cb.state(), cuhal_command::CommandBufferState::Recording);
     cb.end().unwrap();
 }
+
+/// The driver's contract for a capture into an existing graph that is invalidated, which graph
+/// command buffers are built around (so a driver that changes it shows up here first): an empty
+/// graph's node list cannot be read into a non-null array (only the count call works);
+/// `cuStreamEndCapture` reports the invalidation, gives no graph and destroys the graph captured
+/// into, though the caller created it (its handle is refused afterwards); the stream is no
+/// longer capturing and can capture again, into another graph. Every answer is printed first.
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn capture_into_a_graph_contract() {
+    use cuhal_sys::{
+        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_STATUS_NONE, CUgraph, CUgraphNode,
+        CUresult,
+    };
+    let gpu = Gpu::open();
+    let api = gpu.api();
+    let stream = stream(gpu.context()).expect("stream");
+    let memory = gpu.alloc(4096).expect("alloc");
+    let begin = api
+        .cuStreamBeginCaptureToGraph
+        .expect("cuStreamBeginCaptureToGraph (CUDA 12.3)");
+    gpu.context().bind().unwrap();
+    let new_graph = || {
+        let mut graph: CUgraph = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is current.
+        api.check("cuGraphCreate", unsafe {
+            (api.cuGraphCreate)(&mut graph, 0)
+        })
+        .unwrap();
+        graph
+    };
+    let count_of = |graph: CUgraph| {
+        let mut count = 0usize;
+        // SAFETY: null array: only the count is written.
+        let r = unsafe { (api.cuGraphGetNodes)(graph, std::ptr::null_mut(), &mut count) };
+        (r, count)
+    };
+    let graph = new_graph();
+    let empty_count = count_of(graph);
+    let mut none: Vec<CUgraphNode> = Vec::new();
+    let mut zero = 0usize;
+    // SAFETY: room for zero handles, the length passed in.
+    let empty_list = unsafe { (api.cuGraphGetNodes)(graph, none.as_mut_ptr(), &mut zero) };
+    println!("empty graph: count {empty_count:?}, list with room 0 {empty_list:?}");
+
+    let mut root: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: valid out-pointer, live graph, no dependencies.
+    api.check("cuGraphAddEmptyNode", unsafe {
+        (api.cuGraphAddEmptyNode)(&mut root, graph, std::ptr::null(), 0)
+    })
+    .unwrap();
+    // Captures a memset into `graph` (after `deps`), then the forbidden synchronize if asked.
+    let capture = |graph: CUgraph, deps: &[CUgraphNode], with_sync: bool| {
+        // SAFETY: live stream and graph; `deps` are nodes of the graph.
+        let began = unsafe {
+            begin(
+                stream.raw(),
+                graph,
+                deps.as_ptr(),
+                std::ptr::null(),
+                deps.len(),
+                CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        };
+        // SAFETY: live allocation of 4096 bytes; the stream is capturing.
+        let memset = unsafe { (api.cuMemsetD8Async)(memory.ptr(), 1, 4096, stream.raw()) };
+        // SAFETY: live stream; under capture this is forbidden, which is the point.
+        let sync = with_sync.then(|| unsafe { (api.cuStreamSynchronize)(stream.raw()) });
+        let mut captured: CUgraph = std::ptr::null_mut();
+        // SAFETY: live stream, valid out-pointer.
+        let ended = unsafe { (api.cuStreamEndCapture)(stream.raw(), &mut captured) };
+        let mut after = CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: live stream, valid out-pointer.
+        let after_r = unsafe { (api.cuStreamIsCapturing)(stream.raw(), &mut after) };
+        println!(
+            "capture (sync {with_sync}): begin {began:?}, memset {memset:?}, sync {sync:?}, \
+             end {ended:?}, graph returned {}, capturing after {after_r:?}/{after}, \
+             graph's nodes {:?}",
+            captured == graph,
+            count_of(graph)
+        );
+        (began, ended, captured, after_r, after)
+    };
+    let (began, ended, captured, after_r, after) = capture(graph, &[root], true);
+    let gone = count_of(graph);
+    let other = new_graph();
+    let (again_began, again_ended, again_graph, _, _) = capture(other, &[], false);
+    let other_count = count_of(other);
+    // SAFETY: `other` is live and ours (`graph` is already destroyed by the driver).
+    api.check("cuGraphDestroy", unsafe { (api.cuGraphDestroy)(other) })
+        .unwrap();
+
+    assert_eq!(empty_count, (CUresult::SUCCESS, 0));
+    assert_eq!(empty_list, CUresult::ERROR_INVALID_VALUE);
+    assert!(began.is_success(), "{began:?}");
+    assert_eq!(ended, CUresult::ERROR_STREAM_CAPTURE_INVALIDATED);
+    assert!(captured.is_null());
+    assert!(after_r.is_success() && after == CU_STREAM_CAPTURE_STATUS_NONE);
+    assert_eq!(
+        gone.0,
+        CUresult::ERROR_INVALID_VALUE,
+        "the graph outlived the capture"
+    );
+    assert!(again_began.is_success() && again_ended.is_success());
+    assert_eq!(again_graph, other);
+    assert_eq!(other_count, (CUresult::SUCCESS, 1));
+}

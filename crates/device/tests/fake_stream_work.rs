@@ -224,6 +224,54 @@ fn a_capture_that_breaks_the_rules_is_a_typed_error_and_leaves_nothing() {
     cb.end().unwrap();
 }
 
+/// The driver's contract around a capture into a graph that the closure invalidates, as on the
+/// real driver (the fake models it): the capture's graph is destroyed by `cuStreamEndCapture`,
+/// and an empty graph's node list cannot be read into a non-null array. As the first command of
+/// a command buffer (its graph still empty), the capture is refused with the driver's
+/// complaint, and everything recorded before and after it still runs.
+#[test]
+fn an_invalidated_first_capture_leaves_the_command_buffer_whole() {
+    let (_fake, _driver, device) = open("stream-work-first", options(CommandBufferMode::Graph));
+    let q = device.queue(0);
+    let (a, b) = (
+        device.create_buffer(64).unwrap(),
+        device.create_buffer(64).unwrap(),
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut cb = q.create_command_buffer().unwrap();
+    let e = cb
+        .stream_work(&[a.whole()], synchronizing(&calls))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Capture { cuda: Some(c), work: Some(_) }
+            if c.result() == Some(CUresult::ERROR_STREAM_CAPTURE_INVALIDATED)),
+        "{e:?}"
+    );
+    assert_eq!(cb.state(), CommandBufferState::Recording);
+    // Twice in a row, and between good commands: the command buffer's graph is never touched.
+    cb.fill(&a.whole(), FillPattern::U8(4)).unwrap();
+    let e = cb
+        .stream_work(&[a.whole()], synchronizing(&calls))
+        .unwrap_err();
+    assert!(matches!(e, Error::Capture { .. }), "{e:?}");
+    cb.barrier().unwrap();
+    cb.stream_work(&[b.whole()], fill_then_copy(7, &calls))
+        .unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let done = device.create_semaphore(0);
+    q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    wait(&done, 1);
+    assert!(read(&device, q, &a.whole()).iter().all(|&v| v == 4));
+    let captured = u32s(&read(&device, q, &b.whole()));
+    assert_eq!(captured, [7; 16], "the good capture ran");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3,
+        "each closure ran once, at recording"
+    );
+}
+
 #[test]
 fn graph_capture_needs_cuda_12_3() {
     // A driver older than 12.3 has no cuStreamBeginCaptureToGraph.

@@ -85,6 +85,8 @@ pub(crate) enum Op {
         event: usize,
     },
     IndirectApply(IndirectApply),
+    /// A child graph node: the child's operations, cloned in dependency order when added.
+    Child(Vec<Op>),
 }
 
 impl Op {
@@ -221,6 +223,11 @@ impl World {
             Op::EventRecord { event } => self.record(event)?,
             Op::EventWait { event } => lookup(&self.events, event).map(drop)?,
             Op::IndirectApply(_) => return Err(status::INVALID_VALUE),
+            Op::Child(ref ops) => {
+                for op in ops {
+                    self.run(op)?;
+                }
+            }
         }
         Ok(())
     }
@@ -269,6 +276,7 @@ impl World {
             }
             Op::Memset { .. } | Op::Memcpy(_) | Op::Empty => Ok(()),
             Op::IndirectApply(apply) => lookup(&self.functions, apply.function).map(drop),
+            Op::Child(ref ops) => ops.iter().try_for_each(|op| self.check(op)),
         }
     }
 
@@ -633,6 +641,35 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(
     })
 }
 
+/// `CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const
+/// CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)`: the child is cloned
+/// (its operations in dependency order); later changes to the child do not reach the node. A
+/// child that updates its own nodes from the device is refused.
+///
+/// # Safety
+/// Pointers as in cuda.h.
+pub unsafe extern "C" fn cuGraphAddChildGraphNode(
+    out: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    child: CUgraph,
+) -> c_int {
+    entry("cuGraphAddChildGraphNode", || {
+        let mut world = world();
+        let ops: Vec<Op> = order(lookup(&world.graphs, id(child)?)?)?
+            .into_iter()
+            .map(|(_, op)| op)
+            .collect();
+        ensure(
+            !ops.iter().any(|op| matches!(op, Op::IndirectApply(_))),
+            status::INVALID_VALUE,
+        )?;
+        // SAFETY: forwarded caller contract.
+        unsafe { world.add_node(out, graph, deps, count, Op::Child(ops)) }
+    })
+}
+
 /// `CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const
 /// CUgraphNode *dependencies, size_t numDependencies, CUevent event)`.
 ///
@@ -711,6 +748,8 @@ pub unsafe extern "C" fn cuGraphAddDependencies(
 
 /// `CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)`: with null
 /// `nodes`, only the count; else up to `*numNodes` handles, in creation order, and the count.
+/// As on the real driver, a non-null `nodes` with `*numNodes == 0` is `CUDA_ERROR_INVALID_VALUE`
+/// (also for an empty graph).
 ///
 /// # Safety
 /// `count` is null or valid for a read and a write; `nodes` is null or holds `*count` handles.
@@ -722,10 +761,12 @@ pub unsafe extern "C" fn cuGraphGetNodes(
     entry("cuGraphGetNodes", || {
         ensure(!count.is_null(), status::INVALID_VALUE)?;
         let world = world();
-        let graph = lookup(&world.graphs, id(graph)?)?;
+        // A destroyed graph is CUDA_ERROR_INVALID_VALUE here on the real driver.
+        let graph = lookup(&world.graphs, id(graph)?).map_err(|_| status::INVALID_VALUE)?;
         if !nodes.is_null() {
             // SAFETY: non-null and readable by the caller's contract.
             let room = unsafe { count.read() };
+            ensure(room > 0, status::INVALID_VALUE)?;
             for (i, node) in graph.nodes.iter().take(room).enumerate() {
                 // SAFETY: `i < room`, the length the caller vouches for.
                 unsafe { nodes.add(i).write(handle(node.id)) };

@@ -112,6 +112,7 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuGraphUpload" => f!(11010, graph::cuGraphUpload),
         "cuGraphExecDestroy" => f!(10000, graph::cuGraphExecDestroy),
         "cuGraphGetNodes" => f!(10000, graph::cuGraphGetNodes),
+        "cuGraphAddChildGraphNode" => f!(10000, graph::cuGraphAddChildGraphNode),
         "cuGraphDestroyNode" => f!(10000, graph::cuGraphDestroyNode),
         "cuStreamBeginCaptureToGraph" => f!(12030, stream::cuStreamBeginCaptureToGraph),
         "cuStreamEndCapture" => f!(10000, stream::cuStreamEndCapture),

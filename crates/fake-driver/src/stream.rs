@@ -421,7 +421,8 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
         ensure(mode <= 2, status::INVALID_VALUE)?;
         ensure(count == 0 || !deps.is_null(), status::INVALID_VALUE)?;
         let graph = id(graph)?;
-        lookup(&world.graphs, graph)?;
+        // A destroyed graph is CUDA_ERROR_INVALID_VALUE here on the real driver.
+        lookup(&world.graphs, graph).map_err(|_| status::INVALID_VALUE)?;
         let deps: Vec<usize> = if count == 0 {
             Vec::new()
         } else {
@@ -462,6 +463,10 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
 /// or null and `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` for an invalidated capture (which ends
 /// all the same). A stream that is not capturing is `CUDA_ERROR_ILLEGAL_STATE`.
 ///
+/// As on the real driver, an invalidated capture destroys the graph it captured into, also one
+/// handed to `cuStreamBeginCaptureToGraph` by the caller: its handle and every node handle of it
+/// are invalid afterwards (`CUDA_ERROR_INVALID_VALUE` from the graph calls).
+///
 /// # Safety
 /// `out` is null or valid for one write.
 pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, out: *mut CUgraph) -> c_int {
@@ -471,6 +476,8 @@ pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, out: *mut CUgraph)
         let stream = lookup_mut(&mut world.streams, id(stream)?)?;
         let capture = stream.capture.take().ok_or(ILLEGAL_STATE)?;
         if capture.invalidated {
+            world.graphs.remove(&capture.graph);
+            world.nodes.retain(|_, g| *g != capture.graph);
             // SAFETY: non-null and writable by the caller's contract.
             unsafe { put(out, std::ptr::null_mut()) }?;
             return Err(STREAM_CAPTURE_INVALIDATED);

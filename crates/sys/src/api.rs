@@ -288,6 +288,8 @@ driver_api! {
         fn cuGraphAddMemcpyNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, params: *const CUDA_MEMCPY3D, context: CUcontext);
         /// `cuGraphAddEmptyNode(&node, graph, deps, num_deps)`.
         fn cuGraphAddEmptyNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize);
+        /// `cuGraphAddChildGraphNode(&node, graph, deps, num_deps, child)`: clones `child`.
+        fn cuGraphAddChildGraphNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, child: CUgraph);
         /// `cuGraphAddEventWaitNode(&node, graph, deps, num_deps, event)`.
         fn cuGraphAddEventWaitNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, num_deps: usize, event: CUevent);
         /// `cuGraphAddDependencies(graph, from, to, count)`.

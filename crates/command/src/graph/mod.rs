@@ -16,10 +16,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cuhal_sys::{
     CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
     CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-    CU_STREAM_CAPTURE_STATUS_ACTIVE, CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_NON_BLOCKING,
-    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D,
-    CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec,
-    CUgraphNode, CUstream, PrimaryContext, Stream, cu,
+    CU_STREAM_NON_BLOCKING, CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, CUDA_KERNEL_NODE_PARAMS,
+    CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData,
+    CUgraphExec, CUgraphNode, CUstream, PrimaryContext, Stream, cu,
 };
 use smallvec::SmallVec;
 
@@ -172,43 +171,47 @@ impl GraphEncoder {
         })
     }
 
-    /// The graph's nodes, sorted by handle (to tell which ones a failed capture added).
-    fn node_set(&self) -> Result<Vec<CUgraphNode>, Error> {
+    /// Adds the captured work (`scratch`, a complete graph) as one child-graph node after the
+    /// current dependencies; an empty capture adds nothing.
+    fn add_captured(&mut self, scratch: CUgraph) -> Result<(), Error> {
         let api = self.context.api();
         let mut count = 0usize;
-        // SAFETY: the graph is live; with a null array the driver only writes the count.
+        // SAFETY: the graph is live; with a null array the driver only writes the count (a
+        // non-null array needs room for at least one node).
         unsafe {
             cu!(
                 api,
-                cuGraphGetNodes(self.graph, std::ptr::null_mut(), &mut count)
+                cuGraphGetNodes(scratch, std::ptr::null_mut(), &mut count)
             )
         }?;
-        let mut nodes = vec![std::ptr::null_mut(); count];
-        // SAFETY: `nodes` has room for `count` handles, the length passed in.
-        unsafe {
-            cu!(
-                api,
-                cuGraphGetNodes(self.graph, nodes.as_mut_ptr(), &mut count)
-            )
-        }?;
-        nodes.truncate(count);
-        nodes.sort_unstable_by_key(|n| n.addr());
-        Ok(nodes)
-    }
-
-    /// Removes every node not in `before` (sorted): undoes a capture that failed half-way.
-    fn roll_back(&mut self, before: &[CUgraphNode]) -> Result<(), Error> {
-        let api = self.context.api();
-        for node in self.node_set()? {
-            if before
-                .binary_search_by_key(&node.addr(), |n| n.addr())
-                .is_err()
-            {
-                // SAFETY: `node` is a node of this graph, added by the failed capture; nothing
-                // recorded by cuhal depends on it (the frontier was not advanced).
-                unsafe { cu!(api, cuGraphDestroyNode(node)) }?;
-            }
+        if count == 0 {
+            // Nothing captured: the dependencies of the next command stay the frontier itself.
+            return Ok(());
         }
+        let deps: Deps = self.deps.frontier().iter().copied().collect();
+        let mut node: CUgraphNode = std::ptr::null_mut();
+        // SAFETY: both graphs are live; `deps` are nodes of the command buffer's graph. The
+        // driver clones the child, so the scratch graph may be destroyed afterwards.
+        let added = unsafe {
+            cu!(
+                api,
+                cuGraphAddChildGraphNode(
+                    &mut node,
+                    self.graph,
+                    deps_ptr(&deps),
+                    deps.len(),
+                    scratch,
+                )
+            )
+        };
+        // The driver may refuse a captured graph as a child (memory allocation nodes, say):
+        // the command is refused and the command buffer keeps recording.
+        added.map_err(|e| Error::Capture {
+            cuda: Some(e),
+            work: None,
+        })?;
+        self.nodes += 1;
+        self.deps.push(node);
         Ok(())
     }
 
@@ -576,33 +579,38 @@ impl Encoder for GraphEncoder {
         let ranges = &stream_work::resolve(ranges, &[]);
         let context = Arc::clone(&self.context);
         let api = context.api();
-        if api.cuStreamBeginCaptureToGraph.is_none() || api.cuStreamGetCaptureInfo.is_none() {
+        if api.cuStreamBeginCaptureToGraph.is_none() {
             return Err(Error::CaptureUnsupported {
                 driver_version: api.driver_version(),
             });
         }
         let _bound = context.enter()?;
         let stream = self.capture_stream()?;
-        let before = self.node_set()?;
-        let deps: Deps = self.deps.frontier().iter().copied().collect();
+        // The work is captured into a graph of its own, which becomes one child-graph node of
+        // the command buffer's graph. Capturing into the command buffer's graph directly is not
+        // safe: when a capture is invalidated the driver destroys the graph captured into, also
+        // one handed to cuStreamBeginCaptureToGraph, and with it everything recorded so far.
+        let mut scratch: CUgraph = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and flags; the context is current.
+        unsafe { cu!(api, cuGraphCreate(&mut scratch, 0)) }?;
         // Thread-local mode: forbidden calls fail on this thread only; cuhal's own threads (and
         // other runtimes' threads) keep working while the closure runs.
-        // SAFETY: the stream and graph are live; `deps` are nodes of the graph, and no edge
-        // data is passed (default edges).
+        // SAFETY: the stream and the scratch graph are live; no dependencies, no edge data.
         let began = unsafe {
             cu!(
                 optional: api,
                 cuStreamBeginCaptureToGraph(
                     stream,
-                    self.graph,
-                    deps_ptr(&deps),
+                    scratch,
                     std::ptr::null(),
-                    deps.len(),
+                    std::ptr::null(),
+                    0,
                     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                 )
             )
         };
         if let Err(e) = began {
+            destroy_graph(api, scratch);
             return Err(Error::Capture {
                 cuda: Some(e),
                 work: None,
@@ -615,67 +623,28 @@ impl Encoder for GraphEncoder {
             context: &context,
         };
         let outcome = stream_work::call(&**work, &on);
-        // The captured work's last nodes, read while the capture is still open.
-        let mut status = CU_STREAM_CAPTURE_STATUS_NONE;
-        let mut tails_ptr: *const CUgraphNode = std::ptr::null();
-        let mut count = 0usize;
-        // SAFETY: the stream is live; every out-pointer is a valid local or null (id, graph
-        // and edge data are not asked for).
-        let info = unsafe {
-            cu!(
-                optional: api,
-                cuStreamGetCaptureInfo(
-                    stream,
-                    &mut status,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    &mut tails_ptr,
-                    std::ptr::null_mut(),
-                    &mut count,
-                )
-            )
-        };
-        let tails: Deps =
-            if info.is_ok() && status == CU_STREAM_CAPTURE_STATUS_ACTIVE && !tails_ptr.is_null() {
-                // SAFETY: the driver returned `count` node handles that stay valid until the next
-                // capture call on this stream (the copy is taken before it).
-                unsafe { std::slice::from_raw_parts(tails_ptr, count) }
-                    .iter()
-                    .copied()
-                    .collect()
-            } else {
-                Deps::new()
-            };
         let mut captured: CUgraph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun above); `captured` is a valid out-pointer. The
         // capture is ended whatever the closure did, so the stream is usable again.
         let ended = unsafe { cu!(api, cuStreamEndCapture(stream, &mut captured)) };
-        let failure = match (outcome, ended, info) {
-            (Ok(()), Ok(()), Ok(())) => None,
-            (Ok(()), Ok(()), Err(e)) => Some(Error::Capture {
-                cuda: Some(e),
-                work: None,
-            }),
-            (work, ended, _) => Some(Error::Capture {
-                cuda: ended.err(),
-                work: work.err(),
-            }),
-        };
-        if let Some(failure) = failure {
-            // A rollback that fails leaves the graph half-built: that is a driver failure of the
-            // command buffer, not a rejected command.
-            self.roll_back(&before)?;
-            return Err(failure);
+        if ended.is_ok() {
+            // `captured` is the scratch graph, still ours.
+            let added = match outcome {
+                Ok(()) => self.add_captured(scratch),
+                Err(work) => Err(Error::Capture {
+                    cuda: None,
+                    work: Some(work),
+                }),
+            };
+            destroy_graph(api, scratch);
+            return added;
         }
-        let added = self.node_set()?.len().saturating_sub(before.len());
-        self.nodes += added;
-        // Nothing captured: the capture's dependencies are still the frontier itself.
-        if added > 0 {
-            for tail in tails {
-                self.deps.push(tail);
-            }
-        }
-        Ok(())
+        // A failed end (an invalidated capture) took the scratch graph with it; the command
+        // buffer's graph was never touched.
+        Err(Error::Capture {
+            cuda: ended.err(),
+            work: outcome.err(),
+        })
     }
 
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {
@@ -729,6 +698,13 @@ impl Encoder for GraphEncoder {
         }
         Ok(())
     }
+}
+
+/// Destroys a graph cuhal created and no longer needs; a failure leaks it and changes nothing
+/// else (the graph is in no executable).
+fn destroy_graph(api: &cuhal_sys::DriverApi, graph: CUgraph) {
+    // SAFETY: `graph` is a live graph created by the caller and not used afterwards.
+    let _ = unsafe { cu!(api, cuGraphDestroy(graph)) };
 }
 
 /// Adds `upstream -> downstream` as a programmatic edge: `downstream` may start once every

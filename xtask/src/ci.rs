@@ -43,7 +43,32 @@ const STEPS: &[&[&str]] = &[
         "-D",
         "warnings",
     ],
+    // Every library crate packs, and each packed crate builds on its own from its tarball (the
+    // unpublished workspace crates it depends on come from cargo's local overlay of the
+    // workspace). Test-only and internal packages (`publish = false`) are left out: nobody
+    // depends on them, and verifying them would rebuild the GPU suite and the CLI.
+    &[
+        "package",
+        "--workspace",
+        "--locked",
+        "--exclude",
+        "cuhal-cli",
+        "--exclude",
+        "cuhal-fake-driver",
+        "--exclude",
+        "cuhal-gpu-tests",
+        "--exclude",
+        "xtask",
+    ],
 ];
+
+/// The documentation step: every crate's docs, with rustdoc's warnings (broken links, the
+/// binary and library `cuhal` colliding in target/doc) as errors.
+fn doc_step() -> std::process::Command {
+    let mut cmd = cargo(["doc", "--workspace", "--no-deps", "--locked"]);
+    cmd.env("RUSTDOCFLAGS", "-D warnings");
+    cmd
+}
 
 /// The packages with loom models (`tests/loom_*.rs`, compiled only under `--cfg loom`).
 const LOOM_PACKAGES: &[&str] = &["cuhal-semaphore"];
@@ -69,7 +94,7 @@ fn loom_step() -> std::process::Command {
 
 /// Runs every step, stopping at the first failure.
 pub fn run() -> Result<()> {
-    let total = STEPS.len() + 1;
+    let total = STEPS.len() + 2;
     for (i, args) in STEPS.iter().enumerate() {
         let mut cmd = cargo(args.iter());
         let shown = display(&cmd);
@@ -81,6 +106,14 @@ pub fn run() -> Result<()> {
                 i + 1
             );
         }
+    }
+    let doc = STEPS.len() + 1;
+    let mut cmd = doc_step();
+    let shown = display(&cmd);
+    eprintln!("xtask ci: [{doc}/{total}] RUSTDOCFLAGS=\"-D warnings\" {shown}");
+    let st = status(&mut cmd)?;
+    if !st.success() {
+        bail!("step {doc}/{total} `{shown}` failed ({st}); later steps were not run");
     }
     let mut cmd = loom_step();
     let shown = display(&cmd);

@@ -123,7 +123,7 @@ impl Drop for MemoryPool {
 /// One stream-ordered allocation, freed by `queue_dealloca` or, failing that, when dropped.
 ///
 /// Its memory outlives every queued use: each queue operation or command buffer submission that
-/// uses it holds an [`AllocationUse`] until the work completed or failed, `Queue::dealloca`
+/// uses it holds an `AllocationUse` until the work completed or failed, `Queue::dealloca`
 /// marks it released (new uses are refused from then on), and the free happens, at the
 /// dealloca's issue, in stream order if no use is left, else when the last use ends.
 pub struct Allocation {

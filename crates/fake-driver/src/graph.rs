@@ -116,8 +116,8 @@ impl Op {
     }
 }
 
-/// The name of cuhal's indirect-dispatch helper kernel, which the fake runs (see
-/// [`IndirectApply`]).
+/// The name of cuhal's indirect-dispatch helper kernel, which the fake runs (emulated by the
+/// graph's `IndirectApply` node).
 pub const INDIRECT_HELPER: &str = "cuhal_indirect_apply";
 
 /// A node of cuhal's indirect-dispatch helper, emulated: it reads three counts from device

@@ -82,3 +82,8 @@ pub use error::Error;
 pub use options::QueueOptions;
 pub use queue::{LossTrigger, Queue, QueueStats};
 pub use spin::spin_until;
+
+/// The README's examples, compiled (and run where they need no GPU) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

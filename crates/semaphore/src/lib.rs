@@ -106,3 +106,8 @@ pub use options::SemaphoreOptions;
 pub use semaphore::{Semaphore, SemaphoreId};
 pub use timeout::Timeout;
 pub use timepoint::WaitPoint;
+
+/// The README's examples, compiled (and run where they need no GPU) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

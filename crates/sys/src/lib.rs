@@ -98,3 +98,8 @@ pub use nccl::{
 pub use objects::{Event, Module, Stream, elapsed_ms};
 pub use result::CUresult;
 pub use types::*;
+
+/// The README's examples, compiled (and run where they need no GPU) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

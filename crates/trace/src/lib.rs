@@ -77,3 +77,8 @@ pub use sink::{
 };
 #[cfg(test)]
 mod tests;
+
+/// The README's examples, compiled (and run where they need no GPU) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

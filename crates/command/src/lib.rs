@@ -86,7 +86,7 @@ pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};
 pub use graph::{DEFAULT_EXECUTABLE_LIMIT, GraphCommandBuffer};
 pub use indirect::{INDIRECT_COUNT_BYTES, INDIRECT_HELPER, INDIRECT_HELPER_DIR_ENV};
-pub use kernel_args::{ArgSlot, KernelArg, KernelArgs};
+pub use kernel_args::{ArgSlot, DevicePtr, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};
 pub use param_count::{ParameterCounts, cubin_parameter_counts, ptx_parameter_counts};
 pub use range::BufferRange;
@@ -197,3 +197,8 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
 
 #[cfg(test)]
 mod tests;
+
+/// The README's examples, compiled (and run where they need no GPU) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

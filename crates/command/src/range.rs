@@ -220,6 +220,18 @@ impl BufferRange {
         self.base + self.offset as u64
     }
 
+    /// The range's first byte as a typed pointer ([`device_ptr`](Self::device_ptr)), or `None`
+    /// when the range's address or length does not suit a `T` array: the address not aligned
+    /// to `T`, or a length not a whole number of `T`s. The pointer does not keep the buffer
+    /// alive; [`KernelArgs::push_range`](crate::KernelArgs::push_range) does.
+    pub fn ptr<T>(&self) -> Option<crate::DevicePtr<T>> {
+        let address = self.device_ptr();
+        let size = size_of::<T>();
+        let aligned = address.is_multiple_of(align_of::<T>() as u64);
+        let whole = size == 0 || self.len().is_multiple_of(size);
+        (aligned && whole).then(|| crate::DevicePtr::from_address(address))
+    }
+
     /// Offset of the range from the start of its allocation.
     pub fn offset(&self) -> usize {
         self.offset

@@ -61,7 +61,9 @@ pub const MAX_RESERVED_EVENTS: usize = 1 << 16;
 pub struct DeviceOptions {
     /// Number of queues (each a stream with its own worker and completion threads). At least 1.
     pub queues: usize,
-    /// How command buffers are built.
+    /// How [`Queue::create_command_buffer`](crate::Queue::create_command_buffer) builds command
+    /// buffers; [`Queue::create_command_buffer_as`](crate::Queue::create_command_buffer_as)
+    /// chooses per command buffer.
     pub command_buffer_mode: CommandBufferMode,
     /// Tracing verbosity of every queue (unless `queue_tracing` says otherwise); `Off` records
     /// nothing.
@@ -329,6 +331,16 @@ impl Device {
     pub fn load_ptx(&self, ptx: &str) -> Result<Executable> {
         self.check_alive()?;
         Executable::load_ptx(&self.shared.context, ptx)
+            .map_err(|e| self.shared.lost.filter(e.into()))
+    }
+
+    /// Loads a compiled image: a cubin (ELF, as `nvcc -cubin` or Triton write), a fatbin, or
+    /// NUL-terminated PTX. The image's headers are checked before the driver reads it (the
+    /// driver takes no length), so a truncated or foreign file is [`Error::Command`] with
+    /// `BadImage`, not a read past its end.
+    pub fn load_cubin(&self, image: &[u8]) -> Result<Executable> {
+        self.check_alive()?;
+        Executable::load_cubin(&self.shared.context, image)
             .map_err(|e| self.shared.lost.filter(e.into()))
     }
 

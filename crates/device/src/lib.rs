@@ -74,9 +74,10 @@ pub use queue::{BoundCommandBuffer, CommandBufferMode, Queue, SemaphoreValues};
 pub use wait::{WaitMode, wait_semaphores};
 
 pub use cuhal_command::{
-    BindingError, BindingLayout, Buffer, BufferRange, CommandBuffer, CommandRecorder, Dispatch,
-    Executable, FillPattern, Function, HostBuffer, KernelArgs, LaunchAttributes, StreamWork,
-    StreamWorkError, StreamWorkFn, WorkRange,
+    ArgSlot, BindingError, BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind,
+    CommandBufferState, CommandRecorder, DeferredCommandBuffer, DevicePtr, Dispatch, Executable,
+    FillPattern, Function, FunctionAttributes, GraphCommandBuffer, HostBuffer, KernelArg,
+    KernelArgs, LaunchAttributes, StreamWork, StreamWorkError, StreamWorkFn, WorkRange,
 };
 pub use cuhal_semaphore::{Failure, Timeout};
 pub use cuhal_sys::{LinkKind, NcclDataType, NcclRedOp, PeerLink};
@@ -84,3 +85,8 @@ pub use cuhal_trace::{CuptiChoice, JsonSink, MemorySink, Sink, Verbosity};
 
 /// A timeline semaphore whose device timepoints are pooled CUDA events.
 pub type Semaphore = cuhal_semaphore::Semaphore<CudaEvent>;
+
+/// The README's examples, compiled (and run where they need no GPU) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -226,9 +226,22 @@ impl Queue {
         &self,
         capacity: u32,
     ) -> Result<Box<dyn CommandBuffer>> {
+        self.create_command_buffer_as(self.mode, capacity)
+    }
+
+    /// A new command buffer of the kind `mode` chooses, whatever the queue's default
+    /// ([`DeviceOptions`](crate::DeviceOptions)'s mode): a graph replays with one launch, a
+    /// deferred buffer replays its commands onto the stream (for work a graph cannot hold, or
+    /// that changes shape between submissions). Commands may name binding slots below
+    /// `capacity` (0 for none), as with [`Queue::create_command_buffer_with_bindings`].
+    pub fn create_command_buffer_as(
+        &self,
+        mode: CommandBufferMode,
+        capacity: u32,
+    ) -> Result<Box<dyn CommandBuffer>> {
         self.check_alive()?;
         let zones = self.trace.as_deref().and_then(TraceContext::recorder);
-        let created: Result<Box<dyn CommandBuffer>, cuhal_command::Error> = match self.mode {
+        let created: Result<Box<dyn CommandBuffer>, cuhal_command::Error> = match mode {
             CommandBufferMode::Graph => {
                 GraphCommandBuffer::with_bindings(&self.context, zones, capacity)
                     .map(|cb| Box::new(cb) as Box<dyn CommandBuffer>)

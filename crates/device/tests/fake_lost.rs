@@ -78,6 +78,19 @@ fn an_injected_sticky_error_loses_the_device() {
         "create_buffer",
     );
     assert_lost(device.load_ptx(PTX).unwrap_err(), &failure, "load_ptx");
+    let image = format!("{PTX}\0");
+    assert_lost(
+        device.load_cubin(image.as_bytes()).unwrap_err(),
+        &failure,
+        "load_cubin",
+    );
+    assert_lost(
+        q0.create_command_buffer_as(cuhal::CommandBufferMode::Deferred, 0)
+            .err()
+            .unwrap(),
+        &failure,
+        "create_command_buffer_as",
+    );
     assert_lost(
         q1.write(&[], &[], &a.whole(), &[0; 256]).unwrap_err(),
         &failure,

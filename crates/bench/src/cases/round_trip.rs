@@ -3,11 +3,11 @@
 //! Floor: the same work through the raw driver: `cuGraphLaunch` of a one-node graph (a
 //! one-thread `step`) + `cuEventRecord` + `cuEventSynchronize` (spinning event), timed together.
 //! References: the same with `cuLaunchKernel` instead of the graph; the host cost of an
-//! empty-kernel `cuLaunchKernel` back to back (the design brief's 3.7 us line); and a completion
-//! word's round trip: a one-node graph whose kernel writes its launch count to host-mapped
-//! memory, which the host polls with no driver call (what a per-queue completion word would
-//! save against event polling; see `docs/decisions/device.md`). Goals: at most 1.1x the graph
-//! floor, and the design's 10 us per call whatever the floor.
+//! empty-kernel `cuLaunchKernel` back to back (3.7 us a call when the project's goals were set);
+//! and a completion word's round trip: a one-node graph whose kernel writes its launch count to
+//! host-mapped memory, which the host polls with no driver call (what a per-queue completion
+//! word would save against event polling; see `docs/decisions/device.md`). Goals: at most 1.1x
+//! the graph floor, and the project's 10 us per call whatever the floor.
 //!
 //! cuhal: a one-dispatch graph command buffer, `Queue::execute` with one signal, then
 //! `Semaphore::wait`, timed together; also with `eager_completion`, for comparison.

@@ -6,8 +6,9 @@
 //! lands. The waiter stamps its own return on the same clock; the latency is the difference.
 //! (It reads a little low, by one GPU-to-host write, the same for every variant.)
 //!
-//! Also measured, the figure the design brief quotes: the waiter's return minus the launch call,
-//! minus the kernel's own duration from `%globaltimer`, which adds the launch latency.
+//! Also measured, the figure as first taken before this bench existed: the waiter's return minus
+//! the launch call, minus the kernel's own duration from `%globaltimer`, which adds the launch
+//! latency.
 //!
 //! Floor: `cuEventSynchronize` on a spinning `CU_EVENT_DISABLE_TIMING` event recorded after the
 //! kernel. References: the same with `CU_EVENT_BLOCKING_SYNC`; polling `cuEventQuery` (what a

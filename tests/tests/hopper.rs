@@ -243,9 +243,50 @@ impl Flag {
     }
 
     fn set(&self, value: u32) {
-        // SAFETY: 4 bytes of live pinned memory; the device only reads it.
-        unsafe { std::ptr::write_volatile(self.0.as_ptr().cast::<u32>(), value) };
+        set_flag(self.0.as_ptr() as usize, value);
     }
+
+    /// Runs `record` while, for a stream command buffer, another thread sets the flag after
+    /// 200 ms; other kinds run nothing before `issue`, so their flag stays clear until the test
+    /// sets it. A stream command buffer executes as it records, and the set-up of its indirect
+    /// dispatch (the helper's module, the dispatch's graph) may wait for the device's earlier
+    /// work, the gate already launched. Returns `record`'s result; whether recording returned
+    /// before the flag was set is printed, so the GPU log shows which it was.
+    fn record_behind_gate<T>(&self, kind: Kind, record: impl FnOnce() -> T) -> T {
+        if kind != Kind::Stream {
+            return record();
+        }
+        let address = self.0.as_ptr() as usize;
+        let released = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                released.store(true, std::sync::atomic::Ordering::SeqCst);
+                set_flag(address, 1);
+            });
+            let started = std::time::Instant::now();
+            let out = record();
+            let waited = released.load(std::sync::atomic::Ordering::SeqCst);
+            eprintln!(
+                "stream recording behind the gate took {:?}: {}",
+                started.elapsed(),
+                if waited {
+                    "it waited for the gate (released by the timer)"
+                } else {
+                    "it returned with the gate still closed"
+                }
+            );
+            out
+        })
+    }
+}
+
+/// Writes `value` to the flag word at `address`.
+fn set_flag(address: usize, value: u32) {
+    // SAFETY: `address` is a live `Flag`'s 4 bytes of pinned memory (the flag outlives every
+    // thread that sets it: `record_behind_gate` joins its thread in a scope); the device only
+    // reads it.
+    unsafe { std::ptr::write_volatile(address as *mut u32, value) };
 }
 
 /// Records: clear hits; gate (polls the flag, then writes `count` to `counts`); barrier;
@@ -289,11 +330,14 @@ fn hopper_indirect_counts_from_the_device(kind: Kind) {
         let counts = e.words(&[7, 7, 7]);
         let hits = e.words(&[0; 4]);
         e.poison(&hits);
-        let cb = record_indirect(&e, kind, &flag, &counts, &hits, count);
+        let cb = flag.record_behind_gate(kind, || {
+            record_indirect(&e, kind, &flag, &counts, &hits, count)
+        });
         // SAFETY: the test's stream, live; `cb` outlives the synchronize below.
         unsafe { cb.issue(e.stream.raw()) }.unwrap();
-        // Issue returned while the gate still holds the counts back: nothing read them on the
-        // host. Now let the device write them.
+        // Graph and deferred kinds: issue returned while the gate still holds the counts back,
+        // so nothing read them on the host. Now let the device write them (a stream command
+        // buffer's gate may be open already: see `record_behind_gate`).
         flag.set(1);
         e.stream.synchronize().unwrap();
         cb.check_completed().unwrap();
@@ -319,7 +363,9 @@ fn hopper_indirect_out_of_range_fails_and_stream_stays_healthy(kind: Kind) {
     let counts = e.words(&[0, 0, 0]);
     let hits = e.words(&[0; 4]);
     e.poison(&hits);
-    let cb = record_indirect(&e, kind, &flag, &counts, &hits, [1, 70_000, 1]);
+    let cb = flag.record_behind_gate(kind, || {
+        record_indirect(&e, kind, &flag, &counts, &hits, [1, 70_000, 1])
+    });
     flag.set(1);
     e.submit(&*cb);
     let failure = cb.check_completed().unwrap_err();

@@ -72,7 +72,8 @@ fn doc_step() -> std::process::Command {
     cmd
 }
 
-/// The packages with loom models (`tests/loom_*.rs`, compiled only under `--cfg loom`).
+/// The packages with loom models (`tests/loom_*.rs`, compiled only under `--cfg loom`): the
+/// semaphore's own models and its slot pool's (the bookkeeping the device crate's event pool runs).
 const LOOM_PACKAGES: &[&str] = &["cuhal-semaphore"];
 
 /// The loom step: every model of the concurrency core, each explored up to two preemptions (as

@@ -15,9 +15,9 @@
 //! slot's own counter, not a counter every event of the device shares.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use cuhal_semaphore::slot_pool::{FreeList, HandleCount};
 use cuhal_semaphore::{DeviceEvent, Failure};
 use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, Event, PrimaryContext};
 
@@ -27,7 +27,7 @@ use crate::lost::Lost;
 /// One event of the pool, at a fixed address for the pool's lifetime.
 struct Slot {
     event: Event,
-    handles: AtomicUsize,
+    handles: HandleCount,
     /// The pool (`Arc::as_ptr`); the slot owns one strong count of it while it is handed out.
     pool: *const PoolShared,
 }
@@ -38,7 +38,7 @@ struct PoolShared {
     lost: Arc<Lost>,
     flags: u32,
     /// Slots whose handle count is zero.
-    free: Mutex<Vec<NonNull<Slot>>>,
+    free: FreeList<NonNull<Slot>>,
     /// Every slot ever created; freed with the pool.
     all: Mutex<Vec<NonNull<Slot>>>,
 }
@@ -70,7 +70,7 @@ impl TimepointEventPool {
                 context,
                 lost,
                 flags: CU_EVENT_DISABLE_TIMING,
-                free: Mutex::new(Vec::with_capacity(reserve.max(16))),
+                free: FreeList::with_capacity(reserve.max(16)),
                 all: Mutex::new(Vec::with_capacity(reserve.max(16))),
             }),
         };
@@ -83,19 +83,16 @@ impl TimepointEventPool {
 
     /// Takes a free event, creating one if none is free.
     pub(crate) fn acquire(&self) -> Result<CudaEvent, Error> {
-        let slot = self
+        // SAFETY: every slot on the free list belongs to this pool, which outlives it (we hold
+        // the Arc).
+        let slot = match self
             .shared
             .free
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        let slot = match slot {
+            .take(|slot| &unsafe { slot.as_ref() }.handles)
+        {
             Some(slot) => slot,
             None => self.grow()?,
         };
-        // SAFETY: the slot belongs to this pool, which outlives it (we hold the Arc); a free
-        // slot has no handles, so this is the only one.
-        unsafe { slot.as_ref() }.handles.store(1, Ordering::Relaxed);
         // SAFETY: the pointer is `Arc::as_ptr` of the live pool we hold; the count taken here is
         // given back by the drop of the slot's last handle.
         unsafe { Arc::increment_strong_count(Arc::as_ptr(&self.shared)) };
@@ -108,7 +105,8 @@ impl TimepointEventPool {
         let event = Event::new(&shared.context, shared.flags)?;
         let slot = NonNull::from(Box::leak(Box::new(Slot {
             event,
-            handles: AtomicUsize::new(0),
+            // The grown slot is handed out at once, with this first handle.
+            handles: HandleCount::new(),
             pool: Arc::as_ptr(shared),
         })));
         let mut all = shared.all.lock().unwrap_or_else(PoisonError::into_inner);
@@ -116,9 +114,9 @@ impl TimepointEventPool {
         // Keep the free list able to hold every slot, so releasing never allocates.
         let capacity = all.len();
         drop(all);
-        let mut free = shared.free.lock().unwrap_or_else(PoisonError::into_inner);
-        let extra = capacity.saturating_sub(free.capacity());
-        free.reserve(extra);
+        shared.free.reserve_total(capacity);
+        // SAFETY: the slot was just leaked above and nothing else refers to it yet.
+        unsafe { slot.as_ref() }.handles.clone_handle();
         Ok(slot)
     }
 
@@ -140,13 +138,7 @@ impl TimepointEventPool {
     /// Events currently handed out (created minus free).
     pub(crate) fn in_use(&self) -> usize {
         // Two locks, two moments: the pool may grow between the reads.
-        self.created().saturating_sub(
-            self.shared
-                .free
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .len(),
-        )
+        self.created().saturating_sub(self.shared.free.len())
     }
 }
 
@@ -208,23 +200,21 @@ impl CudaEvent {
 
 impl Clone for CudaEvent {
     fn clone(&self) -> Self {
-        // Relaxed is enough for an increment from an existing handle (as in Arc).
-        self.slot().handles.fetch_add(1, Ordering::Relaxed);
+        self.slot().handles.clone_handle();
         Self { slot: self.slot }
     }
 }
 
 impl Drop for CudaEvent {
     fn drop(&mut self) {
-        if self.slot().handles.fetch_sub(1, Ordering::Release) == 1 {
-            // Synchronize with every other handle's release before the slot is reused.
-            std::sync::atomic::fence(Ordering::Acquire);
-            let pool = self.slot().pool;
-            self.pool()
-                .free
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(self.slot);
+        let pool = self.slot().pool;
+        // The last handle puts the slot back on the free list (after synchronising with every
+        // other handle's release, see `cuhal_semaphore::slot_pool`).
+        if self
+            .pool()
+            .free
+            .drop_handle(self.slot, &self.slot().handles)
+        {
             // The slot is free now (another thread may already have taken it): only `pool`,
             // copied above, is used from here.
             // SAFETY: gives back the count `acquire` took for this handout; if it is the last,

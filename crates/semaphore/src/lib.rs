@@ -91,6 +91,7 @@ mod listener;
 mod multi_wait;
 mod options;
 mod semaphore;
+pub mod slot_pool;
 mod sync;
 pub mod testing;
 mod timeout;

@@ -1,0 +1,116 @@
+//! The bookkeeping of a pool of reference-counted slots, without the slots: a per-slot handle
+//! count and a free list. The device crate's event pool keeps its `CUevent`s in slots at fixed
+//! addresses and counts their handles by hand (so that taking and cloning an event never
+//! allocates); the counting and the free list live here, in safe code over this crate's sync
+//! shim, so that the loom model (`tests/loom_slot_pool.rs`) checks the same code the pool runs:
+//! a slot goes back to the free list exactly once, when its last handle drops, and is never
+//! handed out while a handle still refers to it.
+
+use std::sync::PoisonError;
+
+use crate::sync::{AtomicUsize, Mutex, Ordering, fence};
+
+/// How many handles refer to one slot; zero while the slot is free.
+#[derive(Debug)]
+pub struct HandleCount(AtomicUsize);
+
+impl Default for HandleCount {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HandleCount {
+    /// A count for a free slot.
+    pub fn new() -> Self {
+        HandleCount(AtomicUsize::new(0))
+    }
+
+    /// Counts one more handle, made from an existing one. Relaxed is enough: the existing handle
+    /// keeps the slot out of the free list meanwhile (as `Arc::clone`).
+    pub fn clone_handle(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one handle fewer; true when it was the last, after synchronising with every other
+    /// handle's release, so the caller may give the slot back.
+    #[must_use]
+    pub fn release(&self) -> bool {
+        if self.0.fetch_sub(1, Ordering::Release) != 1 {
+            return false;
+        }
+        fence(Ordering::Acquire);
+        true
+    }
+
+    /// Handles now (a snapshot).
+    pub fn handles(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Marks a slot just taken from the free list as having one handle; returns whether it was
+    /// free (it always is when the bookkeeping is right).
+    fn claim(&self) -> bool {
+        self.0.swap(1, Ordering::Relaxed) == 0
+    }
+}
+
+/// The free slots of a pool, as whatever names a slot (`T`: an index, a pointer).
+pub struct FreeList<T> {
+    free: Mutex<Vec<T>>,
+}
+
+impl<T> FreeList<T> {
+    /// An empty free list with room for `capacity` slots.
+    pub fn with_capacity(capacity: usize) -> Self {
+        FreeList {
+            free: Mutex::new(Vec::with_capacity(capacity)),
+        }
+    }
+
+    fn lock(&self) -> crate::sync::MutexGuard<'_, Vec<T>> {
+        self.free.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes a free slot and counts its first handle (`count` finds the slot's [`HandleCount`]);
+    /// `None` when no slot is free.
+    ///
+    /// A slot on the free list has no handles: one that still had some would be handed out twice.
+    /// Debug builds (and the loom models) check it.
+    pub fn take<'a>(&self, count: impl FnOnce(&T) -> &'a HandleCount) -> Option<T> {
+        let slot = self.lock().pop()?;
+        let was_free = count(&slot).claim();
+        if cfg!(any(debug_assertions, loom)) {
+            assert!(was_free, "a slot on the free list still had handles");
+        }
+        Some(slot)
+    }
+
+    /// Drops one handle of `slot`; if it was the last, the slot goes back on the free list and
+    /// this returns true. The slot may be taken again by another thread as soon as it is back.
+    pub fn drop_handle(&self, slot: T, count: &HandleCount) -> bool {
+        if !count.release() {
+            return false;
+        }
+        self.lock().push(slot);
+        true
+    }
+
+    /// Makes room for `total` free slots, so that giving slots back never allocates; called when
+    /// the pool grows.
+    pub fn reserve_total(&self, total: usize) {
+        let mut free = self.lock();
+        let extra = total.saturating_sub(free.len());
+        free.reserve(extra);
+    }
+
+    /// Free slots now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no slot is free now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,135 @@
+//! loom model of the slot pool's bookkeeping (`cuhal_semaphore::slot_pool`, which the device
+//! crate's event pool runs): handles of one slot cloned and dropped on two threads while a third
+//! takes slots. Built and run only with `RUSTFLAGS="--cfg loom"` (`cargo xtask ci` does it).
+#![cfg(loom)]
+
+use std::sync::Arc as StdArc;
+use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
+
+use cuhal_semaphore::slot_pool::{FreeList, HandleCount};
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::thread;
+
+/// Two slots, named by index, each with its handle count and a count of how often it went back
+/// on the free list.
+struct Pool {
+    counts: [HandleCount; 2],
+    returned: [AtomicUsize; 2],
+    free: FreeList<usize>,
+}
+
+/// A handle as the device crate's event handle keeps it: clone counts, drop gives back.
+struct Handle {
+    pool: Arc<Pool>,
+    slot: usize,
+}
+
+/// Takes a free slot as a handle.
+fn take(pool: &Arc<Pool>) -> Option<Handle> {
+    let slot = pool.free.take(|&slot| &pool.counts[slot])?;
+    Some(Handle {
+        pool: pool.clone(),
+        slot,
+    })
+}
+
+impl Clone for Handle {
+    fn clone(&self) -> Self {
+        self.pool.counts[self.slot].clone_handle();
+        Handle {
+            pool: self.pool.clone(),
+            slot: self.slot,
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let pool = &self.pool;
+        if pool.free.drop_handle(self.slot, &pool.counts[self.slot]) {
+            pool.returned[self.slot].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn model(name: &str, body: impl Fn() + Sync + Send + 'static) {
+    let runs = StdArc::new(StdAtomicUsize::new(0));
+    let counted = runs.clone();
+    loom::model(move || {
+        counted.fetch_add(1, StdOrdering::Relaxed);
+        body();
+    });
+    println!(
+        "loom model {name}: {} interleavings",
+        runs.load(StdOrdering::Relaxed)
+    );
+}
+
+/// Slot 0 is handed out and its handle cloned; one thread clones and drops its handle, another
+/// drops its own, while a third takes slots (slot 1 is free from the start, slot 0 once both
+/// handles are gone). `take` asserts that a slot it hands out has no handles; at the end each
+/// slot is free, on the free list exactly once, and went back once per handout.
+#[test]
+fn handles_dropped_while_another_thread_takes() {
+    model(
+        "slot_pool::handles_dropped_while_another_thread_takes",
+        || {
+            let pool = Arc::new(Pool {
+                counts: [HandleCount::new(), HandleCount::new()],
+                returned: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                free: FreeList::with_capacity(2),
+            });
+            // Both slots start free: created with one handle (as the device pool's `grow` hands a
+            // new slot out) whose drop puts them on the free list.
+            for slot in [1, 0] {
+                pool.counts[slot].clone_handle();
+                assert!(pool.free.drop_handle(slot, &pool.counts[slot]));
+            }
+            let first = take(&pool).expect("slot 0 is free");
+            assert_eq!(first.slot, 0);
+            let second = first.clone();
+
+            let a = thread::spawn(move || {
+                let third = first.clone();
+                drop(first);
+                drop(third);
+            });
+            let b = thread::spawn(move || drop(second));
+            let taker = {
+                let pool = pool.clone();
+                thread::spawn(move || {
+                    // Takes up to two slots; each must be free when taken (checked in `take`) and
+                    // distinct from the other one held.
+                    let one = take(&pool);
+                    let two = take(&pool);
+                    if let (Some(one), Some(two)) = (&one, &two) {
+                        assert_ne!(one.slot, two.slot, "one slot handed out twice");
+                    }
+                    [one, two].iter().flatten().count()
+                })
+            };
+            a.join().unwrap();
+            b.join().unwrap();
+            let taken = taker.join().unwrap();
+
+            let free = pool.free.len();
+            assert_eq!(free, 2, "every slot is back on the free list exactly once");
+            for slot in 0..2 {
+                assert_eq!(
+                    pool.counts[slot].handles(),
+                    0,
+                    "slot {slot} still has handles"
+                );
+            }
+            // After setup, slot 0 went back once for its first handout and each slot the third
+            // thread took went back once more.
+            let returned: usize = pool
+                .returned
+                .iter()
+                .map(|r| r.load(Ordering::Relaxed))
+                .sum();
+            assert_eq!(returned, 1 + taken, "each handout returned exactly once");
+        },
+    );
+}

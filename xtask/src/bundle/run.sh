@@ -84,8 +84,11 @@ no_cuda_call='^========= Error: Target application terminated before first instr
 count_sanitizer_errors() {
     local name="$1" log="$2" n
     [ -n "$tool" ] || return 0
-    n="$(sed -n 's/^========= ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')"
-    if ! grep -q '^========= ERROR SUMMARY:' "$log"; then
+    # racecheck prints "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)" instead.
+    n="$(sed -n -e 's/^========= ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p' \
+        -e 's/^========= RACECHECK SUMMARY: .*(\([0-9][0-9]*\) error.*/\1/p' "$log" |
+        awk '{ s += $1 } END { print s + 0 }')"
+    if ! grep -q '^========= \(ERROR\|RACECHECK\) SUMMARY:' "$log"; then
         if grep -q "$no_cuda_call" "$log"; then
             # A binary that made no CUDA call (unit tests, or every GPU test skipped): nothing
             # was instrumented, so nothing can be in error.

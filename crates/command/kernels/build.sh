@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Rebuilds the indirect-dispatch helper cubins (indirect_sm_XY.cubin) from indirect.cu with nvcc,
-# one per architecture, linked against the CUDA device runtime (cudadevrt).
+# Rebuilds the helper cubins (indirect_sm_XY.cubin) with nvcc, one per architecture: the
+# indirect-dispatch helper (indirect.cu) and the binding-table patch helper (bindings.cu) in one
+# module, linked against the CUDA device runtime (cudadevrt).
 #
 #   crates/command/kernels/build.sh [OUT_DIR]        # default: this directory
 #   ARCHS="90 100" crates/command/kernels/build.sh   # a subset
@@ -20,24 +21,39 @@ trap 'rm -rf "$work"' EXIT
 "$nvcc" --version | tail -n 2
 built=0
 for arch in $archs; do
-    obj="$work/indirect_sm_$arch.o"
     cubin="$out/indirect_sm_$arch.cubin"
     # Relocatable device code (the device runtime is a device library), then a device link
-    # that resolves it against cudadevrt into one self-contained cubin.
-    if ! "$nvcc" -arch="sm_$arch" -rdc=true -O3 -c "$here/indirect.cu" -o "$obj"; then
-        echo "sm_$arch: nvcc cannot compile for it, skipped" >&2
-        continue
-    fi
-    if ! "$nvcc" -arch="sm_$arch" -dlink -cubin "$obj" -lcudadevrt -o "$cubin"; then
-        # Older toolkits: link a relocatable cubin with nvlink directly.
-        rel="$work/indirect_sm_$arch.rel.cubin"
+    # that resolves both objects against cudadevrt into one self-contained cubin.
+    objs=()
+    for src in indirect bindings; do
+        obj="$work/${src}_sm_$arch.o"
+        if ! "$nvcc" -arch="sm_$arch" -rdc=true -O3 -c "$here/$src.cu" -o "$obj"; then
+            echo "sm_$arch: nvcc cannot compile $src.cu for it, skipped" >&2
+            continue 2
+        fi
+        objs+=("$obj")
+    done
+    if ! "$nvcc" -arch="sm_$arch" -dlink -cubin "${objs[@]}" -lcudadevrt -o "$cubin"; then
+        # Older toolkits: link relocatable cubins with nvlink directly.
+        rels=()
+        for src in indirect bindings; do
+            rel="$work/${src}_sm_$arch.rel.cubin"
+            "$nvcc" -arch="sm_$arch" -rdc=true -O3 -cubin "$here/$src.cu" -o "$rel"
+            rels+=("$rel")
+        done
         lib="$(dirname "$(command -v "$nvcc")")/../lib64"
-        "$nvcc" -arch="sm_$arch" -rdc=true -O3 -cubin "$here/indirect.cu" -o "$rel"
-        if ! nvlink -arch="sm_$arch" -L"$lib" -lcudadevrt "$rel" -o "$cubin"; then
+        if ! nvlink -arch="sm_$arch" -L"$lib" -lcudadevrt "${rels[@]}" -o "$cubin"; then
             echo "sm_$arch: device link failed" >&2
             exit 1
         fi
     fi
+    # Both helpers must be in the module cuhal loads.
+    for kernel in cuhal_indirect_apply cuhal_bindings_apply; do
+        if command -v cuobjdump >/dev/null && ! cuobjdump -elf "$cubin" | grep -q "$kernel"; then
+            echo "sm_$arch: $kernel missing from $cubin" >&2
+            exit 1
+        fi
+    done
     echo "sm_$arch: $(stat -c %s "$cubin") bytes -> $cubin"
     built=$((built + 1))
 done

@@ -8,18 +8,18 @@
 //!    `CUevent`, which the other runtime's stream waits on before copying from the exported
 //!    pointer;
 //! 3. a library call *inside* a command buffer: a cuBLAS SGEMM (libcublas.so.13, loaded at run
-//!    time when present) recorded as stream work into a graph command buffer between two fills.
+//!    time when present, by the bench's loader [`cuhal_bench::cublas`]) recorded as stream work
+//!    into a graph command buffer between two fills.
 //!
 //! The "other runtime" is plain driver calls. No step waits on the host between producer and
 //! consumer.
 //!
 //! ```text
-//! cargo run -p cuhal --example interop
+//! cargo run -p cuhal-bench --example interop
 //! ```
 //!
 //! Without a CUDA driver (or device) it says so and exits successfully.
 
-use std::ffi::{c_int, c_void};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,9 +29,8 @@ use cuhal::{
     CommandBuffer, DeviceOptions, Driver, ExportedBuffer, FillPattern, ForeignEvent, StreamWork,
     StreamWorkFn,
 };
-use cuhal_sys::{
-    CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUstream, DriverApi, Event, Stream, cu,
-};
+use cuhal_bench::cublas::Cublas;
+use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, DriverApi, Event, Stream, cu};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -177,7 +176,9 @@ fn gemm(device: &cuhal::Device, cublas: Arc<Cublas>) -> Result {
         device.create_buffer(bytes)?,
     );
     let workspace = device.create_buffer(32 << 20)?;
-    cublas.set_workspace(workspace.device_ptr(), workspace.len())?;
+    // SAFETY: the workspace is device memory that outlives every use of the handle (it is
+    // dropped after the last GEMM has completed, below).
+    unsafe { cublas.set_workspace(workspace.device_ptr(), workspace.len()) }?;
     // Warm cuBLAS up outside any capture (its first call may load modules, which capture
     // forbids), with a GEMM on the queue's own stream.
     let work: Arc<StreamWorkFn> = {
@@ -186,17 +187,25 @@ fn gemm(device: &cuhal::Device, cublas: Arc<Cublas>) -> Result {
             let [a, b, c] = on.ranges() else {
                 return Err("three ranges".into());
             };
-            cublas.sgemm(on.stream(), N, a.ptr, b.ptr, c.ptr)?;
+            // SAFETY: the three ranges are n x n floats of device memory the command buffer
+            // retains; `on.stream()` is a live stream of the device.
+            unsafe { cublas.sgemm(on.stream(), N, N, N, a.ptr, b.ptr, c.ptr) }?;
             Ok(())
         })
     };
-    cublas.sgemm(
-        q.stream(),
-        N,
-        a.device_ptr(),
-        b.device_ptr(),
-        c.device_ptr(),
-    )?;
+    // SAFETY: the buffers are n x n floats, alive until the queue is drained; the queue's
+    // stream is live.
+    unsafe {
+        cublas.sgemm(
+            q.stream(),
+            N,
+            N,
+            N,
+            a.device_ptr(),
+            b.device_ptr(),
+            c.device_ptr(),
+        )
+    }?;
 
     let mut cb = q.create_command_buffer()?;
     cb.fill(&a.whole(), FillPattern::U32(1.0f32.to_bits()))?;
@@ -229,108 +238,4 @@ fn check(buffer: &cuhal::Buffer, expected: u32, what: &str) -> Result {
         return Err(format!("{what}: wrong result").into());
     }
     Ok(())
-}
-
-/// Just enough of cuBLAS, loaded at run time.
-struct Cublas {
-    handle: *mut c_void,
-    set_stream: unsafe extern "C" fn(*mut c_void, CUstream) -> c_int,
-    set_workspace: unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> c_int,
-    #[allow(clippy::type_complexity)]
-    sgemm: unsafe extern "C" fn(
-        *mut c_void,
-        c_int,
-        c_int,
-        c_int,
-        c_int,
-        c_int,
-        *const f32,
-        *const f32,
-        c_int,
-        *const f32,
-        c_int,
-        *const f32,
-        *mut f32,
-        c_int,
-    ) -> c_int,
-    _library: libloading::Library,
-}
-
-// SAFETY: the example uses the handle from one thread at a time (recording, then the queue's
-// issuing thread, which never overlap here).
-unsafe impl Send for Cublas {}
-// SAFETY: as above.
-unsafe impl Sync for Cublas {}
-
-impl Cublas {
-    fn load() -> Result<Cublas> {
-        let paths = ["/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.13"];
-        let library = paths
-            .iter()
-            // SAFETY: loading cuBLAS runs its initializers, which have no preconditions.
-            .find_map(|p| unsafe { libloading::Library::new(p) }.ok())
-            .ok_or("libcublas.so.13 not found")?;
-        // SAFETY: the symbols' types are their declarations in cublas_api.h; the pointers are
-        // kept next to the library that holds them.
-        unsafe {
-            let create: libloading::Symbol<'_, unsafe extern "C" fn(*mut *mut c_void) -> c_int> =
-                library.get(b"cublasCreate_v2\0")?;
-            let mut handle = std::ptr::null_mut();
-            if create(&mut handle) != 0 {
-                return Err("cublasCreate_v2 failed".into());
-            }
-            Ok(Cublas {
-                handle,
-                set_stream: *library.get(b"cublasSetStream_v2\0")?,
-                set_workspace: *library.get(b"cublasSetWorkspace_v2\0")?,
-                sgemm: *library.get(b"cublasSgemm_v2\0")?,
-                _library: library,
-            })
-        }
-    }
-
-    fn set_workspace(&self, ptr: u64, bytes: usize) -> Result {
-        // SAFETY: `ptr` is `bytes` of device memory that outlives the handle's uses.
-        match unsafe { (self.set_workspace)(self.handle, ptr as *mut c_void, bytes) } {
-            0 => Ok(()),
-            s => Err(format!("cublasSetWorkspace_v2: status {s}").into()),
-        }
-    }
-
-    /// `C = A * B`, n x n, on `stream`.
-    fn sgemm(
-        &self,
-        stream: CUstream,
-        n: usize,
-        a: u64,
-        b: u64,
-        c: u64,
-    ) -> std::result::Result<(), String> {
-        let (alpha, beta, n) = (1.0f32, 0.0f32, n as c_int);
-        // SAFETY: the three pointers are n x n floats of live device memory (retained by the
-        // command buffer, or waited for); the stream is live.
-        let status = unsafe {
-            (self.set_stream)(self.handle, stream);
-            (self.sgemm)(
-                self.handle,
-                0,
-                0,
-                n,
-                n,
-                n,
-                &alpha,
-                a as *const f32,
-                n,
-                b as *const f32,
-                n,
-                &beta,
-                c as *mut f32,
-                n,
-            )
-        };
-        match status {
-            0 => Ok(()),
-            s => Err(format!("cublasSgemm_v2: status {s}")),
-        }
-    }
 }

@@ -79,7 +79,18 @@ fn check(call: &'static str, status: Status) -> Result<(), CublasError> {
 /// hold it.
 pub struct Cublas {
     api: Api,
-    handle: Mutex<Handle>,
+    handle: Mutex<Bound>,
+}
+
+/// The handle and what it is bound to.
+struct Bound {
+    handle: Handle,
+    /// The stream given to `cublasSetStream` last (`None`: never set).
+    stream: Option<CUstream>,
+    /// The caller's workspace (`cublasSetWorkspace`), applied again after every stream change:
+    /// `cublasSetStream` resets a handle to cuBLAS's default workspace pool, so without this
+    /// every GEMM after the first would run with a workspace of cuBLAS's choosing.
+    workspace: Option<(CUdeviceptr, usize)>,
 }
 
 // SAFETY: the handle is only used under the mutex, one thread at a time, which cuBLAS allows.
@@ -120,20 +131,28 @@ impl Cublas {
         check("cublasCreate_v2", unsafe { (api.create)(&mut handle) })?;
         Ok(Cublas {
             api,
-            handle: Mutex::new(handle),
+            handle: Mutex::new(Bound {
+                handle,
+                stream: None,
+                workspace: None,
+            }),
         })
     }
 
-    /// Gives the handle `bytes` of workspace at `ptr` (so captures never allocate).
+    /// Gives the handle `bytes` of workspace at `ptr` (so captures never allocate), for every
+    /// later call whatever its stream.
     ///
     /// # Safety
-    /// `[ptr, ptr + bytes)` is device memory that outlives every use of this handle.
+    /// `[ptr, ptr + bytes)` is device memory that outlives every use of this handle, and no two
+    /// GEMMs of this handle run at once (they would share it).
     pub unsafe fn set_workspace(&self, ptr: CUdeviceptr, bytes: usize) -> Result<(), CublasError> {
-        let handle = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bound = self.handle.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: guaranteed by the caller; the handle is live.
         check("cublasSetWorkspace_v2", unsafe {
-            (self.api.set_workspace)(*handle, ptr as *mut c_void, bytes)
-        })
+            (self.api.set_workspace)(bound.handle, ptr as *mut c_void, bytes)
+        })?;
+        bound.workspace = Some((ptr, bytes));
+        Ok(())
     }
 
     /// `C = A * B` in single precision, column-major, `A` m x k, `B` k x n, `C` m x n, enqueued
@@ -153,17 +172,33 @@ impl Cublas {
         b: CUdeviceptr,
         c: CUdeviceptr,
     ) -> Result<(), CublasError> {
-        let handle = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bound = self.handle.lock().unwrap_or_else(|e| e.into_inner());
         let (alpha, beta) = (1.0f32, 0.0f32);
         let (m, n, k) = (m as c_int, n as c_int, k as c_int);
+        if bound.stream != Some(stream) {
+            // SAFETY: a live handle; the caller vouches for the stream; the workspace was
+            // vouched for when it was set.
+            unsafe {
+                check(
+                    "cublasSetStream_v2",
+                    (self.api.set_stream)(bound.handle, stream),
+                )?;
+                if let Some((ptr, bytes)) = bound.workspace {
+                    check(
+                        "cublasSetWorkspace_v2",
+                        (self.api.set_workspace)(bound.handle, ptr as *mut c_void, bytes),
+                    )?;
+                }
+            }
+            bound.stream = Some(stream);
+        }
         // SAFETY: guaranteed by the caller; alpha and beta are host scalars read during the call
         // (host pointer mode: a capture records their values).
         unsafe {
-            check("cublasSetStream_v2", (self.api.set_stream)(*handle, stream))?;
             check(
                 "cublasSgemm_v2",
                 (self.api.sgemm)(
-                    *handle,
+                    bound.handle,
                     OP_N,
                     OP_N,
                     m,
@@ -185,7 +220,11 @@ impl Cublas {
 
 impl Drop for Cublas {
     fn drop(&mut self) {
-        let handle = *self.handle.get_mut().unwrap_or_else(|e| e.into_inner());
+        let handle = self
+            .handle
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .handle;
         // SAFETY: created in `load`, destroyed once; nothing uses it any more.
         let _ = unsafe { (self.api.destroy)(handle) };
     }

@@ -9,7 +9,7 @@
 //
 // Each patch is (device node, byte offset in the node's parameter buffer, 8-byte value). A block
 // stages up to blockDim.x patches in shared memory (one coalesced read of the host-mapped list),
-// then every thread applies its own with cudaGraphKernelNodeUpdatesApply; the block loops until
+// then every thread applies its own with cudaGraphKernelNodeSetParam; the block loops until
 // all `count` are applied. Launch with one block (any blockDim.x up to HELPER_MAX_THREADS).
 //
 // When every patch is applied, thread 0 writes 1 to `*done` (host-mapped): the host may then
@@ -53,13 +53,10 @@ extern "C" __global__ void __launch_bounds__(HELPER_MAX_THREADS) cuhal_bindings_
         if (threadIdx.x < step && i < count) {
             const CuhalBindingPatch patch = patches[i];
             values[threadIdx.x] = patch.value;
-            cudaGraphKernelNodeUpdate update;
-            update.node = patch.node;
-            update.field = cudaGraphKernelNodeFieldParam;
-            update.updateData.param.pValue = &values[threadIdx.x];
-            update.updateData.param.offset = patch.offset;
-            update.updateData.param.size = sizeof(unsigned long long);
-            const cudaError_t err = cudaGraphKernelNodeUpdatesApply(&update, 1);
+            // cudaGraphKernelNodeUpdate has no usable default constructor (its union holds a
+            // dim3), so the single-update form of the device runtime is used.
+            const cudaError_t err = cudaGraphKernelNodeSetParam(
+                patch.node, patch.offset, &values[threadIdx.x], sizeof(unsigned long long));
             if (err != cudaSuccess) {
                 atomicCAS(&failure, 0u, 2u + (unsigned int)err);
             }

@@ -48,8 +48,12 @@ for arch in $archs; do
         fi
     fi
     # Both helpers must be in the module cuhal loads.
+    # (The listing is read whole first: `grep -q` stops reading early, and under pipefail the
+    # writer's broken pipe would count as a missing kernel.)
+    elf=""
+    if command -v cuobjdump >/dev/null; then elf="$(cuobjdump -elf "$cubin")"; fi
     for kernel in cuhal_indirect_apply cuhal_bindings_apply; do
-        if command -v cuobjdump >/dev/null && ! cuobjdump -elf "$cubin" | grep -q "$kernel"; then
+        if [ -n "$elf" ] && ! grep -q "$kernel" <<<"$elf"; then
             echo "sm_$arch: $kernel missing from $cubin" >&2
             exit 1
         fi

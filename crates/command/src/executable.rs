@@ -52,6 +52,25 @@ impl Executable {
         })
     }
 
+    /// Loads a cubin once per context, under `key`, and keeps it loaded until the context is
+    /// released ([`PrimaryContext::resident_module`]); later calls for the same context and key
+    /// return the module already loaded (the image then only gives the parameter counts).
+    ///
+    /// For cuhal's own helper kernels: loading and unloading a module waits for all work running
+    /// in the context, so a module per command buffer would make recording and dropping wait.
+    pub fn load_cubin_resident(
+        context: &Arc<PrimaryContext>,
+        key: &'static str,
+        image: &[u8],
+    ) -> Result<Self, Error> {
+        check_image(image).map_err(|reason| Error::BadImage { reason })?;
+        let module = context.resident_module(key, |context| Module::load_cubin(context, image))?;
+        Ok(Self {
+            module: Arc::new(module),
+            parameter_counts: crate::param_count::image_parameter_counts(image).into(),
+        })
+    }
+
     /// The JIT's informational log from loading (register use and the like; may be empty).
     pub fn info_log(&self) -> &str {
         self.module.info_log()

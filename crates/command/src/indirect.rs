@@ -32,6 +32,9 @@ use crate::{Dispatch, Error, Executable, Function, KernelArgs};
 /// The helper kernel's name in its cubins.
 pub const INDIRECT_HELPER: &str = "cuhal_indirect_apply";
 
+/// The key of the helper module among the context's resident modules.
+const HELPER_MODULE: &str = "cuhal.helpers";
+
 /// A directory holding `indirect_sm_XY.cubin` files, looked at before the built-in cubins (for
 /// architectures this build of cuhal has none for; `kernels/build.sh` makes them).
 pub const INDIRECT_HELPER_DIR_ENV: &str = "CUHAL_INDIRECT_HELPER_DIR";
@@ -172,7 +175,10 @@ impl Indirect {
             context.attribute(cuhal_sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         );
         let image = helper_image(cc)?;
-        let helper = Executable::load_cubin(context, &image)?.function(INDIRECT_HELPER)?;
+        // Once per context: a module per command buffer would make recording and dropping wait for
+        // the context's running work (module load and unload do).
+        let helper = Executable::load_cubin_resident(context, HELPER_MODULE, &image)?
+            .function(INDIRECT_HELPER)?;
         let max = |a| context.attribute(a).map(|v| v.max(1) as u32);
         Ok(Self {
             helper,

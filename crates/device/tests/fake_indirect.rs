@@ -168,3 +168,85 @@ fn refusals(mode: CommandBufferMode) {
     done.wait(1, TIMEOUT).unwrap();
     assert_eq!(fake.launches("work"), 1);
 }
+
+#[test]
+fn the_helper_module_is_loaded_once_per_context_and_command_buffers_do_not_unload_it() {
+    modes(helper_once);
+}
+
+fn helper_once(mode: CommandBufferMode) {
+    helper_dir();
+    let (fake, _driver, device) = open(
+        &format!("indirect-once-{mode:?}").to_lowercase(),
+        DeviceOptions {
+            command_buffer_mode: mode,
+            ..queues(1)
+        },
+    );
+    let module = device.load_ptx(PTX).unwrap();
+    let work = module.function("work").unwrap();
+    let data = device.create_buffer(64).unwrap();
+    let counts = device.create_buffer(12).unwrap();
+    counts.write(0, &words([1, 1, 1])).unwrap();
+    let args = KernelArgs::new().with_range(&data.whole());
+    let loads = || fake.calls(cu_name!(cuModuleLoadDataEx));
+    let unloads = || fake.calls(cu_name!(cuModuleUnload));
+    let record = || {
+        let mut cb = device.queue(0).create_command_buffer().unwrap();
+        cb.dispatch_indirect(
+            &Dispatch::new(&work, [1, 1, 1], [32, 1, 1], &args),
+            &counts.whole(),
+        )
+        .unwrap();
+        cb.end().unwrap();
+        cb
+    };
+    let before = (loads(), unloads());
+    let first = record();
+    assert_eq!(
+        loads(),
+        before.0 + 1,
+        "the first indirect dispatch loads the helper"
+    );
+    let second = record();
+    let third = record();
+    assert_eq!(loads(), before.0 + 1, "later command buffers reuse it");
+    let done = device.create_semaphore(0);
+    let batch: Vec<Arc<dyn CommandBuffer>> = vec![Arc::from(second), Arc::from(third)];
+    let refs: Vec<&Arc<dyn CommandBuffer>> = batch.iter().collect();
+    device.queue(0).execute(&[], &[(&done, 1)], &refs).unwrap();
+    done.wait(1, TIMEOUT).unwrap();
+    settle(device.queue(0));
+    drop(refs);
+    drop((first, batch));
+    assert_eq!(
+        unloads(),
+        before.1,
+        "dropping command buffers unloads nothing"
+    );
+}
+
+#[test]
+fn a_resident_module_lives_as_long_as_its_context() {
+    use cuhal_command::Executable;
+    use cuhal_sys::PrimaryContext;
+    let (fake, driver) = load("indirect-resident");
+    let image = b".entry cuhal_indirect_apply(.param .u64 counts) { ret; }\0";
+    let context = PrimaryContext::retain(driver.api().clone(), 0).unwrap();
+    let loads = || fake.calls(cu_name!(cuModuleLoadDataEx));
+    let unloads = || fake.calls(cu_name!(cuModuleUnload));
+    let first = Executable::load_cubin_resident(&context, "test.helpers", image).unwrap();
+    let second = Executable::load_cubin_resident(&context, "test.helpers", image).unwrap();
+    assert_eq!(loads(), 1, "loaded once per context and key");
+    assert_eq!(first.raw(), second.raw());
+    let function = second.function("cuhal_indirect_apply").unwrap();
+    drop((first, second));
+    assert_eq!(unloads(), 0, "views leave the module loaded");
+    let other = Executable::load_cubin_resident(&context, "test.other", image).unwrap();
+    assert_eq!(loads(), 2, "another key is another module");
+    drop((other, function));
+    assert_eq!(fake.calls(cu_name!(cuDevicePrimaryCtxRelease)), 0);
+    drop(context);
+    assert_eq!(unloads(), 2, "both unloaded when the context is released");
+    assert_eq!(fake.calls(cu_name!(cuDevicePrimaryCtxRelease)), 1);
+}

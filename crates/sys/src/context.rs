@@ -1,10 +1,10 @@
 //! The primary context of a device, retained for as long as anything of cuhal's uses it.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::types::*;
-use crate::{DriverApi, Error};
+use crate::{DriverApi, Error, Module};
 
 /// A retained primary context (`cuDevicePrimaryCtxRetain`) and the driver table that owns it.
 ///
@@ -17,6 +17,16 @@ pub struct PrimaryContext {
     device: CUdevice,
     ordinal: i32,
     context: CUcontext,
+    /// Modules loaded once for the context's whole life ([`PrimaryContext::resident_module`]),
+    /// by key, with their JIT info logs; unloaded when the context is released.
+    resident: Mutex<Vec<Resident>>,
+}
+
+/// One module of [`PrimaryContext::resident_module`].
+struct Resident {
+    key: &'static str,
+    raw: CUmodule,
+    info_log: String,
 }
 
 // SAFETY: a CUcontext handle may be used from any thread (the driver synchronizes); the handle
@@ -40,6 +50,7 @@ impl PrimaryContext {
             device,
             ordinal,
             context,
+            resident: Mutex::new(Vec::new()),
         });
         drop(this.enter()?);
         Ok(this)
@@ -89,6 +100,33 @@ impl PrimaryContext {
             pushed: Some(self.api.clone()),
             _not_send: std::marker::PhantomData,
         })
+    }
+
+    /// The module stored under `key`, loaded by `load` at the first call for this context and
+    /// kept loaded until the context itself is released (the last `Arc` drops).
+    ///
+    /// For modules cuhal itself needs on every context that uses a feature (helper kernels):
+    /// loading and unloading a module waits for all work running in the context, so loading one
+    /// per command buffer would make recording and dropping wait for the device. The returned
+    /// [`Module`] is a view that does not unload on drop; it keeps the context (and so the
+    /// module) alive. Concurrent first calls load once: `load` runs under the cache's lock.
+    pub fn resident_module(
+        self: &Arc<Self>,
+        key: &'static str,
+        load: impl FnOnce(&Arc<Self>) -> Result<Module, Error>,
+    ) -> Result<Module, Error> {
+        let mut resident = self.resident.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(r) = resident.iter().find(|r| r.key == key) {
+            return Ok(Module::resident_view(self, r.raw, r.info_log.clone()));
+        }
+        let module = load(self)?;
+        let (raw, info_log) = module.into_resident();
+        resident.push(Resident {
+            key,
+            raw,
+            info_log: info_log.clone(),
+        });
+        Ok(Module::resident_view(self, raw, info_log))
     }
 
     /// The driver table.
@@ -147,6 +185,20 @@ impl Drop for ContextGuard {
 
 impl Drop for PrimaryContext {
     fn drop(&mut self) {
+        let resident = std::mem::take(
+            self.resident
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if !resident.is_empty()
+            && let Ok(_bound) = self.enter()
+        {
+            for r in resident {
+                // SAFETY: loaded by `resident_module`, unloaded once, here; every view of it
+                // held an `Arc` of this context, so none is left.
+                let _ = unsafe { crate::cu!(self.api, cuModuleUnload(r.raw)) };
+            }
+        }
         // The release can only fail on a deinitialized driver (process exit); nothing to do then.
         // SAFETY: balances the retain in `retain`.
         let _ = unsafe { (self.api.cuDevicePrimaryCtxRelease)(self.device) };

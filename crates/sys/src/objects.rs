@@ -250,11 +250,15 @@ impl fmt::Debug for Event {
 /// Bytes reserved for each of the JIT's logs.
 const JIT_LOG_BYTES: usize = 16 * 1024;
 
-/// A loaded module (`cuModuleLoadDataEx`), unloaded on drop, with the JIT's informational log.
+/// A loaded module (`cuModuleLoadDataEx`), unloaded on drop, with the JIT's informational log;
+/// or a view of a module the context keeps loaded ([`PrimaryContext::resident_module`]), which
+/// drop leaves loaded.
 pub struct Module {
     context: Arc<PrimaryContext>,
     raw: CUmodule,
     info_log: String,
+    /// Unloaded on drop (false for a view of a resident module).
+    owned: bool,
 }
 
 // SAFETY: a CUmodule may be used from any thread of its context; it is only read after load
@@ -354,7 +358,28 @@ impl Module {
             context: Arc::clone(context),
             raw,
             info_log,
+            owned: true,
         })
+    }
+
+    /// A view of `raw`, a module `context` keeps loaded.
+    pub(crate) fn resident_view(
+        context: &Arc<PrimaryContext>,
+        raw: CUmodule,
+        info_log: String,
+    ) -> Self {
+        Self {
+            context: Arc::clone(context),
+            raw,
+            info_log,
+            owned: false,
+        }
+    }
+
+    /// Hands the module over to its context: the handle and log, no longer unloaded on drop.
+    pub(crate) fn into_resident(mut self) -> (CUmodule, String) {
+        self.owned = false;
+        (self.raw, std::mem::take(&mut self.info_log))
     }
 
     /// The JIT's informational log from loading (register use and the like; may be empty).
@@ -394,6 +419,9 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         if let Ok(_bound) = self.context.enter() {
             // SAFETY: a live module, unloaded once; its owners keep it loaded until every
             // launch of its kernels was enqueued and whatever records them is gone.

@@ -132,16 +132,17 @@ pub fn cubin_parameter_counts(image: &[u8]) -> Option<ParameterCounts> {
     if shentsize < 0x40 {
         return None;
     }
+    // A section header: its name and the file bytes it spans. Only the sections read here
+    // (the name table and `.nv.info.*`) must lie inside the image: others, such as the
+    // `SHT_NOBITS` `.nv.shared.*` of every kernel with static shared memory, declare extents
+    // that have no bytes in the file.
     let section = |index: usize| -> Option<(u32, usize, usize)> {
         let at = shoff.checked_add(index.checked_mul(shentsize)?)?;
-        let name = u32_at(at)?;
-        let offset = u64_at(at + 0x18)?;
-        let size = u64_at(at + 0x20)?;
-        image.get(offset..offset.checked_add(size)?)?;
-        Some((name, offset, size))
+        Some((u32_at(at)?, u64_at(at + 0x18)?, u64_at(at + 0x20)?))
     };
+    let bytes = |offset: usize, size: usize| image.get(offset..offset.checked_add(size)?);
     let (_, strtab, strtab_size) = section(shstrndx)?;
-    let names = image.get(strtab..strtab + strtab_size)?;
+    let names = bytes(strtab, strtab_size)?;
     let mut counts = Vec::new();
     for index in 0..shnum {
         let (name, offset, size) = section(index)?;
@@ -151,7 +152,7 @@ pub fn cubin_parameter_counts(image: &[u8]) -> Option<ParameterCounts> {
             continue;
         };
         let kernel = std::str::from_utf8(kernel).ok()?.to_owned();
-        let records = &image[offset..offset + size];
+        let records = bytes(offset, size)?;
         let mut count = 0usize;
         let mut at = 0usize;
         while at < records.len() {
@@ -214,24 +215,33 @@ mod tests {
     }
 
     #[test]
-    fn the_indirect_helper_cubins_have_ten_parameters() {
+    fn the_helper_cubins_list_both_helpers_with_their_parameters() {
         // `cuhal_indirect_apply(counts, node, max_x, max_y, max_z, cluster_x, cluster_y,
-        // cluster_z, status, index)` in kernels/indirect.cu.
+        // cluster_z, status, index)` in kernels/indirect.cu and
+        // `cuhal_bindings_apply(patches, count, done)` in kernels/bindings.cu; the latter has
+        // static shared memory, so its cubin carries a `.nv.shared.*` section with no file bytes.
         for (arch, image) in crate::indirect::BUILT_IN {
-            let counts = cubin_parameter_counts(image).expect("an ELF image");
+            let mut counts = cubin_parameter_counts(image).expect("an ELF image");
+            counts.sort();
             assert_eq!(
                 counts,
-                vec![("cuhal_indirect_apply".to_owned(), 10)],
+                vec![
+                    ("cuhal_bindings_apply".to_owned(), 3),
+                    ("cuhal_indirect_apply".to_owned(), 10)
+                ],
                 "sm_{arch}"
             );
-            assert_eq!(image_parameter_counts(image), counts);
+            let mut read = image_parameter_counts(image);
+            read.sort();
+            assert_eq!(read, counts);
         }
     }
 
-    /// A minimal ELF: null section, `.shstrtab`, and `.nv.info.k` with three records (a
-    /// non-parameter one, then parameters 1 and 0 out of order).
+    /// A minimal ELF: null section, `.shstrtab`, `.nv.info.k` with the given records, and a
+    /// `SHT_NOBITS` `.nv.shared.k` whose extent lies past the end of the file (as static shared
+    /// memory's section does in a real cubin).
     fn minimal_elf(info: &[u8]) -> Vec<u8> {
-        let strtab = b"\0.shstrtab\0.nv.info.k\0";
+        let strtab = b"\0.shstrtab\0.nv.info.k\0.nv.shared.k\0";
         let mut image = vec![0u8; 0x40];
         image[..6].copy_from_slice(b"\x7fELF\x02\x01");
         let strtab_at = image.len();
@@ -241,7 +251,7 @@ mod tests {
         let shoff = image.len();
         image[0x28..0x30].copy_from_slice(&(shoff as u64).to_le_bytes());
         image[0x3a..0x3c].copy_from_slice(&0x40u16.to_le_bytes());
-        image[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        image[0x3c..0x3e].copy_from_slice(&4u16.to_le_bytes());
         image[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
         let header = |name: u32, offset: usize, size: usize| {
             let mut h = vec![0u8; 0x40];
@@ -253,6 +263,10 @@ mod tests {
         image.extend(header(0, 0, 0));
         image.extend(header(1, strtab_at, strtab.len()));
         image.extend(header(11, info_at, info.len()));
+        let end = image.len() + 0x40;
+        let mut shared = header(22, end, 0x1000);
+        shared[4..8].copy_from_slice(&8u32.to_le_bytes()); // SHT_NOBITS
+        image.extend(shared);
         image
     }
 

@@ -24,6 +24,9 @@ use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, Event, PrimaryContext};
 use crate::error::Error;
 use crate::lost::Lost;
 
+/// The fewest events a pool creates when it runs out.
+const MIN_GROWTH: usize = 16;
+
 /// One event of the pool, at a fixed address for the pool's lifetime.
 struct Slot {
     event: Event,
@@ -99,25 +102,53 @@ impl TimepointEventPool {
         Ok(CudaEvent { slot })
     }
 
+    /// Creates events when none is free: as many as the pool holds already (at least
+    /// [`MIN_GROWTH`]), one handed out at once and the rest put on the free list. Growing by
+    /// doubling makes growth rare (a handful of times over a pool's life, however the number in
+    /// flight creeps up), so a steady state that reaches a new high-water mark now and then does
+    /// not allocate (and create an event) at each new mark.
     #[cold]
     fn grow(&self) -> Result<NonNull<Slot>, Error> {
         let shared = &self.shared;
-        let event = Event::new(&shared.context, shared.flags)?;
-        let slot = NonNull::from(Box::leak(Box::new(Slot {
-            event,
-            // The grown slot is handed out at once, with this first handle.
-            handles: HandleCount::new(),
-            pool: Arc::as_ptr(shared),
-        })));
+        let count = shared
+            .all
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+            .max(MIN_GROWTH);
+        let first = self.create_slot()?;
+        let mut spare = Vec::with_capacity(count - 1);
+        for _ in 1..count {
+            match self.create_slot() {
+                Ok(slot) => spare.push(slot),
+                // The one handed out is enough for now; the next miss tries again.
+                Err(_) => break,
+            }
+        }
         let mut all = shared.all.lock().unwrap_or_else(PoisonError::into_inner);
-        all.push(slot);
+        all.push(first);
+        all.extend_from_slice(&spare);
         // Keep the free list able to hold every slot, so releasing never allocates.
         let capacity = all.len();
         drop(all);
         shared.free.reserve_total(capacity);
-        // SAFETY: the slot was just leaked above and nothing else refers to it yet.
-        unsafe { slot.as_ref() }.handles.clone_handle();
-        Ok(slot)
+        for slot in spare {
+            shared.free.add_new(slot);
+        }
+        // SAFETY: the slot was just created and nothing else refers to it yet.
+        unsafe { first.as_ref() }.handles.clone_handle();
+        Ok(first)
+    }
+
+    /// Creates one event in a slot of its own, at a fixed address until the pool drops.
+    fn create_slot(&self) -> Result<NonNull<Slot>, Error> {
+        let shared = &self.shared;
+        let event = Event::new(&shared.context, shared.flags)?;
+        Ok(NonNull::from(Box::leak(Box::new(Slot {
+            event,
+            handles: HandleCount::new(),
+            pool: Arc::as_ptr(shared),
+        }))))
     }
 
     /// Whether `event` is one of this pool's: for a queue's pool, an event recorded on the

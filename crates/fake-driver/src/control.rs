@@ -164,6 +164,24 @@ pub extern "C" fn cuhal_fake_set_device_count(count: c_int) {
     state().device_count = count.max(0);
 }
 
+/// Sets how long device work takes on the model clock (see [`crate::stream::Timing`]): each
+/// kernel or graph launch keeps its stream busy `launch_ns`, and a stream that waits for an event
+/// not yet complete goes on `cross_stream_ns` after it. Zero and zero: synchronous (the default).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuhal_fake_set_timing(launch_ns: u64, cross_stream_ns: u64) {
+    world().timing = crate::stream::Timing {
+        launch: std::time::Duration::from_nanos(launch_ns),
+        cross_stream: std::time::Duration::from_nanos(cross_stream_ns),
+    };
+}
+
+/// Completes all work now: every recorded event is complete and every stream idle, whatever
+/// the timing set by [`cuhal_fake_set_timing`] said.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuhal_fake_finish_work() {
+    world().finish_work();
+}
+
 /// How many times `name` was requested through either resolver. The last request's
 /// resolver (1 or 2), CUDA version and flags are written through the non-null out-pointers.
 ///

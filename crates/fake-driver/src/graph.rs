@@ -220,7 +220,7 @@ impl World {
                 }
             }
             Op::Empty => {}
-            Op::EventRecord { event } => self.record(event)?,
+            Op::EventRecord { event } => self.record(event, std::time::Instant::now())?,
             Op::EventWait { event } => lookup(&self.events, event).map(drop)?,
             Op::IndirectApply(_) => return Err(status::INVALID_VALUE),
             Op::Child(ref ops) => {
@@ -1011,6 +1011,9 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> c_int {
         if let Some(exec) = world.execs.get_mut(&exec.addr()) {
             exec.order = order;
             exec.disabled = disabled;
+        }
+        if result.is_ok() && !world.is_capturing(stream) {
+            world.occupy(stream);
         }
         result
     })

@@ -59,6 +59,8 @@ struct Controls {
     counts: unsafe extern "C" fn(*mut Counts) -> c_int,
     set_driver_version: extern "C" fn(c_int),
     set_device_count: extern "C" fn(c_int),
+    set_timing: extern "C" fn(u64, u64),
+    finish_work: extern "C" fn(),
 }
 
 /// A private copy of the fake driver, loaded and steerable. Dropping it deletes the copy
@@ -131,6 +133,8 @@ impl FakeDriver {
                 set_device_count: *library
                     .get(b"cuhal_fake_set_device_count\0")
                     .map_err(load)?,
+                set_timing: *library.get(b"cuhal_fake_set_timing\0").map_err(load)?,
+                finish_work: *library.get(b"cuhal_fake_finish_work\0").map_err(load)?,
             }
         };
         Ok(Self {
@@ -207,6 +211,22 @@ impl FakeDriver {
     /// Sets the number of devices.
     pub fn set_device_count(&self, count: i32) {
         (self.controls.set_device_count)(count);
+    }
+
+    /// Makes device work take time on the model clock (see [`crate::stream::Timing`]): each
+    /// kernel or graph launch keeps its stream busy for `launch`; a stream that waits on the
+    /// device for an event not yet complete goes on `cross_stream` after it. Events then
+    /// complete after they are recorded, as on a GPU. Zero and zero: synchronous again.
+    pub fn set_timing(&self, launch: std::time::Duration, cross_stream: std::time::Duration) {
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        (self.controls.set_timing)(ns(launch), ns(cross_stream));
+    }
+
+    /// Completes all work now (every recorded event complete, every stream idle), whatever the
+    /// timing said: with a long [`set_timing`](Self::set_timing) launch, work stays in flight
+    /// until this.
+    pub fn finish_work(&self) {
+        (self.controls.finish_work)();
     }
 }
 

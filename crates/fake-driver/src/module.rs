@@ -683,6 +683,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             world.run_call(call)?;
         }
         *world.launches.entry(name).or_insert(0) += 1;
+        world.occupy(stream);
         Ok(())
     })
 }

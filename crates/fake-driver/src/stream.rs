@@ -3,6 +3,14 @@
 //! Work runs when it is enqueued, in call order, so a stream is always idle, an event is
 //! complete as soon as it is recorded, and waits return at once. An event remembers the
 //! monotonic time of its last record, which `cuEventElapsedTime` reports.
+//!
+//! Unless the instance is given a [`Timing`]: then each kernel launch and graph launch keeps its
+//! stream busy for a while on a model clock (the work itself still runs at once), an event
+//! completes when the work recorded before it would have, a device wait on an event that is
+//! not complete holds the waiting stream until it is (plus a cross-stream gap), and
+//! `cuEventQuery` says `CUDA_ERROR_NOT_READY` until then, while `cuEventSynchronize` and
+//! `cuStreamSynchronize` sleep until then. This is what host-side cost measurements of a
+//! scheduler need from a GPU: completions that come later than submissions.
 // Functions carry the driver's names so a reader can match them to cuda.h.
 #![allow(non_snake_case)]
 
@@ -33,6 +41,8 @@ const EVENT_FLAGS: c_uint = 0x7;
 #[derive(Debug)]
 pub(crate) struct Stream {
     pub device: i32,
+    /// Under a [`Timing`]: when the work enqueued so far would be done.
+    pub busy_until: Option<Instant>,
     /// The capture under way on this stream, if any.
     pub capture: Option<Capture>,
 }
@@ -60,6 +70,21 @@ pub(crate) struct Event {
     pub flags: c_uint,
     /// When it was last recorded.
     pub recorded: Option<Instant>,
+    /// When the work recorded before it completes (later than `recorded` only under a
+    /// [`Timing`]).
+    pub complete_at: Option<Instant>,
+}
+
+/// How long device work takes on the model clock (see the module's documentation). Zero
+/// durations (the default) keep the fake synchronous.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// How long each kernel launch (`cuLaunchKernel`) or graph launch (`cuGraphLaunch`) keeps its
+    /// stream busy.
+    pub launch: std::time::Duration,
+    /// How much later than the event a stream that waited for a not yet complete event
+    /// (`cuStreamWaitEvent`) can go on: the GPU's cross-stream dependency gap.
+    pub cross_stream: std::time::Duration,
 }
 
 /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`.
@@ -151,10 +176,52 @@ impl World {
         }
     }
 
-    /// Records `event` now (on any stream: every stream is idle).
-    pub fn record(&mut self, event: usize) -> Result<(), c_int> {
-        lookup_mut(&mut self.events, event)?.recorded = Some(Instant::now());
+    /// Records `event` now, complete at `complete_at` (now, unless a [`Timing`] keeps the
+    /// stream it is recorded on busy).
+    pub fn record(&mut self, event: usize, complete_at: Instant) -> Result<(), c_int> {
+        let event = lookup_mut(&mut self.events, event)?;
+        event.recorded = Some(Instant::now());
+        event.complete_at = Some(complete_at);
         Ok(())
+    }
+
+    /// When the work enqueued on `stream` so far completes on the model clock: now for the
+    /// null, legacy and per-thread streams and without a [`Timing`].
+    pub fn stream_done_at(&self, stream: CUstream) -> Instant {
+        let now = Instant::now();
+        self.streams
+            .get(&stream.addr())
+            .and_then(|s| s.busy_until)
+            .map_or(now, |t| t.max(now))
+    }
+
+    /// A launch on `stream` (not capturing): under a [`Timing`], the stream is busy for one
+    /// more launch.
+    pub fn occupy(&mut self, stream: CUstream) {
+        let launch = self.timing.launch;
+        if launch.is_zero() {
+            return;
+        }
+        let start = self.stream_done_at(stream);
+        if let Some(s) = self.streams.get_mut(&stream.addr()) {
+            s.busy_until = Some(start + launch);
+        }
+    }
+
+    /// `stream` waits on the device for `event`: under a [`Timing`], it is busy until the event
+    /// completes plus the cross-stream gap, if the event is not complete yet.
+    fn wait_on_device(&mut self, stream: CUstream, event: usize) {
+        let Some(complete_at) = self.events.get(&event).and_then(|e| e.complete_at) else {
+            return;
+        };
+        let now = Instant::now();
+        if complete_at <= now {
+            return;
+        }
+        let ready = complete_at + self.timing.cross_stream;
+        if let Some(s) = self.streams.get_mut(&stream.addr()) {
+            s.busy_until = Some(s.busy_until.map_or(ready, |t| t.max(ready)));
+        }
     }
 }
 
@@ -171,6 +238,7 @@ unsafe fn create_stream(name: &'static str, out: *mut CUstream, flags: c_uint) -
             stream,
             Stream {
                 device,
+                busy_until: None,
                 capture: None,
             },
         );
@@ -220,9 +288,15 @@ pub extern "C" fn cuStreamDestroy(stream: CUstream) -> c_int {
 /// capture, as in CUDA.
 pub extern "C" fn cuStreamSynchronize(stream: CUstream) -> c_int {
     entry("cuStreamSynchronize", || {
-        let mut world = world();
-        world.stream_device(stream)?;
-        world.forbid_while_capturing(stream)
+        let done_at = {
+            let mut world = world();
+            world.stream_device(stream)?;
+            world.forbid_while_capturing(stream)?;
+            world.stream_done_at(stream)
+        };
+        // Under a `Timing`, the stream's work is done then; the lock is not held meanwhile.
+        sleep_until(Some(done_at), || Some(world().stream_done_at(stream)));
+        Ok(())
     })
 }
 
@@ -253,7 +327,9 @@ pub extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_u
             world.invalidate_capture(stream);
             return Err(STREAM_CAPTURE_ISOLATION);
         }
-        world.captured(stream, || crate::graph::Op::EventWait { event })?;
+        if !world.captured(stream, || crate::graph::Op::EventWait { event })? {
+            world.wait_on_device(stream, event);
+        }
         Ok(())
     })
 }
@@ -309,6 +385,7 @@ pub unsafe extern "C" fn cuEventCreate(out: *mut CUevent, flags: c_uint) -> c_in
                 device,
                 flags,
                 recorded: None,
+                complete_at: None,
             },
         );
         // SAFETY: forwarded caller contract (checked non-null above).
@@ -342,22 +419,63 @@ fn record_on(event: CUevent, stream: CUstream) -> Result<(), c_int> {
     if world.captured(stream, || crate::graph::Op::EventRecord { event })? {
         return Ok(());
     }
-    world.record(event)
+    let complete_at = world.stream_done_at(stream);
+    world.record(event, complete_at)
 }
 
 /// `CUresult cuEventQuery(CUevent hEvent)`: complete, recorded or not (as the real driver
-/// says of an event never recorded).
+/// says of an event never recorded), unless a [`Timing`] still runs the work before it:
+/// `CUDA_ERROR_NOT_READY` then.
 pub extern "C" fn cuEventQuery(event: CUevent) -> c_int {
     entry("cuEventQuery", || {
-        lookup(&world().events, id(event)?).map(drop)
+        let complete_at = lookup(&world().events, id(event)?)?.complete_at;
+        ensure(
+            complete_at.is_none_or(|t| t <= Instant::now()),
+            status::NOT_READY,
+        )
     })
 }
 
-/// `CUresult cuEventSynchronize(CUevent hEvent)`: returns at once.
+/// `CUresult cuEventSynchronize(CUevent hEvent)`: returns at once, or (under a [`Timing`]) once
+/// the work before the event is done, sleeping without the fake's lock meanwhile.
 pub extern "C" fn cuEventSynchronize(event: CUevent) -> c_int {
     entry("cuEventSynchronize", || {
-        lookup(&world().events, id(event)?).map(drop)
+        let event = id(event)?;
+        let complete_at = lookup(&world().events, event)?.complete_at;
+        sleep_until(complete_at, || {
+            world().events.get(&event).and_then(|e| e.complete_at)
+        });
+        Ok(())
     })
+}
+
+/// Sleeps until `at` (model-clock completions), if it is still ahead, in short steps that
+/// re-read the model clock through `again`, so that [`World::finish_work`] ends the sleep.
+fn sleep_until(mut at: Option<Instant>, again: impl Fn() -> Option<Instant>) {
+    const STEP: std::time::Duration = std::time::Duration::from_micros(200);
+    while let Some(until) = at {
+        let now = Instant::now();
+        if until <= now {
+            return;
+        }
+        std::thread::sleep((until - now).min(STEP));
+        at = again();
+    }
+}
+
+impl World {
+    /// Completes every event and idles every stream now, whatever the [`Timing`] said.
+    pub fn finish_work(&mut self) {
+        let now = Instant::now();
+        for event in self.events.values_mut() {
+            if let Some(at) = event.complete_at.as_mut() {
+                *at = (*at).min(now);
+            }
+        }
+        for stream in self.streams.values_mut() {
+            stream.busy_until = None;
+        }
+    }
 }
 
 /// `CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)`: the

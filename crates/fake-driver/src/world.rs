@@ -49,6 +49,8 @@ pub(crate) struct World {
     pub launches: HashMap<String, u64>,
     /// Programmatic edges added to graphs (`cuGraphAddDependencies_v2`).
     pub programmatic_edges: u64,
+    /// How long device work takes on the model clock (zero: synchronous).
+    pub timing: crate::stream::Timing,
 }
 
 impl World {

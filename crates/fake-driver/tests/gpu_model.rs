@@ -378,3 +378,85 @@ fn faults_hit_exactly_the_calls_they_name() {
         "CUDA_ERROR_ILLEGAL_ADDRESS"
     );
 }
+
+#[test]
+fn timed_work_completes_later_on_the_model_clock() {
+    let gpu = Gpu::new("timing");
+    let api = gpu.api();
+    let text = CString::new(".visible .entry k() {}").unwrap();
+    let (mut module, mut k): (CUmodule, CUfunction) = (null_mut(), null_mut());
+    let (mut s1, mut s2): (CUstream, CUstream) = (null_mut(), null_mut());
+    let (mut e1, mut e2, mut e0): (CUevent, CUevent, CUevent) =
+        (null_mut(), null_mut(), null_mut());
+    let launch = |k: CUfunction, stream: CUstream| {
+        // SAFETY: a live function and stream; no parameters.
+        let r =
+            unsafe { (api.cuLaunchKernel)(k, 1, 1, 1, 1, 1, 1, 0, stream, null_mut(), null_mut()) };
+        assert_eq!(r, CUresult::SUCCESS);
+    };
+    // SAFETY: valid out-pointers and live handles throughout.
+    unsafe {
+        assert_eq!(
+            (api.cuModuleLoadData)(&mut module, text.as_ptr().cast()),
+            CUresult::SUCCESS
+        );
+        let name = CString::new("k").unwrap();
+        assert_eq!(
+            (api.cuModuleGetFunction)(&mut k, module, name.as_ptr()),
+            CUresult::SUCCESS
+        );
+        for stream in [&mut s1, &mut s2] {
+            assert_eq!((api.cuStreamCreate)(stream, 1), CUresult::SUCCESS);
+        }
+        for event in [&mut e1, &mut e2, &mut e0] {
+            assert_eq!(
+                (api.cuEventCreate)(event, CU_EVENT_DISABLE_TIMING),
+                CUresult::SUCCESS
+            );
+        }
+        // An hour per launch: nothing completes until `finish_work`.
+        gpu.fake.set_timing(
+            std::time::Duration::from_secs(3600),
+            std::time::Duration::ZERO,
+        );
+        launch(k, s1);
+        assert_eq!((api.cuEventRecord)(e1, s1), CUresult::SUCCESS);
+        assert_eq!((api.cuEventQuery)(e1), CUresult::ERROR_NOT_READY);
+        // s2 waits for e1 on the device: its own later work is not done either.
+        assert_eq!((api.cuStreamWaitEvent)(s2, e1, 0), CUresult::SUCCESS);
+        assert_eq!((api.cuEventRecord)(e2, s2), CUresult::SUCCESS);
+        assert_eq!((api.cuEventQuery)(e2), CUresult::ERROR_NOT_READY);
+        // The null stream has nothing of the model's in it.
+        assert_eq!((api.cuEventRecord)(e0, null_mut()), CUresult::SUCCESS);
+        assert_eq!((api.cuEventQuery)(e0), CUresult::SUCCESS);
+        gpu.fake.finish_work();
+        assert_eq!((api.cuEventQuery)(e1), CUresult::SUCCESS);
+        assert_eq!((api.cuEventQuery)(e2), CUresult::SUCCESS);
+
+        // Two launches of 20 ms: a synchronize returns once both are done.
+        gpu.fake.set_timing(
+            std::time::Duration::from_millis(20),
+            std::time::Duration::ZERO,
+        );
+        let start = std::time::Instant::now();
+        launch(k, s1);
+        launch(k, s1);
+        assert_eq!((api.cuEventRecord)(e1, s1), CUresult::SUCCESS);
+        assert_eq!((api.cuEventQuery)(e1), CUresult::ERROR_NOT_READY);
+        assert_eq!((api.cuEventSynchronize)(e1), CUresult::SUCCESS);
+        assert!(start.elapsed() >= std::time::Duration::from_millis(40));
+        assert_eq!((api.cuEventQuery)(e1), CUresult::SUCCESS);
+        launch(k, s2);
+        assert_eq!((api.cuStreamSynchronize)(s2), CUresult::SUCCESS);
+        assert!(start.elapsed() >= std::time::Duration::from_millis(60));
+        gpu.fake
+            .set_timing(std::time::Duration::ZERO, std::time::Duration::ZERO);
+        for event in [e1, e2, e0] {
+            assert_eq!((api.cuEventDestroy)(event), CUresult::SUCCESS);
+        }
+        for stream in [s1, s2] {
+            assert_eq!((api.cuStreamDestroy)(stream), CUresult::SUCCESS);
+        }
+        assert_eq!((api.cuModuleUnload)(module), CUresult::SUCCESS);
+    }
+}

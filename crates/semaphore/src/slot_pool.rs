@@ -96,6 +96,12 @@ impl<T> FreeList<T> {
         true
     }
 
+    /// Puts a slot that was never handed out (no handles) on the free list: a pool that
+    /// creates several slots at once keeps the spare ones here.
+    pub fn add_new(&self, slot: T) {
+        self.lock().push(slot);
+    }
+
     /// Makes room for `total` free slots, so that giving slots back never allocates; called when
     /// the pool grows.
     pub fn reserve_total(&self, total: usize) {

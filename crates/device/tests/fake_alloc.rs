@@ -1,0 +1,174 @@
+//! No heap allocation per submission in steady state, end to end through the device crate, with
+//! completions that come later than submissions (the fake's model clock), as bench case 1 runs
+//! them: chained submissions (each waits for the one before and signals the next value) on one
+//! queue and alternating between two, the host waiting every `BATCH`. A counting global allocator
+//! sees every thread of the process (submitter, workers, completion threads), so an allocation a
+//! submission causes anywhere counts. Its own test binary, so nothing else allocates while it
+//! counts; the forms run one after the other in one test, and the tests one at a time
+//! (`SERIAL`), for the same reason.
+
+mod fake_support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use cuhal::{CommandBuffer, Device, FillPattern};
+use fake_support::*;
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through it).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: as for `dealloc`; the caller upholds `realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Held by each test: one counts at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Submissions counted.
+const COUNTED: u64 = 100_000;
+/// The host waits for the chain every this many submissions, as bench case 1 does.
+const BATCH: u64 = 200;
+/// Batches warming the queues up, on a slow model GPU so that as many submissions are in flight
+/// as the counted phase ever has (pools, lists and their capacities grow here).
+const WARM_BATCHES: u64 = 3;
+
+/// A one-fill graph command buffer of queue `q`.
+fn command_buffer(device: &Device, q: usize) -> Arc<dyn CommandBuffer> {
+    let buffer = device.create_buffer(256).unwrap();
+    let mut cb = device.queue(q).create_command_buffer().unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U32(5)).unwrap();
+    cb.end().unwrap();
+    Arc::from(cb)
+}
+
+/// Waits until every queue of `device` has retired everything submitted to it. The counted
+/// phase waits for this every batch, so that no more than a batch is ever in flight: a completion
+/// side that falls behind (this machine's cores are shared) would otherwise hold more actions and
+/// events than warm-up ever saw, and growing to hold them is not a per-submission cost.
+fn retired(device: &Device, queues: usize) {
+    for q in 0..queues {
+        settle(device.queue(q));
+    }
+}
+
+/// Chained submissions over `queues` queues (round robin): warm-up batches on a slow model GPU,
+/// then `COUNTED` on a fast one; returns the allocations the counted ones made.
+fn chained(fake: &cuhal_fake_driver::harness::FakeDriver, device: &Device, queues: usize) -> u64 {
+    let cbs: Vec<_> = (0..queues).map(|q| command_buffer(device, q)).collect();
+    let semaphore = device.create_semaphore(0);
+    let warm = WARM_BATCHES * BATCH;
+    // Slow work: every submission of a batch is in flight before the first completes.
+    fake.set_timing(Duration::from_micros(500), Duration::from_micros(2));
+    for i in 0..warm + COUNTED {
+        if i == warm {
+            retired(device, queues);
+            // Work takes time, so completions lag behind submissions as on a GPU.
+            fake.set_timing(Duration::from_micros(3), Duration::from_micros(2));
+            ALLOCATIONS.store(0, Ordering::Relaxed);
+            COUNTING.store(true, Ordering::Relaxed);
+        }
+        let q = i as usize % queues;
+        device
+            .queue(q)
+            .execute(&[(&semaphore, i)], &[(&semaphore, i + 1)], &[&cbs[q]])
+            .unwrap();
+        if (i + 1) % BATCH == 0 {
+            wait(&semaphore, i + 1);
+            retired(device, queues);
+        }
+    }
+    wait(&semaphore, warm + COUNTED);
+    retired(device, queues);
+    COUNTING.store(false, Ordering::Relaxed);
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// Chained submissions on one queue whose in-flight high-water mark creeps up by one each batch
+/// (all of a batch is held in flight, then completed), as a completion side that sometimes
+/// lags a little more than ever before makes it: warm-up reaches `from` in flight, the counted
+/// batches `from + 1` to `to`. Returns the allocations the counted batches made.
+fn creeping(
+    fake: &cuhal_fake_driver::harness::FakeDriver,
+    device: &Device,
+    from: u64,
+    to: u64,
+) -> u64 {
+    let cb = command_buffer(device, 0);
+    let semaphore = device.create_semaphore(0);
+    let queue = device.queue(0);
+    // Nothing completes until `finish_work`.
+    fake.set_timing(Duration::from_secs(3600), Duration::ZERO);
+    let mut value = 0;
+    for size in std::iter::once(from).chain(from + 1..=to) {
+        if size == from + 1 {
+            ALLOCATIONS.store(0, Ordering::Relaxed);
+            COUNTING.store(true, Ordering::Relaxed);
+        }
+        for _ in 0..size {
+            queue
+                .execute(&[(&semaphore, value)], &[(&semaphore, value + 1)], &[&cb])
+                .unwrap();
+            value += 1;
+        }
+        fake.finish_work();
+        wait(&semaphore, value);
+        retired(device, 1);
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    fake.set_timing(Duration::ZERO, Duration::ZERO);
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+#[test]
+fn chained_submissions_allocate_nothing_once_warm() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (fake, _driver, device) = open("alloc", queues(2));
+    let same = chained(&fake, &device, 1);
+    let across = chained(&fake, &device, 2);
+    assert_eq!(
+        (same, across),
+        (0, 0),
+        "allocations over {COUNTED} chained submissions (same queue, across queues)"
+    );
+}
+
+/// A high-water mark that creeps up (here from 130 to 250 actions and events in flight) is met
+/// by capacity grown ahead, not by an allocation at each new mark.
+#[test]
+fn a_creeping_high_water_mark_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (fake, _driver, device) = open("alloc-creep", queues(1));
+    let allocations = creeping(&fake, &device, 130, 250);
+    assert_eq!(
+        allocations, 0,
+        "allocations while the in-flight high-water mark crept from 130 to 250"
+    );
+}

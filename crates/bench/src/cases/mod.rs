@@ -6,6 +6,7 @@ pub mod chain;
 pub mod dependency;
 pub mod library;
 pub mod pdl;
+pub mod raw_cupti;
 pub mod replay;
 pub mod round_trip;
 pub mod scheduler;

@@ -165,7 +165,7 @@ pub fn floors(env: &Env<'_>) -> Result<Floors> {
     let n = env.scaled(REPLAYS);
     let warm = env.scaled(50);
     progress(&format!("case 4 (replay): graph floor, {n} replays"));
-    let mut graph = graph_floor(env, warm, n)?;
+    let mut graph = graph_floor_with(env, warm, n, || Ok(()))?;
     progress(&format!("case 4 (replay): stream floor, {n} replays"));
     let mut stream = stream_floor(env, warm, n)?;
     Ok(Floors {
@@ -174,7 +174,14 @@ pub fn floors(env: &Env<'_>) -> Result<Floors> {
     })
 }
 
-fn graph_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
+/// The graph floor's samples: `cuGraphLaunch` of the 100-node chain, record, sync, then `after`
+/// (inside the timed span: case 6 uses it to add a CUPTI flush per replay).
+pub fn graph_floor_with(
+    env: &Env<'_>,
+    warm: usize,
+    n: usize,
+    mut after: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
     let gpu = env.gpu;
     let api = gpu.api();
     let clock = env.clock;
@@ -194,6 +201,7 @@ fn graph_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
         // SAFETY: a live executable graph and stream.
         unsafe { cu!(api, cuGraphLaunch(exec.raw(), stream.raw())) }?;
         event.record_and_synchronize(&stream)?;
+        after()?;
         let t1 = clock.now_ns();
         if i >= warm {
             samples.push((t1 - t0) as f64);

@@ -4,11 +4,19 @@
 //! here is cuhal untraced. Goals: COARSE at most 1.03x and FINE at most 1.2x the untraced
 //! replay; the notes say where FINE got its times (CUPTI activity records, or events when CUPTI
 //! could not be had) and the zone counts show that tracing recorded and collected what it should.
+//!
+//! The raw CUPTI floor: the raw graph replay of case 4 (`cuGraphLaunch`, record, sync) with the
+//! activity kinds FINE uses enabled through raw CUPTI calls and no cuhal at all, beside the same
+//! raw replay with CUPTI off; once more with a `cuptiActivityFlushAll` after every replay. What
+//! the first costs is CUPTI's own price for timing every kernel: FINE cannot be cheaper. It runs
+//! after COARSE (which never loads CUPTI) and before FINE.
 
 use anyhow::{Result, bail};
 use cuhal::{CommandBufferMode, Verbosity};
 
-use super::replay::{REPLAYS, cuhal_replay};
+use super::raw_cupti::RawCupti;
+use super::replay::CHAIN;
+use super::replay::{REPLAYS, cuhal_replay, graph_floor_with};
 use super::{Env, progress, summarize};
 use crate::report::{Comparison, Goal, Report};
 
@@ -21,6 +29,9 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     let off = summarize("case 6 untraced", &mut off.samples)?;
     report.measured("6", "cuhal graph replay, tracing off", off);
     for verbosity in [Verbosity::Coarse, Verbosity::Fine] {
+        if verbosity == Verbosity::Fine {
+            raw_cupti_floor(env, report, warm, n)?;
+        }
         progress(&format!(
             "case 6 (tracing): tracing {verbosity:?}, {n} replays"
         ));
@@ -65,5 +76,73 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             )),
         );
     }
+    Ok(())
+}
+
+/// The raw CUPTI floor rows (see the module documentation). CUPTI that cannot be had is a
+/// note in the report, not a failure: FINE then falls back to events and says so below.
+fn raw_cupti_floor(env: &Env<'_>, report: &mut Report, warm: usize, n: usize) -> Result<()> {
+    progress(&format!(
+        "case 6 (tracing): raw graph replay, CUPTI off, {n} replays"
+    ));
+    let mut plain = graph_floor_with(env, warm, n, || Ok(()))?;
+    let plain = summarize("case 6 raw replay", &mut plain)?;
+    report.measured("6", "raw graph replay, CUPTI off", plain);
+    let cupti = match RawCupti::enable() {
+        Ok(cupti) => cupti,
+        Err(e) => {
+            report.comparisons.push(
+                Comparison::new(
+                    "6",
+                    "raw CUPTI floor: raw graph replay with CUPTI's kernel, memcpy and memset activity on",
+                    None,
+                    Some(plain),
+                    Goal::Report,
+                )
+                .note(format!("CUPTI could not be enabled: {e:#}")),
+            );
+            return Ok(());
+        }
+    };
+    let before = RawCupti::records();
+    progress(&format!(
+        "case 6 (tracing): raw graph replay, CUPTI on, {n} replays"
+    ));
+    let mut on = graph_floor_with(env, warm, n, || Ok(()))?;
+    let on = summarize("case 6 raw CUPTI", &mut on)?;
+    progress(&format!(
+        "case 6 (tracing): raw graph replay, CUPTI on and flushed per replay, {n} replays"
+    ));
+    let mut flushed = graph_floor_with(env, warm, n, || cupti.flush())?;
+    let flushed = summarize("case 6 raw CUPTI flushed", &mut flushed)?;
+    drop(cupti);
+    let records = RawCupti::records() - before;
+    report.measured("6", "raw graph replay, CUPTI activity on", on);
+    report.measured(
+        "6",
+        "raw graph replay, CUPTI activity on, cuptiActivityFlushAll per replay",
+        flushed,
+    );
+    report.comparisons.push(
+        Comparison::new(
+            "6",
+            "raw CUPTI floor: raw graph replay with CUPTI's kernel, memcpy and memset activity on (floor column: CUPTI off)",
+            Some(on),
+            Some(plain),
+            Goal::RatioAtMost(1.2),
+        )
+        .note(format!(
+            "no cuhal; {records} activity records over {} replays of {CHAIN} kernels; if this misses \
+             1.2x, FINE's goal is bounded by CUPTI itself",
+            2 * (warm + n)
+        )),
+    );
+    report.comparisons.push(Comparison::new(
+        "6",
+        "raw CUPTI floor with cuptiActivityFlushAll(0) after every replay (floor column: CUPTI off)",
+        Some(flushed),
+        Some(plain),
+        Goal::Report,
+    ));
     Ok(())
 }

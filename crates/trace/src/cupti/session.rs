@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{CStr, c_char, c_void};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use cuhal_sys::{CUcontext, CUgraphNode};
@@ -265,6 +265,12 @@ pub const REBASE_AFTER_NS: u64 = 1_000_000_000;
 /// Clock readings per calibration; the tightest bracket is kept.
 const CALIBRATION_TRIES: usize = 5;
 
+/// A function shown every record as it is parsed, before any tracing context claims it
+/// (diagnostics: see [`CuptiSession::set_record_tap`]).
+static TAP: Mutex<Option<fn(&Activity)>> = Mutex::new(None);
+/// Whether [`TAP`] is set: parsing checks this flag, not the lock.
+static TAPPED: AtomicBool = AtomicBool::new(false);
+
 /// Records that arrived and were not claimed yet.
 struct Arrived {
     activities: Vec<Activity>,
@@ -480,8 +486,22 @@ impl CuptiSession {
         Ok(self.parse_filled())
     }
 
+    /// Shows every record parsed from now on to `tap` (on the parsing thread, before tracing
+    /// claims it), or stops showing them (`None`). For diagnostics that compare CUPTI's raw
+    /// records with the zones made of them; it costs one flag read per buffer when unset.
+    pub fn set_record_tap(tap: Option<fn(&Activity)>) {
+        let mut current = lock(&TAP);
+        *current = tap;
+        TAPPED.store(tap.is_some(), Ordering::Release);
+    }
+
     fn parse_filled(&self) -> usize {
         let mut new = 0;
+        let tap = if TAPPED.load(Ordering::Acquire) {
+            *lock(&TAP)
+        } else {
+            None
+        };
         loop {
             let Some((address, valid)) = lock(&BUFFERS.filled).pop_front() else {
                 break;
@@ -499,6 +519,9 @@ impl CuptiSession {
                 }
                 // SAFETY: CUPTI handed out a whole record inside the buffer.
                 if let Some(activity) = unsafe { records::parse(record) } {
+                    if let Some(tap) = tap {
+                        tap(&activity);
+                    }
                     arrived.activities.push(activity);
                     new += 1;
                 }

@@ -98,6 +98,28 @@ fn records_arrive_through_the_buffers_and_are_taken_by_correlation_id() {
 }
 
 #[test]
+fn a_record_tap_sees_each_record_as_parsed_and_leaves_it_for_tracing() {
+    static SEEN: std::sync::Mutex<Vec<(u32, u64)>> = std::sync::Mutex::new(Vec::new());
+    fn tap(a: &Activity) {
+        SEEN.lock().unwrap().push((a.correlation_id, a.start));
+    }
+    let fake = FakeCupti::install();
+    let session = CuptiSession::acquire_with(fake.api()).unwrap();
+    SEEN.lock().unwrap().clear();
+    CuptiSession::set_record_tap(Some(tap));
+    fake.complete_kernel(5, 100, 200, 0);
+    fake.complete_memset(6, 210, 220, 0);
+    assert_eq!(session.flush().unwrap(), 2);
+    assert_eq!(*SEEN.lock().unwrap(), vec![(5, 100), (6, 210)]);
+    // Still there for tracing to claim.
+    assert_eq!(session.unclaimed(), 2);
+    CuptiSession::set_record_tap(None);
+    fake.complete_kernel(7, 300, 400, 0);
+    assert_eq!(session.flush().unwrap(), 1);
+    assert_eq!(SEEN.lock().unwrap().len(), 2, "no tap, nothing seen");
+}
+
+#[test]
 fn many_records_span_several_buffers_which_are_recycled() {
     let fake = FakeCupti::install();
     let session = CuptiSession::acquire_with(fake.api()).unwrap();

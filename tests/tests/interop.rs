@@ -193,6 +193,7 @@ in_both_modes!(
     foreign_buffer_and_event_into_cuhal,
     cuhal_buffer_and_timepoint_out_to_foreign,
     cublas_gemm_between_two_dispatches,
+    cublas_gemm_follows_binding_tables,
 );
 
 /// The foreign runtime produces (spin, then `x[i] = v`, then `x[i] += 0` through its own add),
@@ -420,6 +421,128 @@ fn cublas_gemm_between_two_dispatches(mode: CommandBufferMode) {
                 "{mode:?} round {round}, element {i}"
             );
         }
+    }
+    drop(cb);
+    drop(gemm);
+    drop(cublas);
+}
+
+/// `(2 * A0) * B / 2` on the host, exactly (column-major, the test's sizes).
+fn exact_gemm(a0: &[f32], b: &[f32]) -> Vec<f32> {
+    let mut d = vec![0f32; M * N];
+    for j in 0..N {
+        for i in 0..M {
+            d[j * M + i] = (0..K)
+                .map(|l| a0[l * M + i] * 2.0 * b[j * K + l])
+                .sum::<f32>()
+                * 0.5;
+        }
+    }
+    d
+}
+
+/// Binding tables reach a library call: the cuBLAS GEMM names slots (A, B, C) between two
+/// dispatches that also do (A = 2 * A0, D = C / 2), and submissions alternate between two
+/// tables with different inputs. Every result is bit-exact for that submission's table, and the
+/// other table's output is untouched. A graph command buffer captures the GEMM at recording over
+/// placeholder memory and again, with the table's addresses, whenever the table moves a slot it
+/// names (once per change, none for a repeated table); a deferred one calls cuBLAS at every
+/// replay with the table's addresses.
+fn cublas_gemm_follows_binding_tables(mode: CommandBufferMode) {
+    let mut rng = Rng::new(seed());
+    let device = open(mode, 1);
+    let q = device.queue(0);
+    let module = device.load_ptx(INTEROP_KERNELS).unwrap();
+    let scale = module.function("scale_f32").unwrap();
+    device.context().bind().unwrap();
+    let cublas = Arc::new(Cublas::load().unwrap_or_else(|e| panic!("{e}")));
+    let workspace = device.create_buffer(WORKSPACE).unwrap();
+    // SAFETY: the workspace outlives the handle (dropped after it below).
+    unsafe { cublas.set_workspace(workspace.device_ptr(), WORKSPACE) }.unwrap();
+
+    // Slots: 0 A0, 1 A, 2 B, 3 C, 4 D. Two tables, each with inputs of its own.
+    let sizes = [M * K, M * K, K * N, M * N, M * N];
+    let tables: Vec<Vec<Arc<cuhal::Buffer>>> = (0..2)
+        .map(|_| {
+            sizes
+                .iter()
+                .map(|n| device.create_buffer(n * 4).unwrap())
+                .collect()
+        })
+        .collect();
+    let expected: Vec<Vec<f32>> = tables
+        .iter()
+        .map(|t| {
+            let (a0, b) = (eighths(&mut rng, M * K), eighths(&mut rng, K * N));
+            write_f32(&t[0], &a0);
+            write_f32(&t[2], &b);
+            exact_gemm(&a0, &b)
+        })
+        .collect();
+    assert_ne!(
+        expected[0], expected[1],
+        "the two tables give different results"
+    );
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let gemm = {
+        let inner = gemm_work(&cublas);
+        let calls = Arc::clone(&calls);
+        let work: Arc<StreamWorkFn> = Arc::new(move |on: &StreamWork<'_>| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            inner(on)
+        });
+        work
+    };
+    let slot = |s: u32| BufferRange::slot(s, 0, sizes[s as usize] * 4).unwrap();
+    let mut cb = q.create_command_buffer_with_bindings(5).unwrap();
+    record_scale(&mut *cb, &scale, &slot(1), &slot(0), 2.0);
+    cb.barrier().unwrap();
+    cb.stream_work(&[slot(1), slot(2), slot(3)], Arc::clone(&gemm))
+        .unwrap_or_else(|e| panic!("recording the GEMM over slots: {e}"));
+    cb.barrier().unwrap();
+    record_scale(&mut *cb, &scale, &slot(4), &slot(3), 0.5);
+    cb.end().unwrap();
+    let cb: Arc<dyn cuhal::CommandBuffer> = Arc::from(cb);
+    let recorded = calls.load(Ordering::SeqCst);
+    assert_eq!(
+        recorded,
+        usize::from(mode == CommandBufferMode::Graph),
+        "captured at recording (graph) or not called yet (deferred)"
+    );
+
+    let s = device.create_semaphore(0);
+    let order = [0, 1, 0, 1, 1];
+    for (round, &t) in order.iter().enumerate() {
+        for table in &tables {
+            for buffer in &table[3..] {
+                poison(buffer, POISON);
+            }
+        }
+        let ranges: Vec<BufferRange> = tables[t].iter().map(|b| b.whole()).collect();
+        let value = round as u64 + 1;
+        q.execute_with_bindings(&[], &[(&s, value)], &[(&cb, &ranges)])
+            .unwrap();
+        wait(&s, value);
+        let got = read_f32(&tables[t][4]);
+        for (i, (g, e)) in got.iter().zip(&expected[t]).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                e.to_bits(),
+                "{mode:?} round {round} (table {t}), element {i}"
+            );
+        }
+        let other = read_u32(&tables[1 - t][4]);
+        assert!(
+            other.iter().all(|&v| v == POISON),
+            "{mode:?} round {round}: the other table's output was written"
+        );
+    }
+    let replayed = calls.load(Ordering::SeqCst) - recorded;
+    match mode {
+        // Four table changes (the first launch included), then a repeated table.
+        CommandBufferMode::Graph => assert_eq!(replayed, 4, "captures at launch"),
+        CommandBufferMode::Deferred => assert_eq!(replayed, 5, "one call per replay"),
     }
     drop(cb);
     drop(gemm);

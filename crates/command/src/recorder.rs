@@ -218,10 +218,18 @@ pub trait CommandRecorder {
     /// Like every command, the work runs after the last barrier's commands and before the next
     /// barrier's. FINE tracing does not time it on its own (its enclosing debug group does).
     ///
-    /// Slot ranges ([`BufferRange::slot`]) are accepted by deferred command buffers with a
-    /// binding capacity: each replay hands the closure that submission's addresses. Graph and
-    /// stream command buffers run the closure at recording, when a slot has no address: a
-    /// slot range there is refused (`BindingError::SlotRangeNotBound`), nothing recorded.
+    /// Slot ranges ([`BufferRange::slot`]) are accepted by graph and deferred command buffers
+    /// with a binding capacity. A deferred replay hands the closure that submission's
+    /// addresses. A graph captures the closure at recording over placeholder memory of each
+    /// slot range's length, and again, with a table's addresses, before an executable's first
+    /// launch and whenever a slot the work names is bound elsewhere than at that executable's
+    /// last launch; the new capture replaces the old in the executable
+    /// (`cuGraphExecChildGraphNodeSetParams`). So the closure runs on the submitting thread at
+    /// such launches, and the work it enqueues must have the same shape (the same nodes in the
+    /// same order) whatever the addresses: a re-capture the driver refuses, or that fails,
+    /// fails that submission with [`Error::Capture`]. A stream command buffer runs the closure
+    /// at recording, when a slot has no address: a slot range there is refused
+    /// (`BindingError::SlotRangeNotBound`), nothing recorded.
     fn stream_work(
         &mut self,
         ranges: &[BufferRange],
@@ -322,8 +330,8 @@ pub(crate) struct CommandZone {
 pub(crate) trait Encoder {
     /// How this kind passes launch attributes to the driver.
     const ATTRIBUTE_PATH: AttributePath;
-    /// Whether stream work may name slot ranges: only a kind that calls the closure at each
-    /// submission (deferred) can hand it the addresses of that submission's bindings.
+    /// Whether stream work may name slot ranges: kinds that call the closure at each
+    /// submission (deferred) or capture it again when a binding it names changes (graph).
     const BINDS_STREAM_WORK: bool;
     /// Whether a tracer may time this kind's commands from activity records (no events): only
     /// kinds a queue issues, where the launches of an issue are captured.
@@ -884,9 +892,9 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.recording("stream work")?;
         for range in ranges {
             if !E::BINDS_STREAM_WORK {
-                // Graph (captured now) and stream (run now) command buffers hand the closure
-                // addresses at recording; a slot has none until submission.
-                range.check_not_slot("stream work in a graph or stream command buffer")?;
+                // Stream command buffers run the closure now; a slot has no address until
+                // submission.
+                range.check_not_slot("stream work in a stream command buffer")?;
             }
             self.check_range(range)?;
         }

@@ -6,7 +6,7 @@
 //! - graph command buffers *capture* the closure's work into their own graph
 //!   (`cuStreamBeginCaptureToGraph`, CUDA 12.3+, in thread-local mode) after the nodes the
 //!   command depends on, and make the captured nodes what later commands depend on; the closure
-//!   runs once, at record time;
+//!   runs at record time, and again (with a table's addresses) when a binding it names changes;
 //! - deferred command buffers call the closure at every replay, on the queue's stream;
 //! - stream command buffers call it at once, on their stream.
 //!
@@ -14,7 +14,8 @@
 //! the command buffer checks their context and keeps them alive, and the closure reads their
 //! addresses from [`StreamWork`] rather than capturing raw pointers. That is where binding
 //! tables apply: a deferred replay hands the closure the addresses of the table's buffers, and a
-//! graph can re-capture the closure when a binding it names changes.
+//! graph captures the closure again, per executable, when a binding it names changes (at
+//! recording, slot ranges are placeholder memory of their length).
 //!
 //! [`CommandRecorder::stream_work`]: crate::CommandRecorder::stream_work
 

@@ -1187,3 +1187,35 @@ pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
         })
     })
 }
+
+/// `CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+/// CUgraph childGraph)`: later launches run (a copy of) `childGraph` in the child graph node.
+/// As the driver requires, the new child must have the node's topology: here, the same
+/// operations in the same order, node kind by node kind (kernels may change function and
+/// arguments, copies and fills their addresses); anything else is `CUDA_ERROR_INVALID_VALUE`
+/// and leaves the node as it was.
+///
+/// # Safety
+/// Handles as in cuda.h.
+pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    child: CUgraph,
+) -> c_int {
+    entry("cuGraphExecChildGraphNodeSetParams", || {
+        let mut world = world();
+        let ops: Vec<Op> = order(lookup(&world.graphs, id(child)?)?)?
+            .into_iter()
+            .map(|(_, op)| op)
+            .collect();
+        let kind = |op: &Op| std::mem::discriminant(op);
+        world.set_exec_node(exec, node, Op::Child(ops), |current, new| {
+            match (current, new) {
+                (Op::Child(a), Op::Child(b)) => {
+                    a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| kind(x) == kind(y))
+                }
+                _ => false,
+            }
+        })
+    })
+}

@@ -122,6 +122,9 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuGraphExecKernelNodeSetParams" => f!(10010, graph::cuGraphExecKernelNodeSetParams),
         "cuGraphExecMemsetNodeSetParams" => f!(10020, graph::cuGraphExecMemsetNodeSetParams),
         "cuGraphExecMemcpyNodeSetParams" => f!(10020, graph::cuGraphExecMemcpyNodeSetParams),
+        "cuGraphExecChildGraphNodeSetParams" => {
+            f!(11010, graph::cuGraphExecChildGraphNodeSetParams)
+        }
 
         "cuModuleLoadData" => f!(2000, modl::cuModuleLoadData),
         "cuModuleLoadDataEx" => f!(2010, modl::cuModuleLoadDataEx),

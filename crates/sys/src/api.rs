@@ -308,6 +308,10 @@ driver_api! {
         fn cuGraphExecMemcpyNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMCPY3D, context: CUcontext);
         /// `cuGraphExecMemsetNodeSetParams(exec, node, &params, context)`.
         fn cuGraphExecMemsetNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS, context: CUcontext);
+        /// `cuGraphExecChildGraphNodeSetParams(exec, node, child)`: the child graph node `node`
+        /// of `exec` runs (a copy of) `child` from the next launch; `child` must have the
+        /// node's topology.
+        fn cuGraphExecChildGraphNodeSetParams(exec: CUgraphExec, node: CUgraphNode, child: CUgraph);
         /// `cuGraphExecDestroy(exec)`.
         fn cuGraphExecDestroy(exec: CUgraphExec);
 

@@ -7,6 +7,7 @@
 //! debug group's or the whole buffer's zone edge is a serialization point (everything before
 //! it, then the event, then everything after it).
 
+mod capture;
 pub(crate) mod deps;
 mod pool;
 
@@ -15,10 +16,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use cuhal_sys::{
     CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
-    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-    CU_STREAM_NON_BLOCKING, CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, CUDA_KERNEL_NODE_PARAMS,
-    CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData,
-    CUgraphExec, CUgraphNode, CUstream, PrimaryContext, Stream, cu,
+    CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_STREAM_NON_BLOCKING,
+    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D,
+    CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec,
+    CUgraphNode, CUstream, PrimaryContext, Stream, cu,
 };
 use smallvec::SmallVec;
 
@@ -27,7 +28,7 @@ use crate::binding::{Operand, SlotList, add_slot};
 use crate::indirect::{self, Indirect, IndirectLaunch};
 use crate::launch::{AttributePath, set_kernel_node_attributes};
 use crate::recorder::{CommandZone, Encoder, Recorder};
-use crate::stream_work::{self, StreamWork, StreamWorkFn};
+use crate::stream_work::{self, StreamWorkFn};
 use crate::{
     BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind, CommandBufferState,
     CommandRecorder, Dispatch, Error, Executable, FillPattern, Function, KernelArgs, ZoneRecorder,
@@ -55,8 +56,9 @@ pub(crate) struct GraphEncoder {
     /// Update bytes: memcpy nodes keep the host address, read at every launch.
     host_bytes: StableArena,
     nodes: usize,
-    /// The stream stream work is captured on, created at the first stream-work command.
-    capture_stream: Option<Stream>,
+    /// The stream stream work is captured on, created at the first stream-work command; shared
+    /// with the re-captures of stream work that names slots.
+    capture_stream: Option<Arc<Stream>>,
     /// Holds device-updatable nodes (indirect dispatches).
     device_updatable: bool,
     /// A dispatch set its own priority: executables must honour node priorities.
@@ -171,27 +173,14 @@ impl GraphEncoder {
         })
     }
 
-    /// Adds the captured work (`scratch`, a complete graph) as one child-graph node after the
-    /// current dependencies; an empty capture adds nothing.
-    fn add_captured(&mut self, scratch: CUgraph) -> Result<(), Error> {
+    /// Adds the captured work (a complete graph) as one child-graph node after the current
+    /// dependencies, and returns the node.
+    fn add_captured(&mut self, captured: &capture::Captured) -> Result<CUgraphNode, Error> {
         let api = self.context.api();
-        let mut count = 0usize;
-        // SAFETY: the graph is live; with a null array the driver only writes the count (a
-        // non-null array needs room for at least one node).
-        unsafe {
-            cu!(
-                api,
-                cuGraphGetNodes(scratch, std::ptr::null_mut(), &mut count)
-            )
-        }?;
-        if count == 0 {
-            // Nothing captured: the dependencies of the next command stay the frontier itself.
-            return Ok(());
-        }
         let deps: Deps = self.deps.frontier().iter().copied().collect();
         let mut node: CUgraphNode = std::ptr::null_mut();
         // SAFETY: both graphs are live; `deps` are nodes of the command buffer's graph. The
-        // driver clones the child, so the scratch graph may be destroyed afterwards.
+        // driver clones the child, so the captured graph may be destroyed afterwards.
         let added = unsafe {
             cu!(
                 api,
@@ -200,7 +189,7 @@ impl GraphEncoder {
                     self.graph,
                     deps_ptr(&deps),
                     deps.len(),
-                    scratch,
+                    captured.raw(),
                 )
             )
         };
@@ -212,19 +201,58 @@ impl GraphEncoder {
         })?;
         self.nodes += 1;
         self.deps.push(node);
-        Ok(())
+        Ok(node)
+    }
+
+    /// The addresses stream work is captured over at recording: its own for memory ranges;
+    /// for slot ranges, disjoint placeholder memory of their length, at an address with the
+    /// slot offset's alignment within 256 bytes (what a library may choose its kernels by,
+    /// for a binding at an allocation's start).
+    fn recording_ranges(
+        &mut self,
+        ranges: &[(Operand, usize)],
+    ) -> Result<SmallVec<[stream_work::WorkRange; 4]>, Error> {
+        const ALIGN: usize = 256;
+        let place = |at: &mut usize, offset: u64, len: usize| {
+            let start = *at + (offset % ALIGN as u64) as usize;
+            *at = (start + len).next_multiple_of(ALIGN);
+            start
+        };
+        let mut total = 0;
+        for &(operand, len) in ranges {
+            if let Operand::Slot { offset, .. } = operand {
+                place(&mut total, offset, len);
+            }
+        }
+        let base = if total > 0 {
+            self.placeholder(total)?
+        } else {
+            0
+        };
+        let mut at = 0;
+        Ok(ranges
+            .iter()
+            .map(|&(operand, len)| stream_work::WorkRange {
+                ptr: match operand {
+                    Operand::Address(address) => address,
+                    Operand::Slot { offset, .. } => base + place(&mut at, offset, len) as u64,
+                },
+                len,
+            })
+            .collect())
     }
 
     /// The capture stream, created on first use (`CU_STREAM_NON_BLOCKING`: a capture must not
     /// touch the legacy stream).
-    fn capture_stream(&mut self) -> Result<CUstream, Error> {
+    fn capture_stream(&mut self) -> Result<Arc<Stream>, Error> {
         let stream = match &self.capture_stream {
             Some(stream) => stream,
-            None => self
-                .capture_stream
-                .insert(Stream::new(&self.context, CU_STREAM_NON_BLOCKING)?),
+            None => self.capture_stream.insert(Arc::new(Stream::new(
+                &self.context,
+                CU_STREAM_NON_BLOCKING,
+            )?)),
         };
-        Ok(stream.raw())
+        Ok(Arc::clone(stream))
     }
 
     /// An address of at least `bytes` bytes of device memory of the context, to record where a
@@ -367,7 +395,7 @@ impl GraphEncoder {
 
 impl Encoder for GraphEncoder {
     const ATTRIBUTE_PATH: AttributePath = AttributePath::GraphNode;
-    const BINDS_STREAM_WORK: bool = false;
+    const BINDS_STREAM_WORK: bool = true;
 
     fn last_command_node(&self) -> Option<CUgraphNode> {
         self.last_command
@@ -575,76 +603,43 @@ impl Encoder for GraphEncoder {
         ranges: &[(Operand, usize)],
         work: &Arc<StreamWorkFn>,
     ) -> Result<(), Error> {
-        // The recorder let no slot through (BINDS_STREAM_WORK is false).
-        let ranges = &stream_work::resolve(ranges, &[]);
         let context = Arc::clone(&self.context);
-        let api = context.api();
-        if api.cuStreamBeginCaptureToGraph.is_none() {
+        if context.api().cuStreamBeginCaptureToGraph.is_none() {
             return Err(Error::CaptureUnsupported {
-                driver_version: api.driver_version(),
+                driver_version: context.api().driver_version(),
             });
         }
         let _bound = context.enter()?;
+        // Slot ranges have no memory yet: the recording captures the work over placeholder
+        // memory, and each executable captures it again with a table's addresses before its
+        // first launch (see `capture`).
+        let resolved = self.recording_ranges(ranges)?;
         let stream = self.capture_stream()?;
-        // The work is captured into a graph of its own, which becomes one child-graph node of
-        // the command buffer's graph. Capturing into the command buffer's graph directly is not
-        // safe: when a capture is invalidated the driver destroys the graph captured into, also
-        // one handed to cuStreamBeginCaptureToGraph, and with it everything recorded so far.
-        let mut scratch: CUgraph = std::ptr::null_mut();
-        // SAFETY: valid out-pointer and flags; the context is current.
-        unsafe { cu!(api, cuGraphCreate(&mut scratch, 0)) }?;
-        // Thread-local mode: forbidden calls fail on this thread only; cuhal's own threads (and
-        // other runtimes' threads) keep working while the closure runs.
-        // SAFETY: the stream and the scratch graph are live; no dependencies, no edge data.
-        let began = unsafe {
-            cu!(
-                optional: api,
-                cuStreamBeginCaptureToGraph(
-                    stream,
-                    scratch,
-                    std::ptr::null(),
-                    std::ptr::null(),
-                    0,
-                    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                )
-            )
+        // SAFETY: the context is current; the capture stream is ours and not capturing; the
+        // ranges are checked, retained memory or placeholder memory of their length.
+        let captured = unsafe { capture::capture(&context, &stream, &resolved, &**work) }?;
+        let Some(captured) = captured else {
+            // Nothing captured: the dependencies of the next command stay the frontier itself.
+            return Ok(());
         };
-        if let Err(e) = began {
-            destroy_graph(api, scratch);
-            return Err(Error::Capture {
-                cuda: Some(e),
-                work: None,
+        let node = self.add_captured(&captured)?;
+        let mut slots = SlotList::new();
+        for (operand, _) in ranges {
+            add_slot(&mut slots, operand.slot());
+        }
+        if !slots.is_empty() {
+            self.patches.push(PatchNode {
+                node,
+                slots,
+                kind: PatchKind::Work(Box::new(capture::Recapture {
+                    ranges: ranges.iter().copied().collect(),
+                    work: Arc::clone(work),
+                    context,
+                    stream,
+                })),
             });
         }
-        let on = StreamWork {
-            stream,
-            ranges,
-            capturing: true,
-            context: &context,
-        };
-        let outcome = stream_work::call(&**work, &on);
-        let mut captured: CUgraph = std::ptr::null_mut();
-        // SAFETY: the stream is capturing (begun above); `captured` is a valid out-pointer. The
-        // capture is ended whatever the closure did, so the stream is usable again.
-        let ended = unsafe { cu!(api, cuStreamEndCapture(stream, &mut captured)) };
-        if ended.is_ok() {
-            // `captured` is the scratch graph, still ours.
-            let added = match outcome {
-                Ok(()) => self.add_captured(scratch),
-                Err(work) => Err(Error::Capture {
-                    cuda: None,
-                    work: Some(work),
-                }),
-            };
-            destroy_graph(api, scratch);
-            return added;
-        }
-        // A failed end (an invalidated capture) took the scratch graph with it; the command
-        // buffer's graph was never touched.
-        Err(Error::Capture {
-            cuda: ended.err(),
-            work: outcome.err(),
-        })
+        Ok(())
     }
 
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error> {
@@ -698,13 +693,6 @@ impl Encoder for GraphEncoder {
         }
         Ok(())
     }
-}
-
-/// Destroys a graph cuhal created and no longer needs; a failure leaks it and changes nothing
-/// else (the graph is in no executable).
-fn destroy_graph(api: &cuhal_sys::DriverApi, graph: CUgraph) {
-    // SAFETY: `graph` is a live graph created by the caller and not used afterwards.
-    let _ = unsafe { cu!(api, cuGraphDestroy(graph)) };
 }
 
 /// Adds `upstream -> downstream` as a programmatic edge: `downstream` may start once every

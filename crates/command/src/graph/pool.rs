@@ -43,6 +43,9 @@ pub(crate) enum PatchKind {
         slots: Box<[ArgSlot]>,
         bindings: Box<[ArgBinding]>,
     },
+    /// Stream work captured into a child graph node: captured again with the table's
+    /// addresses.
+    Work(Box<super::capture::Recapture>),
 }
 
 /// A graph node that names slots.
@@ -101,6 +104,10 @@ impl PatchNode {
                         )
                     }
                 })?;
+            }
+            PatchKind::Work(recapture) => {
+                // SAFETY: the caller's contract; the node of stream work is a child graph node.
+                unsafe { recapture.patch(exec, self.node, table) }?;
             }
         }
         Ok(())

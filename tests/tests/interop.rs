@@ -711,3 +711,239 @@ fn capture_into_a_graph_contract() {
     assert_eq!(again_graph, other);
     assert_eq!(other_count, (CUresult::SUCCESS, 1));
 }
+
+/// A release callback that counts its runs.
+fn counted(counter: &Arc<AtomicUsize>) -> Option<cuhal::Release> {
+    let counter = Arc::clone(counter);
+    Some(Box::new(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    }))
+}
+
+/// What the real driver says of bad foreign pointers, as typed errors: plain host memory (the
+/// driver does not know it), pinned host memory (known, host), and ranges past the end of a
+/// foreign allocation (from its start and from inside it). A refused import never runs its
+/// callback; the exact allocation and a range inside it are accepted.
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn bad_foreign_pointers_are_typed_errors() {
+    use cuhal::Error;
+    let device = open(CommandBufferMode::Graph, 1);
+    let never = Arc::new(AtomicUsize::new(0));
+
+    let host = vec![0u8; 4096];
+    // SAFETY: refused, so nothing keeps the pointer.
+    let e = unsafe { device.import_buffer(host.as_ptr() as u64, 64, counted(&never)) }.unwrap_err();
+    println!("host memory: {e}");
+    assert!(
+        matches!(
+            e,
+            Error::NotDeviceMemory {
+                memory_type: None,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+
+    let pinned = device.create_host_buffer(4096).unwrap();
+    // SAFETY: refused.
+    let e =
+        unsafe { device.import_buffer(pinned.as_ptr() as u64, 64, counted(&never)) }.unwrap_err();
+    println!("pinned host memory: {e}");
+    assert!(
+        matches!(
+            e,
+            Error::NotDeviceMemory {
+                memory_type: Some(cuhal_sys::CU_MEMORYTYPE_HOST),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+
+    // A foreign allocation of 2 MiB (a whole allocation granule, so the driver's range is
+    // exactly what was asked for).
+    const SIZE: usize = 2 << 20;
+    let foreign = Gpu::open();
+    let memory = foreign.alloc(SIZE).unwrap();
+    let base = memory.ptr();
+    for (offset, len) in [
+        (0, SIZE + 1),
+        (SIZE as u64 / 2, SIZE / 2 + 1),
+        (SIZE as u64 - 1, 2),
+    ] {
+        // SAFETY: refused.
+        let e = unsafe { device.import_buffer(base + offset, len, counted(&never)) }.unwrap_err();
+        println!("({offset}, {len}): {e}");
+        match e {
+            Error::PastAllocation {
+                ptr,
+                len: l,
+                allocation_start,
+                allocation_size,
+            } => {
+                assert_eq!((ptr, l), (base + offset, len));
+                assert_eq!((allocation_start, allocation_size), (base, SIZE));
+            }
+            other => panic!("({offset}, {len}): {other:?}"),
+        }
+    }
+    // SAFETY: `memory` outlives both buffers (dropped below, before it).
+    let whole = unsafe { device.import_buffer(base, SIZE, None) }.unwrap();
+    // SAFETY: as above.
+    let inner = unsafe { device.import_buffer(base + 4096, 8192, None) }.unwrap();
+    assert_eq!((whole.device_ptr(), whole.len()), (base, SIZE));
+    assert_eq!((inner.device_ptr(), inner.len()), (base + 4096, 8192));
+    drop((whole, inner));
+    assert_eq!(
+        never.load(Ordering::SeqCst),
+        0,
+        "a refused import never releases"
+    );
+}
+
+/// Memory of another device is refused, naming both devices. Needs two GPUs: with fewer it says
+/// "skipped: needs 2 GPUs" and passes (the fake driver's test covers the check on CPU).
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn another_devices_pointer_is_refused() {
+    let driver = cuhal::Driver::load().expect("the CUDA driver loads");
+    let count = driver.devices().expect("devices").len();
+    if count < 2 {
+        println!("skipped: needs 2 GPUs ({count} found)");
+        return;
+    }
+    let devices = driver
+        .open_many(&[0, 1], cuhal::DeviceOptions::default())
+        .expect("opening GPUs 0 and 1");
+    let theirs = devices[1].create_buffer(4096).unwrap();
+    // SAFETY: refused.
+    let e = unsafe { devices[0].import_buffer(theirs.device_ptr(), 4096, None) }.unwrap_err();
+    println!("device 1's memory offered to device 0: {e}");
+    assert!(
+        matches!(e, cuhal::Error::OtherDevice { owner: 1, device: 0, ptr } if ptr == theirs.device_ptr()),
+        "{e:?}"
+    );
+}
+
+/// A foreign event that was never recorded waits on nothing, as CUDA defines: the queue's wait
+/// signals at once, and work behind it runs.
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn a_never_recorded_foreign_event_waits_on_nothing() {
+    let device = open(CommandBufferMode::Graph, 1);
+    let q = device.queue(0);
+    let foreign = Foreign::new();
+    let event = foreign.event();
+    let released = Arc::new(AtomicUsize::new(0));
+    // SAFETY: the event is destroyed below, after the release ran (every wait completed).
+    let foreign_event = unsafe { ForeignEvent::from_raw(event, counted(&released)) };
+    let buffer = device.create_buffer(4096).unwrap();
+    poison(&buffer, POISON);
+    let s = device.create_semaphore(0);
+    q.wait_event(&[], &[(&s, 1)], &foreign_event).unwrap();
+    q.fill(
+        &[(&s, 1)],
+        &[(&s, 2)],
+        &buffer.whole(),
+        cuhal::FillPattern::U32(7),
+    )
+    .unwrap();
+    drop(foreign_event);
+    wait(&s, 2);
+    assert!(read_u32(&buffer).iter().all(|&v| v == 7));
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while released.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(released.load(Ordering::SeqCst), 1, "released once");
+    let api = foreign.gpu.api();
+    // SAFETY: nothing waits on the event any more.
+    let _ = unsafe { cu!(api, cuEventDestroy(event)) };
+}
+
+/// Closures that call what capture forbids, after capturing some work, on the real driver: an
+/// allocation, a context synchronize, a query of the capturing stream. Each is refused with a
+/// typed error naming the driver's complaint, and the command buffer keeps nothing of them: it
+/// still records, and runs exactly the commands around them.
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn forbidden_calls_in_a_capture_are_refused_and_leave_nothing() {
+    use cuhal_sys::CUresult;
+    let device = open(CommandBufferMode::Graph, 1);
+    let q = device.queue(0);
+    let (a, b) = (
+        device.create_buffer(4096).unwrap(),
+        device.create_buffer(4096).unwrap(),
+    );
+    /// A call the closure makes under capture, returning the driver's answer.
+    type Forbidden = fn(&StreamWork<'_>) -> CUresult;
+    let memset_then = |forbidden: Forbidden| -> Arc<StreamWorkFn> {
+        Arc::new(move |on: &StreamWork<'_>| {
+            let api = on.context().api();
+            let range = on.ranges()[0];
+            // SAFETY: the range is live device memory retained by the command buffer.
+            unsafe {
+                cu!(
+                    api,
+                    cuMemsetD32Async(range.ptr, 9, range.len / 4, on.stream())
+                )
+            }?;
+            api.check("the forbidden call", forbidden(on))?;
+            Ok(())
+        })
+    };
+    let forbidden: [(&str, Forbidden); 3] = [
+        ("cuMemAlloc", |on| {
+            let api = on.context().api();
+            let mut ptr = 0;
+            // SAFETY: valid out-pointer; freed at once if the driver allows it.
+            let r = unsafe { (api.cuMemAlloc)(&mut ptr, 1 << 20) };
+            if r.is_success() {
+                // SAFETY: allocated just above.
+                let _ = unsafe { (api.cuMemFree)(ptr) };
+            }
+            r
+        }),
+        ("cuCtxSynchronize", |on| {
+            // SAFETY: no arguments.
+            unsafe { (on.context().api().cuCtxSynchronize)() }
+        }),
+        ("cuStreamQuery", |on| {
+            // SAFETY: the stream is live.
+            unsafe { (on.context().api().cuStreamQuery)(on.stream()) }
+        }),
+    ];
+    let mut cb = q.create_command_buffer().unwrap();
+    cb.fill(&a.whole(), cuhal::FillPattern::U32(4)).unwrap();
+    for (name, call) in forbidden {
+        let Err(e) = cb.stream_work(&[b.whole()], memset_then(call)) else {
+            panic!("{name}: the driver allowed it in a thread-local capture");
+        };
+        let text = e.to_string();
+        println!("{name} in a capture: {text}");
+        assert!(
+            matches!(e, cuhal_command::Error::Capture { .. }),
+            "{name}: {e:?}"
+        );
+        assert!(text.contains("STREAM_CAPTURE"), "{name}: {text}");
+        assert_eq!(
+            cb.state(),
+            cuhal_command::CommandBufferState::Recording,
+            "{name}"
+        );
+    }
+    cb.end().unwrap();
+    let cb: Arc<dyn cuhal::CommandBuffer> = Arc::from(cb);
+    poison(&a, POISON);
+    poison(&b, POISON);
+    let s = device.create_semaphore(0);
+    q.execute(&[], &[(&s, 1)], &[&cb]).unwrap();
+    wait(&s, 1);
+    assert!(read_u32(&a).iter().all(|&v| v == 4), "the fill ran");
+    assert!(
+        read_u32(&b).iter().all(|&v| v == POISON),
+        "nothing of the refused captures ran"
+    );
+}

@@ -18,7 +18,8 @@
 //! cargo run -p cuhal-bench --example interop
 //! ```
 //!
-//! Without a CUDA driver (or device) it says so and exits successfully.
+//! Without a CUDA driver (or device) it says so and exits successfully. The GPU suite runs it
+//! too (`tests/tests/examples.rs`), with cuBLAS required.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
         println!("the CUDA driver sees no device, so there is nothing to run");
         return ExitCode::SUCCESS;
     }
-    match run(&driver) {
+    match run(&driver, false) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("interop: {e}");
@@ -58,7 +59,10 @@ fn main() -> ExitCode {
 const WORDS: usize = 1 << 16;
 const BYTES: usize = WORDS * 4;
 
-fn run(driver: &Driver) -> Result {
+/// Runs the three examples on device 0. Without cuBLAS the third is skipped (said so on
+/// stdout), unless `require_library`: then it is an error (the GPU suite runs this example as a
+/// test, and a skipped step there would pass for a checked one).
+pub fn run(driver: &Driver, require_library: bool) -> Result {
     let device = driver.open(0, DeviceOptions::default())?;
     let q = device.queue(0);
     let context = device.context().clone();
@@ -159,6 +163,7 @@ fn run(driver: &Driver) -> Result {
     // 3. A library call in a graph command buffer.
     match Cublas::load() {
         Ok(cublas) => gemm(&device, Arc::new(cublas))?,
+        Err(e) if require_library => return Err(e.into()),
         Err(e) => println!("3. library: skipped, {e}"),
     }
 

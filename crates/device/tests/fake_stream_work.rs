@@ -670,3 +670,77 @@ fn stream_command_buffers_refuse_slot_ranges_in_stream_work() {
     assert_eq!(cb.state(), CommandBufferState::Recording);
     assert_eq!(calls.load(Ordering::SeqCst), 0, "never called");
 }
+
+/// Calls capture forbids on the capturing thread besides synchronizing the stream (an
+/// allocation, a context synchronize), after some captured work: each is refused with the
+/// driver's complaint and the closure's, nothing of it stays, and the command buffer runs
+/// exactly the commands around them.
+#[test]
+fn forbidden_calls_in_a_capture_are_refused_and_leave_nothing() {
+    let (_fake, _driver, device) = open("stream-work-forbidden", options(CommandBufferMode::Graph));
+    let q = device.queue(0);
+    let (a, b) = (
+        device.create_buffer(64).unwrap(),
+        device.create_buffer(64).unwrap(),
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    /// A call the closure makes under capture.
+    type Forbidden = fn(&StreamWork<'_>) -> Result<(), cuhal_sys::Error>;
+    let then = |forbidden: Forbidden| {
+        let fill = fill_then_copy(9, &calls);
+        let work: Arc<StreamWorkFn> = Arc::new(move |on: &StreamWork<'_>| {
+            fill(on)?;
+            forbidden(on)?;
+            Ok(())
+        });
+        work
+    };
+    let forbidden: [(&str, Forbidden); 2] = [
+        (cu_name!(cuMemAlloc), |on| {
+            let mut ptr = 0;
+            // SAFETY: valid out-pointer; the driver refuses under capture.
+            unsafe { cu!(on.context().api(), cuMemAlloc(&mut ptr, 64)) }
+        }),
+        (cu_name!(cuCtxSynchronize), |on| {
+            // SAFETY: no arguments.
+            unsafe { cu!(on.context().api(), cuCtxSynchronize()) }
+        }),
+    ];
+    let mut cb = q.create_command_buffer().unwrap();
+    cb.fill(&a.whole(), FillPattern::U8(3)).unwrap();
+    for (name, call) in forbidden {
+        let e = cb.stream_work(&[b.whole()], then(call)).unwrap_err();
+        match &e {
+            Error::Capture {
+                cuda: Some(cuda),
+                work: Some(work),
+            } => {
+                assert_eq!(
+                    cuda.result(),
+                    Some(CUresult::ERROR_STREAM_CAPTURE_INVALIDATED),
+                    "{name}"
+                );
+                let work = work.to_string();
+                assert!(work.contains(name), "{work}");
+                assert!(
+                    work.contains("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"),
+                    "{work}"
+                );
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert_eq!(cb.state(), CommandBufferState::Recording, "{name}");
+    }
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    poison(&device, q, &b.whole());
+    let done = device.create_semaphore(0);
+    q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    wait(&done, 1);
+    assert!(read(&device, q, &a.whole()).iter().all(|&v| v == 3));
+    assert!(
+        read(&device, q, &b.whole()).iter().all(|&v| v == POISON),
+        "nothing of the refused captures ran"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "each closure ran once");
+}

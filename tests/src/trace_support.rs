@@ -47,6 +47,50 @@ SPIN_DONE:
 /// The entry point of [`SPIN_PTX`].
 pub const SPIN_NAME: &str = "spin";
 
+/// `spin_span(u64 ns, u64 *out)`: as [`SPIN_PTX`], but it stamps its whole span, not only its
+/// loop. It writes four `%globaltimer` readings to `out[0..4]`: its first instruction (before
+/// it loads its parameters), the loop's start (after them; the spin is timed from here, as
+/// `spin`'s), the loop's last reading, and a reading after its stores of the first three have
+/// reached global memory (`membar.gl`). `out[3] - out[0]` is as much of the kernel as a kernel
+/// can time itself; only its launch before the first instruction, its last store and its exit
+/// stay outside.
+pub const SPIN_SPAN_PTX: &str = r#"
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry spin_span(
+    .param .u64 spin_ns,
+    .param .u64 spin_out
+)
+{
+    .reg .pred  %p<2>;
+    .reg .b64   %rd<10>;
+
+    mov.u64             %rd1, %globaltimer;
+    ld.param.u64        %rd2, [spin_ns];
+    ld.param.u64        %rd3, [spin_out];
+    cvta.to.global.u64  %rd4, %rd3;
+    mov.u64             %rd5, %globaltimer;
+SPAN_LOOP:
+    mov.u64             %rd6, %globaltimer;
+    sub.u64             %rd7, %rd6, %rd5;
+    setp.lt.u64         %p1, %rd7, %rd2;
+    @%p1 bra            SPAN_LOOP;
+
+    st.global.u64       [%rd4], %rd1;
+    st.global.u64       [%rd4+8], %rd5;
+    st.global.u64       [%rd4+16], %rd6;
+    membar.gl;
+    mov.u64             %rd8, %globaltimer;
+    st.global.u64       [%rd4+24], %rd8;
+    ret;
+}
+"#;
+
+/// The entry point of [`SPIN_SPAN_PTX`].
+pub const SPIN_SPAN_NAME: &str = "spin_span";
+
 /// A non-blocking stream of its own (the command helpers' [`Stream`](crate::command_support::Stream)), and its constructor.
 pub use crate::command_support::{Stream as TraceStream, stream as trace_stream};
 

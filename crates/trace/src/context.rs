@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 
 use crate::Error;
 use crate::backend::{CudaEvents, EventBackend};
-use crate::cupti::{Activity, CuptiApi, CuptiError, CuptiSession};
+use crate::cupti::{CuptiApi, CuptiError, CuptiSession};
 use crate::hook::{Verbosity, ZoneRecorder};
 use crate::list::{ListInner, ListState, Record, ZoneList};
 use crate::lock::lock;
@@ -241,10 +241,19 @@ struct CollectState {
     times: Vec<u64>,
     /// Begin and end of each activity-timed command of one list (`None`: no record); reused.
     command_times: Vec<Option<(u64, u64)>>,
-    /// Indices into the arrived records of one list's records; reused.
-    candidates: Vec<usize>,
+    /// One list's launch ids, sorted; reused.
+    launch_ids: Vec<u32>,
+    /// The arrived records of one list's launches: (key, index into the arrived records),
+    /// sorted; reused.
+    candidates: Vec<(u64, usize)>,
+    /// Which of `candidates` a command took; reused.
+    used: Vec<bool>,
     /// Indices of the records matched to one list's commands; reused.
     matched: Vec<usize>,
+    /// Indices of the records to remove, highest first; reused.
+    taken: Vec<usize>,
+    /// Whether this collection flushed CUPTI already.
+    flushed: bool,
     /// CUPTI's clock mapped onto the backend's host clock.
     cupti_clock: Option<crate::cupti::ClockMap>,
     /// Drops already handed to the sink, per reason.
@@ -340,9 +349,11 @@ impl Shared {
                     .calibration
                     .is_stale(self.backend.now_ns(), self.rebase_after_ns);
             let ready = bound.is_ok() && (!stale || self.calibrate(&mut cs).is_ok());
+            // CUPTI is flushed only when a list's events completed and its records are not in yet
+            // (at most once per collection), not on every collection: a flush costs far more
+            // than a look at the records already delivered.
+            cs.flushed = false;
             if let Some(session) = &self.cupti {
-                // Records of completed work; a failure leaves them for the next collection.
-                let _ = session.flush();
                 let now = self.backend.now_ns();
                 let stale = cs.cupti_clock.is_none_or(|c| {
                     now.saturating_sub(c.taken_at_ns) > crate::cupti::REBASE_AFTER_NS
@@ -444,7 +455,7 @@ impl Shared {
         }
         cs.command_times.clear();
         if state.commands > 0 {
-            match self.command_times(cs, &mut state) {
+            match self.command_times_flushing(cs, &mut state) {
                 Some(true) => {}
                 Some(false) => {
                     state.activity_waits += 1;
@@ -512,9 +523,29 @@ impl Shared {
         Outcome::Done
     }
 
+    /// As [`Shared::command_times`], flushing CUPTI first when the records are not all in yet
+    /// (once per collection: a flush is only worth its cost when a list is waiting for it).
+    fn command_times_flushing(&self, cs: &mut CollectState, state: &mut ListState) -> Option<bool> {
+        let found = self.command_times(cs, state);
+        if found != Some(false) || cs.flushed {
+            return found;
+        }
+        let session = self.cupti.as_ref()?;
+        cs.flushed = true;
+        // A failure leaves the records for a later collection.
+        if session.flush().is_err() {
+            return found;
+        }
+        self.command_times(cs, state)
+    }
+
     /// Finds the activity records of `state`'s commands among those CUPTI delivered, takes them,
     /// and puts each command's times (trace clock) in `cs.command_times`. `Some(false)`: not all
     /// arrived yet; `None`: they can never match (no CUPTI, or launches and commands differ).
+    ///
+    /// Records are keyed (graph: the node cuhal added; otherwise: the launch's correlation id),
+    /// sorted once, and each command looks its key up: O(n log n) in the list's records, no
+    /// allocation once the scratch vectors have grown.
     fn command_times(&self, cs: &mut CollectState, state: &mut ListState) -> Option<bool> {
         let session = self.cupti.as_ref()?;
         let ids = &state.ids;
@@ -530,44 +561,57 @@ impl Shared {
             return None;
         }
         let clock = cs.cupti_clock?;
+        cs.launch_ids.clear();
+        cs.launch_ids.extend_from_slice(ids);
+        cs.launch_ids.sort_unstable();
         session.with_arrived(|arrived| {
             cs.candidates.clear();
-            cs.candidates.extend(
-                arrived
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, a)| ids.contains(&a.correlation_id))
-                    .map(|(i, _)| i),
-            );
+            for (i, a) in arrived.iter().enumerate() {
+                if cs.launch_ids.binary_search(&a.correlation_id).is_ok() {
+                    let key = if graph {
+                        a.node_id
+                    } else {
+                        u64::from(a.correlation_id)
+                    };
+                    cs.candidates.push((key, i));
+                }
+            }
             if cs.candidates.len() < commands {
                 return Some(false);
             }
+            cs.candidates.sort_unstable();
+            cs.used.clear();
+            cs.used.resize(cs.candidates.len(), false);
             cs.matched.clear();
             let mut ordinal = 0usize;
             for record in &state.records {
                 let Record::Command { node_id, .. } = record else {
                     continue;
                 };
-                let wanted = |a: &Activity| {
-                    if graph {
-                        *node_id != 0 && session.original_node_id(a.graph_node_id) == *node_id
-                    } else {
-                        a.correlation_id == ids[ordinal]
-                    }
+                let key = if graph {
+                    *node_id
+                } else {
+                    u64::from(ids[ordinal])
                 };
-                let found = cs
-                    .candidates
-                    .iter()
-                    .copied()
-                    .find(|&i| !cs.matched.contains(&i) && wanted(&arrived[i]));
+                ordinal += 1;
+                let found = if graph && key == 0 {
+                    None
+                } else {
+                    let first = cs.candidates.partition_point(|&(k, _)| k < key);
+                    (first..cs.candidates.len())
+                        .take_while(|&c| cs.candidates[c].0 == key)
+                        .find(|&c| !cs.used[c])
+                };
                 match found {
-                    Some(i) => cs.matched.push(i),
+                    Some(c) => {
+                        cs.used[c] = true;
+                        cs.matched.push(cs.candidates[c].1);
+                    }
                     // A graph command whose node has no record of its own (an indirect
                     // dispatch's, whose node is not reported): its zone alone is dropped.
                     None if graph => cs.matched.push(usize::MAX),
                     None => return Some(false),
                 }
-                ordinal += 1;
             }
             if graph && cs.matched.iter().all(|&i| i == usize::MAX) {
                 // Nothing matched: the records may be late.
@@ -582,8 +626,10 @@ impl Shared {
             }
             // Take every record of the list's launches (matched or not), highest index first so
             // the lower ones stay valid.
-            cs.candidates.sort_unstable_by(|a, b| b.cmp(a));
-            for &i in &cs.candidates {
+            cs.taken.clear();
+            cs.taken.extend(cs.candidates.iter().map(|&(_, i)| i));
+            cs.taken.sort_unstable_by(|a, b| b.cmp(a));
+            for &i in &cs.taken {
                 arrived.swap_remove(i);
             }
             Some(true)
@@ -714,8 +760,12 @@ impl TraceContext {
                 retry: Vec::new(),
                 times: Vec::new(),
                 command_times: Vec::new(),
+                launch_ids: Vec::new(),
                 candidates: Vec::new(),
+                used: Vec::new(),
                 matched: Vec::new(),
+                taken: Vec::new(),
+                flushed: false,
                 cupti_clock: None,
                 reported: [0; DropReason::ALL.len()],
                 calibration_broken: false,

@@ -26,7 +26,8 @@ pub use ffi::CuptiApi;
 pub use load::{CuptiLibrary, DEFAULT_LIBRARIES, LIBRARY_ENV, candidates};
 pub use records::{Activity, ActivityKind};
 pub use session::{
-    BUFFER_BYTES, CaptureGuard, ClockMap, CuptiSession, MAX_BUFFERS, REBASE_AFTER_NS,
+    BUFFER_BYTES, CaptureGuard, ClockMap, CuptiSession, MAX_BUFFERS, MAX_UNCLAIMED,
+    REBASE_AFTER_NS, UNCLAIMED_AGE_NS,
 };
 
 #[cfg(test)]

@@ -28,6 +28,10 @@ pub struct Activity {
     pub correlation_id: u32,
     /// The executable graph's node that ran it, 0 outside graphs.
     pub graph_node_id: u64,
+    /// The node cuhal added that `graph_node_id` was cloned from (when the graph was
+    /// instantiated); `graph_node_id` itself when no clone is known, 0 outside graphs. Filled in
+    /// by the session as it parses the record.
+    pub node_id: u64,
     /// The graph, 0 outside graphs.
     pub graph_id: u32,
     /// CUPTI's id of the stream it ran on.
@@ -54,6 +58,7 @@ pub unsafe fn parse(record: *const CUpti_Activity) -> Option<Activity> {
                 end: k.end,
                 correlation_id: k.correlationId,
                 graph_node_id: k.graphNodeId,
+                node_id: k.graphNodeId,
                 graph_id: k.graphId,
                 stream_id: k.streamId,
                 device_id: k.deviceId,
@@ -68,6 +73,7 @@ pub unsafe fn parse(record: *const CUpti_Activity) -> Option<Activity> {
                 end: m.end,
                 correlation_id: m.correlationId,
                 graph_node_id: m.graphNodeId,
+                node_id: m.graphNodeId,
                 graph_id: m.graphId,
                 stream_id: m.streamId,
                 device_id: m.deviceId,
@@ -82,6 +88,7 @@ pub unsafe fn parse(record: *const CUpti_Activity) -> Option<Activity> {
                 end: m.end,
                 correlation_id: m.correlationId,
                 graph_node_id: m.graphNodeId,
+                node_id: m.graphNodeId,
                 graph_id: m.graphId,
                 stream_id: m.streamId,
                 device_id: m.deviceId,
@@ -118,6 +125,7 @@ mod tests {
                 end: 3_500,
                 correlation_id: 77,
                 graph_node_id: 0x1_0000_0005,
+                node_id: 0x1_0000_0005,
                 graph_id: 9,
                 stream_id: 13,
                 device_id: 1,

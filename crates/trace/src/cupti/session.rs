@@ -271,6 +271,13 @@ static TAP: Mutex<Option<fn(&Activity)>> = Mutex::new(None);
 /// Whether [`TAP`] is set: parsing checks this flag, not the lock.
 static TAPPED: AtomicBool = AtomicBool::new(false);
 
+/// Past this many arrived records, the stale ones are dropped ([`UNCLAIMED_AGE_NS`]).
+pub const MAX_UNCLAIMED: usize = 1 << 16;
+/// Records older than this (on CUPTI's clock, behind the newest record) that no context
+/// claimed are dropped once [`MAX_UNCLAIMED`] is reached: a submission's records are claimed
+/// within a few collections of its completion, far sooner.
+pub const UNCLAIMED_AGE_NS: u64 = 2_000_000_000;
+
 /// Records that arrived and were not claimed yet.
 struct Arrived {
     activities: Vec<Activity>,
@@ -288,6 +295,7 @@ pub struct CuptiSession {
     clock: Mutex<ClockMap>,
     arrived: Mutex<Arrived>,
     records: AtomicU64,
+    discarded: AtomicU64,
 }
 
 impl std::fmt::Debug for CuptiSession {
@@ -366,6 +374,7 @@ impl CuptiSession {
                 activities: Vec::with_capacity(4096),
             }),
             records: AtomicU64::new(0),
+            discarded: AtomicU64::new(0),
         };
         // From here `session`'s Drop undoes whatever was set up, on any failure.
         session.enable()?;
@@ -509,6 +518,9 @@ impl CuptiSession {
             let buffer = address as *mut u8;
             let mut record: *mut ffi::CUpti_Activity = std::ptr::null_mut();
             let mut arrived = lock(&self.arrived);
+            // Once per buffer, not per record: graph records name the executable graph's
+            // clones, and collection wants the nodes cuhal added.
+            let clones = lock(&CLONES);
             loop {
                 // SAFETY: `buffer` is a completed activity buffer with `valid` bytes; `record`
                 // is the iterator CUPTI advances (null to start).
@@ -518,19 +530,51 @@ impl CuptiSession {
                     break;
                 }
                 // SAFETY: CUPTI handed out a whole record inside the buffer.
-                if let Some(activity) = unsafe { records::parse(record) } {
+                if let Some(mut activity) = unsafe { records::parse(record) } {
                     if let Some(tap) = tap {
                         tap(&activity);
+                    }
+                    if activity.graph_node_id != 0
+                        && let Some(&original) =
+                            clones.as_ref().and_then(|m| m.get(&activity.graph_node_id))
+                    {
+                        activity.node_id = original;
                     }
                     arrived.activities.push(activity);
                     new += 1;
                 }
+            }
+            drop(clones);
+            if arrived.activities.len() > MAX_UNCLAIMED {
+                self.discard_stale(&mut arrived.activities);
             }
             drop(arrived);
             lock(&BUFFERS.free).push(address);
         }
         self.records.fetch_add(new as u64, Ordering::Relaxed);
         new
+    }
+
+    /// Drops records that no tracing context claimed for [`UNCLAIMED_AGE_NS`] (GPU work cuhal
+    /// did not issue as a command: a queue's own copies and fills, another library's kernels),
+    /// so the arrived records stay bounded.
+    fn discard_stale(&self, activities: &mut Vec<Activity>) {
+        let newest = activities.iter().map(|a| a.end).max().unwrap_or(0);
+        let before = activities.len();
+        activities.retain(|a| newest.saturating_sub(a.end) <= UNCLAIMED_AGE_NS);
+        self.discarded
+            .fetch_add((before - activities.len()) as u64, Ordering::Relaxed);
+    }
+
+    /// Records dropped unclaimed (see [`UNCLAIMED_AGE_NS`]).
+    pub fn discarded(&self) -> u64 {
+        self.discarded.load(Ordering::Relaxed)
+    }
+
+    /// Activity buffers allocated now (process-wide; recycled, so steady tracing keeps this at
+    /// the few the session started with).
+    pub fn buffers_allocated() -> usize {
+        BUFFERS.allocated.load(Ordering::Relaxed)
     }
 
     /// Takes the arrived records whose correlation id is `id`, in start order, handing each to

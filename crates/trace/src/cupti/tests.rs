@@ -141,6 +141,26 @@ fn many_records_span_several_buffers_which_are_recycled() {
 }
 
 #[test]
+fn records_no_context_claims_are_dropped_once_stale_so_they_stay_bounded() {
+    let fake = FakeCupti::install();
+    let session = CuptiSession::acquire_with(fake.api()).unwrap();
+    // A queue's own copies, another library's kernels: records nobody claims.
+    for i in 0..MAX_UNCLAIMED as u64 {
+        fake.complete_memcpy(1, 1_000 + i, 1_100 + i, 0);
+    }
+    session.flush().unwrap();
+    assert_eq!(session.unclaimed(), MAX_UNCLAIMED);
+    assert_eq!(session.discarded(), 0);
+    // Past the cap, what is older than the age behind the newest record goes.
+    let late = 1_100 + MAX_UNCLAIMED as u64 + UNCLAIMED_AGE_NS + 1;
+    fake.complete_kernel(2, late - 100, late, 0);
+    session.flush().unwrap();
+    assert_eq!(session.unclaimed(), 1);
+    assert_eq!(session.discarded(), MAX_UNCLAIMED as u64);
+    assert_eq!(session.take(2, |_| {}), 1);
+}
+
+#[test]
 fn graph_records_map_from_the_clone_to_the_node_cuhal_added() {
     let fake = FakeCupti::install();
     let session = CuptiSession::acquire_with(fake.api()).unwrap();
@@ -340,6 +360,79 @@ mod zones {
                 ("command buffer".to_owned(), 100_000),
             ]
         );
+    }
+
+    #[test]
+    fn a_replayed_graph_of_a_hundred_commands_flushes_once_per_collection_and_recycles_buffers() {
+        const COMMANDS: usize = 100;
+        let fake = FakeCupti::install();
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let trace = context(&fake, &gpu, &sink);
+        let session = crate::cupti::CuptiSession::acquire_with(fake.api()).unwrap();
+        let list = trace.zone_list().unwrap();
+        let begin = list.begin_zone("command buffer").unwrap();
+        let names: Vec<String> = (0..COMMANDS).map(|i| format!("k{i}")).collect();
+        for (i, name) in names.iter().enumerate() {
+            let node = (0x1000 + i) as cuhal_sys::CUgraphNode;
+            fake.set_node_id(node, 0x5_0000_0000 + i as u64);
+            list.command_zone(name);
+            // SAFETY: the fake knows the node.
+            unsafe { list.command_node(node) };
+        }
+        let end = list.end_zone().unwrap();
+        for i in 0..COMMANDS {
+            let clone = (0x9000 + i) as cuhal_sys::CUgraphNode;
+            fake.set_node_id(clone, 0x8_0000_0000 + i as u64);
+            fake.clone_node((0x1000 + i) as cuhal_sys::CUgraphNode, clone);
+        }
+        let mut buffers = None;
+        // 300 replays of 100 kernel records: several buffers' worth, recycled.
+        for round in 0..300u64 {
+            sink.clear();
+            list.will_issue();
+            let launch = fake.launch(cbid::GRAPH_LAUNCH);
+            drop(list.on_submit());
+            let t = 10_000_000 * (round + 1);
+            gpu.complete_at(begin, t);
+            gpu.complete_at(end, t + 1_000_000);
+            // Records come in the reverse of the recording order; node i runs i + 1 ns.
+            for i in (0..COMMANDS as u64).rev() {
+                let start = t + 1_000 + 2_000 * i;
+                fake.complete_kernel(
+                    launch,
+                    to_cupti(start),
+                    to_cupti(start + i + 1),
+                    0x8_0000_0000 + i,
+                );
+            }
+            let flushes = fake.flushes();
+            assert_eq!(trace.collect(), COMMANDS as u64 + 1, "round {round}");
+            assert_eq!(
+                fake.flushes(),
+                flushes + 1,
+                "one flush, for the records missing"
+            );
+            // Nothing waits for records: no flush.
+            assert_eq!(trace.collect(), 0);
+            assert_eq!(fake.flushes(), flushes + 1, "no flush when nothing waits");
+            let zones = sink.zones();
+            for (i, name) in names.iter().enumerate() {
+                let zone = zones.iter().find(|z| &z.name == name).unwrap();
+                assert_eq!(zone.duration_ns(), i as u64 + 1, "round {round}, {name}");
+            }
+            assert_eq!(session.unclaimed(), 0, "round {round}: every record taken");
+            let allocated = crate::cupti::CuptiSession::buffers_allocated();
+            assert_eq!(
+                *buffers.get_or_insert(allocated),
+                allocated,
+                "round {round}: buffers are recycled, not allocated anew"
+            );
+        }
+        let stats = trace.stats();
+        assert_eq!(stats.dropped.total(), 0, "{stats:?}");
+        assert_eq!(stats.activity_zones, 300 * COMMANDS as u64);
+        assert_eq!(session.discarded(), 0);
     }
 
     #[test]

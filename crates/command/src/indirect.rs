@@ -54,7 +54,7 @@ pub(crate) const BUILT_IN: &[(u32, &[u8])] = &[
 ];
 
 /// The driver version that has device-updatable kernel nodes.
-const DEVICE_UPDATABLE_SINCE: i32 = 12040;
+pub(crate) const DEVICE_UPDATABLE_SINCE: i32 = 12040;
 
 /// The helper image for compute capability `cc`: an exact match, else the newest of the same
 /// major version and a lower minor (cubins run on later minors of their major).
@@ -84,6 +84,21 @@ fn built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
             .find(|(b, _)| i64::from(*b) == i64::from(a))
             .map(|(_, image)| *image)
     })
+}
+
+/// The helper kernel `name` (`cuhal_indirect_apply` or `cuhal_bindings_apply`) from the helper
+/// module of `context`'s device, loaded once per context: a module per command buffer would make
+/// recording and dropping wait for the context's running work (module load and unload do).
+pub(crate) fn helper_function(
+    context: &Arc<PrimaryContext>,
+    name: &str,
+) -> Result<Function, Error> {
+    let cc = (
+        context.attribute(cuhal_sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        context.attribute(cuhal_sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    );
+    let image = helper_image(cc)?;
+    Executable::load_cubin_resident(context, HELPER_MODULE, &image)?.function(name)
 }
 
 /// Four `u32`s of pinned host memory mapped into the device: the failure record.
@@ -170,15 +185,7 @@ impl Indirect {
                 reason: "device-updatable graph kernel nodes need a CUDA 12.4 driver",
             });
         }
-        let cc = (
-            context.attribute(cuhal_sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            context.attribute(cuhal_sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        );
-        let image = helper_image(cc)?;
-        // Once per context: a module per command buffer would make recording and dropping wait for
-        // the context's running work (module load and unload do).
-        let helper = Executable::load_cubin_resident(context, HELPER_MODULE, &image)?
-            .function(INDIRECT_HELPER)?;
+        let helper = helper_function(context, INDIRECT_HELPER)?;
         let max = |a| context.attribute(a).map(|v| v.max(1) as u32);
         Ok(Self {
             helper,

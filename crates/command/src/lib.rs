@@ -84,7 +84,10 @@ pub use buffer::{Buffer, HostBuffer, HostBufferUse, WorkDone};
 pub use deferred::DeferredCommandBuffer;
 pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};
-pub use graph::{DEFAULT_EXECUTABLE_LIMIT, GraphCommandBuffer};
+pub use graph::{
+    BINDINGS_HELPER, DEFAULT_EXECUTABLE_LIMIT, DEVICE_PATCH_MIN_NODES, DEVICE_PATCH_RING,
+    GraphCommandBuffer, PatchMethod,
+};
 pub use indirect::{INDIRECT_COUNT_BYTES, INDIRECT_HELPER, INDIRECT_HELPER_DIR_ENV};
 pub use kernel_args::{ArgSlot, DevicePtr, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};

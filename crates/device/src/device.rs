@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cuhal_command::{Buffer, Executable, HostBuffer};
+use cuhal_command::{Buffer, Executable, HostBuffer, PatchMethod};
 use cuhal_scheduler::QueueOptions;
 use cuhal_semaphore::{Failure, SemaphoreOptions};
 use cuhal_sys::{DeviceInfo, DriverApi, PrimaryContext};
@@ -101,6 +101,10 @@ pub struct DeviceOptions {
     /// thread waits for it (see `QueueOptions::with_eager_completion`); off, they block at once
     /// and host waiters poll the events they need themselves.
     pub eager_completion: bool,
+    /// How graph command buffers with binding slots give their executables new addresses: on
+    /// the host per changed node, or on the device by a helper node when many kernel nodes
+    /// change ([`PatchMethod::Auto`], the default).
+    pub patch_method: PatchMethod,
 }
 
 impl Default for DeviceOptions {
@@ -120,6 +124,7 @@ impl Default for DeviceOptions {
             reserved_events: 64,
             max_in_flight: QueueOptions::DEFAULT_MAX_IN_FLIGHT,
             eager_completion: false,
+            patch_method: PatchMethod::default(),
         }
     }
 }
@@ -138,6 +143,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("completion_nap", &self.completion_nap)
             .field("host_wait_spin", &self.host_wait_spin)
             .field("max_in_flight", &self.max_in_flight)
+            .field("patch_method", &self.patch_method)
             .field("eager_completion", &self.eager_completion)
             .finish_non_exhaustive()
     }
@@ -264,6 +270,7 @@ impl Device {
                 poll_interval: options.completion_poll_interval,
                 completion_nap: options.completion_nap,
                 mode: options.command_buffer_mode,
+                patch_method: options.patch_method,
                 trace,
             };
             queues.push(Queue::new(&shared, setup)?);

@@ -77,7 +77,8 @@ pub use cuhal_command::{
     ArgSlot, BindingError, BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind,
     CommandBufferState, CommandRecorder, DeferredCommandBuffer, DevicePtr, Dispatch, Executable,
     FillPattern, Function, FunctionAttributes, GraphCommandBuffer, HostBuffer, KernelArg,
-    KernelArgs, LaunchAttributes, StreamWork, StreamWorkError, StreamWorkFn, WorkRange,
+    KernelArgs, LaunchAttributes, PatchMethod, StreamWork, StreamWorkError, StreamWorkFn,
+    WorkRange,
 };
 pub use cuhal_semaphore::{Failure, Timeout};
 pub use cuhal_sys::{LinkKind, NcclDataType, NcclRedOp, PeerLink};

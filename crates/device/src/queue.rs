@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cuhal_command::{
     Buffer, BufferRange, CommandBuffer, CommandBufferKind, DeferredCommandBuffer, FillPattern,
-    GraphCommandBuffer, HostBuffer,
+    GraphCommandBuffer, HostBuffer, PatchMethod,
 };
 use cuhal_scheduler::{Cleanup, Cleanups, Outcome, QueueOptions, QueueStats, Resources};
 use cuhal_semaphore::Failure;
@@ -68,6 +68,8 @@ pub(crate) struct QueueSetup {
     pub(crate) completion_nap: Duration,
     /// How command buffers are built.
     pub(crate) mode: CommandBufferMode,
+    /// How graph command buffers with slots are patched.
+    pub(crate) patch_method: PatchMethod,
     /// The queue's tracing context, if it traces.
     pub(crate) trace: Option<TraceContext>,
 }
@@ -79,6 +81,7 @@ pub struct Queue {
     lost: Arc<Lost>,
     memory: Arc<MemoryPool>,
     mode: CommandBufferMode,
+    patch_method: PatchMethod,
     trace: Option<Arc<TraceContext>>,
     /// Collects the trace context's completed zones; one shared cleanup for every submission.
     collect: Option<SharedCleanup>,
@@ -96,6 +99,7 @@ impl Queue {
             poll_interval,
             completion_nap,
             mode,
+            patch_method,
             trace,
         } = setup;
         let context = device.context.clone();
@@ -127,6 +131,7 @@ impl Queue {
             lost,
             memory,
             mode,
+            patch_method,
             trace,
             collect,
             tables: Arc::default(),
@@ -243,8 +248,12 @@ impl Queue {
         let zones = self.trace.as_deref().and_then(TraceContext::recorder);
         let created: Result<Box<dyn CommandBuffer>, cuhal_command::Error> = match mode {
             CommandBufferMode::Graph => {
-                GraphCommandBuffer::with_bindings(&self.context, zones, capacity)
-                    .map(|cb| Box::new(cb) as Box<dyn CommandBuffer>)
+                GraphCommandBuffer::with_bindings(&self.context, zones, capacity).and_then(
+                    |mut cb| {
+                        cb.set_patch_method(self.patch_method)?;
+                        Ok(Box::new(cb) as Box<dyn CommandBuffer>)
+                    },
+                )
             }
             CommandBufferMode::Deferred => {
                 DeferredCommandBuffer::with_bindings(&self.context, zones, capacity)

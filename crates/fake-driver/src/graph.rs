@@ -85,6 +85,7 @@ pub(crate) enum Op {
         event: usize,
     },
     IndirectApply(IndirectApply),
+    BindingsApply(BindingsApply),
     /// A child graph node: the child's operations, cloned in dependency order when added.
     Child(Vec<Op>),
 }
@@ -160,6 +161,47 @@ impl IndirectApply {
     }
 }
 
+/// The name of cuhal's binding-table patch helper kernel, which the fake runs (emulated by the
+/// graph's `BindingsApply` node).
+pub const BINDINGS_HELPER: &str = "cuhal_bindings_apply";
+
+/// Bytes of one patch of the bindings helper: device node, parameter offset, 8-byte value.
+pub const BINDINGS_PATCH_BYTES: usize = 24;
+
+/// A node of cuhal's binding-table patch helper, emulated: it reads `count` patches from
+/// (host-mapped) memory and writes each 8-byte value into its device-updatable kernel node's
+/// parameters in the executable graph, then writes 1 to `done`, as the real helper does on the
+/// GPU with the device runtime. A patch of a node that is not a device-updatable kernel node of
+/// the executable, or past its parameters, writes 2 + `CUDA_ERROR_INVALID_VALUE` to `done` and
+/// fails the launch (the real helper traps).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct BindingsApply {
+    function: usize,
+    patches: u64,
+    count: u32,
+    done: u64,
+}
+
+impl BindingsApply {
+    /// Reads the helper's arguments (`patches`, `count`, `done` in `bindings.cu`).
+    ///
+    /// # Safety
+    /// `params` holds three pointers, to a u64, a u32 and a u64.
+    unsafe fn read(function: usize, params: *mut *mut c_void) -> Result<Self, c_int> {
+        ensure(!params.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: the caller's contract: three pointers to values of the parameters' sizes.
+        unsafe {
+            let arg = |i: usize| *params.add(i);
+            Ok(Self {
+                function,
+                patches: arg(0).cast::<u64>().read_unaligned(),
+                count: arg(1).cast::<u32>().read_unaligned(),
+                done: arg(2).cast::<u64>().read_unaligned(),
+            })
+        }
+    }
+}
+
 /// One node and the nodes it depends on.
 #[derive(Debug)]
 struct Node {
@@ -172,6 +214,8 @@ struct Node {
 #[derive(Debug, Default)]
 pub(crate) struct Graph {
     nodes: Vec<Node>,
+    /// For a clone (`cuGraphClone`): each original node and its copy here.
+    cloned: Vec<(usize, usize)>,
 }
 
 /// An instantiated graph: its operations (with their node ids) in an order that respects every
@@ -184,6 +228,9 @@ pub(crate) struct Exec {
     /// Whether `cuGraphUpload` ran (needed before the first launch when the graph updates its
     /// own nodes from the device).
     uploaded: bool,
+    /// The graph it was instantiated from, when that holds device-updatable kernel nodes: such
+    /// a graph has at most one executable at a time.
+    updatable_source: Option<usize>,
 }
 
 impl World {
@@ -222,7 +269,7 @@ impl World {
             Op::Empty => {}
             Op::EventRecord { event } => self.record(event, std::time::Instant::now())?,
             Op::EventWait { event } => lookup(&self.events, event).map(drop)?,
-            Op::IndirectApply(_) => return Err(status::INVALID_VALUE),
+            Op::IndirectApply(_) | Op::BindingsApply(_) => return Err(status::INVALID_VALUE),
             Op::Child(ref ops) => {
                 for op in ops {
                     self.run(op)?;
@@ -267,6 +314,67 @@ impl World {
         Ok(())
     }
 
+    /// Runs the bindings helper: writes each patch into its node's parameters in `order` (the
+    /// executable's operations), then marks the list consumed.
+    fn apply_bindings(&mut self, apply: &BindingsApply, order: &mut [(usize, Op)]) -> Status {
+        let name = lookup(&self.functions, apply.function)?.name.clone();
+        *self.launches.entry(name).or_insert(0) += 1;
+        let count = apply.count as usize;
+        let list = self.mapped_span(apply.patches, (count * BINDINGS_PATCH_BYTES).max(1))?;
+        let done = self.mapped_span(apply.done, 4)?.cast::<u32>();
+        let mut failed = false;
+        for i in 0..count {
+            // SAFETY: `count` patches of 24 bytes lie in a live allocation (checked above).
+            let (node, offset, value) = unsafe {
+                let at = list.add(i * BINDINGS_PATCH_BYTES);
+                (
+                    at.cast::<u64>().read_unaligned() as usize,
+                    at.add(8).cast::<u64>().read_unaligned() as usize,
+                    at.add(16).cast::<u64>().read_unaligned(),
+                )
+            };
+            let target = order.iter_mut().find(|(id, _)| *id == node);
+            let Some((
+                _,
+                Op::Kernel {
+                    function,
+                    device_updatable: true,
+                    call,
+                    ..
+                },
+            )) = target
+            else {
+                failed = true;
+                break;
+            };
+            let bytes: usize = lookup(&self.functions, *function)?
+                .parameters
+                .iter()
+                .map(|&(at, size)| at + size)
+                .max()
+                .unwrap_or(0);
+            if offset.checked_add(8).is_none_or(|end| end > bytes) {
+                failed = true;
+                break;
+            }
+            if let Some(call) = call
+                && call.patch(offset, value).is_err()
+            {
+                failed = true;
+                break;
+            }
+        }
+        let word = if failed {
+            2 + status::INVALID_VALUE as u32
+        } else {
+            1
+        };
+        // SAFETY: 4 bytes of a live (host-mapped) allocation, checked above.
+        unsafe { done.write_volatile(word) };
+        // The real helper traps: a sticky launch failure.
+        ensure(!failed, status::LAUNCH_FAILED)
+    }
+
     /// Checks that what `op` refers to still exists.
     fn check(&self, op: &Op) -> Status {
         match *op {
@@ -276,6 +384,7 @@ impl World {
             }
             Op::Memset { .. } | Op::Memcpy(_) | Op::Empty => Ok(()),
             Op::IndirectApply(apply) => lookup(&self.functions, apply.function).map(drop),
+            Op::BindingsApply(apply) => lookup(&self.functions, apply.function).map(drop),
             Op::Child(ref ops) => ops.iter().try_for_each(|op| self.check(op)),
         }
     }
@@ -376,6 +485,34 @@ impl World {
 }
 
 impl World {
+    /// The operation of a kernel node of `function` with `params`: one of cuhal's helpers the
+    /// fake emulates, else a kernel checked as a launch.
+    ///
+    /// # Safety
+    /// `params.kernelParams` as cuda.h requires of a launch.
+    unsafe fn node_op(
+        &self,
+        function: usize,
+        params: &CUDA_KERNEL_NODE_PARAMS,
+    ) -> Result<Op, c_int> {
+        let name = lookup(&self.functions, function)?.name.as_str();
+        Ok(match name {
+            INDIRECT_HELPER => {
+                // SAFETY: cuhal passes the helper's ten arguments (cuda.h's contract for
+                // kernelParams: one pointer per parameter).
+                let apply = unsafe { IndirectApply::read(function, params.kernelParams) }?;
+                Op::IndirectApply(apply)
+            }
+            BINDINGS_HELPER => {
+                // SAFETY: cuhal passes the helper's three arguments, as above.
+                let apply = unsafe { BindingsApply::read(function, params.kernelParams) }?;
+                Op::BindingsApply(apply)
+            }
+            // SAFETY: forwarded caller contract.
+            _ => unsafe { self.kernel_op(params) }?,
+        })
+    }
+
     /// A kernel node's operation, checked as a launch.
     ///
     /// # Safety
@@ -561,14 +698,8 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
             [params.blockDimX, params.blockDimY, params.blockDimZ],
             params.sharedMemBytes,
         )?;
-        let op = if world.functions[&function].name == INDIRECT_HELPER {
-            // SAFETY: cuhal passes the helper's ten arguments (cuda.h's contract for
-            // kernelParams: one pointer per parameter).
-            Op::IndirectApply(unsafe { IndirectApply::read(function, params.kernelParams) }?)
-        } else {
-            // SAFETY: forwarded caller contract.
-            unsafe { world.kernel_op(&params) }?
-        };
+        // SAFETY: forwarded caller contract.
+        let op = unsafe { world.node_op(function, &params) }?;
         // SAFETY: forwarded caller contract.
         unsafe { world.add_node(out, graph, deps, count, op) }
     })
@@ -973,6 +1104,25 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
                 )?;
             }
         }
+        // A graph with device-updatable kernel nodes has at most one executable at a time.
+        let source = id(graph)?;
+        let updatable = order.iter().any(|(_, op)| {
+            matches!(
+                op,
+                Op::Kernel {
+                    device_updatable: true,
+                    ..
+                }
+            )
+        });
+        ensure(
+            !updatable
+                || !world
+                    .execs
+                    .values()
+                    .any(|e| e.updatable_source == Some(source)),
+            status::INVALID_VALUE,
+        )?;
         let exec = world.new_handle();
         world.execs.insert(
             exec,
@@ -980,6 +1130,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
                 order,
                 disabled: HashSet::new(),
                 uploaded: false,
+                updatable_source: updatable.then_some(source),
             },
         );
         // SAFETY: forwarded caller contract (checked non-null above).
@@ -993,20 +1144,25 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> c_int {
         let mut world = world();
         world.stream_device(stream)?;
         let state = lookup_mut(&mut world.execs, id(exec)?)?;
-        let order = std::mem::take(&mut state.order);
+        let mut order = std::mem::take(&mut state.order);
         let mut disabled = std::mem::take(&mut state.disabled);
         let uploaded = state.uploaded;
         let updates_itself = order
             .iter()
-            .any(|(_, op)| matches!(op, Op::IndirectApply(_)));
+            .any(|(_, op)| matches!(op, Op::IndirectApply(_) | Op::BindingsApply(_)));
         // CUDA: a graph that updates its own nodes from the device must be uploaded first.
         let mut result = ensure(uploaded || !updates_itself, status::INVALID_VALUE);
-        if result.is_ok() {
-            result = order.iter().try_for_each(|(id, op)| match op {
-                Op::Kernel { .. } if disabled.contains(id) => Ok(()),
-                Op::IndirectApply(apply) => world.apply_indirect(apply, &mut disabled),
-                _ => world.run(op),
-            });
+        let mut i = 0;
+        while result.is_ok() && i < order.len() {
+            let (id, op) = order[i].clone();
+            i += 1;
+            result = match op {
+                _ if disabled.contains(&id) => Ok(()),
+                Op::IndirectApply(apply) => world.apply_indirect(&apply, &mut disabled),
+                // Device-side updates persist in the executable, as on the GPU.
+                Op::BindingsApply(apply) => world.apply_bindings(&apply, &mut order),
+                _ => world.run(&op),
+            };
         }
         if let Some(exec) = world.execs.get_mut(&exec.addr()) {
             exec.order = order;
@@ -1091,9 +1247,11 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
         // SAFETY: non-null and readable by the caller's contract.
         let params = unsafe { params.read() };
         let mut world = world();
+        let function = id(params.func)?;
         // SAFETY: forwarded caller contract.
-        let op = unsafe { world.kernel_op(&params) }?;
+        let op = unsafe { world.node_op(function, &params) }?;
         world.set_exec_node(exec, node, op, |current, new| match (current, new) {
+            (Op::BindingsApply(_), Op::BindingsApply(_)) => true,
             (
                 Op::Kernel {
                     device_updatable: kept,
@@ -1217,5 +1375,159 @@ pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams(
                 _ => false,
             }
         })
+    })
+}
+
+/// `CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)`: a copy with nodes of
+/// its own (`cuGraphNodeFindInClone` maps them). A graph with device-updatable kernel nodes is
+/// refused, as cuhal assumes of the driver (it never clones one).
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuGraphClone(out: *mut CUgraph, original: CUgraph) -> c_int {
+    entry("cuGraphClone", || {
+        ensure(!out.is_null(), status::INVALID_VALUE)?;
+        let mut world = world();
+        let original = lookup(&world.graphs, id(original)?)?;
+        let copied: Vec<(usize, Op, Vec<usize>)> = original
+            .nodes
+            .iter()
+            .map(|n| (n.id, n.op.clone(), n.deps.clone()))
+            .collect();
+        ensure(
+            !copied.iter().any(|(_, op, _)| {
+                matches!(
+                    op,
+                    Op::Kernel {
+                        device_updatable: true,
+                        ..
+                    }
+                )
+            }),
+            status::NOT_SUPPORTED,
+        )?;
+        let graph = world.new_handle();
+        let mut clone = Graph::default();
+        for (old, _, _) in &copied {
+            clone.cloned.push((*old, world.new_handle()));
+        }
+        let new_id = |old: usize| {
+            clone
+                .cloned
+                .iter()
+                .find(|(o, _)| *o == old)
+                .map(|&(_, n)| n)
+        };
+        let mut nodes = Vec::with_capacity(copied.len());
+        for (old, op, deps) in copied {
+            let deps = deps
+                .into_iter()
+                .map(|d| new_id(d).ok_or(status::INVALID_VALUE))
+                .collect::<Result<Vec<_>, _>>()?;
+            let id = new_id(old).ok_or(status::INVALID_VALUE)?;
+            nodes.push(Node { id, op, deps });
+        }
+        clone.nodes = nodes;
+        for node in &clone.nodes {
+            world.nodes.insert(node.id, graph);
+        }
+        world.graphs.insert(graph, clone);
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(out, handle(graph)) }
+    })
+}
+
+/// `CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph
+/// hClonedGraph)`.
+///
+/// # Safety
+/// `out` is null or valid for one write.
+pub unsafe extern "C" fn cuGraphNodeFindInClone(
+    out: *mut CUgraphNode,
+    original: CUgraphNode,
+    clone: CUgraph,
+) -> c_int {
+    entry("cuGraphNodeFindInClone", || {
+        ensure(!out.is_null(), status::INVALID_VALUE)?;
+        let world = world();
+        let clone = lookup(&world.graphs, id(clone)?)?;
+        let original = id(original)?;
+        let found = clone
+            .cloned
+            .iter()
+            .find(|(o, _)| *o == original)
+            .map(|&(_, n)| n)
+            .ok_or(status::INVALID_VALUE)?;
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(out, handle(found)) }
+    })
+}
+
+/// `CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)`:
+/// the nodes without dependencies; with null `rootNodes`, only their count.
+///
+/// # Safety
+/// `count` is null or valid for a read and a write; `nodes` is null or holds `*count` handles.
+pub unsafe extern "C" fn cuGraphGetRootNodes(
+    graph: CUgraph,
+    nodes: *mut CUgraphNode,
+    count: *mut usize,
+) -> c_int {
+    entry("cuGraphGetRootNodes", || {
+        ensure(!count.is_null(), status::INVALID_VALUE)?;
+        let world = world();
+        let graph = lookup(&world.graphs, id(graph)?).map_err(|_| status::INVALID_VALUE)?;
+        let roots: Vec<usize> = graph
+            .nodes
+            .iter()
+            .filter(|n| n.deps.is_empty())
+            .map(|n| n.id)
+            .collect();
+        if !nodes.is_null() {
+            // SAFETY: non-null and readable by the caller's contract.
+            let room = unsafe { count.read() };
+            for (i, root) in roots.iter().take(room).enumerate() {
+                // SAFETY: `i < room`, the length the caller vouches for.
+                unsafe { nodes.add(i).write(handle(*root)) };
+            }
+        }
+        // SAFETY: forwarded caller contract (checked non-null above).
+        unsafe { put(count, roots.len()) }
+    })
+}
+
+/// `CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int
+/// isEnabled)`: kernel, memset and memcpy nodes only; later launches skip a disabled node.
+pub extern "C" fn cuGraphNodeSetEnabled(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    enabled: c_uint,
+) -> c_int {
+    entry("cuGraphNodeSetEnabled", || {
+        let mut world = world();
+        let exec = lookup_mut(&mut world.execs, id(exec)?)?;
+        let node = id(node)?;
+        let (_, op) = exec
+            .order
+            .iter()
+            .find(|(n, _)| *n == node)
+            .ok_or(status::INVALID_VALUE)?;
+        ensure(
+            matches!(
+                op,
+                Op::Kernel { .. }
+                    | Op::IndirectApply(_)
+                    | Op::BindingsApply(_)
+                    | Op::Memset { .. }
+                    | Op::Memcpy(_)
+            ),
+            status::INVALID_VALUE,
+        )?;
+        if enabled == 0 {
+            exec.disabled.insert(node);
+        } else {
+            exec.disabled.remove(&node);
+        }
+        Ok(())
     })
 }

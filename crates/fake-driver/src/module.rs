@@ -102,6 +102,63 @@ impl KernelCall {
     }
 }
 
+impl KernelCall {
+    /// The arguments in the kernel's parameter layout (24 bytes for both kernels).
+    fn to_bytes(self) -> [u8; 24] {
+        let mut bytes = [0u8; 24];
+        match self {
+            Self::Add {
+                input,
+                output,
+                n,
+                addend,
+            } => {
+                bytes[0..8].copy_from_slice(&output.to_ne_bytes());
+                bytes[8..16].copy_from_slice(&input.to_ne_bytes());
+                bytes[16..20].copy_from_slice(&addend.to_ne_bytes());
+                bytes[20..24].copy_from_slice(&n.to_ne_bytes());
+            }
+            Self::Copy {
+                target,
+                source,
+                len,
+            } => {
+                bytes[0..8].copy_from_slice(&target.to_ne_bytes());
+                bytes[8..16].copy_from_slice(&source.to_ne_bytes());
+                bytes[16..24].copy_from_slice(&len.to_ne_bytes());
+            }
+        }
+        bytes
+    }
+
+    /// Writes the 8 bytes of `value` at byte `offset` of the parameters, as a device-side
+    /// `cudaGraphKernelNodeSetParam` does; an offset past the parameters is refused.
+    pub(crate) fn patch(&mut self, offset: usize, value: u64) -> Status {
+        let mut bytes = self.to_bytes();
+        let end = offset.checked_add(8).ok_or(status::INVALID_VALUE)?;
+        ensure(end <= bytes.len(), status::INVALID_VALUE)?;
+        bytes[offset..end].copy_from_slice(&value.to_ne_bytes());
+        let u64_at =
+            |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+        let u32_at =
+            |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
+        *self = match *self {
+            Self::Add { .. } => Self::Add {
+                output: u64_at(0),
+                input: u64_at(8),
+                addend: u32_at(16),
+                n: u32_at(20),
+            },
+            Self::Copy { .. } => Self::Copy {
+                target: u64_at(0),
+                source: u64_at(8),
+                len: u64_at(16),
+            },
+        };
+        Ok(())
+    }
+}
+
 impl World {
     /// Runs a launch of a kernel the fake runs: every range must lie in one live device
     /// allocation (a bad address is `CUDA_ERROR_ILLEGAL_ADDRESS`, as a faulting kernel would

@@ -125,6 +125,10 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuGraphExecChildGraphNodeSetParams" => {
             f!(11010, graph::cuGraphExecChildGraphNodeSetParams)
         }
+        "cuGraphClone" => f!(10000, graph::cuGraphClone),
+        "cuGraphNodeFindInClone" => f!(10000, graph::cuGraphNodeFindInClone),
+        "cuGraphGetRootNodes" => f!(10000, graph::cuGraphGetRootNodes),
+        "cuGraphNodeSetEnabled" => f!(11060, graph::cuGraphNodeSetEnabled),
 
         "cuModuleLoadData" => f!(2000, modl::cuModuleLoadData),
         "cuModuleLoadDataEx" => f!(2010, modl::cuModuleLoadDataEx),

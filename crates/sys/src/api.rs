@@ -437,6 +437,16 @@ driver_api! {
         /// `cuOccupancyMaxActiveClusters(&clusters, f, &config)` (CUDA 11.8): 0 when a cluster of
         /// that shape cannot be resident at all.
         fn cuOccupancyMaxActiveClusters(clusters: *mut c_int, function: CUfunction, config: *const CUlaunchConfig) since 11080;
+        /// `cuGraphClone(&clone, graph)` (CUDA 10.0): a graph per executable when a graph can
+        /// be instantiated only once (device-updatable nodes, for binding patches on the device).
+        fn cuGraphClone(clone: *mut CUgraph, graph: CUgraph) since 10000;
+        /// `cuGraphNodeFindInClone(&node, original, clone)` (CUDA 10.0).
+        fn cuGraphNodeFindInClone(node: *mut CUgraphNode, original: CUgraphNode, clone: CUgraph) since 10000;
+        /// `cuGraphGetRootNodes(graph, nodes, &count)` (CUDA 10.0): with null `nodes`, the count.
+        fn cuGraphGetRootNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) since 10000;
+        /// `cuGraphNodeSetEnabled(exec, node, enabled)` (CUDA 11.6): later launches of `exec` skip
+        /// a disabled kernel, memset or memcpy node.
+        fn cuGraphNodeSetEnabled(exec: CUgraphExec, node: CUgraphNode, enabled: c_uint) since 11060;
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod capture;
 pub(crate) mod deps;
+mod device_patch;
 mod pool;
 
 use std::fmt;
@@ -18,8 +19,8 @@ use cuhal_sys::{
     CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
     CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_STREAM_NON_BLOCKING,
     CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D,
-    CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec,
-    CUgraphNode, CUstream, PrimaryContext, Stream, cu,
+    CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphNode, CUstream,
+    PrimaryContext, Stream, cu,
 };
 use smallvec::SmallVec;
 
@@ -34,6 +35,8 @@ use crate::{
     CommandRecorder, Dispatch, Error, Executable, FillPattern, Function, KernelArgs, ZoneRecorder,
 };
 use deps::Dependencies;
+use device_patch::DevicePatcher;
+pub use device_patch::{BINDINGS_HELPER, DEVICE_PATCH_MIN_NODES, DEVICE_PATCH_RING, PatchMethod};
 pub use pool::DEFAULT_EXECUTABLE_LIMIT;
 use pool::{ExecPool, PatchKind, PatchNode};
 
@@ -76,6 +79,8 @@ pub(crate) struct GraphEncoder {
     copy_kernel: Option<Function>,
     /// Update bytes of slot updates, staged in device memory at recording.
     staged: Vec<Arc<Buffer>>,
+    /// How executables are given new bindings (decided at `end()`).
+    patch_method: PatchMethod,
 }
 
 /// `cuhal_slot_copy(u8 *dst, const u8 *src, u64 n)`: copies `n` bytes, 16 at a time when both
@@ -170,6 +175,7 @@ impl GraphEncoder {
             last_command: None,
             copy_kernel: None,
             staged: Vec::new(),
+            patch_method: PatchMethod::default(),
         })
     }
 
@@ -658,30 +664,25 @@ impl Encoder for GraphEncoder {
         }
         let _bound = self.context.enter()?;
         let api = self.context.api();
-        let mut exec: CUgraphExec = std::ptr::null_mut();
         let flags = if self.node_priority {
             CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
         } else {
             0
         };
-        // SAFETY: `exec` is a valid out-pointer; the graph is complete and not used by any
-        // other thread (recording holds `&mut self`).
-        unsafe {
-            cu!(
-                api,
-                cuGraphInstantiateWithFlags(&mut exec, self.graph, flags)
-            )
-        }?;
-        self.pool
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .set_flags(flags);
-        let slots = self.slots as usize;
-        self.pool
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .first(exec, slots);
         self.patches.shrink_to_fit();
+        // Executables of a graph with bound kernel arguments may patch them on the device.
+        let patcher = DevicePatcher::new(
+            &self.context,
+            self.patch_method,
+            &self.patches,
+            self.device_updatable,
+        );
+        let pool = self.pool.get_mut().unwrap_or_else(PoisonError::into_inner);
+        pool.set_flags(flags);
+        pool.set_patcher(patcher);
+        // SAFETY: the graph is complete and not used by any other thread (recording holds
+        // `&mut self`); the patch nodes are its nodes; the context is current.
+        let exec = unsafe { pool.first_of(api, self.graph, &self.patches, self.slots as usize) }?;
         if self.device_updatable {
             // Nodes updated from inside the graph need it uploaded before the first launch, and
             // such a graph is instantiated once: its launches share that executable.
@@ -834,6 +835,39 @@ impl GraphCommandBuffer {
         this.recorder.set_binding_capacity(capacity);
         this.recorder.encoder.slots = capacity;
         Ok(this)
+    }
+
+    /// Chooses how executables are given new bindings ([`PatchMethod::Auto`] unless set): on
+    /// the host, one `cuGraphExec*NodeSetParams` per changed node, or on the device, by a helper
+    /// node at the graph's head. Takes effect at [`end`](CommandRecorder::end); later, it is a
+    /// state error.
+    pub fn set_patch_method(&mut self, method: PatchMethod) -> Result<(), Error> {
+        let state = self.recorder.state();
+        if state == CommandBufferState::Ended {
+            return Err(Error::InvalidState {
+                operation: "choose the patch method",
+                state,
+            });
+        }
+        self.recorder.encoder.patch_method = method;
+        Ok(())
+    }
+
+    /// The patch method chosen ([`Self::set_patch_method`]).
+    pub fn patch_method(&self) -> PatchMethod {
+        self.recorder.encoder.patch_method
+    }
+
+    /// Whether the executables carry the helper node and may patch on the device (decided at
+    /// `end()`: the method allows it, enough kernel nodes name slots, the driver has
+    /// device-updatable nodes and the device a helper cubin).
+    pub fn patches_on_device(&self) -> bool {
+        self.pool().patches_on_device()
+    }
+
+    /// Launches that patched their kernel nodes on the device.
+    pub fn device_patched_launches(&self) -> u64 {
+        self.pool().device_launches()
     }
 
     /// Bounds the executables kept for concurrent launches on different streams (at least 1;

@@ -18,6 +18,7 @@ use cuhal_sys::{
     CUgraphNode, CUstream, DriverApi, cu,
 };
 
+use super::device_patch::{DevicePatcher, DeviceSide};
 use crate::binding::{Operand, SlotList, with_bound_args};
 use crate::{ArgBinding, ArgSlot, BufferRange, Error};
 
@@ -57,15 +58,22 @@ pub(crate) struct PatchNode {
 }
 
 impl PatchNode {
-    /// Gives the node in `exec` the addresses of `table`.
+    /// Whether the node names a slot `changed` marks.
+    fn changed(&self, changed: &[bool]) -> bool {
+        self.slots.iter().any(|&s| changed[s as usize])
+    }
+
+    /// Gives the node in `exec` (`node`: this node, or its copy in the clone `exec` was
+    /// instantiated from) the addresses of `table`.
     ///
     /// # Safety
-    /// `exec` was instantiated from the graph that holds `self.node`; `context` is the
-    /// graph's; `table` passed `BindingLayout::check` and covers every slot the node names.
+    /// `exec` was instantiated from the graph that holds `node`; `context` is the graph's;
+    /// `table` passed `BindingLayout::check` and covers every slot the node names.
     unsafe fn patch(
         &self,
         api: &DriverApi,
         exec: CUgraphExec,
+        node: CUgraphNode,
         context: CUcontext,
         table: &[BufferRange],
     ) -> Result<(), Error> {
@@ -80,7 +88,7 @@ impl PatchNode {
                 unsafe {
                     cu!(
                         api,
-                        cuGraphExecMemsetNodeSetParams(exec, self.node, &params, context)
+                        cuGraphExecMemsetNodeSetParams(exec, node, &params, context)
                     )
                 }?;
             }
@@ -97,17 +105,12 @@ impl PatchNode {
                     };
                     // SAFETY: as above; `pointers` holds one pointer per argument into this
                     // thread's scratch, which the driver copies before returning.
-                    unsafe {
-                        cu!(
-                            api,
-                            cuGraphExecKernelNodeSetParams(exec, self.node, &params)
-                        )
-                    }
+                    unsafe { cu!(api, cuGraphExecKernelNodeSetParams(exec, node, &params)) }
                 })?;
             }
             PatchKind::Work(recapture) => {
                 // SAFETY: the caller's contract; the node of stream work is a child graph node.
-                unsafe { recapture.patch(exec, self.node, table) }?;
+                unsafe { recapture.patch(exec, node, table) }?;
             }
         }
         Ok(())
@@ -122,6 +125,69 @@ struct Executable {
     /// The address of each slot's binding at its last launch.
     bases: Box<[CUdeviceptr]>,
     last_use: u64,
+    /// Its clone, helper node and patch lists, when it patches on the device.
+    device: Option<DeviceSide>,
+}
+
+impl Executable {
+    /// Patches the nodes whose slots `changed` for `table`: on the device when `patcher` wants
+    /// that many kernel nodes and a patch list is free, else on the host.
+    ///
+    /// # Safety
+    /// As [`ExecPool::launch`].
+    #[allow(clippy::too_many_arguments)] // the launch's whole state, borrowed apart
+    unsafe fn patch(
+        &mut self,
+        api: &DriverApi,
+        patcher: Option<&DevicePatcher>,
+        context: CUcontext,
+        nodes: &[PatchNode],
+        table: &[BufferRange],
+        changed: &[bool],
+        device_launches: &mut u64,
+    ) -> Result<(), Error> {
+        let exec = self.exec;
+        if let (Some(patcher), Some(side)) = (patcher, self.device.as_mut()) {
+            let kernels = nodes
+                .iter()
+                .filter(|n| matches!(n.kind, PatchKind::Kernel { .. }) && n.changed(changed))
+                .count();
+            if patcher.wants(kernels)
+                && let Some(mut list) = side.take_list()
+            {
+                for (i, node) in nodes.iter().enumerate() {
+                    if node.changed(changed) {
+                        list.push_node(i, node, table, changed);
+                    }
+                }
+                let count = list.count();
+                // Memset and stream-work nodes are not kernels: always the host.
+                for (i, node) in nodes.iter().enumerate() {
+                    if !matches!(node.kind, PatchKind::Kernel { .. }) && node.changed(changed) {
+                        // SAFETY: forwarded contract; `side.node(i)` is the node's copy in the
+                        // graph `exec` was instantiated from.
+                        unsafe { node.patch(api, exec, side.node(i), context, table) }?;
+                    }
+                }
+                // SAFETY: `exec` was instantiated from the side's clone; forwarded contract.
+                unsafe { side.arm(api, exec, patcher, count) }?;
+                *device_launches += 1;
+                return Ok(());
+            }
+        }
+        if let Some(side) = self.device.as_mut() {
+            // SAFETY: as above.
+            unsafe { side.disarm(api, exec) }?;
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            if node.changed(changed) {
+                let handle = self.device.as_ref().map_or(node.node, |side| side.node(i));
+                // SAFETY: forwarded contract; `handle` is a node of the graph `exec` came from.
+                unsafe { node.patch(api, exec, handle, context, table) }?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The executables of one graph command buffer.
@@ -135,6 +201,10 @@ pub(crate) struct ExecPool {
     shared_launches: u64,
     /// `cuGraphInstantiateWithFlags` flags of every executable.
     flags: u64,
+    /// Set when the executables patch on the device (each then has a [`DeviceSide`]).
+    patcher: Option<DevicePatcher>,
+    /// Launches that patched on the device.
+    device_launches: u64,
 }
 
 impl ExecPool {
@@ -147,7 +217,76 @@ impl ExecPool {
             changed: Vec::new(),
             shared_launches: 0,
             flags: 0,
+            patcher: None,
+            device_launches: 0,
         }
+    }
+
+    /// Makes later executables patch on the device (before the first is instantiated).
+    pub(crate) fn set_patcher(&mut self, patcher: Option<DevicePatcher>) {
+        self.patcher = patcher;
+    }
+
+    /// Whether any executable patches on the device.
+    pub(crate) fn patches_on_device(&self) -> bool {
+        self.execs.iter().any(|e| e.device.is_some())
+    }
+
+    /// Launches that patched on the device.
+    pub(crate) fn device_launches(&self) -> u64 {
+        self.device_launches
+    }
+
+    /// A new executable of `graph`: of a clone with the helper node when patching on the
+    /// device (a failure there falls back to the plain graph), else of `graph` itself.
+    ///
+    /// # Safety
+    /// `graph` is complete, live, and holds the nodes of `nodes`; its context is current.
+    unsafe fn instantiate(
+        &mut self,
+        api: &DriverApi,
+        graph: CUgraph,
+        nodes: &[PatchNode],
+    ) -> Result<(CUgraphExec, Option<DeviceSide>), Error> {
+        if let Some(patcher) = &self.patcher {
+            // SAFETY: forwarded contract.
+            match unsafe { patcher.instantiate(graph, nodes, self.flags) } {
+                Ok((exec, side)) => return Ok((exec, Some(side))),
+                Err(_) if self.execs.is_empty() => {
+                    // The driver refused the device-updatable form: host patching only.
+                    self.patcher = None;
+                }
+                Err(_) => {}
+            }
+        }
+        let mut exec: CUgraphExec = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the graph is complete and no longer edited.
+        unsafe {
+            cu!(
+                api,
+                cuGraphInstantiateWithFlags(&mut exec, graph, self.flags)
+            )
+        }?;
+        Ok((exec, None))
+    }
+
+    /// Instantiates the first executable (at `end()`), for `slots` binding slots.
+    ///
+    /// # Safety
+    /// As [`Self::instantiate`].
+    pub(crate) unsafe fn first_of(
+        &mut self,
+        api: &DriverApi,
+        graph: CUgraph,
+        nodes: &[PatchNode],
+        slots: usize,
+    ) -> Result<CUgraphExec, Error> {
+        self.slots = slots;
+        self.changed = vec![false; slots];
+        // SAFETY: forwarded contract.
+        let (exec, device) = unsafe { self.instantiate(api, graph, nodes) }?;
+        self.push(exec, device);
+        Ok(exec)
     }
 
     /// Sets the instantiation flags of the executables made later (those of the one made at
@@ -165,19 +304,13 @@ impl ExecPool {
         self.limit
     }
 
-    /// Adds the executable instantiated at `end()`, for `slots` binding slots.
-    pub(crate) fn first(&mut self, exec: CUgraphExec, slots: usize) {
-        self.slots = slots;
-        self.changed = vec![false; slots];
-        self.push(exec);
-    }
-
-    fn push(&mut self, exec: CUgraphExec) {
+    fn push(&mut self, exec: CUgraphExec, device: Option<DeviceSide>) {
         self.execs.push(Executable {
             exec,
             stream: std::ptr::null_mut(),
             bases: vec![UNBOUND; self.slots].into_boxed_slice(),
             last_use: 0,
+            device,
         });
     }
 
@@ -201,7 +334,13 @@ impl ExecPool {
     ///
     /// # Safety
     /// `graph` is the live graph the executables were instantiated from; its context is bound.
-    unsafe fn choose(&mut self, api: &DriverApi, graph: CUgraph, stream: CUstream) -> usize {
+    unsafe fn choose(
+        &mut self,
+        api: &DriverApi,
+        graph: CUgraph,
+        nodes: &[PatchNode],
+        stream: CUstream,
+    ) -> usize {
         if let Some(i) = self.execs.iter().position(|e| e.stream == stream) {
             return i;
         }
@@ -209,16 +348,12 @@ impl ExecPool {
             return i;
         }
         if self.execs.len() < self.limit {
-            let mut exec: CUgraphExec = std::ptr::null_mut();
-            // SAFETY: valid out-pointer; the graph is complete and no longer edited.
-            let made = unsafe {
-                cu!(
-                    api,
-                    cuGraphInstantiateWithFlags(&mut exec, graph, self.flags)
-                )
-            };
-            if made.is_ok() && !exec.is_null() {
-                self.push(exec);
+            // SAFETY: forwarded contract.
+            let made = unsafe { self.instantiate(api, graph, nodes) };
+            if let Ok((exec, device)) = made
+                && !exec.is_null()
+            {
+                self.push(exec, device);
                 return self.execs.len() - 1;
             }
         }
@@ -248,10 +383,16 @@ impl ExecPool {
             return Ok(());
         }
         // SAFETY: forwarded contract.
-        let index = unsafe { self.choose(api, graph, stream) };
+        let index = unsafe { self.choose(api, graph, nodes, stream) };
         self.clock += 1;
         let clock = self.clock;
-        let Self { execs, changed, .. } = self;
+        let Self {
+            execs,
+            changed,
+            patcher,
+            device_launches,
+            ..
+        } = self;
         let executable = &mut execs[index];
         executable.stream = stream;
         executable.last_use = clock;
@@ -262,26 +403,54 @@ impl ExecPool {
                 changed[slot] = differs;
                 any |= differs;
             }
-            if any {
-                for node in nodes {
-                    if node.slots.iter().any(|&s| changed[s as usize]) {
-                        // SAFETY: forwarded contract.
-                        let patched = unsafe { node.patch(api, executable.exec, context, table) };
-                        if let Err(e) = patched {
-                            // Some nodes may hold the new addresses, some the old: patch
-                            // everything next time.
-                            executable.bases.fill(UNBOUND);
-                            return Err(e);
-                        }
-                    }
+            let patched = if any {
+                // SAFETY: forwarded contract.
+                unsafe {
+                    executable.patch(
+                        api,
+                        patcher.as_ref(),
+                        context,
+                        nodes,
+                        table,
+                        changed,
+                        device_launches,
+                    )
                 }
+            } else if let Some(side) = executable.device.as_mut() {
+                // Nothing to patch: the helper must not run.
+                // SAFETY: the executable was instantiated from the side's clone.
+                unsafe { side.disarm(api, executable.exec) }
+            } else {
+                Ok(())
+            };
+            if let Err(e) = patched {
+                // Some nodes may hold the new addresses, some the old: patch everything next
+                // time (on the host or the device).
+                executable.bases.fill(UNBOUND);
+                if let Some(side) = executable.device.as_mut() {
+                    side.release();
+                }
+                return Err(e);
+            }
+            if any {
                 for (slot, entry) in table.iter().enumerate().take(changed.len()) {
                     executable.bases[slot] = entry.device_ptr();
                 }
             }
         }
         // SAFETY: a live executable of this context; the caller guarantees the stream.
-        unsafe { cu!(api, cuGraphLaunch(executable.exec, stream)) }?;
+        let launched = unsafe { cu!(api, cuGraphLaunch(executable.exec, stream)) };
+        if let Some(side) = executable.device.as_mut() {
+            if launched.is_ok() {
+                side.launched();
+            } else {
+                // The helper will not run: its list is free again, and the nodes it would have
+                // patched keep their old addresses.
+                side.release();
+                executable.bases.fill(UNBOUND);
+            }
+        }
+        launched?;
         Ok(())
     }
 
@@ -290,10 +459,15 @@ impl ExecPool {
     /// # Safety
     /// The context is bound; nothing launches any more.
     pub(crate) unsafe fn destroy(&mut self, api: &DriverApi) {
-        for e in self.execs.drain(..) {
+        for mut e in self.execs.drain(..) {
             // SAFETY: instantiated here, destroyed once. A launch still in flight is not cut
             // short: the driver frees the executable when it completes.
             let _ = unsafe { cu!(api, cuGraphExecDestroy(e.exec)) };
+            if let Some(side) = e.device.as_mut() {
+                // SAFETY: its executable is destroyed; the context is bound.
+                unsafe { side.destroy(api) };
+            }
+            // The side's patch lists are freed as it drops, after the executable.
         }
     }
 }

@@ -1,0 +1,406 @@
+//! Binding patches applied on the device, on the fake driver. The fake emulates the helper
+//! kernel `cuhal_bindings_apply` (it reads the patch list from mapped memory and writes each
+//! value into its device-updatable node of the executable) and runs `cuhal_fake_add_u32`, so
+//! these check exact bytes over many submissions with alternating tables, which launches patch
+//! on the device and which on the host (the threshold, memset nodes, unchanged tables), one
+//! executable per queue each with a graph of its own, and the fallbacks to host patching.
+
+mod fake_support;
+
+use cuhal_sys::cu_name;
+use std::sync::{Arc, Once};
+
+use cuhal::{
+    Buffer, BufferRange, CommandBuffer, CommandRecorder, Device, DeviceOptions, Dispatch,
+    FillPattern, Function, GraphCommandBuffer, KernelArgs, PatchMethod, Queue,
+};
+use cuhal_command::{BINDINGS_HELPER, DEVICE_PATCH_MIN_NODES};
+use cuhal_fake_driver::harness::FakeDriver;
+use cuhal_fake_driver::module::ADD_KERNEL;
+use fake_support::*;
+
+/// Words each buffer holds.
+const N: usize = 32;
+const BYTES: usize = N * 4;
+/// Dispatches in the chain: enough for [`PatchMethod::Auto`] to patch on the device.
+const CHAIN: u32 = 12;
+const FILL: u32 = 0x0bad_cafe;
+
+/// The fake "compiles" any text with `.entry` names, so the helper cubin for its sm_90 device
+/// is a text file with both helpers (NUL-terminated: the fake reads images as C strings).
+fn helper_dir() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("cuhal-device-patch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("indirect_sm_90.cubin"),
+            ".entry cuhal_indirect_apply(.param .u64 counts) { ret; }\n\
+             .entry cuhal_bindings_apply(.param .u64 patches, .param .u32 count, .param .u64 done) { ret; }\0",
+        )
+        .unwrap();
+        // SAFETY: set once, before any test of this binary loads a driver or records; nothing in
+        // this binary reads the environment through libc.
+        unsafe { std::env::set_var(cuhal_command::INDIRECT_HELPER_DIR_ENV, &dir) };
+    });
+}
+
+fn ptx() -> String {
+    format!(
+        ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {ADD_KERNEL}(.param .u64 dst, .param .u64 src, .param .u32 k, .param .u32 n) {{ ret; }}\n"
+    )
+}
+
+/// Slots: 0 input (its second half: the binding's offset is BYTES), 1 output, 2 and 3
+/// scratch, 4 a filled record.
+/// The chain: 2 = in + 1, then 3 = 2 + 1 and 2 = 3 + 1 in turn, then out = last + 1, so
+/// out = in + CHAIN; slot 4 is filled with FILL (a memset node).
+fn record(device: &Device, add: &Function, method: PatchMethod) -> Arc<GraphCommandBuffer> {
+    let mut cb = GraphCommandBuffer::with_bindings(device.context(), None, 5).unwrap();
+    cb.set_patch_method(method).unwrap();
+    cb.fill(
+        &BufferRange::slot(4, 0, 64).unwrap(),
+        FillPattern::U32(FILL),
+    )
+    .unwrap();
+    let mut from = 0;
+    for i in 0..CHAIN {
+        let to = if i + 1 == CHAIN { 1 } else { 2 + i % 2 };
+        let args = KernelArgs::new()
+            .with_binding(to, 0)
+            .with_binding(from, if from == 0 { BYTES as u64 } else { 0 })
+            .with(1u32)
+            .with(N as u32);
+        cb.dispatch(&Dispatch::new(add, [1, 1, 1], [N as u32, 1, 1], &args))
+            .unwrap();
+        cb.barrier().unwrap();
+        from = to;
+    }
+    cb.end().unwrap();
+    Arc::new(cb)
+}
+
+struct Slots {
+    buffers: Vec<Arc<Buffer>>,
+}
+
+impl Slots {
+    fn new(device: &Device) -> Slots {
+        let mut buffers: Vec<_> = (0..4)
+            .map(|slot| {
+                device
+                    .create_buffer(if slot == 0 { 2 * BYTES } else { BYTES })
+                    .unwrap()
+            })
+            .collect();
+        buffers.push(device.create_buffer(64).unwrap());
+        Slots { buffers }
+    }
+
+    fn table(&self) -> Vec<BufferRange> {
+        self.buffers.iter().map(|b| b.whole()).collect()
+    }
+}
+
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Writes fresh input into `table`'s slot 0, poisons its output and record, submits `cb` with
+/// it on `queue`, and checks out = in + CHAIN and the fill.
+fn run_checked(
+    device: &Device,
+    queue: &Queue,
+    cb: &Arc<dyn CommandBuffer>,
+    table: &[BufferRange],
+    rng: &mut Rng,
+    what: &str,
+) {
+    // The first half differs from the input the chain must read.
+    let mut bytes = rng.bytes(2 * BYTES);
+    let input = bytes.split_off(BYTES);
+    bytes.extend_from_slice(&input);
+    let done = device.create_semaphore(0);
+    queue.write(&[], &[(&done, 1)], &table[0], &bytes).unwrap();
+    wait(&done, 1);
+    poison(device, queue, &table[1]);
+    poison(device, queue, &table[4]);
+    let done = device.create_semaphore(0);
+    queue
+        .execute_with_bindings(&[], &[(&done, 1)], &[(cb, table)])
+        .unwrap();
+    wait(&done, 1);
+    let expected: Vec<u32> = words(&input)
+        .iter()
+        .map(|w| w.wrapping_add(CHAIN))
+        .collect();
+    assert_eq!(
+        words(&read(device, queue, &table[1])),
+        expected,
+        "{what}: output"
+    );
+    assert!(
+        words(&read(device, queue, &table[4]))
+            .iter()
+            .all(|&w| w == FILL),
+        "{what}: fill"
+    );
+}
+
+fn open_fake(tag: &str, queues: usize) -> (FakeDriver, cuhal::Driver, Device, Function) {
+    helper_dir();
+    let (fake, driver, device) = open(tag, fake_support::queues(queues));
+    let add = device
+        .load_ptx(&ptx())
+        .unwrap()
+        .function(ADD_KERNEL)
+        .unwrap();
+    (fake, driver, device, add)
+}
+
+#[test]
+fn alternating_tables_patch_on_the_device_with_exact_bytes() {
+    let (fake, _driver, device, add) = open_fake("device-patch-bytes", 1);
+    let mut rng = Rng::new();
+    let graph = record(&device, &add, PatchMethod::Auto);
+    assert!(
+        graph.patches_on_device(),
+        "a chain of {CHAIN} bound dispatches"
+    );
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    let sets: Vec<Slots> = (0..3).map(|_| Slots::new(&device)).collect();
+    let queue = device.queue(0);
+    let kernel_sets = || fake.calls(cu_name!(cuGraphExecKernelNodeSetParams));
+    let memset_sets = || fake.calls(cu_name!(cuGraphExecMemsetNodeSetParams));
+    let rounds = 30;
+    for round in 0..rounds {
+        let table = sets[round % sets.len()].table();
+        let (kernels, memsets) = (kernel_sets(), memset_sets());
+        run_checked(
+            &device,
+            queue,
+            &cb,
+            &table,
+            &mut rng,
+            &format!("round {round}"),
+        );
+        // Every slot changed: the helper node gets its list (one host call), the memset node
+        // is patched on the host, no kernel node is.
+        assert_eq!(
+            kernel_sets() - kernels,
+            1,
+            "round {round}: one call, for the helper"
+        );
+        assert_eq!(
+            memset_sets() - memsets,
+            1,
+            "round {round}: memset nodes on the host"
+        );
+    }
+    assert_eq!(fake.launches(BINDINGS_HELPER), rounds as u64);
+    assert_eq!(graph.device_patched_launches(), rounds as u64);
+    assert!(
+        fake.calls(cu_name!(cuGraphUpload)) >= 1,
+        "uploaded before its first launch"
+    );
+
+    // Fresh buffers at every submission, as a runtime gives them.
+    for round in 0..10 {
+        let fresh = Slots::new(&device);
+        run_checked(
+            &device,
+            queue,
+            &cb,
+            &fresh.table(),
+            &mut rng,
+            &format!("fresh {round}"),
+        );
+    }
+    assert_eq!(graph.device_patched_launches(), rounds as u64 + 10);
+}
+
+#[test]
+fn few_changed_nodes_memsets_and_unchanged_tables_stay_on_the_host() {
+    let (fake, _driver, device, add) = open_fake("device-patch-threshold", 1);
+    let mut rng = Rng::new();
+    let graph = record(&device, &add, PatchMethod::Auto);
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    let queue = device.queue(0);
+    let slots = Slots::new(&device);
+    let mut table = slots.table();
+    run_checked(&device, queue, &cb, &table, &mut rng, "first");
+    assert_eq!(
+        fake.launches(BINDINGS_HELPER),
+        1,
+        "the first launch binds every node"
+    );
+    let kernel_sets = || fake.calls(cu_name!(cuGraphExecKernelNodeSetParams));
+    let enables = || fake.calls(cu_name!(cuGraphNodeSetEnabled));
+
+    // Unchanged: nothing patched, the helper disabled (one call) and not run.
+    let (k, e) = (kernel_sets(), enables());
+    run_checked(&device, queue, &cb, &table, &mut rng, "unchanged");
+    assert_eq!(kernel_sets(), k);
+    assert_eq!(enables() - e, 1, "the helper is disabled");
+    assert_eq!(fake.launches(BINDINGS_HELPER), 1);
+    let e = enables();
+    run_checked(&device, queue, &cb, &table, &mut rng, "unchanged again");
+    assert_eq!(enables(), e, "and stays disabled without another call");
+
+    // Only the input changes: one kernel node, below the threshold: the host patches it.
+    let input = device.create_buffer(2 * BYTES).unwrap();
+    table[0] = input.whole();
+    let k = kernel_sets();
+    run_checked(&device, queue, &cb, &table, &mut rng, "input only");
+    assert_eq!(kernel_sets() - k, 1, "one node on the host");
+    assert_eq!(fake.launches(BINDINGS_HELPER), 1);
+
+    // Only the record changes: a memset node, always on the host.
+    let record = device.create_buffer(64).unwrap();
+    table[4] = record.whole();
+    let (k, m) = (
+        kernel_sets(),
+        fake.calls(cu_name!(cuGraphExecMemsetNodeSetParams)),
+    );
+    run_checked(&device, queue, &cb, &table, &mut rng, "record only");
+    assert_eq!(kernel_sets(), k);
+    assert_eq!(fake.calls(cu_name!(cuGraphExecMemsetNodeSetParams)) - m, 1);
+    assert_eq!(fake.launches(BINDINGS_HELPER), 1);
+
+    // A scratch slot names CHAIN - 1 kernel nodes: the device patches them.
+    assert!(CHAIN as usize > DEVICE_PATCH_MIN_NODES);
+    let scratch = device.create_buffer(BYTES).unwrap();
+    table[2] = scratch.whole();
+    let (k, e) = (kernel_sets(), enables());
+    run_checked(&device, queue, &cb, &table, &mut rng, "scratch");
+    assert_eq!(kernel_sets() - k, 1, "only the helper's list");
+    assert_eq!(enables() - e, 1, "the helper is enabled again");
+    assert_eq!(fake.launches(BINDINGS_HELPER), 2);
+}
+
+#[test]
+fn the_method_is_honoured() {
+    let (fake, _driver, device, add) = open_fake("device-patch-method", 1);
+    let mut rng = Rng::new();
+    let queue = device.queue(0);
+    let sets = [Slots::new(&device), Slots::new(&device)];
+
+    // Host: no helper node at all, every changed node patched on the host.
+    let host = record(&device, &add, PatchMethod::Host);
+    assert!(!host.patches_on_device());
+    let cb: Arc<dyn CommandBuffer> = host.clone();
+    for round in 0..4 {
+        let k = fake.calls(cu_name!(cuGraphExecKernelNodeSetParams));
+        run_checked(
+            &device,
+            queue,
+            &cb,
+            &sets[round % 2].table(),
+            &mut rng,
+            "host",
+        );
+        assert_eq!(
+            fake.calls(cu_name!(cuGraphExecKernelNodeSetParams)) - k,
+            u64::from(CHAIN)
+        );
+    }
+    assert_eq!(fake.launches(BINDINGS_HELPER), 0);
+
+    // Device: even one changed kernel node goes to the device.
+    let dev = record(&device, &add, PatchMethod::Device);
+    let cb: Arc<dyn CommandBuffer> = dev.clone();
+    let mut table = sets[0].table();
+    run_checked(&device, queue, &cb, &table, &mut rng, "device, first");
+    let input = device.create_buffer(2 * BYTES).unwrap();
+    table[0] = input.whole();
+    let k = fake.calls(cu_name!(cuGraphExecKernelNodeSetParams));
+    run_checked(&device, queue, &cb, &table, &mut rng, "device, input only");
+    assert_eq!(fake.calls(cu_name!(cuGraphExecKernelNodeSetParams)) - k, 1);
+    assert_eq!(dev.device_patched_launches(), 2);
+
+    // The method is chosen before end().
+    assert!(dev.patch_method() == PatchMethod::Device);
+    let mut ended = GraphCommandBuffer::with_bindings(device.context(), None, 1).unwrap();
+    ended.end().unwrap();
+    assert!(ended.set_patch_method(PatchMethod::Host).is_err());
+}
+
+#[test]
+fn each_queue_gets_an_executable_with_a_graph_of_its_own() {
+    let (fake, _driver, device, add) = open_fake("device-patch-pool", 2);
+    let mut rng = Rng::new();
+    let graph = record(&device, &add, PatchMethod::Auto);
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    let sets: Vec<Slots> = (0..4).map(|_| Slots::new(&device)).collect();
+    for round in 0..16 {
+        let queue = device.queue(round % 2);
+        let table = sets[round % 4].table();
+        run_checked(
+            &device,
+            queue,
+            &cb,
+            &table,
+            &mut rng,
+            &format!("round {round}"),
+        );
+    }
+    // A graph with device-updatable nodes can have one executable at a time (the fake refuses
+    // a second, as the driver does): each executable was instantiated from its own clone.
+    assert_eq!(graph.executable_count(), 2);
+    assert_eq!(graph.shared_launches(), 0);
+    assert_eq!(fake.calls(cu_name!(cuGraphClone)), 2);
+    assert_eq!(graph.device_patched_launches(), 16);
+}
+
+#[test]
+fn without_what_device_patching_needs_the_host_patches() {
+    // A driver without cuGraphNodeSetEnabled: no helper node.
+    helper_dir();
+    let (fake, _driver) = load_with("device-patch-no-enable", |fake| {
+        fake.hide("cuGraphNodeSetEnabled")
+    });
+    let device = _driver.open(0, DeviceOptions::default()).unwrap();
+    let add = device
+        .load_ptx(&ptx())
+        .unwrap()
+        .function(ADD_KERNEL)
+        .unwrap();
+    let mut rng = Rng::new();
+    let graph = record(&device, &add, PatchMethod::Device);
+    assert!(!graph.patches_on_device());
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    for round in 0..4 {
+        let table = Slots::new(&device).table();
+        run_checked(
+            &device,
+            device.queue(0),
+            &cb,
+            &table,
+            &mut rng,
+            &format!("{round}"),
+        );
+    }
+    assert_eq!(fake.launches(BINDINGS_HELPER), 0);
+
+    // The driver refuses the clone: the executable is the plain graph's.
+    let (fake, _driver, device, add) = open_fake("device-patch-no-clone", 1);
+    fake.fail("cuGraphClone", cuhal_fake_driver::status::NOT_SUPPORTED);
+    let graph = record(&device, &add, PatchMethod::Device);
+    assert!(!graph.patches_on_device());
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    for round in 0..4 {
+        let table = Slots::new(&device).table();
+        run_checked(
+            &device,
+            device.queue(0),
+            &cb,
+            &table,
+            &mut rng,
+            &format!("{round}"),
+        );
+    }
+    assert_eq!(fake.launches(BINDINGS_HELPER), 0);
+}

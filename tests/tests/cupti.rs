@@ -341,15 +341,29 @@ fn zone_offsets_by_spin_length(mode: CommandBufferMode) {
             );
             std::thread::sleep(Duration::from_millis(1));
         };
-        // The zones are made of the records, so the tap saw them all; one queue, one kernel
-        // at a time: start order is dispatch order.
-        let mut records = TAPPED.lock().unwrap().clone();
+        // The zones are made of the records, so the tap saw them all. Kernels cuhal runs on
+        // streams of its own (if any) are told apart by stream: the queue's stream is the one
+        // with exactly this round's kernels. One kernel at a time: start order is dispatch order.
+        let tapped = TAPPED.lock().unwrap().clone();
+        let mut streams: Vec<u32> = tapped.iter().map(|a| a.stream_id).collect();
+        streams.sort_unstable();
+        streams.dedup();
+        let mut records = streams
+            .iter()
+            .map(|&stream| {
+                tapped
+                    .iter()
+                    .filter(|a| a.stream_id == stream)
+                    .copied()
+                    .collect::<Vec<_>>()
+            })
+            .find(|r| r.len() == kernels)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{mode:?} round {round}: no stream with {kernels} kernel records: {tapped:?}"
+                )
+            });
         records.sort_by_key(|a| a.start);
-        assert_eq!(
-            records.len(),
-            kernels,
-            "{mode:?} round {round}: kernel records seen {records:?}"
-        );
         let words = read_words(&out, kernels * SLOT);
         if round == 0 {
             continue;

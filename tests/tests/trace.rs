@@ -224,36 +224,39 @@ fn graph_stream_and_deferred_command_buffers_produce_zones() {
         unsafe { cb.issue(stream.raw()).unwrap() };
         let collector = cb
             .zones()
-            .expect("a recorder")
+            .and_then(|z| z.as_any())
+            .and_then(|a| a.downcast_ref::<cuhal_trace::ZoneList>())
+            .expect("the trace context's zone list")
             .on_submit()
             .expect("zones to collect");
         stream.synchronize().unwrap();
         collector();
         let zones = sink.zones();
         println!("{kind}: {zones:?}");
+        // Only a stream command buffer times itself whole: graph and deferred ones get their
+        // whole zone from the queue's submission (its completion event), not issued here.
         let whole = named(&zones, &format!("{kind} command buffer"));
         let group = named(&zones, "group");
         let dispatch = named(&zones, SPIN_NAME);
+        let wholes = usize::from(kind == "stream");
         assert_eq!(
             (whole.len(), group.len(), dispatch.len()),
-            (1, 1, 1),
+            (wholes, 1, 1),
             "{kind}: {zones:?}"
         );
-        let (whole, group, dispatch) = (whole[0], group[0], dispatch[0]);
+        let (group, dispatch) = (group[0], dispatch[0]);
         assert_eq!(
-            (whole.depth, group.depth, dispatch.depth),
-            (0, 1, 2),
+            (group.depth, dispatch.depth),
+            (wholes, wholes + 1),
             "{kind}"
         );
         assert!(dispatch.duration_ns() >= 40 * US, "{kind}: {dispatch:?}");
-        assert!(
-            whole.begin_ns <= group.begin_ns && group.begin_ns <= dispatch.begin_ns,
-            "{kind}"
-        );
-        assert!(
-            dispatch.end_ns <= group.end_ns && group.end_ns <= whole.end_ns,
-            "{kind}"
-        );
+        assert!(group.begin_ns <= dispatch.begin_ns, "{kind}");
+        assert!(dispatch.end_ns <= group.end_ns, "{kind}");
+        for whole in whole {
+            assert!(whole.begin_ns <= group.begin_ns, "{kind}");
+            assert!(group.end_ns <= whole.end_ns, "{kind}");
+        }
         drop(cb);
     }
     let s = trace.stats();

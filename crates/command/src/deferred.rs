@@ -397,12 +397,7 @@ impl DeferredCommandBuffer {
         zones: Option<Arc<dyn ZoneRecorder>>,
     ) -> Result<Self, Error> {
         Ok(Self {
-            recorder: Recorder::begin(
-                DeferredEncoder::default(),
-                context,
-                zones,
-                "deferred command buffer",
-            )?,
+            recorder: Recorder::begin(DeferredEncoder::default(), context, zones, None)?,
         })
     }
 

@@ -184,8 +184,8 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
         BindingLayout::none()
     }
 
-    /// The zone recorder given at creation, so the queue can call
-    /// [`ZoneRecorder::on_submit`].
+    /// The zone recorder given at creation, so the queue's tracer can collect the zones of
+    /// each submission.
     fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>>;
 
     /// Every buffer the recorded commands use (raw ranges aside), so that a queue can check

@@ -545,15 +545,20 @@ pub(crate) struct Recorder<E> {
     indirect: Option<Indirect>,
     /// The binding capacity and what the commands use of each slot.
     layout: BindingLayout,
+    /// A whole-command-buffer zone was opened at `begin` (stream command buffers only).
+    whole_zone: bool,
 }
 
 impl<E: Encoder> Recorder<E> {
-    /// Starts recording: opens the whole-command-buffer zone.
+    /// Starts recording; opens the whole-command-buffer zone named `whole`, if given. Graph and
+    /// deferred command buffers give none: the tracer times a submitted command buffer from
+    /// the submission's own events (no graph node, no extra event). A stream command buffer,
+    /// whose work runs as it is recorded, times itself.
     pub(crate) fn begin(
         encoder: E,
         context: Option<Arc<PrimaryContext>>,
         zones: Option<Arc<dyn ZoneRecorder>>,
-        name: &'static str,
+        whole: Option<&'static str>,
     ) -> Result<Self, Error> {
         let mut this = Self {
             encoder,
@@ -565,8 +570,11 @@ impl<E: Encoder> Recorder<E> {
             groups: Groups::default(),
             indirect: None,
             layout: BindingLayout::default(),
+            whole_zone: whole.is_some(),
         };
-        if let Some(event) = this.zones.begin_coarse(name) {
+        if let Some(name) = whole
+            && let Some(event) = this.zones.begin_coarse(name)
+        {
             this.encoder.zone_event(event)?;
         }
         Ok(this)
@@ -949,7 +957,9 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
                 open: self.open_groups,
             });
         }
-        if let Some(event) = self.zones.end_coarse() {
+        if self.whole_zone
+            && let Some(event) = self.zones.end_coarse()
+        {
             self.encode(|e| e.zone_event(event))?;
         }
         self.encode(|e| e.end())?;

@@ -218,7 +218,7 @@ impl StreamCommandBuffer {
                 encoder,
                 Some(Arc::clone(context)),
                 zones,
-                "stream command buffer",
+                Some("stream command buffer"),
             )?,
             stream,
             issued: AtomicBool::new(false),

@@ -66,7 +66,6 @@ pub struct CommandTiming {
 ///     fn verbosity(&self) -> Verbosity { Verbosity::Fine }
 ///     fn begin_zone(&self, _: &str) -> Option<CUevent> { Some(0x1234 as CUevent) }
 ///     fn end_zone(&self) -> Option<CUevent> { Some(0x1234 as CUevent) }
-///     fn on_submit(&self) -> Option<Box<dyn FnOnce() + Send>> { None }
 /// }
 /// ```
 pub unsafe trait ZoneRecorder: Send + Sync {
@@ -102,14 +101,10 @@ pub unsafe trait ZoneRecorder: Send + Sync {
         let _ = node;
     }
 
-    /// Called by the queue just before it issues (launches or replays) the command buffer again,
-    /// which re-records its events: collections of earlier submissions still pending must not
-    /// read the new times as theirs. The default does nothing.
-    fn will_issue(&self) {}
-
-    /// Called by the queue when a submission that contains this list is issued (after its
-    /// events were enqueued). Returns a collector to run on the scheduler's completion thread
-    /// after the submission completes (never inside a driver callback), or `None` when there is
-    /// nothing to collect.
-    fn on_submit(&self) -> Option<Box<dyn FnOnce() + Send>>;
+    /// The recorder as [`std::any::Any`], so the tracer that made it can find its own type
+    /// behind the trait object when the queue submits the command buffer (one tracing entry per
+    /// submission, in the tracer). The default: not a tracer's recorder.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }

@@ -17,7 +17,7 @@ use cuhal_sys::{
     CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUstream, Event,
     PrimaryContext, Stream, cu,
 };
-use cuhal_trace::ZoneList;
+use cuhal_trace::{IssueStep, StreamBefore, SubmissionInfo, TraceContext};
 use smallvec::SmallVec;
 
 use crate::bindings::BindingTables;
@@ -29,6 +29,9 @@ use crate::memory::Allocation;
 
 /// The work of one queue operation (crate-private: `Queue` checks every payload it builds, and
 /// issuing one unchecked could make the driver touch memory it must not).
+// `Execute` carries the traced submission's details inline: boxing them would allocate per
+// submission, and payloads live in the scheduler's recycled action storage anyway.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Payload {
     /// Nothing but the ordering: a barrier, a signal-only submission, a host call's slot.
     Nop,
@@ -41,8 +44,11 @@ pub(crate) enum Payload {
         /// One binding table per command buffer (checked at submission), holding the bound
         /// buffers until the action completes; empty when no command buffer has slots.
         bindings: BindingTables,
-        /// The submission's own zone list (COARSE and FINE tracing only).
-        zone: Option<ZoneList>,
+        /// What the tracer shows of the submission (COARSE and FINE tracing only).
+        trace: Option<SubmissionInfo>,
+        /// The completion event, kept until the action is released when traced: the tracer
+        /// reads its time in the action's cleanup, which runs after the scheduler let go of it.
+        completion: Option<CudaEvent>,
     },
     /// `cuMemsetD{8,16,32}Async` over a range.
     Fill {
@@ -101,6 +107,11 @@ pub(crate) struct CudaBackend {
     /// How long a wait with a zero spin (nobody needs the completion soon) polls with thread
     /// sleeps before `sleep_until` (see `DeviceOptions::completion_nap`).
     nap: Duration,
+    /// The queue's tracing context, if it traces.
+    trace: Option<Arc<TraceContext>>,
+    /// Work the tracer did not see went onto the stream since its last traced submission: the
+    /// next traced submission's start must be timed by an event.
+    untraced: std::sync::atomic::AtomicBool,
 }
 
 /// The thread sleep between two queries while napping: the kernel rounds it up (timer slack),
@@ -119,6 +130,7 @@ impl CudaBackend {
         priority: i32,
         poll_interval: Duration,
         nap: Duration,
+        trace: Option<Arc<TraceContext>>,
     ) -> Result<Self, Error> {
         let stream = Stream::with_priority(&context, CU_STREAM_NON_BLOCKING, priority)?;
         let sleep_stream = Stream::new(&context, CU_STREAM_NON_BLOCKING)?;
@@ -133,6 +145,8 @@ impl CudaBackend {
             sleep_lock: std::sync::Mutex::new(()),
             poll_interval,
             nap,
+            trace,
+            untraced: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -208,16 +222,21 @@ impl CudaBackend {
     ) -> Result<CudaEvent, Error> {
         let _bound = self.context.enter()?;
         let completion = self.events.acquire()?;
-        let enqueued = self.enqueue_work(device_waits, payload).and_then(|()| {
-            // SAFETY: the completion event is live while `completion` is held.
-            unsafe { self.stream.record_raw_event(completion.raw()) }.map_err(Error::from)
-        });
+        let enqueued = self.enqueue_work(device_waits, payload, &completion);
         match enqueued {
             Ok(()) => {
-                if let Payload::Read { target, .. } = payload {
-                    // Host reads of the target succeed once this event completes, even before
-                    // the action retires and drops its use.
-                    target.complete_when(Box::new(completion.clone()));
+                match payload {
+                    Payload::Read { target, .. } => {
+                        // Host reads of the target succeed once this event completes, even
+                        // before the action retires and drops its use.
+                        target.complete_when(Box::new(completion.clone()));
+                    }
+                    Payload::Execute {
+                        trace: Some(_),
+                        completion: kept,
+                        ..
+                    } => *kept = Some(completion.clone()),
+                    _ => {}
                 }
                 Ok(completion)
             }
@@ -230,9 +249,15 @@ impl CudaBackend {
         }
     }
 
-    /// Enqueues the device waits and the payload.
-    fn enqueue_work(&self, device_waits: &[CudaEvent], payload: &mut Payload) -> Result<(), Error> {
+    /// Enqueues the device waits, the payload, and the completion event.
+    fn enqueue_work(
+        &self,
+        device_waits: &[CudaEvent],
+        payload: &mut Payload,
+        completion: &CudaEvent,
+    ) -> Result<(), Error> {
         let api = self.context.api();
+        let mut waited = false;
         for event in device_waits {
             if self.events.owns(event) {
                 // Recorded on this queue's stream (the pool is the queue's own): stream order
@@ -242,22 +267,73 @@ impl CudaBackend {
             // SAFETY: the stream and the event are live; cuStreamWaitEvent captures the event's
             // current record, so the event may be re-recorded once this returns.
             unsafe { self.stream.wait_raw_event(event.raw()) }?;
+            waited = true;
+        }
+        let record_completion = || {
+            // SAFETY: the completion event is live while `completion` is held.
+            unsafe { self.stream.record_raw_event(completion.raw()) }.map_err(Error::from)
+        };
+        if let (
+            Payload::Execute {
+                command_buffers,
+                bindings,
+                trace: Some(info),
+                ..
+            },
+            Some(trace),
+        ) = (&*payload, &self.trace)
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            let untraced = self.untraced.swap(false, Relaxed);
+            let issue = |step: IssueStep| match step {
+                IssueStep::CommandBuffer(index) => {
+                    // SAFETY: as in the untraced issue below.
+                    unsafe {
+                        command_buffers[index]
+                            .issue_with_bindings(self.stream.raw(), bindings.table(index))
+                    }
+                    .map_err(Error::from)
+                }
+                IssueStep::Completion => record_completion(),
+            };
+            // SAFETY: the stream is live and of the trace context's context; the completion
+            // event is a timing event (the pool of a traced queue makes those), recorded by
+            // `issue`, and kept by the payload until the action is released, after its cleanup
+            // (the collection) ran.
+            let issued = unsafe {
+                trace.submit(
+                    self.stream.raw(),
+                    info,
+                    command_buffers,
+                    if waited {
+                        StreamBefore::DeviceWait
+                    } else if untraced {
+                        StreamBefore::Untraced
+                    } else {
+                        StreamBefore::Traced
+                    },
+                    completion.raw(),
+                    issue,
+                )
+            };
+            if issued.is_err() {
+                self.untraced.store(true, Relaxed);
+            }
+            return issued;
+        }
+        if !matches!(payload, Payload::Nop) {
+            // Stream work the tracer does not see (a barrier's empty payload aside).
+            self.untraced
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         match payload {
             Payload::Nop => {}
             Payload::Execute {
                 command_buffers,
                 bindings,
-                zone,
+                ..
             } => {
-                if let Some(zone) = zone {
-                    // SAFETY: the queue's stream is live and of the trace context's context.
-                    unsafe { zone.begin_on_stream(self.stream.raw(), "submission") }?;
-                }
                 for (index, command_buffer) in command_buffers.iter().enumerate() {
-                    if let Some(zones) = command_buffer.zones() {
-                        zones.will_issue();
-                    }
                     // SAFETY: the queue's stream is live (destroyed only when the backend
                     // drops, after the scheduler's threads are joined) and belongs to the
                     // device's context, which `Queue::execute` checked is the command buffer's;
@@ -266,21 +342,6 @@ impl CudaBackend {
                     unsafe {
                         command_buffer.issue_with_bindings(self.stream.raw(), bindings.table(index))
                     }?;
-                }
-                if let Some(zone) = zone {
-                    // SAFETY: as above.
-                    unsafe { zone.end_on_stream(self.stream.raw()) }?;
-                }
-                // Each list is queued for collection now that its events are enqueued; the
-                // queue's shared cleanup collects them after completion, so the per-list
-                // collectors are not needed.
-                for command_buffer in command_buffers.iter() {
-                    if let Some(zones) = command_buffer.zones() {
-                        drop(zones.on_submit());
-                    }
-                }
-                if let Some(zone) = zone {
-                    drop(zone.on_submit());
                 }
             }
             Payload::Fill { target, pattern } => {
@@ -378,7 +439,7 @@ impl CudaBackend {
                 unsafe { self.stream.wait_raw_event(event.raw()) }?;
             }
         }
-        Ok(())
+        record_completion()
     }
 }
 

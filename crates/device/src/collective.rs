@@ -658,7 +658,7 @@ impl Communicator {
             return Err(error);
         }
         let first = &comms.ranks[0];
-        let events = TimepointEventPool::new(first.context.clone(), 8, first.lost.clone())?;
+        let events = TimepointEventPool::new(first.context.clone(), 8, first.lost.clone(), false)?;
         let backend = CollectiveBackend {
             comms: comms.clone(),
             events,

@@ -220,7 +220,7 @@ impl Device {
         let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;
         let lost = Arc::new(Lost::default());
         // The device's own pool serves exports only (see `interop.rs`); queues have their own.
-        let events = TimepointEventPool::new(context.clone(), 0, lost.clone())
+        let events = TimepointEventPool::new(context.clone(), 0, lost.clone(), false)
             .map_err(|e| lost.filter(e))?;
         let memory = Arc::new(MemoryPool::new(context.clone()).map_err(|e| lost.filter(e))?);
         let shared = DeviceShared {
@@ -253,10 +253,13 @@ impl Device {
                 ),
                 _ => None,
             };
+            // A traced queue's completion events carry timing: they end its submissions' zones
+            // (see the trace crate's submission entry), so tracing records no event of its own.
             let events = TimepointEventPool::new(
                 context.clone(),
                 options.reserved_events,
                 shared.lost.clone(),
+                trace.is_some(),
             )
             .map_err(|e| shared.lost.filter(e))?;
             queue_events.push(events.clone());

@@ -61,18 +61,20 @@ pub(crate) struct TimepointEventPool {
 }
 
 impl TimepointEventPool {
-    /// A pool of `CU_EVENT_DISABLE_TIMING` events, with `reserve` created up front; queries that
-    /// see a sticky error lose the device through `lost`.
+    /// A pool of `CU_EVENT_DISABLE_TIMING` events (timing ones when `timed`: a traced queue's
+    /// completion events also time its submissions), with `reserve` created up front; queries
+    /// that see a sticky error lose the device through `lost`.
     pub(crate) fn new(
         context: Arc<PrimaryContext>,
         reserve: usize,
         lost: Arc<Lost>,
+        timed: bool,
     ) -> Result<Self, Error> {
         let pool = Self {
             shared: Arc::new(PoolShared {
                 context,
                 lost,
-                flags: CU_EVENT_DISABLE_TIMING,
+                flags: if timed { 0 } else { CU_EVENT_DISABLE_TIMING },
                 free: FreeList::with_capacity(reserve.max(16)),
                 all: Mutex::new(Vec::with_capacity(reserve.max(16))),
             }),

@@ -14,7 +14,7 @@ use cuhal_command::{
 use cuhal_scheduler::{Cleanup, Cleanups, Outcome, QueueOptions, QueueStats, Resources};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{CUstream, PrimaryContext};
-use cuhal_trace::{TraceContext, Verbosity};
+use cuhal_trace::{SubmissionInfo, TraceContext, Verbosity};
 use smallvec::SmallVec;
 
 use crate::Semaphore;
@@ -105,6 +105,9 @@ impl Queue {
         let context = device.context.clone();
         let lost = device.lost.clone();
         let memory = device.memory.clone();
+        let trace = trace
+            .filter(|t| t.verbosity() != Verbosity::Off)
+            .map(Arc::new);
         let backend = CudaBackend::new(
             context.clone(),
             events,
@@ -112,14 +115,12 @@ impl Queue {
             priority,
             poll_interval,
             completion_nap,
+            trace.clone(),
         )
         .map_err(|e| lost.filter(e))?;
         let inner = cuhal_scheduler::Queue::new(backend, options)?;
         let trigger = inner.loss_trigger();
         lost.add_queue(Box::new(move |failure| trigger.trigger(failure)));
-        let trace = trace
-            .filter(|t| t.verbosity() != Verbosity::Off)
-            .map(Arc::new);
         let collect = trace.clone().map(|trace| {
             Arc::new(move |_: Outcome<'_>| {
                 trace.collect();
@@ -380,13 +381,6 @@ impl Queue {
         if let Some(collect) = &self.collect {
             cleanups.push(Cleanup::shared(collect));
         }
-        if let Some(trace) = &self.trace {
-            // A command buffer submitted again re-records its timing events. What of its earlier
-            // submissions has completed (all of it, when the host waited before resubmitting) is
-            // collected now, on the submitting thread and outside the queue's locks, rather than
-            // dropped as superseded.
-            trace.collect();
-        }
         let bindings = if any_table {
             BindingTables::copy(&self.tables, (0..count).map(|i| nth(i).1))
         } else {
@@ -395,7 +389,15 @@ impl Queue {
         let payload = Payload::Execute {
             command_buffers: (0..count).map(|i| Arc::clone(nth(i).0)).collect(),
             bindings,
-            zone: self.trace.as_deref().and_then(TraceContext::zone_list),
+            // What the tracer shows of the submission; its zones are collected on the
+            // completion side, by the queue's one cleanup.
+            trace: self.trace.as_ref().map(|_| {
+                SubmissionInfo::new(
+                    waits.iter().map(|(s, v)| (s.id().get(), *v)),
+                    signals.iter().map(|(s, v)| (s.id().get(), *v)),
+                )
+            }),
+            completion: None,
         };
         self.submit(waits, signals, payload, resources, cleanups)
     }

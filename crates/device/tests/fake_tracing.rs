@@ -89,8 +89,8 @@ fn traced_resubmissions_reach_the_sink_once_each() {
 }
 
 /// FINE zones from CUPTI's activity records: a graph command buffer gets no event nodes for
-/// its commands (only the command buffer's and debug groups' zones have events), where FINE on
-/// timing events adds a pair per command.
+/// its commands (only debug groups' zones have events; the command buffer's zone comes from
+/// the submission's completion event), where FINE on timing events adds a pair per command.
 #[test]
 fn fine_zones_from_cupti_add_no_graph_nodes() {
     use cuhal::{CommandBuffer, CuptiChoice, FillPattern};
@@ -139,10 +139,7 @@ fn fine_zones_from_cupti_add_no_graph_nodes() {
         "tracing-cupti",
     );
     assert_eq!(source, FineSource::Cupti);
-    assert_eq!(
-        with_cupti, 4,
-        "command buffer and debug group: begin and end each"
-    );
+    assert_eq!(with_cupti, 2, "the debug group's begin and end");
     // The fake driver tells the fake CUPTI of no launch, so the commands have no records: their
     // zones are dropped and counted, the rest is shown.
     let names: Vec<String> = sink.zones().into_iter().map(|z| z.name).collect();
@@ -155,5 +152,238 @@ fn fine_zones_from_cupti_add_no_graph_nodes() {
 
     let (source, with_events, _) = event_nodes(CuptiChoice::Off, "tracing-events");
     assert_eq!(source, FineSource::Events);
-    assert_eq!(with_events, 8, "and a pair around each of the two commands");
+    assert_eq!(with_events, 6, "and a pair around each of the two commands");
+}
+
+/// A graph command buffer filling `buffer`, inside a debug group when `group` is given.
+fn fill_buffer(
+    queue: &cuhal::Queue,
+    buffer: &Arc<cuhal::Buffer>,
+    group: Option<&str>,
+) -> Arc<dyn cuhal::CommandBuffer> {
+    use cuhal::FillPattern;
+    let mut cb = queue.create_command_buffer().unwrap();
+    if let Some(group) = group {
+        cb.begin_debug_group(group).unwrap();
+    }
+    cb.fill(&buffer.whole(), FillPattern::U32(7)).unwrap();
+    if group.is_some() {
+        cb.end_debug_group().unwrap();
+    }
+    cb.end().unwrap();
+    Arc::from(cb)
+}
+
+/// COARSE tracing adds no GPU work to a submission: per submission, as many events recorded and
+/// event-record graph nodes added as untraced (the completion event, which the traced queue
+/// creates with timing, ends the submission's and the command buffer's zones). A start event is
+/// recorded only when the start is not known otherwise: after untraced work on the stream.
+#[test]
+fn coarse_tracing_adds_no_gpu_work() {
+    const WARM: u64 = 4;
+    const N: u64 = 50;
+    let run = |verbosity: Verbosity, tag: &str| {
+        let sink = Arc::new(MemorySink::new());
+        let (fake, _driver, device) = open(
+            tag,
+            DeviceOptions {
+                tracing: verbosity,
+                trace_sink: Some(sink.clone()),
+                ..DeviceOptions::default()
+            },
+        );
+        let queue = device.queue(0);
+        let buffer = device.create_buffer(256).unwrap();
+        let nodes = || fake.calls(cu_name!(cuGraphAddEventRecordNode));
+        let cb = fill_buffer(queue, &buffer, None);
+        let done = device.create_semaphore(0);
+        for n in 1..=WARM {
+            queue.execute(&[], &[(&done, n)], &[&cb]).unwrap();
+            fake_support::wait(&done, n);
+        }
+        let records = || fake.calls(cu_name!(cuEventRecord));
+        let before = records();
+        for n in WARM + 1..=WARM + N {
+            queue.execute(&[], &[(&done, n)], &[&cb]).unwrap();
+            fake_support::wait(&done, n);
+        }
+        let steady = records() - before;
+        // Untraced work on the stream: the next traced submission times its start.
+        queue
+            .fill(&[], &[], &buffer.whole(), cuhal::FillPattern::U8(0))
+            .unwrap();
+        let before = records();
+        let n = WARM + N + 1;
+        queue.execute(&[], &[(&done, n)], &[&cb]).unwrap();
+        fake_support::wait(&done, n);
+        let after_fill = records() - before;
+        let graph_nodes = nodes();
+        drop(cb);
+        drop(device);
+        (steady, after_fill, graph_nodes, sink)
+    };
+    let (untraced, untraced_after_fill, untraced_nodes, _) = run(Verbosity::Off, "coarse-off");
+    let (coarse, coarse_after_fill, coarse_nodes, sink) = run(Verbosity::Coarse, "coarse-on");
+    assert_eq!(untraced, N, "one completion event per submission");
+    assert_eq!(coarse, untraced, "COARSE records no event of its own");
+    assert_eq!(
+        (untraced_nodes, coarse_nodes),
+        (0, 0),
+        "and adds no graph node"
+    );
+    assert_eq!(untraced_after_fill, 1);
+    assert_eq!(coarse_after_fill, 2, "a start event after untraced work");
+    // Every submission still has its zone and its command buffer's, nested.
+    let zones = sink.zones();
+    let submissions: Vec<_> = zones.iter().filter(|z| z.name == "submission").collect();
+    let buffers: Vec<_> = zones
+        .iter()
+        .filter(|z| z.name == "graph command buffer")
+        .collect();
+    assert_eq!(submissions.len() as u64, WARM + N + 1);
+    assert_eq!(buffers.len(), submissions.len());
+    for (s, b) in submissions.iter().zip(&buffers) {
+        assert_eq!((s.depth, b.depth), (0, 1));
+        assert!(
+            s.begin_ns <= b.begin_ns && b.end_ns <= s.end_ns,
+            "{s:?} {b:?}"
+        );
+        assert!(s.begin_ns <= s.end_ns);
+    }
+    // One after another on the stream: no two submissions overlap.
+    for pair in submissions.windows(2) {
+        assert!(pair[0].end_ns <= pair[1].begin_ns, "{pair:?}");
+    }
+}
+
+/// A submission's zone says what it was: queue, ordinal, waits and signals, command buffer
+/// labels, the submitting thread, and, when the GPU waited for another queue's work first,
+/// that it did. Its command buffer's debug group nests inside the command buffer's zone.
+#[test]
+fn submission_zones_carry_their_details() {
+    let sink = Arc::new(MemorySink::new());
+    let (_fake, _driver, device) = open(
+        "tracing-details",
+        DeviceOptions {
+            queues: 2,
+            tracing: Verbosity::Coarse,
+            trace_sink: Some(sink.clone()),
+            ..DeviceOptions::default()
+        },
+    );
+    let (q0, q1) = (device.queue(0), device.queue(1));
+    let buffer = device.create_buffer(256).unwrap();
+    let first = fill_buffer(q0, &buffer, Some("produce"));
+    let second = fill_buffer(q1, &buffer, None);
+    let (ready, done) = (device.create_semaphore(0), device.create_semaphore(0));
+    // Queue 1 waits for queue 0's signal, which is not even submitted yet: once queue 0
+    // issues, queue 1's submission waits for it on the device.
+    q1.execute(&[(&ready, 1)], &[(&done, 1)], &[&second])
+        .unwrap();
+    q0.execute(&[], &[(&ready, 1)], &[&first]).unwrap();
+    fake_support::wait(&done, 1);
+    drop((first, second));
+    drop(device);
+
+    let submissions = sink.submissions();
+    assert_eq!(submissions.len(), 2, "{submissions:?}");
+    let on = |queue: &str| {
+        submissions
+            .iter()
+            .find(|s| s.queue.ends_with(queue))
+            .unwrap_or_else(|| panic!("no submission of {queue}: {submissions:?}"))
+    };
+    let (s0, s1) = (on("queue 0"), on("queue 1"));
+    assert_eq!((s0.ordinal, s1.ordinal), (1, 1), "ordinals count per queue");
+    assert_eq!(s0.waits, []);
+    assert_eq!(s0.signals, [(ready.id().get(), 1)]);
+    assert_eq!(s1.waits, [(ready.id().get(), 1)]);
+    assert_eq!(s1.signals, [(done.id().get(), 1)]);
+    assert_eq!(s0.command_buffers, ["graph command buffer"]);
+    assert_eq!(
+        s0.thread,
+        cuhal_trace::thread_id(),
+        "submitted on this thread"
+    );
+    assert_eq!(s0.issuing_thread, s0.thread, "and issued at once on it");
+    assert_eq!(s0.device_wait_ns, None, "queue 0 waited for nothing");
+    assert!(
+        s1.device_wait_ns.is_some(),
+        "queue 1 waited on the device for queue 0: {s1:?}"
+    );
+    assert_ne!(s0.flow, s1.flow);
+    let zones = sink.zones();
+    let names: Vec<(&str, usize)> = zones
+        .iter()
+        .filter(|z| z.track == s0.track)
+        .map(|z| (z.name.as_str(), z.depth))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("submission", 0),
+            ("graph command buffer", 1),
+            ("produce", 2)
+        ]
+    );
+}
+
+/// The Perfetto JSON sink shows the host side of a submission and links it to its GPU zone: a
+/// `submit` zone on the submitting thread, a flow arrow (`s` there, `f` on the GPU track, same
+/// id), and details in `args`.
+#[test]
+fn json_trace_links_host_submissions_to_their_gpu_zones() {
+    let sink = Arc::new(cuhal_trace::JsonSink::new(Vec::<u8>::new()).unwrap());
+    let (_fake, _driver, device) = open(
+        "tracing-json",
+        DeviceOptions {
+            tracing: Verbosity::Coarse,
+            trace_sink: Some(sink.clone()),
+            ..DeviceOptions::default()
+        },
+    );
+    let queue = device.queue(0);
+    let buffer = device.create_buffer(256).unwrap();
+    let cb = fill_buffer(queue, &buffer, Some("work"));
+    let done = device.create_semaphore(0);
+    for n in 1..=3 {
+        queue.execute(&[], &[(&done, n)], &[&cb]).unwrap();
+        fake_support::wait(&done, n);
+    }
+    drop(cb);
+    drop(device);
+    let bytes = sink.finish().unwrap().unwrap();
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&bytes).unwrap();
+    let phase =
+        |ph: &str| -> Vec<&serde_json::Value> { events.iter().filter(|e| e["ph"] == ph).collect() };
+    let (starts, ends) = (phase("s"), phase("f"));
+    assert_eq!((starts.len(), ends.len()), (3, 3));
+    let host: Vec<_> = phase("X")
+        .into_iter()
+        .filter(|e| e["name"] == "submit")
+        .collect();
+    let gpu: Vec<_> = phase("X")
+        .into_iter()
+        .filter(|e| e["name"] == "submission")
+        .collect();
+    assert_eq!((host.len(), gpu.len()), (3, 3));
+    for ((s, f), (h, g)) in starts.iter().zip(&ends).zip(host.iter().zip(&gpu)) {
+        assert_eq!(s["id"], f["id"], "one arrow: {s} {f}");
+        assert_eq!(s["tid"], h["tid"], "starts on the submitting thread");
+        assert_eq!(f["tid"], g["tid"], "ends on the GPU track");
+        assert_eq!(f["ts"], g["ts"], "at the GPU zone's start");
+        assert_eq!(f["bp"], "e");
+        let args = &g["args"];
+        assert_eq!(args["queue"], "GPU 0 queue 0");
+        assert!(args["ordinal"].as_u64().is_some(), "{args}");
+        assert_eq!(args["waits"], serde_json::json!([]));
+        assert_eq!(args["signals"][0][1], args["ordinal"]);
+        assert_eq!(args["command_buffers"][0], "graph command buffer");
+    }
+    let cbs: Vec<_> = phase("X")
+        .into_iter()
+        .filter(|e| e["name"] == "graph command buffer")
+        .collect();
+    assert_eq!(cbs.len(), 3);
+    assert_eq!(cbs[0]["args"]["label"], "graph command buffer");
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cuhal_sys::PrimaryContext;
+use cuhal_sys::{CUevent, PrimaryContext};
 use smallvec::SmallVec;
 
 use crate::Error;
@@ -176,6 +176,9 @@ pub struct TraceStats {
     pub cupti_unavailable: Option<&'static str>,
     /// Command zones timed from CUPTI activity records and handed to the sink.
     pub activity_zones: u64,
+    /// Submission slots made so far: they are recycled, so this stops growing once the number
+    /// of submissions in flight does.
+    pub submission_slots: usize,
 }
 
 #[derive(Default)]
@@ -188,22 +191,37 @@ pub(crate) struct Counters {
     activity_zones: AtomicU64,
 }
 
-/// A submitted list waiting for collection.
-struct Pending {
-    list: Arc<ListInner>,
-    generation: u64,
+/// What waits for collection.
+pub(crate) enum Pending {
+    /// A list submitted on its own ([`ZoneList::on_submit`]).
+    List {
+        list: Arc<ListInner>,
+        generation: u64,
+    },
+    /// A queue's submission ([`TraceContext::submit`]): the index of its slot.
+    Submission(u32),
 }
 
-enum Outcome {
+pub(crate) enum Outcome {
     /// Collected, or given up on (counted); the entry is done.
     Done,
     /// Some event has not completed: keep it for a later collection.
     NotReady,
 }
 
+/// Whether a list's event times could be read.
+pub(crate) enum Times {
+    /// All read.
+    Ready,
+    /// Some event has not completed.
+    NotReady,
+    /// The driver failed to report one.
+    Failed,
+}
+
 /// Collections a list with activity-timed commands waits for its records once its events
 /// completed, before its command zones are given up on.
-const ACTIVITY_PATIENCE: u32 = 16;
+pub(crate) const ACTIVITY_PATIENCE: u32 = 16;
 
 /// The time of the `End` that closes the zone enclosing record `at`, if it has one.
 fn enclosing_end(records: &[Record], times: &[u64], at: usize) -> Option<u64> {
@@ -224,7 +242,7 @@ fn enclosing_end(records: &[Record], times: &[u64], at: usize) -> Option<u64> {
 const CALIBRATION_TRIES: usize = 3;
 
 /// State of the (one at a time) collector.
-struct CollectState {
+pub(crate) struct CollectState {
     /// Candidate base events; a calibration records each and keeps the tightest bracket.
     bases: [Ev; CALIBRATION_TRIES],
     /// The base event of the current calibration.
@@ -238,11 +256,11 @@ struct CollectState {
     /// Entries to put back; reused.
     retry: Vec<Pending>,
     /// Timestamps of one list's records; reused.
-    times: Vec<u64>,
+    pub(crate) times: Vec<u64>,
     /// Begin and end of each activity-timed command of one list (`None`: no record); reused.
     command_times: Vec<Option<(u64, u64)>>,
     /// One list's launch ids, sorted; reused.
-    launch_ids: Vec<u32>,
+    pub(crate) launch_ids: Vec<u32>,
     /// The arrived records of one list's launches: (key, index into the arrived records),
     /// sorted; reused.
     candidates: Vec<(u64, usize)>,
@@ -253,22 +271,31 @@ struct CollectState {
     /// Indices of the records to remove, highest first; reused.
     taken: Vec<usize>,
     /// Whether this collection flushed CUPTI already.
-    flushed: bool,
+    pub(crate) flushed: bool,
     /// CUPTI's clock mapped onto the backend's host clock.
     cupti_clock: Option<crate::cupti::ClockMap>,
     /// Drops already handed to the sink, per reason.
     reported: [u64; DropReason::ALL.len()],
+    /// When the last submission collected completed: the earliest the next one on the same
+    /// stream can have started (trace clock).
+    pub(crate) last_end_ns: u64,
 }
 
 pub(crate) struct Shared {
     pub(crate) backend: Arc<dyn EventBackend>,
-    sink: Arc<dyn Sink>,
-    track: TrackId,
+    pub(crate) sink: Arc<dyn Sink>,
+    pub(crate) track: TrackId,
+    /// The track's (queue's) name.
+    pub(crate) name: String,
+    /// Storage of the submissions in flight, recycled.
+    pub(crate) slots: crate::submission::Slots,
+    /// Submissions traced so far (their ordinals).
+    pub(crate) ordinals: AtomicU64,
     pub(crate) verbosity: Verbosity,
     pub(crate) pool: TimingEventPool,
     names: Mutex<HashSet<Arc<str>>>,
-    pending: Mutex<VecDeque<Pending>>,
-    collect: Mutex<CollectState>,
+    pub(crate) pending: Mutex<VecDeque<Pending>>,
+    pub(crate) collect: Mutex<CollectState>,
     closed: AtomicBool,
     rebase_after_ns: u64,
     pub(crate) counters: Counters,
@@ -298,7 +325,7 @@ impl Shared {
     }
 
     pub(crate) fn enqueue(&self, list: Arc<ListInner>, generation: u64) {
-        lock(&self.pending).push_back(Pending { list, generation });
+        lock(&self.pending).push_back(Pending::List { list, generation });
     }
 
     /// Takes a fresh calibration: each candidate base event is recorded on an idle stream and
@@ -364,7 +391,7 @@ impl Shared {
             }
             while let Some(entry) = cs.work.pop_front() {
                 let outcome = if ready {
-                    self.collect_one(&mut cs, &entry, &mut zones)
+                    self.collect_entry(&mut cs, &entry, &mut zones)
                 } else {
                     self.give_up(&entry, DropReason::EventError)
                 };
@@ -389,52 +416,75 @@ impl Shared {
         zones
     }
 
-    fn give_up(&self, entry: &Pending, reason: DropReason) -> Outcome {
-        let state = lock(&entry.list.state);
-        if state.submissions == entry.generation {
-            self.count_dropped(reason, state.timed_zones);
-        } else {
-            self.count_dropped(DropReason::Superseded, state.timed_zones);
+    pub(crate) fn give_up(&self, entry: &Pending, reason: DropReason) -> Outcome {
+        match entry {
+            Pending::List { list, generation } => {
+                let state = lock(&list.state);
+                if state.submissions == *generation {
+                    self.count_dropped(reason, state.timed_zones);
+                } else {
+                    self.count_dropped(DropReason::Superseded, state.timed_zones);
+                }
+            }
+            Pending::Submission(index) => self.give_up_submission(*index, reason),
         }
         Outcome::Done
     }
 
-    fn collect_one(&self, cs: &mut CollectState, entry: &Pending, zones: &mut u64) -> Outcome {
-        let mut state = lock(&entry.list.state);
-        if state.submissions != entry.generation {
-            // Submitted again since: the events now time the later submission, which reports them.
-            self.count_dropped(DropReason::Superseded, state.timed_zones);
-            return Outcome::Done;
+    fn collect_entry(&self, cs: &mut CollectState, entry: &Pending, zones: &mut u64) -> Outcome {
+        match entry {
+            Pending::List { list, generation } => {
+                let mut state = lock(&list.state);
+                if state.submissions != *generation {
+                    // Submitted again since: the events now time the later submission, which
+                    // reports them.
+                    self.count_dropped(DropReason::Superseded, state.timed_zones);
+                    return Outcome::Done;
+                }
+                match self.list_times(cs, &state) {
+                    Times::Ready => {}
+                    Times::NotReady => return Outcome::NotReady,
+                    Times::Failed => {
+                        self.count_dropped(DropReason::EventError, state.timed_zones);
+                        return Outcome::Done;
+                    }
+                }
+                if self.activity_pending(cs, &mut state) {
+                    return Outcome::NotReady;
+                }
+                self.emit_list(cs, &mut state, (0, u64::MAX), zones);
+                Outcome::Done
+            }
+            Pending::Submission(index) => self.collect_submission(cs, *index, zones),
         }
+    }
+
+    /// Puts the times of `state`'s records (trace clock) in `cs.times`, from its events; an
+    /// activity-timed command gets a placeholder. `Ready` only when every event completed.
+    pub(crate) fn list_times(&self, cs: &mut CollectState, state: &ListState) -> Times {
+        cs.times.clear();
         let Some(anchor) = state.records.iter().find_map(Record::event) else {
-            return Outcome::Done;
+            cs.times.resize(state.records.len(), 0);
+            return Times::Ready;
         };
         // The last event recorded is, on a stream, the last to complete: a cheap early out.
         if let Some(last) = state.records.iter().rev().find_map(Record::event) {
             // SAFETY: the list's events come from this context's pool and stay alive while the
-            // list (held by `entry`) does.
+            // list does (the caller holds it).
             match unsafe { self.backend.query(last.0) } {
                 Ok(true) => {}
-                Ok(false) => return Outcome::NotReady,
-                Err(_) => {
-                    self.count_dropped(DropReason::EventError, state.timed_zones);
-                    return Outcome::Done;
-                }
+                Ok(false) => return Times::NotReady,
+                Err(_) => return Times::Failed,
             }
         }
         // SAFETY: the base event lives as long as `self`; the anchor as long as the list.
         let base_to_anchor = match unsafe { self.backend.elapsed_ms(cs.base.0, anchor.0) } {
             Ok(Some(ms)) => ms,
-            Ok(None) => return Outcome::NotReady,
-            Err(_) => {
-                self.count_dropped(DropReason::EventError, state.timed_zones);
-                return Outcome::Done;
-            }
+            Ok(None) => return Times::NotReady,
+            Err(_) => return Times::Failed,
         };
         // Every event's time first, so a list is shown whole or not at all. `elapsed_ms` answers
         // `None` (CUDA_ERROR_NOT_READY) for any event not complete yet, exactly as cuEventQuery.
-        // Activity-timed commands get a placeholder here and their times below.
-        cs.times.clear();
         let base_ns = cs.calibration.base_ns;
         for record in &state.records {
             let Some(event) = record.event() else {
@@ -446,30 +496,59 @@ impl Shared {
                 Ok(Some(ms)) => cs
                     .times
                     .push(timebase::event_ns(base_ns, base_to_anchor, ms)),
-                Ok(None) => return Outcome::NotReady,
-                Err(_) => {
-                    self.count_dropped(DropReason::EventError, state.timed_zones);
-                    return Outcome::Done;
-                }
+                Ok(None) => return Times::NotReady,
+                Err(_) => return Times::Failed,
             }
         }
+        Times::Ready
+    }
+
+    /// The trace-clock time of one event of this context, or why not.
+    pub(crate) fn event_time(&self, cs: &CollectState, event: CUevent) -> Result<Option<u64>, ()> {
+        // SAFETY: the caller passes a live timing event of this context; the base lives as long
+        // as `self`.
+        match unsafe { self.backend.elapsed_ms(cs.base.0, event) } {
+            Ok(Some(ms)) => Ok(Some(timebase::event_ns(cs.calibration.base_ns, ms, 0.0))),
+            Ok(None) => Ok(None),
+            Err(_) => Err(()),
+        }
+    }
+
+    /// Whether the list's activity-timed commands still wait for their records (counted, up to
+    /// [`ACTIVITY_PATIENCE`] collections). Fills `cs.command_times` when they arrived.
+    pub(crate) fn activity_pending(&self, cs: &mut CollectState, state: &mut ListState) -> bool {
         cs.command_times.clear();
-        if state.commands > 0 {
-            match self.command_times_flushing(cs, &mut state) {
-                Some(true) => {}
-                Some(false) => {
-                    state.activity_waits += 1;
-                    if state.activity_waits < ACTIVITY_PATIENCE {
-                        return Outcome::NotReady;
-                    }
-                    // Records that never came (lost by CUPTI, or a submission whose launches
-                    // did not match its commands): the command zones are dropped, the rest shown.
-                    self.count_dropped(DropReason::ActivityMissing, u64::from(state.commands));
+        if state.commands == 0 {
+            return false;
+        }
+        match self.command_times_flushing(cs, state) {
+            Some(true) => false,
+            Some(false) => {
+                state.activity_waits += 1;
+                if state.activity_waits < ACTIVITY_PATIENCE {
+                    return true;
                 }
-                None => {
-                    self.count_dropped(DropReason::ActivityMissing, u64::from(state.commands));
-                }
+                // Records that never came (lost by CUPTI, or a submission whose launches did
+                // not match its commands): the command zones are dropped, the rest shown.
+                cs.command_times.clear();
+                false
             }
+            None => false,
+        }
+    }
+
+    /// Hands the zones of `state` to the sink, with the times `list_times` and
+    /// `activity_pending` found; activity-timed commands are kept within `outer` (the zone
+    /// enclosing the list) as well as their own enclosing zone.
+    pub(crate) fn emit_list(
+        &self,
+        cs: &mut CollectState,
+        state: &mut ListState,
+        outer: (u64, u64),
+        zones: &mut u64,
+    ) {
+        if state.commands > 0 && cs.command_times.is_empty() {
+            self.count_dropped(DropReason::ActivityMissing, u64::from(state.commands));
         }
         let mut open: SmallVec<[u64; 8]> = SmallVec::new();
         let mut latest = 0u64;
@@ -499,8 +578,8 @@ impl Shared {
                     };
                     // Event and activity times come from two calibrations: keep the command
                     // inside its enclosing zone so viewers nest it.
-                    let floor = open.last().copied().unwrap_or(0);
-                    let ceiling = enclosing_end(&state.records, &cs.times, i).unwrap_or(u64::MAX);
+                    let floor = open.last().copied().unwrap_or(outer.0);
+                    let ceiling = enclosing_end(&state.records, &cs.times, i).unwrap_or(outer.1);
                     let begin = begin.clamp(floor, ceiling.max(floor));
                     let end = end.clamp(begin, ceiling.max(begin));
                     latest = latest.max(end);
@@ -520,7 +599,6 @@ impl Shared {
         self.counters
             .activity_zones
             .fetch_add(activity_zones, Ordering::Relaxed);
-        Outcome::Done
     }
 
     /// As [`Shared::command_times`], flushing CUPTI first when the records are not all in yet
@@ -699,6 +777,10 @@ impl TraceContext {
         Self { shared: None }
     }
 
+    pub(crate) fn shared(&self) -> Option<&Arc<Shared>> {
+        self.shared.as_ref()
+    }
+
     /// A context over any [`EventBackend`] (a fake device in tests).
     pub fn with_backend(
         backend: Arc<dyn EventBackend>,
@@ -749,6 +831,9 @@ impl TraceContext {
             backend,
             sink,
             track,
+            name: config.name.clone(),
+            slots: crate::submission::Slots::default(),
+            ordinals: AtomicU64::new(0),
             verbosity: config.verbosity,
             names: Mutex::new(HashSet::new()),
             pending: Mutex::new(VecDeque::new()),
@@ -769,6 +854,7 @@ impl TraceContext {
                 cupti_clock: None,
                 reported: [0; DropReason::ALL.len()],
                 calibration_broken: false,
+                last_end_ns: 0,
             }),
             closed: AtomicBool::new(false),
             rebase_after_ns: u64::try_from(config.rebase_after.as_nanos()).unwrap_or(u64::MAX),
@@ -861,6 +947,7 @@ impl TraceContext {
             fine_source: s.fine_source,
             cupti_unavailable: s.cupti_unavailable,
             activity_zones: c.activity_zones.load(Ordering::Relaxed),
+            submission_slots: s.slots.created(),
         }
     }
 

@@ -11,12 +11,17 @@
 //!    (`cuEventRecord`) or into its graph (`cuGraphAddEventRecordNode`). The pool grows on demand
 //!    up to a cap; past it, zones are dropped and counted, never a crash (IREE dereferenced an
 //!    empty free list).
-//! 3. When the queue issues a submission, [`ZoneList::on_submit`] queues the list on its context
-//!    and returns a collector, which the scheduler's completion thread runs after the submission
-//!    completed (never in a driver callback). Collection turns events into times
-//!    (`cuEventElapsedTime`) and hands zones to a [`Sink`]; a list with any event not complete
-//!    yet stays queued. A list's events return to the pool when the command buffer is dropped
-//!    and no submission of it is left to collect.
+//! 3. A queue issues each submission through [`TraceContext::submit`], its one tracing call:
+//!    the issue is a closure the entry calls per [`IssueStep`], the entry keeps the submission's
+//!    host side and details in a recycled slot, and the queue's one cleanup runs
+//!    [`TraceContext::collect`] on its completion thread after the submission completed (never
+//!    in a driver callback). At COARSE the submission's and command buffers' zones come from
+//!    the queue's completion event, with no GPU work of their own. Collection turns events into
+//!    times (`cuEventElapsedTime`) and hands zones to a [`Sink`], nested submission, command
+//!    buffer, recorded zones; a submission whose work is not complete stays queued. A list used
+//!    on its own is queued by [`ZoneList::on_submit`], whose collector does the same. A list's
+//!    events return to the pool when the command buffer is dropped and no submission of it is
+//!    left to collect.
 //! 4. Times are trace-clock nanoseconds ([`clock`]). The context calibrates a base event against
 //!    the host clock and re-calibrates when the base is older than 8 s, so the `f32`
 //!    milliseconds of `cuEventElapsedTime` span about that much at most (more only for work
@@ -61,6 +66,7 @@ mod lock;
 mod pool;
 pub mod query_ids;
 pub mod sink;
+mod submission;
 pub mod timebase;
 
 pub use backend::{CudaEvents, EventBackend};
@@ -73,8 +79,10 @@ pub use pool::{PoolCounts, PoolLimits, TimingEventPool};
 #[cfg(feature = "tracy")]
 pub use sink::TracySink;
 pub use sink::{
-    DropReason, Fanout, JsonSink, MemoryRecord, MemorySink, MemoryZone, NullSink, Sink, TrackId,
+    DropReason, Fanout, HostSpan, JsonSink, MemoryRecord, MemorySink, MemorySubmission, MemoryZone,
+    NullSink, Sink, SubmissionDetails, TrackId,
 };
+pub use submission::{INLINE_SEMAPHORES, IssueStep, StreamBefore, SubmissionInfo};
 #[cfg(test)]
 mod tests;
 

@@ -63,6 +63,11 @@ pub(crate) struct ListState {
     pub(crate) ids: Vec<u32>,
     /// Collections that found the latest issue's events complete but not its records.
     pub(crate) activity_waits: u32,
+    /// The submission (generation) queued by a queue's submission entry and not collected yet;
+    /// 0 for none.
+    pub(crate) queued: u64,
+    /// The slot of that submission.
+    pub(crate) queued_slot: u32,
 }
 
 thread_local! {
@@ -140,6 +145,8 @@ impl ZoneList {
                     commands: 0,
                     ids: Vec::new(),
                     activity_waits: 0,
+                    queued: 0,
+                    queued_slot: 0,
                 }),
             }),
             verbosity,
@@ -316,6 +323,11 @@ impl ZoneList {
         }))
     }
 
+    /// The list's shared state (for a queue's submission entry).
+    pub(crate) fn inner(&self) -> &Arc<ListInner> {
+        &self.inner
+    }
+
     /// Zones with events in this list.
     pub fn zone_count(&self) -> u64 {
         lock(&self.inner.state).timed_zones
@@ -422,11 +434,66 @@ unsafe impl crate::hook::ZoneRecorder for ZoneList {
         unsafe { ZoneList::command_node(self, node) }
     }
 
-    fn will_issue(&self) {
-        ZoneList::will_issue(self)
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+impl ListInner {
+    /// Called by a queue's submission entry right before the list's command buffer is issued
+    /// again: keeps what the submission still queued needs (its event times, if complete, and
+    /// its launch ids), counts the new submission, and starts capturing its launch ids. Returns
+    /// the new submission's generation.
+    pub(crate) fn begin_issue(self: &Arc<Self>, slot: u32) -> u64 {
+        let shared = &self.shared;
+        let uncollected = {
+            let state = lock(&self.state);
+            (state.queued != 0 && state.queued == state.submissions && state.queued_slot != slot)
+                .then_some((state.queued_slot, state.queued))
+        };
+        if let Some((queued_slot, generation)) = uncollected {
+            // Its events are about to be recorded again: read them now into its slot if the
+            // GPU is done with them (the host waited for the submission), so the completion
+            // side's collection still shows it, however far behind it is.
+            shared.snapshot(self, queued_slot, generation);
+        }
+        let mut state = lock(&self.state);
+        state.submissions += 1;
+        state.activity_waits = 0;
+        let generation = state.submissions;
+        let capture = state.commands > 0 && shared.cupti.is_some();
+        drop(state);
+        if capture {
+            finish_capture();
+            let guard = CaptureGuard::start();
+            let _ = CAPTURING.try_with(|c| {
+                if let Ok(mut c) = c.try_borrow_mut() {
+                    *c = Some((self.clone(), guard));
+                }
+            });
+        }
+        generation
     }
 
-    fn on_submit(&self) -> Option<Box<dyn FnOnce() + Send>> {
-        ZoneList::on_submit(self)
+    /// Called once the list's command buffer was issued: its launches are all made, so the
+    /// capture of their ids is complete.
+    pub(crate) fn end_issue(self: &Arc<Self>, generation: u64, slot: u32) {
+        if self.shared.cupti.is_some() {
+            let mine = CAPTURING
+                .try_with(|c| {
+                    c.try_borrow()
+                        .ok()
+                        .and_then(|c| c.as_ref().map(|(l, _)| Arc::ptr_eq(l, self)))
+                })
+                .ok()
+                .flatten()
+                .unwrap_or(false);
+            if mine {
+                finish_capture();
+            }
+        }
+        let mut state = lock(&self.state);
+        state.queued = generation;
+        state.queued_slot = slot;
     }
 }

@@ -133,6 +133,17 @@ impl TimingEventPool {
         Some((a, b))
     }
 
+    /// Takes one event, growing the pool if needed; `None` when the pool is at its cap with
+    /// none free.
+    pub(crate) fn acquire_one(&self) -> Option<Ev> {
+        let mut state = lock(&self.state);
+        if state.free.is_empty() {
+            let want = self.limits.grow_by.max(1);
+            self.grow(&mut state, want);
+        }
+        state.free.pop()
+    }
+
     /// Puts events back on the free list.
     pub(crate) fn release(&self, events: &[Ev]) {
         if events.is_empty() {

@@ -83,7 +83,11 @@ fn zones_get_the_times_their_events_completed_at() {
     gpu.complete_at(d_begin, 10 * MS + 1_500);
     gpu.complete_at(d_end, 10 * MS + 41_500);
     gpu.complete_at(cb_end, 10 * MS + 42_000);
-    let collector = recorder.on_submit().unwrap();
+    let list = recorder
+        .as_any()
+        .and_then(|a| a.downcast_ref::<crate::ZoneList>())
+        .expect("the context's recorder is a zone list");
+    let collector = list.on_submit().unwrap();
     assert!(
         sink.zones().is_empty(),
         "nothing is collected before the collector runs"

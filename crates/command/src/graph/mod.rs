@@ -813,12 +813,7 @@ impl GraphCommandBuffer {
         }
         let encoder = GraphEncoder::new(Arc::clone(context))?;
         Ok(Self {
-            recorder: Recorder::begin(
-                encoder,
-                Some(Arc::clone(context)),
-                zones,
-                "graph command buffer",
-            )?,
+            recorder: Recorder::begin(encoder, Some(Arc::clone(context)), zones, None)?,
         })
     }
 

@@ -7,6 +7,15 @@
 //! they end; dropped zones are a counter track per GPU track (`"ph":"C"`, cumulative per reason).
 //! The array is closed by [`JsonSink::finish`] (or on drop), which makes the file valid JSON.
 //!
+//! A queue submission shows on both sides: a `submit` zone on the submitting thread's track (from
+//! when the queue took it to the end of its issue), a flow arrow (`"ph":"s"` there, `"ph":"f"`
+//! with `"bp":"e"` on the GPU track, sharing an `id`) to the `submission` zone on the GPU track,
+//! and details in `args`: the queue, the submission's ordinal, its waits and signals as
+//! `[semaphore, value]` pairs, its command buffers' labels, how long it waited on the host for
+//! its waits, and, when the GPU waited for other queues' work before starting it, which
+//! semaphores and for how long (`device_wait_us`, `waited_on`). Command buffer zones carry their
+//! label, the submission's ordinal and their index in it.
+//!
 //! The file is streamed, one event at a time, into a reused line buffer: each event's fixed
 //! skeleton (keys, numbers) is formatted in place and every string in it (zone, track and
 //! thread names, which users choose) is written by serde_json, so escaping is serde_json's.
@@ -16,7 +25,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{DropReason, Sink, TrackId};
+use super::{DropReason, Sink, SubmissionDetails, TrackId};
 use crate::Error;
 use crate::clock;
 use crate::cpu_zone::thread_id;
@@ -25,9 +34,19 @@ use crate::lock::lock;
 /// The thread id of GPU track 0 in the JSON file.
 const GPU_TID_BASE: u64 = 1_000_000;
 
+/// A zone begun and not ended yet.
+struct OpenZone {
+    name: String,
+    begin_ns: u64,
+    /// The zone's `args` object, written out.
+    args: Option<Vec<u8>>,
+    /// The flow arrow that ends at it.
+    flow: Option<u64>,
+}
+
 struct Track {
-    /// Open zones: name and begin time.
-    open: Vec<(String, u64)>,
+    /// Open zones.
+    open: Vec<OpenZone>,
     dropped: [u64; DropReason::ALL.len()],
 }
 
@@ -167,7 +186,8 @@ impl<W: Write> State<W> {
     }
 }
 
-/// Appends a complete ("X") event.
+/// Appends a complete ("X") event, with `args` (a JSON object) if given.
+#[allow(clippy::too_many_arguments)]
 fn push_complete(
     line: &mut Vec<u8>,
     pid: u32,
@@ -176,6 +196,7 @@ fn push_complete(
     name: &str,
     begin_ns: u64,
     end_ns: u64,
+    args: Option<&[u8]>,
 ) {
     line.extend_from_slice(br#"{"name":"#);
     push_json_string(line, name);
@@ -186,7 +207,95 @@ fn push_complete(
     push_us(line, begin_ns);
     line.extend_from_slice(br#","dur":"#);
     push_us(line, end_ns.saturating_sub(begin_ns));
+    if let Some(args) = args {
+        line.extend_from_slice(br#","args":"#);
+        line.extend_from_slice(args);
+    }
     line.push(b'}');
+}
+
+/// Appends one end of a flow arrow: `"s"` (its start, on the host) or `"f"` (its end, bound to
+/// the enclosing GPU zone).
+fn push_flow(line: &mut Vec<u8>, pid: u32, tid: u64, phase: char, id: u64, ns: u64) {
+    let _ = write!(
+        line,
+        r#"{{"name":"submission","cat":"flow","ph":"{phase}","id":{id},"bind_id":{id},"pid":{pid},"tid":{tid},"ts":"#
+    );
+    push_us(line, ns);
+    if phase == 'f' {
+        line.extend_from_slice(br#","bp":"e""#);
+    }
+    line.push(b'}');
+}
+
+/// Appends `[[a, b], ...]`.
+fn push_pairs(out: &mut Vec<u8>, pairs: &[(u64, u64)]) {
+    out.push(b'[');
+    for (i, (a, b)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let _ = write!(out, "[{a},{b}]");
+    }
+    out.push(b']');
+}
+
+/// The `args` of a submission's GPU zone.
+fn submission_args(details: &SubmissionDetails<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(192);
+    out.extend_from_slice(br#"{"queue":"#);
+    push_json_string(&mut out, details.queue);
+    let _ = write!(out, r#","ordinal":{},"waits":"#, details.ordinal);
+    push_pairs(&mut out, details.waits);
+    out.extend_from_slice(br#","signals":"#);
+    push_pairs(&mut out, details.signals);
+    out.extend_from_slice(br#","command_buffers":["#);
+    for (i, label) in details.command_buffers.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_json_string(&mut out, label);
+    }
+    out.extend_from_slice(br#"],"host_wait_us":"#);
+    push_us(
+        &mut out,
+        details
+            .host
+            .issue_begin_ns
+            .saturating_sub(details.host.submitted_ns),
+    );
+    if let Some(wait) = details.device_wait_ns {
+        out.extend_from_slice(br#","device_wait_us":"#);
+        push_us(&mut out, wait);
+        out.extend_from_slice(br#","waited_on":["#);
+        for (i, (semaphore, _)) in details.waits.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let _ = write!(out, "{semaphore}");
+        }
+        out.push(b']');
+    }
+    out.push(b'}');
+    out
+}
+
+impl<W: Write> State<W> {
+    /// Names CPU thread `tid` once, after `name`.
+    fn name_thread(&mut self, line: &mut Vec<u8>, pid: u32, tid: u64, name: Option<&str>) {
+        if self.named_threads.contains(&tid) {
+            return;
+        }
+        self.named_threads.push(tid);
+        let _ = write!(
+            line,
+            r#"{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},"args":{{"name":"#
+        );
+        push_json_string(line, &format!("{} ({tid})", name.unwrap_or("thread")));
+        line.extend_from_slice(b"}}");
+        self.event(line);
+        line.clear();
+    }
 }
 
 impl<W: Write + Send> Sink for JsonSink<W> {
@@ -221,30 +330,123 @@ impl<W: Write + Send> Sink for JsonSink<W> {
     fn gpu_zone_begin(&self, track: TrackId, name: &str, timestamp_ns: u64) {
         let mut st = lock(&self.state);
         if let Some(t) = st.tracks.get_mut(track.0 as usize) {
-            t.open.push((name.to_owned(), timestamp_ns));
+            t.open.push(OpenZone {
+                name: name.to_owned(),
+                begin_ns: timestamp_ns,
+                args: None,
+                flow: None,
+            });
+        }
+    }
+
+    fn submission_begin(
+        &self,
+        track: TrackId,
+        name: &str,
+        timestamp_ns: u64,
+        details: &SubmissionDetails<'_>,
+    ) {
+        let pid = self.pid;
+        let host = details.host;
+        self.with_line(|st, line| {
+            if st.tracks.get(track.0 as usize).is_none() {
+                return;
+            }
+            // The host side: the submitting thread's zone, from when the queue took the
+            // submission to the end of its issue (when another thread issued it, the zone
+            // marks only when it was taken).
+            st.name_thread(line, pid, host.thread, host.thread_name);
+            let end = if host.issuing_thread == host.thread {
+                host.issue_end_ns.max(host.submitted_ns)
+            } else {
+                host.submitted_ns
+            };
+            let mut args = Vec::with_capacity(64);
+            args.extend_from_slice(br#"{"queue":"#);
+            push_json_string(&mut args, details.queue);
+            let _ = write!(args, r#","ordinal":{}}}"#, details.ordinal);
+            push_complete(
+                line,
+                pid,
+                host.thread,
+                "host",
+                "submit",
+                host.submitted_ns,
+                end,
+                Some(&args),
+            );
+            st.event(line);
+            line.clear();
+            push_flow(
+                line,
+                pid,
+                host.thread,
+                's',
+                details.flow,
+                host.submitted_ns + (end - host.submitted_ns) / 2,
+            );
+            st.event(line);
+            if let Some(t) = st.tracks.get_mut(track.0 as usize) {
+                t.open.push(OpenZone {
+                    name: name.to_owned(),
+                    begin_ns: timestamp_ns,
+                    args: Some(submission_args(details)),
+                    flow: Some(details.flow),
+                });
+            }
+        });
+    }
+
+    fn command_buffer_begin(
+        &self,
+        track: TrackId,
+        label: &str,
+        timestamp_ns: u64,
+        ordinal: u64,
+        index: usize,
+    ) {
+        let mut args = Vec::with_capacity(80);
+        args.extend_from_slice(br#"{"label":"#);
+        push_json_string(&mut args, label);
+        let _ = write!(args, r#","ordinal":{ordinal},"index":{index}}}"#);
+        let mut st = lock(&self.state);
+        if let Some(t) = st.tracks.get_mut(track.0 as usize) {
+            t.open.push(OpenZone {
+                name: label.to_owned(),
+                begin_ns: timestamp_ns,
+                args: Some(args),
+                flow: None,
+            });
         }
     }
 
     fn gpu_zone_end(&self, track: TrackId, timestamp_ns: u64) {
         let pid = self.pid;
         self.with_line(|st, line| {
-            let Some((name, begin)) = st
+            let Some(zone) = st
                 .tracks
                 .get_mut(track.0 as usize)
                 .and_then(|t| t.open.pop())
             else {
                 return;
             };
+            let tid = Self::gpu_tid(track);
             push_complete(
                 line,
                 pid,
-                Self::gpu_tid(track),
+                tid,
                 "gpu",
-                &name,
-                begin,
+                &zone.name,
+                zone.begin_ns,
                 timestamp_ns,
+                zone.args.as_deref(),
             );
             st.event(line);
+            if let Some(flow) = zone.flow {
+                line.clear();
+                push_flow(line, pid, tid, 'f', flow, zone.begin_ns);
+                st.event(line);
+            }
         });
     }
 
@@ -279,20 +481,9 @@ impl<W: Write + Send> Sink for JsonSink<W> {
         let pid = self.pid;
         let tid = thread_id();
         self.with_line(|st, line| {
-            if !st.named_threads.contains(&tid) {
-                st.named_threads.push(tid);
-                let current = std::thread::current();
-                let thread_name = current.name().unwrap_or("thread");
-                let _ = write!(
-                    line,
-                    r#"{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},"args":{{"name":"#
-                );
-                push_json_string(line, &format!("{thread_name} ({tid})"));
-                line.extend_from_slice(b"}}");
-                st.event(line);
-                line.clear();
-            }
-            push_complete(line, pid, tid, "cpu", name, begin_ns, end_ns);
+            let current = std::thread::current();
+            st.name_thread(line, pid, tid, current.name());
+            push_complete(line, pid, tid, "cpu", name, begin_ns, end_ns, None);
             st.event(line);
         });
     }

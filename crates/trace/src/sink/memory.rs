@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use super::{DropReason, Sink, TrackId};
+use super::{DropReason, Sink, SubmissionDetails, TrackId};
 use crate::Error;
 use crate::cpu_zone::thread_id;
 use crate::lock::lock;
@@ -77,11 +77,41 @@ impl MemoryZone {
     }
 }
 
+/// A submission's details as a [`MemorySink`] received them ([`Sink::submission_begin`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemorySubmission {
+    /// The GPU track.
+    pub track: TrackId,
+    /// The queue's name.
+    pub queue: String,
+    /// The ordinal in its queue.
+    pub ordinal: u64,
+    /// Waits as (semaphore id, value).
+    pub waits: Vec<(u64, u64)>,
+    /// Signals as (semaphore id, value).
+    pub signals: Vec<(u64, u64)>,
+    /// Command buffer labels.
+    pub command_buffers: Vec<String>,
+    /// How long the GPU waited on other queues' work before starting it, if it did.
+    pub device_wait_ns: Option<u64>,
+    /// The submitting thread.
+    pub thread: u64,
+    /// The thread that issued it.
+    pub issuing_thread: u64,
+    /// The flow id linking host and GPU zones.
+    pub flow: u64,
+    /// When its GPU zone begins.
+    pub begin_ns: u64,
+    /// When the queue took it.
+    pub submitted_ns: u64,
+}
+
 /// A sink that keeps everything in memory.
 #[derive(Debug, Default)]
 pub struct MemorySink {
     records: Mutex<Vec<MemoryRecord>>,
     tracks: Mutex<u32>,
+    submissions: Mutex<Vec<MemorySubmission>>,
 }
 
 impl MemorySink {
@@ -98,6 +128,12 @@ impl MemorySink {
     /// Forgets everything received so far.
     pub fn clear(&self) {
         lock(&self.records).clear();
+        lock(&self.submissions).clear();
+    }
+
+    /// The details of every submission received so far, in order.
+    pub fn submissions(&self) -> Vec<MemorySubmission> {
+        lock(&self.submissions).clone()
     }
 
     /// The GPU zones received so far, in the order they began; a begin still open is left out.
@@ -187,6 +223,34 @@ impl Sink for MemorySink {
             name: name.to_owned(),
             ns: timestamp_ns,
         });
+    }
+
+    fn submission_begin(
+        &self,
+        track: TrackId,
+        name: &str,
+        timestamp_ns: u64,
+        details: &SubmissionDetails<'_>,
+    ) {
+        lock(&self.submissions).push(MemorySubmission {
+            track,
+            queue: details.queue.to_owned(),
+            ordinal: details.ordinal,
+            waits: details.waits.to_vec(),
+            signals: details.signals.to_vec(),
+            command_buffers: details
+                .command_buffers
+                .iter()
+                .map(|l| (*l).to_owned())
+                .collect(),
+            device_wait_ns: details.device_wait_ns,
+            thread: details.host.thread,
+            issuing_thread: details.host.issuing_thread,
+            flow: details.flow,
+            begin_ns: timestamp_ns,
+            submitted_ns: details.host.submitted_ns,
+        });
+        self.gpu_zone_begin(track, name, timestamp_ns);
     }
 
     fn gpu_zone_end(&self, track: TrackId, timestamp_ns: u64) {

@@ -16,7 +16,7 @@ mod tracy;
 use std::sync::Arc;
 
 pub use json::JsonSink;
-pub use memory::{MemoryRecord, MemorySink, MemoryZone};
+pub use memory::{MemoryRecord, MemorySink, MemorySubmission, MemoryZone};
 #[cfg(feature = "tracy")]
 pub use tracy::TracySink;
 
@@ -73,6 +73,48 @@ impl DropReason {
     }
 }
 
+/// Where and when the host issued a submission: the host side of a submission's zone.
+#[derive(Copy, Clone, Debug)]
+pub struct HostSpan<'a> {
+    /// The submitting thread ([`crate::thread_id`]): the one that called the queue.
+    pub thread: u64,
+    /// Its name, if it has one.
+    pub thread_name: Option<&'a str>,
+    /// The thread that issued the work: the submitting one, or (when the submission waited on
+    /// the host for its waits) a queue's worker.
+    pub issuing_thread: u64,
+    /// When the queue took the submission (`Queue::execute`), trace-clock nanoseconds.
+    pub submitted_ns: u64,
+    /// When the issue began (every wait reached or recorded on the device).
+    pub issue_begin_ns: u64,
+    /// When the issue ended (the work and its completion event enqueued).
+    pub issue_end_ns: u64,
+}
+
+/// What a sink may show of one submission, beside its GPU zone.
+#[derive(Copy, Clone, Debug)]
+pub struct SubmissionDetails<'a> {
+    /// The queue (the GPU track's name).
+    pub queue: &'a str,
+    /// The submission's ordinal among the traced submissions of its queue, from 1.
+    pub ordinal: u64,
+    /// Its waits, as (semaphore id, value).
+    pub waits: &'a [(u64, u64)],
+    /// Its signals, as (semaphore id, value).
+    pub signals: &'a [(u64, u64)],
+    /// The labels of its command buffers, in order.
+    pub command_buffers: &'a [&'static str],
+    /// Nanoseconds the GPU spent waiting for other queues' work (the waits recorded on the
+    /// device) before it started this submission: `Some` when the submission waited on the
+    /// device, measured from when its queue could have started it.
+    pub device_wait_ns: Option<u64>,
+    /// The host side: which thread issued it, and when.
+    pub host: HostSpan<'a>,
+    /// An id unique in the process linking the host zone to the GPU zones it produced (a flow
+    /// arrow in viewers that draw them).
+    pub flow: u64,
+}
+
 /// A consumer of collected zones. All timestamps are trace-clock nanoseconds
 /// ([`crate::clock::now_ns`]).
 pub trait Sink: Send + Sync {
@@ -88,6 +130,31 @@ pub trait Sink: Send + Sync {
     /// A CPU zone on the calling thread. Sinks without CPU tracks ignore it.
     fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
         let _ = (name, begin_ns, end_ns);
+    }
+    /// A submission's GPU zone began: like [`Sink::gpu_zone_begin`] (closed by a
+    /// [`Sink::gpu_zone_end`]), with what produced it. The default shows the zone only.
+    fn submission_begin(
+        &self,
+        track: TrackId,
+        name: &str,
+        timestamp_ns: u64,
+        details: &SubmissionDetails<'_>,
+    ) {
+        let _ = details;
+        self.gpu_zone_begin(track, name, timestamp_ns);
+    }
+    /// A command buffer's GPU zone began, the `index`-th of submission `ordinal`, labelled
+    /// `label`: like [`Sink::gpu_zone_begin`]. The default shows the zone only.
+    fn command_buffer_begin(
+        &self,
+        track: TrackId,
+        label: &str,
+        timestamp_ns: u64,
+        ordinal: u64,
+        index: usize,
+    ) {
+        let _ = (ordinal, index);
+        self.gpu_zone_begin(track, label, timestamp_ns);
     }
 }
 
@@ -106,6 +173,25 @@ impl<S: Sink + ?Sized> Sink for Arc<S> {
     }
     fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
         (**self).cpu_zone(name, begin_ns, end_ns)
+    }
+    fn submission_begin(
+        &self,
+        track: TrackId,
+        name: &str,
+        timestamp_ns: u64,
+        details: &SubmissionDetails<'_>,
+    ) {
+        (**self).submission_begin(track, name, timestamp_ns, details)
+    }
+    fn command_buffer_begin(
+        &self,
+        track: TrackId,
+        label: &str,
+        timestamp_ns: u64,
+        ordinal: u64,
+        index: usize,
+    ) {
+        (**self).command_buffer_begin(track, label, timestamp_ns, ordinal, index)
     }
 }
 
@@ -173,5 +259,28 @@ impl Sink for Fanout {
         for s in &self.sinks {
             s.cpu_zone(name, begin_ns, end_ns);
         }
+    }
+    fn submission_begin(
+        &self,
+        track: TrackId,
+        name: &str,
+        timestamp_ns: u64,
+        details: &SubmissionDetails<'_>,
+    ) {
+        self.each(track, |s, t| {
+            s.submission_begin(t, name, timestamp_ns, details)
+        });
+    }
+    fn command_buffer_begin(
+        &self,
+        track: TrackId,
+        label: &str,
+        timestamp_ns: u64,
+        ordinal: u64,
+        index: usize,
+    ) {
+        self.each(track, |s, t| {
+            s.command_buffer_begin(t, label, timestamp_ns, ordinal, index)
+        });
     }
 }

@@ -1,0 +1,141 @@
+//! No heap allocation per traced submission in steady state: a counting global allocator sees
+//! zero allocations over hundreds of submissions after warm-up, untraced (the control), at
+//! COARSE, and at FINE on timing events and on the fake CUPTI, each submission executed and its
+//! zones collected on the completion side. The sink is a `NullSink` (sinks may allocate when they
+//! write). Its own test binary without a harness, so nothing else allocates while it counts; the
+//! fake driver is a separate library with its own allocator, so only cuhal's allocations count.
+
+mod fake_support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use cuhal::{CommandBuffer, CuptiChoice, DeviceOptions, FillPattern, Verbosity};
+use cuhal_trace::NullSink;
+use cuhal_trace::cupti::fake::FakeCupti;
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through it).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: as for `dealloc`; the caller upholds `realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const WARM: u64 = 200;
+const COUNTED: u64 = 500;
+
+/// Allocations made while `COUNTED` submissions of a graph command buffer (a debug group and a
+/// fill) ran on a queue traced at `verbosity`, after `WARM` submissions.
+fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice) -> (usize, u64) {
+    let tag = tag.to_owned();
+    let (_fake, _driver, device) = fake_support::open(
+        &tag,
+        DeviceOptions {
+            tracing: verbosity,
+            trace_sink: Some(Arc::new(NullSink)),
+            cupti,
+            ..DeviceOptions::default()
+        },
+    );
+    let queue = device.queue(0);
+    let buffer = device.create_buffer(256).unwrap();
+    let mut cb = queue.create_command_buffer().unwrap();
+    cb.begin_debug_group("work").unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U32(3)).unwrap();
+    cb.end_debug_group().unwrap();
+    cb.end().unwrap();
+    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let done = device.create_semaphore(0);
+    let cbs = [&cb];
+    let signal = |n: u64| [(&done, n)];
+    // Each submission retired before the next: how far the completion side lags behind the
+    // host (it naps when nobody waits on it) would otherwise decide how much storage the queue
+    // and the tracer grow, which warm-up cannot bound on a loaded machine.
+    for n in 1..=WARM {
+        queue.execute(&[], &signal(n), &cbs).unwrap();
+        fake_support::wait(&done, n);
+        fake_support::settle(queue);
+    }
+    fake_support::settle(queue);
+    let slots_before = queue.trace().map_or(0, |t| t.stats().submission_slots);
+    ALLOCATIONS.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
+    for n in WARM + 1..=WARM + COUNTED {
+        queue.execute(&[], &signal(n), &cbs).unwrap();
+        fake_support::wait(&done, n);
+        fake_support::settle(queue);
+    }
+    fake_support::settle(queue);
+    COUNTING.store(false, Ordering::Relaxed);
+    let counted = ALLOCATIONS.load(Ordering::Relaxed);
+    let collected = queue.trace().map_or(0, |t| t.stats().zones_collected);
+    let slots_after = queue.trace().map_or(0, |t| t.stats().submission_slots);
+    assert_eq!(
+        slots_before, slots_after,
+        "{tag}: submission slots are recycled"
+    );
+    drop(cb);
+    drop(device);
+    (counted, collected)
+}
+
+fn main() {
+    let cupti = FakeCupti::install();
+    let cases = [
+        ("untraced", Verbosity::Off, CuptiChoice::Off),
+        ("coarse", Verbosity::Coarse, CuptiChoice::Off),
+        ("fine-events", Verbosity::Fine, CuptiChoice::Off),
+        (
+            "fine-cupti",
+            Verbosity::Fine,
+            CuptiChoice::Api {
+                api: cupti.api(),
+                required: true,
+            },
+        ),
+    ];
+    let mut failed = 0;
+    for (tag, verbosity, choice) in cases {
+        let (counted, collected) = allocations(&format!("trace-alloc-{tag}"), verbosity, choice);
+        let traced = verbosity != Verbosity::Off;
+        // Tracing must actually have collected zones while counting, or zero means nothing.
+        let collecting = !traced || collected >= (WARM + COUNTED) * 2;
+        println!(
+            "{tag}: {counted} allocations over {COUNTED} submissions ({collected} zones collected)"
+        );
+        if counted != 0 || !collecting {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        eprintln!("{failed} case(s) allocated per submission or collected nothing");
+        std::process::exit(1);
+    }
+    println!("test result: ok. 4 passed");
+}

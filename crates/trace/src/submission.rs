@@ -1,0 +1,689 @@
+//! One tracing entry per queue submission, and its collection after completion.
+//!
+//! A queue's backend calls [`TraceContext::submit`] once per submission, handing it the issue
+//! as a closure: the entry takes a recycled [`Slot`], notes the host side (thread, times, waits
+//! and signals), lets each command buffer's zone list know it is issued again, has the caller
+//! issue each command buffer and record the completion event, and queues the slot. The queue's
+//! one cleanup collects it on the completion side after the submission completed, as IREE does
+//! with its single cleanup callback.
+//!
+//! COARSE adds no GPU work of its own: the submission's zone ends at its completion event
+//! (which the queue records anyway, with timing on when the queue traces) and begins when its
+//! stream could first run it, the later of the host's issue and the previous traced
+//! submission's completion on that stream. Only when that is unknown (the stream waited on
+//! other queues' work on the device, or ran work this tracer did not see) is one timing event
+//! recorded before the work. A command buffer's zone is the submission's when it is alone; a
+//! submission of several records one event between each two. `docs/decisions/trace.md` gives
+//! the accuracy of each choice.
+//!
+//! Nothing here allocates per submission once warm: slots, their lists and the pending queue
+//! keep their capacity; a sink may allocate when it writes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cuhal_command::{CommandBuffer, CommandBufferKind};
+use cuhal_sys::{CUevent, CUstream};
+use smallvec::SmallVec;
+
+use crate::Error;
+use crate::context::{CollectState, Outcome, Pending, Shared, Times, TraceContext};
+use crate::list::{ListInner, ZoneList};
+use crate::lock::lock;
+use crate::pool::Ev;
+use crate::sink::{DropReason, HostSpan, SubmissionDetails};
+
+/// How many waits and signals a [`SubmissionInfo`] holds inline.
+pub const INLINE_SEMAPHORES: usize = 4;
+
+/// What a queue knows of a submission when it takes it, for the submission's zone details.
+/// Built on the submitting thread ([`SubmissionInfo::new`]); inline up to
+/// [`INLINE_SEMAPHORES`] waits and signals, so building one allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub struct SubmissionInfo {
+    /// When the queue took it (trace clock).
+    pub submitted_ns: u64,
+    /// The submitting thread ([`crate::thread_id`]).
+    pub thread: u64,
+    /// The submitting thread's handle, for its name.
+    pub thread_handle: Option<std::thread::Thread>,
+    /// Its waits, as (semaphore id, value).
+    pub waits: SmallVec<[(u64, u64); INLINE_SEMAPHORES]>,
+    /// Its signals, as (semaphore id, value).
+    pub signals: SmallVec<[(u64, u64); INLINE_SEMAPHORES]>,
+}
+
+impl SubmissionInfo {
+    /// A submission taken now, on the calling thread.
+    pub fn new(
+        waits: impl IntoIterator<Item = (u64, u64)>,
+        signals: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Self {
+        Self {
+            submitted_ns: crate::clock::now_ns(),
+            thread: crate::thread_id(),
+            thread_handle: Some(std::thread::current()),
+            waits: waits.into_iter().collect(),
+            signals: signals.into_iter().collect(),
+        }
+    }
+}
+
+/// One step of a submission's issue, which [`TraceContext::submit`] asks its caller to take.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum IssueStep {
+    /// Issue the command buffer at this index on the stream.
+    CommandBuffer(usize),
+    /// Record the submission's completion event on the stream, after all of its work.
+    Completion,
+}
+
+/// What ran on the stream right before a submission: how its start is timed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StreamBefore {
+    /// Nothing, or only this context's traced submissions: the submission starts at the later
+    /// of its issue and the previous one's completion. No event.
+    Traced,
+    /// Work this context did not trace (a fill, a copy): the start is timed by an event.
+    Untraced,
+    /// Waits for other streams' work on the device: the start is timed by an event, and the
+    /// wait is shown ([`crate::SubmissionDetails::device_wait_ns`]).
+    DeviceWait,
+}
+
+/// Flow ids, unique in the process (several contexts may share a sink).
+static NEXT_FLOW: AtomicU64 = AtomicU64::new(1);
+
+/// A command buffer of a slot: its zone list (if traced by this context) and which of its
+/// submissions this is. Recycled with its slot.
+#[derive(Default)]
+struct SlotBuffer {
+    list: Option<Arc<ListInner>>,
+    generation: u64,
+    /// The list was issued again before this submission was collected, after its events
+    /// completed: their times (and the launch ids) were kept here.
+    snapped: bool,
+    times: Vec<u64>,
+    ids: Vec<u32>,
+}
+
+/// One submission in flight. Recycled: its vectors keep their capacity.
+#[derive(Default)]
+pub(crate) struct Slot {
+    ordinal: u64,
+    flow: u64,
+    info: SubmissionInfo,
+    issuing_thread: u64,
+    issue_begin_ns: u64,
+    issue_end_ns: u64,
+    /// The first `count` are this submission's; the rest keep their capacity for reuse.
+    buffers: Vec<SlotBuffer>,
+    count: usize,
+    labels: Vec<&'static str>,
+    /// The event between command buffers `i` and `i + 1` (`None`: the pool was empty).
+    boundaries: Vec<Option<Ev>>,
+    /// The event recorded before the work when its start was not known otherwise.
+    start: Option<Ev>,
+    /// The stream waited on the device for other streams right before the work.
+    waited: bool,
+    /// The start was timed by an event (not estimated).
+    timed_start: bool,
+    completion: Option<Ev>,
+    /// The times below were read (the events may be reused since).
+    resolved: bool,
+    begin_ns: u64,
+    gpu_start_ns: u64,
+    end_ns: u64,
+    device_wait_ns: Option<u64>,
+    boundary_ns: Vec<u64>,
+}
+
+impl Slot {
+    /// Events the slot holds from the pool, returned to it.
+    /// This submission's command buffers.
+    fn buffers(&self) -> &[SlotBuffer] {
+        &self.buffers[..self.count]
+    }
+
+    /// Adds a command buffer, reusing a recycled entry when there is one.
+    fn push_buffer(&mut self, list: Option<Arc<ListInner>>, generation: u64) {
+        if self.count == self.buffers.len() {
+            self.buffers.push(SlotBuffer::default());
+        }
+        let buffer = &mut self.buffers[self.count];
+        buffer.list = list;
+        buffer.generation = generation;
+        buffer.snapped = false;
+        buffer.times.clear();
+        buffer.ids.clear();
+        self.count += 1;
+    }
+
+    fn release_events(&mut self, shared: &Shared) {
+        if let Some(start) = self.start.take() {
+            shared.pool.release(&[start]);
+        }
+        for boundary in self.boundaries.drain(..).flatten() {
+            shared.pool.release(&[boundary]);
+        }
+    }
+
+    /// Ready for reuse: forgets the submission, keeps the capacity.
+    fn clear(&mut self) {
+        self.info.waits.clear();
+        self.info.signals.clear();
+        self.info.thread_handle = None;
+        for buffer in &mut self.buffers[..self.count] {
+            buffer.list = None;
+            buffer.snapped = false;
+        }
+        self.count = 0;
+        self.labels.clear();
+        self.boundaries.clear();
+        self.boundary_ns.clear();
+        self.start = None;
+        self.waited = false;
+        self.completion = None;
+        self.resolved = false;
+        self.device_wait_ns = None;
+    }
+}
+
+/// Recycled submission storage of one context.
+#[derive(Default)]
+pub(crate) struct Slots {
+    table: Mutex<Vec<Arc<Mutex<Slot>>>>,
+    free: Mutex<Vec<u32>>,
+}
+
+impl Slots {
+    /// A free slot, growing the table when none is (only while warming up).
+    fn acquire(&self) -> (u32, Arc<Mutex<Slot>>) {
+        if let Some(index) = lock(&self.free).pop() {
+            let table = lock(&self.table);
+            if let Some(slot) = table.get(index as usize) {
+                return (index, slot.clone());
+            }
+        }
+        let mut table = lock(&self.table);
+        let slot = Arc::new(Mutex::new(Slot::default()));
+        table.push(slot.clone());
+        // Reserve the free list's room now, so releasing never allocates.
+        let len = table.len();
+        drop(table);
+        let mut free = lock(&self.free);
+        let want = len.saturating_sub(free.len());
+        free.reserve(want);
+        ((len - 1) as u32, slot)
+    }
+
+    fn get(&self, index: u32) -> Option<Arc<Mutex<Slot>>> {
+        lock(&self.table).get(index as usize).cloned()
+    }
+
+    fn release(&self, index: u32) {
+        lock(&self.free).push(index);
+    }
+
+    /// Slots made so far (in flight or free).
+    pub(crate) fn created(&self) -> usize {
+        lock(&self.table).len()
+    }
+}
+
+/// The name of a command buffer kind, as its zone's label.
+fn label(kind: CommandBufferKind) -> &'static str {
+    match kind {
+        CommandBufferKind::Graph => "graph command buffer",
+        CommandBufferKind::Stream => "stream command buffer",
+        CommandBufferKind::Deferred => "deferred command buffer",
+    }
+}
+
+/// The zone list of this context a command buffer records into, if any.
+fn list_of<'a>(shared: &Arc<Shared>, cb: &'a Arc<dyn CommandBuffer>) -> Option<&'a ZoneList> {
+    let list = cb.zones()?.as_any()?.downcast_ref::<ZoneList>()?;
+    Arc::ptr_eq(&list.inner().shared, shared).then_some(list)
+}
+
+impl TraceContext {
+    /// Issues one submission of `command_buffers` on `stream`, traced: the one tracing call of
+    /// a queue's submission. `issue` is called for each [`IssueStep`] in order (every command
+    /// buffer, then the completion event) and must enqueue that step on `stream`; its first
+    /// error ends the issue and is returned. `before` says what the stream runs right before
+    /// the submission, which decides whether its start needs an event ([`StreamBefore`]).
+    ///
+    /// The zones are collected after completion by [`TraceContext::collect`], which the queue
+    /// runs on its completion side once the submission completed. At `Off` this only issues.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this context's device. `completion` must be a live
+    /// event of it with timing enabled, which `issue(IssueStep::Completion)` records on
+    /// `stream`, and which is neither recorded again nor destroyed until the collection that
+    /// runs after this submission completed (or failed) has returned.
+    pub unsafe fn submit<E: From<Error>>(
+        &self,
+        stream: CUstream,
+        info: &SubmissionInfo,
+        command_buffers: &[Arc<dyn CommandBuffer>],
+        before: StreamBefore,
+        completion: CUevent,
+        mut issue: impl FnMut(IssueStep) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Some(shared) = self.shared() else {
+            for i in 0..command_buffers.len() {
+                issue(IssueStep::CommandBuffer(i))?;
+            }
+            return issue(IssueStep::Completion);
+        };
+        if shared.is_closed() {
+            for i in 0..command_buffers.len() {
+                issue(IssueStep::CommandBuffer(i))?;
+            }
+            return issue(IssueStep::Completion);
+        }
+        let issue_begin_ns = shared.backend.now_ns();
+        let (index, cell) = shared.slots.acquire();
+        let mut slot = lock(&cell);
+        slot.ordinal = shared.ordinals.fetch_add(1, Ordering::Relaxed) + 1;
+        slot.flow = NEXT_FLOW.fetch_add(1, Ordering::Relaxed);
+        slot.info.submitted_ns = info.submitted_ns;
+        slot.info.thread = info.thread;
+        slot.info.thread_handle.clone_from(&info.thread_handle);
+        slot.info.waits.extend_from_slice(&info.waits);
+        slot.info.signals.extend_from_slice(&info.signals);
+        slot.issuing_thread = crate::thread_id();
+        slot.issue_begin_ns = issue_begin_ns;
+        let result = Self::issue_into(
+            shared,
+            &mut slot,
+            index,
+            stream,
+            command_buffers,
+            before,
+            &mut issue,
+        );
+        if let Err(error) = result {
+            // The submission fails; the queue reports it. Nothing of it is shown.
+            slot.release_events(shared);
+            slot.clear();
+            drop(slot);
+            shared.slots.release(index);
+            return Err(error);
+        }
+        slot.completion = Some(Ev(completion));
+        slot.issue_end_ns = shared.backend.now_ns();
+        let zones = 1 + slot.count as u64;
+        drop(slot);
+        shared
+            .counters
+            .zones_recorded
+            .fetch_add(zones, Ordering::Relaxed);
+        lock(&shared.pending).push_back(Pending::Submission(index));
+        Ok(())
+    }
+
+    /// The issue proper, filling `slot`.
+    fn issue_into<E: From<Error>>(
+        shared: &Arc<Shared>,
+        slot: &mut Slot,
+        index: u32,
+        stream: CUstream,
+        command_buffers: &[Arc<dyn CommandBuffer>],
+        before: StreamBefore,
+        issue: &mut impl FnMut(IssueStep) -> Result<(), E>,
+    ) -> Result<(), E> {
+        slot.waited = before == StreamBefore::DeviceWait;
+        if before != StreamBefore::Traced
+            && let Some(start) = shared.pool.acquire_one()
+        {
+            slot.start = Some(start);
+            // SAFETY: the event comes from the pool; the caller vouches for the stream.
+            unsafe { shared.backend.record(start.0, stream) }.map_err(E::from)?;
+        }
+        let last = command_buffers.len().saturating_sub(1);
+        for (i, cb) in command_buffers.iter().enumerate() {
+            let list = list_of(shared, cb).map(|l| l.inner());
+            let generation = list.map_or(0, |l| l.begin_issue(index));
+            issue(IssueStep::CommandBuffer(i))?;
+            if let Some(list) = list {
+                list.end_issue(generation, index);
+            }
+            slot.push_buffer(list.cloned(), generation);
+            slot.labels.push(label(cb.kind()));
+            if i < last {
+                let boundary = shared.pool.acquire_one();
+                if let Some(event) = boundary {
+                    // SAFETY: as above.
+                    unsafe { shared.backend.record(event.0, stream) }.map_err(E::from)?;
+                }
+                slot.boundaries.push(boundary);
+            }
+        }
+        issue(IssueStep::Completion)
+    }
+}
+
+impl Shared {
+    /// Reads the event times of `list`'s submission `generation`, still waiting for collection
+    /// in slot `index`, into that slot if its events completed, before the list is issued again
+    /// (see `ListInner::begin_issue`).
+    pub(crate) fn snapshot(&self, list: &ListInner, index: u32, generation: u64) {
+        let Ok(_bound) = self.backend.enter() else {
+            return;
+        };
+        let Some(cell) = self.slots.get(index) else {
+            return;
+        };
+        let mut cs = lock(&self.collect);
+        let mut slot = lock(&cell);
+        let state = lock(&list.state);
+        if state.queued != generation || state.submissions != generation {
+            return; // collected meanwhile
+        }
+        let count = slot.count;
+        let Some(buffer) = slot.buffers[..count].iter_mut().find(|b| {
+            b.generation == generation && b.list.as_ref().is_some_and(|l| std::ptr::eq(&**l, list))
+        }) else {
+            return;
+        };
+        if !matches!(self.list_times(&mut cs, &state), Times::Ready) {
+            return; // not complete: the new issue supersedes it
+        }
+        buffer.times.clear();
+        buffer.times.extend_from_slice(&cs.times);
+        buffer.ids.clear();
+        buffer.ids.extend_from_slice(&state.ids);
+        buffer.snapped = true;
+    }
+
+    /// Gives up on a queued submission (its zones are counted as dropped for `reason`).
+    pub(crate) fn give_up_submission(&self, index: u32, reason: DropReason) {
+        let Some(cell) = self.slots.get(index) else {
+            return;
+        };
+        let mut slot = lock(&cell);
+        let mut dropped = 1 + slot.count as u64;
+        for buffer in slot.buffers() {
+            if let Some(list) = &buffer.list {
+                let mut state = lock(&list.state);
+                dropped += state.timed_zones;
+                if state.queued == buffer.generation {
+                    state.queued = 0;
+                }
+            }
+        }
+        self.count_dropped(reason, dropped);
+        slot.release_events(self);
+        slot.clear();
+        drop(slot);
+        self.slots.release(index);
+    }
+
+    /// Reads the slot's own event times once its completion event completed.
+    fn resolve(&self, cs: &mut CollectState, slot: &mut Slot) -> Result<bool, ()> {
+        if slot.resolved {
+            return Ok(true);
+        }
+        let Some(completion) = slot.completion else {
+            return Err(());
+        };
+        let Some(end) = self.event_time(cs, completion.0)? else {
+            return Ok(false);
+        };
+        // Every event recorded before the completion event on the stream has completed.
+        let start = match slot.start {
+            Some(start) => Some(self.event_time(cs, start.0)?.ok_or(())?),
+            None => None,
+        };
+        slot.boundary_ns.clear();
+        for i in 0..slot.boundaries.len() {
+            let ns = match slot.boundaries[i] {
+                Some(event) => Some(self.event_time(cs, event.0)?.ok_or(())?),
+                None => None,
+            };
+            // A boundary without an event (pool empty) is placed at the next known one.
+            slot.boundary_ns.push(ns.unwrap_or(u64::MAX));
+        }
+        let mut next = end;
+        for ns in slot.boundary_ns.iter_mut().rev() {
+            if *ns == u64::MAX {
+                *ns = next;
+            }
+            next = *ns;
+        }
+        // The GPU cannot start before the host issued the work, nor before the stream's
+        // previous traced submission completed.
+        let ready = slot.issue_begin_ns.max(cs.last_end_ns).min(end);
+        slot.begin_ns = ready.min(start.unwrap_or(ready));
+        slot.gpu_start_ns = start.unwrap_or(ready).min(end);
+        slot.timed_start = start.is_some();
+        slot.device_wait_ns = if slot.waited {
+            // Without a start event (the pool was empty) the wait is unknown: shown as none.
+            start.map(|s| s.saturating_sub(ready))
+        } else {
+            None
+        };
+        slot.end_ns = end;
+        cs.last_end_ns = cs.last_end_ns.max(end);
+        slot.resolved = true;
+        // The start and boundary events are read: back to the pool.
+        slot.release_events(self);
+        Ok(true)
+    }
+
+    /// Collects one queued submission: its zone, its command buffers' zones, and the zones
+    /// each command buffer recorded, nested in that order.
+    pub(crate) fn collect_submission(
+        &self,
+        cs: &mut CollectState,
+        index: u32,
+        zones: &mut u64,
+    ) -> Outcome {
+        let Some(cell) = self.slots.get(index) else {
+            return Outcome::Done;
+        };
+        let mut slot = lock(&cell);
+        match self.resolve(cs, &mut slot) {
+            Ok(true) => {}
+            Ok(false) => return Outcome::NotReady,
+            Err(()) => {
+                drop(slot);
+                self.give_up_submission(index, DropReason::EventError);
+                return Outcome::Done;
+            }
+        }
+        // Shown whole or not at all: wait until every command buffer's activity records came.
+        for buffer in slot.buffers() {
+            if let Some(list) = &buffer.list {
+                let mut state = lock(&list.state);
+                if !self.activity_ready(cs, &mut state, buffer) {
+                    return Outcome::NotReady;
+                }
+            }
+        }
+        let slot = &mut *slot;
+        if !slot.timed_start
+            && let Some(first) = slot.buffers[..slot.count]
+                .first()
+                .and_then(|b| self.first_event_ns(cs, b))
+        {
+            // The start was estimated on the host clock, whose mapping onto the GPU's is only
+            // as good as the calibration: never let it fall after the first thing the GPU did.
+            slot.gpu_start_ns = slot.gpu_start_ns.min(first);
+            slot.begin_ns = slot.begin_ns.min(first);
+        }
+        let details = SubmissionDetails {
+            queue: &self.name,
+            ordinal: slot.ordinal,
+            waits: &slot.info.waits,
+            signals: &slot.info.signals,
+            command_buffers: &slot.labels,
+            device_wait_ns: slot.device_wait_ns,
+            host: HostSpan {
+                thread: slot.info.thread,
+                thread_name: slot.info.thread_handle.as_ref().and_then(|t| t.name()),
+                issuing_thread: slot.issuing_thread,
+                submitted_ns: slot.info.submitted_ns,
+                issue_begin_ns: slot.issue_begin_ns,
+                issue_end_ns: slot.issue_end_ns,
+            },
+            flow: slot.flow,
+        };
+        self.sink
+            .submission_begin(self.track, "submission", slot.begin_ns, &details);
+        let count = slot.count;
+        for (i, buffer) in slot.buffers[..count].iter_mut().enumerate() {
+            let begin = if i == 0 {
+                slot.gpu_start_ns
+            } else {
+                slot.boundary_ns.get(i - 1).copied().unwrap_or(slot.end_ns)
+            };
+            let end = if i + 1 == count {
+                slot.end_ns
+            } else {
+                slot.boundary_ns.get(i).copied().unwrap_or(slot.end_ns)
+            };
+            self.sink
+                .command_buffer_begin(self.track, slot.labels[i], begin, slot.ordinal, i);
+            if let Some(list) = &buffer.list {
+                let list = list.clone();
+                self.collect_buffer(cs, &list, buffer, (begin, end), zones);
+            }
+            self.sink.gpu_zone_end(self.track, end);
+            *zones += 1;
+        }
+        self.sink.gpu_zone_end(self.track, slot.end_ns);
+        *zones += 1;
+        slot.clear();
+        self.slots.release(index);
+        Outcome::Done
+    }
+
+    /// The time of the first event a command buffer's list recorded for its submission, if it
+    /// recorded any and its time can be had.
+    fn first_event_ns(&self, cs: &CollectState, buffer: &SlotBuffer) -> Option<u64> {
+        let list = buffer.list.as_ref()?;
+        let state = lock(&list.state);
+        let index = state.records.iter().position(|r| r.event().is_some())?;
+        if state.submissions == buffer.generation {
+            let event = state.records[index].event()?;
+            self.event_time(cs, event.0).ok().flatten()
+        } else if buffer.snapped {
+            buffer.times.get(index).copied()
+        } else {
+            None
+        }
+    }
+
+    /// Whether the activity records of `list`'s submission `generation` all came (or will not
+    /// be waited for any longer). Takes nothing.
+    fn activity_ready(
+        &self,
+        cs: &mut CollectState,
+        state: &mut crate::list::ListState,
+        buffer: &SlotBuffer,
+    ) -> bool {
+        let Some(session) = &self.cupti else {
+            return true;
+        };
+        if state.commands == 0 || state.activity_waits + 1 >= crate::context::ACTIVITY_PATIENCE {
+            return true;
+        }
+        let ids = if state.submissions == buffer.generation {
+            &state.ids
+        } else if buffer.snapped {
+            &buffer.ids
+        } else {
+            return true; // superseded: nothing to wait for
+        };
+        let commands = state.commands as usize;
+        // As `command_times` matches them: a graph is one launch whose records carry node ids,
+        // a deferred replay one launch per command; other shapes never match.
+        let graph = ids.len() == 1
+            && state.records.iter().any(
+                |r| matches!(r, crate::list::Record::Command { node_id, .. } if *node_id != 0),
+            );
+        if !graph && ids.len() != commands {
+            return true;
+        }
+        cs.launch_ids.clear();
+        cs.launch_ids.extend_from_slice(ids);
+        cs.launch_ids.sort_unstable();
+        let launch_ids = &cs.launch_ids;
+        let count = || {
+            session.with_arrived(|arrived| {
+                arrived
+                    .iter()
+                    .filter(|a| launch_ids.binary_search(&a.correlation_id).is_ok())
+                    .count()
+            })
+        };
+        if count() >= commands {
+            return true;
+        }
+        // Flush CUPTI once per collection, and only when a list waits for its records.
+        if !cs.flushed {
+            cs.flushed = true;
+            if session.flush().is_ok() && count() >= commands {
+                return true;
+            }
+        }
+        state.activity_waits += 1;
+        false
+    }
+
+    /// Collects the zones `list` recorded for its submission `generation`, inside `outer`.
+    fn collect_buffer(
+        &self,
+        cs: &mut CollectState,
+        list: &ListInner,
+        buffer: &mut SlotBuffer,
+        outer: (u64, u64),
+        zones: &mut u64,
+    ) {
+        let generation = buffer.generation;
+        let mut state = lock(&list.state);
+        let state = &mut *state;
+        if state.queued == generation {
+            state.queued = 0;
+        }
+        if state.timed_zones == 0 {
+            return;
+        }
+        let snapshot = if state.submissions == generation {
+            match self.list_times(cs, state) {
+                Times::Ready => false,
+                Times::NotReady | Times::Failed => {
+                    // Complete before the completion event by stream order: a failure here is
+                    // the driver's.
+                    self.count_dropped(DropReason::EventError, state.timed_zones);
+                    return;
+                }
+            }
+        } else if buffer.snapped {
+            cs.times.clear();
+            cs.times.extend_from_slice(&buffer.times);
+            std::mem::swap(&mut state.ids, &mut buffer.ids);
+            true
+        } else {
+            self.count_dropped(DropReason::Superseded, state.timed_zones);
+            return;
+        };
+        // Patience was spent in `activity_ready`: what is missing now stays missing.
+        state.activity_waits = crate::context::ACTIVITY_PATIENCE;
+        let _ = self.activity_pending(cs, state);
+        self.emit_list(cs, state, outer, zones);
+        if snapshot {
+            std::mem::swap(&mut state.ids, &mut buffer.ids);
+        }
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("ordinal", &self.ordinal)
+            .finish_non_exhaustive()
+    }
+}

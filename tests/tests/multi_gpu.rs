@@ -456,3 +456,180 @@ fn two_process_child(rank: usize) {
     );
     println!("rank {rank}: all-reduce across processes matched");
 }
+
+/// Records into a set of one command buffer per GPU: fill `x` with the rank's value, all-reduce
+/// (sum) `x` into `y`, copy `y` to `w`, all-reduce (max) `w` into `z`. Every result is 3.0 when
+/// each rank's commands and collectives run in recording order.
+fn record_collective_set(
+    comm: &Communicator,
+    devices: &[Device],
+    mode: cuhal::CommandBufferMode,
+    n: usize,
+) -> (
+    cuhal::CollectiveCommandBuffers,
+    Vec<[Arc<cuhal::Buffer>; 4]>,
+) {
+    let bufs: Vec<[Arc<cuhal::Buffer>; 4]> = devices
+        .iter()
+        .map(|d| [0; 4].map(|_| d.create_buffer(n * 4).unwrap()))
+        .collect();
+    let queues: Vec<_> = devices.iter().map(|d| d.queue(0)).collect();
+    let mut set = cuhal::CollectiveCommandBuffers::new(comm, &queues, mode).unwrap();
+    for (rank, [x, ..]) in bufs.iter().enumerate() {
+        let cb = set.rank(rank).unwrap();
+        cb.fill(&x.whole(), FillPattern::U32((rank as f32 + 1.0).to_bits()))
+            .unwrap();
+        cb.barrier().unwrap();
+    }
+    let f = NcclDataType::F32;
+    let parts: Vec<_> = bufs
+        .iter()
+        .map(|[x, y, ..]| CollectivePart::all_reduce(&x.whole(), &y.whole(), n, f, NcclRedOp::Sum))
+        .collect();
+    set.collective(&parts).unwrap();
+    for (rank, [_, y, w, _]) in bufs.iter().enumerate() {
+        let cb = set.rank(rank).unwrap();
+        cb.barrier().unwrap();
+        cb.copy(&y.whole(), &w.whole()).unwrap();
+        cb.barrier().unwrap();
+    }
+    let parts: Vec<_> = bufs
+        .iter()
+        .map(|[_, _, w, z]| {
+            CollectivePart::all_reduce(&w.whole(), &z.whole(), n, f, NcclRedOp::Max)
+        })
+        .collect();
+    set.collective(&parts).unwrap();
+    set.end().unwrap();
+    (set, bufs)
+}
+
+/// Zeroes every result buffer of `bufs` after `after` is reached; signals `zeroed` (on each
+/// device's queue 0, value `value`).
+fn zero_results(
+    devices: &[Device],
+    bufs: &[[Arc<cuhal::Buffer>; 4]],
+    after: &[(&Semaphore, u64)],
+    zeroed: &[Semaphore],
+    value: u64,
+) {
+    for ((device, b), zeroed) in devices.iter().zip(bufs).zip(zeroed) {
+        for (i, buffer) in b.iter().enumerate().skip(1) {
+            let signals = [(zeroed, value)];
+            let signal: &[(&Semaphore, u64)] = if i == 3 { &signals } else { &[] };
+            device
+                .queue(0)
+                .fill(after, signal, &buffer.whole(), FillPattern::U32(0))
+                .unwrap();
+        }
+    }
+}
+
+fn check_results(devices: &[Device], bufs: &[[Arc<cuhal::Buffer>; 4]], what: &str) {
+    let three = f32_bytes(std::iter::repeat_n(3.0, bufs[0][0].len() / 4));
+    for (device, b) in devices.iter().zip(bufs) {
+        for (name, buffer) in ["y", "w", "z"].iter().zip(&b[1..]) {
+            assert!(
+                read(device, &buffer.whole()) == three,
+                "{what}: {name} on GPU {} is not 3.0 everywhere",
+                device.info().ordinal
+            );
+        }
+    }
+}
+
+/// Collectives recorded into command buffers, graph and deferred: a set of one command buffer
+/// per GPU, each rank's commands and collectives in recording order, bit for bit, replayed.
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn multi_gpu_collective_command_buffers_bit_exact() {
+    let Some((_driver, devices)) = two_gpus() else {
+        return;
+    };
+    let nccl = nccl();
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    for mode in [
+        cuhal::CommandBufferMode::Graph,
+        cuhal::CommandBufferMode::Deferred,
+    ] {
+        let (set, bufs) = record_collective_set(&comm, &devices, mode, 1 << 16);
+        let done = devices[0].create_semaphore(0);
+        let zeroed: Vec<_> = devices.iter().map(|d| d.create_semaphore(0)).collect();
+        for round in 1..=3u64 {
+            let waits: Vec<(&Semaphore, u64)> = zeroed.iter().map(|z| (z, round - 1)).collect();
+            comm.execute(&set, &waits, &[(&done, round)]).unwrap();
+            wait(&done, round);
+            check_results(&devices, &bufs, &format!("{mode:?} round {round}"));
+            zero_results(&devices, &bufs, &[(&done, round)], &zeroed, round);
+        }
+        println!("{mode:?}: 3 replays bit exact");
+    }
+}
+
+/// NCCL's guide warns that several GPUs per process under graph launch can deadlock. 10,000
+/// replays of a graph command-buffer set holding two all-reduces over both GPUs, from one thread,
+/// each waiting for the previous replay, under a watchdog that ends the process if progress
+/// stops for 60 s; results checked (zeroed and recomputed) every 1,000 replays.
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn multi_gpu_ten_thousand_graph_collective_replays_never_deadlock() {
+    let Some((_driver, devices)) = two_gpus() else {
+        return;
+    };
+    let nccl = nccl();
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap();
+    let (set, bufs) = record_collective_set(&comm, &devices, cuhal::CommandBufferMode::Graph, 2);
+    let progress = Arc::new(AtomicU64::new(0));
+    let watched = progress.clone();
+    std::thread::spawn(move || {
+        let mut last = (0, Instant::now());
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = watched.load(Ordering::Acquire);
+            if now == u64::MAX {
+                return;
+            }
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() > TIMEOUT {
+                eprintln!("watchdog: no progress for {TIMEOUT:?} at replay {now}: deadlock");
+                std::process::exit(101);
+            }
+        }
+    });
+    let rounds = 10_000u64;
+    let done = devices[0].create_semaphore(0);
+    let zeroed: Vec<_> = devices.iter().map(|d| d.create_semaphore(0)).collect();
+    let mut zeroings = 0;
+    let started = Instant::now();
+    for i in 0..rounds {
+        let mut waits: Vec<(&Semaphore, u64)> = vec![(&done, i)];
+        waits.extend(zeroed.iter().map(|z| (z, zeroings)));
+        comm.execute(&set, &waits, &[(&done, i + 1)]).unwrap();
+        if (i + 1) % 1000 == 0 {
+            wait(&done, i + 1);
+            check_results(&devices, &bufs, &format!("replay {}", i + 1));
+            zeroings += 1;
+            zero_results(&devices, &bufs, &[(&done, i + 1)], &zeroed, zeroings);
+        } else if i % 64 == 0 {
+            done.wait(i.saturating_sub(128), TIMEOUT).unwrap();
+        }
+        progress.store(i + 1, Ordering::Release);
+    }
+    wait(&done, rounds);
+    progress.store(u64::MAX, Ordering::Release);
+    println!(
+        "{rounds} replays of a 2-GPU graph set (2 all-reduces each) in {:?}",
+        started.elapsed()
+    );
+}

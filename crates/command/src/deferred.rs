@@ -429,6 +429,24 @@ impl DeferredCommandBuffer {
         stream: CUstream,
         bindings: &[BufferRange],
     ) -> Result<(), Error> {
+        // SAFETY: forwarded contract.
+        unsafe { self.replay_commands(stream, bindings, 0..usize::MAX) }
+    }
+
+    /// Enqueues the recorded commands whose indices lie in `commands` (clamped to
+    /// [`Self::command_count`]) on `stream`, in order, as [`Self::replay_with_bindings`] does
+    /// for all of them. A caller that replays several command buffers in lockstep (each up to a
+    /// command it must issue together with the others', such as one rank's part of a NCCL
+    /// collective) replays consecutive ranges; together they enqueue what one replay would.
+    ///
+    /// # Safety
+    /// As [`Self::replay_with_bindings`].
+    pub unsafe fn replay_commands(
+        &self,
+        stream: CUstream,
+        bindings: &[BufferRange],
+        commands: std::ops::Range<usize>,
+    ) -> Result<(), Error> {
         let state = self.recorder.state();
         if state != CommandBufferState::Ended {
             return Err(Error::InvalidState {
@@ -453,8 +471,16 @@ impl DeferredCommandBuffer {
         };
         let _bound = context.enter()?;
         let api = context.api();
-        let mut bound = encoder.bound.iter().peekable();
-        for (index, op) in encoder.ops.iter().enumerate() {
+        let end = commands.end.min(encoder.ops.len());
+        let start = commands.start.min(end);
+        // The slot operands of the ops before `start` are skipped (they are in op order).
+        let first_bound = encoder.bound.partition_point(|b| (b.op as usize) < start);
+        let mut bound = encoder.bound[first_bound..].iter().peekable();
+        for (index, op) in encoder.ops[start..end]
+            .iter()
+            .enumerate()
+            .map(|(i, op)| (start + i, op))
+        {
             let slots = bound.next_if(|b| b.op as usize == index);
             let target = |recorded| slots.map_or(recorded, |b| b.target.resolve(bindings));
             let source = |recorded| slots.map_or(recorded, |b| b.source.resolve(bindings));
@@ -548,6 +574,16 @@ impl DeferredCommandBuffer {
     /// What the recorded commands use of each binding slot.
     pub fn bindings(&self) -> &BindingLayout {
         self.recorder.bindings()
+    }
+
+    /// The closure of the stream-work command at `index` (see [`Self::command_count`]), or
+    /// `None` when the command there is something else.
+    pub fn stream_work_at(&self, index: usize) -> Option<&Arc<StreamWorkFn>> {
+        let encoder = &self.recorder.encoder;
+        match encoder.ops.get(index)? {
+            Op::StreamWork(work) => encoder.works.get(*work as usize).map(|w| &w.work),
+            _ => None,
+        }
     }
 
     /// Number of encoded commands (zone events included, barriers excluded).

@@ -57,6 +57,10 @@ use crate::event_pool::{CudaEvent, TimepointEventPool};
 use crate::lost::Lost;
 use crate::queue::SemaphoreValues;
 
+#[path = "collective_set.rs"]
+mod set;
+pub use set::CollectiveCommandBuffers;
+
 /// The NCCL library, loaded at run time.
 #[derive(Clone, Debug)]
 pub struct Nccl {
@@ -220,8 +224,9 @@ impl<'a> CollectivePart<'a> {
 /// How a communicator runs.
 #[derive(Clone, Copy, Debug)]
 pub struct CommunicatorOptions {
-    /// How long a collective may take to be issued or to complete before the communicator is
-    /// aborted (a peer that never arrives). Default 60 s.
+    /// How long joining ([`Communicator::join`], [`Communicator::local`]: until every rank
+    /// joined) and each collective (to be issued, and to complete) may take before the
+    /// communicator is aborted (`ncclCommAbort`): a peer that never arrives. Default 60 s.
     pub timeout: Duration,
     /// How often the completion side polls `ncclCommGetAsyncError` while it waits.
     pub poll_interval: Duration,
@@ -237,7 +242,7 @@ impl Default for CommunicatorOptions {
 }
 
 /// One local rank: its NCCL communicator, its device and its private stream.
-struct Rank {
+pub(crate) struct Rank {
     comm: NcclComm,
     rank: i32,
     context: Arc<PrimaryContext>,
@@ -249,7 +254,7 @@ struct Rank {
 
 /// The communicator's NCCL state, shared by the issuing thread, the completion thread and the
 /// watchdog.
-struct Comms {
+pub(crate) struct Comms {
     api: Arc<NcclApi>,
     ranks: Vec<Rank>,
     nranks: i32,
@@ -329,13 +334,18 @@ impl Comms {
     }
 }
 
-/// The work of one submission: every local rank's part.
-pub(crate) struct CollectivePayload {
-    parts: SmallVec<[RankPart; 2]>,
+/// The work of one submission. (The parts are inline: the payload moves into the action's slot
+/// once, and a boxed variant would allocate per submission.)
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum CollectivePayload {
+    /// Every local rank's part of one collective, enqueued in one group.
+    Parts(SmallVec<[RankPart; 2]>),
+    /// One command buffer per local rank, recorded together ([`CollectiveCommandBuffers`]).
+    CommandBuffers(Arc<set::SetBuffers>),
 }
 
 #[derive(Clone)]
-struct RankPart {
+pub(crate) struct RankPart {
     collective: Collective,
     data_type: NcclDataType,
     count: usize,
@@ -387,7 +397,10 @@ impl CollectiveBackend {
             issuing.since = Some(Instant::now());
         }
         comms.wake.notify_all();
-        let grouped = self.group(payload);
+        let grouped = match payload {
+            CollectivePayload::Parts(parts) => self.group(parts),
+            CollectivePayload::CommandBuffers(set) => set.issue(comms),
+        };
         let aborted = {
             let mut issuing = comms.lock();
             issuing.since = None;
@@ -419,7 +432,7 @@ impl CollectiveBackend {
     }
 
     /// Enqueues every rank's part in one NCCL group.
-    fn group(&self, payload: &CollectivePayload) -> Result<()> {
+    fn group(&self, parts: &[RankPart]) -> Result<()> {
         let comms = &self.comms;
         let api = &comms.api;
         let null = std::ptr::null_mut();
@@ -427,7 +440,7 @@ impl CollectiveBackend {
         let r = unsafe { (api.ncclGroupStart)() };
         checked(api, "ncclGroupStart", r, null)?;
         let mut first_error = None;
-        for (rank, part) in comms.ranks.iter().zip(&payload.parts) {
+        for (rank, part) in comms.ranks.iter().zip(parts) {
             if let Err(error) = self.enqueue_part(rank, part) {
                 first_error.get_or_insert(error);
                 break;
@@ -447,53 +460,81 @@ impl CollectiveBackend {
     }
 
     fn enqueue_part(&self, rank: &Rank, part: &RankPart) -> Result<()> {
-        let api = &self.comms.api;
-        let send = part.send.as_ref().map_or(std::ptr::null(), |r| {
-            r.device_ptr() as usize as *const std::ffi::c_void
-        });
-        let recv = part.recv.as_ref().map_or(std::ptr::null_mut(), |r| {
-            r.device_ptr() as usize as *mut std::ffi::c_void
-        });
-        let (comm, stream, count, t) = (rank.comm, rank.stream.raw(), part.count, part.data_type);
+        let send = part.send.as_ref().map_or(0, |r| r.device_ptr());
+        let recv = part.recv.as_ref().map_or(0, |r| r.device_ptr());
         // SAFETY: the ranges were checked at submission against the rank's device and the
         // lengths the collective reads and writes, and the payload keeps their buffers alive
         // until the submission completed; the communicator is live (not aborted: checked under
         // the lock before the group started, and only the watchdog aborts while a group is in
         // progress, after which nothing here touches it again).
-        let (call, r) = unsafe {
-            match part.collective {
-                Collective::AllReduce(op) => (
-                    "ncclAllReduce",
-                    (api.ncclAllReduce)(send, recv, count, t, op, comm, stream),
-                ),
-                Collective::AllGather => (
-                    "ncclAllGather",
-                    (api.ncclAllGather)(send, recv, count, t, comm, stream),
-                ),
-                Collective::ReduceScatter(op) => (
-                    "ncclReduceScatter",
-                    (api.ncclReduceScatter)(send, recv, count, t, op, comm, stream),
-                ),
-                Collective::Broadcast { root } => (
-                    "ncclBroadcast",
-                    (api.ncclBroadcast)(send, recv, count, t, root, comm, stream),
-                ),
-                Collective::Reduce { op, root } => (
-                    "ncclReduce",
-                    (api.ncclReduce)(send, recv, count, t, op, root, comm, stream),
-                ),
-                Collective::Send { peer } => (
-                    "ncclSend",
-                    (api.ncclSend)(send, count, t, peer, comm, stream),
-                ),
-                Collective::Recv { peer } => (
-                    "ncclRecv",
-                    (api.ncclRecv)(recv, count, t, peer, comm, stream),
-                ),
-            }
-        };
-        Ok(checked(api, call, r, comm)?)
+        Ok(unsafe {
+            nccl_call(
+                &self.comms.api,
+                rank.comm,
+                part.collective,
+                part.data_type,
+                part.count,
+                send,
+                recv,
+                rank.stream.raw(),
+            )
+        }?)
     }
+}
+
+/// Enqueues one rank's part of a collective on `stream` (inside a group, or alone).
+///
+/// # Safety
+/// `comm` is live (not aborted or destroyed); `send` and `recv` (0 where the collective uses
+/// none) are device memory of the communicator's device, as long as the collective reads and
+/// writes, alive until the work completes; `stream` is a live stream of that device.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn nccl_call(
+    api: &NcclApi,
+    comm: NcclComm,
+    collective: Collective,
+    t: NcclDataType,
+    count: usize,
+    send: cuhal_sys::CUdeviceptr,
+    recv: cuhal_sys::CUdeviceptr,
+    stream: cuhal_sys::CUstream,
+) -> std::result::Result<(), cuhal_sys::NcclError> {
+    let send = send as usize as *const std::ffi::c_void;
+    let recv = recv as usize as *mut std::ffi::c_void;
+    // SAFETY: the caller's contract.
+    let (call, r) = unsafe {
+        match collective {
+            Collective::AllReduce(op) => (
+                "ncclAllReduce",
+                (api.ncclAllReduce)(send, recv, count, t, op, comm, stream),
+            ),
+            Collective::AllGather => (
+                "ncclAllGather",
+                (api.ncclAllGather)(send, recv, count, t, comm, stream),
+            ),
+            Collective::ReduceScatter(op) => (
+                "ncclReduceScatter",
+                (api.ncclReduceScatter)(send, recv, count, t, op, comm, stream),
+            ),
+            Collective::Broadcast { root } => (
+                "ncclBroadcast",
+                (api.ncclBroadcast)(send, recv, count, t, root, comm, stream),
+            ),
+            Collective::Reduce { op, root } => (
+                "ncclReduce",
+                (api.ncclReduce)(send, recv, count, t, op, root, comm, stream),
+            ),
+            Collective::Send { peer } => (
+                "ncclSend",
+                (api.ncclSend)(send, count, t, peer, comm, stream),
+            ),
+            Collective::Recv { peer } => (
+                "ncclRecv",
+                (api.ncclRecv)(recv, count, t, peer, comm, stream),
+            ),
+        }
+    };
+    checked(api, call, r, comm)
 }
 
 impl Backend for CollectiveBackend {
@@ -582,7 +623,9 @@ impl Communicator {
 
     /// This process's ranks `(device, rank)` of a communicator of `nranks` ranks across
     /// processes (or hosts), all of which pass the same `id` (made by one of them with
-    /// [`Nccl::unique_id`] and sent by the caller). Returns once every rank joined.
+    /// [`Nccl::unique_id`] and sent by the caller). Returns once every rank joined, or with
+    /// [`Error::JoinTimeout`] after `options.timeout` (the ranks made here aborted with
+    /// `ncclCommAbort`): a process that never joins cannot hang this one.
     pub fn join(
         nccl: &Nccl,
         id: UniqueId,
@@ -640,8 +683,48 @@ impl Communicator {
                 break;
             }
         }
-        // SAFETY: ends the group started above.
-        let ended = checked(&api, "ncclGroupEnd", unsafe { (api.ncclGroupEnd)() }, null);
+        // The group's end is where NCCL waits for every rank to join. A rank that never joins
+        // would block it for ever: a timer aborts the ranks made so far (their handles exist
+        // once `ncclCommInitRank` returned inside the group), which makes the blocked end
+        // return with an error.
+        let made: Vec<usize> = local
+            .iter()
+            .filter(|r| !r.comm.is_null())
+            .map(|r| r.comm.expose_provenance())
+            .collect();
+        let joined = (Mutex::new(false), Condvar::new());
+        let aborted = AtomicBool::new(false);
+        let ended = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let (done, wake) = (&joined.0, &joined.1);
+                let guard = done.lock().unwrap_or_else(PoisonError::into_inner);
+                let (guard, waited) = wake
+                    .wait_timeout_while(guard, options.timeout, |done| !*done)
+                    .unwrap_or_else(PoisonError::into_inner);
+                if waited.timed_out() && !*guard {
+                    aborted.store(true, Ordering::Release);
+                    for &comm in &made {
+                        // SAFETY: the handle was made by `ncclCommInitRank` above and is not
+                        // destroyed (that happens only after this scope); aborting a
+                        // communicator whose initialization blocks is what the call is for.
+                        let _ = unsafe {
+                            (api.ncclCommAbort)(std::ptr::with_exposed_provenance_mut(comm))
+                        };
+                    }
+                }
+            });
+            // SAFETY: ends the group started above.
+            let ended = checked(&api, "ncclGroupEnd", unsafe { (api.ncclGroupEnd)() }, null);
+            *joined.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            joined.1.notify_all();
+            ended
+        });
+        if aborted.load(Ordering::Acquire) {
+            // The handles are gone (aborted): nothing to destroy.
+            return Err(Error::JoinTimeout {
+                timeout: options.timeout,
+            });
+        }
         let failed = init.err().or(ended.err().map(Error::from));
         let comms = Arc::new(Comms {
             api,
@@ -716,16 +799,14 @@ impl Communicator {
                 self.comms.ranks.len()
             )));
         }
-        let mut payload = CollectivePayload {
-            parts: SmallVec::new(),
-        };
+        let mut rank_parts = SmallVec::new();
         let mut waits: SmallVec<[(&Semaphore, u64); 8]> = SmallVec::new();
         let mut signals: SmallVec<[(&Semaphore, u64); 8]> = SmallVec::new();
         for (rank, part) in self.comms.ranks.iter().zip(parts) {
-            self.check_part(rank, part)?;
+            check_part(&self.comms, rank, part)?;
             waits.extend(part.waits.iter().copied());
             signals.extend(part.signals.iter().copied());
-            payload.parts.push(RankPart {
+            rank_parts.push(RankPart {
                 collective: part.collective,
                 data_type: part.data_type,
                 count: part.count,
@@ -733,98 +814,33 @@ impl Communicator {
                 recv: part.recv.clone(),
             });
         }
+        self.submit_with(
+            &waits,
+            &signals,
+            CollectivePayload::Parts(rank_parts),
+            Cleanups::new(),
+        )
+    }
+
+    /// Submits `payload` to the communicator's queue.
+    fn submit_with(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        payload: CollectivePayload,
+        cleanups: Cleanups,
+    ) -> Result<()> {
         let Some(queue) = &self.queue else {
             return Err(Error::InvalidArgument(
                 "the communicator is shutting down".into(),
             ));
         };
         queue
-            .submit(&waits, &signals, payload, Resources::new(), Cleanups::new())
+            .submit(waits, signals, payload, Resources::new(), cleanups)
             .map_err(|e| match self.comms.failure.get() {
                 Some(failure) => Error::Lost(failure.clone()),
                 None => Error::Queue(e),
             })
-    }
-
-    /// Checks one part's buffers: on the rank's device, as long as the collective reads and
-    /// writes, and present where it needs them.
-    fn check_part(&self, rank: &Rank, part: &CollectivePart<'_>) -> Result<()> {
-        let n = self.comms.nranks as usize;
-        let element = part.data_type.size();
-        let bytes = |elements: usize| {
-            elements
-                .checked_mul(element)
-                .ok_or_else(|| Error::InvalidArgument("element count overflows".into()))
-        };
-        let one = bytes(part.count)?;
-        let all = bytes(part.count.saturating_mul(n))?;
-        let is_root = |root: i32| root == rank.rank;
-        let check_peer = |peer: i32| {
-            if peer < 0 || peer >= self.comms.nranks || peer == rank.rank {
-                Err(Error::InvalidArgument(format!(
-                    "peer {peer} of rank {} in a communicator of {n}",
-                    rank.rank
-                )))
-            } else {
-                Ok(())
-            }
-        };
-        let (send, recv) = match part.collective {
-            Collective::AllReduce(_) => (Some(one), Some(one)),
-            Collective::AllGather => (Some(one), Some(all)),
-            Collective::ReduceScatter(_) => (Some(all), Some(one)),
-            Collective::Broadcast { root } => {
-                check_root(root, n)?;
-                (is_root(root).then_some(one), Some(one))
-            }
-            Collective::Reduce { root, .. } => {
-                check_root(root, n)?;
-                (Some(one), is_root(root).then_some(one))
-            }
-            Collective::Send { peer } => {
-                check_peer(peer)?;
-                (Some(one), None)
-            }
-            Collective::Recv { peer } => {
-                check_peer(peer)?;
-                (None, Some(one))
-            }
-        };
-        for (range, needed, what) in [
-            (&part.send, send, "collective send buffer"),
-            (&part.recv, recv, "collective receive buffer"),
-        ] {
-            match (range, needed) {
-                (Some(range), Some(len)) => {
-                    if range.len() != len {
-                        return Err(Error::InvalidArgument(format!(
-                            "the {what} of rank {} holds {} bytes; {:?} of {} x {:?} needs {len}",
-                            rank.rank,
-                            range.len(),
-                            part.collective,
-                            part.count,
-                            part.data_type
-                        )));
-                    }
-                    match range.buffer() {
-                        Some(buffer) if buffer.context().raw() == rank.context.raw() => {}
-                        Some(_) => return Err(Error::WrongDevice { what }),
-                        None => {}
-                    }
-                }
-                (None, Some(_)) => {
-                    return Err(Error::InvalidArgument(format!(
-                        "{:?} on rank {} needs a {what}",
-                        part.collective, rank.rank
-                    )));
-                }
-                (_, None) => {}
-            }
-        }
-        if part.count == 0 {
-            return Err(Error::InvalidArgument("a collective of 0 elements".into()));
-        }
-        Ok(())
     }
 
     /// The communicator's queue counters.
@@ -843,6 +859,87 @@ fn checked(
 ) -> std::result::Result<(), cuhal_sys::NcclError> {
     // SAFETY: the contract above, upheld by every caller in this module.
     unsafe { api.check(call, result, comm) }
+}
+
+/// Checks one part's buffers: on the rank's device, as long as the collective reads and
+/// writes, and present where it needs them.
+fn check_part(comms: &Comms, rank: &Rank, part: &CollectivePart<'_>) -> Result<()> {
+    let n = comms.nranks as usize;
+    let element = part.data_type.size();
+    let bytes = |elements: usize| {
+        elements
+            .checked_mul(element)
+            .ok_or_else(|| Error::InvalidArgument("element count overflows".into()))
+    };
+    let one = bytes(part.count)?;
+    let all = bytes(part.count.saturating_mul(n))?;
+    let is_root = |root: i32| root == rank.rank;
+    let check_peer = |peer: i32| {
+        if peer < 0 || peer >= comms.nranks || peer == rank.rank {
+            Err(Error::InvalidArgument(format!(
+                "peer {peer} of rank {} in a communicator of {n}",
+                rank.rank
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    let (send, recv) = match part.collective {
+        Collective::AllReduce(_) => (Some(one), Some(one)),
+        Collective::AllGather => (Some(one), Some(all)),
+        Collective::ReduceScatter(_) => (Some(all), Some(one)),
+        Collective::Broadcast { root } => {
+            check_root(root, n)?;
+            (is_root(root).then_some(one), Some(one))
+        }
+        Collective::Reduce { root, .. } => {
+            check_root(root, n)?;
+            (Some(one), is_root(root).then_some(one))
+        }
+        Collective::Send { peer } => {
+            check_peer(peer)?;
+            (Some(one), None)
+        }
+        Collective::Recv { peer } => {
+            check_peer(peer)?;
+            (None, Some(one))
+        }
+    };
+    for (range, needed, what) in [
+        (&part.send, send, "collective send buffer"),
+        (&part.recv, recv, "collective receive buffer"),
+    ] {
+        match (range, needed) {
+            (Some(range), Some(len)) => {
+                if range.len() != len {
+                    return Err(Error::InvalidArgument(format!(
+                        "the {what} of rank {} holds {} bytes; {:?} of {} x {:?} needs {len}",
+                        rank.rank,
+                        range.len(),
+                        part.collective,
+                        part.count,
+                        part.data_type
+                    )));
+                }
+                match range.buffer() {
+                    Some(buffer) if buffer.context().raw() == rank.context.raw() => {}
+                    Some(_) => return Err(Error::WrongDevice { what }),
+                    None => {}
+                }
+            }
+            (None, Some(_)) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{:?} on rank {} needs a {what}",
+                    part.collective, rank.rank
+                )));
+            }
+            (_, None) => {}
+        }
+    }
+    if part.count == 0 {
+        return Err(Error::InvalidArgument("a collective of 0 elements".into()));
+    }
+    Ok(())
 }
 
 fn check_root(root: i32, n: usize) -> Result<()> {

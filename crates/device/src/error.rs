@@ -33,6 +33,12 @@ pub enum Error {
     InvalidArgument(String),
     /// NCCL could not be loaded, or one of its calls failed (with NCCL's message).
     Nccl(cuhal_sys::NcclError),
+    /// Not every rank of a communicator joined within the caller's timeout; this process's
+    /// ranks were aborted (`ncclCommAbort`).
+    JoinTimeout {
+        /// The communicator's timeout.
+        timeout: std::time::Duration,
+    },
     /// A collective did not finish within its communicator's timeout (a peer that never
     /// arrived): the communicator was aborted (`ncclCommAbort`) and fails everything after.
     CollectiveTimeout {
@@ -167,6 +173,11 @@ impl fmt::Display for Error {
             }
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::Nccl(e) => write!(f, "{e}"),
+            Error::JoinTimeout { timeout } => write!(
+                f,
+                "not every rank joined the NCCL communicator within {timeout:?} (a peer never \
+                 arrived?); this process's ranks were aborted"
+            ),
             Error::CollectiveTimeout { timeout, stage } => write!(
                 f,
                 "a collective was still {stage} after the communicator's timeout of {timeout:?} \

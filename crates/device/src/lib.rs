@@ -62,7 +62,8 @@ mod queue;
 mod wait;
 
 pub use collective::{
-    Collective, CollectivePart, Communicator, CommunicatorOptions, Nccl, UniqueId,
+    Collective, CollectiveCommandBuffers, CollectivePart, Communicator, CommunicatorOptions, Nccl,
+    UniqueId,
 };
 pub use device::{Device, DeviceOptions, Driver, MAX_RESERVED_EVENTS};
 pub use error::{Error, Result, cuda_of_failure};

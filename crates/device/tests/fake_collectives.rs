@@ -8,41 +8,16 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use cuhal::{
-    Collective, CollectivePart, Communicator, CommunicatorOptions, Device, DeviceOptions, Error,
-    Nccl, NcclDataType, NcclRedOp, Semaphore,
+    Collective, CollectivePart, Communicator, CommunicatorOptions, Device, Error, Nccl,
+    NcclDataType, NcclRedOp,
 };
 use cuhal_fake_driver::harness::FakeDriver;
-use fake_support::{TIMEOUT, failure_of, load, read, wait};
+use fake_support::{
+    TIMEOUT, communicator, f32s, failure_of, read, two_devices_with_nccl, upload, wait,
+};
 
-/// Two fake devices and the fake NCCL from the same library.
 fn setup(tag: &str) -> (FakeDriver, Vec<Device>, Nccl) {
-    let (fake, driver) = load(tag);
-    fake.set_device_count(2);
-    let devices = driver.open_all(DeviceOptions::default()).unwrap();
-    let nccl = Nccl::load(Some(fake.path().to_path_buf())).unwrap();
-    (fake, devices, nccl)
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-fn bytes_of(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-/// Writes `values` into a new buffer of `device`; returns it and the semaphore the write signals.
-fn upload(device: &Device, values: &[f32]) -> (std::sync::Arc<cuhal::Buffer>, Semaphore) {
-    let buffer = device.create_buffer(values.len() * 4).unwrap();
-    let written = device.create_semaphore(0);
-    device
-        .queue(0)
-        .write(&[], &[(&written, 1)], &buffer.whole(), &bytes_of(values))
-        .unwrap();
-    (buffer, written)
+    two_devices_with_nccl(tag)
 }
 
 #[test]
@@ -74,12 +49,7 @@ fn without_nccl_a_typed_error_and_everything_else_works() {
 #[test]
 fn all_reduce_over_two_devices_as_one_submission_with_per_rank_waits_and_signals() {
     let (_fake, devices, nccl) = setup("nccl-allreduce");
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     assert_eq!(comm.ranks(), 2);
     assert_eq!(comm.local_ranks(), vec![0, 1]);
     let (a, wa) = upload(&devices[0], &[1.0, 2.0, 3.0, 4.0]);
@@ -125,12 +95,7 @@ fn all_reduce_over_two_devices_as_one_submission_with_per_rank_waits_and_signals
 #[test]
 fn every_collective_kind_moves_the_right_bytes() {
     let (_fake, devices, nccl) = setup("nccl-kinds");
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     let run = |parts: [CollectivePart<'_>; 2]| {
         let done = devices[0].create_semaphore(0);
         let signals = [(&done, 1)];
@@ -205,12 +170,7 @@ fn every_collective_kind_moves_the_right_bytes() {
 #[test]
 fn parts_are_checked_at_submission() {
     let (_fake, devices, nccl) = setup("nccl-checks");
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     let a = devices[0].create_buffer(16).unwrap();
     let b = devices[1].create_buffer(16).unwrap();
     let f = NcclDataType::F32;
@@ -264,12 +224,7 @@ fn parts_are_checked_at_submission() {
 #[test]
 fn a_nccl_error_fails_the_signals_with_nccls_message() {
     let (fake, devices, nccl) = setup("nccl-error");
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     let a = devices[0].create_buffer(16).unwrap();
     let b = devices[1].create_buffer(16).unwrap();
     let (d0, d1) = (
@@ -308,12 +263,7 @@ fn a_nccl_error_fails_the_signals_with_nccls_message() {
 #[test]
 fn an_asynchronous_error_fails_the_collective_with_nccls_message() {
     let (fake, devices, nccl) = setup("nccl-async");
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     let a = devices[0].create_buffer(4).unwrap();
     let b = devices[1].create_buffer(4).unwrap();
     let done = devices[0].create_semaphore(0);
@@ -337,13 +287,26 @@ fn an_asynchronous_error_fails_the_collective_with_nccls_message() {
 #[test]
 fn a_peer_that_never_arrives_is_aborted_after_the_timeout() {
     let (fake, devices, nccl) = setup("nccl-timeout");
-    // Rank 0 of two; rank 1 (another process) never joins or submits.
+    // Rank 0 of two; rank 1 (another process) joins but never submits.
     let id = nccl.unique_id().unwrap();
     let options = CommunicatorOptions {
         timeout: Duration::from_millis(300),
         ..CommunicatorOptions::default()
     };
-    let comm = Communicator::join(&nccl, id, 2, &[(&devices[0], 0)], options).unwrap();
+    let (comm, _silent) = std::thread::scope(|scope| {
+        let silent = scope.spawn(|| {
+            Communicator::join(
+                &nccl,
+                id,
+                2,
+                &[(&devices[1], 1)],
+                CommunicatorOptions::default(),
+            )
+            .unwrap()
+        });
+        let comm = Communicator::join(&nccl, id, 2, &[(&devices[0], 0)], options).unwrap();
+        (comm, silent.join().unwrap())
+    });
     let a = devices[0].create_buffer(4).unwrap();
     let done = devices[0].create_semaphore(0);
     let s = [(&done, 1)];
@@ -375,6 +338,38 @@ fn a_peer_that_never_arrives_is_aborted_after_the_timeout() {
     assert!(fake.calls("ncclCommAbort") >= 1);
     assert!(comm.failure().is_some());
     drop(comm);
+}
+
+/// Joining waits for every rank (in the group's end, as NCCL does); a rank that never joins
+/// aborts this process's ranks after the caller's timeout: a typed error, not a hang.
+#[test]
+fn a_join_whose_peer_never_arrives_fails_after_the_timeout() {
+    let (fake, devices, nccl) = setup("nccl-join-timeout");
+    let id = nccl.unique_id().unwrap();
+    let timeout = Duration::from_millis(300);
+    let options = CommunicatorOptions {
+        timeout,
+        ..CommunicatorOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let error = Communicator::join(&nccl, id, 2, &[(&devices[0], 0)], options).unwrap_err();
+    assert!(
+        matches!(error, Error::JoinTimeout { timeout: t } if t == timeout),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("never"), "{error}");
+    assert!(started.elapsed() >= timeout && started.elapsed() < TIMEOUT);
+    assert_eq!(fake.calls("ncclCommAbort"), 1);
+    // Two ranks of one process join at once (one group); a third of three never does.
+    let id = nccl.unique_id().unwrap();
+    let error = Communicator::join(&nccl, id, 3, &[(&devices[0], 0), (&devices[1], 1)], options)
+        .unwrap_err();
+    assert!(matches!(error, Error::JoinTimeout { .. }), "{error:?}");
+    assert_eq!(fake.calls("ncclCommAbort"), 3);
+    // Nothing was destroyed after the abort, and the devices still work.
+    assert_eq!(fake.calls("ncclCommDestroy"), 0);
+    let comm = communicator(&nccl, &devices);
+    assert_eq!(comm.ranks(), 2);
 }
 
 #[test]
@@ -423,12 +418,7 @@ fn ranks_joined_by_unique_id_work_like_two_processes() {
 #[test]
 fn thousands_of_all_reduces_from_one_thread_never_deadlock() {
     let (_fake, devices, nccl) = setup("nccl-many");
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     let a = devices[0].create_buffer(4).unwrap();
     let b = devices[1].create_buffer(4).unwrap();
     let (d0, d1) = (

@@ -14,7 +14,30 @@ pub(crate) type Status = Result<(), c_int>;
 /// The call is counted first; a fault injected for this call number returns its code without
 /// running the body, as a failing driver call changes nothing. A panic (a bug in the fake) is
 /// `CUDA_ERROR_UNKNOWN` rather than an abort of the host process.
+///
+/// A driver call first waits for the graph launches still running on their own threads
+/// (`graph::settle`), except NCCL's, `cuGraphLaunch` (which settles its own stream), the
+/// context calls other than `cuCtxSynchronize` (making a context current touches no GPU work),
+/// and calls nested in another.
 pub(crate) fn entry(name: &'static str, body: impl FnOnce() -> Status) -> c_int {
+    thread_local! {
+        static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    let outer = DEPTH.get() == 0;
+    let settles = !name.starts_with("nccl")
+        && name != "cuGraphLaunch"
+        && (!name.starts_with("cuCtx") || name == "cuCtxSynchronize");
+    if outer && settles {
+        crate::graph::settle(None);
+    }
+    DEPTH.set(DEPTH.get() + 1);
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            DEPTH.set(DEPTH.get().saturating_sub(1));
+        }
+    }
+    let _leave = Leave;
     let run = AssertUnwindSafe(|| {
         if let Some(code) = faults::on_call(name) {
             return code;

@@ -88,6 +88,58 @@ pub(crate) enum Op {
     BindingsApply(BindingsApply),
     /// A child graph node: the child's operations, cloned in dependency order when added.
     Child(Vec<Op>),
+    /// A NCCL collective captured into the graph (see `nccl.rs`): it waits for the other
+    /// ranks, so a graph holding one runs on a thread of its own when launched.
+    Nccl(crate::nccl::CapturedRound),
+}
+
+impl Op {
+    /// Whether the operation is, or holds, a captured NCCL collective.
+    fn has_nccl(&self) -> bool {
+        match self {
+            Op::Nccl(_) => true,
+            Op::Child(ops) => ops.iter().any(Op::has_nccl),
+            _ => false,
+        }
+    }
+}
+
+/// Launches of graphs holding NCCL collectives still running on their own threads, with the
+/// address of the stream each was launched on.
+static IN_FLIGHT: std::sync::Mutex<Vec<(usize, std::thread::JoinHandle<()>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Waits for the launches in flight on `stream` (every stream: `None`) to finish. Every driver
+/// entry but `cuGraphLaunch` (which settles only its own stream) and NCCL's calls does this
+/// first, so the fake stays a synchronous GPU for everything else: a program that waits on the
+/// host for a collective whose peers it has not launched yet hangs here as it would on GPUs.
+pub(crate) fn settle(stream: Option<usize>) {
+    let running: Vec<std::thread::JoinHandle<()>> = {
+        let mut in_flight = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
+        let (mine, others) = std::mem::take(&mut *in_flight)
+            .into_iter()
+            .partition(|(s, _)| stream.is_none_or(|wanted| *s == wanted));
+        *in_flight = others;
+        mine.into_iter().map(|(_, handle)| handle).collect()
+    };
+    for handle in running {
+        // The thread catches its own panics; a join error cannot happen.
+        let _ = handle.join();
+    }
+}
+
+/// Runs a launched graph's operations holding NCCL collectives, in order, on the calling
+/// thread (a launch's own): the world is locked per operation, never across a collective,
+/// which waits for the other ranks' launches.
+fn run_launched(ops: &[Op]) -> Status {
+    for op in ops {
+        match op {
+            Op::Nccl(round) => round.run()?,
+            Op::Child(ops) => run_launched(ops)?,
+            op => world().run(op)?,
+        }
+    }
+    Ok(())
 }
 
 impl Op {
@@ -269,7 +321,9 @@ impl World {
             Op::Empty => {}
             Op::EventRecord { event } => self.record(event, std::time::Instant::now())?,
             Op::EventWait { event } => lookup(&self.events, event).map(drop)?,
-            Op::IndirectApply(_) | Op::BindingsApply(_) => return Err(status::INVALID_VALUE),
+            Op::IndirectApply(_) | Op::BindingsApply(_) | Op::Nccl(_) => {
+                return Err(status::INVALID_VALUE);
+            }
             Op::Child(ref ops) => {
                 for op in ops {
                     self.run(op)?;
@@ -382,7 +436,7 @@ impl World {
             Op::EventRecord { event } | Op::EventWait { event } => {
                 lookup(&self.events, event).map(drop)
             }
-            Op::Memset { .. } | Op::Memcpy(_) | Op::Empty => Ok(()),
+            Op::Memset { .. } | Op::Memcpy(_) | Op::Empty | Op::Nccl(_) => Ok(()),
             Op::IndirectApply(apply) => lookup(&self.functions, apply.function).map(drop),
             Op::BindingsApply(apply) => lookup(&self.functions, apply.function).map(drop),
             Op::Child(ref ops) => ops.iter().try_for_each(|op| self.check(op)),
@@ -1141,9 +1195,37 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
 /// `CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)`: runs every node now.
 pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> c_int {
     entry("cuGraphLaunch", || {
+        // Stream order: an earlier launch on this stream still running on its own thread
+        // finishes first. Launches on other streams may still be running: they wait for this
+        // one's collectives.
+        settle(Some(stream.addr()));
         let mut world = world();
         world.stream_device(stream)?;
         let state = lookup_mut(&mut world.execs, id(exec)?)?;
+        if state.order.iter().any(|(_, op)| op.has_nccl()) {
+            ensure(
+                !state
+                    .order
+                    .iter()
+                    .any(|(_, op)| matches!(op, Op::IndirectApply(_) | Op::BindingsApply(_))),
+                status::NOT_SUPPORTED,
+            )?;
+            let ops: Vec<Op> = state.order.iter().map(|(_, op)| op.clone()).collect();
+            drop(world);
+            let launch = std::thread::Builder::new()
+                .name("fake-graph-launch".into())
+                .spawn(move || {
+                    // A failure was recorded as the communicator's asynchronous error; a panic
+                    // (a bug of the fake) must not take the process down.
+                    let _ = std::panic::catch_unwind(|| run_launched(&ops));
+                })
+                .map_err(|_| status::OUT_OF_MEMORY)?;
+            IN_FLIGHT
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((stream.addr(), launch));
+            return Ok(());
+        }
         let mut order = std::mem::take(&mut state.order);
         let mut disabled = std::mem::take(&mut state.disabled);
         let uploaded = state.uploaded;

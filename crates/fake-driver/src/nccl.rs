@@ -13,8 +13,16 @@
 //! issues one rank's part and then waits before issuing the other's hangs here as it would on
 //! GPUs, which is what the tests of the device crate's design check.
 //!
+//! Graph capture: a collective enqueued on a capturing stream (alone, or every part of one
+//! communicator in a group) becomes one node of the capture's graph ([`CapturedRound`]), which
+//! posts its round each time the graph is launched. A launch of a graph holding such a node runs
+//! on a thread of its own (see `graph.rs`), so launching every rank's graph from one thread, back
+//! to back, works as on GPUs; a program that waits on the host between those launches hangs, as
+//! it would there, until the rendezvous limit fails it.
+//!
 //! Limits of the model: every rank of a communicator takes part in every round (send/recv pair
-//! within a round); `ncclFloat16`/`ncclBfloat16` are refused; graph capture is refused.
+//! within a round); `ncclFloat16`/`ncclBfloat16` are refused; a group may not mix captured and
+//! uncaptured streams.
 // Functions carry NCCL's names so a reader can match them to nccl.h.
 #![allow(non_snake_case)]
 
@@ -37,6 +45,7 @@ pub const RENDEZVOUS_LIMIT: Duration = Duration::from_secs(60);
 
 const INVALID_ARGUMENT: c_int = 4;
 const INVALID_USAGE: c_int = 5;
+const UNHANDLED_CUDA_ERROR: c_int = 1;
 const INTERNAL_ERROR: c_int = 3;
 
 /// What one rank contributes to a round.
@@ -99,6 +108,8 @@ struct Comm {
     /// The next round this rank posts to.
     next_round: u64,
     aborted: bool,
+    /// An error of a captured round run by a graph launch (`ncclCommGetAsyncError`'s answer).
+    async_error: c_int,
     last_error: CString,
 }
 
@@ -128,9 +139,54 @@ fn lock() -> &'static (Mutex<State>, Condvar) {
     STATE.get_or_init(|| (Mutex::new(State::default()), Condvar::new()))
 }
 
+/// One part a group collected: its communicator, the part, and the stream's address when the
+/// stream was capturing (the part then becomes a graph node at the group's end).
+type Grouped = (usize, Part, Option<usize>);
+
 thread_local! {
     /// Depth of the calling thread's group and the parts it collected, per communicator.
-    static GROUP: RefCell<(u32, Vec<(usize, Part)>)> = const { RefCell::new((0, Vec::new())) };
+    static GROUP: RefCell<(u32, Vec<Grouped>)> = const { RefCell::new((0, Vec::new())) };
+    /// Communicators initialized inside the thread's group: they wait for their peers at its
+    /// end.
+    static JOINING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A round captured into a graph: what one communicator posts each time the graph runs.
+#[derive(Clone, Debug)]
+pub(crate) struct CapturedRound {
+    comm: usize,
+    parts: Vec<Part>,
+}
+
+impl CapturedRound {
+    /// Posts the round and waits for the other ranks (on a graph launch's own thread, holding
+    /// no lock). A failure becomes the communicator's asynchronous error, as a failed NCCL
+    /// kernel's would.
+    pub(crate) fn run(&self) -> Status {
+        let result = post(self.comm, self.parts.clone());
+        if let Err(code) = result
+            && let Some(c) = state().comms.get_mut(&self.comm)
+            && c.async_error == 0
+        {
+            c.async_error = code;
+        }
+        result
+    }
+}
+
+/// Adds `parts` of `comm` as one node to the capture of the stream at `stream`.
+fn capture(comm: usize, stream: usize, parts: Vec<Part>) -> Status {
+    let stream: CUstream = std::ptr::with_exposed_provenance_mut(stream);
+    let captured = world()
+        .captured(stream, || {
+            crate::graph::Op::Nccl(CapturedRound { comm, parts })
+        })
+        .map_err(|_| UNHANDLED_CUDA_ERROR)?;
+    ensure_captured(captured)
+}
+
+fn ensure_captured(captured: bool) -> Status {
+    if captured { Ok(()) } else { Err(INVALID_USAGE) }
 }
 
 fn element_size(dtype: c_int) -> Result<usize, c_int> {
@@ -489,37 +545,35 @@ fn note_error(comm: usize, message: &std::ffi::CStr) {
     }
 }
 
-/// Checks the stream and either collects `part` into the thread's group or posts it.
+/// Checks the stream and either collects `part` into the thread's group, adds it to the
+/// stream's capture, or posts it.
 fn submit(name: &'static str, comm: NcclComm, stream: CUstream, part: Part) -> c_int {
     entry(name, || {
         let comm = comm.addr();
         let device = state().comms.get(&comm).ok_or(INVALID_ARGUMENT)?.device;
-        {
+        let capturing = {
             let world = world();
             if world.stream_device(stream).map_err(|_| INVALID_ARGUMENT)? != device {
                 drop(world);
                 note_error(comm, c"the stream is not of the communicator's device");
                 return Err(INVALID_ARGUMENT);
             }
-            if world.is_capturing(stream) {
-                drop(world);
-                note_error(comm, c"the fake NCCL does not model graph capture");
-                return Err(INVALID_USAGE);
-            }
-        }
+            world.is_capturing(stream)
+        };
+        let captured = capturing.then(|| stream.expose_provenance());
         let grouped = GROUP.with(|g| {
             let mut g = g.borrow_mut();
             if g.0 > 0 {
-                g.1.push((comm, part));
+                g.1.push((comm, part, captured));
                 true
             } else {
                 false
             }
         });
-        if grouped {
-            Ok(())
-        } else {
-            post(comm, vec![part])
+        match (grouped, captured) {
+            (true, _) => Ok(()),
+            (false, Some(stream)) => capture(comm, stream, vec![part]),
+            (false, None) => post(comm, vec![part]),
         }
     })
 }
@@ -564,6 +618,7 @@ fn new_comm(s: &mut State, clique: u64, rank: usize, nranks: usize, device: i32)
             device,
             next_round: 0,
             aborted: false,
+            async_error: 0,
             last_error: CString::default(),
         },
     );
@@ -590,12 +645,48 @@ pub unsafe extern "C" fn ncclCommInitRank(
         }
         let (_, device) = world().current_context()?;
         let clique = u64::from_le_bytes(id.internal[..8].try_into().unwrap_or_default());
-        let mut s = state();
-        *s.joined.entry(clique).or_default() += 1;
-        let handle = new_comm(&mut s, clique, rank, nranks, device);
+        let handle = {
+            let mut s = state();
+            *s.joined.entry(clique).or_default() += 1;
+            new_comm(&mut s, clique, rank, nranks, device)
+        };
+        lock().1.notify_all();
         // SAFETY: forwarded caller contract.
-        unsafe { crate::entry::put(comm, crate::world::handle(handle)) }
+        unsafe { crate::entry::put(comm, crate::world::handle(handle)) }?;
+        // As NCCL: inside a group the rank waits for its peers at the group's end, else now.
+        let grouped = GROUP.with(|g| g.borrow().0) > 0;
+        if grouped {
+            JOINING.with(|j| j.borrow_mut().push(handle));
+            Ok(())
+        } else {
+            await_join(handle)
+        }
     })
+}
+
+/// Waits until every rank of `comm`'s clique joined, the communicator is aborted (an error, as
+/// NCCL's blocked initialization returns after `ncclCommAbort`), or the rendezvous limit.
+fn await_join(comm: usize) -> Status {
+    let (mutex, condvar) = lock();
+    let mut s = mutex.lock().unwrap_or_else(PoisonError::into_inner);
+    let deadline = Instant::now() + RENDEZVOUS_LIMIT;
+    loop {
+        let c = s.comms.get(&comm).ok_or(INVALID_ARGUMENT)?;
+        if c.aborted {
+            return Err(INTERNAL_ERROR);
+        }
+        if s.joined.get(&c.clique).copied().unwrap_or(0) >= c.nranks {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(INTERNAL_ERROR);
+        }
+        s = condvar
+            .wait_timeout(s, (deadline - now).min(Duration::from_millis(50)))
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
 }
 
 /// `ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)`.
@@ -675,13 +766,19 @@ pub extern "C" fn ncclCommAbort(comm: NcclComm) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommGetAsyncError(comm: NcclComm, error: *mut c_int) -> c_int {
     entry("ncclCommGetAsyncError", || {
-        let aborted = state()
-            .comms
-            .get(&comm.addr())
-            .ok_or(INVALID_ARGUMENT)?
-            .aborted;
+        let code = {
+            let s = state();
+            let c = s.comms.get(&comm.addr()).ok_or(INVALID_ARGUMENT)?;
+            if c.async_error != 0 {
+                c.async_error
+            } else if c.aborted {
+                INTERNAL_ERROR
+            } else {
+                0
+            }
+        };
         // SAFETY: forwarded caller contract.
-        unsafe { crate::entry::put(error, if aborted { INTERNAL_ERROR } else { 0 }) }
+        unsafe { crate::entry::put(error, code) }
     })
 }
 
@@ -739,17 +836,36 @@ pub extern "C" fn ncclGroupEnd() -> c_int {
                 Vec::new()
             })
         })?;
-        let mut by_comm: Vec<(usize, Vec<Part>)> = Vec::new();
-        for (comm, part) in parts {
-            match by_comm.iter_mut().find(|(c, _)| *c == comm) {
-                Some((_, list)) => list.push(part),
-                None => by_comm.push((comm, vec![part])),
+        if GROUP.with(|g| g.borrow().0) == 0 {
+            let joining = JOINING.with(|j| std::mem::take(&mut *j.borrow_mut()));
+            joining.into_iter().try_for_each(await_join)?;
+        }
+        let captured = parts
+            .iter()
+            .filter(|(_, _, stream)| stream.is_some())
+            .count();
+        if captured != 0 && captured != parts.len() {
+            return Err(INVALID_USAGE);
+        }
+        let mut by_comm: Vec<(usize, Option<usize>, Vec<Part>)> = Vec::new();
+        for (comm, part, stream) in parts {
+            match by_comm.iter_mut().find(|(c, _, _)| *c == comm) {
+                Some((_, s, list)) if *s == stream => list.push(part),
+                // One communicator's parts of a captured group on two streams.
+                Some(_) => return Err(INVALID_USAGE),
+                None => by_comm.push((comm, stream, vec![part])),
             }
+        }
+        if captured != 0 {
+            // Each communicator's parts become one node of its stream's capture.
+            return by_comm.into_iter().try_for_each(|(comm, stream, parts)| {
+                capture(comm, stream.unwrap_or_default(), parts)
+            });
         }
         let results: Vec<Status> = std::thread::scope(|scope| {
             let handles: Vec<_> = by_comm
                 .into_iter()
-                .map(|(comm, parts)| scope.spawn(move || post(comm, parts)))
+                .map(|(comm, _, parts)| scope.spawn(move || post(comm, parts)))
                 .collect();
             handles
                 .into_iter()

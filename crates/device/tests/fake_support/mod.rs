@@ -183,3 +183,45 @@ impl Rng {
             .collect()
     }
 }
+
+/// Two fake devices (opened with `open_all`, peer access between them) and the fake NCCL from
+/// the same library: the setup of every collective test.
+pub fn two_devices_with_nccl(tag: &str) -> (FakeDriver, Vec<Device>, cuhal::Nccl) {
+    let (fake, driver) = load(tag);
+    fake.set_device_count(2);
+    let devices = driver.open_all(DeviceOptions::default()).unwrap();
+    let nccl = cuhal::Nccl::load(Some(fake.path().to_path_buf())).unwrap();
+    (fake, devices, nccl)
+}
+
+/// A communicator over every device of `devices`, rank `i` on `devices[i]`, default options.
+pub fn communicator(nccl: &cuhal::Nccl, devices: &[Device]) -> cuhal::Communicator {
+    let devices: Vec<&Device> = devices.iter().collect();
+    cuhal::Communicator::local(nccl, &devices, cuhal::CommunicatorOptions::default())
+        .unwrap_or_else(|e| panic!("a communicator over {} devices: {e}", devices.len()))
+}
+
+/// Little-endian `f32`s of `bytes`.
+pub fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// The little-endian bytes of `values`.
+pub fn bytes_of(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Writes `values` into a new buffer of `device`; returns it and the semaphore the write
+/// signals (value 1).
+pub fn upload(device: &Device, values: &[f32]) -> (std::sync::Arc<cuhal::Buffer>, Semaphore) {
+    let buffer = device.create_buffer(values.len() * 4).unwrap();
+    let written = device.create_semaphore(0);
+    device
+        .queue(0)
+        .write(&[], &[(&written, 1)], &buffer.whole(), &bytes_of(values))
+        .unwrap();
+    (buffer, written)
+}

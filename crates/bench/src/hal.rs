@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use cuhal::{
-    CommandBuffer, Device, DeviceOptions, Dispatch, Driver, Executable, Function, KernelArgs,
-    Semaphore,
+    CommandBuffer, CommandRecorder, Device, DeviceOptions, Dispatch, Driver, Executable, Function,
+    GraphCommandBuffer, KernelArgs, PatchMethod, Semaphore,
 };
 
 use crate::clock::Clock;
@@ -134,6 +134,31 @@ impl Hal {
         }
         cb.end().context("cuhal: ending a command buffer")?;
         Ok(Arc::from(cb))
+    }
+
+    /// [`Self::bound_step_chain`] as a graph command buffer that patches its bindings with
+    /// `method` (and can report where it did).
+    pub fn bound_step_graph(
+        &self,
+        count: u32,
+        method: PatchMethod,
+    ) -> Result<Arc<GraphCommandBuffer>> {
+        let mut cb = GraphCommandBuffer::with_bindings(self.device.context(), None, 2)
+            .context("cuhal: creating a graph command buffer with binding slots")?;
+        cb.set_patch_method(method)?;
+        for index in 0..count {
+            if index > 0 {
+                cb.barrier()?;
+            }
+            let args = KernelArgs::new()
+                .with_binding(0, 0)
+                .with_binding(1, 0)
+                .with(index)
+                .with(count.max(1));
+            cb.dispatch(&Dispatch::new(&self.step, [1, 1, 1], [1, 1, 1], &args))?;
+        }
+        cb.end().context("cuhal: ending a command buffer")?;
+        Ok(Arc::new(cb))
     }
 
     /// The kernel and packed arguments for `args`.

@@ -14,14 +14,18 @@
 //!   alternating tables (goal: at least 3x faster, i.e. at most 0.33x);
 //! - graph, every binding changed, against what a caller does without binding tables: record a
 //!   new command buffer for the new buffers, `end()` (instantiate), submit (reported);
-//! - the cost of patching per node: (changed - unchanged median) / 100;
+//! - the cost of patching per node: (changed - unchanged median) / 100, with the default
+//!   method (`PatchMethod::Auto`: 100 changed kernel nodes are patched on the device, by the
+//!   `cuhal_bindings_apply` node at the graph's head), and again for each method forced: on the
+//!   host (`cuGraphExecKernelNodeSetParams` per node) and on the device, each against its own
+//!   unchanged replay; and the host-patched replay against its unchanged one (reported);
 //! - one dispatch with a new table each call, against case 5's raw graph round trip (goal: at
 //!   most 1.1x) and against case 5's cuhal round trip without a table (reported).
 
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use cuhal::{BufferRange, CommandBuffer, CommandBufferMode, DeviceOptions};
+use cuhal::{BufferRange, CommandBuffer, CommandBufferMode, DeviceOptions, PatchMethod};
 
 use super::{Env, progress, summarize};
 use crate::clock::Clock;
@@ -53,17 +57,28 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     progress(&format!(
         "case 11 (bindings): graph, every binding changed, {n} replays"
     ));
-    let changed = bound_chain(env, CommandBufferMode::Graph, 2, warm, n)?;
+    let changed = bound_chain(env, CommandBufferMode::Graph, None, 2, warm, n)?;
     let changed_summary = summarize("case 11 graph changed", &mut changed.clone())?;
     progress(&format!(
         "case 11 (bindings): graph, unchanged table, {n} replays"
     ));
-    let mut unchanged = bound_chain(env, CommandBufferMode::Graph, 1, warm, n)?;
+    let mut unchanged = bound_chain(env, CommandBufferMode::Graph, None, 1, warm, n)?;
     let unchanged = summarize("case 11 graph unchanged", &mut unchanged)?;
+    // Each patch method forced, against its own unchanged replay.
+    let mut methods = Vec::new();
+    for (method, name) in [(PatchMethod::Host, "host"), (PatchMethod::Device, "device")] {
+        progress(&format!(
+            "case 11 (bindings): graph patched on the {name}, changed and unchanged, {n} replays each"
+        ));
+        let changed = bound_chain(env, CommandBufferMode::Graph, Some(method), 2, warm, n)?;
+        let mut same = bound_chain(env, CommandBufferMode::Graph, Some(method), 1, warm, n)?;
+        let same = summarize(&format!("case 11 {name} unchanged"), &mut same)?;
+        methods.push((name, changed, same));
+    }
     progress(&format!(
         "case 11 (bindings): deferred, every binding changed, {n} replays"
     ));
-    let mut deferred = bound_chain(env, CommandBufferMode::Deferred, 2, warm, n)?;
+    let mut deferred = bound_chain(env, CommandBufferMode::Deferred, None, 2, warm, n)?;
     let deferred = summarize("case 11 deferred", &mut deferred)?;
     let r = env.scaled(RERECORDS);
     progress(&format!(
@@ -114,6 +129,31 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         "patching, per kernel node: (every binding changed - unchanged median) / 100",
         summarize("case 11 patch per node", &mut per_node)?,
     );
+    for (name, changed, same) in &methods {
+        let mut per_node: Vec<f64> = changed
+            .iter()
+            .map(|c| (c - same.median) / f64::from(CHAIN))
+            .collect();
+        report.measured(
+            "11",
+            format!(
+                "patching on the {name}, per kernel node: (every binding changed - unchanged median) / 100, both patched on the {name}"
+            ),
+            summarize(&format!("case 11 {name} patch per node"), &mut per_node)?,
+        );
+        report.comparisons.push(Comparison::new(
+            "11",
+            format!(
+                "bindings: 100 dependent dispatches, graph patched on the {name}, every binding changed, against its unchanged replay"
+            ),
+            Some(summarize(
+                &format!("case 11 {name} changed"),
+                &mut changed.clone(),
+            )?),
+            Some(*same),
+            Goal::Report,
+        ));
+    }
 
     let calls = env.scaled(CALLS);
     let warm = env.scaled(500);
@@ -177,10 +217,12 @@ fn time_bound(
     Ok(samples)
 }
 
-/// The 100-dispatch chain bound to `counters` step counters in turn (1: an unchanged table).
+/// The 100-dispatch chain bound to `counters` step counters in turn (1: an unchanged table);
+/// a graph patched with `method` when given (it must then patch where asked).
 fn bound_chain(
     env: &Env<'_>,
     mode: CommandBufferMode,
+    method: Option<PatchMethod>,
     counters: usize,
     warm: usize,
     n: usize,
@@ -193,7 +235,22 @@ fn bound_chain(
         .map(|_| StepCounter::new(env.gpu))
         .collect::<Result<Vec<_>>>()?;
     let tables: Vec<_> = steps.iter().map(StepCounter::table).collect();
-    let cb = hal.bound_step_chain(0, CHAIN)?;
+    let cb = match method {
+        Some(method) => {
+            let graph = hal.bound_step_graph(CHAIN, method)?;
+            anyhow::ensure!(
+                graph.patches_on_device() == (method != PatchMethod::Host),
+                "case 11: the graph for {method:?} {} patch on the device (no helper cubin for this GPU?)",
+                if graph.patches_on_device() {
+                    "does"
+                } else {
+                    "cannot"
+                }
+            );
+            graph as Arc<dyn CommandBuffer>
+        }
+        None => hal.bound_step_chain(0, CHAIN)?,
+    };
     let samples = time_bound(&hal, &cb, &tables, env.clock, warm, n)?;
     let total = warm + n;
     for (i, step) in steps.iter_mut().enumerate() {

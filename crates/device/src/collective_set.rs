@@ -44,12 +44,11 @@ use cuhal_command::{
     BufferRange, CommandBuffer, CommandBufferState, CommandRecorder, DeferredCommandBuffer,
     GraphCommandBuffer, StreamWork, StreamWorkError, StreamWorkFn, WorkRange,
 };
-use cuhal_scheduler::Cleanup;
 use smallvec::SmallVec;
 
 use super::{CollectivePart, CollectivePayload, Comms, Communicator, checked, nccl_call};
 use crate::error::{Error, Result};
-use crate::queue::{CommandBufferMode, Queue, SemaphoreValues, SharedCleanup};
+use crate::queue::{CommandBufferMode, Queue, SemaphoreValues};
 
 /// One rank's command buffer while it records.
 enum Recording {
@@ -88,8 +87,6 @@ pub struct CollectiveCommandBuffers {
     /// Per rank, the command indices of the collectives (deferred).
     collectives: SmallVec<[SmallVec<[usize; 4]>; 2]>,
     ended: Option<Arc<SetBuffers>>,
-    /// The trace collection of each rank's queue, run when a submission completes.
-    collect: SmallVec<[SharedCleanup; 2]>,
     mode: CommandBufferMode,
     /// Declared last: dropped after the command buffers (NCCL destroys a communicator only
     /// once every graph that captured it is gone).
@@ -169,8 +166,8 @@ fn capture_nested(
 }
 
 impl CollectiveCommandBuffers {
-    /// A new set for `communicator`: `queues[i]` is a queue of local rank `i`'s device, whose
-    /// tracing its command buffer uses. `mode` picks graphs or deferred buffers.
+    /// A new set for `communicator`: `queues[i]` is a queue of local rank `i`'s device (the
+    /// command buffers are untraced). `mode` picks graphs or deferred buffers.
     pub fn new(
         communicator: &Communicator,
         queues: &[&Queue],
@@ -185,7 +182,6 @@ impl CollectiveCommandBuffers {
             )));
         }
         let mut recording = SmallVec::new();
-        let mut collect = SmallVec::new();
         for (queue, rank) in queues.iter().zip(&comms.ranks) {
             queue.check_usable()?;
             if queue.context().raw() != rank.context.raw() {
@@ -193,7 +189,9 @@ impl CollectiveCommandBuffers {
                     what: "queue of a collective command buffer",
                 });
             }
-            let (zones, collects) = queue.tracing();
+            // Untraced: a set's submissions are the communicator's, which has no tracing
+            // context to collect zones with.
+            let zones = None;
             let created = match mode {
                 CommandBufferMode::Graph => {
                     GraphCommandBuffer::new(queue.context(), zones).map(Recording::Graph)
@@ -204,13 +202,11 @@ impl CollectiveCommandBuffers {
                 }
             };
             recording.push(created.map_err(|e| rank.lost.filter(e.into()))?);
-            collect.extend(collects);
         }
         Ok(Self {
             collectives: (0..recording.len()).map(|_| SmallVec::new()).collect(),
             recording,
             ended: None,
-            collect,
             mode,
             comms: Arc::clone(comms),
         })
@@ -451,30 +447,17 @@ impl SetBuffers {
             SetBuffers::Graph(buffers) => {
                 for (rank, cb) in comms.ranks.iter().zip(buffers) {
                     let _bound = rank.context.enter()?;
-                    if let Some(zones) = cb.zones() {
-                        zones.will_issue();
-                    }
                     // SAFETY: the rank's stream is live and of the command buffer's context
                     // (checked when the set was made); the payload holds the command buffer
                     // until the submission completes.
                     unsafe { cb.issue(rank.stream.raw()) }
                         .map_err(|e| rank.lost.filter(e.into()))?;
                 }
-                for cb in buffers {
-                    if let Some(zones) = cb.zones() {
-                        drop(zones.on_submit());
-                    }
-                }
             }
             SetBuffers::Deferred {
                 buffers,
                 collectives,
             } => {
-                for cb in buffers {
-                    if let Some(zones) = cb.zones() {
-                        zones.will_issue();
-                    }
-                }
                 let steps = collectives.first().map_or(0, SmallVec::len);
                 let mut from: SmallVec<[usize; 2]> = buffers.iter().map(|_| 0).collect();
                 for step in 0..=steps {
@@ -519,11 +502,6 @@ impl SetBuffers {
                     }
                     ended?;
                 }
-                for cb in buffers {
-                    if let Some(zones) = cb.zones() {
-                        drop(zones.on_submit());
-                    }
-                }
             }
         }
         Ok(())
@@ -556,10 +534,7 @@ impl Communicator {
                 state: CommandBufferState::Recording,
             }));
         };
-        let mut cleanups = cuhal_scheduler::Cleanups::new();
-        for collect in &set.collect {
-            cleanups.push(Cleanup::shared(collect));
-        }
+        let cleanups = cuhal_scheduler::Cleanups::new();
         self.submit_with(
             waits,
             signals,

@@ -51,7 +51,7 @@ pub type SemaphoreValues<'a> = [(&'a Semaphore, u64)];
 pub type BoundCommandBuffer<'a> = (&'a Arc<dyn CommandBuffer>, &'a [BufferRange]);
 
 /// A cleanup callback shared by every submission of a queue.
-pub(crate) type SharedCleanup = Arc<dyn Fn(Outcome<'_>) + Send + Sync>;
+type SharedCleanup = Arc<dyn Fn(Outcome<'_>) + Send + Sync>;
 
 /// One queue's own settings, beside what it shares with its device ([`DeviceShared`]).
 pub(crate) struct QueueSetup {
@@ -176,20 +176,6 @@ impl Queue {
     /// Fails when the queue's device is lost.
     pub(crate) fn check_usable(&self) -> Result<()> {
         self.check_alive()
-    }
-
-    /// The queue's zone recorder (for command buffers it traces) and the cleanup that collects
-    /// its completed zones, when the queue traces.
-    pub(crate) fn tracing(
-        &self,
-    ) -> (
-        Option<Arc<dyn cuhal_command::ZoneRecorder>>,
-        Option<SharedCleanup>,
-    ) {
-        (
-            self.trace.as_deref().and_then(TraceContext::recorder),
-            self.collect.clone(),
-        )
     }
 
     /// Checks that `range` may be used by new work of this queue: its buffer belongs to the

@@ -483,6 +483,22 @@ fn cublas_gemm_follows_binding_tables(mode: CommandBufferMode) {
         expected[0], expected[1],
         "the two tables give different results"
     );
+    // Warm cuBLAS up on a raw stream, outside any capture (its first call may load modules).
+    let raw = stream(device.context()).unwrap();
+    // SAFETY: table 0's A0, B and C are live and sized for the GEMM; synchronized below.
+    unsafe {
+        cublas.sgemm(
+            raw.raw(),
+            M,
+            N,
+            K,
+            tables[0][0].device_ptr(),
+            tables[0][2].device_ptr(),
+            tables[0][3].device_ptr(),
+        )
+    }
+    .unwrap();
+    raw.synchronize().unwrap();
 
     let calls = Arc::new(AtomicUsize::new(0));
     let gemm = {

@@ -820,7 +820,10 @@ impl GraphCommandBuffer {
     /// Creates an empty graph whose commands may name binding slots below `capacity`
     /// ([`BufferRange::slot`], [`KernelArgs::push_binding`](crate::KernelArgs::push_binding)).
     /// Fills of slots record placeholder device memory as long as their longest range, which
-    /// the graph keeps; copies and updates with a slot run as a built-in copy kernel.
+    /// the graph keeps; copies and updates with a slot run as a built-in copy kernel; stream work
+    /// over slots is captured over placeholder memory, and captured again with a table's
+    /// addresses whenever an executable's table moves one of its slots
+    /// ([`CommandRecorder::stream_work`]).
     pub fn with_bindings(
         context: &Arc<PrimaryContext>,
         zones: Option<Arc<dyn ZoneRecorder>>,

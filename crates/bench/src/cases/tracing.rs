@@ -19,6 +19,7 @@ use super::replay::CHAIN;
 use super::replay::{REPLAYS, cuhal_replay, graph_floor_with};
 use super::{Env, progress, summarize};
 use crate::report::{Comparison, Goal, Report};
+use crate::stats::Summary;
 
 /// Runs case 6.
 pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
@@ -28,9 +29,10 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     let mut off = cuhal_replay(env, CommandBufferMode::Graph, Verbosity::Off, warm, n)?;
     let off = summarize("case 6 untraced", &mut off.samples)?;
     report.measured("6", "cuhal graph replay, tracing off", off);
+    let mut cupti_on = None;
     for verbosity in [Verbosity::Coarse, Verbosity::Fine] {
         if verbosity == Verbosity::Fine {
-            raw_cupti_floor(env, report, warm, n)?;
+            cupti_on = raw_cupti_floor(env, report, warm, n)?;
         }
         progress(&format!(
             "case 6 (tracing): tracing {verbosity:?}, {n} replays"
@@ -75,13 +77,36 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
                     .unwrap_or_default(),
             )),
         );
+        if verbosity == Verbosity::Fine
+            && let Some(raw) = cupti_on
+        {
+            report.comparisons.push(
+                Comparison::new(
+                    "6",
+                    "tracing Fine against the raw CUPTI floor (floor column: raw graph replay, CUPTI activity on)",
+                    Some(summary),
+                    Some(raw),
+                    Goal::Report,
+                )
+                .note(
+                    "what cuhal adds to CUPTI's own cost: its untraced overhead over the raw \
+                     replay (case 4) plus FINE's correlation and collection",
+                ),
+            );
+        }
     }
     Ok(())
 }
 
-/// The raw CUPTI floor rows (see the module documentation). CUPTI that cannot be had is a
-/// note in the report, not a failure: FINE then falls back to events and says so below.
-fn raw_cupti_floor(env: &Env<'_>, report: &mut Report, warm: usize, n: usize) -> Result<()> {
+/// The raw CUPTI floor rows (see the module documentation); returns the replay with CUPTI on.
+/// CUPTI that cannot be had is a note in the report, not a failure: FINE then falls back to
+/// events and says so below.
+fn raw_cupti_floor(
+    env: &Env<'_>,
+    report: &mut Report,
+    warm: usize,
+    n: usize,
+) -> Result<Option<Summary>> {
     progress(&format!(
         "case 6 (tracing): raw graph replay, CUPTI off, {n} replays"
     ));
@@ -101,7 +126,7 @@ fn raw_cupti_floor(env: &Env<'_>, report: &mut Report, warm: usize, n: usize) ->
                 )
                 .note(format!("CUPTI could not be enabled: {e:#}")),
             );
-            return Ok(());
+            return Ok(None);
         }
     };
     let before = RawCupti::records();
@@ -144,5 +169,5 @@ fn raw_cupti_floor(env: &Env<'_>, report: &mut Report, warm: usize, n: usize) ->
         Some(plain),
         Goal::Report,
     ));
-    Ok(())
+    Ok(Some(on))
 }

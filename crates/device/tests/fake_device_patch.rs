@@ -404,3 +404,43 @@ fn without_what_device_patching_needs_the_host_patches() {
     }
     assert_eq!(fake.launches(BINDINGS_HELPER), 0);
 }
+
+#[test]
+fn an_executable_without_its_clone_patches_on_the_host_beside_one_with() {
+    let (fake, _driver, device, add) = open_fake("device-patch-mixed-pool", 2);
+    let mut rng = Rng::new();
+    let graph = record(&device, &add, PatchMethod::Auto);
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    // The second executable's clone is refused: it is the plain graph's, patched on the host.
+    fake.fail_calls(
+        "cuGraphClone",
+        1,
+        1,
+        cuhal_fake_driver::status::OUT_OF_MEMORY,
+    );
+    let sets: Vec<Slots> = (0..3).map(|_| Slots::new(&device)).collect();
+    let mut host_launches = 0;
+    for round in 0..12 {
+        let queue = device.queue(round % 2);
+        let kernels = fake.calls(cu_name!(cuGraphExecKernelNodeSetParams));
+        let table = sets[round % 3].table();
+        run_checked(
+            &device,
+            queue,
+            &cb,
+            &table,
+            &mut rng,
+            &format!("round {round}"),
+        );
+        if fake.calls(cu_name!(cuGraphExecKernelNodeSetParams)) - kernels == u64::from(CHAIN) {
+            host_launches += 1;
+        }
+    }
+    assert_eq!(graph.executable_count(), 2);
+    assert!(graph.patches_on_device());
+    assert_eq!(graph.device_patched_launches(), 6, "queue 0's launches");
+    assert_eq!(
+        host_launches, 6,
+        "queue 1's launches, every kernel node on the host"
+    );
+}

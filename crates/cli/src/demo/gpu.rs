@@ -170,6 +170,10 @@ pub fn run(driver: &Driver, info: &DeviceInfo, options: &Options) -> Result<Summ
         .map(|&reason| memory.dropped(reason))
         .sum();
     let zones = memory.zones();
+    // Two traced submissions per iteration (the transform and the publish); the writes and
+    // reads are queue operations without command buffers.
+    let links = super::check_trace(&options.trace, 2 * options.iterations as usize)
+        .context("checking the trace")?;
     Ok(Summary {
         backend: format!(
             "{} (2 queues, graph command buffers, FINE tracing)",
@@ -187,5 +191,6 @@ pub fn run(driver: &Driver, info: &DeviceInfo, options: &Options) -> Result<Summ
         ),
         zones: zones.len(),
         dropped,
+        links: Some(links),
     })
 }

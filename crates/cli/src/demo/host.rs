@@ -128,6 +128,7 @@ pub fn run(options: &Options, why: &str) -> Result<Summary> {
         busy: busy_time(zones.iter().map(|z| (z.begin_ns, z.end_ns)).collect()),
         zones: zones.len(),
         dropped: 0,
+        links: None,
     })
 }
 

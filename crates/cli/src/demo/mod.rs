@@ -7,11 +7,15 @@
 //! Every result is checked against the same fused multiply-adds on the CPU, bit for bit.
 //!
 //! On a GPU the queues trace at FINE verbosity into `cuhal-trace.json` (open it in
-//! ui.perfetto.dev). Without a driver the same pipeline runs on the scheduler's CPU host
+//! ui.perfetto.dev), which the demo reads back to check that every traced submission has its
+//! host zone, its GPU zone with details, and a flow arrow between them. Without a driver the same pipeline runs on the scheduler's CPU host
 //! backend, and says so.
 
 mod gpu;
 mod host;
+mod trace_check;
+
+pub use trace_check::{TraceCheck, check_trace};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -82,6 +86,8 @@ pub struct Summary {
     pub zones: usize,
     /// Zones dropped by the tracer.
     pub dropped: u64,
+    /// What the trace shows of the submissions, checked (GPU runs only).
+    pub links: Option<TraceCheck>,
 }
 
 /// The values one element goes through: the same fused multiply-adds as the kernel.
@@ -180,6 +186,13 @@ fn print_summary(s: &Summary, options: &Options) {
         s.dropped,
         options.trace.display()
     );
+    if let Some(links) = s.links {
+        println!(
+            "trace checked: {} submissions linked host to GPU by flow arrows, with details; {} \
+             waited on the device for the other queue",
+            links.linked, links.device_waits
+        );
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ pub struct TracySink {
     client: Client,
     tracks: Mutex<Vec<Track>>,
     dropped_for_ids: std::sync::atomic::AtomicU64,
+    sent: std::sync::atomic::AtomicU64,
 }
 
 impl TracySink {
@@ -38,7 +39,13 @@ impl TracySink {
             client: Client::start(),
             tracks: Mutex::new(Vec::new()),
             dropped_for_ids: std::sync::atomic::AtomicU64::new(0),
+            sent: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Zones sent to Tracy whole (begin and end uploaded).
+    pub fn zones_sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Zones this sink dropped because every query id of their track was in flight.
@@ -115,6 +122,7 @@ impl Sink for TracySink {
             t.context
                 .upload_gpu_timestamp(end, as_tracy_time(timestamp_ns));
             t.ids.release(end);
+            self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -152,5 +160,84 @@ mod tests {
         let tracks = lock(&sink.tracks);
         assert_eq!(tracks[0].ids.outstanding(), 0);
         assert!(tracks[0].open.is_empty());
+    }
+
+    /// Tracy gets the same GPU zones as any other sink: a submission's and its command buffer's
+    /// (through the default `submission_begin` and `command_buffer_begin`), and FINE command
+    /// zones made from CUPTI activity records (here the fake CUPTI's).
+    #[test]
+    fn tracy_gets_the_same_zones_as_memory_including_cupti_ones() {
+        use std::sync::Arc;
+
+        use crate::cupti::fake::FakeCupti;
+        use crate::cupti::ffi::cbid;
+        use crate::fake::FakeGpu;
+        use crate::{
+            CuptiChoice, Fanout, FineSource, HostSpan, MemorySink, SubmissionDetails, TraceConfig,
+            TraceContext, Verbosity,
+        };
+
+        let fake = FakeCupti::install();
+        // CUPTI's clock reads this when the fake GPU's reads 1 ms.
+        const CUPTI_AT_1MS: u64 = 50_000_000_000;
+        let to_cupti = |ns: u64| ns - 1_000_000 + CUPTI_AT_1MS;
+        fake.set_timestamp(Some(CUPTI_AT_1MS));
+        let gpu = FakeGpu::new();
+        let memory = Arc::new(MemorySink::new());
+        let tracy = Arc::new(TracySink::new());
+        let sink = Arc::new(Fanout::new(vec![memory.clone(), tracy.clone()]));
+        let config = TraceConfig {
+            cupti: CuptiChoice::Api {
+                api: fake.api(),
+                required: true,
+            },
+            ..TraceConfig::new(Verbosity::Fine, "tracy queue")
+        };
+        let trace = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap();
+        assert_eq!(trace.stats().fine_source, FineSource::Cupti);
+        let list = trace.zone_list().unwrap();
+        let begin = list.begin_zone("group").unwrap();
+        assert!(list.command_zone("saxpy").by_activity);
+        let end = list.end_zone().unwrap();
+        list.will_issue();
+        let saxpy = fake.launch(cbid::LAUNCH_KERNEL);
+        drop(list.on_submit());
+        gpu.complete_at(begin, 2_000_000);
+        gpu.complete_at(end, 2_100_000);
+        fake.complete_kernel(saxpy, to_cupti(2_010_000), to_cupti(2_050_000), 0);
+        assert_eq!(trace.collect(), 2);
+        assert_eq!(trace.stats().activity_zones, 1, "one zone from CUPTI");
+
+        // A submission's and a command buffer's zones, as a queue's collection sends them.
+        let track = trace.track().unwrap();
+        let details = SubmissionDetails {
+            queue: "tracy queue",
+            ordinal: 1,
+            waits: &[],
+            signals: &[(1, 1)],
+            command_buffers: &["graph command buffer"],
+            device_wait_ns: None,
+            host: HostSpan {
+                thread: 1,
+                thread_name: None,
+                issuing_thread: 1,
+                submitted_ns: 2_200_000,
+                issue_begin_ns: 2_200_000,
+                issue_end_ns: 2_210_000,
+            },
+            flow: 1,
+        };
+        sink.submission_begin(track, "submission", 2_300_000, &details);
+        sink.command_buffer_begin(track, "graph command buffer", 2_300_000, 1, 0);
+        sink.gpu_zone_end(track, 2_400_000);
+        sink.gpu_zone_end(track, 2_400_000);
+
+        let names: Vec<String> = memory.zones().into_iter().map(|z| z.name).collect();
+        assert_eq!(
+            names,
+            ["group", "saxpy", "submission", "graph command buffer"]
+        );
+        assert_eq!(tracy.zones_sent(), names.len() as u64);
+        assert_eq!(tracy.dropped_for_query_ids(), 0);
     }
 }

@@ -159,6 +159,7 @@ pub fn run(opts: &Options) -> Result<Outcome> {
                 Case::Signal => cases::signal::run(&env, &mut report),
                 Case::Bindings => cases::bindings::run(&env, &mut report),
                 Case::Pdl => cases::pdl::run(&env, &mut report),
+                Case::Collectives => cases::collectives::run(&env, &mut report),
                 Case::Scheduler => Ok(()),
             };
             failures += record_failure(case, result, &mut report);

@@ -29,11 +29,13 @@ pub enum Case {
     Bindings,
     /// 12: GPU time per step of 100 dependent dispatches, with and without programmatic edges.
     Pdl,
+    /// 13: all-reduce over two GPUs (queue operation, graph set, raw NCCL) and peer copies.
+    Collectives,
 }
 
 impl Case {
     /// Every case, in run order.
-    pub const ALL: [Case; 12] = [
+    pub const ALL: [Case; 13] = [
         Case::Submit,
         Case::Wake,
         Case::Dependency,
@@ -46,6 +48,7 @@ impl Case {
         Case::Signal,
         Case::Bindings,
         Case::Pdl,
+        Case::Collectives,
     ];
 
     /// The case's number as text.
@@ -63,6 +66,7 @@ impl Case {
             Case::Signal => "10",
             Case::Bindings => "11",
             Case::Pdl => "12",
+            Case::Collectives => "13",
         }
     }
 
@@ -81,6 +85,7 @@ impl Case {
             Case::Signal => "signal",
             Case::Bindings => "bindings",
             Case::Pdl => "pdl",
+            Case::Collectives => "collectives",
         }
     }
 

@@ -3,6 +3,7 @@
 
 pub mod bindings;
 pub mod chain;
+pub mod collectives;
 pub mod dependency;
 pub mod library;
 pub mod pdl;

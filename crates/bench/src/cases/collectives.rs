@@ -1,0 +1,400 @@
+//! Case 13, collectives and peers over two GPUs (says "skipped: needs 2 GPUs" on one, and
+//! "skipped: no NCCL" without NCCL).
+//!
+//! All-reduce (`f32`, max, in place, both GPUs of one process) from 8 B to 1 GiB, time per
+//! collective averaged over back-to-back collectives (as nccl-tests times them), three ways in
+//! turns per size:
+//! - floor: raw NCCL in the same process: `ncclCommInitAll` communicators, every rank's
+//!   `ncclAllReduce` in one group on raw streams, `cuStreamSynchronize` after the last;
+//! - cuhal queue operation: `Communicator::submit`, one signal each, a host wait on the last;
+//! - cuhal graph command buffer: a `CollectiveCommandBuffers` set holding the all-reduce,
+//!   replayed with `Communicator::execute`.
+//!
+//! Bus bandwidth is `2 (n - 1) / n * bytes / time` (n = 2), printed in the row's name at the
+//! median. Goals: at >= 64 MiB the queue operation within 1/0.95 of the floor's time (>= 95% of
+//! its bus bandwidth); at 8 B the queue operation <= floor + 2 us and the graph replay <= the
+//! floor.
+//!
+//! Peer copy: 256 MiB from GPU 0 to GPU 1, `Queue::copy_peer` against raw `cuMemcpyPeerAsync`
+//! on a stream of GPU 0, back to back; goal >= 95% of the raw bandwidth.
+
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result, bail};
+use cuhal::{
+    CollectiveCommandBuffers, CollectivePart, CommandBufferMode, Communicator, CommunicatorOptions,
+    Device, DeviceOptions, Driver, FillPattern, Nccl, NcclDataType, NcclRedOp,
+};
+use cuhal_sys::{CU_STREAM_NON_BLOCKING, NcclApi, NcclComm, Stream, cu};
+
+use super::{Env, progress, summarize};
+use crate::hal::WAIT;
+use crate::report::{Comparison, Goal, Report};
+
+/// The sizes measured, in bytes.
+pub const SIZES: [usize; 8] = [
+    8,
+    64 << 10,
+    1 << 20,
+    16 << 20,
+    64 << 20,
+    256 << 20,
+    512 << 20,
+    1 << 30,
+];
+/// The peer copy's size.
+pub const PEER_COPY: usize = 256 << 20;
+/// Bandwidth goal: cuhal's time at most the floor's over this.
+pub const BANDWIDTH_SHARE: f64 = 0.95;
+/// Latency goal of the queue operation at 8 B: at most the floor plus this (ns).
+pub const LATENCY_ADDED_NS: f64 = 2000.0;
+
+/// Collectives per sample and samples, by size.
+fn reps(env: &Env<'_>, bytes: usize) -> (usize, usize) {
+    let (per, samples) = match bytes {
+        b if b <= 1 << 20 => (50, 20),
+        b if b <= 64 << 20 => (10, 10),
+        _ => (3, 6),
+    };
+    (per, if env.quick { 3 } else { samples })
+}
+
+/// Bus bandwidth in GB/s of an all-reduce of `bytes` over two ranks taking `ns`.
+fn bus_gbs(bytes: usize, ns: f64) -> f64 {
+    bytes as f64 / ns
+}
+
+fn size_name(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// Raw NCCL: one communicator per GPU, made with `ncclCommInitAll`, and a raw stream each.
+struct Raw {
+    api: Arc<NcclApi>,
+    comms: [NcclComm; 2],
+    streams: [Stream; 2],
+}
+
+impl Raw {
+    fn new(api: Arc<NcclApi>, devices: &[Device]) -> Result<Self> {
+        let mut comms: [NcclComm; 2] = [std::ptr::null_mut(); 2];
+        let list = [devices[0].info().ordinal, devices[1].info().ordinal];
+        // SAFETY: room for two handles; a list of two device ordinals.
+        let r = unsafe { (api.ncclCommInitAll)(comms.as_mut_ptr(), 2, list.as_ptr()) };
+        if r != cuhal_sys::NCCL_SUCCESS {
+            bail!("ncclCommInitAll failed ({r})");
+        }
+        let streams = [
+            Stream::new(devices[0].context(), CU_STREAM_NON_BLOCKING)?,
+            Stream::new(devices[1].context(), CU_STREAM_NON_BLOCKING)?,
+        ];
+        Ok(Self {
+            api,
+            comms,
+            streams,
+        })
+    }
+
+    /// `count` all-reduces in place over `ptrs`, each rank's in one group, then a wait.
+    fn all_reduce(
+        &self,
+        devices: &[Device],
+        ptrs: [u64; 2],
+        elements: usize,
+        count: usize,
+    ) -> Result<()> {
+        let api = &self.api;
+        for _ in 0..count {
+            // SAFETY: the group is ended below; the buffers hold `elements` floats on their
+            // rank's device; the streams and communicators are live.
+            unsafe {
+                (api.ncclGroupStart)();
+                for ((ptr, comm), stream) in ptrs.iter().zip(self.comms).zip(&self.streams) {
+                    let p = *ptr as usize as *mut std::ffi::c_void;
+                    (api.ncclAllReduce)(
+                        p,
+                        p,
+                        elements,
+                        NcclDataType::F32,
+                        NcclRedOp::Max,
+                        comm,
+                        stream.raw(),
+                    );
+                }
+                let r = (api.ncclGroupEnd)();
+                if r != cuhal_sys::NCCL_SUCCESS {
+                    bail!("raw ncclGroupEnd failed ({r})");
+                }
+            }
+        }
+        for (device, stream) in devices.iter().zip(&self.streams) {
+            let _bound = device.context().enter()?;
+            stream.synchronize()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        for comm in self.comms {
+            // SAFETY: live communicators whose work was waited for.
+            let _ = unsafe { (self.api.ncclCommDestroy)(comm) };
+        }
+    }
+}
+
+/// Runs case 13.
+pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
+    let driver = Driver::load()?;
+    let count = driver.devices()?.len();
+    if count < 2 {
+        report.notes.push(format!(
+            "case 13 (collectives): skipped: needs 2 GPUs ({count} found)"
+        ));
+        progress("case 13 (collectives): skipped: needs 2 GPUs");
+        return Ok(());
+    }
+    if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
+        // SAFETY: set before NCCL is loaded (below) and read only by NCCL; the bench writes the
+        // environment nowhere else while cases run.
+        unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
+    }
+    let nccl = match Nccl::load(None) {
+        Ok(nccl) => nccl,
+        Err(e) => {
+            report
+                .notes
+                .push(format!("case 13 (collectives): skipped: no NCCL ({e})"));
+            return Ok(());
+        }
+    };
+    report.fact(
+        "NCCL",
+        format!(
+            "{} ({})",
+            cuhal_sys::format_nccl_version(nccl.version()),
+            nccl.library_path()
+        ),
+    );
+    let devices = driver.open_many(&[0, 1], DeviceOptions::default())?;
+    let comm = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )?;
+    let api = Arc::new(NcclApi::load(Some(nccl.library_path().into()))?);
+    let raw = Raw::new(api, &devices)?;
+    let largest = *SIZES.last().unwrap_or(&8);
+    let bufs = [
+        devices[0].create_buffer(largest)?,
+        devices[1].create_buffer(largest)?,
+    ];
+    for (rank, (device, buffer)) in devices.iter().zip(&bufs).enumerate() {
+        let done = device.create_semaphore(0);
+        device.queue(0).fill(
+            &[],
+            &[(&done, 1)],
+            &buffer.whole(),
+            FillPattern::U32((rank as f32 + 1.0).to_bits()),
+        )?;
+        done.wait(1, WAIT)?;
+    }
+    let done = devices[0].create_semaphore(0);
+    let mut value = 0u64;
+    let sizes: &[usize] = if env.quick { &SIZES[..4] } else { &SIZES };
+    for &bytes in sizes {
+        let elements = bytes / 4;
+        let ranges = [bufs[0].range(0, bytes)?, bufs[1].range(0, bytes)?];
+        let parts = |_: ()| {
+            [
+                CollectivePart::all_reduce(
+                    &ranges[0],
+                    &ranges[0],
+                    elements,
+                    NcclDataType::F32,
+                    NcclRedOp::Max,
+                ),
+                CollectivePart::all_reduce(
+                    &ranges[1],
+                    &ranges[1],
+                    elements,
+                    NcclDataType::F32,
+                    NcclRedOp::Max,
+                ),
+            ]
+        };
+        let queues = [devices[0].queue(0), devices[1].queue(0)];
+        let mut set = CollectiveCommandBuffers::new(&comm, &queues, CommandBufferMode::Graph)?;
+        set.collective(&parts(()))?;
+        set.end()
+            .context("recording the all-reduce into a graph set")?;
+        let (per, samples) = reps(env, bytes);
+        progress(&format!(
+            "case 13 (collectives): all-reduce {}: raw NCCL, queue operation, graph set, {samples} x {per} each",
+            size_name(bytes)
+        ));
+        let ptrs = [ranges[0].device_ptr(), ranges[1].device_ptr()];
+        let mut times: [Vec<f64>; 3] = Default::default();
+        // Warm-up, then turns.
+        for sample in 0..=samples {
+            for turn in 0..3 {
+                let variant = (sample + turn) % 3;
+                let t0 = env.clock.now_ns();
+                match variant {
+                    0 => raw.all_reduce(&devices, ptrs, elements, per)?,
+                    1 => {
+                        for _ in 0..per {
+                            value += 1;
+                            let s = [(&done, value)];
+                            let p = parts(());
+                            comm.submit(&[p[0].clone().signals(&s), p[1].clone()])?;
+                        }
+                        done.wait(value, WAIT)?;
+                    }
+                    _ => {
+                        for _ in 0..per {
+                            value += 1;
+                            comm.execute(&set, &[], &[(&done, value)])?;
+                        }
+                        done.wait(value, WAIT)?;
+                    }
+                }
+                let ns = (env.clock.now_ns() - t0) as f64 / per as f64;
+                if sample > 0 {
+                    times[variant].push(ns);
+                }
+            }
+        }
+        let [raw_t, queue_t, graph_t] = times.map(|mut t| summarize("all-reduce", &mut t));
+        let (raw_t, queue_t, graph_t) = (raw_t?, queue_t?, graph_t?);
+        // Every variant ran: max over (1, 2) is 2 everywhere.
+        for (device, buffer) in devices.iter().zip(&bufs) {
+            let host = device.create_host_buffer(4)?;
+            let read = device.create_semaphore(0);
+            device
+                .queue(0)
+                .read(&[], &[(&read, 1)], &buffer.range(0, 4)?, &host, 0)?;
+            read.wait(1, WAIT)?;
+            let mut word = [0u8; 4];
+            host.read(0, &mut word)?;
+            if f32::from_le_bytes(word) != 2.0 {
+                bail!(
+                    "the all-reduce of {} left {} on GPU {}",
+                    size_name(bytes),
+                    f32::from_le_bytes(word),
+                    device.info().ordinal
+                );
+            }
+        }
+        let bw = |s: &crate::stats::Summary| bus_gbs(bytes, s.median);
+        let name = size_name(bytes);
+        let goal = if bytes >= 64 << 20 {
+            Goal::RatioAtMost(1.0 / BANDWIDTH_SHARE)
+        } else if bytes == 8 {
+            Goal::AddedAtMost(LATENCY_ADDED_NS)
+        } else {
+            Goal::Report
+        };
+        report.comparisons.push(Comparison::new(
+            "13",
+            format!(
+                "all-reduce {name}, queue operation: time per collective (bus {:.1} GB/s; raw NCCL {:.1} GB/s)",
+                bw(&queue_t),
+                bw(&raw_t)
+            ),
+            Some(queue_t),
+            Some(raw_t),
+            goal,
+        ));
+        report.comparisons.push(Comparison::new(
+            "13",
+            format!(
+                "all-reduce {name}, graph command-buffer set replay: time per collective (bus {:.1} GB/s; raw NCCL {:.1} GB/s)",
+                bw(&graph_t),
+                bw(&raw_t)
+            ),
+            Some(graph_t),
+            Some(raw_t),
+            if bytes == 8 { Goal::RatioAtMost(1.0) } else { Goal::Report },
+        ));
+    }
+    drop(raw);
+    peer_copy(env, &devices, report)?;
+    Ok(())
+}
+
+/// 256 MiB from GPU 0 to GPU 1: `Queue::copy_peer` against raw `cuMemcpyPeerAsync`.
+fn peer_copy(env: &Env<'_>, devices: &[Device], report: &mut Report) -> Result<()> {
+    let (per, samples) = (5, if env.quick { 3 } else { 10 });
+    progress(&format!(
+        "case 13 (collectives): peer copy 256 MiB, raw and queue, {samples} x {per}"
+    ));
+    let source = devices[0].create_buffer(PEER_COPY)?;
+    let target = devices[1].create_buffer(PEER_COPY)?;
+    let stream = Stream::new(devices[0].context(), CU_STREAM_NON_BLOCKING)?;
+    let api = devices[0].context().api();
+    let queue = devices[0].queue(0);
+    let done = devices[0].create_semaphore(0);
+    let mut value = 0;
+    let mut times: [Vec<f64>; 2] = Default::default();
+    for sample in 0..=samples {
+        for turn in 0..2 {
+            let variant = (sample + turn) % 2;
+            let t0 = env.clock.now_ns();
+            if variant == 0 {
+                let _bound = devices[0].context().enter()?;
+                for _ in 0..per {
+                    // SAFETY: live buffers of PEER_COPY bytes on their contexts; a live stream.
+                    unsafe {
+                        cu!(
+                            api,
+                            cuMemcpyPeerAsync(
+                                target.device_ptr(),
+                                devices[1].context().raw(),
+                                source.device_ptr(),
+                                devices[0].context().raw(),
+                                PEER_COPY,
+                                stream.raw()
+                            )
+                        )
+                    }?;
+                }
+                stream.synchronize()?;
+            } else {
+                for _ in 0..per {
+                    value += 1;
+                    queue.copy_peer(&[], &[(&done, value)], &source.whole(), &target.whole())?;
+                }
+                done.wait(value, WAIT)?;
+            }
+            if sample > 0 {
+                times[variant].push((env.clock.now_ns() - t0) as f64 / per as f64);
+            }
+        }
+    }
+    let [raw_t, queue_t] = times.map(|mut t| summarize("peer copy", &mut t));
+    let (raw_t, queue_t) = (raw_t?, queue_t?);
+    report.comparisons.push(Comparison::new(
+        "13",
+        format!(
+            "peer copy 256 MiB GPU 0 -> GPU 1, Queue::copy_peer: time per copy ({:.1} GB/s; raw cuMemcpyPeerAsync {:.1} GB/s)",
+            PEER_COPY as f64 / queue_t.median,
+            PEER_COPY as f64 / raw_t.median
+        ),
+        Some(queue_t),
+        Some(raw_t),
+        Goal::RatioAtMost(1.0 / BANDWIDTH_SHARE),
+    ));
+    report.notes.push(
+        "case 13: the GPU gap of a cross-device semaphore wait against case 3's same-GPU gap is \
+         not measured yet"
+            .to_owned(),
+    );
+    Ok(())
+}

@@ -11,7 +11,7 @@ use cuhal_trace::sink::{Fanout, JsonSink, MemorySink, Sink};
 use super::{ELEMENTS, Options, Summary, busy_time, expected, input};
 
 /// `out[i] = fma(in[i], a, b)` for `i < n`.
-const SCALE_ADD_PTX: &str = r#"
+pub(super) const SCALE_ADD_PTX: &str = r#"
 .version 7.0
 .target sm_75
 .address_size 64

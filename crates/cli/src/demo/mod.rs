@@ -10,9 +10,14 @@
 //! ui.perfetto.dev), which the demo reads back to check that every traced submission has its
 //! host zone, its GPU zone with details, and a flow arrow between them. Without a driver the same pipeline runs on the scheduler's CPU host
 //! backend, and says so.
+//!
+//! With two GPUs and NCCL the demo then runs the pipeline across GPUs 0 and 1 (`multi.rs`):
+//! compute on each, one all-reduce over both, every element checked bit for bit, both GPUs
+//! traced into `<trace>-2gpu.json`. With fewer GPUs, or no NCCL, it says what it skipped.
 
 mod gpu;
 mod host;
+mod multi;
 mod trace_check;
 
 pub use trace_check::{TraceCheck, check_trace};
@@ -146,7 +151,11 @@ pub fn run(args: &[String]) -> u8 {
     } else {
         match cuhal::Driver::load() {
             Ok(driver) => match driver.devices() {
-                Ok(devices) if !devices.is_empty() => gpu::run(&driver, &devices[0], &options),
+                Ok(devices) if !devices.is_empty() => gpu::run(&driver, &devices[0], &options)
+                    .and_then(|summary| {
+                        across(&driver, devices.len(), &options)?;
+                        Ok(summary)
+                    }),
                 Ok(_) => host::run(&options, "the CUDA driver sees no device"),
                 Err(e) => host::run(&options, &format!("the CUDA driver failed: {e}")),
             },
@@ -160,6 +169,9 @@ pub fn run(args: &[String]) -> u8 {
     match result {
         Ok(summary) => {
             print_summary(&summary, &options);
+            if summary.links.is_none() {
+                println!("skipped: the pipeline across GPUs (it needs 2 GPUs; this run had none)");
+            }
             exit::OK
         }
         Err(e) => {
@@ -167,6 +179,47 @@ pub fn run(args: &[String]) -> u8 {
             exit::FAILURE
         }
     }
+}
+
+/// The pipeline across two GPUs when there are two and NCCL loads; otherwise says what it
+/// skipped.
+fn across(driver: &cuhal::Driver, gpus: usize, options: &Options) -> anyhow::Result<()> {
+    if gpus < 2 {
+        println!("skipped: the pipeline across GPUs (needs 2 GPUs, {gpus} found)");
+        return Ok(());
+    }
+    static NVLS: std::sync::Once = std::sync::Once::new();
+    NVLS.call_once(|| {
+        if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
+            // SAFETY: set once, before NCCL is loaded, on the demo's only thread; read only
+            // by NCCL afterwards.
+            unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
+        }
+    });
+    let nccl = match cuhal::Nccl::load(None) {
+        Ok(nccl) => nccl,
+        Err(e) => {
+            println!("skipped: the pipeline across GPUs (NCCL: {e})");
+            return Ok(());
+        }
+    };
+    let s = multi::run(driver, &nccl, options)?;
+    println!(
+        "across GPUs ({}): {} iterations, compute on each GPU, all-reduce (NCCL {}), {} elements          checked bit for bit: all correct, {:.3} ms",
+        s.gpus.join(" + "),
+        options.iterations,
+        cuhal_sys::format_nccl_version(nccl.version()),
+        s.checked,
+        s.wall.as_secs_f64() * 1e3
+    );
+    println!(
+        "both GPUs traced ({} and {} submissions; {} linked host to GPU) -> {}",
+        s.zones[0],
+        s.zones[1],
+        s.links.linked,
+        s.trace.display()
+    );
+    Ok(())
 }
 
 fn print_summary(s: &Summary, options: &Options) {
@@ -213,6 +266,22 @@ mod tests {
         assert!(parse(&args("--iterations 0")).is_err());
         assert!(parse(&args("--iterations")).is_err());
         assert!(parse(&args("--frob")).is_err());
+    }
+
+    #[test]
+    fn the_trace_across_gpus_goes_beside_the_single_gpu_trace() {
+        let options = Options {
+            trace: PathBuf::from("out/run.json"),
+            ..Options::default()
+        };
+        assert_eq!(
+            multi::trace_path(&options),
+            PathBuf::from("out/run-2gpu.json")
+        );
+        assert_eq!(
+            multi::trace_path(&Options::default()),
+            PathBuf::from("cuhal-trace-2gpu.json")
+        );
     }
 
     #[test]

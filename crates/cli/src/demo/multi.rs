@@ -1,0 +1,223 @@
+//! The demo's pipeline across two GPUs: each GPU transforms its own fresh data with a graph
+//! command buffer (`y = 0.5 (2x + 1) - 0.5`, the single-GPU pipeline's kernels), one NCCL
+//! all-reduce (sum) over both GPUs adds the two results, and both GPUs' copies are read back and
+//! checked bit for bit against the CPU (`f32` addition of two values is the same in either
+//! order). Both devices trace at FINE verbosity into one Perfetto file, which is read back and
+//! checked like the single-GPU trace.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use cuhal::{
+    CollectivePart, CommandBuffer, Communicator, CommunicatorOptions, DeviceOptions, Dispatch,
+    Driver, KernelArgs, Nccl, NcclDataType, NcclRedOp, Verbosity,
+};
+use cuhal_trace::sink::{Fanout, JsonSink, MemorySink, Sink};
+
+use super::{ELEMENTS, Options, TraceCheck, expected, input};
+
+/// What the run across GPUs did.
+#[derive(Debug, Clone)]
+pub struct AcrossSummary {
+    /// The GPUs' names.
+    pub gpus: Vec<String>,
+    /// Elements checked, over both GPUs.
+    pub checked: u64,
+    /// Wall time.
+    pub wall: Duration,
+    /// GPU submission zones traced on GPUs 0 and 1.
+    pub zones: [usize; 2],
+    /// The trace, checked.
+    pub links: TraceCheck,
+    /// Where the trace went.
+    pub trace: std::path::PathBuf,
+}
+
+/// Where the trace across GPUs goes: beside the single-GPU one.
+pub fn trace_path(options: &Options) -> std::path::PathBuf {
+    let stem = options.trace.file_stem().map_or_else(
+        || "cuhal-trace".into(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    options.trace.with_file_name(format!("{stem}-2gpu.json"))
+}
+
+/// Runs the pipeline across GPUs 0 and 1 (the caller checked there are two).
+pub fn run(driver: &Driver, nccl: &Nccl, options: &Options) -> Result<AcrossSummary> {
+    let trace = trace_path(options);
+    let memory = Arc::new(MemorySink::new());
+    let json = Arc::new(JsonSink::create(&trace).context("creating the trace file")?);
+    let sink: Arc<dyn Sink> = Arc::new(Fanout::new(vec![memory.clone(), json.clone()]));
+    let devices = driver.open_many(
+        &[0, 1],
+        DeviceOptions {
+            tracing: Verbosity::Fine,
+            trace_sink: Some(sink),
+            ..DeviceOptions::default()
+        },
+    )?;
+    let comm = Communicator::local(
+        nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )?;
+    let bytes = ELEMENTS * 4;
+    let block = 256u32;
+    let grid = (ELEMENTS as u32).div_ceil(block);
+    struct Gpu {
+        input: Arc<cuhal::Buffer>,
+        output: Arc<cuhal::Buffer>,
+        host: Arc<cuhal::HostBuffer>,
+        transform: Arc<dyn CommandBuffer>,
+        _executable: cuhal::Executable,
+    }
+    let mut gpus = Vec::new();
+    for device in &devices {
+        let executable = device.load_ptx(super::gpu::SCALE_ADD_PTX)?;
+        let scale_add = executable.function("scale_add")?;
+        let [input_buf, middle, output] = [(); 3].map(|()| device.create_buffer(bytes));
+        let (input_buf, middle, output) = (input_buf?, middle?, output?);
+        let args = |from: &Arc<cuhal::Buffer>, to: &Arc<cuhal::Buffer>, a: f32, b: f32| {
+            KernelArgs::new()
+                .with_range(&from.whole())
+                .with_range(&to.whole())
+                .with(a)
+                .with(b)
+                .with(ELEMENTS as u32)
+        };
+        let mut transform = device.queue(0).create_command_buffer()?;
+        transform.begin_debug_group("scale")?;
+        let scale = args(&input_buf, &middle, 2.0, 1.0);
+        transform.dispatch(&Dispatch::new(
+            &scale_add,
+            [grid, 1, 1],
+            [block, 1, 1],
+            &scale,
+        ))?;
+        transform.end_debug_group()?;
+        transform.barrier()?;
+        transform.begin_debug_group("unscale")?;
+        let unscale = args(&middle, &output, 0.5, -0.5);
+        transform.dispatch(&Dispatch::new(
+            &scale_add,
+            [grid, 1, 1],
+            [block, 1, 1],
+            &unscale,
+        ))?;
+        transform.end_debug_group()?;
+        transform.end()?;
+        gpus.push(Gpu {
+            input: input_buf,
+            output,
+            host: device.create_host_buffer(bytes)?,
+            transform: Arc::from(transform),
+            _executable: executable,
+        });
+    }
+    let sems: Vec<[cuhal::Semaphore; 4]> = devices
+        .iter()
+        .map(|d| [(); 4].map(|()| d.create_semaphore(0)))
+        .collect();
+    let start = Instant::now();
+    let mut checked = 0;
+    for i in 1..=options.iterations {
+        let data: Vec<Vec<f32>> = (0..2)
+            .map(|rank| input(0x2c0de ^ (i << 1) ^ rank, ELEMENTS))
+            .collect();
+        for (((device, gpu), [uploaded, transformed, _, read]), values) in
+            devices.iter().zip(&gpus).zip(&sems).zip(&data)
+        {
+            let raw: Vec<u8> = values.iter().flat_map(|x| x.to_ne_bytes()).collect();
+            let queue = device.queue(0);
+            queue.write(&[(read, i - 1)], &[(uploaded, i)], &gpu.input.whole(), &raw)?;
+            queue.execute(&[(uploaded, i)], &[(transformed, i)], &[&gpu.transform])?;
+        }
+        let waits: Vec<[(&cuhal::Semaphore, u64); 1]> = sems.iter().map(|s| [(&s[1], i)]).collect();
+        let signals: Vec<[(&cuhal::Semaphore, u64); 1]> =
+            sems.iter().map(|s| [(&s[2], i)]).collect();
+        let parts: Vec<CollectivePart<'_>> = gpus
+            .iter()
+            .zip(waits.iter().zip(&signals))
+            .map(|(gpu, (w, s))| {
+                let range = gpu.output.whole();
+                CollectivePart::all_reduce(
+                    &range,
+                    &range,
+                    ELEMENTS,
+                    NcclDataType::F32,
+                    NcclRedOp::Sum,
+                )
+                .waits(w)
+                .signals(s)
+            })
+            .collect();
+        comm.submit(&parts)?;
+        for ((device, gpu), [_, _, reduced, read]) in devices.iter().zip(&gpus).zip(&sems) {
+            device.queue(0).read(
+                &[(reduced, i)],
+                &[(read, i)],
+                &gpu.output.whole(),
+                &gpu.host,
+                0,
+            )?;
+        }
+        for ((device, gpu), [.., read]) in devices.iter().zip(&gpus).zip(&sems) {
+            read.wait(i, Duration::from_secs(30)).with_context(|| {
+                format!("waiting for iteration {i} on GPU {}", device.info().ordinal)
+            })?;
+            let mut result = vec![0u8; bytes];
+            gpu.host.read(0, &mut result)?;
+            for (index, (got, (a, b))) in result
+                .chunks_exact(4)
+                .zip(data[0].iter().zip(&data[1]))
+                .enumerate()
+            {
+                let got = f32::from_ne_bytes([got[0], got[1], got[2], got[3]]);
+                let want = expected(*a) + expected(*b);
+                if got.to_bits() != want.to_bits() {
+                    bail!(
+                        "iteration {i}, GPU {}, element {index}: got {got}, expected {want}",
+                        device.info().ordinal
+                    );
+                }
+            }
+            checked += ELEMENTS as u64;
+        }
+    }
+    let wall = start.elapsed();
+    let names = devices.iter().map(|d| d.info().name.clone()).collect();
+    drop(gpus);
+    drop(comm);
+    drop(devices);
+    json.finish().context("writing the trace file")?;
+    // One traced submission per GPU and iteration (the transform).
+    let links = super::check_trace(&trace, 2 * options.iterations as usize)
+        .context("checking the trace across GPUs")?;
+    // Both GPUs traced: the GPU submission zones name their device.
+    let text = std::fs::read_to_string(&trace)?;
+    let events: Vec<serde_json::Value> = serde_json::from_str(&text)?;
+    let on = |ordinal: u64| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["name"] == "submission")
+            .filter(|e| e["args"]["ordinal"].as_u64() == Some(ordinal))
+            .count()
+    };
+    let zones = [on(0), on(1)];
+    if zones != [options.iterations as usize; 2] {
+        bail!(
+            "expected {} GPU submission zones on each GPU, found {zones:?}",
+            options.iterations
+        );
+    }
+    let _ = memory.zones();
+    Ok(AcrossSummary {
+        gpus: names,
+        checked,
+        wall,
+        zones,
+        links,
+        trace,
+    })
+}

@@ -36,6 +36,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
     let mut scratch = Scratch {
         advanced: Vec::with_capacity(16),
         outcomes: Vec::with_capacity(shared.options.capacity),
+        released: Vec::with_capacity(shared.options.capacity),
     };
     loop {
         shared.take_finished(&mut batch);
@@ -76,6 +77,8 @@ struct Scratch<B: Backend> {
     advanced: Vec<(Semaphore<B::Event>, u64)>,
     /// Each action's failure, if it failed.
     outcomes: Vec<Option<Failure>>,
+    /// The device-signal events an advance released, dropped once the semaphore's lock is let go.
+    released: Vec<B::Event>,
 }
 
 /// Retires every action of `batch` (which it leaves empty).
@@ -111,7 +114,11 @@ fn retire_batch<B: Backend>(
 
     // Advance each signal semaphore once, to the highest value the batch's successful actions
     // signal on it, before any cleanup runs: that is when a waiter may see the work done.
-    let Scratch { advanced, outcomes } = scratch;
+    let Scratch {
+        advanced,
+        outcomes,
+        released,
+    } = scratch;
     for (index, finished) in batch.iter().enumerate() {
         let outcome = match finished {
             Finished::Failed { failure, .. } => Some(failure.clone()),
@@ -166,8 +173,12 @@ fn retire_batch<B: Backend>(
         outcomes.push(outcome);
     }
     for (semaphore, value) in advanced.drain(..) {
-        // Err only if someone else failed the semaphore first; that failure stands.
-        let _ = semaphore.advance_to(value);
+        // Err only if someone else failed the semaphore first; that failure stands. A batch
+        // releases as many timepoints as it retired actions; their events go back to their
+        // pools here, after the semaphore's lock is let go, not while a submitter may be waiting
+        // for that lock.
+        let _ = semaphore.advance_to_releasing(value, released);
+        released.clear();
     }
 
     let mut completed = 0;

@@ -70,9 +70,12 @@ impl<E: DeviceEvent> State<E> {
             .map_or(self.value, |v| v.max(self.value))
     }
 
-    fn advance(&mut self, value: u64, wake: &mut Wake<E>) {
+    fn advance(&mut self, value: u64, wake: &mut Wake<E>, released: Option<&mut Vec<E>>) {
         self.value = value;
-        self.timepoints.release_through(value, &mut wake.released);
+        match released {
+            Some(released) => self.timepoints.release_through_into(value, released),
+            None => self.timepoints.release_through(value, &mut wake.released),
+        }
         self.waiters.take_reached(value, &mut wake.unparkers);
         let threshold = self.listen_threshold();
         self.listeners.take_due(threshold, &mut wake.due);
@@ -213,7 +216,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                     requested: value,
                 });
             }
-            state.advance(value, &mut wake);
+            state.advance(value, &mut wake, None);
             self.changed();
         }
         wake.run(self.id());
@@ -224,6 +227,20 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// already reached is not an error, because a host waiter that saw the device event complete may
     /// have advanced the semaphore first. `Err(Failed)` once failed.
     pub fn advance_to(&self, value: u64) -> Result<(), Error> {
+        self.advance_inner(value, None)
+    }
+
+    /// [`advance_to`](Self::advance_to) for a caller that advances many timepoints at once (a
+    /// completion side retiring a batch): the events of the device-signal timepoints it releases
+    /// are moved into `released` instead of being dropped while the semaphore's lock is held, so
+    /// the lock is held only for the bookkeeping. The caller drops them (returning them to their
+    /// pool) after this returns; keeping `released` from call to call (clearing it) means no
+    /// allocation once it is as large as the largest batch.
+    pub fn advance_to_releasing(&self, value: u64, released: &mut Vec<E>) -> Result<(), Error> {
+        self.advance_inner(value, Some(released))
+    }
+
+    fn advance_inner(&self, value: u64, released: Option<&mut Vec<E>>) -> Result<(), Error> {
         let mut wake = Wake::new();
         {
             let mut state = self.lock();
@@ -233,7 +250,7 @@ impl<E: DeviceEvent> Semaphore<E> {
             if value <= state.value {
                 return Ok(());
             }
-            state.advance(value, &mut wake);
+            state.advance(value, &mut wake, released);
             self.changed();
         }
         wake.run(self.id());

@@ -62,6 +62,15 @@ impl<E: DeviceEvent> Timepoints<E> {
         }
     }
 
+    /// Moves the events of every timepoint `<= value` into `out`, all of them (`out` grows as
+    /// needed; a caller that keeps it from call to call allocates only at new high-water marks).
+    pub(crate) fn release_through_into(&mut self, value: u64, out: &mut Vec<E>) {
+        let n = self.list.partition_point(|(v, _)| *v <= value);
+        if n > 0 {
+            out.extend(self.list.drain(..n).map(|(_, e)| e));
+        }
+    }
+
     /// Moves every event into `out`.
     pub(crate) fn release_all<const N: usize>(&mut self, out: &mut SmallVec<[E; N]>) {
         keep_inline(out, self.list.drain(..).map(|(_, e)| e));

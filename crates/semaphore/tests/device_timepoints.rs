@@ -234,3 +234,52 @@ fn a_completion_thread_and_a_waiter_may_both_advance() {
     s.advance_to(2).unwrap();
     assert_eq!(s.query().unwrap(), 2);
 }
+
+#[test]
+fn an_advance_can_hand_its_released_events_to_the_caller() {
+    let live = LiveCounter::new();
+    let s = Sem::new(0);
+    for v in 1..=20 {
+        s.record_device_signal(v, FlagEvent::counted(&live))
+            .unwrap();
+    }
+    let mut released = Vec::with_capacity(32);
+    s.advance_to_releasing(15, &mut released).unwrap();
+    assert_eq!(s.query().unwrap(), 15);
+    assert_eq!(s.timepoint_count(), 5);
+    assert_eq!(
+        (released.len(), live.live()),
+        (15, 20),
+        "all 15 released events handed over, none dropped under the lock"
+    );
+    released.clear();
+    assert_eq!(live.live(), 5);
+    // An advance to a value already reached releases nothing; a failed semaphore refuses.
+    s.advance_to_releasing(10, &mut released).unwrap();
+    assert!(released.is_empty());
+    s.fail(failure("x"));
+    assert!(matches!(
+        s.advance_to_releasing(30, &mut released),
+        Err(Error::Failed(_))
+    ));
+    assert_eq!(live.live(), 0);
+}
+
+#[test]
+fn a_wait_that_sees_its_event_complete_returns_with_the_value_advanced() {
+    let s = Sem::new(0);
+    let event = FlagEvent::new();
+    s.record_device_signal(3, event.clone()).unwrap();
+    let waiter = {
+        let s = s.clone();
+        thread::spawn(move || s.wait(2, LONG))
+    };
+    thread::sleep(Duration::from_millis(5));
+    event.complete();
+    waiter.join().unwrap().unwrap();
+    assert_eq!(
+        s.query().unwrap(),
+        3,
+        "the waiter advanced to the timepoint"
+    );
+}

@@ -120,12 +120,17 @@ fn a_queue_of_one_device_waits_on_the_device_for_another_devices_signal() {
     // (its completion event recorded as `produced`'s device timepoint) but `produced` stays 0 on
     // the host: device 1's fill can only be ready through a device wait on device 0's event.
     let (release, held) = std::sync::mpsc::channel::<()>();
+    let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
     gpu0.queue(0)
         .host_call(&[], &[], move || {
+            let _ = entered_tx.send(());
             let _ = held.recv_timeout(TIMEOUT);
             Ok(())
         })
         .unwrap();
+    // Submitted only once the completion thread is inside the call: a barrier it took in the
+    // same batch would have its signal advanced before the call runs.
+    entered.recv_timeout(TIMEOUT).unwrap();
     gpu0.queue(0).barrier(&[], &[(&produced, 1)]).unwrap();
     let waits_before = fake.calls(cu_name!(cuStreamWaitEvent));
     let issued_before = gpu1.queue(0).stats().issued_on_submit;

@@ -3,7 +3,10 @@
 //!
 //! Lock order (a thread holding one may take those after it, never before):
 //! `state` -> a semaphore's internal lock -> `Notifier::keys`; `state` -> `finished`;
-//! `state` -> the backend's own locks. Listeners run outside semaphore locks; a listener may run
+//! `state` -> the backend's own locks. An action that waits on a semaphore it also signals is
+//! issued with the locks of all its semaphores held, taken in id order, around the backend's
+//! issue: `state` -> semaphore locks (by id) -> the backend's own locks; listeners are told only
+//! once all of them are let go. Listeners run outside semaphore locks; a listener may run
 //! while its thread holds another queue's `state` (an issue there recorded a device signal), so it
 //! only ever *tries* to take its own queue's `state` and never waits for it. Nothing user-supplied
 //! is dropped or called under `state` (bodies are handed to the completion thread).
@@ -23,9 +26,13 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use crossbeam_utils::sync::Unparker;
-use cuhal_semaphore::{Failure, Listener, SemaphoreId};
+use cuhal_semaphore::{
+    Error as SemaphoreError, Failure, IssueLock, Listener, Notifications, Semaphore, SemaphoreId,
+    WaitPoint,
+};
+use smallvec::SmallVec;
 
-use crate::action::{Body, EventList, Finished};
+use crate::action::{Body, EventList, Finished, INLINE_SEMAPHORES};
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::notifier::Notifier;
@@ -259,7 +266,7 @@ impl<B: Backend> Shared<B> {
             }
         };
         let mut guard = self.guard(state, Issuer::Signaller);
-        self.on_notify(&mut guard, key);
+        self.on_notify(&mut guard, key, Issuer::Signaller);
         self.pump(&mut guard, Issuer::Signaller);
     }
 
@@ -269,7 +276,7 @@ impl<B: Backend> Shared<B> {
             let mut keys = std::mem::take(&mut state.keys);
             self.notifier.take(&mut keys);
             for key in keys.drain(..) {
-                self.on_notify(state, key);
+                self.on_notify(state, key, issuer);
             }
             state.keys = keys;
             self.pump(state, issuer);
@@ -335,11 +342,8 @@ impl<B: Backend> Shared<B> {
     pub(crate) fn enqueue(&self, state: &mut State<B>, body: Body<B>) {
         state.submitted += 1;
         if state.pending.is_empty() {
-            let mut device_waits = EventList::new();
-            match examine(&body.waits, 0, Some(&mut device_waits)) {
-                Readiness::Ready => self.issue(state, body, device_waits, Issuer::Submitter),
-                Readiness::Failed(failure) => self.fail_unissued(body, failure),
-                Readiness::Blocked(index) => self.make_pending(state, body, index),
+            if let Some((body, index)) = self.issue_if_ready(state, body, Issuer::Submitter) {
+                self.make_pending(state, body, index);
             }
         } else {
             match examine(&body.waits, 0, None) {
@@ -364,8 +368,10 @@ impl<B: Backend> Shared<B> {
         state.pending.get_mut(slot).waiting = Waiting::Listening { index, token };
     }
 
-    /// Looks again at the action `key` names, whose awaited semaphore changed.
-    pub(crate) fn on_notify(&self, state: &mut State<B>, key: u64) {
+    /// Looks again at the action `key` names, whose awaited semaphore changed. The head of the
+    /// list is issued right here if it is ready (its waits looked at once, not once to find it
+    /// ready and again to issue it); any other action is only marked ready, to be issued in order.
+    pub(crate) fn on_notify(&self, state: &mut State<B>, key: u64, issuer: Issuer) {
         let Some(slot) = state.pending.find(key) else {
             return; // issued, failed, or removed since: a stale notification
         };
@@ -373,6 +379,14 @@ impl<B: Backend> Shared<B> {
         let Waiting::Listening { index, .. } = pending.waiting else {
             return;
         };
+        if state.pending.head() == Some(slot) {
+            let body = state.pending.remove(slot).body;
+            if let Some((body, index)) = self.issue_if_ready(state, body, issuer) {
+                self.pend_at_head(state, body, index);
+            }
+            return;
+        }
+        let pending = state.pending.get_mut(slot);
         match examine(&pending.body.waits, index, None) {
             Readiness::Ready => pending.waiting = Waiting::Ready,
             Readiness::Blocked(index) => {
@@ -391,50 +405,179 @@ impl<B: Backend> Shared<B> {
     pub(crate) fn pump(&self, state: &mut State<B>, issuer: Issuer) {
         while let Some(slot) = state.pending.ready_head() {
             let body = state.pending.remove(slot).body;
-            let mut device_waits = EventList::new();
-            match examine(&body.waits, 0, Some(&mut device_waits)) {
-                Readiness::Ready => self.issue(state, body, device_waits, issuer),
-                Readiness::Failed(failure) => self.fail_unissued(body, failure),
-                Readiness::Blocked(index) => {
-                    // Waits never move backwards, so this does not happen with a conforming
-                    // semaphore; if it did, waiting again is the safe answer.
-                    let (semaphore, value) = body.waits[index].clone();
-                    let (slot, key) = state.pending.push_front(body, Waiting::Ready);
-                    let token = semaphore.listen(value, &self.listener, key);
-                    state.pending.get_mut(slot).waiting = Waiting::Listening { index, token };
-                    return;
-                }
+            if let Some((body, index)) = self.issue_if_ready(state, body, issuer) {
+                // Waits never move backwards, so a conforming semaphore only gets here from
+                // `on_notify`'s look at the head; waiting again is the answer either way.
+                self.pend_at_head(state, body, index);
+                return;
             }
         }
     }
 
-    /// Issues one ready action and records its completion event as the device-signal timepoint
-    /// of each of its signal semaphores (under the issue lock, so timepoints are recorded in issue
-    /// order), then hands it to the completion thread.
-    fn issue(
+    /// Puts an action taken from the head back there, listening on its blocked wait `index`.
+    fn pend_at_head(&self, state: &mut State<B>, body: Body<B>, index: usize) {
+        let (semaphore, value) = body.waits[index].clone();
+        let (slot, key) = state.pending.push_front(body, Waiting::Ready);
+        let token = semaphore.listen(value, &self.listener, key);
+        state.pending.get_mut(slot).waiting = Waiting::Listening { index, token };
+    }
+
+    /// Looks at every wait of `body` and issues it if each is reached or device-waitable (or
+    /// fails it if a wait semaphore failed); gives it back, with the index of the first wait that
+    /// is neither, otherwise.
+    ///
+    /// Each semaphore's lock is taken once: an action that waits on a semaphore and also signals
+    /// it (a chain: wait for `v`, signal `v + 1`) holds that lock from the look at its wait to
+    /// the record of its signal, across the backend's issue, instead of taking it twice. Then
+    /// every semaphore of the action is locked for that time, in the order of their ids, so
+    /// that two threads issuing such actions cannot deadlock; an action with more distinct
+    /// semaphores than [`INLINE_SEMAPHORES`] takes each lock once per look instead.
+    fn issue_if_ready(
+        &self,
+        state: &mut State<B>,
+        body: Body<B>,
+        issuer: Issuer,
+    ) -> Option<(Body<B>, usize)> {
+        if waits_on_a_signal(&body) {
+            return self.issue_locked(state, body, issuer);
+        }
+        let mut device_waits = EventList::new();
+        match examine(&body.waits, 0, Some(&mut device_waits)) {
+            Readiness::Ready => {
+                if let Some(failure) = self.lost.get() {
+                    self.fail_unissued(body, failure.clone());
+                    return None;
+                }
+                let mut body = body;
+                let issued = self.call_backend(&device_waits, &mut body.payload);
+                if let Ok(event) = &issued {
+                    // Work that is checked when it completes signals only from the completion side.
+                    if !self.backend.checks_completion(&body.payload) {
+                        for (semaphore, value) in &body.signals {
+                            // Err only if the semaphore already failed: nothing to record then.
+                            let _ = semaphore.record_device_signal(*value, event.clone());
+                        }
+                    }
+                }
+                self.after_issue(state, body, issued, device_waits, issuer);
+            }
+            Readiness::Failed(failure) => self.fail_unissued(body, failure),
+            Readiness::Blocked(index) => return Some((body, index)),
+        }
+        None
+    }
+
+    /// [`issue_if_ready`](Self::issue_if_ready) for an action that waits on a semaphore it also
+    /// signals: every semaphore of the action locked once, in id order, for the whole issue.
+    fn issue_locked(
         &self,
         state: &mut State<B>,
         mut body: Body<B>,
+        issuer: Issuer,
+    ) -> Option<(Body<B>, usize)> {
+        let mut device_waits = EventList::new();
+        let mut notifications: SmallVec<[Notifications<B::Event>; INLINE_SEMAPHORES]> =
+            SmallVec::new();
+        let outcome = {
+            let Body {
+                waits,
+                signals,
+                payload,
+                ..
+            } = &mut body;
+            let mut order: SmallVec<[&Semaphore<B::Event>; 2 * INLINE_SEMAPHORES]> =
+                waits.iter().chain(signals.iter()).map(|(s, _)| s).collect();
+            order.sort_by_key(|s| s.id());
+            order.dedup_by(|a, b| a.ptr_eq(b));
+            let mut locks: SmallVec<[IssueLock<'_, B::Event>; INLINE_SEMAPHORES]> =
+                order.iter().map(|s| s.lock_for_issue()).collect();
+            let mut readiness = Readiness::Ready;
+            for (index, (semaphore, value)) in waits.iter().enumerate() {
+                let point = match locked(&mut locks, semaphore) {
+                    Some(lock) => lock.wait_point(*value),
+                    None => semaphore.wait_point(*value),
+                };
+                match point {
+                    Ok(WaitPoint::Reached) => {}
+                    Ok(WaitPoint::Device { event, .. }) => device_waits.push(event),
+                    Ok(WaitPoint::Pending) => {
+                        readiness = Readiness::Blocked(index);
+                        break;
+                    }
+                    Err(SemaphoreError::Failed(failure)) => {
+                        readiness = Readiness::Failed(failure);
+                        break;
+                    }
+                    Err(other) => {
+                        readiness = Readiness::Failed(Failure::new(other));
+                        break;
+                    }
+                }
+            }
+            let outcome = match readiness {
+                Readiness::Ready => match self.lost.get() {
+                    Some(failure) => Examined::Failed(failure.clone()),
+                    None => {
+                        let issued = self.call_backend(&device_waits, payload);
+                        if let Ok(event) = &issued
+                            && !self.backend.checks_completion(payload)
+                        {
+                            for (semaphore, value) in signals.iter() {
+                                // Err only if the semaphore already failed: nothing to record.
+                                let _ = match locked(&mut locks, semaphore) {
+                                    Some(lock) => lock.record_device_signal(*value, event.clone()),
+                                    None => semaphore.record_device_signal(*value, event.clone()),
+                                };
+                            }
+                        }
+                        Examined::Issued(issued)
+                    }
+                },
+                Readiness::Failed(failure) => Examined::Failed(failure),
+                Readiness::Blocked(index) => Examined::Blocked(index),
+            };
+            // Every lock is let go before any listener is told: a listener may issue work that
+            // looks at these very semaphores.
+            notifications.extend(locks.into_iter().map(IssueLock::unlock));
+            outcome
+        };
+        for notification in notifications {
+            notification.run();
+        }
+        match outcome {
+            Examined::Issued(issued) => self.after_issue(state, body, issued, device_waits, issuer),
+            Examined::Failed(failure) => self.fail_unissued(body, failure),
+            Examined::Blocked(index) => return Some((body, index)),
+        }
+        None
+    }
+
+    /// The backend's issue, a panic in it counted as a failure.
+    fn call_backend(
+        &self,
+        device_waits: &[B::Event],
+        payload: &mut B::Payload,
+    ) -> Result<B::Event, Failure> {
+        catch_unwind(AssertUnwindSafe(|| {
+            self.backend.issue(device_waits, payload)
+        }))
+        .unwrap_or_else(|_| Err(Failure::msg("the backend panicked while issuing an action")))
+    }
+
+    /// After the backend's issue of an action (whose completion event is already recorded as
+    /// the device-signal timepoint of its signal semaphores, under the issue lock, so timepoints
+    /// are recorded in issue order): hands it to the completion thread, or on a backend error
+    /// fails it and loses the queue.
+    fn after_issue(
+        &self,
+        state: &mut State<B>,
+        body: Body<B>,
+        issued: Result<B::Event, Failure>,
         device_waits: EventList<B::Event>,
         issuer: Issuer,
     ) {
-        if let Some(failure) = self.lost.get() {
-            self.fail_unissued(body, failure.clone());
-            return;
-        }
-        let issued = catch_unwind(AssertUnwindSafe(|| {
-            self.backend.issue(&device_waits, &mut body.payload)
-        }))
-        .unwrap_or_else(|_| Err(Failure::msg("the backend panicked while issuing an action")));
         match issued {
             Ok(event) => {
-                // Work that is checked when it completes signals only from the completion side.
-                if !self.backend.checks_completion(&body.payload) {
-                    for (semaphore, value) in &body.signals {
-                        // Err only if the semaphore already failed: nothing to record then.
-                        let _ = semaphore.record_device_signal(*value, event.clone());
-                    }
-                }
                 match issuer {
                     Issuer::Submitter => state.issued_on_submit += 1,
                     Issuer::Worker => state.issued_by_worker += 1,
@@ -502,4 +645,50 @@ impl<B: Backend> Shared<B> {
             self.notifier.wake();
         }
     }
+}
+
+/// How a look at an action's waits under their locks ended.
+enum Examined<E> {
+    /// Ready, and handed to the backend with this result.
+    Issued(Result<E, Failure>),
+    /// A wait semaphore failed, or the queue is lost.
+    Failed(Failure),
+    /// The wait at this index is neither reached nor device-waitable.
+    Blocked(usize),
+}
+
+/// Whether some semaphore is both waited on and signalled by `body` (and the action is small
+/// enough to hold all its locks at once).
+fn waits_on_a_signal<B: Backend>(body: &Body<B>) -> bool {
+    body.waits.len() + body.signals.len() <= 2 * INLINE_SEMAPHORES
+        && body
+            .waits
+            .iter()
+            .any(|(w, _)| body.signals.iter().any(|(s, _)| s.ptr_eq(w)))
+        && distinct(&body.waits, &body.signals) <= INLINE_SEMAPHORES
+}
+
+/// How many distinct semaphores two short lists hold.
+fn distinct<E: cuhal_semaphore::DeviceEvent>(
+    waits: &[(Semaphore<E>, u64)],
+    signals: &[(Semaphore<E>, u64)],
+) -> usize {
+    let all: SmallVec<[&Semaphore<E>; 2 * INLINE_SEMAPHORES]> =
+        waits.iter().chain(signals).map(|(s, _)| s).collect();
+    all.iter()
+        .enumerate()
+        .filter(|(i, s)| !all[..*i].iter().any(|t| t.ptr_eq(s)))
+        .count()
+}
+
+/// The held lock of `semaphore` among `locks` (sorted by id).
+fn locked<'l, 'a, E: cuhal_semaphore::DeviceEvent>(
+    locks: &'l mut [IssueLock<'a, E>],
+    semaphore: &Semaphore<E>,
+) -> Option<&'l mut IssueLock<'a, E>> {
+    let id = semaphore.id();
+    locks
+        .binary_search_by_key(&id, IssueLock::id)
+        .ok()
+        .map(move |at| &mut locks[at])
 }

@@ -52,6 +52,9 @@ struct Shared<E: DeviceEvent> {
     /// Parked host waiters registered now (mirrors `State::waiters`, readable without the lock):
     /// tells a completion side whether anybody is waiting for an answer.
     parked: AtomicUsize,
+    /// How often the lock was taken.
+    #[cfg(feature = "lock-stats")]
+    locks: AtomicU64,
 }
 
 struct State<E: DeviceEvent> {
@@ -68,6 +71,44 @@ impl<E: DeviceEvent> State<E> {
         self.timepoints
             .max_value()
             .map_or(self.value, |v| v.max(self.value))
+    }
+
+    /// What a wait for `value` needs (see [`Semaphore::wait_point`]).
+    fn wait_point(&self, value: u64) -> Result<WaitPoint<E>, Error> {
+        if let Some(failure) = &self.failure {
+            return Err(Error::Failed(failure.clone()));
+        }
+        if self.value >= value {
+            return Ok(WaitPoint::Reached);
+        }
+        Ok(match self.timepoints.at_least(value) {
+            Some((v, event)) => WaitPoint::Device {
+                value: *v,
+                event: event.clone(),
+            },
+            None => WaitPoint::Pending,
+        })
+    }
+
+    /// Records a device signal (see [`Semaphore::record_device_signal`]); returns whether the
+    /// state changed.
+    fn record_device_signal(
+        &mut self,
+        value: u64,
+        event: E,
+        wake: &mut Wake<E>,
+    ) -> (Result<(), Error>, bool) {
+        if let Some(failure) = &self.failure {
+            wake.released.push(event);
+            (Err(Error::Failed(failure.clone())), false)
+        } else if value <= self.value {
+            wake.released.push(event);
+            (Ok(()), false)
+        } else {
+            self.timepoints.insert(value, event);
+            self.listeners.take_due(value, &mut wake.due);
+            (Ok(()), true)
+        }
     }
 
     fn advance(&mut self, value: u64, wake: &mut Wake<E>, released: Option<&mut Vec<E>>) {
@@ -142,6 +183,8 @@ impl<E: DeviceEvent> Semaphore<E> {
                 }),
                 changes: AtomicU64::new(0),
                 parked: AtomicUsize::new(0),
+                #[cfg(feature = "lock-stats")]
+                locks: AtomicU64::new(0),
             }),
         }
     }
@@ -179,7 +222,16 @@ impl<E: DeviceEvent> Semaphore<E> {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
+    /// How many times this semaphore's lock has been taken, by anyone (feature `lock-stats`): a
+    /// test's view of how many locks an operation costs.
+    #[cfg(feature = "lock-stats")]
+    pub fn lock_count(&self) -> u64 {
+        self.shared.locks.load(Ordering::Relaxed)
+    }
+
     fn lock(&self) -> MutexGuard<'_, State<E>> {
+        #[cfg(feature = "lock-stats")]
+        self.shared.locks.fetch_add(1, Ordering::Relaxed);
         // Nothing user-supplied runs under the lock, so a poisoned lock still guards a consistent state.
         self.shared
             .state
@@ -299,18 +351,11 @@ impl<E: DeviceEvent> Semaphore<E> {
         let mut wake = Wake::new();
         let result = {
             let mut state = self.lock();
-            if let Some(failure) = &state.failure {
-                wake.released.push(event);
-                Err(Error::Failed(failure.clone()))
-            } else if value <= state.value {
-                wake.released.push(event);
-                Ok(())
-            } else {
-                state.timepoints.insert(value, event);
-                state.listeners.take_due(value, &mut wake.due);
+            let (result, changed) = state.record_device_signal(value, event, &mut wake);
+            if changed {
                 self.changed();
-                Ok(())
             }
+            result
         };
         wake.run(self.id());
         result
@@ -329,20 +374,25 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// What a wait for `value` needs, decided under one lock: reached, a device event to wait on, or
     /// pending. `Err(Failed)` once failed.
     pub fn wait_point(&self, value: u64) -> Result<WaitPoint<E>, Error> {
-        let state = self.lock();
-        if let Some(failure) = &state.failure {
-            return Err(Error::Failed(failure.clone()));
+        self.lock().wait_point(value)
+    }
+
+    /// Takes this semaphore's lock for the issue of an action that waits on it and also signals
+    /// it: the wait's [`wait_point`](IssueLock::wait_point) and, once the action is issued, its
+    /// [`record_device_signal`](IssueLock::record_device_signal) under one lock instead of two.
+    /// Whatever the lock's holder does meanwhile (a driver call) delays every other user of this
+    /// semaphore, so it must be short and must not call into this semaphore (it would deadlock).
+    ///
+    /// A thread that holds the locks of several semaphores must take them in the order of their
+    /// [`SemaphoreId`]s (two threads taking two locks in opposite orders would deadlock), and must
+    /// let them all go before it runs the notifications of any ([`IssueLock::unlock`]).
+    pub fn lock_for_issue(&self) -> IssueLock<'_, E> {
+        IssueLock {
+            id: self.id(),
+            changes: &self.shared.changes,
+            state: Some(self.lock()),
+            wake: Wake::new(),
         }
-        if state.value >= value {
-            return Ok(WaitPoint::Reached);
-        }
-        Ok(match state.timepoints.at_least(value) {
-            Some((v, event)) => WaitPoint::Device {
-                value: *v,
-                event: event.clone(),
-            },
-            None => WaitPoint::Pending,
-        })
     }
 
     /// Registers a one-shot listener: `listener.notify(self.id(), key)` is called once, outside the
@@ -447,6 +497,77 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.shared
             .parked
             .store(state.waiters.len(), Ordering::Relaxed);
+    }
+}
+
+/// A semaphore's lock, held across the issue of an action that waits on it and signals it
+/// ([`Semaphore::lock_for_issue`]). Dropping it lets the lock go and runs the notifications its
+/// records caused; [`unlock`](Self::unlock) lets the lock go and hands them back instead, for a
+/// thread that holds several such locks.
+pub struct IssueLock<'a, E: DeviceEvent> {
+    id: SemaphoreId,
+    changes: &'a AtomicU64,
+    state: Option<MutexGuard<'a, State<E>>>,
+    wake: Wake<E>,
+}
+
+impl<E: DeviceEvent> IssueLock<'_, E> {
+    /// The locked semaphore's identity.
+    pub fn id(&self) -> SemaphoreId {
+        self.id
+    }
+
+    fn state(&mut self) -> &mut State<E> {
+        self.state.as_deref_mut().expect("held until unlocked")
+    }
+
+    /// [`Semaphore::wait_point`], under this lock.
+    pub fn wait_point(&mut self, value: u64) -> Result<WaitPoint<E>, Error> {
+        self.state().wait_point(value)
+    }
+
+    /// [`Semaphore::record_device_signal`], under this lock; the listeners it makes due are
+    /// notified once the lock is let go.
+    pub fn record_device_signal(&mut self, value: u64, event: E) -> Result<(), Error> {
+        let mut wake = std::mem::replace(&mut self.wake, Wake::new());
+        let (result, changed) = self.state().record_device_signal(value, event, &mut wake);
+        self.wake = wake;
+        if changed {
+            self.changes.fetch_add(1, Ordering::Release);
+        }
+        result
+    }
+
+    /// Lets the lock go and returns what its records must still do (notify listeners, drop
+    /// released events): run it once every lock the thread holds is let go.
+    pub fn unlock(mut self) -> Notifications<E> {
+        drop(self.state.take());
+        Notifications {
+            id: self.id,
+            wake: std::mem::replace(&mut self.wake, Wake::new()),
+        }
+    }
+}
+
+impl<E: DeviceEvent> Drop for IssueLock<'_, E> {
+    fn drop(&mut self) {
+        if self.state.take().is_some() {
+            std::mem::replace(&mut self.wake, Wake::new()).run(self.id);
+        }
+    }
+}
+
+/// What an [`IssueLock`]'s records still have to do once the lock is let go.
+#[must_use = "listeners are notified only when this runs"]
+pub struct Notifications<E> {
+    id: SemaphoreId,
+    wake: Wake<E>,
+}
+
+impl<E> Notifications<E> {
+    /// Notifies the listeners the records made due and drops the events they released.
+    pub fn run(self) {
+        self.wake.run(self.id);
     }
 }
 

@@ -239,6 +239,35 @@ impl<E: DeviceEvent> Semaphore<E> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Takes the lock by polling it (with a growing back-off that ends in yields) for a few
+    /// microseconds before it blocks: the lock's holder then finds nobody parked on it.
+    #[cfg(not(loom))]
+    fn lock_spinning(&self) -> MutexGuard<'_, State<E>> {
+        let backoff = crossbeam_utils::Backoff::new();
+        while !backoff.is_completed() {
+            match self.shared.state.try_lock() {
+                Ok(state) => {
+                    #[cfg(feature = "lock-stats")]
+                    self.shared.locks.fetch_add(1, Ordering::Relaxed);
+                    return state;
+                }
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                    #[cfg(feature = "lock-stats")]
+                    self.shared.locks.fetch_add(1, Ordering::Relaxed);
+                    return poisoned.into_inner();
+                }
+                Err(std::sync::TryLockError::WouldBlock) => backoff.snooze(),
+            }
+        }
+        self.lock()
+    }
+
+    /// Under loom, spinning is not modelled: the plain lock.
+    #[cfg(loom)]
+    fn lock_spinning(&self) -> MutexGuard<'_, State<E>> {
+        self.lock()
+    }
+
     /// The current value, or `Err(Failed)` once the semaphore has failed.
     pub fn query(&self) -> Result<u64, Error> {
         let state = self.lock();
@@ -295,7 +324,15 @@ impl<E: DeviceEvent> Semaphore<E> {
     fn advance_inner(&self, value: u64, released: Option<&mut Vec<E>>) -> Result<(), Error> {
         let mut wake = Wake::new();
         {
-            let mut state = self.lock();
+            // A batch's advance is not urgent, and the lock may be held across a driver call (an
+            // issue that waits on and signals this semaphore, `lock_for_issue`): such a caller
+            // spins for it rather than parking, so that the holder does not pay a wake-up
+            // system call when it lets go.
+            let mut state = if released.is_some() {
+                self.lock_spinning()
+            } else {
+                self.lock()
+            };
             if let Some(failure) = &state.failure {
                 return Err(Error::Failed(failure.clone()));
             }

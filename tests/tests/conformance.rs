@@ -78,7 +78,7 @@ in_both_modes!(
     rejected_operations_change_nothing,
     a_host_signal_issues_an_alternating_chain_on_its_own_thread,
     a_chain_on_one_queue_relies_on_stream_order,
-    a_backlog_behind_a_long_kernel_retires_in_batches,
+    timing_a_backlog_behind_a_long_kernel_retires_in_batches,
     idle_queues_park_their_threads,
 );
 
@@ -1153,7 +1153,9 @@ fn a_chain_on_one_queue_relies_on_stream_order(mode: CommandBufferMode) {
     assert_eq!(e.q(0).stats().failed, 0);
 }
 
-fn a_backlog_behind_a_long_kernel_retires_in_batches(mode: CommandBufferMode) {
+/// `timing_`: it assumes the host submits the backlog well within the 2 ms kernel, which an
+/// instrumented kernel and driver (`run --sanitize`) do not keep, so the sanitizer run skips it.
+fn timing_a_backlog_behind_a_long_kernel_retires_in_batches(mode: CommandBufferMode) {
     const COUNT: u64 = 200;
     let mut e = env(mode, 1);
     let s = e.sem();

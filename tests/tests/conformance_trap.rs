@@ -22,13 +22,15 @@ use cuhal_gpu_tests::device_support::*;
 /// Set in a child: the mode to run the scenario in.
 const CHILD_ENV: &str = "CUHAL_TRAP_CHILD_MODE";
 /// This test's name, for the child's filter.
-const TEST_NAME: &str = "a_faulting_dispatch_fails_its_semaphores_and_loses_the_device";
+const TEST_NAME: &str = "trap_a_faulting_dispatch_fails_its_semaphores_and_loses_the_device";
 /// How long the kernel spins before it traps.
 const SPIN_NS: u64 = 50_000_000;
 
+/// `trap_`: the kernel faults on purpose, which a sanitizer reports as an error, so
+/// `run --sanitize` skips it.
 #[test]
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
-fn a_faulting_dispatch_fails_its_semaphores_and_loses_the_device() {
+fn trap_a_faulting_dispatch_fails_its_semaphores_and_loses_the_device() {
     match std::env::var(CHILD_ENV).as_deref() {
         Ok("graph") => scenario(CommandBufferMode::Graph),
         Ok("deferred") => scenario(CommandBufferMode::Deferred),

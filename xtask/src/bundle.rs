@@ -42,23 +42,22 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Tests that `run --sanitize` skips: those that only assert timings (a sanitizer's instrumented
-/// kernels run many times slower, so only their timings would fail) and the one that makes a
-/// kernel trap on purpose (the sanitizer reports the trap as an error).
-pub const SANITIZE_SKIP: &[&str] = &[
-    "a_zone_around_a_spin_kernel_measures_its_length",
-    "zone_times_land_where_the_host_saw_the_work",
-    "a_faulting_dispatch_fails_its_semaphores_and_loses_the_device",
-];
+/// Name prefixes by which a GPU test declares itself unfit for `run --sanitize`, which skips it
+/// (the last `::` segment of its name is matched, in each binary's own `--list`):
+/// - `timing_`: it asserts timings (a sanitizer's instrumented kernels run many times slower, so
+///   only its timings would fail);
+/// - `trap_`: it makes a kernel trap on purpose (the sanitizer reports the trap as an error).
+pub const SANITIZE_SKIP_PREFIXES: &[&str] = &["timing_", "trap_"];
 
 /// The `run` script for these test names, in this order.
 pub fn run_script(tests: &[&str]) -> Result<String> {
-    for t in tests.iter().chain(SANITIZE_SKIP) {
+    for t in tests.iter().chain(SANITIZE_SKIP_PREFIXES) {
         check_name(t)?;
     }
-    Ok(RUN_TEMPLATE
-        .replace("@TESTS@", &tests.join(" "))
-        .replace("@SANITIZE_SKIP@", &SANITIZE_SKIP.join(" ")))
+    Ok(RUN_TEMPLATE.replace("@TESTS@", &tests.join(" ")).replace(
+        "@SANITIZE_SKIP_PREFIXES@",
+        &SANITIZE_SKIP_PREFIXES.join(" "),
+    ))
 }
 
 /// Writes (or refreshes) a bundle in `dir`: removes its old `bin/`, copies and
@@ -343,7 +342,26 @@ mod tests {
     fn sanitize_runs_every_binary_under_the_tool_and_counts_its_errors() {
         let dir = scratch("bundle-sanitize");
         fake(&dir, "cuhal", "driver 13.0", 0);
-        fake(&dir, "one", OK_3, 0);
+        // "one" lists tests that declare themselves timing-only or trapping (at any module
+        // depth), and others whose names only contain the prefixes; it shows its arguments.
+        write_script(
+            &dir.join("bin/one"),
+            &format!(
+                "#!/usr/bin/env bash
+if [ \"$1\" = --list ]; then
+    printf '%s: test\\n' graph::timing_backlog timing_zone trap_fault plain not_timing_x \\
+        deferred::a_trap_b
+    echo '6 tests, 0 benchmarks'
+    exit 0
+fi
+echo \"one args: $*\"
+cat <<'OUT'
+{OK_3}
+OUT
+"
+            ),
+        )
+        .unwrap();
         fake(&dir, "two", OK_3, 0);
         fake(&dir, "three", OK_3, 0);
         // A stand-in sanitizer: shows its arguments, runs the program, and reports one error
@@ -384,9 +402,14 @@ exit $status
             text.contains("sanitizer: --tool memcheck --target-processes all"),
             "{text}"
         );
-        for skipped in SANITIZE_SKIP {
-            assert!(text.contains(&format!("--skip {skipped}")), "{text}");
-        }
+        assert!(
+            text.contains(
+                "one args: --include-ignored --test-threads=1 --skip graph::timing_backlog \
+                 --skip timing_zone --skip trap_fault fill"
+            ),
+            "only the tests named timing_* or trap_* are skipped: {text}"
+        );
+        assert!(!text.contains("--skip plain"), "{text}");
         assert!(text.contains("memcheck one: 0 errors"), "{text}");
         assert!(text.contains("memcheck two: 1 errors"), "{text}");
         assert!(text.contains("memcheck three: 0 errors"), "{text}");

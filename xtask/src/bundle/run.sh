@@ -6,9 +6,8 @@
 #   ./run --sanitize TOOL [ARGS...]
 #                         runs `cuhal demo` and every test binary under compute-sanitizer with
 #                         --tool TOOL (memcheck, racecheck, synccheck or initcheck), skipping the
-#                         tests that only assert timings (instrumented kernels run many times
-#                         slower) and the one that faults on purpose, and prints each binary's
-#                         sanitizer error count; any error fails the run.
+#                         tests that declare themselves unfit for it by their name (below), and
+#                         prints each binary's sanitizer error count; any error fails the run.
 #
 # Each binary runs in its own process, so a test that loses its CUDA context
 # cannot take the others down. A binary that crashes, times out or exits non-zero
@@ -25,9 +24,11 @@ tests=(@TESTS@)
 limit="${CUHAL_TEST_TIMEOUT:-600}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
-# Tests that only assert timings, and the one that traps on purpose (the sanitizer reports
-# its fault as an error): skipped under --sanitize.
-sanitize_skip=(@SANITIZE_SKIP@)
+# Under --sanitize, a test is skipped when its name (the last `::` segment) starts with one of
+# these prefixes: `timing_` (it asserts timings, which instrumented kernels, many times slower,
+# do not keep) and `trap_` (it makes the GPU fault on purpose, which the sanitizer reports as an
+# error). Each binary's own test list says which tests these are; the script names none.
+sanitize_skip_prefixes=(@SANITIZE_SKIP_PREFIXES@)
 
 tool=""
 if [ "${1:-}" = "--sanitize" ]; then
@@ -131,9 +132,17 @@ for t in "${tests[@]}"; do
     echo "== $t"
     skips=()
     if [ -n "$tool" ]; then
-        for name in "${sanitize_skip[@]}"; do
-            skips+=(--skip "$name")
-        done
+        # libtest's list: "path::name: test" per test.
+        while IFS= read -r name; do
+            leaf="${name##*::}"
+            for prefix in "${sanitize_skip_prefixes[@]}"; do
+                if [ "${leaf#"$prefix"}" != "$leaf" ]; then
+                    skips+=(--skip "$name")
+                    echo "== $t: $name skipped under $tool (${prefix}*)"
+                    break
+                fi
+            done
+        done < <(bounded "$here/bin/$t" --list --include-ignored 2>/dev/null | sed -n 's/: test$//p')
     fi
     sanitized "$here/bin/$t" --include-ignored --test-threads=1 "${skips[@]}" "$@" 2>&1 | tee "$logs/$t.log"
     status=${PIPESTATUS[0]}

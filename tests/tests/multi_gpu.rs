@@ -45,6 +45,17 @@ fn nccl() -> Nccl {
     nccl
 }
 
+/// A communicator over GPUs 0 and 1 of `devices`, default options: the setup of every
+/// one-process NCCL test.
+fn communicator(nccl: &Nccl, devices: &[Device]) -> Communicator {
+    Communicator::local(
+        nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .expect("a communicator over GPUs 0 and 1")
+}
+
 fn wait(semaphore: &Semaphore, value: u64) {
     semaphore
         .wait(value, TIMEOUT)
@@ -184,12 +195,7 @@ fn multi_gpu_nccl_collectives_bit_exact() {
         return;
     };
     let nccl = nccl();
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     let n = 1 << 20;
     let f = NcclDataType::F32;
     // Integer-valued floats: every sum is exact, so results compare bit for bit.
@@ -304,12 +310,7 @@ fn multi_gpu_ten_thousand_all_reduces_never_deadlock() {
         return;
     };
     let nccl = nccl();
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     let a = devices[0].create_buffer(8).unwrap();
     let b = devices[1].create_buffer(8).unwrap();
     let (d0, d1) = (
@@ -547,12 +548,7 @@ fn multi_gpu_collective_command_buffers_bit_exact() {
         return;
     };
     let nccl = nccl();
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     for mode in [
         cuhal::CommandBufferMode::Graph,
         cuhal::CommandBufferMode::Deferred,
@@ -582,12 +578,7 @@ fn multi_gpu_ten_thousand_graph_collective_replays_never_deadlock() {
         return;
     };
     let nccl = nccl();
-    let comm = Communicator::local(
-        &nccl,
-        &[&devices[0], &devices[1]],
-        CommunicatorOptions::default(),
-    )
-    .unwrap();
+    let comm = communicator(&nccl, &devices);
     let (set, bufs) = record_collective_set(&comm, &devices, cuhal::CommandBufferMode::Graph, 2);
     let progress = Arc::new(AtomicU64::new(0));
     let watched = progress.clone();

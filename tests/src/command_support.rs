@@ -1,13 +1,14 @@
 //! Helpers for the command-buffer tests (`tests/command.rs`): a stream, the three kinds of
 //! command buffer behind one constructor, and the PTX kernels those tests dispatch.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use cuhal_command::{
-    Buffer, CommandBuffer, DeferredCommandBuffer, GraphCommandBuffer, StreamCommandBuffer,
-    ZoneRecorder,
+    Buffer, CommandBuffer, CommandRecorder, DeferredCommandBuffer, GraphCommandBuffer,
+    StreamCommandBuffer, ZoneRecorder,
 };
-use cuhal_sys::{CU_STREAM_NON_BLOCKING, Error, PrimaryContext};
+use cuhal_sys::{CU_STREAM_NON_BLOCKING, CUstream, Error, PrimaryContext};
 
 /// The tests' streams: `cuhal-sys`'s own, created `CU_STREAM_NON_BLOCKING` by [`stream`].
 pub use cuhal_sys::Stream;
@@ -35,16 +36,22 @@ impl Kind {
         context: &Arc<PrimaryContext>,
         stream: &Stream,
         zones: Option<Arc<dyn ZoneRecorder>>,
-    ) -> Result<Box<dyn CommandBuffer>, cuhal_command::Error> {
-        Ok(match self {
-            Kind::Graph => Box::new(GraphCommandBuffer::new(context, zones)?),
+    ) -> Result<Recording, cuhal_command::Error> {
+        let recorder = match self {
+            Kind::Graph => Recorder::Graph(GraphCommandBuffer::new(context, zones)?),
             Kind::Stream => {
                 // SAFETY: `stream` is a live stream of `context` and outlives the recording
                 // (the caller holds it for the whole test).
                 let cb = unsafe { StreamCommandBuffer::new(context, stream.raw(), zones)? };
-                Box::new(cb)
+                Recorder::Stream(cb)
             }
-            Kind::Deferred => Box::new(DeferredCommandBuffer::with_context(context, zones)?),
+            Kind::Deferred => {
+                Recorder::Deferred(DeferredCommandBuffer::with_context(context, zones)?)
+            }
+        };
+        Ok(Recording {
+            recorder,
+            ended: None,
         })
     }
 
@@ -54,8 +61,109 @@ impl Kind {
     }
 }
 
+enum Recorder {
+    Graph(GraphCommandBuffer),
+    Stream(StreamCommandBuffer),
+    Deferred(DeferredCommandBuffer),
+}
+
+/// A command buffer of any kind: records through [`CommandRecorder`] (by `Deref`), then
+/// [`Recording::end`]. A graph or deferred one then holds the [`CommandBuffer`] its `end()`
+/// returned, which [`Recording::issue`] issues; a stream one ran as it was recorded (it is not
+/// a `CommandBuffer`), so issuing it does nothing. Keep it until its stream is synchronized:
+/// it owns what the work reads.
+pub struct Recording {
+    recorder: Recorder,
+    ended: Option<Arc<dyn CommandBuffer>>,
+}
+
+impl Deref for Recording {
+    type Target = dyn CommandRecorder;
+
+    fn deref(&self) -> &Self::Target {
+        match &self.recorder {
+            Recorder::Graph(cb) => cb,
+            Recorder::Stream(cb) => cb,
+            Recorder::Deferred(cb) => cb,
+        }
+    }
+}
+
+impl DerefMut for Recording {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match &mut self.recorder {
+            Recorder::Graph(cb) => cb,
+            Recorder::Stream(cb) => cb,
+            Recorder::Deferred(cb) => cb,
+        }
+    }
+}
+
+impl Recording {
+    /// The kind.
+    pub fn kind(&self) -> Kind {
+        match self.recorder {
+            Recorder::Graph(_) => Kind::Graph,
+            Recorder::Stream(_) => Kind::Stream,
+            Recorder::Deferred(_) => Kind::Deferred,
+        }
+    }
+
+    /// Ends the recording; a graph or deferred one keeps the command buffer `end()` returned.
+    pub fn end(&mut self) -> Result<(), cuhal_command::Error> {
+        match &mut self.recorder {
+            Recorder::Graph(cb) => self.ended = Some(Arc::new(cb.end()?)),
+            Recorder::Deferred(cb) => self.ended = Some(Arc::new(cb.end()?)),
+            Recorder::Stream(cb) => cb.end()?,
+        }
+        Ok(())
+    }
+
+    /// The command buffer `end()` returned (`None` for a stream command buffer, or before the
+    /// end).
+    pub fn ended(&self) -> Option<&Arc<dyn CommandBuffer>> {
+        self.ended.as_ref()
+    }
+
+    /// Issues the ended command buffer on `stream`; a stream command buffer's work is on its
+    /// stream already.
+    ///
+    /// # Safety
+    /// As [`CommandBuffer::issue`]: `stream` is a live stream of the command buffer's context
+    /// (for a stream command buffer, the stream it recorded onto), and this outlives the work.
+    pub unsafe fn issue(&self, stream: CUstream) -> Result<(), cuhal_command::Error> {
+        match (&self.recorder, &self.ended) {
+            (Recorder::Stream(cb), _) => {
+                assert_eq!(
+                    cb.stream(),
+                    stream,
+                    "a stream command buffer ran on its own stream"
+                );
+                Ok(())
+            }
+            // SAFETY: forwarded contract.
+            (_, Some(ended)) => unsafe { ended.issue(stream) },
+            (_, None) => panic!("issued before end()"),
+        }
+    }
+
+    /// Whether the completed work did what it should (indirect dispatch counts in range).
+    pub fn check_completed(&self) -> Result<(), cuhal_command::Error> {
+        match (&self.recorder, &self.ended) {
+            (Recorder::Stream(cb), _) => cb.check_completed(),
+            (_, Some(ended)) => ended.check_completed(),
+            (_, None) => Ok(()),
+        }
+    }
+
+    /// The zone recorder given at creation (after `end()`).
+    pub fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
+        self.ended.as_ref().and_then(|cb| cb.zones())
+    }
+}
+
 /// Issues `cb` on `stream` and waits for it.
-pub fn submit(cb: &dyn CommandBuffer, stream: &Stream) -> Result<(), cuhal_command::Error> {
+pub fn submit(cb: &Recording, stream: &Stream) -> Result<(), cuhal_command::Error> {
     // SAFETY: `stream` is a live stream of the command buffer's context.
     unsafe { cb.issue(stream.raw()) }?;
     stream.synchronize()?;

@@ -11,8 +11,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cuhal::{
-    Buffer, BufferRange, CommandBuffer, CommandBufferMode, Device, DeviceOptions, Dispatch, Driver,
-    Executable, Function, KernelArgs, Queue, Semaphore,
+    Buffer, BufferRange, CommandBuffer, CommandBufferMode, CommandRecorder, Device, DeviceOptions,
+    Dispatch, Driver, Executable, Function, KernelArgs, Queue, Semaphore,
 };
 use cuhal_sys::PrimaryContext;
 
@@ -119,7 +119,7 @@ fn grid(n: u32) -> [u32; 3] {
 
 /// Records `ptr[i] = value` for every `u32` of `target` after a `spin_ns` spin.
 pub fn record_spin_fill(
-    cb: &mut dyn CommandBuffer,
+    cb: &mut dyn CommandRecorder,
     kernels: &Kernels,
     spin_ns: u64,
     target: &BufferRange,
@@ -142,7 +142,7 @@ pub fn record_spin_fill(
 
 /// Records `dst[i] = src[i] + k` over equal-length ranges of `u32`s.
 pub fn record_add(
-    cb: &mut dyn CommandBuffer,
+    cb: &mut dyn CommandRecorder,
     kernels: &Kernels,
     dst: &BufferRange,
     src: &BufferRange,
@@ -160,7 +160,7 @@ pub fn record_add(
 }
 
 /// Records `counter[0] += 1` (one thread).
-pub fn record_increment(cb: &mut dyn CommandBuffer, kernels: &Kernels, counter: &BufferRange) {
+pub fn record_increment(cb: &mut dyn CommandRecorder, kernels: &Kernels, counter: &BufferRange) {
     let args = KernelArgs::new().with_range(counter);
     cb.dispatch(&Dispatch::new(
         &kernels.increment,
@@ -174,14 +174,13 @@ pub fn record_increment(cb: &mut dyn CommandBuffer, kernels: &Kernels, counter: 
 /// Records with `record` into a new command buffer of `queue`'s mode, ends it, and shares it.
 pub fn command_buffer(
     queue: &Queue,
-    record: impl FnOnce(&mut dyn CommandBuffer),
+    record: impl FnOnce(&mut dyn CommandRecorder),
 ) -> Arc<dyn CommandBuffer> {
     let mut cb = queue
         .create_command_buffer()
         .unwrap_or_else(|e| panic!("create_command_buffer: {e}"));
     record(&mut *cb);
-    cb.end().unwrap_or_else(|e| panic!("end: {e}"));
-    Arc::from(cb)
+    cb.end().unwrap_or_else(|e| panic!("end: {e}"))
 }
 
 /// Writes `value` to every `u32` of `buffer` (synchronously, on the legacy stream: only for

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use cuhal::{
-    BindingError, Buffer, BufferRange, CommandBuffer, CommandBufferMode, Device, Dispatch, Error,
-    FillPattern, Function, KernelArgs, Queue, Semaphore,
+    BindingError, Buffer, BufferRange, CommandBuffer, CommandBufferMode, CommandRecorder, Device,
+    Dispatch, Error, FillPattern, Function, KernelArgs, Queue, Semaphore,
 };
 use cuhal_gpu_tests::device_support::*;
 use cuhal_gpu_tests::gpu::{Rng, seed};
@@ -87,7 +87,7 @@ in_both_modes!(
 );
 
 /// `dst = src + k` over `WORDS` words of two slots.
-fn add(cb: &mut dyn CommandBuffer, add: &Function, dst: u32, src: u32, k: u32) {
+fn add(cb: &mut dyn CommandRecorder, add: &Function, dst: u32, src: u32, k: u32) {
     let args = KernelArgs::new()
         .with_range(&BufferRange::slot(dst, 0, BYTES).unwrap())
         .with_range(&BufferRange::slot(src, 0, BYTES).unwrap())
@@ -118,8 +118,7 @@ fn record(queue: &Queue, kernels: &Kernels) -> Arc<dyn CommandBuffer> {
         &BufferRange::slot(3, 80, BYTES).unwrap(),
     )
     .unwrap();
-    cb.end().unwrap_or_else(|e| panic!("end: {e}"));
-    Arc::from(cb)
+    cb.end().unwrap_or_else(|e| panic!("end: {e}"))
 }
 
 /// Four fresh buffers, the input random, the rest poisoned.
@@ -243,8 +242,7 @@ fn one_command_buffer_on_two_queues_runs_concurrently(mode: CommandBufferMode) {
     let args = KernelArgs::new().with(STAMP_SPIN_NS).with_binding(0, 0);
     cb.dispatch(&Dispatch::new(&stamp, [1, 1, 1], [1, 1, 1], &args))
         .unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let (x, y) = (device.create_semaphore(0), device.create_semaphore(0));
     let mut overlapped = 0;
     const ROUNDS: u64 = 5;

@@ -1049,11 +1049,8 @@ fn rejected_operations_change_nothing(mode: CommandBufferMode) {
         q.alloca(&[], &[(&s, 1)], 0),
         Err(Error::Command(cuhal_command::Error::ZeroSize { .. }))
     ));
-    let unfinished: Arc<dyn cuhal::CommandBuffer> = Arc::from(q.create_command_buffer().unwrap());
-    assert!(matches!(
-        q.execute(&[], &[(&s, 1)], &[&unfinished]),
-        Err(Error::Command(cuhal_command::Error::InvalidState { .. }))
-    ));
+    // A command buffer that has not ended is not a `CommandBuffer` and cannot be passed to
+    // `execute` at all: a compile-fail doctest in the `cuhal` crate's docs keeps it so.
     assert_eq!(q.stats().submitted, 0, "a rejected operation was submitted");
     assert_eq!(value_of(&s), 0);
     assert_all(&buffer, POISON, "a rejected operation wrote");

@@ -306,8 +306,7 @@ fn bound(mode: CommandBufferMode, what: &str) {
         &args,
     ))
     .unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let tables = [[counters[0].whole()], [counters[1].whole()]];
     let mut submitted = 0u64;
     let mut submit = |f: &mut Fixture| {

@@ -10,8 +10,7 @@
 use std::sync::Arc;
 
 use cuhal_command::{
-    Buffer, CommandBuffer, Dispatch, Error, Executable, FillPattern, Function, HostBuffer,
-    KernelArgs,
+    Buffer, Dispatch, Error, Executable, FillPattern, Function, HostBuffer, KernelArgs,
 };
 use cuhal_gpu_tests::command_support::*;
 use cuhal_gpu_tests::gpu::{Gpu, Rng, seed};
@@ -47,7 +46,7 @@ impl Env {
         self.gpu.context()
     }
 
-    fn cb(&self, kind: Kind) -> Box<dyn CommandBuffer> {
+    fn cb(&self, kind: Kind) -> Recording {
         kind.create(self.ctx(), &self.stream, None)
             .expect("command buffer")
     }
@@ -67,7 +66,7 @@ impl Env {
         buffer.write(0, &bytes_of(&poison)).unwrap();
     }
 
-    fn submit(&self, cb: &dyn CommandBuffer) {
+    fn submit(&self, cb: &Recording) {
         submit(cb, &self.stream).unwrap_or_else(|e| panic!("submit: {e}"));
     }
 }
@@ -138,7 +137,7 @@ fn hopper_clusters_share_memory(kind: Kind) {
                 .unwrap();
         }
         cb.end().unwrap();
-        e.submit(&*cb);
+        e.submit(&cb);
         let expected: Vec<u32> = (0..CLUSTER_BLOCKS)
             .flat_map(|b| {
                 let rank = b % 2;
@@ -185,13 +184,12 @@ fn hopper_cooperative_grid_synchronizes(kind: Kind) {
         .unwrap();
     cb.end().unwrap();
     let expected = 3 * blocks * (blocks - 1) / 2 + blocks;
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
     for run in 0..if kind.resubmittable() { 2 } else { 1 } {
         if run > 0 {
             e.poison(&out);
-            e.submit(&*cb);
+            e.submit(&cb);
         } else {
-            e.submit(&*cb);
+            e.submit(&cb);
         }
         assert_eq!(
             read_u32(&out),
@@ -217,11 +215,11 @@ fn hopper_programmatic_chain_is_exact(kind: Kind) {
         cb.dispatch(&d.programmatic()).unwrap();
     }
     cb.end().unwrap();
-    e.submit(&*cb);
+    e.submit(&cb);
     let after: Vec<u32> = start.iter().map(|v| v + STEPS).collect();
     assert_eq!(read_u32(&data), after, "every step saw the one before");
     if kind.resubmittable() {
-        e.submit(&*cb);
+        e.submit(&cb);
         let twice: Vec<u32> = start.iter().map(|v| v + 2 * STEPS).collect();
         assert_eq!(read_u32(&data), twice, "second submission");
     }
@@ -298,7 +296,7 @@ fn record_indirect(
     counts: &Arc<Buffer>,
     hits: &Arc<Buffer>,
     count: [u32; 3],
-) -> Box<dyn CommandBuffer> {
+) -> Recording {
     let gate = e.function("gate_counts");
     let count_blocks = e.function("count_blocks");
     let gate_args = KernelArgs::new()
@@ -350,7 +348,7 @@ fn hopper_indirect_counts_from_the_device(kind: Kind) {
         assert_eq!(read_u32(&hits), expected, "count {count:?}");
         if kind.resubmittable() {
             e.poison(&hits);
-            e.submit(&*cb);
+            e.submit(&cb);
             cb.check_completed().unwrap();
             assert_eq!(read_u32(&hits), expected, "count {count:?}, again");
         }
@@ -367,7 +365,7 @@ fn hopper_indirect_out_of_range_fails_and_stream_stays_healthy(kind: Kind) {
         record_indirect(&e, kind, &flag, &counts, &hits, [1, 70_000, 1])
     });
     flag.set(1);
-    e.submit(&*cb);
+    e.submit(&cb);
     let failure = cb.check_completed().unwrap_err();
     assert!(
         matches!(
@@ -384,7 +382,7 @@ fn hopper_indirect_out_of_range_fails_and_stream_stays_healthy(kind: Kind) {
     assert_eq!(read_u32(&hits), vec![0; 4], "the dispatch did not run");
     // The stream and context are fine: a good count runs.
     let cb = record_indirect(&e, kind, &flag, &counts, &hits, [2, 2, 2]);
-    e.submit(&*cb);
+    e.submit(&cb);
     cb.check_completed().unwrap();
     assert_eq!(read_u32(&hits), vec![8 * 64, 2, 2, 2]);
 }
@@ -416,7 +414,7 @@ fn hopper_large_dynamic_shared_memory(kind: Kind) {
     .unwrap();
     assert!(reverse.max_dynamic_shared_memory() >= 100 * 1024);
     cb.end().unwrap();
-    e.submit(&*cb);
+    e.submit(&cb);
     let reversed: Vec<u32> = data
         .chunks(128)
         .flat_map(|c| c.iter().rev().copied())
@@ -467,7 +465,7 @@ fn hopper_bad_attributes_are_refused_at_recording(kind: Kind) {
     cb.dispatch(&Dispatch::new(&any, grid, [32, 1, 1], &args).with_cluster([2, 1, 1]))
         .unwrap();
     cb.end().unwrap();
-    e.submit(&*cb);
+    e.submit(&cb);
     assert_eq!(read_u32(&out)[1], 0, "block 0 is cluster rank 0");
     assert_eq!(read_u32(&out)[0], 1000 + 1);
 }

@@ -579,7 +579,7 @@ fn gemm_work(cublas: &Arc<Cublas>) -> Arc<StreamWorkFn> {
 }
 
 fn record_scale(
-    cb: &mut dyn cuhal::CommandBuffer,
+    cb: &mut dyn cuhal::CommandRecorder,
     scale: &cuhal::Function,
     dst: &BufferRange,
     src: &BufferRange,

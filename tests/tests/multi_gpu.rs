@@ -177,8 +177,7 @@ fn multi_gpu_peer_copies_as_queue_operations_and_commands() {
     let mut cb = gpu0.queue(0).create_command_buffer().unwrap();
     cb.fill(&b.whole(), FillPattern::U32(7)).unwrap_err(); // another device's buffer
     cb.copy_peer(&b.whole(), &back.whole()).unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn cuhal::CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn cuhal::CommandBuffer> = cb.end().unwrap();
     gpu0.queue(0).execute(&[], &[(&done, 3)], &[&cb]).unwrap();
     wait(&done, 3);
     assert!(

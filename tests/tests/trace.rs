@@ -6,10 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cuhal_command::{
-    CommandBuffer, DeferredCommandBuffer, Dispatch, Executable, GraphCommandBuffer, KernelArgs,
-    StreamCommandBuffer,
-};
+use cuhal_command::{Dispatch, Executable, KernelArgs};
+use cuhal_gpu_tests::command_support::Kind;
 use cuhal_gpu_tests::gpu::Gpu;
 use cuhal_gpu_tests::trace_support::{
     Graph, SPIN_NAME, SPIN_PTX, Spin, TraceStream, trace_stream, traced,
@@ -205,29 +203,21 @@ fn graph_stream_and_deferred_command_buffers_produce_zones() {
     let executable = Executable::load_ptx(context, SPIN_PTX).unwrap();
     let function = executable.function(SPIN_NAME).unwrap();
     let (trace, sink) = traced(context, Verbosity::Fine, big_pool());
-    for kind in ["graph", "stream", "deferred"] {
+    for kind in [Kind::Graph, Kind::Stream, Kind::Deferred] {
         sink.clear();
         let zones = trace.recorder();
-        let mut cb: Box<dyn CommandBuffer> = match kind {
-            "graph" => Box::new(GraphCommandBuffer::new(context, zones).unwrap()),
-            "stream" => {
-                // SAFETY: `stream` is a live stream of `context` and outlives the recording.
-                let cb = unsafe { StreamCommandBuffer::new(context, stream.raw(), zones) };
-                Box::new(cb.unwrap())
-            }
-            _ => Box::new(DeferredCommandBuffer::with_context(context, zones).unwrap()),
-        };
+        let mut cb = kind.create(context, &stream, zones.clone()).unwrap();
         let args = KernelArgs::new().with(40 * US).with(0u64);
         cb.begin_debug_group("group").unwrap();
         cb.dispatch(&Dispatch::new(&function, [1, 1, 1], [1, 1, 1], &args))
             .unwrap();
         cb.end_debug_group().unwrap();
         cb.end().unwrap();
-        let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
-        // SAFETY: `stream` is a live stream of `context`.
+        // SAFETY: `stream` is a live stream of `context` (the one a stream command buffer
+        // recorded onto), and `cb` outlives the synchronize below.
         unsafe { cb.issue(stream.raw()).unwrap() };
-        let collector = cb
-            .zones()
+        let collector = zones
+            .as_ref()
             .and_then(|z| z.as_any())
             .and_then(|a| a.downcast_ref::<cuhal_trace::ZoneList>())
             .expect("the trace context's zone list")
@@ -236,6 +226,11 @@ fn graph_stream_and_deferred_command_buffers_produce_zones() {
         stream.synchronize().unwrap();
         collector();
         let zones = sink.zones();
+        let kind = match kind {
+            Kind::Graph => "graph",
+            Kind::Stream => "stream",
+            Kind::Deferred => "deferred",
+        };
         println!("{kind}: {zones:?}");
         // Only a stream command buffer times itself whole: graph and deferred ones get their
         // whole zone from the queue's submission (its completion event), not issued here.

@@ -217,8 +217,7 @@ fn gemm(device: &cuhal::Device, cublas: Arc<Cublas>) -> Result {
     cb.fill(&b.whole(), FillPattern::U32(1.0f32.to_bits()))?;
     cb.barrier()?;
     cb.stream_work(&[a.whole(), b.whole(), c.whole()], work)?;
-    cb.end()?;
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end()?;
     let done = device.create_semaphore(0);
     q.execute(&[], &[(&done, 1)], &[&cb])?;
     done.wait(1, Duration::from_secs(10))?;

@@ -108,8 +108,7 @@ impl Hal {
             let (function, kernel_args) = self.kernel(args)?;
             cb.dispatch(&Dispatch::new(function, [1, 1, 1], [1, 1, 1], &kernel_args))?;
         }
-        cb.end().context("cuhal: ending a command buffer")?;
-        Ok(Arc::from(cb))
+        cb.end().context("cuhal: ending a command buffer")
     }
 
     /// A finished command buffer of queue `queue`'s mode: a chain of `count` one-thread `step`
@@ -132,8 +131,7 @@ impl Hal {
                 .with(count.max(1));
             cb.dispatch(&Dispatch::new(&self.step, [1, 1, 1], [1, 1, 1], &args))?;
         }
-        cb.end().context("cuhal: ending a command buffer")?;
-        Ok(Arc::from(cb))
+        cb.end().context("cuhal: ending a command buffer")
     }
 
     /// [`Self::bound_step_chain`] as a graph command buffer that patches its bindings with

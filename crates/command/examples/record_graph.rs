@@ -87,9 +87,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cb.barrier()?;
     cb.copy(&data.whole(), &copy.whole())?;
     cb.end_debug_group()?;
-    cb.end()?;
-    println!("recorded a graph of {} nodes", cb.node_count());
-    let cb: Arc<dyn CommandBuffer> = Arc::new(cb);
+    // `end()` instantiates the graph and returns what can be launched or submitted.
+    let exec = cb.end()?;
+    println!("recorded a graph of {} nodes", exec.node_count());
+    let cb: Arc<dyn CommandBuffer> = Arc::new(exec);
 
     let stream = Stream::new(&context, CU_STREAM_NON_BLOCKING)?;
     let _current = context.enter()?;

@@ -13,15 +13,15 @@ use std::sync::Arc;
 use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, PrimaryContext};
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
-use crate::binding::{BindingError, Operand, with_bound_args};
+use crate::binding::{Operand, with_bound_args};
 use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes};
-use crate::recorder::{CommandZone, Encoder, Recorder};
+use crate::recorder::{CommandZone, Encoder, Recorded, Recorder};
 use crate::stream_ops::{self, LaunchShape};
 use crate::stream_work::{self, StreamWork, StreamWorkFn};
 use crate::{
     ArgBinding, ArgSlot, BindingLayout, BufferRange, CommandBuffer, CommandBufferKind,
-    CommandBufferState, CommandRecorder, Dispatch, Error, FillPattern, KernelArgs, ZoneRecorder,
+    CommandEncoder, CommandRecorder, Dispatch, Error, FillPattern, KernelArgs, ZoneRecorder,
 };
 use smallvec::SmallVec;
 
@@ -349,17 +349,16 @@ impl Encoder for DeferredEncoder {
     }
 }
 
-/// A command buffer recorded into an arena and replayed onto a stream at each issue.
+/// A command buffer being recorded into an arena; [`end`](Self::end) gives the
+/// [`DeferredExec`] that replays it onto a stream at each issue.
 ///
-/// Recording needs no GPU and makes no driver call. Replays may run any number of times and
-/// concurrently from several threads; each is one driver call per command.
+/// Recording needs no GPU and makes no driver call.
 pub struct DeferredCommandBuffer {
     recorder: Recorder<DeferredEncoder>,
 }
 
-// SAFETY: the raw pointers (function handles, events, argument pointers into the owned arena)
-// are only read after `end()`, when the arena no longer changes; CUDA handles may be used from
-// any thread; the zone recorder is Send + Sync.
+// SAFETY: the raw pointers (function handles, events) are only stored while recording, through
+// `&mut self`; CUDA handles may be used from any thread; the zone recorder is Send + Sync.
 unsafe impl Send for DeferredCommandBuffer {}
 // SAFETY: as above: `&self` methods only read.
 unsafe impl Sync for DeferredCommandBuffer {}
@@ -401,9 +400,78 @@ impl DeferredCommandBuffer {
         })
     }
 
+    /// Finishes recording (every debug group must be closed) and freezes the arena: the
+    /// returned [`DeferredExec`] replays it, any number of times. This recording is left
+    /// ended; an error (an unclosed debug group) leaves it recording.
+    pub fn end(&mut self) -> Result<DeferredExec, Error> {
+        let (encoder, recorded) = self.recorder.end()?;
+        Ok(DeferredExec { encoder, recorded })
+    }
+
+    /// What the commands recorded so far use of each binding slot.
+    pub fn bindings(&self) -> &BindingLayout {
+        self.recorder.bindings()
+    }
+
+    /// Number of commands encoded so far (zone events included, barriers excluded; 0 once
+    /// ended: see [`DeferredExec::command_count`]).
+    pub fn command_count(&self) -> usize {
+        self.recorder.encoder().map_or(0, |e| e.ops.len())
+    }
+
+    /// Bytes of update data and kernel arguments in the arena so far.
+    pub fn arena_bytes(&self) -> usize {
+        self.recorder.encoder().map_or(0, |e| e.bytes.len())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn recorder(&self) -> &Recorder<DeferredEncoder> {
+        &self.recorder
+    }
+}
+
+crate::recorder::forward_recording!(DeferredCommandBuffer);
+
+impl CommandEncoder for DeferredCommandBuffer {
+    fn kind(&self) -> CommandBufferKind {
+        CommandBufferKind::Deferred
+    }
+    fn end(&mut self) -> Result<Arc<dyn CommandBuffer>, Error> {
+        Ok(Arc::new(DeferredCommandBuffer::end(self)?))
+    }
+}
+
+impl fmt::Debug for DeferredCommandBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeferredCommandBuffer")
+            .field("state", &self.recorder.state())
+            .field("commands", &self.command_count())
+            .field("arena_bytes", &self.arena_bytes())
+            .finish()
+    }
+}
+
+/// An ended deferred command buffer: its arena, replayed onto a stream at each issue.
+///
+/// Replays may run any number of times and concurrently from several threads; each is one
+/// driver call per command. Share it as `Arc<DeferredExec>` (or `Arc<dyn CommandBuffer>`) to
+/// submit it to a queue, which holds it until the submission completes.
+pub struct DeferredExec {
+    encoder: DeferredEncoder,
+    recorded: Recorded,
+}
+
+// SAFETY: the raw pointers (function handles, events, argument pointers into the owned arena)
+// are only read: the arena no longer changes once ended; CUDA handles may be used from any
+// thread; the zone recorder is Send + Sync.
+unsafe impl Send for DeferredExec {}
+// SAFETY: as above: every method takes `&self` and only reads.
+unsafe impl Sync for DeferredExec {}
+
+impl DeferredExec {
     /// Enqueues every recorded command on `stream`, in order (stream-work closures are called
-    /// with `stream`). Only after `end()`, and only for a command buffer that recorded no
-    /// binding slot (see [`Self::replay_with_bindings`]).
+    /// with `stream`). Only for a command buffer that recorded no binding slot (see
+    /// [`Self::replay_with_bindings`]).
     ///
     /// # Safety
     /// `stream` must be a live stream of the command buffer's context (given at creation or
@@ -447,26 +515,12 @@ impl DeferredCommandBuffer {
         bindings: &[BufferRange],
         commands: std::ops::Range<usize>,
     ) -> Result<(), Error> {
-        let state = self.recorder.state();
-        if state != CommandBufferState::Ended {
-            return Err(Error::InvalidState {
-                operation: "replay",
-                state,
-            });
-        }
-        let needed = self.recorder.bindings().slots_used();
-        if bindings.len() < needed {
-            return Err(BindingError::TableTooShort {
-                given: bindings.len(),
-                needed,
-            }
-            .into());
-        }
-        let encoder = &self.recorder.encoder;
+        self.recorded.check_table_length(bindings)?;
+        let encoder = &self.encoder;
         if encoder.ops.is_empty() {
             return Ok(());
         }
-        let Some(context) = self.recorder.context() else {
+        let Some(context) = self.recorded.context() else {
             return Err(Error::NoContext);
         };
         let _bound = context.enter()?;
@@ -573,13 +627,13 @@ impl DeferredCommandBuffer {
 
     /// What the recorded commands use of each binding slot.
     pub fn bindings(&self) -> &BindingLayout {
-        self.recorder.bindings()
+        &self.recorded.layout
     }
 
     /// The closure of the stream-work command at `index` (see [`Self::command_count`]), or
     /// `None` when the command there is something else.
     pub fn stream_work_at(&self, index: usize) -> Option<&Arc<StreamWorkFn>> {
-        let encoder = &self.recorder.encoder;
+        let encoder = &self.encoder;
         match encoder.ops.get(index)? {
             Op::StreamWork(work) => encoder.works.get(*work as usize).map(|w| &w.work),
             _ => None,
@@ -588,35 +642,26 @@ impl DeferredCommandBuffer {
 
     /// Number of encoded commands (zone events included, barriers excluded).
     pub fn command_count(&self) -> usize {
-        self.recorder.encoder.ops.len()
+        self.encoder.ops.len()
     }
 
     /// Bytes of update data and kernel arguments in the arena.
     pub fn arena_bytes(&self) -> usize {
-        self.recorder.encoder.bytes.len()
+        self.encoder.bytes.len()
     }
 
     #[cfg(test)]
-    pub(crate) fn recorder(&self) -> &Recorder<DeferredEncoder> {
-        &self.recorder
+    pub(crate) fn parts(&self) -> (&DeferredEncoder, &Recorded) {
+        (&self.encoder, &self.recorded)
     }
 }
 
-crate::recorder::forward_recording!(DeferredCommandBuffer);
-
-impl CommandBuffer for DeferredCommandBuffer {
+impl CommandBuffer for DeferredExec {
     fn kind(&self) -> CommandBufferKind {
         CommandBufferKind::Deferred
     }
-    fn check_completed(&self) -> Result<(), Error> {
-        self.recorder.check_completed()
-    }
-    fn checks_completion(&self) -> bool {
-        self.recorder.checks_completion()
-    }
-    unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
-        // SAFETY: the caller upholds `issue`'s contract, which is `replay`'s.
-        unsafe { self.replay(stream) }
+    fn recorded(&self) -> &Recorded {
+        &self.recorded
     }
     unsafe fn issue_with_bindings(
         &self,
@@ -626,28 +671,13 @@ impl CommandBuffer for DeferredCommandBuffer {
         // SAFETY: the caller upholds `issue_with_bindings`' contract, which is this one's.
         unsafe { self.replay_with_bindings(stream, bindings) }
     }
-    fn bindings(&self) -> &BindingLayout {
-        self.recorder.bindings()
-    }
-    fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
-        self.recorder.zones()
-    }
-
-    fn buffers(&self) -> &[Arc<crate::Buffer>] {
-        self.recorder.buffers()
-    }
-
-    fn context(&self) -> Option<&Arc<PrimaryContext>> {
-        self.recorder.context()
-    }
 }
 
-impl fmt::Debug for DeferredCommandBuffer {
+impl fmt::Debug for DeferredExec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeferredCommandBuffer")
-            .field("state", &self.recorder.state())
-            .field("commands", &self.recorder.encoder.ops.len())
-            .field("arena_bytes", &self.recorder.encoder.bytes.len())
+        f.debug_struct("DeferredExec")
+            .field("commands", &self.encoder.ops.len())
+            .field("arena_bytes", &self.encoder.bytes.len())
             .finish()
     }
 }

@@ -233,10 +233,6 @@ pub enum Error {
         /// How many are open.
         open: u32,
     },
-    /// A stream command buffer was issued to a stream other than the one it executed on.
-    StreamMismatch,
-    /// A one-shot (stream) command buffer was issued a second time.
-    AlreadyIssued,
     /// Stream work cannot be captured into a graph: the driver lacks
     /// `cuStreamBeginCaptureToGraph` (CUDA 12.3). Deferred command buffers run it instead.
     CaptureUnsupported {
@@ -473,11 +469,6 @@ impl fmt::Display for Error {
             Error::UnclosedDebugGroups { open } => {
                 write!(f, "end() with {open} debug group(s) still open")
             }
-            Error::StreamMismatch => write!(
-                f,
-                "a stream command buffer can only be issued to the stream it executed on"
-            ),
-            Error::AlreadyIssued => write!(f, "a stream command buffer can be issued only once"),
             Error::CaptureUnsupported { driver_version } => write!(
                 f,
                 "capturing stream work into a graph needs cuStreamBeginCaptureToGraph (CUDA 12.3); \

@@ -11,13 +11,20 @@
 //!   patterns), update (host bytes copied at record time), copy, dispatch ([`Dispatch`] with
 //!   [`KernelArgs`] packed at their ABI alignment), execution barrier, debug groups, `end()`.
 //!   Commands are validated before they reach the driver; a rejected command records nothing.
-//! - Three kinds of command buffer, each a [`CommandBuffer`] the device crate can hold as
-//!   `Arc<dyn CommandBuffer>` and [`issue`](CommandBuffer::issue) onto its queue's stream:
-//!   - [`GraphCommandBuffer`]: a `CUgraph` whose nodes between barriers run concurrently,
-//!     instantiated once at `end()`, launched any number of times (`cuGraphLaunch`);
-//!   - [`StreamCommandBuffer`]: each command goes to a stream as it is recorded (one shot);
-//!   - [`DeferredCommandBuffer`]: recorded into an arena without touching the GPU, replayed
-//!     onto a stream at every issue.
+//! - Three kinds of command buffer. Two end in a [`CommandBuffer`], the only type a queue
+//!   submits (the device crate holds it as `Arc<dyn CommandBuffer>` and
+//!   [`issue`](CommandBuffer::issue)s it onto its queue's stream), as wgpu-hal's
+//!   `end_encoding` turns an encoder into a command buffer:
+//!   - [`GraphCommandBuffer`]: a `CUgraph` whose nodes between barriers run concurrently;
+//!     `end()` instantiates it once and returns a [`GraphExec`], launched any number of times
+//!     (`cuGraphLaunch`);
+//!   - [`DeferredCommandBuffer`]: recorded into an arena without touching the GPU; `end()`
+//!     returns a [`DeferredExec`], replayed onto a stream at every issue;
+//!   - [`StreamCommandBuffer`]: each command goes to a stream as it is recorded (one shot); its
+//!     `end()` returns nothing to submit.
+//!
+//!   [`CommandEncoder`] is the first two behind one object type (`Box<dyn CommandEncoder>`),
+//!   whose `end()` returns `Arc<dyn CommandBuffer>`.
 //! - Stream work ([`CommandRecorder::stream_work`]): a closure handed a stream, for library
 //!   calls (cuBLAS, NCCL, another runtime's kernels): captured into a graph command buffer's
 //!   graph, called at every replay of a deferred one, called at once by a stream one.
@@ -45,8 +52,7 @@
 //! cb.update(&data.range(512, 4)?, &[1, 2, 3, 4])?;
 //! cb.barrier()?;
 //! cb.copy(&data.range(0, 256)?, &data.range(768, 256)?)?;
-//! cb.end()?;
-//! let cb: Arc<dyn CommandBuffer> = Arc::new(cb);
+//! let cb: Arc<dyn CommandBuffer> = Arc::new(cb.end()?);
 //! let _current = context.enter()?;
 //! // SAFETY: `stream` is a live stream of `context`, which is current, and `cb` lives until the
 //! // stream is synchronized below.
@@ -58,6 +64,45 @@
 //! // SAFETY: `stream` is live; waits for both launches before `cb` and `data` can drop.
 //! unsafe { cu!(api, cuStreamSynchronize(stream)) }?;
 //! # Ok(()) }
+//! ```
+//!
+//! Only an ended graph or deferred command buffer is a [`CommandBuffer`]:
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use cuhal_command::*;
+//! fn submittable(graph: GraphExec, deferred: DeferredExec) -> [Arc<dyn CommandBuffer>; 2] {
+//!     [Arc::new(graph), Arc::new(deferred)]
+//! }
+//! ```
+//!
+//! A recording that has not ended cannot be submitted (or issued):
+//!
+//! ```compile_fail,E0277
+//! # use std::sync::Arc;
+//! # use cuhal_command::*;
+//! fn submittable(recording: GraphCommandBuffer) -> Arc<dyn CommandBuffer> {
+//!     Arc::new(recording)
+//! }
+//! ```
+//!
+//! ```compile_fail,E0277
+//! # use std::sync::Arc;
+//! # use cuhal_command::*;
+//! fn submittable(recording: DeferredCommandBuffer) -> Arc<dyn CommandBuffer> {
+//!     Arc::new(recording)
+//! }
+//! ```
+//!
+//! and neither can a stream command buffer, ended or not: its work ran as it was recorded.
+//!
+//! ```compile_fail,E0277
+//! # use std::sync::Arc;
+//! # use cuhal_command::*;
+//! fn submittable(mut stream: StreamCommandBuffer) -> Arc<dyn CommandBuffer> {
+//!     stream.end().unwrap();
+//!     Arc::new(stream)
+//! }
 //! ```
 
 mod arena;
@@ -81,18 +126,19 @@ mod trace_hook;
 
 pub use binding::{ArgBinding, BindingError, BindingLayout};
 pub use buffer::{Buffer, HostBuffer, HostBufferUse, WorkDone};
-pub use deferred::DeferredCommandBuffer;
+pub use deferred::{DeferredCommandBuffer, DeferredExec};
 pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};
 pub use graph::{
     BINDINGS_HELPER, DEFAULT_EXECUTABLE_LIMIT, DEVICE_PATCH_MIN_NODES, DEVICE_PATCH_RING,
-    GraphCommandBuffer, PatchMethod,
+    GraphCommandBuffer, GraphExec, PatchMethod,
 };
 pub use indirect::{INDIRECT_COUNT_BYTES, INDIRECT_HELPER, INDIRECT_HELPER_DIR_ENV};
 pub use kernel_args::{ArgSlot, DevicePtr, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};
 pub use param_count::{ParameterCounts, cubin_parameter_counts, ptx_parameter_counts};
 pub use range::BufferRange;
+use recorder::Recorded;
 pub use recorder::{CommandBufferState, CommandRecorder, Dispatch, FillPattern};
 pub use stream::StreamCommandBuffer;
 pub use stream_work::{StreamWork, StreamWorkError, StreamWorkFn, WorkError, WorkRange};
@@ -113,44 +159,18 @@ pub enum CommandBufferKind {
     Deferred,
 }
 
-/// What a queue needs of any command buffer: issue it onto a stream, and reach its tracing
-/// zones. Record through [`CommandRecorder`] (e.g. on a `Box<dyn CommandBuffer>`), then share
-/// it as `Arc<dyn CommandBuffer>`.
-pub trait CommandBuffer: CommandRecorder + Send + Sync {
-    /// The kind.
+/// A command buffer a queue can submit: what `end()` of a graph or deferred command buffer
+/// returns ([`GraphExec`], [`DeferredExec`]), shared as `Arc<dyn CommandBuffer>`. A recording
+/// that has not ended is not one, and neither is a stream command buffer (its work ran as it
+/// was recorded), so neither can be submitted.
+pub trait CommandBuffer: Send + Sync {
+    /// The kind ([`CommandBufferKind::Graph`] or [`CommandBufferKind::Deferred`]).
     fn kind(&self) -> CommandBufferKind;
 
-    /// Enqueues the recorded work on `stream`, after the stream's earlier work. Requires a
-    /// successful `end()`.
-    ///
-    /// - graph: `cuGraphLaunch`; any number of times;
-    /// - deferred: replays every command; any number of times;
-    /// - stream: its work already ran on the stream it was created with: succeeds once, for
-    ///   that stream, and is an error for any other stream or a second time.
-    ///
-    /// # Safety
-    /// `stream` must be a live stream of the command buffer's context (a dangling stream handle
-    /// is not something the driver can be relied on to reject), and the command buffer must not
-    /// be dropped before the issued work completes: the work reads the bytes, buffers and
-    /// kernels it owns. A queue keeps the command buffer alive until then. The command buffer's
-    /// context must be current on the calling thread: a queue makes it current once per
-    /// submission, and a graph launch does not check it again.
-    unsafe fn issue(&self, stream: CUstream) -> Result<(), Error>;
-
-    /// Called by the queue when a submission of this command buffer completed without a driver
-    /// error: an error here (an indirect dispatch whose count was out of range, which the device
-    /// recorded instead of running it) fails that submission. Reported once; a failure of a
-    /// later submission that completed in the same batch is reported with the first.
-    fn check_completed(&self) -> Result<(), Error> {
-        Ok(())
-    }
-
-    /// Whether [`check_completed`](CommandBuffer::check_completed) can fail (the command buffer
-    /// recorded an indirect dispatch). The queue then signals a submission only after checking
-    /// it, never straight from its completion event.
-    fn checks_completion(&self) -> bool {
-        false
-    }
+    /// What the command buffer keeps of its recording (the methods below that do not issue
+    /// read it). Only this crate's command buffers have one.
+    #[doc(hidden)]
+    fn recorded(&self) -> &Recorded;
 
     /// [`CommandBuffer::issue`] with `bindings` giving memory to the slots the command buffer
     /// recorded: a graph patches its executable's nodes whose bindings changed since that
@@ -166,36 +186,77 @@ pub trait CommandBuffer: CommandRecorder + Send + Sync {
         &self,
         stream: CUstream,
         bindings: &[BufferRange],
-    ) -> Result<(), Error> {
-        if bindings.is_empty() {
-            // SAFETY: forwarded contract.
-            unsafe { self.issue(stream) }
-        } else {
-            Err(BindingError::TableNotExpected {
-                given: bindings.len(),
-            }
-            .into())
-        }
+    ) -> Result<(), Error>;
+
+    /// Enqueues the recorded work on `stream`, after the stream's earlier work, any number of
+    /// times: a graph with `cuGraphLaunch`, a deferred buffer by replaying every command.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the command buffer's context (a dangling stream handle
+    /// is not something the driver can be relied on to reject), and the command buffer must not
+    /// be dropped before the issued work completes: the work reads the bytes, buffers and
+    /// kernels it owns. A queue keeps the command buffer alive until then. The command buffer's
+    /// context must be current on the calling thread: a queue makes it current once per
+    /// submission, and a graph launch does not check it again.
+    unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
+        // SAFETY: forwarded contract; an empty table is what a buffer without slots takes.
+        unsafe { self.issue_with_bindings(stream, &[]) }
+    }
+
+    /// Called by the queue when a submission of this command buffer completed without a driver
+    /// error: an error here (an indirect dispatch whose count was out of range, which the device
+    /// recorded instead of running it) fails that submission. Reported once; a failure of a
+    /// later submission that completed in the same batch is reported with the first.
+    fn check_completed(&self) -> Result<(), Error> {
+        self.recorded().check_completed()
+    }
+
+    /// Whether [`check_completed`](CommandBuffer::check_completed) can fail (the command buffer
+    /// recorded an indirect dispatch). The queue then signals a submission only after checking
+    /// it, never straight from its completion event.
+    fn checks_completion(&self) -> bool {
+        self.recorded().checks_completion()
     }
 
     /// What the recorded commands use of each binding slot: check a table against it
     /// ([`BindingLayout::check`]) before issuing with it.
     fn bindings(&self) -> &BindingLayout {
-        BindingLayout::none()
+        &self.recorded().layout
     }
 
     /// The zone recorder given at creation, so the queue's tracer can collect the zones of
     /// each submission.
-    fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>>;
+    fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
+        self.recorded().zones.as_ref()
+    }
 
     /// Every buffer the recorded commands use (raw ranges aside), so that a queue can check
     /// each one at submission: that it belongs to the queue's device and is still allocated.
-    fn buffers(&self) -> &[Arc<Buffer>];
+    fn buffers(&self) -> &[Arc<Buffer>] {
+        self.recorded().retained.buffers()
+    }
 
-    /// The context the command buffer records for; `None` for a deferred buffer that has not
-    /// yet recorded anything that names one (it can only be issued if it recorded nothing at
-    /// all, not even tracing zones).
-    fn context(&self) -> Option<&Arc<PrimaryContext>>;
+    /// The context the command buffer records for; `None` for a deferred buffer that recorded
+    /// nothing that names one (it can only be issued if it recorded nothing at all, not even
+    /// tracing zones).
+    fn context(&self) -> Option<&Arc<PrimaryContext>> {
+        self.recorded().context()
+    }
+}
+
+/// A recording that ends in a [`CommandBuffer`]: graph and deferred command buffers, as a queue
+/// hands them out (`Box<dyn CommandEncoder>`). Record through [`CommandRecorder`], then
+/// [`end`](CommandEncoder::end) (as wgpu-hal's `end_encoding`) gives the command buffer to
+/// submit. [`StreamCommandBuffer`] is not one: it runs as it records.
+pub trait CommandEncoder: CommandRecorder + Send + Sync {
+    /// The kind of command buffer `end()` returns.
+    fn kind(&self) -> CommandBufferKind;
+
+    /// Finishes recording (every debug group must be closed) and returns the command buffer to
+    /// submit, any number of times. The recording is left ended: every later call on it is an
+    /// [`Error::InvalidState`]. An error (an unclosed debug group) leaves it recording, or
+    /// (a driver failure, e.g. instantiating the graph) failed.
+    fn end(&mut self) -> Result<Arc<dyn CommandBuffer>, Error>;
 }
 
 #[cfg(test)]

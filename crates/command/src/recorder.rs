@@ -241,9 +241,6 @@ pub trait CommandRecorder {
 
     /// Closes the innermost debug group.
     fn end_debug_group(&mut self) -> Result<(), Error>;
-
-    /// Finishes recording. Every debug group must be closed.
-    fn end(&mut self) -> Result<(), Error>;
 }
 
 /// Implements [`CommandRecorder`] for a command buffer type by forwarding every method to its
@@ -307,9 +304,6 @@ macro_rules! forward_recording {
             }
             fn end_debug_group(&mut self) -> Result<(), $crate::Error> {
                 self.recorder.end_debug_group()
-            }
-            fn end(&mut self) -> Result<(), $crate::Error> {
-                self.recorder.end()
             }
         }
     };
@@ -394,8 +388,10 @@ impl ZoneHooks {
         }
     }
 
-    pub(crate) fn recorder(&self) -> Option<&Arc<dyn ZoneRecorder>> {
-        self.recorder.as_ref()
+    /// Takes the tracer out, leaving tracing off.
+    fn take(&mut self) -> Option<Arc<dyn ZoneRecorder>> {
+        self.verbosity = Verbosity::Off;
+        self.recorder.take()
     }
 
     /// Opens a coarse zone if tracing is on: `Some(event)` to record.
@@ -454,6 +450,11 @@ pub(crate) struct Retained {
 }
 
 impl Retained {
+    /// Every buffer the recorded commands use (each once after `end()`).
+    pub(crate) fn buffers(&self) -> &[Arc<Buffer>] {
+        &self.buffers
+    }
+
     fn buffer(&mut self, buffer: &Arc<Buffer>) {
         if !self.buffers.last().is_some_and(|b| Arc::ptr_eq(b, buffer)) {
             self.buffers.push(Arc::clone(buffer));
@@ -530,9 +531,53 @@ impl Groups {
     }
 }
 
+/// What an ended command buffer keeps of its recording besides its encoder: its context,
+/// tracer, the resources its commands use, the indirect-dispatch state and the binding layout.
+/// Every kind's submittable form holds one; [`CommandBuffer`](crate::CommandBuffer)'s methods
+/// that do not issue read it.
+#[doc(hidden)]
+pub struct Recorded {
+    pub(crate) context: Option<Arc<PrimaryContext>>,
+    pub(crate) zones: Option<Arc<dyn ZoneRecorder>>,
+    pub(crate) retained: Retained,
+    pub(crate) indirect: Option<Indirect>,
+    pub(crate) layout: BindingLayout,
+}
+
+impl Recorded {
+    pub(crate) fn context(&self) -> Option<&Arc<PrimaryContext>> {
+        self.context.as_ref()
+    }
+
+    /// Whether a submission that completed without a driver error did what it should: an
+    /// indirect dispatch whose count was out of range is reported here, once.
+    pub(crate) fn check_completed(&self) -> Result<(), Error> {
+        self.indirect.as_ref().map_or(Ok(()), Indirect::check)
+    }
+
+    /// Whether [`Recorded::check_completed`] can fail: an indirect dispatch was recorded.
+    pub(crate) fn checks_completion(&self) -> bool {
+        self.indirect.is_some()
+    }
+
+    /// Refuses a binding table shorter than the slots the commands use.
+    pub(crate) fn check_table_length(&self, bindings: &[BufferRange]) -> Result<(), Error> {
+        let needed = self.layout.slots_used();
+        if bindings.len() < needed {
+            return Err(crate::BindingError::TableTooShort {
+                given: bindings.len(),
+                needed,
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
 /// The shared front end: checks, state, retention and zones around an [`Encoder`].
 pub(crate) struct Recorder<E> {
-    pub(crate) encoder: E,
+    /// Moved out by `end()`, into the command buffer's ended form.
+    encoder: Option<E>,
     state: CommandBufferState,
     /// The context every resource must belong to. Graph and stream command buffers are given
     /// theirs; a deferred one adopts the context of the first resource it records.
@@ -561,7 +606,7 @@ impl<E: Encoder> Recorder<E> {
         whole: Option<&'static str>,
     ) -> Result<Self, Error> {
         let mut this = Self {
-            encoder,
+            encoder: Some(encoder),
             state: CommandBufferState::Recording,
             context,
             zones: ZoneHooks::new(zones),
@@ -575,28 +620,23 @@ impl<E: Encoder> Recorder<E> {
         if let Some(name) = whole
             && let Some(event) = this.zones.begin_coarse(name)
         {
-            this.encoder.zone_event(event)?;
+            this.encode(|e| e.zone_event(event))?;
         }
         Ok(this)
     }
 
-    pub(crate) fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
-        self.zones.recorder()
-    }
-
-    pub(crate) fn context(&self) -> Option<&Arc<PrimaryContext>> {
-        self.context.as_ref()
-    }
-
-    /// Whether a submission that completed without a driver error did what it should: an
-    /// indirect dispatch whose count was out of range is reported here, once.
+    /// [`Recorded::check_completed`] for the commands recorded so far.
     pub(crate) fn check_completed(&self) -> Result<(), Error> {
         self.indirect.as_ref().map_or(Ok(()), Indirect::check)
     }
 
-    /// Whether [`Recorder::check_completed`] can fail: an indirect dispatch was recorded.
-    pub(crate) fn checks_completion(&self) -> bool {
-        self.indirect.is_some()
+    /// The encoder, while recording (`None` once `end()` moved it out).
+    pub(crate) fn encoder(&self) -> Option<&E> {
+        self.encoder.as_ref()
+    }
+
+    pub(crate) fn encoder_mut(&mut self) -> Option<&mut E> {
+        self.encoder.as_mut()
     }
 
     /// Lets the commands recorded from now on name slots below `capacity`.
@@ -607,16 +647,6 @@ impl<E: Encoder> Recorder<E> {
     /// What the commands use of each binding slot.
     pub(crate) fn bindings(&self) -> &BindingLayout {
         &self.layout
-    }
-
-    #[cfg(test)]
-    pub(crate) fn retained(&self) -> &Retained {
-        &self.retained
-    }
-
-    /// Every buffer the recorded commands use (each once after `end()`).
-    pub(crate) fn buffers(&self) -> &[Arc<Buffer>] {
-        &self.retained.buffers
     }
 
     fn recording(&self, operation: &'static str) -> Result<(), Error> {
@@ -660,8 +690,7 @@ impl<E: Encoder> Recorder<E> {
     fn encode_copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
         let zone = self.zones.command("copy", E::ACTIVITY_TIMING);
         self.encode(|e| e.copy(Operand::of(source), Operand::of(target), source.len(), zone))?;
-        self.zones
-            .command_node(zone, self.encoder.last_command_node());
+        self.zones.command_node(zone, self.last_command_node());
         self.groups.command(false);
         self.retain_range(source);
         self.retain_range(target);
@@ -673,11 +702,61 @@ impl<E: Encoder> Recorder<E> {
 
     /// Runs an encoder step, moving to `Failed` if the driver rejects it.
     fn encode(&mut self, step: impl FnOnce(&mut E) -> Result<(), Error>) -> Result<(), Error> {
-        let result = step(&mut self.encoder);
+        let Some(encoder) = self.encoder.as_mut() else {
+            return Err(self.no_encoder());
+        };
+        let result = step(encoder);
         if result.is_err() {
             self.state = CommandBufferState::Failed;
         }
         result
+    }
+
+    /// The error for a step that finds the encoder gone: only after `end()`, which every
+    /// recording call checks for first, so never seen in practice.
+    fn no_encoder(&self) -> Error {
+        Error::InvalidState {
+            operation: "record",
+            state: self.state,
+        }
+    }
+
+    /// The graph node the last command was recorded as.
+    fn last_command_node(&self) -> Option<CUgraphNode> {
+        self.encoder.as_ref().and_then(E::last_command_node)
+    }
+
+    /// Finishes recording: every debug group must be closed. Returns the encoder and what the
+    /// ended command buffer keeps; the recorder is left `Ended`, and every later call on it is
+    /// an [`Error::InvalidState`].
+    pub(crate) fn end(&mut self) -> Result<(E, Recorded), Error> {
+        self.recording("end")?;
+        if self.open_groups > 0 {
+            return Err(Error::UnclosedDebugGroups {
+                open: self.open_groups,
+            });
+        }
+        if self.whole_zone
+            && let Some(event) = self.zones.end_coarse()
+        {
+            self.encode(|e| e.zone_event(event))?;
+        }
+        self.encode(|e| e.end())?;
+        let Some(encoder) = self.encoder.take() else {
+            return Err(self.no_encoder());
+        };
+        self.retained.compact();
+        self.state = CommandBufferState::Ended;
+        let recorded = Recorded {
+            context: self.context.take(),
+            // Moved, not shared: an ended recording keeps nothing alive (the tracer's events
+            // included), however long its owner holds it.
+            zones: self.zones.take(),
+            retained: std::mem::take(&mut self.retained),
+            indirect: self.indirect.take(),
+            layout: std::mem::take(&mut self.layout),
+        };
+        Ok((encoder, recorded))
     }
 }
 
@@ -696,8 +775,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.check_range(target)?;
         let zone = self.zones.command("fill", E::ACTIVITY_TIMING);
         self.encode(|e| e.fill(Operand::of(target), target.len(), pattern, zone))?;
-        self.zones
-            .command_node(zone, self.encoder.last_command_node());
+        self.zones.command_node(zone, self.last_command_node());
         self.groups.command(false);
         self.retain_range(target);
         self.layout.use_range(target, pattern.size());
@@ -717,8 +795,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.check_range(target)?;
         let zone = self.zones.command("update", E::ACTIVITY_TIMING);
         self.encode(|e| e.update(Operand::of(target), data, zone))?;
-        self.zones
-            .command_node(zone, self.encoder.last_command_node());
+        self.zones.command_node(zone, self.last_command_node());
         self.groups.command(false);
         self.retain_range(target);
         self.layout.use_range(target, 1);
@@ -783,8 +860,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         };
         let zone = self.zones.command(function.name(), E::ACTIVITY_TIMING);
         self.encode(|e| e.dispatch(&dispatch, zone))?;
-        self.zones
-            .command_node(zone, self.encoder.last_command_node());
+        self.zones.command_node(zone, self.last_command_node());
         self.groups.command(true);
         self.retained.function(function);
         for buffer in dispatch.args.buffers() {
@@ -872,7 +948,10 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         let Some(indirect) = self.indirect.as_ref() else {
             unreachable!("created above")
         };
-        if let Err(e) = self.encoder.dispatch_indirect(&launch, indirect, zone) {
+        let Some(encoder) = self.encoder.as_mut() else {
+            return Err(self.no_encoder());
+        };
+        if let Err(e) = encoder.dispatch_indirect(&launch, indirect, zone) {
             self.state = CommandBufferState::Failed;
             return Err(e);
         }
@@ -908,7 +987,10 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         }
         let operands: SmallVec<[(Operand, usize); 4]> =
             ranges.iter().map(|r| (Operand::of(r), r.len())).collect();
-        match self.encoder.stream_work(&operands, &work) {
+        let Some(encoder) = self.encoder.as_mut() else {
+            return Err(self.no_encoder());
+        };
+        match encoder.stream_work(&operands, &work) {
             Ok(()) => {}
             // Undone by the encoder: nothing was recorded, the command buffer stays usable.
             Err(e @ (Error::Capture { .. } | Error::CaptureUnsupported { .. })) => return Err(e),
@@ -947,24 +1029,6 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             self.encode(|e| e.zone_event(event))?;
             self.groups.zone_edge();
         }
-        Ok(())
-    }
-
-    fn end(&mut self) -> Result<(), Error> {
-        self.recording("end")?;
-        if self.open_groups > 0 {
-            return Err(Error::UnclosedDebugGroups {
-                open: self.open_groups,
-            });
-        }
-        if self.whole_zone
-            && let Some(event) = self.zones.end_coarse()
-        {
-            self.encode(|e| e.zone_event(event))?;
-        }
-        self.encode(|e| e.end())?;
-        self.retained.compact();
-        self.state = CommandBufferState::Ended;
         Ok(())
     }
 }

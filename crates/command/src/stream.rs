@@ -1,12 +1,11 @@
 //! The stream command buffer: every command goes to the stream as it is recorded.
 //!
 //! It is the immediate form, for work recorded at the moment it should run (IREE uses it to
-//! replay deferred command buffers and for one-off transfers). It cannot run twice: `issue`
-//! only confirms that its work is already on the stream asked for.
+//! replay deferred command buffers and for one-off transfers). It cannot run twice, and is not a
+//! command buffer a queue submits: its work is on the stream once recorded.
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use cuhal_sys::{CUevent, CUstream, PrimaryContext};
 
@@ -14,13 +13,10 @@ use crate::arena::StableArena;
 use crate::binding::Operand;
 use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::AttributePath;
-use crate::recorder::{CommandZone, Encoder, Recorder};
+use crate::recorder::{CommandZone, Encoder, Recorded, Recorder};
 use crate::stream_ops::{self, LaunchShape};
 use crate::stream_work::{self, StreamWork, StreamWorkFn};
-use crate::{
-    CommandBuffer, CommandBufferKind, CommandBufferState, CommandRecorder, Dispatch, Error,
-    FillPattern, ZoneRecorder,
-};
+use crate::{CommandRecorder, Dispatch, Error, FillPattern, ZoneRecorder};
 
 pub(crate) struct StreamEncoder {
     context: Arc<PrimaryContext>,
@@ -182,19 +178,21 @@ impl Encoder for StreamEncoder {
 
 /// A command buffer that enqueues each command on its stream as it is recorded (one shot).
 ///
-/// [`CommandBuffer::issue`] does no work: it succeeds once, for the stream the commands went
-/// to (they are already ahead of anything enqueued later), and fails for another stream or a
-/// second time, since the work cannot be moved or repeated.
+/// It is not a [`CommandBuffer`](crate::CommandBuffer): its work is on the stream already, so
+/// there is nothing a queue could submit. [`end`](Self::end) closes its tracing zone. Keep it
+/// until the stream's work is done: the work reads update bytes and indirect-dispatch graphs it
+/// owns, and the buffers and kernels it keeps alive.
 pub struct StreamCommandBuffer {
     recorder: Recorder<StreamEncoder>,
     stream: CUstream,
-    issued: AtomicBool,
+    /// What `end()` moved out of the recorder, kept until the command buffer drops.
+    ended: Option<(StreamEncoder, Recorded)>,
 }
 
-// SAFETY: the stream handle is only used while recording (`&mut self`) and compared in
-// `issue`; the zone recorder is Send + Sync.
+// SAFETY: the stream handle is only used while recording (`&mut self`); the zone recorder is
+// Send + Sync.
 unsafe impl Send for StreamCommandBuffer {}
-// SAFETY: `&self` methods read immutable fields and an atomic.
+// SAFETY: `&self` methods read immutable fields.
 unsafe impl Sync for StreamCommandBuffer {}
 
 impl StreamCommandBuffer {
@@ -221,59 +219,35 @@ impl StreamCommandBuffer {
                 Some("stream command buffer"),
             )?,
             stream,
-            issued: AtomicBool::new(false),
+            ended: None,
         })
+    }
+
+    /// Finishes recording (every debug group must be closed): closes the command buffer's
+    /// tracing zone on the stream. Its work needs no other step to run; every later recording
+    /// call is an [`Error::InvalidState`].
+    pub fn end(&mut self) -> Result<(), Error> {
+        self.ended = Some(self.recorder.end()?);
+        Ok(())
     }
 
     /// The stream the commands were enqueued on.
     pub fn stream(&self) -> CUstream {
         self.stream
     }
+
+    /// Whether the work has done what it should, once the stream has completed it: an indirect
+    /// dispatch whose count was out of range (which the device recorded instead of running it)
+    /// is an error here, reported once.
+    pub fn check_completed(&self) -> Result<(), Error> {
+        match &self.ended {
+            Some((_, recorded)) => recorded.check_completed(),
+            None => self.recorder.check_completed(),
+        }
+    }
 }
 
 crate::recorder::forward_recording!(StreamCommandBuffer);
-
-impl CommandBuffer for StreamCommandBuffer {
-    fn kind(&self) -> CommandBufferKind {
-        CommandBufferKind::Stream
-    }
-
-    fn check_completed(&self) -> Result<(), Error> {
-        self.recorder.check_completed()
-    }
-    fn checks_completion(&self) -> bool {
-        self.recorder.checks_completion()
-    }
-
-    unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
-        let state = self.recorder.state();
-        if state != CommandBufferState::Ended {
-            return Err(Error::InvalidState {
-                operation: "issue",
-                state,
-            });
-        }
-        if stream != self.stream {
-            return Err(Error::StreamMismatch);
-        }
-        if self.issued.swap(true, Ordering::AcqRel) {
-            return Err(Error::AlreadyIssued);
-        }
-        Ok(())
-    }
-
-    fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
-        self.recorder.zones()
-    }
-
-    fn buffers(&self) -> &[Arc<crate::Buffer>] {
-        self.recorder.buffers()
-    }
-
-    fn context(&self) -> Option<&Arc<PrimaryContext>> {
-        self.recorder.context()
-    }
-}
 
 impl fmt::Debug for StreamCommandBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

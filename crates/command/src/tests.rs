@@ -16,8 +16,16 @@ fn raw(base: u64, capacity: usize) -> BufferRange {
     unsafe { BufferRange::from_raw(base, capacity) }
 }
 
-fn ops(cb: &DeferredCommandBuffer) -> Vec<Op> {
-    cb.recorder().encoder.ops.clone()
+fn ops(cb: &DeferredExec) -> Vec<Op> {
+    cb.parts().0.ops.clone()
+}
+
+/// The ops recorded so far, before `end()`.
+fn recording_ops(cb: &DeferredCommandBuffer) -> Vec<Op> {
+    cb.recorder()
+        .encoder()
+        .map(|e| e.ops.clone())
+        .unwrap_or_default()
 }
 
 #[test]
@@ -25,7 +33,7 @@ fn recording_after_end_is_a_state_error() {
     let mut cb = DeferredCommandBuffer::new(None).unwrap();
     let r = raw(0x1000, 64);
     cb.fill(&r, FillPattern::U8(1)).unwrap();
-    cb.end().unwrap();
+    let ended_cb = cb.end().unwrap();
     assert_eq!(cb.state(), CommandBufferState::Ended);
     let ended = |operation| Error::InvalidState {
         operation,
@@ -40,26 +48,17 @@ fn recording_after_end_is_a_state_error() {
     assert_eq!(cb.barrier(), Err(ended("barrier")));
     assert_eq!(cb.begin_debug_group("g"), Err(ended("begin a debug group")));
     assert_eq!(cb.end_debug_group(), Err(ended("end a debug group")));
-    assert_eq!(cb.end(), Err(ended("end")));
-    let text = cb.end().unwrap_err().to_string();
+    assert_eq!(cb.end().err(), Some(ended("end")));
+    let text = cb.end().err().unwrap().to_string();
     assert!(
         text.contains("cannot end") && text.contains("ended"),
         "{text}"
     );
-    assert_eq!(cb.command_count(), 1, "nothing recorded after end");
-}
-
-#[test]
-fn issuing_before_end_is_a_state_error() {
-    let cb = DeferredCommandBuffer::new(None).unwrap();
-    // SAFETY: the state check fails before any stream is used.
-    let result = unsafe { cb.issue(std::ptr::null_mut()) };
+    assert_eq!(ended_cb.command_count(), 1, "nothing recorded after end");
     assert_eq!(
-        result,
-        Err(Error::InvalidState {
-            operation: "replay",
-            state: CommandBufferState::Recording
-        })
+        cb.command_count(),
+        0,
+        "the recording moved into the ended buffer"
     );
 }
 
@@ -67,7 +66,7 @@ fn issuing_before_end_is_a_state_error() {
 fn an_ended_empty_buffer_replays_without_a_driver() {
     let mut cb = DeferredCommandBuffer::new(None).unwrap();
     cb.barrier().unwrap();
-    cb.end().unwrap();
+    let cb = cb.end().unwrap();
     // No commands: no driver call, no context needed.
     // SAFETY: with no commands the stream is never used.
     unsafe {
@@ -80,7 +79,7 @@ fn an_ended_empty_buffer_replays_without_a_driver() {
 fn raw_ranges_without_a_context_cannot_replay() {
     let mut cb = DeferredCommandBuffer::new(None).unwrap();
     cb.fill(&raw(0x1000, 4), FillPattern::U8(0)).unwrap();
-    cb.end().unwrap();
+    let cb = cb.end().unwrap();
     // SAFETY: the missing context is found before any stream is used.
     let result = unsafe { cb.replay(std::ptr::null_mut()) };
     assert_eq!(result, Err(Error::NoContext));
@@ -142,7 +141,7 @@ fn rejected_commands_record_nothing_and_keep_recording() {
     assert_eq!(cb.arena_bytes(), 0);
     assert_eq!(cb.state(), CommandBufferState::Recording);
     cb.fill(&r.sub(3, 5).unwrap(), FillPattern::U8(5)).unwrap();
-    cb.end().unwrap();
+    let cb = cb.end().unwrap();
     assert_eq!(cb.command_count(), 1);
 }
 
@@ -153,7 +152,7 @@ fn debug_groups_must_balance() {
     cb.begin_debug_group("outer").unwrap();
     cb.begin_debug_group("inner").unwrap();
     cb.end_debug_group().unwrap();
-    assert_eq!(cb.end(), Err(Error::UnclosedDebugGroups { open: 1 }));
+    assert_eq!(cb.end().err(), Some(Error::UnclosedDebugGroups { open: 1 }));
     assert_eq!(cb.state(), CommandBufferState::Recording);
     cb.end_debug_group().unwrap();
     cb.end().unwrap();
@@ -173,7 +172,7 @@ fn deferred_arena_encodes_each_command_compactly() {
         .unwrap();
     cb.fill(&b.sub(8, 8).unwrap(), FillPattern::U32(0xdead_beef))
         .unwrap();
-    cb.end().unwrap();
+    let cb = cb.end().unwrap();
     assert_eq!(
         ops(&cb),
         [
@@ -204,7 +203,7 @@ fn deferred_arena_encodes_each_command_compactly() {
             },
         ]
     );
-    assert_eq!(cb.recorder().encoder.bytes.as_slice(), &[7, 8, 9, 1, 2]);
+    assert_eq!(cb.parts().0.bytes.as_slice(), &[7, 8, 9, 1, 2]);
     // Small and copyable: a replay walks a flat array.
     assert!(size_of::<Op>() <= 64, "{}", size_of::<Op>());
 }
@@ -359,7 +358,7 @@ unsafe impl ZoneRecorder for FakeZones {
     }
 }
 
-fn record_sample(cb: &mut DeferredCommandBuffer) {
+fn record_sample(cb: &mut DeferredCommandBuffer) -> DeferredExec {
     let r = raw(0x1000, 64);
     cb.begin_debug_group("setup").unwrap();
     cb.fill(&r.sub(0, 8).unwrap(), FillPattern::U8(1)).unwrap();
@@ -368,7 +367,7 @@ fn record_sample(cb: &mut DeferredCommandBuffer) {
     cb.barrier().unwrap();
     cb.copy(&r.sub(0, 16).unwrap(), &r.sub(32, 16).unwrap())
         .unwrap();
-    cb.end().unwrap();
+    cb.end().unwrap()
 }
 
 fn shape(ops: &[Op]) -> String {
@@ -387,8 +386,7 @@ fn shape(ops: &[Op]) -> String {
 
 #[test]
 fn without_a_recorder_there_are_no_zones() {
-    let mut cb = DeferredCommandBuffer::new(None).unwrap();
-    record_sample(&mut cb);
+    let cb = record_sample(&mut DeferredCommandBuffer::new(None).unwrap());
     assert_eq!(shape(&ops(&cb)), "FUC");
     assert!(cb.zones().is_none());
 }
@@ -396,8 +394,7 @@ fn without_a_recorder_there_are_no_zones() {
 #[test]
 fn verbosity_off_never_calls_the_recorder() {
     let zones = FakeZones::new(Verbosity::Off);
-    let mut cb = DeferredCommandBuffer::new(Some(zones.clone())).unwrap();
-    record_sample(&mut cb);
+    let cb = record_sample(&mut DeferredCommandBuffer::new(Some(zones.clone())).unwrap());
     assert_eq!(shape(&ops(&cb)), "FUC");
     assert!(zones.log().is_empty());
     assert!(cb.zones().is_some());
@@ -408,8 +405,7 @@ fn coarse_zones_cover_debug_groups_and_not_the_whole_buffer() {
     // The whole buffer's zone comes from the submission (the queue's completion event), so a
     // deferred or graph command buffer records no event of its own for it.
     let zones = FakeZones::new(Verbosity::Coarse);
-    let mut cb = DeferredCommandBuffer::new(Some(zones.clone())).unwrap();
-    record_sample(&mut cb);
+    let cb = record_sample(&mut DeferredCommandBuffer::new(Some(zones.clone())).unwrap());
     assert_eq!(zones.log(), ["begin setup", "end"]);
     assert_eq!(shape(&ops(&cb)), "EFUEC");
 }
@@ -417,8 +413,7 @@ fn coarse_zones_cover_debug_groups_and_not_the_whole_buffer() {
 #[test]
 fn fine_zones_also_wrap_every_command() {
     let zones = FakeZones::new(Verbosity::Fine);
-    let mut cb = DeferredCommandBuffer::new(Some(zones.clone())).unwrap();
-    record_sample(&mut cb);
+    let cb = record_sample(&mut DeferredCommandBuffer::new(Some(zones.clone())).unwrap());
     assert_eq!(
         zones.log(),
         [
@@ -450,8 +445,7 @@ fn dropped_zones_stay_balanced_and_record_no_event() {
         drop_every: 2,
         ..Arc::into_inner(FakeZones::new(Verbosity::Fine)).unwrap()
     });
-    let mut cb = DeferredCommandBuffer::new(Some(zones.clone())).unwrap();
-    record_sample(&mut cb);
+    let cb = record_sample(&mut DeferredCommandBuffer::new(Some(zones.clone())).unwrap());
     let log = zones.log();
     let begins = log.iter().filter(|l| l.starts_with("begin")).count();
     let ends = log.iter().filter(|l| *l == "end").count();
@@ -480,20 +474,21 @@ fn command_buffers_are_send_sync_and_object_safe() {
     send_sync::<Function>();
     send_sync::<Executable>();
     send_sync::<Error>();
-    let mut cb: Box<dyn CommandBuffer> = Box::new(DeferredCommandBuffer::new(None).unwrap());
+    send_sync::<GraphExec>();
+    send_sync::<DeferredExec>();
+    let mut cb: Box<dyn CommandEncoder> = Box::new(DeferredCommandBuffer::new(None).unwrap());
+    assert_eq!(cb.kind(), CommandBufferKind::Deferred);
     cb.barrier().unwrap();
-    cb.end().unwrap();
-    let shared: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let shared: Arc<dyn CommandBuffer> = cb.end().unwrap();
     assert_eq!(shared.kind(), CommandBufferKind::Deferred);
-    assert_eq!(shared.state(), CommandBufferState::Ended);
+    assert_eq!(cb.state(), CommandBufferState::Ended);
 }
 
 #[test]
 fn retained_resources_are_deduplicated_at_end() {
     // Raw ranges retain nothing; the bookkeeping is exercised through the recorder directly.
-    let mut cb = DeferredCommandBuffer::new(None).unwrap();
-    record_sample(&mut cb);
-    assert_eq!(cb.recorder().retained().counts(), (0, 0));
+    let cb = record_sample(&mut DeferredCommandBuffer::new(None).unwrap());
+    assert_eq!(cb.parts().1.retained.counts(), (0, 0));
 }
 
 #[test]
@@ -514,13 +509,13 @@ fn deferred_stream_work_is_kept_checked_and_retained() {
     .unwrap();
     cb.barrier().unwrap();
     cb.stream_work(&[], Arc::clone(&work)).unwrap();
-    assert_eq!(shape(&ops(&cb)), "FWW");
+    assert_eq!(shape(&recording_ops(&cb)), "FWW");
     // Recording calls nothing: the closure runs at replay.
     assert!(calls.lock().unwrap().is_empty());
     // The command buffer holds the closure for each command (retained, and in the replay list),
     // plus the caller's handle.
     assert_eq!(Arc::strong_count(&work), 1 + 2 * 2);
-    cb.end().unwrap();
+    let ended = cb.end().unwrap();
     assert_eq!(
         cb.stream_work(&[], Arc::clone(&work)),
         Err(Error::InvalidState {
@@ -529,6 +524,12 @@ fn deferred_stream_work_is_kept_checked_and_retained() {
         })
     );
     drop(cb);
+    assert_eq!(
+        Arc::strong_count(&work),
+        1 + 2 * 2,
+        "the ended command buffer holds the closures"
+    );
+    drop(ended);
     assert_eq!(
         Arc::strong_count(&work),
         1,

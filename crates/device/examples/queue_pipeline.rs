@@ -115,8 +115,7 @@ fn run(driver: &Driver) -> Result<(), Box<dyn std::error::Error>> {
         [BLOCK, 1, 1],
         &args,
     ))?;
-    cb.end()?;
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end()?;
 
     // One timeline orders the whole pipeline, across both queues.
     let timeline = device.create_semaphore(0);

@@ -32,8 +32,7 @@
 //! let data = device.create_buffer(1 << 20)?;
 //! let mut cb = queue.create_command_buffer()?;
 //! cb.fill(&data.whole(), FillPattern::U32(7))?;
-//! cb.end()?;
-//! let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+//! let cb: Arc<dyn CommandBuffer> = cb.end()?;
 //! let done = device.create_semaphore(0);
 //! queue.execute(&[], &[(&done, 1)], &[&cb])?;
 //! done.wait(1, Duration::from_secs(5))?;
@@ -46,6 +45,42 @@
 //!
 //! ```compile_fail
 //! use cuhal::{CudaBackend, Payload};
+//! ```
+//!
+//! Nor can it submit what a queue does not accept: [`Queue::execute`] takes only
+//! [`CommandBuffer`]s, which only `end()` makes. A command buffer still recording does not
+//! compile there:
+//!
+//! ```compile_fail,E0308
+//! # fn f(queue: &cuhal::Queue) -> cuhal::Result<()> {
+//! let mut cb = queue.create_command_buffer()?;
+//! cb.barrier()?;
+//! queue.execute(&[], &[], &[&cb])?;
+//! # Ok(()) }
+//! ```
+//!
+//! and neither does a stream command buffer, whose work runs as it is recorded, ended or not:
+//!
+//! ```compile_fail,E0277
+//! # use std::sync::Arc;
+//! # use cuhal_command::StreamCommandBuffer;
+//! # fn f(queue: &cuhal::Queue, mut cb: StreamCommandBuffer) {
+//! cb.end().unwrap();
+//! let cb: Arc<dyn cuhal::CommandBuffer> = Arc::new(cb);
+//! queue.execute(&[], &[], &[&cb]).unwrap();
+//! # }
+//! ```
+//!
+//! Once ended it is submitted any number of times:
+//!
+//! ```
+//! # fn f(queue: &cuhal::Queue) -> cuhal::Result<()> {
+//! let mut cb = queue.create_command_buffer()?;
+//! cb.barrier()?;
+//! let cb = cb.end()?;
+//! queue.execute(&[], &[], &[&cb])?;
+//! queue.execute(&[], &[], &[&cb])?;
+//! # Ok(()) }
 //! ```
 
 mod backend;
@@ -76,10 +111,10 @@ pub use wait::{WaitMode, wait_semaphores};
 
 pub use cuhal_command::{
     ArgSlot, BindingError, BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind,
-    CommandBufferState, CommandRecorder, DeferredCommandBuffer, DevicePtr, Dispatch, Executable,
-    FillPattern, Function, FunctionAttributes, GraphCommandBuffer, HostBuffer, KernelArg,
-    KernelArgs, LaunchAttributes, PatchMethod, StreamWork, StreamWorkError, StreamWorkFn,
-    WorkRange,
+    CommandBufferState, CommandEncoder, CommandRecorder, DeferredCommandBuffer, DeferredExec,
+    DevicePtr, Dispatch, Executable, FillPattern, Function, FunctionAttributes, GraphCommandBuffer,
+    GraphExec, HostBuffer, KernelArg, KernelArgs, LaunchAttributes, PatchMethod, StreamWork,
+    StreamWorkError, StreamWorkFn, WorkRange,
 };
 pub use cuhal_semaphore::{Failure, Timeout};
 pub use cuhal_sys::{LinkKind, NcclDataType, NcclRedOp, PeerLink};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cuhal_command::{
-    Buffer, BufferRange, CommandBuffer, CommandBufferKind, DeferredCommandBuffer, FillPattern,
+    Buffer, BufferRange, CommandBuffer, CommandEncoder, DeferredCommandBuffer, FillPattern,
     GraphCommandBuffer, HostBuffer, PatchMethod,
 };
 use cuhal_scheduler::{Cleanup, Cleanups, Outcome, QueueOptions, QueueStats, Resources};
@@ -226,10 +226,10 @@ impl Queue {
         Ok(())
     }
 
-    /// A new command buffer of the queue's mode, traced at the queue's verbosity. Record into it,
-    /// `end()` it, then submit it (as `Arc<dyn CommandBuffer>`) with [`Queue::execute`] any
+    /// A new command buffer of the queue's mode, traced at the queue's verbosity. Record into it;
+    /// its `end()` returns the `Arc<dyn CommandBuffer>` to submit with [`Queue::execute`], any
     /// number of times.
-    pub fn create_command_buffer(&self) -> Result<Box<dyn CommandBuffer>> {
+    pub fn create_command_buffer(&self) -> Result<Box<dyn CommandEncoder>> {
         self.create_command_buffer_with_bindings(0)
     }
 
@@ -241,7 +241,7 @@ impl Queue {
     pub fn create_command_buffer_with_bindings(
         &self,
         capacity: u32,
-    ) -> Result<Box<dyn CommandBuffer>> {
+    ) -> Result<Box<dyn CommandEncoder>> {
         self.create_command_buffer_as(self.mode, capacity)
     }
 
@@ -254,21 +254,21 @@ impl Queue {
         &self,
         mode: CommandBufferMode,
         capacity: u32,
-    ) -> Result<Box<dyn CommandBuffer>> {
+    ) -> Result<Box<dyn CommandEncoder>> {
         self.check_alive()?;
         let zones = self.trace.as_deref().and_then(TraceContext::recorder);
-        let created: Result<Box<dyn CommandBuffer>, cuhal_command::Error> = match mode {
+        let created: Result<Box<dyn CommandEncoder>, cuhal_command::Error> = match mode {
             CommandBufferMode::Graph => {
                 GraphCommandBuffer::with_bindings(&self.context, zones, capacity).and_then(
                     |mut cb| {
                         cb.set_patch_method(self.patch_method)?;
-                        Ok(Box::new(cb) as Box<dyn CommandBuffer>)
+                        Ok(Box::new(cb) as Box<dyn CommandEncoder>)
                     },
                 )
             }
             CommandBufferMode::Deferred => {
                 DeferredCommandBuffer::with_bindings(&self.context, zones, capacity)
-                    .map(|cb| Box::new(cb) as Box<dyn CommandBuffer>)
+                    .map(|cb| Box::new(cb) as Box<dyn CommandEncoder>)
             }
         };
         created.map_err(|e| self.lost.filter(e.into()))
@@ -292,6 +292,10 @@ impl Queue {
     }
 
     /// Executes `command_buffers` in order once every wait is reached, then signals.
+    ///
+    /// Only ended graph and deferred command buffers are [`CommandBuffer`]s, so a recording that
+    /// has not ended, or a stream command buffer, cannot be passed here at all. A command buffer
+    /// recorded for another device is [`Error::WrongDevice`].
     ///
     /// With tracing off, and at most four command buffers, waits and signals, this allocates
     /// nothing once the queue is warm. Command buffers that recorded binding slots go through
@@ -345,12 +349,8 @@ impl Queue {
         let mut any_table = false;
         for (command_buffer, table) in (0..count).map(&nth) {
             // Everything `issue` could reject is rejected here: an issue error loses the queue.
-            if command_buffer.kind() == CommandBufferKind::Stream {
-                return Err(Error::InvalidArgument(
-                    "a stream command buffer runs as it is recorded; submit a graph or deferred one"
-                        .into(),
-                ));
-            }
+            // Its type already guarantees an ended graph or deferred command buffer; its device
+            // is known only now.
             match command_buffer.context() {
                 Some(context) if context.raw() == self.context.raw() => {}
                 Some(_) => {
@@ -359,12 +359,6 @@ impl Queue {
                     });
                 }
                 None => return Err(Error::Command(cuhal_command::Error::NoContext)),
-            }
-            if command_buffer.state() != cuhal_command::CommandBufferState::Ended {
-                return Err(Error::Command(cuhal_command::Error::InvalidState {
-                    operation: "execute",
-                    state: command_buffer.state(),
-                }));
             }
             command_buffer
                 .bindings()

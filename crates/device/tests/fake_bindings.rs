@@ -10,8 +10,9 @@ use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{
-    BindingError, Buffer, BufferRange, CommandBuffer, CommandBufferMode, Device, DeviceOptions,
-    Dispatch, Error, FillPattern, Function, KernelArgs, MemorySink, Queue, Verbosity,
+    BindingError, Buffer, BufferRange, CommandBuffer, CommandBufferMode, CommandRecorder, Device,
+    DeviceOptions, Dispatch, Error, FillPattern, Function, KernelArgs, MemorySink, Queue,
+    Verbosity,
 };
 use cuhal_fake_driver::harness::FakeDriver;
 use cuhal_fake_driver::module::ADD_KERNEL;
@@ -43,7 +44,7 @@ fn options(mode: CommandBufferMode, queues: usize) -> DeviceOptions {
 }
 
 /// `dst = src + k` over `N` words, both naming slots.
-fn add(cb: &mut dyn CommandBuffer, add: &Function, dst: u32, src: u32, k: u32) {
+fn add(cb: &mut dyn CommandRecorder, add: &Function, dst: u32, src: u32, k: u32) {
     let args = KernelArgs::new()
         .with_range(&BufferRange::slot(dst, 0, BYTES).unwrap())
         .with_binding(src, 0)
@@ -73,8 +74,7 @@ fn record(queue: &Queue, function: &Function) -> Arc<dyn CommandBuffer> {
         &BufferRange::slot(3, 80, BYTES).unwrap(),
     )
     .unwrap();
-    cb.end().unwrap();
-    Arc::from(cb)
+    cb.end().unwrap()
 }
 
 struct Slots {
@@ -443,8 +443,7 @@ fn bad_tables(mode: CommandBufferMode) {
             }
         ))
     ));
-    plain.end().unwrap();
-    let plain: Arc<dyn CommandBuffer> = Arc::from(plain);
+    let plain: Arc<dyn CommandBuffer> = plain.end().unwrap();
     assert_binding(
         q.execute_with_bindings(&[], &[(&s, 1)], &[(&plain, &good)]),
         BindingError::TableNotExpected { given: 4 },

@@ -247,8 +247,7 @@ fn dropping_the_device_frees_everything_it_made() {
         cb.fill(&a.whole(), FillPattern::U32(5)).unwrap();
         cb.dispatch(&cuhal::Dispatch::new(&scale, [1, 1, 1], [64, 1, 1], &args))
             .unwrap();
-        cb.end().unwrap();
-        let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+        let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
         let (s, t) = (device.create_semaphore(0), device.create_semaphore(0));
         q0.execute(&[], &[(&s, 1)], &[&cb]).unwrap();
         q1.copy(

@@ -68,8 +68,7 @@ fn execute_runs_every_command(mode: CommandBufferMode) {
     // After the barrier the copy sees every earlier write.
     cb.barrier().unwrap();
     cb.copy(&a.whole(), &b.whole()).unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
 
     let mut expected = vec![0u8; LEN];
     for (i, byte) in expected[..512].iter_mut().enumerate() {
@@ -123,8 +122,7 @@ fn several_command_buffers_run_in_submission_order() {
         let record = |value: u32| {
             let mut cb = q.create_command_buffer().unwrap();
             cb.fill(&a.whole(), FillPattern::U32(value)).unwrap();
-            cb.end().unwrap();
-            Arc::<dyn CommandBuffer>::from(cb)
+            cb.end().unwrap()
         };
         let (first, second, third) = (record(1), record(2), record(3));
         let done = device.create_semaphore(0);

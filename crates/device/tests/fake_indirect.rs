@@ -72,8 +72,7 @@ fn outcomes(mode: CommandBufferMode) {
         &counts.whole(),
     )
     .unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
     let mut value = 0;
     let mut submit = |counts_now: [u32; 3]| {
@@ -155,8 +154,7 @@ fn refusals(mode: CommandBufferMode) {
     ));
     cb.dispatch_indirect(&d.with_cluster([4, 1, 1]), &counts.range(0, 12).unwrap())
         .unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     counts.write(0, &words([6, 1, 1])).unwrap();
     let done = device.create_semaphore(0);
     device.queue(0).execute(&[], &[(&done, 1)], &[&cb]).unwrap();

@@ -9,8 +9,8 @@ use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{
-    CommandBuffer, CommandBufferMode, DeviceOptions, Dispatch, FillPattern, KernelArgs,
-    LaunchAttributes,
+    CommandBuffer, CommandBufferMode, CommandEncoder, DeviceOptions, Dispatch, FillPattern,
+    KernelArgs, LaunchAttributes,
 };
 use cuhal_command::Error as CommandError;
 use cuhal_fake_driver::harness::FakeDriver;
@@ -66,9 +66,8 @@ fn setup(name: &str, mode: CommandBufferMode, prepare: impl FnOnce(&FakeDriver))
 
 impl Setup {
     /// Ends `cb`, submits it and waits: the queue works.
-    fn run(&self, mut cb: Box<dyn CommandBuffer>) {
-        cb.end().unwrap();
-        let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    fn run(&self, mut cb: Box<dyn CommandEncoder>) {
+        let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
         let done = self.device.create_semaphore(0);
         self.device
             .queue(0)
@@ -77,7 +76,7 @@ impl Setup {
         done.wait(1, TIMEOUT).unwrap();
     }
 
-    fn cb(&self) -> Box<dyn CommandBuffer> {
+    fn cb(&self) -> Box<dyn CommandEncoder> {
         self.device.queue(0).create_command_buffer().unwrap()
     }
 }
@@ -100,7 +99,7 @@ fn clusters(mode: CommandBufferMode) {
     cb.dispatch(&Dispatch::new(&clustered, [2, 1, 1], [32, 1, 1], &s.args).with_cluster([2, 1, 1]))
         .unwrap();
 
-    let refused = |cb: &mut Box<dyn CommandBuffer>, d: Dispatch<'_>| cb.dispatch(&d).unwrap_err();
+    let refused = |cb: &mut Box<dyn CommandEncoder>, d: Dispatch<'_>| cb.dispatch(&d).unwrap_err();
     let e = refused(
         &mut cb,
         Dispatch::new(&plain, [6, 1, 1], [32, 1, 1], &s.args).with_cluster([4, 1, 1]),

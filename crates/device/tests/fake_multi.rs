@@ -231,8 +231,7 @@ fn peer_copies_as_command_buffer_commands_graph_and_deferred() {
         // Both ends on the peer: refused with the command crate's context error.
         let other = gpu1.create_buffer(1024).unwrap();
         assert!(cb.copy_peer(&remote.whole(), &other.whole()).is_err());
-        cb.end().unwrap_or_else(|e| panic!("{mode:?}: {e}"));
-        let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+        let cb: Arc<dyn CommandBuffer> = cb.end().unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         let done = gpu0.create_semaphore(0);
         gpu0.queue(0).execute(&[], &[(&done, 1)], &[&cb]).unwrap();
         wait(&done, 1);

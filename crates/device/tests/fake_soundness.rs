@@ -29,8 +29,7 @@ fn a_sticky_error_in_a_tracing_call_loses_the_device() {
     let buffer = device.create_buffer(256).unwrap();
     let mut cb = queue.create_command_buffer().unwrap();
     cb.fill(&buffer.whole(), FillPattern::U8(1)).unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     // Work pending on the other queue must fail too.
     let (gate, other) = (device.create_semaphore(0), device.create_semaphore(0));
     device
@@ -134,8 +133,7 @@ fn queue_operations_refuse_buffers_of_another_device() {
     // A command buffer of the other device is named as one.
     let mut cb = d1.queue(0).create_command_buffer().unwrap();
     cb.fill(&theirs.whole(), FillPattern::U8(1)).unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let error = q0.execute(&[], &[], &[&cb]).unwrap_err();
     assert!(error.to_string().contains("command buffer"), "{error}");
     wrong(error, "command buffer");
@@ -206,8 +204,7 @@ fn dealloca_frees_only_after_every_queued_use() {
     let allocated = live(&fake).device_allocations;
     let mut cb = q0.create_command_buffer().unwrap();
     cb.fill(&buffer.whole(), FillPattern::U8(3)).unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
 
     // Another queue's fill, queued behind a gate, uses the buffer; the dealloca issues at once.
     let (gate, filled, freed) = (

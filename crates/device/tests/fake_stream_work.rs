@@ -83,7 +83,7 @@ fn stream_work_runs_between_commands_in_both_modes() {
         cb.barrier().unwrap();
         cb.copy(&b.range(0, 128).unwrap(), &c.range(0, 128).unwrap())
             .unwrap();
-        cb.end().unwrap();
+        let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
         let recorded = calls.load(Ordering::SeqCst);
         match mode {
             // Captured once, at record time.
@@ -91,7 +91,6 @@ fn stream_work_runs_between_commands_in_both_modes() {
             // Called only at replay.
             CommandBufferMode::Deferred => assert_eq!(recorded, 0),
         }
-        let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
         let done = device.create_semaphore(0);
         for round in 1..=2 {
             poison(&device, q, &c.whole());
@@ -138,7 +137,7 @@ fn captured_work_joins_the_group_it_was_recorded_in() {
         .unwrap();
     // fill, two captured memsets, the join of the two-wide group, the copy.
     assert_eq!(cb.node_count(), 5);
-    cb.end().unwrap();
+    assert_eq!(cb.end().unwrap().node_count(), 5);
 }
 
 /// A foreign call that capture forbids, made by the closure after it captured some work.
@@ -205,8 +204,7 @@ fn a_capture_that_breaks_the_rules_is_a_typed_error_and_leaves_nothing() {
     // Nothing of the three stayed: the buffer still records, and runs only the fill.
     assert_eq!(cb.state(), CommandBufferState::Recording);
     cb.barrier().unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
     q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
     wait(&done, 1);
@@ -257,8 +255,7 @@ fn an_invalidated_first_capture_leaves_the_command_buffer_whole() {
     cb.barrier().unwrap();
     cb.stream_work(&[b.whole()], fill_then_copy(7, &calls))
         .unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
     q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
     wait(&done, 1);
@@ -309,8 +306,7 @@ fn a_deferred_replay_that_fails_fails_its_submission() {
         Arc::new(|_: &StreamWork<'_>| Err("out of workspace".into())),
     )
     .unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
     q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
     let failure = failure_of(&done, 1);
@@ -382,8 +378,7 @@ fn deferred_stream_work_is_handed_each_submission_bindings() {
         work,
     )
     .unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
     for round in 1..=2u64 {
         let (x, y) = (

@@ -18,8 +18,7 @@ fn a_submission_checks_the_context_once() {
     let buffer = device.create_buffer(256).unwrap();
     let mut cb = queue.create_command_buffer().unwrap();
     cb.fill(&buffer.whole(), FillPattern::U32(7)).unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
     const N: u64 = 100;
     // Warm: the event pool grows to about what N submissions in flight need.
@@ -86,8 +85,7 @@ fn fill_command_buffer(device: &cuhal::Device, queue: &cuhal::Queue) -> Arc<dyn 
     let buffer = device.create_buffer(256).unwrap();
     let mut cb = queue.create_command_buffer().unwrap();
     cb.fill(&buffer.whole(), FillPattern::U32(3)).unwrap();
-    cb.end().unwrap();
-    Arc::from(cb)
+    cb.end().unwrap()
 }
 
 /// Bench case 3's pattern: B on queue 1 waits for A's signal from queue 0. Once A is issued, B

@@ -67,8 +67,7 @@ fn traced_resubmissions_reach_the_sink_once_each() {
     cb.begin_debug_group("work").unwrap();
     cb.fill(&buffer.whole(), FillPattern::U32(1)).unwrap();
     cb.end_debug_group().unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
     const N: u64 = 20;
     for n in 1..=N {
@@ -121,9 +120,8 @@ fn fine_zones_from_cupti_add_no_graph_nodes() {
         )
         .unwrap();
         cb.end_debug_group().unwrap();
-        cb.end().unwrap();
+        let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
         let nodes = fake.calls(cu_name!(cuGraphAddEventRecordNode));
-        let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
         let done = device.create_semaphore(0);
         queue.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
         fake_support::wait(&done, 1);

@@ -57,8 +57,7 @@ fn command_buffer_kind_is_chosen_per_buffer() {
         let args = KernelArgs::new().with_range(&data.whole()).with(64u32);
         cb.dispatch(&Dispatch::new(&add_one, [1, 1, 1], [64, 1, 1], &args))
             .unwrap();
-        cb.end().unwrap();
-        buffers.push(Arc::<dyn CommandBuffer>::from(cb));
+        buffers.push(cb.end().unwrap());
     }
     let (graphs, kernels) = (
         fake.calls(cu_name!(cuGraphLaunch)),
@@ -123,8 +122,7 @@ fn typed_and_null_pointer_arguments() {
         cb.dispatch(&Dispatch::new(&add_one, [1, 1, 1], [64, 1, 1], &wrong))
             .is_err()
     );
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
     q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
     wait(&done, 1);

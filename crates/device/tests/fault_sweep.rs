@@ -85,14 +85,12 @@ fn workload(driver: &Driver) -> Outcome {
         ))?;
         graph.barrier()?;
         graph.copy(&a.range(0, N / 2)?, &b.range(N / 2, N / 2)?)?;
-        graph.end()?;
-        let graph: Arc<dyn CommandBuffer> = Arc::from(graph);
+        let graph: Arc<dyn CommandBuffer> = graph.end()?;
         q0.execute(&[(&s, 1)], &[(&s, 2)], &[&graph])?;
 
         let mut deferred = DeferredCommandBuffer::with_context(device.context(), None)?;
         deferred.fill(&c.range(0, 256)?, FillPattern::U32(0x0303_0303))?;
-        deferred.end()?;
-        let deferred: Arc<dyn CommandBuffer> = Arc::new(deferred);
+        let deferred: Arc<dyn CommandBuffer> = Arc::new(deferred.end()?);
         // Cross-queue: waits for the graph on queue 0.
         q1.execute(&[(&s, 2)], &[(&t, 1)], &[&deferred])?;
         let tmp = q1.alloca(&[(&t, 1)], &[(&t, 2)], 256)?;

@@ -127,8 +127,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         let mut cb = device.queue(0).create_command_buffer_as(mode, 0)?;
         cb.stream_work(&[a.whole(), b.whole(), c.whole()], Arc::clone(&work))
             .with_context(|| format!("recording the GEMM into a {mode:?} command buffer"))?;
-        cb.end()?;
-        Ok(Arc::from(cb))
+        Ok(cb.end()?)
     };
     let (graph, deferred) = (
         record(CommandBufferMode::Graph)?,

@@ -298,8 +298,7 @@ fn cuhal_side(env: &Env<'_>, programmatic: bool, warm: usize, n: usize) -> Resul
         }
         cb.dispatch(&d)?;
     }
-    cb.end()?;
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end()?;
     let semaphore = device.create_semaphore(0);
     let mut samples = Vec::with_capacity(n);
     for i in 0..warm + n {

@@ -116,16 +116,14 @@ pub fn run(driver: &Driver, info: &DeviceInfo, options: &Options) -> Result<Summ
         &unscale_args,
     ))?;
     transform.end_debug_group()?;
-    transform.end()?;
-    let transform: Arc<dyn CommandBuffer> = Arc::from(transform);
+    let transform: Arc<dyn CommandBuffer> = transform.end()?;
 
     let mut publish = upload.create_command_buffer()?;
     publish.begin_debug_group("publish")?;
     publish.copy(&output.whole(), &copy.whole())?;
     publish.fill(&middle.whole(), FillPattern::U32(0x7fc0_0000))?;
     publish.end_debug_group()?;
-    publish.end()?;
-    let publish: Arc<dyn CommandBuffer> = Arc::from(publish);
+    let publish: Arc<dyn CommandBuffer> = publish.end()?;
 
     let [uploaded, transformed, copied, read] = [(); 4].map(|()| device.create_semaphore(0));
     let start = Instant::now();

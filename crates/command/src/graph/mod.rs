@@ -28,10 +28,10 @@ use crate::arena::StableArena;
 use crate::binding::{Operand, SlotList, add_slot};
 use crate::indirect::{self, Indirect, IndirectLaunch};
 use crate::launch::{AttributePath, set_kernel_node_attributes};
-use crate::recorder::{CommandZone, Encoder, Recorder};
+use crate::recorder::{CommandZone, Encoder, Recorded, Recorder};
 use crate::stream_work::{self, StreamWorkFn};
 use crate::{
-    BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind, CommandBufferState,
+    BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind, CommandEncoder,
     CommandRecorder, Dispatch, Error, Executable, FillPattern, Function, KernelArgs, ZoneRecorder,
 };
 use deps::Dependencies;
@@ -769,29 +769,18 @@ impl Drop for GraphEncoder {
     }
 }
 
-/// A command buffer recorded into a CUDA graph.
+/// A command buffer being recorded into a CUDA graph.
 ///
-/// Record with [`CommandRecorder`], then [`end`](CommandRecorder::end) instantiates the graph
-/// (its error is returned there). [`GraphCommandBuffer::launch`] then enqueues it on a stream,
-/// any number of times, from any thread. Share it as `Arc<GraphCommandBuffer>`: a submission
-/// holds an `Arc` until it completes, so the owner may drop theirs at any time.
-///
-/// Launches of one executable graph wait for each other on the GPU, whatever their streams, so
-/// each stream the command buffer is launched on gets its own executable, instantiated on
-/// first use, up to [`GraphCommandBuffer::set_executable_limit`] of them; past that, launches
-/// share the least recently used one ([`GraphCommandBuffer::shared_launches`]).
-///
-/// Created [`with_bindings`](GraphCommandBuffer::with_bindings), it records slots, and each
-/// launch takes a binding table ([`GraphCommandBuffer::launch_with_bindings`]): only the nodes
-/// whose slots are bound elsewhere than at that executable's last launch are patched.
+/// Record with [`CommandRecorder`], then [`end`](GraphCommandBuffer::end) instantiates the graph
+/// (its error is returned there) and gives the [`GraphExec`] to launch or submit.
 pub struct GraphCommandBuffer {
     recorder: Recorder<GraphEncoder>,
 }
 
-// SAFETY: the raw graph handles are used only through `&mut self` while recording and, once
-// ended, only under the executable pool's lock; the zone recorder is Send + Sync.
+// SAFETY: the raw graph handles are used only through `&mut self` while recording; the zone
+// recorder is Send + Sync.
 unsafe impl Send for GraphCommandBuffer {}
-// SAFETY: as above: no `&self` method touches the graph except under the pool's lock.
+// SAFETY: as above: no `&self` method touches the graph.
 unsafe impl Sync for GraphCommandBuffer {}
 
 impl GraphCommandBuffer {
@@ -831,31 +820,97 @@ impl GraphCommandBuffer {
     ) -> Result<Self, Error> {
         let mut this = Self::new(context, zones)?;
         this.recorder.set_binding_capacity(capacity);
-        this.recorder.encoder.slots = capacity;
+        if let Some(encoder) = this.recorder.encoder_mut() {
+            encoder.slots = capacity;
+        }
         Ok(this)
     }
 
     /// Chooses how executables are given new bindings ([`PatchMethod::Auto`] unless set): on
     /// the host, one `cuGraphExec*NodeSetParams` per changed node, or on the device, by a helper
-    /// node at the graph's head. Takes effect at [`end`](CommandRecorder::end); later, it is a
-    /// state error.
+    /// node at the graph's head. Takes effect at [`end`](Self::end); later, it is a state error.
     pub fn set_patch_method(&mut self, method: PatchMethod) -> Result<(), Error> {
         let state = self.recorder.state();
-        if state == CommandBufferState::Ended {
+        let Some(encoder) = self.recorder.encoder_mut() else {
             return Err(Error::InvalidState {
                 operation: "choose the patch method",
                 state,
             });
-        }
-        self.recorder.encoder.patch_method = method;
+        };
+        encoder.patch_method = method;
         Ok(())
     }
 
-    /// The patch method chosen ([`Self::set_patch_method`]).
+    /// The patch method chosen ([`Self::set_patch_method`]; the default once ended: see
+    /// [`GraphExec::patches_on_device`] for what `end()` decided).
     pub fn patch_method(&self) -> PatchMethod {
-        self.recorder.encoder.patch_method
+        self.recorder
+            .encoder()
+            .map_or_else(PatchMethod::default, |e| e.patch_method)
     }
 
+    /// Finishes recording (every debug group must be closed) and instantiates the graph: the
+    /// returned [`GraphExec`] launches it, any number of times. This recording is left ended;
+    /// an error leaves it recording (an unclosed debug group) or failed (the driver refused
+    /// the graph).
+    pub fn end(&mut self) -> Result<GraphExec, Error> {
+        let (encoder, recorded) = self.recorder.end()?;
+        Ok(GraphExec { encoder, recorded })
+    }
+
+    /// Number of graph nodes so far, including joins and zone events (0 once ended: see
+    /// [`GraphExec::node_count`]).
+    pub fn node_count(&self) -> usize {
+        self.recorder.encoder().map_or(0, |e| e.nodes)
+    }
+}
+
+crate::recorder::forward_recording!(GraphCommandBuffer);
+
+impl CommandEncoder for GraphCommandBuffer {
+    fn kind(&self) -> CommandBufferKind {
+        CommandBufferKind::Graph
+    }
+    fn end(&mut self) -> Result<Arc<dyn CommandBuffer>, Error> {
+        Ok(Arc::new(GraphCommandBuffer::end(self)?))
+    }
+}
+
+impl fmt::Debug for GraphCommandBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GraphCommandBuffer")
+            .field("state", &self.recorder.state())
+            .field("nodes", &self.node_count())
+            .finish()
+    }
+}
+
+/// An ended graph command buffer: its graph, instantiated.
+///
+/// [`GraphExec::launch`] enqueues it on a stream, any number of times, from any thread. Share
+/// it as `Arc<GraphExec>` (or `Arc<dyn CommandBuffer>` to submit it to a queue): a submission
+/// holds an `Arc` until it completes, so the owner may drop theirs at any time.
+///
+/// Launches of one executable graph wait for each other on the GPU, whatever their streams, so
+/// each stream the command buffer is launched on gets its own executable, instantiated on
+/// first use, up to [`GraphExec::set_executable_limit`] of them; past that, launches share the
+/// least recently used one ([`GraphExec::shared_launches`]).
+///
+/// Recorded [`with_bindings`](GraphCommandBuffer::with_bindings), it has slots, and each launch
+/// takes a binding table ([`GraphExec::launch_with_bindings`]): only the nodes whose slots are
+/// bound elsewhere than at that executable's last launch are patched.
+pub struct GraphExec {
+    encoder: GraphEncoder,
+    recorded: Recorded,
+}
+
+// SAFETY: once ended the raw graph handles are used only under the executable pool's lock; the
+// zone recorder is Send + Sync.
+unsafe impl Send for GraphExec {}
+// SAFETY: as above: no `&self` method touches the graph except under the pool's lock.
+unsafe impl Sync for GraphExec {}
+
+impl GraphExec {
     /// Whether the executables carry the helper node and may patch on the device (decided at
     /// `end()`: the method allows it, enough kernel nodes name slots, the driver has
     /// device-updatable nodes and the device a helper cubin).
@@ -872,7 +927,7 @@ impl GraphCommandBuffer {
     /// [`DEFAULT_EXECUTABLE_LIMIT`] unless set). A graph with indirect dispatches (nodes the
     /// device updates) keeps one executable whatever the bound.
     pub fn set_executable_limit(&self, limit: usize) {
-        if !self.recorder.encoder.device_updatable {
+        if !self.encoder.device_updatable {
             self.pool().set_limit(limit);
         }
     }
@@ -882,7 +937,7 @@ impl GraphCommandBuffer {
         self.pool().limit()
     }
 
-    /// Executables instantiated so far (0 for an empty graph or before `end()`).
+    /// Executables instantiated so far (0 for an empty graph).
     pub fn executable_count(&self) -> usize {
         self.pool().len()
     }
@@ -896,23 +951,22 @@ impl GraphCommandBuffer {
     fn pool(&self) -> std::sync::MutexGuard<'_, ExecPool> {
         // A poisoned lock only means a launch panicked; the pool's bookkeeping is updated in
         // steps that each leave it consistent.
-        self.recorder
-            .encoder
+        self.encoder
             .pool
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Enqueues the graph on `stream` (`cuGraphLaunch`): after the stream's earlier work and
-    /// any earlier launch of this graph. Only after a successful `end()`, and only for a graph
-    /// that recorded no binding slot (see [`Self::launch_with_bindings`]).
+    /// any earlier launch of this graph. Only for a graph that recorded no binding slot (see
+    /// [`Self::launch_with_bindings`]).
     ///
     /// # Safety
     /// `stream` must be a live stream of this command buffer's context, and the command buffer
     /// must not be dropped before the launched work completes (the graph reads its update bytes,
     /// buffers and kernels while it runs; a queue keeps it alive until then).
     pub unsafe fn launch(&self, stream: CUstream) -> Result<(), Error> {
-        let _bound = self.recorder.encoder.context.enter()?;
+        let _bound = self.encoder.context.enter()?;
         // SAFETY: the caller upholds the stream and lifetime contract; the context is current.
         unsafe { self.launch_current(stream, &[]) }
     }
@@ -930,7 +984,7 @@ impl GraphCommandBuffer {
         stream: CUstream,
         bindings: &[BufferRange],
     ) -> Result<(), Error> {
-        let _bound = self.recorder.encoder.context.enter()?;
+        let _bound = self.encoder.context.enter()?;
         // SAFETY: forwarded contract; the context is current.
         unsafe { self.launch_current(stream, bindings) }
     }
@@ -947,22 +1001,8 @@ impl GraphCommandBuffer {
         stream: CUstream,
         bindings: &[BufferRange],
     ) -> Result<(), Error> {
-        let state = self.recorder.state();
-        if state != CommandBufferState::Ended {
-            return Err(Error::InvalidState {
-                operation: "launch",
-                state,
-            });
-        }
-        let needed = self.recorder.bindings().slots_used();
-        if bindings.len() < needed {
-            return Err(crate::BindingError::TableTooShort {
-                given: bindings.len(),
-                needed,
-            }
-            .into());
-        }
-        let encoder = &self.recorder.encoder;
+        self.recorded.check_table_length(bindings)?;
+        let encoder = &self.encoder;
         let mut pool = self.pool();
         if pool.is_empty() {
             return Ok(());
@@ -983,37 +1023,33 @@ impl GraphCommandBuffer {
         }
     }
 
+    /// What the recorded commands use of each binding slot.
+    pub fn bindings(&self) -> &BindingLayout {
+        &self.recorded.layout
+    }
+
     /// Number of graph nodes, including joins and zone events.
     pub fn node_count(&self) -> usize {
-        self.recorder.encoder.nodes
+        self.encoder.nodes
     }
 
     /// Number of nodes with slot operands (patched when their bindings change).
     pub fn bound_node_count(&self) -> usize {
-        self.recorder.encoder.patches.len()
+        self.encoder.patches.len()
     }
 
     /// The raw graph (for inspection, e.g. `cuGraphDebugDotPrint`).
     pub fn raw_graph(&self) -> CUgraph {
-        self.recorder.encoder.graph
+        self.encoder.graph
     }
 }
 
-crate::recorder::forward_recording!(GraphCommandBuffer);
-
-impl CommandBuffer for GraphCommandBuffer {
+impl CommandBuffer for GraphExec {
     fn kind(&self) -> CommandBufferKind {
         CommandBufferKind::Graph
     }
-    fn check_completed(&self) -> Result<(), Error> {
-        self.recorder.check_completed()
-    }
-    fn checks_completion(&self) -> bool {
-        self.recorder.checks_completion()
-    }
-    unsafe fn issue(&self, stream: CUstream) -> Result<(), Error> {
-        // SAFETY: the caller upholds `issue`'s contract: `launch`'s, and the context is current.
-        unsafe { self.launch_current(stream, &[]) }
+    fn recorded(&self) -> &Recorded {
+        &self.recorded
     }
     unsafe fn issue_with_bindings(
         &self,
@@ -1024,28 +1060,13 @@ impl CommandBuffer for GraphCommandBuffer {
         // context is current.
         unsafe { self.launch_current(stream, bindings) }
     }
-    fn bindings(&self) -> &BindingLayout {
-        self.recorder.bindings()
-    }
-    fn zones(&self) -> Option<&Arc<dyn ZoneRecorder>> {
-        self.recorder.zones()
-    }
-
-    fn buffers(&self) -> &[Arc<crate::Buffer>] {
-        self.recorder.buffers()
-    }
-
-    fn context(&self) -> Option<&Arc<PrimaryContext>> {
-        self.recorder.context()
-    }
 }
 
-impl fmt::Debug for GraphCommandBuffer {
+impl fmt::Debug for GraphExec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GraphCommandBuffer")
-            .field("state", &self.recorder.state())
-            .field("nodes", &self.recorder.encoder.nodes)
-            .field("bound_nodes", &self.recorder.encoder.patches.len())
+        f.debug_struct("GraphExec")
+            .field("nodes", &self.encoder.nodes)
+            .field("bound_nodes", &self.encoder.patches.len())
             .finish()
     }
 }

@@ -196,8 +196,7 @@ fn helper_once(mode: CommandBufferMode) {
             &counts.whole(),
         )
         .unwrap();
-        cb.end().unwrap();
-        cb
+        cb.end().unwrap()
     };
     let before = (loads(), unloads());
     let first = record();
@@ -210,7 +209,7 @@ fn helper_once(mode: CommandBufferMode) {
     let third = record();
     assert_eq!(loads(), before.0 + 1, "later command buffers reuse it");
     let done = device.create_semaphore(0);
-    let batch: Vec<Arc<dyn CommandBuffer>> = vec![Arc::from(second), Arc::from(third)];
+    let batch: Vec<Arc<dyn CommandBuffer>> = vec![second, third];
     let refs: Vec<&Arc<dyn CommandBuffer>> = batch.iter().collect();
     device.queue(0).execute(&[], &[(&done, 1)], &refs).unwrap();
     done.wait(1, TIMEOUT).unwrap();

@@ -518,8 +518,7 @@ fn cublas_gemm_follows_binding_tables(mode: CommandBufferMode) {
         .unwrap_or_else(|e| panic!("recording the GEMM over slots: {e}"));
     cb.barrier().unwrap();
     record_scale(&mut *cb, &scale, &slot(4), &slot(3), 0.5);
-    cb.end().unwrap();
-    let cb: Arc<dyn cuhal::CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn cuhal::CommandBuffer> = cb.end().unwrap();
     let recorded = calls.load(Ordering::SeqCst);
     assert_eq!(
         recorded,
@@ -950,8 +949,7 @@ fn forbidden_calls_in_a_capture_are_refused_and_leave_nothing() {
             "{name}"
         );
     }
-    cb.end().unwrap();
-    let cb: Arc<dyn cuhal::CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn cuhal::CommandBuffer> = cb.end().unwrap();
     poison(&a, POISON);
     poison(&b, POISON);
     let s = device.create_semaphore(0);

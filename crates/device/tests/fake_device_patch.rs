@@ -12,7 +12,7 @@ use std::sync::{Arc, Once};
 
 use cuhal::{
     Buffer, BufferRange, CommandBuffer, CommandRecorder, Device, DeviceOptions, Dispatch,
-    FillPattern, Function, GraphCommandBuffer, KernelArgs, PatchMethod, Queue,
+    FillPattern, Function, GraphCommandBuffer, GraphExec, KernelArgs, PatchMethod, Queue,
 };
 use cuhal_command::{BINDINGS_HELPER, DEVICE_PATCH_MIN_NODES};
 use cuhal_fake_driver::harness::FakeDriver;
@@ -55,7 +55,7 @@ fn ptx() -> String {
 /// scratch, 4 a filled record.
 /// The chain: 2 = in + 1, then 3 = 2 + 1 and 2 = 3 + 1 in turn, then out = last + 1, so
 /// out = in + CHAIN; slot 4 is filled with FILL (a memset node).
-fn record(device: &Device, add: &Function, method: PatchMethod) -> Arc<GraphCommandBuffer> {
+fn record(device: &Device, add: &Function, method: PatchMethod) -> Arc<GraphExec> {
     let mut cb = GraphCommandBuffer::with_bindings(device.context(), None, 5).unwrap();
     cb.set_patch_method(method).unwrap();
     cb.fill(
@@ -76,8 +76,7 @@ fn record(device: &Device, add: &Function, method: PatchMethod) -> Arc<GraphComm
         cb.barrier().unwrap();
         from = to;
     }
-    cb.end().unwrap();
-    Arc::new(cb)
+    Arc::new(cb.end().unwrap())
 }
 
 struct Slots {

@@ -443,8 +443,7 @@ fn bound_work(
     cb.barrier().unwrap();
     cb.copy(&slot(1, 0, 64), &out.range(0, 64).unwrap())
         .unwrap();
-    cb.end().unwrap();
-    Arc::from(cb)
+    cb.end().unwrap()
 }
 
 /// Stream work that names slots, in both kinds, over tables that alternate: every byte of
@@ -726,8 +725,7 @@ fn forbidden_calls_in_a_capture_are_refused_and_leave_nothing() {
         }
         assert_eq!(cb.state(), CommandBufferState::Recording, "{name}");
     }
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     poison(&device, q, &b.whole());
     let done = device.create_semaphore(0);
     q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();

@@ -923,6 +923,11 @@ impl GraphExec {
         self.pool().device_launches()
     }
 
+    /// The patch method the graph was ended with ([`GraphCommandBuffer::set_patch_method`]).
+    pub fn patch_method(&self) -> PatchMethod {
+        self.encoder.patch_method
+    }
+
     /// Bounds the executables kept for concurrent launches on different streams (at least 1;
     /// [`DEFAULT_EXECUTABLE_LIMIT`] unless set). A graph with indirect dispatches (nodes the
     /// device updates) keeps one executable whatever the bound.

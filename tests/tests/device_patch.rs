@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cuhal::{
     Buffer, BufferRange, CommandBuffer, CommandBufferMode, CommandRecorder, Device, Dispatch,
-    FillPattern, GraphCommandBuffer, KernelArgs, PatchMethod, Queue,
+    FillPattern, GraphCommandBuffer, GraphExec, KernelArgs, PatchMethod, Queue,
 };
 use cuhal_command::DEVICE_PATCH_RING;
 use cuhal_gpu_tests::device_support::*;
@@ -23,7 +23,7 @@ const FILL: u32 = 0x0BAD_CAFE;
 
 /// Slots: 0 input (bound at offset BYTES: its second half), 1 output, 2 and 3 scratch, 4 a
 /// filled record (a memset node, patched on the host). out = in + CHAIN.
-fn record(device: &Device, kernels: &Kernels, method: PatchMethod) -> Arc<GraphCommandBuffer> {
+fn record(device: &Device, kernels: &Kernels, method: PatchMethod) -> Arc<GraphExec> {
     let mut cb = GraphCommandBuffer::with_bindings(device.context(), None, 5).unwrap();
     cb.set_patch_method(method).unwrap();
     cb.fill(
@@ -45,7 +45,7 @@ fn record(device: &Device, kernels: &Kernels, method: PatchMethod) -> Arc<GraphC
         cb.barrier().unwrap();
         from = to;
     }
-    cb.end().unwrap_or_else(|e| panic!("end: {e}"));
+    let cb = cb.end().unwrap_or_else(|e| panic!("end: {e}"));
     assert!(
         cb.patches_on_device(),
         "the graph carries the helper node (is there a helper cubin for this GPU?)"

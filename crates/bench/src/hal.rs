@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use cuhal::{
     CommandBuffer, CommandRecorder, Device, DeviceOptions, Dispatch, Driver, Executable, Function,
-    GraphCommandBuffer, KernelArgs, PatchMethod, Semaphore,
+    GraphCommandBuffer, GraphExec, KernelArgs, PatchMethod, Semaphore,
 };
 
 use crate::clock::Clock;
@@ -136,11 +136,7 @@ impl Hal {
 
     /// [`Self::bound_step_chain`] as a graph command buffer that patches its bindings with
     /// `method` (and can report where it did).
-    pub fn bound_step_graph(
-        &self,
-        count: u32,
-        method: PatchMethod,
-    ) -> Result<Arc<GraphCommandBuffer>> {
+    pub fn bound_step_graph(&self, count: u32, method: PatchMethod) -> Result<Arc<GraphExec>> {
         let mut cb = GraphCommandBuffer::with_bindings(self.device.context(), None, 2)
             .context("cuhal: creating a graph command buffer with binding slots")?;
         cb.set_patch_method(method)?;
@@ -155,7 +151,7 @@ impl Hal {
                 .with(count.max(1));
             cb.dispatch(&Dispatch::new(&self.step, [1, 1, 1], [1, 1, 1], &args))?;
         }
-        cb.end().context("cuhal: ending a command buffer")?;
+        let cb = cb.end().context("cuhal: ending a command buffer")?;
         Ok(Arc::new(cb))
     }
 

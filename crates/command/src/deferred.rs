@@ -141,6 +141,14 @@ impl DeferredEncoder {
         self.zone(zone.end);
     }
 
+    /// The closure of the stream-work op at `index`, if that op is one.
+    fn stream_work_at(&self, index: usize) -> Option<&Arc<StreamWorkFn>> {
+        match self.ops.get(index)? {
+            Op::StreamWork(work) => self.works.get(*work as usize).map(|w| &w.work),
+            _ => None,
+        }
+    }
+
     /// The attributes of a dispatch op.
     pub(crate) fn launch_attributes(&self, index: u32) -> &LaunchAttributes {
         static PLAIN: LaunchAttributes = LaunchAttributes {
@@ -424,6 +432,13 @@ impl DeferredCommandBuffer {
         self.recorder.encoder().map_or(0, |e| e.bytes.len())
     }
 
+    /// The closure of the stream-work command recorded at `index` (see
+    /// [`Self::command_count`]), or `None` when the command there is something else (or the
+    /// recording has ended: see [`DeferredExec::stream_work_at`]).
+    pub fn stream_work_at(&self, index: usize) -> Option<&Arc<StreamWorkFn>> {
+        self.recorder.encoder()?.stream_work_at(index)
+    }
+
     #[cfg(test)]
     pub(crate) fn recorder(&self) -> &Recorder<DeferredEncoder> {
         &self.recorder
@@ -633,11 +648,7 @@ impl DeferredExec {
     /// The closure of the stream-work command at `index` (see [`Self::command_count`]), or
     /// `None` when the command there is something else.
     pub fn stream_work_at(&self, index: usize) -> Option<&Arc<StreamWorkFn>> {
-        let encoder = &self.encoder;
-        match encoder.ops.get(index)? {
-            Op::StreamWork(work) => encoder.works.get(*work as usize).map(|w| &w.work),
-            _ => None,
-        }
+        self.encoder.stream_work_at(index)
     }
 
     /// Number of encoded commands (zone events included, barriers excluded).

@@ -42,7 +42,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use cuhal_command::{
     BufferRange, CommandBuffer, CommandBufferState, CommandRecorder, DeferredCommandBuffer,
-    GraphCommandBuffer, StreamWork, StreamWorkError, StreamWorkFn, WorkRange,
+    DeferredExec, GraphCommandBuffer, GraphExec, StreamWork, StreamWorkError, StreamWorkFn,
+    WorkRange,
 };
 use smallvec::SmallVec;
 
@@ -67,9 +68,9 @@ impl Recording {
 
 /// The ended command buffers of a set, as a submission holds them.
 pub(crate) enum SetBuffers {
-    Graph(SmallVec<[GraphCommandBuffer; 2]>),
+    Graph(SmallVec<[GraphExec; 2]>),
     Deferred {
-        buffers: SmallVec<[DeferredCommandBuffer; 2]>,
+        buffers: SmallVec<[DeferredExec; 2]>,
         /// Per rank, the command index of each collective, in recording order.
         collectives: SmallVec<[SmallVec<[usize; 4]>; 2]>,
     },
@@ -393,31 +394,21 @@ impl CollectiveCommandBuffers {
                 state: CommandBufferState::Ended,
             }));
         }
+        let mut graphs = SmallVec::new();
+        let mut deferred = SmallVec::new();
         for (buffer, rank) in self.recording.iter_mut().zip(&self.comms.ranks) {
-            buffer
-                .recorder()
-                .end()
-                .map_err(|e| rank.lost.filter(e.into()))?;
+            let lost = |e: cuhal_command::Error| rank.lost.filter(e.into());
+            match buffer {
+                Recording::Graph(cb) => graphs.push(cb.end().map_err(lost)?),
+                Recording::Deferred(cb) => deferred.push(cb.end().map_err(lost)?),
+            }
         }
-        let recording = std::mem::take(&mut self.recording);
+        // Every rank's buffer ended: the recordings are spent.
+        self.recording.clear();
         let set = match self.mode {
-            CommandBufferMode::Graph => SetBuffers::Graph(
-                recording
-                    .into_iter()
-                    .filter_map(|r| match r {
-                        Recording::Graph(cb) => Some(cb),
-                        Recording::Deferred(_) => None,
-                    })
-                    .collect(),
-            ),
+            CommandBufferMode::Graph => SetBuffers::Graph(graphs),
             CommandBufferMode::Deferred => SetBuffers::Deferred {
-                buffers: recording
-                    .into_iter()
-                    .filter_map(|r| match r {
-                        Recording::Deferred(cb) => Some(cb),
-                        Recording::Graph(_) => None,
-                    })
-                    .collect(),
+                buffers: deferred,
                 collectives: std::mem::take(&mut self.collectives),
             },
         };

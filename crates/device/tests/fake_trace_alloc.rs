@@ -69,8 +69,7 @@ fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice) -> (usize, u
     cb.begin_debug_group("work").unwrap();
     cb.fill(&buffer.whole(), FillPattern::U32(3)).unwrap();
     cb.end_debug_group().unwrap();
-    cb.end().unwrap();
-    let cb: Arc<dyn CommandBuffer> = Arc::from(cb);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
     let cbs = [&cb];
     let signal = |n: u64| [(&done, n)];

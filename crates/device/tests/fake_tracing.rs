@@ -168,8 +168,7 @@ fn fill_buffer(
     if group.is_some() {
         cb.end_debug_group().unwrap();
     }
-    cb.end().unwrap();
-    Arc::from(cb)
+    cb.end().unwrap()
 }
 
 /// COARSE tracing adds no GPU work to a submission: per submission, as many events recorded and

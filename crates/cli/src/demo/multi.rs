@@ -106,12 +106,12 @@ pub fn run(driver: &Driver, nccl: &Nccl, options: &Options) -> Result<AcrossSumm
             &unscale,
         ))?;
         transform.end_debug_group()?;
-        transform.end()?;
+        let transform = transform.end()?;
         gpus.push(Gpu {
             input: input_buf,
             output,
             host: device.create_host_buffer(bytes)?,
-            transform: Arc::from(transform),
+            transform,
             _executable: executable,
         });
     }

@@ -19,16 +19,15 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crossbeam_utils::sync::Parker;
 use cuhal_semaphore::{Failure, Semaphore};
 
 use crate::action::{Body, Finished, upstream_failure};
 use crate::backend::Backend;
 use crate::shared::{COMPLETION_THREAD, Shared};
 use crate::spin::spin_until;
+use crate::sync::{Ordering, Parker, fence};
 
 pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
     COMPLETION_THREAD.with(|c| c.set(true));
@@ -60,7 +59,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
             shared.completion_parked.store(true, Ordering::Relaxed);
             // Pairs with the fence in `push_finished`: either the pusher sees `parked` and
             // unparks, or this sees its item.
-            std::sync::atomic::fence(Ordering::SeqCst);
+            fence(Ordering::SeqCst);
             if !ready() {
                 side.parks.fetch_add(1, Ordering::Relaxed);
                 parker.park();

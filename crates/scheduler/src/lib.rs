@@ -70,6 +70,7 @@ mod queue;
 mod readiness;
 mod shared;
 mod spin;
+mod sync;
 mod worker;
 
 pub use action::{

@@ -2,10 +2,9 @@
 //! issue lock (see `shared.rs`), and the worker's wake-up. The keys' lock is a leaf: nothing is
 //! called while it is held, and it never blocks for long.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 
-use crossbeam_utils::sync::Unparker;
+use crate::sync::{AtomicBool, Mutex, Ordering, Unparker};
 
 pub(crate) struct Notifier {
     /// Keys of actions whose awaited semaphore changed. Swapped with the holder's own buffer, so

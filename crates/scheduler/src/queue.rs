@@ -2,11 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::sync::mpsc;
-use std::thread::{self, JoinHandle};
 
-use crossbeam_utils::sync::Parker;
 use cuhal_semaphore::{Failure, Semaphore};
 
 use crate::action::{Body, Cleanups, Resources};
@@ -14,6 +10,8 @@ use crate::backend::{Backend, ThreadRole};
 use crate::error::Error;
 use crate::options::QueueOptions;
 use crate::shared::{Issuer, Shared};
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Ordering, Parker, mpsc};
 use crate::{completion, worker};
 
 /// A snapshot of a queue's counters.
@@ -222,7 +220,7 @@ impl<B: Backend> Queue<B> {
 
     /// The failure that lost the queue, if it is lost.
     pub fn lost(&self) -> Option<Failure> {
-        self.shared.lost.get().cloned()
+        self.shared.lost.get()
     }
 
     /// The queue's label.

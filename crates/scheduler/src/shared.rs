@@ -20,12 +20,10 @@
 use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError, Weak};
+use std::sync::{Arc, PoisonError, TryLockError, Weak};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use crossbeam_utils::sync::Unparker;
 use cuhal_semaphore::{
     Error as SemaphoreError, Failure, IssueLock, Listener, Notifications, Semaphore, SemaphoreId,
     WaitPoint,
@@ -39,6 +37,10 @@ use crate::notifier::Notifier;
 use crate::options::QueueOptions;
 use crate::pending::{PendingList, Waiting};
 use crate::readiness::{Readiness, examine};
+use crate::sync::{
+    AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Once, Ordering, StatBool,
+    StatU64, Unparker, fence, thread_local,
+};
 
 /// Everything under the issue lock.
 pub(crate) struct State<B: Backend> {
@@ -68,13 +70,13 @@ pub(crate) struct IssueSide {
 pub(crate) struct CompletionSide {
     /// Actions retired (either way), ever.
     pub(crate) retired: AtomicU64,
-    pub(crate) completed: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) batches: AtomicU64,
+    pub(crate) completed: StatU64,
+    pub(crate) failed: StatU64,
+    pub(crate) batches: StatU64,
     /// The most actions seen handed over but not yet retired, when a batch was taken.
-    pub(crate) high_water: AtomicU64,
+    pub(crate) high_water: StatU64,
     /// Times the completion thread parked with nothing to retire.
-    pub(crate) parks: AtomicU64,
+    pub(crate) parks: StatU64,
 }
 
 pub(crate) struct Shared<B: Backend> {
@@ -91,7 +93,7 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) listener: Arc<dyn Listener>,
     pub(crate) completion: Unparker,
     /// The backend failure that lost the queue; set once.
-    pub(crate) lost: OnceLock<Failure>,
+    pub(crate) lost: Once<Failure>,
     pub(crate) shutdown: AtomicBool,
     pub(crate) worker_done: AtomicBool,
     pub(crate) issue_side: CachePadded<IssueSide>,
@@ -103,8 +105,8 @@ pub(crate) struct Shared<B: Backend> {
     /// Submitters waiting for room (backpressure), and where they wait.
     pub(crate) room_waiters: AtomicUsize,
     pub(crate) room: (Mutex<()>, Condvar),
-    pub(crate) worker_parks: AtomicU64,
-    pub(crate) worker_parked: AtomicBool,
+    pub(crate) worker_parks: StatU64,
+    pub(crate) worker_parked: StatBool,
 }
 
 /// Who is issuing, for the statistics.
@@ -116,15 +118,36 @@ pub(crate) enum Issuer {
     Signaller,
 }
 
+#[cfg(not(loom))]
 thread_local! {
-    /// Its address identifies the thread while it lives.
-    static THREAD_TOKEN: u8 = const { 0 };
+    /// This thread's token (0: not taken yet), from `NEXT_TOKEN`.
+    static THREAD_TOKEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Set on a queue's completion thread: such a thread never waits for room (it is what makes room).
     pub(crate) static COMPLETION_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+// The same under loom, whose macro takes no `const` initialiser (each loom thread has its own).
+#[cfg(loom)]
+thread_local! {
+    static THREAD_TOKEN: std::cell::Cell<usize> = std::cell::Cell::new(0);
+    pub(crate) static COMPLETION_THREAD: std::cell::Cell<bool> = std::cell::Cell::new(false);
+}
+
+/// Thread tokens are handed out once and never reused, so a stale `holder` value (a thread that
+/// ended while some other thread's view of `holder` still shows it) can never match a later
+/// thread. (A token made from a thread-local's address could: a new thread may get a dead one's
+/// address.) Identity only, so a plain std counter in every build.
+static NEXT_TOKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
 fn thread_token() -> usize {
-    THREAD_TOKEN.with(|t| std::ptr::from_ref(t) as usize)
+    THREAD_TOKEN.with(|token| match token.get() {
+        0 => {
+            let fresh = NEXT_TOKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            token.set(fresh);
+            fresh
+        }
+        taken => taken,
+    })
 }
 
 /// The queue's semaphore listener: tries to handle the notification on the notifying thread.
@@ -198,7 +221,7 @@ impl<B: Backend> Shared<B> {
                 notifier: Notifier::new(worker, capacity),
                 listener,
                 completion,
-                lost: OnceLock::new(),
+                lost: Once::new(),
                 shutdown: AtomicBool::new(false),
                 worker_done: AtomicBool::new(false),
                 issue_side: CachePadded::new(IssueSide {
@@ -208,17 +231,17 @@ impl<B: Backend> Shared<B> {
                 }),
                 completion_side: CachePadded::new(CompletionSide {
                     retired: AtomicU64::new(0),
-                    completed: AtomicU64::new(0),
-                    failed: AtomicU64::new(0),
-                    batches: AtomicU64::new(0),
-                    high_water: AtomicU64::new(0),
-                    parks: AtomicU64::new(0),
+                    completed: StatU64::new(0),
+                    failed: StatU64::new(0),
+                    batches: StatU64::new(0),
+                    high_water: StatU64::new(0),
+                    parks: StatU64::new(0),
                 }),
                 completion_parked: CachePadded::new(AtomicBool::new(false)),
                 room_waiters: AtomicUsize::new(0),
                 room: (Mutex::new(()), Condvar::new()),
-                worker_parks: AtomicU64::new(0),
-                worker_parked: AtomicBool::new(false),
+                worker_parks: StatU64::new(0),
+                worker_parked: StatBool::new(false),
             }
         })
     }
@@ -299,7 +322,7 @@ impl<B: Backend> Shared<B> {
             let retired = self.completion_side.retired.load(Ordering::Acquire);
             side.retired_seen.store(retired, Ordering::Relaxed);
             side.pushed.load(Ordering::Relaxed).saturating_sub(retired) >= limit
-                && self.lost.get().is_none()
+                && !self.lost.is_set()
                 && !self.shutdown.load(Ordering::Relaxed)
         };
         if !full() || COMPLETION_THREAD.with(std::cell::Cell::get) {
@@ -333,7 +356,7 @@ impl<B: Backend> Shared<B> {
     pub(crate) fn lost_error(&self) -> Option<Error> {
         self.lost.get().map(|failure| Error::Lost {
             queue: self.label.clone(),
-            failure: failure.clone(),
+            failure,
         })
     }
 
@@ -445,7 +468,7 @@ impl<B: Backend> Shared<B> {
         match examine(&body.waits, 0, Some(&mut device_waits)) {
             Readiness::Ready => {
                 if let Some(failure) = self.lost.get() {
-                    self.fail_unissued(body, failure.clone());
+                    self.fail_unissued(body, failure);
                     return None;
                 }
                 let mut body = body;
@@ -516,7 +539,7 @@ impl<B: Backend> Shared<B> {
             }
             let outcome = match readiness {
                 Readiness::Ready => match self.lost.get() {
-                    Some(failure) => Examined::Failed(failure.clone()),
+                    Some(failure) => Examined::Failed(failure),
                     None => {
                         let issued = self.call_backend(&device_waits, payload);
                         if let Ok(event) = &issued
@@ -626,7 +649,7 @@ impl<B: Backend> Shared<B> {
         // Only a parked completion thread needs the wake (a syscall); one that is retiring or
         // spinning sees `finished_len`. The fence pairs with the one the completion thread puts
         // between raising `parked` and its last look at `finished_len`.
-        std::sync::atomic::fence(Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if self.completion_parked.load(Ordering::Relaxed) {
             self.completion.unpark();
         }
@@ -641,7 +664,7 @@ impl<B: Backend> Shared<B> {
 
     /// Marks the queue lost (the first failure wins) and wakes the worker to fail what is pending.
     pub(crate) fn mark_lost(&self, failure: &Failure) {
-        if self.lost.set(failure.clone()).is_ok() {
+        if self.lost.set(failure.clone()) {
             self.notifier.wake();
         }
     }

@@ -9,15 +9,14 @@
 //! rest.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use crossbeam_utils::sync::Parker;
 use cuhal_semaphore::Failure;
 
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::shared::{Issuer, Shared};
 use crate::spin::spin_until;
+use crate::sync::{Ordering, Parker, thread};
 
 /// Says the worker is done however it ends. If it ends by panicking, the queue is lost and what
 /// was pending fails, so that no waiter and no queue drop waits for actions nobody will issue.
@@ -26,7 +25,7 @@ struct Done<'a, B: Backend>(&'a Shared<B>);
 impl<B: Backend> Drop for Done<'_, B> {
     fn drop(&mut self) {
         let shared = self.0;
-        if std::thread::panicking() {
+        if thread::panicking() {
             let failure = Failure::msg(format!(
                 "queue `{}`: its worker thread panicked",
                 shared.label
@@ -48,7 +47,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
         let lost = if lost_handled {
             None
         } else {
-            shared.lost.get().cloned()
+            shared.lost.get()
         };
         if shared.notifier.has_keys() || lost.is_some() || shutdown {
             // The guard handles the recorded notifications before it lets go of the lock.
@@ -72,7 +71,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
         if !spin_until(idle, || {
             shared.notifier.has_keys()
                 || shared.shutdown.load(Ordering::Relaxed)
-                || (!lost_handled && shared.lost.get().is_some())
+                || (!lost_handled && shared.lost.is_set())
         }) {
             shared.worker_parked.store(true, Ordering::SeqCst);
             shared.worker_parks.fetch_add(1, Ordering::Relaxed);

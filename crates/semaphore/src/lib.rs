@@ -108,6 +108,14 @@ pub use semaphore::{IssueLock, Notifications, Semaphore, SemaphoreId};
 pub use timeout::Timeout;
 pub use timepoint::WaitPoint;
 
+/// loom builds only (`--cfg loom`): the parker this crate's models use in place of crossbeam's,
+/// shared with the scheduler's own sync shim so both crates park the same checked way.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_sync {
+    pub use crate::sync::loom_parker::{Parker, Unparker};
+}
+
 /// The README's examples, compiled (and run where they need no GPU) as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

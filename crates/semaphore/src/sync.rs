@@ -22,7 +22,7 @@ pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 pub(crate) use loom_parker::{Parker, Unparker};
 
 #[cfg(loom)]
-mod loom_parker {
+pub(crate) mod loom_parker {
     use std::sync::PoisonError;
     use std::time::{Duration, Instant};
 
@@ -34,13 +34,13 @@ mod loom_parker {
     }
 
     /// A parker with crossbeam's contract, built from loom's mutex and condition variable.
-    pub(crate) struct Parker {
+    pub struct Parker {
         unparker: Unparker,
     }
 
     /// Wakes its [`Parker`]'s thread, or keeps the token for its next park.
     #[derive(Clone)]
-    pub(crate) struct Unparker(Arc<Inner>);
+    pub struct Unparker(Arc<Inner>);
 
     impl Default for Parker {
         fn default() -> Self {
@@ -54,15 +54,18 @@ mod loom_parker {
     }
 
     impl Parker {
-        pub(crate) fn new() -> Self {
+        /// A parker with no token.
+        pub fn new() -> Self {
             Self::default()
         }
 
-        pub(crate) fn unparker(&self) -> &Unparker {
+        /// The handle that wakes this parker.
+        pub fn unparker(&self) -> &Unparker {
             &self.unparker
         }
 
-        pub(crate) fn park(&self) {
+        /// Waits for the token (returns at once if an unpark left one) and consumes it.
+        pub fn park(&self) {
             let inner = &self.unparker.0;
             let mut token = inner.token.lock().unwrap_or_else(PoisonError::into_inner);
             while !*token {
@@ -75,7 +78,7 @@ mod loom_parker {
         }
 
         /// A zero timeout only consumes a pending token; any other parks until unparked.
-        pub(crate) fn park_timeout(&self, timeout: Duration) {
+        pub fn park_timeout(&self, timeout: Duration) {
             if timeout.is_zero() {
                 let inner = &self.unparker.0;
                 *inner.token.lock().unwrap_or_else(PoisonError::into_inner) = false;
@@ -84,13 +87,15 @@ mod loom_parker {
             }
         }
 
-        pub(crate) fn park_deadline(&self, _deadline: Instant) {
+        /// Parks until unparked (loom has no time).
+        pub fn park_deadline(&self, _deadline: Instant) {
             self.park();
         }
     }
 
     impl Unparker {
-        pub(crate) fn unpark(&self) {
+        /// Leaves the token and wakes the parked thread, if any.
+        pub fn unpark(&self) {
             let inner = &self.0;
             *inner.token.lock().unwrap_or_else(PoisonError::into_inner) = true;
             inner.condvar.notify_one();

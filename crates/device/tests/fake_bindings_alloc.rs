@@ -1,0 +1,281 @@
+//! No heap allocation per submission with binding tables, in steady state, on the fake driver:
+//! one command buffer with slots (a chain of bound dispatches and a bound fill) submitted
+//! thousands of times with alternating tables and with fresh buffers at every submission, for
+//! the graph kind patching on the host and on the device ([`PatchMethod`] forced) and for the
+//! deferred kind. A counting global allocator sees every thread of the process, so an allocation
+//! a submission causes anywhere counts. Its own test binary, so nothing else allocates while it
+//! counts; the tests run one at a time (`SERIAL`). Fresh buffers are created before counting
+//! (creating a buffer is not a submission) and each is bound once while counting.
+
+mod fake_support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use cuhal::{
+    Buffer, BufferRange, CommandBuffer, CommandRecorder, DeferredCommandBuffer, Device, Dispatch,
+    FillPattern, Function, GraphCommandBuffer, KernelArgs, PatchMethod,
+};
+use cuhal_fake_driver::harness::FakeDriver;
+use cuhal_fake_driver::module::ADD_KERNEL;
+use fake_support::*;
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through it).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: as for `dealloc`; the caller upholds `realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Held by each test: one counts at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Words each slot's buffer holds.
+const N: usize = 32;
+const BYTES: usize = N * 4;
+/// Bound dispatches in the chain: at least `DEVICE_PATCH_MIN_NODES`, so device patching applies.
+const CHAIN: u32 = 12;
+/// Slots: 0 input, 1 output, 2 and 3 scratch, 4 a filled record.
+const SLOTS: usize = 5;
+/// Submissions warming up (pools, rings and list capacities grow here).
+const WARM: usize = 600;
+/// Submissions with alternating tables, counted.
+const ALTERNATING: usize = 3000;
+/// Submissions with fresh buffers, counted.
+const FRESH: usize = 1000;
+/// The host waits for the queue every this many submissions.
+const BATCH: usize = 100;
+
+/// The fake "compiles" any text with `.entry` names, so the helper cubin for its sm_90 device
+/// is a text file with both helpers (NUL-terminated: the fake reads images as C strings).
+fn helper_dir() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("cuhal-bind-alloc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("indirect_sm_90.cubin"),
+            ".entry cuhal_indirect_apply(.param .u64 counts) { ret; }\n\
+             .entry cuhal_bindings_apply(.param .u64 patches, .param .u32 count, .param .u64 done) { ret; }\0",
+        )
+        .unwrap();
+        // SAFETY: set once, before any test of this binary loads a driver or records; nothing in
+        // this binary reads the environment through libc.
+        unsafe { std::env::set_var(cuhal_command::INDIRECT_HELPER_DIR_ENV, &dir) };
+    });
+}
+
+fn open_fake(tag: &str) -> (FakeDriver, cuhal::Driver, Device, Function) {
+    helper_dir();
+    let (fake, driver, device) = open(tag, queues(1));
+    let ptx = format!(
+        ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {ADD_KERNEL}(.param .u64 dst, .param .u64 src, .param .u32 k, .param .u32 n) {{ ret; }}\n"
+    );
+    let add = device.load_ptx(&ptx).unwrap().function(ADD_KERNEL).unwrap();
+    (fake, driver, device, add)
+}
+
+/// Records the chain (2 = in + 1, then 3 and 2 in turn, out = last + 1) and a fill of slot 4.
+fn record(cb: &mut dyn CommandRecorder, add: &Function) {
+    cb.fill(&BufferRange::slot(4, 0, 64).unwrap(), FillPattern::U32(7))
+        .unwrap();
+    let mut from = 0;
+    for i in 0..CHAIN {
+        let to = if i + 1 == CHAIN { 1 } else { 2 + i % 2 };
+        let args = KernelArgs::new()
+            .with_binding(to, 0)
+            .with_binding(from, 0)
+            .with(1u32)
+            .with(N as u32);
+        cb.dispatch(&Dispatch::new(add, [1, 1, 1], [N as u32, 1, 1], &args))
+            .unwrap();
+        cb.barrier().unwrap();
+        from = to;
+    }
+}
+
+fn graph(device: &Device, add: &Function, method: PatchMethod) -> Arc<dyn CommandBuffer> {
+    let mut cb = GraphCommandBuffer::with_bindings(device.context(), None, SLOTS as u32).unwrap();
+    cb.set_patch_method(method).unwrap();
+    record(&mut cb, add);
+    cb.end().unwrap();
+    Arc::new(cb)
+}
+
+fn deferred(device: &Device, add: &Function) -> Arc<dyn CommandBuffer> {
+    let mut cb =
+        DeferredCommandBuffer::with_bindings(device.context(), None, SLOTS as u32).unwrap();
+    record(&mut cb, add);
+    cb.end().unwrap();
+    Arc::new(cb)
+}
+
+/// A table of fresh buffers, one per slot.
+fn fresh(device: &Device) -> (Vec<Arc<Buffer>>, Vec<BufferRange>) {
+    let buffers: Vec<_> = (0..SLOTS)
+        .map(|_| device.create_buffer(BYTES).unwrap())
+        .collect();
+    let table = buffers.iter().map(|b| b.whole()).collect();
+    (buffers, table)
+}
+
+/// Submits `cb` with `tables[i]` for each `i` of `order`, chained on one semaphore, the host
+/// waiting every `BATCH`; counts from submission `count_from` on. Returns the allocations.
+fn submit(
+    fake: &FakeDriver,
+    device: &Device,
+    cb: &Arc<dyn CommandBuffer>,
+    tables: &[Vec<BufferRange>],
+    order: impl Iterator<Item = usize>,
+    count_from: usize,
+) -> u64 {
+    let semaphore = device.create_semaphore(0);
+    let queue = device.queue(0);
+    let mut value = 0u64;
+    for (n, i) in order.enumerate() {
+        if n == 0 {
+            // Slow work: every submission of a batch is in flight before the first completes,
+            // as many as the counted phase ever has (pools, rings and lists grow here).
+            fake.set_timing(Duration::from_micros(500), Duration::from_micros(2));
+        }
+        if n == count_from {
+            wait(&semaphore, value);
+            settle(queue);
+            // Work takes time, so completions lag behind submissions as on a GPU.
+            fake.set_timing(Duration::from_micros(3), Duration::from_micros(2));
+            ALLOCATIONS.store(0, Ordering::Relaxed);
+            COUNTING.store(true, Ordering::Relaxed);
+        }
+        queue
+            .execute_with_bindings(
+                &[(&semaphore, value)],
+                &[(&semaphore, value + 1)],
+                &[(cb, &tables[i])],
+            )
+            .unwrap();
+        value += 1;
+        if (n + 1) % BATCH == 0 {
+            wait(&semaphore, value);
+            settle(queue);
+        }
+    }
+    wait(&semaphore, value);
+    settle(queue);
+    COUNTING.store(false, Ordering::Relaxed);
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// Warm-up with alternating tables, then `ALTERNATING` counted submissions alternating among
+/// three tables, then `FRESH` counted submissions each on buffers never bound before.
+fn alternating_and_fresh(
+    fake: &FakeDriver,
+    device: &Device,
+    cb: &Arc<dyn CommandBuffer>,
+) -> (u64, u64) {
+    let sets: Vec<_> = (0..3).map(|_| fresh(device)).collect();
+    let warm_tables: Vec<_> = sets.iter().map(|(_, t)| t.clone()).collect();
+    let alternating = submit(
+        fake,
+        device,
+        cb,
+        &warm_tables,
+        (0..WARM + ALTERNATING).map(|i| i % 3),
+        WARM,
+    );
+    let fresh_sets: Vec<_> = (0..FRESH).map(|_| fresh(device)).collect();
+    let mut tables: Vec<_> = fresh_sets.iter().map(|(_, t)| t.clone()).collect();
+    // Warm-up on the alternating sets' tables, then every fresh table once.
+    tables.extend(warm_tables);
+    let fresh_count = submit(
+        fake,
+        device,
+        cb,
+        &tables,
+        (0..WARM).map(|i| FRESH + i % 3).chain(0..FRESH),
+        WARM,
+    );
+    (alternating, fresh_count)
+}
+
+#[test]
+fn host_patching_allocates_nothing_per_submission() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (fake, _driver, device, add) = open_fake("bind-alloc-host");
+    let cb = graph(&device, &add, PatchMethod::Host);
+    let counts = alternating_and_fresh(&fake, &device, &cb);
+    assert_eq!(
+        counts,
+        (0, 0),
+        "allocations over {ALTERNATING} alternating and {FRESH} fresh tables, host patching"
+    );
+}
+
+#[test]
+fn device_patching_allocates_nothing_per_submission() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (fake, _driver, device, add) = open_fake("bind-alloc-device");
+    let graph_cb = {
+        let mut cb =
+            GraphCommandBuffer::with_bindings(device.context(), None, SLOTS as u32).unwrap();
+        cb.set_patch_method(PatchMethod::Device).unwrap();
+        record(&mut cb, &add);
+        cb.end().unwrap();
+        assert!(
+            cb.patches_on_device(),
+            "a chain of {CHAIN} bound dispatches"
+        );
+        Arc::new(cb)
+    };
+    let cb: Arc<dyn CommandBuffer> = graph_cb.clone();
+    let counts = alternating_and_fresh(&fake, &device, &cb);
+    assert!(
+        graph_cb.device_patched_launches() >= (ALTERNATING + FRESH) as u64,
+        "patched on the device: {}",
+        graph_cb.device_patched_launches()
+    );
+    assert_eq!(
+        counts,
+        (0, 0),
+        "allocations over {ALTERNATING} alternating and {FRESH} fresh tables, device patching"
+    );
+}
+
+#[test]
+fn deferred_replay_with_a_table_allocates_nothing_per_submission() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (fake, _driver, device, add) = open_fake("bind-alloc-deferred");
+    let cb = deferred(&device, &add);
+    let counts = alternating_and_fresh(&fake, &device, &cb);
+    assert_eq!(
+        counts,
+        (0, 0),
+        "allocations over {ALTERNATING} alternating and {FRESH} fresh tables, deferred replay"
+    );
+}

@@ -88,8 +88,7 @@ fn command_buffer(device: &Device, q: usize) -> Arc<dyn CommandBuffer> {
     let buffer = device.create_buffer(256).unwrap();
     let mut cb = device.queue(q).create_command_buffer().unwrap();
     cb.fill(&buffer.whole(), FillPattern::U32(5)).unwrap();
-    cb.end().unwrap();
-    Arc::from(cb)
+    cb.end().unwrap()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

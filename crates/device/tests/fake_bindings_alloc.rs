@@ -125,16 +125,14 @@ fn graph(device: &Device, add: &Function, method: PatchMethod) -> Arc<dyn Comman
     let mut cb = GraphCommandBuffer::with_bindings(device.context(), None, SLOTS as u32).unwrap();
     cb.set_patch_method(method).unwrap();
     record(&mut cb, add);
-    cb.end().unwrap();
-    Arc::new(cb)
+    Arc::new(cb.end().unwrap())
 }
 
 fn deferred(device: &Device, add: &Function) -> Arc<dyn CommandBuffer> {
     let mut cb =
         DeferredCommandBuffer::with_bindings(device.context(), None, SLOTS as u32).unwrap();
     record(&mut cb, add);
-    cb.end().unwrap();
-    Arc::new(cb)
+    Arc::new(cb.end().unwrap())
 }
 
 /// A table of fresh buffers, one per slot.
@@ -246,12 +244,12 @@ fn device_patching_allocates_nothing_per_submission() {
             GraphCommandBuffer::with_bindings(device.context(), None, SLOTS as u32).unwrap();
         cb.set_patch_method(PatchMethod::Device).unwrap();
         record(&mut cb, &add);
-        cb.end().unwrap();
+        let graph = Arc::new(cb.end().unwrap());
         assert!(
-            cb.patches_on_device(),
+            graph.patches_on_device(),
             "a chain of {CHAIN} bound dispatches"
         );
-        Arc::new(cb)
+        graph
     };
     let cb: Arc<dyn CommandBuffer> = graph_cb.clone();
     let counts = alternating_and_fresh(&fake, &device, &cb);

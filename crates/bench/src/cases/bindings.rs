@@ -28,10 +28,11 @@ use anyhow::{Context as _, Result};
 use cuhal::{BufferRange, CommandBuffer, CommandBufferMode, DeviceOptions, PatchMethod};
 
 use super::{Env, progress, summarize};
+use crate::alloc_count::{allocations, is_counting};
 use crate::clock::Clock;
 use crate::gpu::StepCounter;
 use crate::hal::{Hal, WAIT};
-use crate::report::{Comparison, Goal, Report};
+use crate::report::{Comparison, Goal, Report, Unit};
 
 use super::replay::CHAIN;
 use super::round_trip::{self, Submit};
@@ -57,12 +58,13 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     progress(&format!(
         "case 11 (bindings): graph, every binding changed, {n} replays"
     ));
-    let changed = bound_chain(env, CommandBufferMode::Graph, None, 2, warm, n)?;
+    let (changed, changed_allocations) =
+        bound_chain(env, CommandBufferMode::Graph, None, 2, warm, n)?;
     let changed_summary = summarize("case 11 graph changed", &mut changed.clone())?;
     progress(&format!(
         "case 11 (bindings): graph, unchanged table, {n} replays"
     ));
-    let mut unchanged = bound_chain(env, CommandBufferMode::Graph, None, 1, warm, n)?;
+    let mut unchanged = bound_chain(env, CommandBufferMode::Graph, None, 1, warm, n)?.0;
     let unchanged = summarize("case 11 graph unchanged", &mut unchanged)?;
     // Each patch method forced, against its own unchanged replay.
     let mut methods = Vec::new();
@@ -70,15 +72,15 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         progress(&format!(
             "case 11 (bindings): graph patched on the {name}, changed and unchanged, {n} replays each"
         ));
-        let changed = bound_chain(env, CommandBufferMode::Graph, Some(method), 2, warm, n)?;
-        let mut same = bound_chain(env, CommandBufferMode::Graph, Some(method), 1, warm, n)?;
+        let changed = bound_chain(env, CommandBufferMode::Graph, Some(method), 2, warm, n)?.0;
+        let mut same = bound_chain(env, CommandBufferMode::Graph, Some(method), 1, warm, n)?.0;
         let same = summarize(&format!("case 11 {name} unchanged"), &mut same)?;
         methods.push((name, changed, same));
     }
     progress(&format!(
         "case 11 (bindings): deferred, every binding changed, {n} replays"
     ));
-    let mut deferred = bound_chain(env, CommandBufferMode::Deferred, None, 2, warm, n)?;
+    let mut deferred = bound_chain(env, CommandBufferMode::Deferred, None, 2, warm, n)?.0;
     let deferred = summarize("case 11 deferred", &mut deferred)?;
     let r = env.scaled(RERECORDS);
     progress(&format!(
@@ -155,6 +157,23 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         ));
     }
 
+    // Only where counted: a program without the counting allocator would report zero.
+    if is_counting() {
+        report.comparisons.push(Comparison {
+            unit: Unit::Count,
+            ..Comparison::new(
+                "11",
+                "bindings: 100 dependent dispatches, graph, every binding changed: heap allocations per submission, whole process (submission and wait)",
+                Some(summarize(
+                    "case 11 allocations",
+                    &mut [changed_allocations],
+                )?),
+                None,
+                Goal::AtMost(0.0),
+            )
+        });
+    }
+
     let calls = env.scaled(CALLS);
     let warm = env.scaled(500);
     progress(&format!(
@@ -184,7 +203,8 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
 }
 
 /// Submits `cb` with `tables[i % tables.len()]` (no table when empty) and waits, `warm + n`
-/// times; returns the last `n` submit-to-return times.
+/// times; returns the last `n` submit-to-return times and the heap allocations per measured
+/// submission (whole process, submission and wait).
 fn time_bound(
     hal: &Hal,
     cb: &Arc<dyn CommandBuffer>,
@@ -192,11 +212,15 @@ fn time_bound(
     clock: Clock,
     warm: usize,
     n: usize,
-) -> Result<Vec<f64>> {
+) -> Result<(Vec<f64>, f64)> {
     let queue = hal.device.queue(0);
     let semaphore = hal.semaphore();
     let mut samples = Vec::with_capacity(n);
+    let mut allocations_at_warm = 0;
     for i in 0..warm + n {
+        if i == warm {
+            allocations_at_warm = allocations();
+        }
         let value = (i + 1) as u64;
         let t0 = clock.now_ns();
         let submitted = match tables {
@@ -214,7 +238,8 @@ fn time_bound(
             samples.push((t1 - t0) as f64);
         }
     }
-    Ok(samples)
+    let allocations = (allocations() - allocations_at_warm) as f64 / n.max(1) as f64;
+    Ok((samples, allocations))
 }
 
 /// The 100-dispatch chain bound to `counters` step counters in turn (1: an unchanged table);
@@ -226,7 +251,7 @@ fn bound_chain(
     counters: usize,
     warm: usize,
     n: usize,
-) -> Result<Vec<f64>> {
+) -> Result<(Vec<f64>, f64)> {
     let hal = Hal::open(DeviceOptions {
         command_buffer_mode: mode,
         ..DeviceOptions::default()
@@ -251,7 +276,7 @@ fn bound_chain(
         }
         None => hal.bound_step_chain(0, CHAIN)?,
     };
-    let samples = time_bound(&hal, &cb, &tables, env.clock, warm, n)?;
+    let (samples, allocations) = time_bound(&hal, &cb, &tables, env.clock, warm, n)?;
     let total = warm + n;
     for (i, step) in steps.iter_mut().enumerate() {
         let submissions = total / counters + usize::from(i < total % counters);
@@ -260,7 +285,7 @@ fn bound_chain(
             "case 11 ({mode:?}, {counters} tables), counter {i}"
         ))?;
     }
-    Ok(samples)
+    Ok((samples, allocations))
 }
 
 /// Without binding tables: for each submission, a new graph command buffer recorded for the
@@ -310,7 +335,7 @@ fn bound_round_trip(env: &Env<'_>, counters: usize, warm: usize, n: usize) -> Re
         let tables: Vec<_> = steps.iter().map(StepCounter::table).collect();
         (hal.bound_step_chain(0, 1)?, tables)
     };
-    let samples = time_bound(&hal, &cb, &tables, env.clock, warm, n)?;
+    let (samples, _) = time_bound(&hal, &cb, &tables, env.clock, warm, n)?;
     let total = warm + n;
     let k = counters.max(1);
     for (i, step) in steps.iter_mut().enumerate() {

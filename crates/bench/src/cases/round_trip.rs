@@ -162,6 +162,49 @@ pub fn measure(env: &Env<'_>, submit: Submit, warm: usize, n: usize) -> Result<V
     Ok(samples)
 }
 
+/// Case 11's raw floor for a 1-dispatch round trip with a new binding table each call: case 5's
+/// graph floor with the node's arguments switched between two counters before every launch
+/// (`cuGraphExecKernelNodeSetParams` + `cuGraphLaunch` + `cuEventRecord` + spinning
+/// `cuEventSynchronize`, timed together), as a caller of the driver rebinds a graph.
+pub fn measure_rebound(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
+    let gpu = env.gpu;
+    let api = gpu.api();
+    let clock = env.clock;
+    let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
+    let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
+    let mut counters = [StepCounter::new(gpu)?, StepCounter::new(gpu)?];
+    let mut nodes = counters.each_ref().map(|c| KernelNode {
+        function: gpu.kernels.step,
+        args: c.args(0, 1),
+    });
+    let exec = GraphExec::chain(
+        &gpu.ctx,
+        &mut [KernelNode {
+            function: gpu.kernels.step,
+            args: nodes[0].args,
+        }],
+    )?;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..warm + n {
+        let t0 = clock.now_ns();
+        exec.set_kernel_args(0, &mut nodes[i % 2])?;
+        // SAFETY: a live executable graph and stream.
+        unsafe { cu!(api, cuGraphLaunch(exec.raw(), stream.raw())) }?;
+        event.record_and_synchronize(&stream)?;
+        let t1 = clock.now_ns();
+        if i >= warm {
+            samples.push((t1 - t0) as f64);
+        }
+    }
+    stream.synchronize()?;
+    let total = warm + n;
+    for (i, counter) in counters.iter_mut().enumerate() {
+        counter.expect_more((total / 2 + usize::from(i < total % 2)) as u64);
+        counter.check(&format!("case 11 rebound floor, counter {i}"))?;
+    }
+    Ok(samples)
+}
+
 /// The round trip of a completion word: a one-node graph whose `spin` kernel (no spin) writes
 /// its launch count to a host-mapped flag after a system-wide fence; the host spins on the flag.
 fn completion_word(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {

@@ -10,7 +10,7 @@ use std::ffi::{c_uint, c_void};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use cuhal_sys::{
     CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_MEMHOSTALLOC_DEVICEMAP,
     CU_MEMHOSTALLOC_PORTABLE, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraph,
@@ -228,6 +228,8 @@ pub unsafe fn add_kernel_node(
 pub struct GraphExec {
     ctx: Arc<PrimaryContext>,
     raw: CUgraphExec,
+    /// The kernel nodes, in chain order (node handles of the graph, valid for the executable).
+    nodes: Vec<CUgraphNode>,
 }
 
 impl GraphExec {
@@ -251,6 +253,7 @@ impl GraphExec {
     ) -> Result<Self> {
         let api = ctx.api();
         let mut prev: Option<CUgraphNode> = None;
+        let mut added_nodes = Vec::with_capacity(nodes.len());
         for node in nodes.iter_mut() {
             let mut pointers = node.args.pointers();
             // SAFETY: a live graph; `prev` is a node of it; `pointers` points to the node's
@@ -258,6 +261,7 @@ impl GraphExec {
             let added =
                 unsafe { add_kernel_node(api, graph, node.function, 1, &mut pointers, prev) }?;
             prev = Some(added);
+            added_nodes.push(added);
         }
         let mut raw = std::ptr::null_mut();
         // SAFETY: a complete graph; `raw` is a valid out-pointer.
@@ -265,12 +269,48 @@ impl GraphExec {
         Ok(Self {
             ctx: ctx.clone(),
             raw,
+            nodes: added_nodes,
         })
     }
 
     /// The handle.
     pub fn raw(&self) -> CUgraphExec {
         self.raw
+    }
+
+    /// Gives kernel node `index` (of [`GraphExec::chain`]'s nodes) new arguments for the
+    /// executable's next launches, with `cuGraphExecKernelNodeSetParams`: what a caller of the
+    /// driver does to rebind a recorded dispatch to new buffers.
+    pub fn set_kernel_args(&self, index: usize, node: &mut KernelNode) -> Result<()> {
+        let graph_node = *self
+            .nodes
+            .get(index)
+            .context("GraphExec::set_kernel_args: no such node")?;
+        let mut pointers = node.args.pointers();
+        let params = CUDA_KERNEL_NODE_PARAMS {
+            func: node.function,
+            gridDimX: 1,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: 1,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            kernelParams: pointers.as_mut_ptr(),
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        };
+        // SAFETY: a live executable and one of its graph's kernel nodes, whose function is
+        // unchanged; `params` and the argument values `pointers` points to live across the
+        // call (the driver copies them).
+        unsafe {
+            cu!(
+                self.ctx.api(),
+                cuGraphExecKernelNodeSetParams(self.raw, graph_node, &params)
+            )
+        }?;
+        Ok(())
     }
 }
 

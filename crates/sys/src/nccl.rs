@@ -288,7 +288,20 @@ impl NcclApi {
         for path in candidates {
             // SAFETY: opening NCCL runs its initializers, which have no preconditions.
             match unsafe { Library::new(&path) } {
-                Ok(library) => return Self::resolve(library, path.display().to_string()),
+                Ok(library) => {
+                    // NCCL is never unloaded: `ncclGetUniqueId` starts the bootstrap root's
+                    // thread and communicators start proxy threads, and these outlive every
+                    // handle (the root serves other processes' ranks after the id's maker has
+                    // dropped its table). Unloading the code under them crashes the process
+                    // and leaves the other ranks waiting. A second handle that is never closed
+                    // keeps the library's reference count above zero.
+                    // SAFETY: the library is already open, so its initializers do not run
+                    // again; the handle is forgotten, never used.
+                    if let Ok(resident) = unsafe { Library::new(&path) } {
+                        std::mem::forget(resident);
+                    }
+                    return Self::resolve(library, path.display().to_string());
+                }
                 Err(e) => tried.push(LoadAttempt {
                     path: path.display().to_string(),
                     reason: e.to_string(),

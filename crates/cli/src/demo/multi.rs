@@ -194,14 +194,20 @@ pub fn run(driver: &Driver, nccl: &Nccl, options: &Options) -> Result<AcrossSumm
     // One traced submission per GPU and iteration (the transform).
     let links = super::check_trace(&trace, 2 * options.iterations as usize)
         .context("checking the trace across GPUs")?;
-    // Both GPUs traced: the GPU submission zones name their device.
+    // Both GPUs traced: a GPU submission zone names its queue, `cuhal<device>.<index>` (its
+    // `ordinal` arg is the submission's number on that queue, not the device's).
     let text = std::fs::read_to_string(&trace)?;
     let events: Vec<serde_json::Value> = serde_json::from_str(&text)?;
-    let on = |ordinal: u64| {
+    let on = |device: u64| {
+        let prefix = format!("cuhal{device}.");
         events
             .iter()
             .filter(|e| e["ph"] == "X" && e["name"] == "submission")
-            .filter(|e| e["args"]["ordinal"].as_u64() == Some(ordinal))
+            .filter(|e| {
+                e["args"]["queue"]
+                    .as_str()
+                    .is_some_and(|q| q.starts_with(&prefix))
+            })
             .count()
     };
     let zones = [on(0), on(1)];

@@ -105,6 +105,11 @@ struct SlotBuffer {
     snapped: bool,
     times: Vec<u64>,
     ids: Vec<u32>,
+    /// Collections this submission has waited for its CUPTI records after its events
+    /// completed. Per submission, not per list: a list issued again before an earlier
+    /// submission was collected must not inherit that submission's spent patience (it would
+    /// give up on its own records at the first look and drop its command zones).
+    activity_waits: std::cell::Cell<u32>,
 }
 
 /// One submission in flight. Recycled: its vectors keep their capacity.
@@ -156,6 +161,7 @@ impl Slot {
         buffer.snapped = false;
         buffer.times.clear();
         buffer.ids.clear();
+        buffer.activity_waits.set(0);
         self.count += 1;
     }
 
@@ -587,7 +593,9 @@ impl Shared {
         let Some(session) = &self.cupti else {
             return true;
         };
-        if state.commands == 0 || state.activity_waits + 1 >= crate::context::ACTIVITY_PATIENCE {
+        if state.commands == 0
+            || buffer.activity_waits.get() + 1 >= crate::context::ACTIVITY_PATIENCE
+        {
             return true;
         }
         let ids = if state.submissions == buffer.generation {
@@ -629,7 +637,7 @@ impl Shared {
                 return true;
             }
         }
-        state.activity_waits += 1;
+        buffer.activity_waits.set(buffer.activity_waits.get() + 1);
         false
     }
 
@@ -670,9 +678,13 @@ impl Shared {
             self.count_dropped(DropReason::Superseded, state.timed_zones);
             return;
         };
-        // Patience was spent in `activity_ready`: what is missing now stays missing.
+        // `activity_ready` already waited for this submission's records: what is missing now
+        // stays missing. The list's own count is left as it was, for the list's next
+        // submission.
+        let waits = state.activity_waits;
         state.activity_waits = crate::context::ACTIVITY_PATIENCE;
         let _ = self.activity_pending(cs, state);
+        state.activity_waits = waits;
         self.emit_list(cs, state, outer, zones);
         if snapshot {
             std::mem::swap(&mut state.ids, &mut buffer.ids);

@@ -272,6 +272,11 @@ pub(crate) struct Comms {
 #[derive(Default)]
 struct Issuing {
     since: Option<Instant>,
+    /// Set while the watchdog waits with no deadline (no group call in progress when it last
+    /// looked): only then must a group call wake it. Otherwise it already sleeps until an
+    /// earlier deadline than the new call's and looks again then, so a submission costs no
+    /// wake-up (a futex call and a thread switch on the issuing path).
+    watchdog_idle: bool,
     /// Set once `ncclCommAbort` ran: the NCCL handles are gone.
     aborted: bool,
 }
@@ -375,7 +380,8 @@ impl CollectiveBackend {
         let completion = self.events.acquire()?;
         // Device waits on every rank's stream: a collective cannot finish before every rank's
         // inputs are ready anyway, and this keeps one wait list per submission.
-        for rank in &comms.ranks {
+        // (No context switch at all when there is nothing to wait for: the common case.)
+        for rank in comms.ranks.iter().filter(|_| !device_waits.is_empty()) {
             let _bound = rank.context.enter()?;
             for event in device_waits {
                 // SAFETY: the stream and the event are live; CUDA takes events of any context.
@@ -383,7 +389,7 @@ impl CollectiveBackend {
                     .map_err(|e| rank.lost.filter(e.into()))?;
             }
         }
-        {
+        let wake_watchdog = {
             let mut issuing = comms.lock();
             if issuing.aborted {
                 return Err(Error::Lost(
@@ -395,8 +401,11 @@ impl CollectiveBackend {
                 ));
             }
             issuing.since = Some(Instant::now());
+            std::mem::take(&mut issuing.watchdog_idle)
+        };
+        if wake_watchdog {
+            comms.wake.notify_all();
         }
-        comms.wake.notify_all();
         let grouped = match payload {
             CollectivePayload::Parts(parts) => self.group(parts),
             CollectivePayload::CommandBuffers(set) => set.issue(comms),
@@ -976,6 +985,7 @@ fn watchdog(comms: &Comms) {
             }
             None => Duration::from_secs(3600),
         };
+        issuing.watchdog_idle = issuing.since.is_none();
         issuing = comms
             .wake
             .wait_timeout(issuing, wait)

@@ -340,6 +340,95 @@ fn a_peer_that_never_arrives_is_aborted_after_the_timeout() {
     drop(comm);
 }
 
+/// The watchdog is woken only when it waits with no deadline; a group call that blocks after
+/// earlier collectives (the watchdog then sleeping on an older deadline, or idle again) is
+/// still aborted after the timeout.
+#[test]
+fn a_peer_that_stops_arriving_after_some_rounds_is_aborted_after_the_timeout() {
+    let (fake, devices, nccl) = setup("nccl-timeout-later");
+    let id = nccl.unique_id().unwrap();
+    let options = CommunicatorOptions {
+        timeout: Duration::from_millis(300),
+        ..CommunicatorOptions::default()
+    };
+    let (comm, peer) = std::thread::scope(|scope| {
+        let peer = scope.spawn(|| {
+            Communicator::join(
+                &nccl,
+                id,
+                2,
+                &[(&devices[1], 1)],
+                CommunicatorOptions::default(),
+            )
+            .unwrap()
+        });
+        let comm = Communicator::join(&nccl, id, 2, &[(&devices[0], 0)], options).unwrap();
+        (comm, peer.join().unwrap())
+    });
+    let a = devices[0].create_buffer(4).unwrap();
+    let b = devices[1].create_buffer(4).unwrap();
+    let f = NcclDataType::F32;
+    let done = devices[0].create_semaphore(0);
+    // Rounds both ranks take part in, some back to back, some with a pause between.
+    for round in 1..=6u64 {
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                peer.submit(&[CollectivePart::all_reduce(
+                    &b.whole(),
+                    &b.whole(),
+                    1,
+                    f,
+                    NcclRedOp::Sum,
+                )])
+                .unwrap()
+            });
+            let s = [(&done, round)];
+            comm.submit(&[CollectivePart::all_reduce(
+                &a.whole(),
+                &a.whole(),
+                1,
+                f,
+                NcclRedOp::Sum,
+            )
+            .signals(&s)])
+                .unwrap();
+        });
+        done.wait(round, TIMEOUT).unwrap();
+        if round % 2 == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Now the peer never arrives.
+    let started = std::time::Instant::now();
+    let s = [(&done, 7)];
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let r = comm.submit(&[CollectivePart::all_reduce(
+                &a.whole(),
+                &a.whole(),
+                1,
+                f,
+                NcclRedOp::Sum,
+            )
+            .signals(&s)]);
+            tx.send(r.is_ok()).unwrap();
+        });
+        assert!(rx.recv_timeout(TIMEOUT).unwrap(), "the submission returned");
+        let failure = failure_of(&done, 7);
+        assert!(
+            matches!(
+                failure.downcast_ref::<Error>(),
+                Some(Error::CollectiveTimeout { .. })
+            ),
+            "expected CollectiveTimeout, got {failure}"
+        );
+    });
+    assert!(started.elapsed() < TIMEOUT);
+    assert!(fake.calls("ncclCommAbort") >= 1);
+    drop(comm);
+}
+
 /// Joining waits for every rank (in the group's end, as NCCL does); a rank that never joins
 /// aborts this process's ranks after the caller's timeout: a typed error, not a hang.
 #[test]

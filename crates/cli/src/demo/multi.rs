@@ -194,22 +194,10 @@ pub fn run(driver: &Driver, nccl: &Nccl, options: &Options) -> Result<AcrossSumm
     // One traced submission per GPU and iteration (the transform).
     let links = super::check_trace(&trace, 2 * options.iterations as usize)
         .context("checking the trace across GPUs")?;
-    // Both GPUs traced: a GPU submission zone names its queue, `cuhal<device>.<index>` (its
-    // `ordinal` arg is the submission's number on that queue, not the device's).
+    // Both GPUs traced: each GPU's queue has its GPU submission zones.
     let text = std::fs::read_to_string(&trace)?;
     let events: Vec<serde_json::Value> = serde_json::from_str(&text)?;
-    let on = |device: u64| {
-        let prefix = format!("cuhal{device}.");
-        events
-            .iter()
-            .filter(|e| e["ph"] == "X" && e["name"] == "submission")
-            .filter(|e| {
-                e["args"]["queue"]
-                    .as_str()
-                    .is_some_and(|q| q.starts_with(&prefix))
-            })
-            .count()
-    };
+    let on = |device: u32| submission_zones_on(&events, device);
     let zones = [on(0), on(1)];
     if zones != [options.iterations as usize; 2] {
         bail!(
@@ -226,4 +214,44 @@ pub fn run(driver: &Driver, nccl: &Nccl, options: &Options) -> Result<AcrossSumm
         links,
         trace,
     })
+}
+
+/// The GPU submission zones of `events` (a Perfetto JSON trace) whose queue is one of GPU
+/// `device`'s: a queue's tracing label is `GPU <ordinal> queue <index>` (the zone's `ordinal`
+/// arg is the submission's number on its queue, not the device's).
+fn submission_zones_on(events: &[serde_json::Value], device: u32) -> usize {
+    let prefix = format!("GPU {device} queue ");
+    events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == "submission")
+        .filter(|e| {
+            e["args"]["queue"]
+                .as_str()
+                .is_some_and(|q| q.starts_with(&prefix))
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::submission_zones_on;
+
+    #[test]
+    fn submission_zones_are_counted_per_gpu_by_their_queue() {
+        let zone = |queue: &str, ordinal: u64| {
+            serde_json::json!({"ph": "X", "name": "submission",
+                "args": {"queue": queue, "ordinal": ordinal}})
+        };
+        let events = vec![
+            zone("GPU 0 queue 0", 1),
+            zone("GPU 0 queue 1", 1),
+            zone("GPU 1 queue 0", 0),
+            zone("GPU 10 queue 0", 1),
+            serde_json::json!({"ph": "X", "name": "submit", "args": {"queue": "GPU 1 queue 0"}}),
+            serde_json::json!({"ph": "s", "name": "submission", "args": {"queue": "GPU 1 queue 0"}}),
+        ];
+        assert_eq!(submission_zones_on(&events, 0), 2);
+        assert_eq!(submission_zones_on(&events, 1), 1);
+        assert_eq!(submission_zones_on(&events, 2), 0);
+    }
 }

@@ -228,7 +228,10 @@ pub unsafe fn add_kernel_node(
 pub struct GraphExec {
     ctx: Arc<PrimaryContext>,
     raw: CUgraphExec,
-    /// The kernel nodes, in chain order (node handles of the graph, valid for the executable).
+    /// The graph it was instantiated from, kept until the executable is destroyed: the
+    /// executable's node-update calls name nodes of this graph.
+    graph: CUgraph,
+    /// The kernel nodes, in chain order (nodes of `graph`).
     nodes: Vec<CUgraphNode>,
 }
 
@@ -241,8 +244,10 @@ impl GraphExec {
         // SAFETY: `graph` is a valid out-pointer; flags must be 0.
         unsafe { cu!(api, cuGraphCreate(&mut graph, 0)) }?;
         let result = Self::fill_and_instantiate(ctx, graph, nodes);
-        // SAFETY: the graph is live; the executable does not depend on it after instantiation.
-        let _ = unsafe { cu!(api, cuGraphDestroy(graph)) };
+        if result.is_err() {
+            // SAFETY: the graph is live and nothing was instantiated from it.
+            let _ = unsafe { cu!(api, cuGraphDestroy(graph)) };
+        }
         result
     }
 
@@ -269,6 +274,7 @@ impl GraphExec {
         Ok(Self {
             ctx: ctx.clone(),
             raw,
+            graph,
             nodes: added_nodes,
         })
     }
@@ -317,8 +323,11 @@ impl GraphExec {
 impl Drop for GraphExec {
     fn drop(&mut self) {
         let _ = self.ctx.bind();
-        // SAFETY: a live executable graph, destroyed once after its launches completed.
+        // SAFETY: a live executable graph, destroyed once after its launches completed; then
+        // the graph it was instantiated from, which nothing else uses.
         let _ = unsafe { cu!(self.ctx.api(), cuGraphExecDestroy(self.raw)) };
+        // SAFETY: see above.
+        let _ = unsafe { cu!(self.ctx.api(), cuGraphDestroy(self.graph)) };
     }
 }
 

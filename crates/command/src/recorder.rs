@@ -159,9 +159,10 @@ impl<'a> Dispatch<'a> {
 
 /// The recording API of every command buffer kind.
 ///
-/// A command buffer records from creation until [`CommandRecorder::end`]. Each command is
-/// checked when recorded; a rejected command records nothing and the command buffer stays
-/// usable. A driver failure while recording moves it to [`CommandBufferState::Failed`].
+/// A command buffer records from creation until its `end()`
+/// ([`CommandEncoder::end`](crate::CommandEncoder::end) for the graph and deferred kinds, which
+/// returns what a queue submits). Each command is checked when recorded; a rejected command
+/// records nothing and the command buffer stays usable. A driver failure while recording moves it to [`CommandBufferState::Failed`].
 pub trait CommandRecorder {
     /// The command buffer's state.
     fn state(&self) -> CommandBufferState;

@@ -14,7 +14,7 @@
 //! GPUs, which is what the tests of the device crate's design check.
 //!
 //! Graph capture: a collective enqueued on a capturing stream (alone, or every part of one
-//! communicator in a group) becomes one node of the capture's graph ([`CapturedRound`]), which
+//! communicator in a group) becomes one node of the capture's graph (`CapturedRound`), which
 //! posts its round each time the graph is launched. A launch of a graph holding such a node runs
 //! on a thread of its own (see `graph.rs`), so launching every rank's graph from one thread, back
 //! to back, works as on GPUs; a program that waits on the host between those launches hangs, as

@@ -9,45 +9,14 @@
 
 mod fake_support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cuhal::{CommandBuffer, Device, FillPattern};
 use fake_support::*;
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through it).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as for `dealloc`; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: fake_support::counting::CountingAlloc = fake_support::counting::CountingAlloc::new();
 
 /// Held by each test: one counts at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -91,8 +60,7 @@ fn chained(fake: &cuhal_fake_driver::harness::FakeDriver, device: &Device, queue
             retired(device, queues);
             // Work takes time, so completions lag behind submissions as on a GPU.
             fake.set_timing(Duration::from_micros(3), Duration::from_micros(2));
-            ALLOCATIONS.store(0, Ordering::Relaxed);
-            COUNTING.store(true, Ordering::Relaxed);
+            GLOBAL.start();
         }
         let q = i as usize % queues;
         device
@@ -106,8 +74,7 @@ fn chained(fake: &cuhal_fake_driver::harness::FakeDriver, device: &Device, queue
     }
     wait(&semaphore, warm + COUNTED);
     retired(device, queues);
-    COUNTING.store(false, Ordering::Relaxed);
-    ALLOCATIONS.load(Ordering::Relaxed)
+    GLOBAL.stop()
 }
 
 /// Chained submissions on one queue whose in-flight high-water mark creeps up by one each batch
@@ -128,8 +95,7 @@ fn creeping(
     let mut value = 0;
     for size in std::iter::once(from).chain(from + 1..=to) {
         if size == from + 1 {
-            ALLOCATIONS.store(0, Ordering::Relaxed);
-            COUNTING.store(true, Ordering::Relaxed);
+            GLOBAL.start();
         }
         for _ in 0..size {
             queue
@@ -141,9 +107,9 @@ fn creeping(
         wait(&semaphore, value);
         retired(device, 1);
     }
-    COUNTING.store(false, Ordering::Relaxed);
+    let counted = GLOBAL.stop();
     fake.set_timing(Duration::ZERO, Duration::ZERO);
-    ALLOCATIONS.load(Ordering::Relaxed)
+    counted
 }
 
 #[test]

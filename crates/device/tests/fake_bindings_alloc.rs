@@ -9,8 +9,6 @@
 
 mod fake_support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
@@ -22,37 +20,8 @@ use cuhal_fake_driver::harness::FakeDriver;
 use cuhal_fake_driver::module::ADD_KERNEL;
 use fake_support::*;
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through it).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as for `dealloc`; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: fake_support::counting::CountingAlloc = fake_support::counting::CountingAlloc::new();
 
 /// Held by each test: one counts at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -168,8 +137,7 @@ fn submit(
             settle(queue);
             // Work takes time, so completions lag behind submissions as on a GPU.
             fake.set_timing(Duration::from_micros(3), Duration::from_micros(2));
-            ALLOCATIONS.store(0, Ordering::Relaxed);
-            COUNTING.store(true, Ordering::Relaxed);
+            GLOBAL.start();
         }
         queue
             .execute_with_bindings(
@@ -186,8 +154,7 @@ fn submit(
     }
     wait(&semaphore, value);
     settle(queue);
-    COUNTING.store(false, Ordering::Relaxed);
-    ALLOCATIONS.load(Ordering::Relaxed)
+    GLOBAL.stop()
 }
 
 /// Warm-up with alternating tables, then `ALTERNATING` counted submissions alternating among

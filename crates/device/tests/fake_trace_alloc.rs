@@ -7,45 +7,14 @@
 
 mod fake_support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use cuhal::{CommandBuffer, CuptiChoice, DeviceOptions, FillPattern, Verbosity};
 use cuhal_trace::NullSink;
 use cuhal_trace::cupti::fake::FakeCupti;
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through it).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as for `dealloc`; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: fake_support::counting::CountingAlloc = fake_support::counting::CountingAlloc::new();
 
 const WARM: u64 = 200;
 const COUNTED: u64 = 500;
@@ -83,16 +52,14 @@ fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice) -> (usize, u
     }
     fake_support::settle(queue);
     let slots_before = queue.trace().map_or(0, |t| t.stats().submission_slots);
-    ALLOCATIONS.store(0, Ordering::Relaxed);
-    COUNTING.store(true, Ordering::Relaxed);
+    GLOBAL.start();
     for n in WARM + 1..=WARM + COUNTED {
         queue.execute(&[], &signal(n), &cbs).unwrap();
         fake_support::wait(&done, n);
         fake_support::settle(queue);
     }
     fake_support::settle(queue);
-    COUNTING.store(false, Ordering::Relaxed);
-    let counted = ALLOCATIONS.load(Ordering::Relaxed);
+    let counted = GLOBAL.stop() as usize;
     let collected = queue.trace().map_or(0, |t| t.stats().zones_collected);
     let slots_after = queue.trace().map_or(0, |t| t.stats().submission_slots);
     assert_eq!(

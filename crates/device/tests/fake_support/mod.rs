@@ -7,6 +7,8 @@
 //! through `CUHAL_CUDA_LIBRARY`, which is set and read under one lock.
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod counting;
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

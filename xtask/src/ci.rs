@@ -1,6 +1,6 @@
 //! `cargo xtask ci`: what `.ci/run` runs on a clean checkout without a GPU.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use crate::cargo::{cargo, display, status};
 
@@ -96,11 +96,80 @@ fn loom_step() -> std::process::Command {
     cmd
 }
 
+/// Removes this workspace's crates from cargo's unpacked copies of local registries.
+///
+/// `cargo package` verifies each crate against its siblings through a temporary local registry
+/// (`target/package/tmp-registry`), and cargo unpacks registry crates into
+/// `$CARGO_HOME/registry/src/<registry hash>/<name>-<version>` once: a directory that is already
+/// there is reused as it is. The hash depends only on the registry's path, and the workspace's
+/// version does not change from commit to commit, so a CI machine that keeps `$CARGO_HOME` between
+/// runs of the same checkout path would verify a crate against its siblings' sources from an
+/// earlier run. Only local registries (the directories whose name starts with `-`, having no host)
+/// are touched; crates.io's copies stay.
+fn clear_unpacked_workspace_crates() -> Result<()> {
+    let home = match std::env::var_os("CARGO_HOME") {
+        Some(home) => std::path::PathBuf::from(home),
+        None => match std::env::var_os("HOME") {
+            Some(home) => std::path::PathBuf::from(home).join(".cargo"),
+            None => return Ok(()),
+        },
+    };
+    let Ok(registries) = std::fs::read_dir(home.join("registry/src")) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        let Ok(crates) = std::fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for unpacked in crates.flatten() {
+            if is_workspace_crate(&unpacked.file_name().to_string_lossy()) {
+                std::fs::remove_dir_all(unpacked.path()).with_context(|| {
+                    format!(
+                        "removing stale unpacked crate {}",
+                        unpacked.path().display()
+                    )
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The package step's own target directory, emptied before each run.
+///
+/// Cargo fingerprints a registry crate by its name, version and registry, never by its contents,
+/// so a kept target directory would also link a crate's verification against siblings compiled
+/// from an earlier commit. The libraries' dependencies are few; building them again costs less
+/// than a minute.
+fn package_target_dir() -> std::path::PathBuf {
+    crate::cargo::workspace_root().join("target/ci-package")
+}
+
+/// Whether an unpacked registry directory (`<name>-<version>`) is one of this workspace's crates.
+fn is_workspace_crate(dir: &str) -> bool {
+    let version = concat!("-", env!("CARGO_PKG_VERSION"));
+    dir.strip_suffix(version)
+        .is_some_and(|name| name == "cuhal" || name.starts_with("cuhal-"))
+}
+
 /// Runs every step, stopping at the first failure.
 pub fn run() -> Result<()> {
     let total = STEPS.len() + 2;
     for (i, args) in STEPS.iter().enumerate() {
         let mut cmd = cargo(args.iter());
+        if args.first() == Some(&"package") {
+            // Fresh sources and fresh builds of the packed crates: see the two functions' docs.
+            clear_unpacked_workspace_crates()?;
+            let target = package_target_dir();
+            if target.exists() {
+                std::fs::remove_dir_all(&target)
+                    .with_context(|| format!("removing {}", target.display()))?;
+            }
+            cmd.env("CARGO_TARGET_DIR", target);
+        }
         let shown = display(&cmd);
         eprintln!("xtask ci: [{}/{total}] {shown}", i + 1);
         let st = status(&mut cmd)?;
@@ -136,4 +205,19 @@ pub fn run() -> Result<()> {
     );
     eprintln!("xtask ci: all {total} steps passed");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_workspace_crate;
+
+    #[test]
+    fn only_this_workspaces_crates_at_its_version_are_cleared() {
+        let v = env!("CARGO_PKG_VERSION");
+        assert!(is_workspace_crate(&format!("cuhal-{v}")));
+        assert!(is_workspace_crate(&format!("cuhal-sys-{v}")));
+        assert!(!is_workspace_crate(&format!("cuhalx-{v}")));
+        assert!(!is_workspace_crate("cuhal-sys-0.0.0-other"));
+        assert!(!is_workspace_crate(&format!("libloading-{v}")));
+    }
 }

@@ -27,10 +27,10 @@
 //!
 //! A NCCL error while issuing fails the action's signals with NCCL's message
 //! ([`Error::Nccl`]). The completion side polls `ncclCommGetAsyncError` of every local rank
-//! while it waits for a collective and once it completed, and the issuing thread before it
-//! enqueues the next; an error fails that collective and the communicator. (A host waiter that
-//! sees a collective's completion event first may advance its signals before the poll: the
-//! error then fails the next collective.) A collective that has not
+//! while it waits for a collective and once it completed (the issuing path does not: it stays
+//! as short as a raw group call); an error fails that collective and the communicator. (A host
+//! waiter that sees a collective's completion event first may advance its signals before the
+//! poll: the error then fails the next collective, or the next submission.) A collective that has not
 //! completed, or a group call that has not returned, after the communicator's timeout is a peer
 //! that never arrived: the communicator is aborted (`ncclCommAbort`), the collective fails with
 //! [`Error::CollectiveTimeout`], and so does everything submitted later. Nothing hangs.
@@ -372,21 +372,18 @@ impl CollectiveBackend {
         payload: &CollectivePayload,
     ) -> Result<CudaEvent> {
         let comms = &self.comms;
-        // An error the communicator met since the last collective fails this one before it
-        // is enqueued (its kernels would never finish).
-        if let Some(error) = comms.async_error() {
-            return Err(error);
-        }
+        // No `ncclCommGetAsyncError` here: the completion side polls every rank while it waits
+        // for a collective and once each completed, and an error it finds aborts the
+        // communicator, which the lock below sees. Polling here too cost two NCCL calls under
+        // the communicator's lock on every submission, and caught nothing the completion side
+        // misses: a collective enqueued after an unseen error is failed by that poll.
         let completion = self.events.acquire()?;
         // Device waits on every rank's stream: a collective cannot finish before every rank's
         // inputs are ready anyway, and this keeps one wait list per submission.
-        // (No context switch at all when there is nothing to wait for: the common case.)
-        for rank in comms.ranks.iter().filter(|_| !device_waits.is_empty()) {
-            let _bound = rank.context.enter()?;
+        for rank in &comms.ranks {
             for event in device_waits {
                 // SAFETY: the stream and the event are live; CUDA takes events of any context.
-                unsafe { rank.stream.wait_raw_event(event.raw()) }
-                    .map_err(|e| rank.lost.filter(e.into()))?;
+                on_stream(rank, || unsafe { rank.stream.wait_raw_event(event.raw()) })?;
             }
         }
         let wake_watchdog = {
@@ -426,17 +423,18 @@ impl CollectiveBackend {
             ));
         }
         grouped?;
-        // Rank 0's stream joins the other ranks' ends; the completion event follows.
+        // Rank 0's stream joins the other ranks' ends; the completion event follows. (Four
+        // driver calls for two ranks; no context is entered for them: see `on_stream`.)
         let first = &comms.ranks[0];
         for rank in &comms.ranks[1..] {
-            let _bound = rank.context.enter()?;
-            rank.done.record(&rank.stream)?;
+            on_stream(rank, || rank.done.record(&rank.stream))?;
             // CUDA takes events of any context.
-            first.stream.wait_event(&rank.done)?;
+            on_stream(first, || first.stream.wait_event(&rank.done))?;
         }
-        let _bound = first.context.enter()?;
         // SAFETY: the completion event (of rank 0's context) is live while held.
-        unsafe { first.stream.record_raw_event(completion.raw()) }?;
+        on_stream(first, || unsafe {
+            first.stream.record_raw_event(completion.raw())
+        })?;
         Ok(completion)
     }
 
@@ -489,6 +487,27 @@ impl CollectiveBackend {
             )
         }?)
     }
+}
+
+/// Runs a stream-ordered driver call on one of `rank`'s streams (`cuEventRecord`,
+/// `cuStreamWaitEvent`) without making the rank's context current: the driver takes the context
+/// from the stream, so the issuing path pays no `cuCtxPushCurrent`/`cuCtxPopCurrent` pair per
+/// rank and submission. Should a driver answer `CUDA_ERROR_INVALID_CONTEXT` all the same, the
+/// call is made again inside the context, so the shortcut can cost time but never a failure.
+fn on_stream<T>(
+    rank: &Rank,
+    call: impl Fn() -> std::result::Result<T, cuhal_sys::Error>,
+) -> Result<T> {
+    let result = match call() {
+        Err(cuhal_sys::Error::Cuda { result, .. })
+            if result == cuhal_sys::CUresult::ERROR_INVALID_CONTEXT =>
+        {
+            let _bound = rank.context.enter()?;
+            call()
+        }
+        result => result,
+    };
+    result.map_err(|e| rank.lost.filter(e.into()))
 }
 
 /// Enqueues one rank's part of a collective on `stream` (inside a group, or alone).

@@ -6,7 +6,9 @@
 //! turns per size:
 //! - floor: raw NCCL in the same process: `ncclCommInitAll` communicators, every rank's
 //!   `ncclAllReduce` in one group on raw streams, `cuStreamSynchronize` after the last;
-//! - cuhal queue operation: `Communicator::submit`, one signal each, a host wait on the last;
+//! - cuhal queue operation: `Communicator::submit`, one signal each, a host wait on the last
+//!   that spins like the floor's `cuStreamSynchronize` (not the device's default spin-then-park
+//!   wait, whose wake-up latency is the completion side's, not the collectives');
 //! - cuhal graph command buffer: a `CollectiveCommandBuffers` set holding the all-reduce,
 //!   replayed with `Communicator::execute`.
 //!
@@ -23,8 +25,9 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result, bail};
 use cuhal::{
     CollectiveCommandBuffers, CollectivePart, CommandBufferMode, Communicator, CommunicatorOptions,
-    Device, DeviceOptions, Driver, FillPattern, Nccl, NcclDataType, NcclRedOp,
+    Device, DeviceOptions, Driver, FillPattern, Nccl, NcclDataType, NcclRedOp, Semaphore,
 };
+use cuhal_semaphore::SemaphoreOptions;
 use cuhal_sys::{CU_STREAM_NON_BLOCKING, NcclApi, NcclComm, Stream, cu};
 
 use super::{Env, progress, summarize};
@@ -205,7 +208,13 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         )?;
         done.wait(1, WAIT)?;
     }
-    let done = devices[0].create_semaphore(0);
+    // The host waits like the floor's: `cuStreamSynchronize` spins for the whole batch, so the
+    // cuhal rows wait on a semaphore whose event spin outlasts it. The device's default wait
+    // (spin `host_wait_spin`, then park until the completion side, which naps between polls,
+    // sees the last collective end) adds up to a nap to every batch: at 64 MiB, batches of 10
+    // collectives of ~0.3 ms, that alone is a few percent of bus bandwidth that is not the
+    // collectives' time.
+    let done = Semaphore::with_options(0, SemaphoreOptions::new().with_event_spin(WAIT));
     let mut value = 0u64;
     let sizes: &[usize] = if env.quick { &SIZES[..4] } else { &SIZES };
     for &bytes in sizes {

@@ -300,6 +300,95 @@ fn multi_gpu_nccl_collectives_bit_exact() {
     );
 }
 
+/// The issuing path enters no rank's context for the join (its event records and stream wait
+/// take the stream's context): all-reduces submitted from a thread with no current context,
+/// with GPU 1's and with GPU 0's complete, and work on GPU 1 that waits for the collective's
+/// signal on the device (its only signal is rank 0's) reads rank 1's result: the signal's event
+/// follows every rank's part.
+#[test]
+#[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
+fn multi_gpu_collectives_from_any_current_context_join_every_rank() {
+    let Some((_driver, devices)) = two_gpus() else {
+        return;
+    };
+    let nccl = nccl();
+    let comm = communicator(&nccl, &devices);
+    let n = 4 << 20;
+    let f = NcclDataType::F32;
+    let bufs: Vec<_> = (0..2)
+        .map(|r| {
+            let x = devices[r].create_buffer(n * 4).unwrap();
+            let filled = devices[r].create_semaphore(0);
+            devices[r]
+                .queue(0)
+                .fill(
+                    &[],
+                    &[(&filled, 1)],
+                    &x.whole(),
+                    FillPattern::U32(((r + 1) as f32).to_bits()),
+                )
+                .unwrap();
+            wait(&filled, 1);
+            x
+        })
+        .collect();
+    let done = devices[0].create_semaphore(0);
+    let read_done = devices[1].create_semaphore(0);
+    let host = devices[1].create_host_buffer(n * 4).unwrap();
+    // 1 + 2, then doubled by every round (exact in f32).
+    let mut expected = 3.0f32;
+    for (round, current) in [None, Some(1), Some(0)].into_iter().enumerate() {
+        let value = round as u64 + 1;
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                // A fresh thread has no current context; otherwise make one GPU's current.
+                if let Some(d) = current {
+                    devices[d].context().bind().unwrap();
+                }
+                let s = [(&done, value)];
+                comm.submit(&[
+                    CollectivePart::all_reduce(
+                        &bufs[0].whole(),
+                        &bufs[0].whole(),
+                        n,
+                        f,
+                        NcclRedOp::Sum,
+                    )
+                    .signals(&s),
+                    CollectivePart::all_reduce(
+                        &bufs[1].whole(),
+                        &bufs[1].whole(),
+                        n,
+                        f,
+                        NcclRedOp::Sum,
+                    ),
+                ])
+                .unwrap();
+                // Rank 1's result, read on GPU 1 behind a device wait for the signal.
+                devices[1]
+                    .queue(0)
+                    .read(
+                        &[(&done, value)],
+                        &[(&read_done, value)],
+                        &bufs[1].whole(),
+                        &host,
+                        0,
+                    )
+                    .unwrap();
+            });
+        });
+        wait(&read_done, value);
+        let mut bytes = vec![0u8; n * 4];
+        host.read(0, &mut bytes).unwrap();
+        let want = f32_bytes(std::iter::repeat_n(expected, n));
+        assert!(
+            bytes == want,
+            "round {round} (current context: {current:?}): rank 1's buffer is not the all-reduce's result"
+        );
+        expected *= 2.0;
+    }
+}
+
 /// 10,000 dependent all-reduces over both GPUs submitted from one thread; a watchdog ends the
 /// process (a failure, not a hang) if no progress is seen for 60 s.
 #[test]

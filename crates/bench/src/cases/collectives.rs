@@ -31,8 +31,10 @@ use cuhal_semaphore::SemaphoreOptions;
 use cuhal_sys::{CU_STREAM_NON_BLOCKING, NcclApi, NcclComm, Stream, cu};
 
 use super::{Env, progress, summarize};
+use crate::gpu::ptx;
+use crate::gpu::raw::Args;
 use crate::hal::WAIT;
-use crate::report::{Comparison, Goal, Report};
+use crate::report::{Center, Comparison, Goal, Report};
 
 /// The sizes measured, in bytes.
 pub const SIZES: [usize; 8] = [
@@ -185,7 +187,14 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             nccl.library_path()
         ),
     );
-    let devices = driver.open_many(&[0, 1], DeviceOptions::default())?;
+    // Two queues each: the same-GPU reference of the cross-device gap uses GPU 0's second.
+    let devices = driver.open_many(
+        &[0, 1],
+        DeviceOptions {
+            queues: 2,
+            ..DeviceOptions::default()
+        },
+    )?;
     let comm = Communicator::local(
         &nccl,
         &[&devices[0], &devices[1]],
@@ -335,6 +344,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     }
     drop(raw);
     peer_copy(env, &devices, report)?;
+    cross_device_gap(env, &devices, report)?;
     Ok(())
 }
 
@@ -400,10 +410,256 @@ fn peer_copy(env: &Env<'_>, devices: &[Device], report: &mut Report) -> Result<(
         Some(raw_t),
         Goal::RatioAtMost(1.0 / BANDWIDTH_SHARE),
     ));
-    report.notes.push(
-        "case 13: the GPU gap of a cross-device semaphore wait against case 3's same-GPU gap is \
-         not measured yet"
-            .to_owned(),
+    Ok(())
+}
+
+/// Round trips per variant of the cross-device gap (warm-up on top).
+pub const ROUND_TRIPS: usize = 2_000;
+/// The issue's goal: a cross-device wait's gap at most the same-GPU gap plus this (ns).
+pub const CROSS_DEVICE_ADDED_NS: f64 = 1000.0;
+
+/// Which round trip: B on GPU 1 (cross-device) or on a second stream of GPU 0 (same GPU), and
+/// raw driver calls or cuhal queues.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trip {
+    RawCross,
+    RawSame,
+    CuhalCross,
+    CuhalSame,
+}
+
+/// The GPU gap of a cross-device semaphore wait, on one clock.
+///
+/// `%globaltimer` is per GPU, so one hop's gap (A's end on GPU 0 to B's start on GPU 1) cannot
+/// be read off two clocks. A round trip can: A on GPU 0 (spinning long enough, with a dithered
+/// end, that everything after it is queued before it ends), B on GPU 1 waiting for A, C on
+/// GPU 0 waiting for B. `C.start - A.end` is on GPU 0's clock and `B.end - B.start` on GPU 1's;
+/// their difference is the two hops' gaps, and half of it the gap per hop.
+///
+/// - raw floor: one-node graphs on raw streams (A and C on one stream of GPU 0, B on a stream of
+///   GPU 1), `cuEventRecord` after A and B, `cuStreamWaitEvent` before B and C: the calls cuhal
+///   makes for two queues of two devices;
+/// - cuhal: graph command buffers on queue 0 of each device, B waiting for A's semaphore value
+///   and C for B's (device waits on another context's event);
+/// - the same two with B on a second stream (queue) of GPU 0: the same-GPU gap per hop, the
+///   issue's reference (case 3's dependency, measured here in the same run).
+///
+/// Goal (the issue's): cuhal's cross-device gap per hop at most its same-GPU gap per hop plus
+/// 1 us. The raw cross-device row says how much of a miss is the hardware's.
+fn cross_device_gap(env: &Env<'_>, devices: &[Device], report: &mut Report) -> Result<()> {
+    use super::dependency::{A_NS, FINE_TIMER_NS, JITTER_CYCLES};
+    use crate::gpu::SpinRecord;
+    use crate::gpu::raw::{GraphExec, KernelNode};
+    use cuhal::{Dispatch, KernelArgs};
+    use cuhal_sys::{CU_EVENT_DISABLE_TIMING, Event, Module};
+
+    let n = env.scaled(ROUND_TRIPS);
+    let warm = env.scaled(50);
+    progress(&format!(
+        "case 13 (collectives): cross-device wait gap, round trips GPU 0 -> GPU 1 -> GPU 0 and \
+         GPU 0 -> GPU 0 -> GPU 0, raw and cuhal, {n} each"
+    ));
+    let ctx = [devices[0].context().clone(), devices[1].context().clone()];
+    // Records: A and C on GPU 0; B on GPU 1 (cross-device) and on GPU 0 (same GPU).
+    let mut rec_a = SpinRecord::in_context(&ctx[0])?;
+    let mut rec_c = SpinRecord::in_context(&ctx[0])?;
+    let mut rec_b = [
+        SpinRecord::in_context(&ctx[1])?,
+        SpinRecord::in_context(&ctx[0])?,
+    ];
+    let a_args = rec_a.args(A_NS, 0, JITTER_CYCLES);
+    let c_args = rec_c.args(0, 0, 0);
+    let b_args = [rec_b[0].args(0, 0, 0), rec_b[1].args(0, 0, 0)];
+
+    // Raw: one module, streams and events per context.
+    let modules = [
+        Module::load_ptx(&ctx[0], ptx::MODULE).context("loading the kernels on GPU 0")?,
+        Module::load_ptx(&ctx[1], ptx::MODULE).context("loading the kernels on GPU 1")?,
+    ];
+    let spin = [modules[0].function("spin")?, modules[1].function("spin")?];
+    let graph = |c: usize, args: Args| -> Result<GraphExec> {
+        let _bound = ctx[c].enter()?;
+        GraphExec::chain(
+            &ctx[c],
+            &mut [KernelNode {
+                function: spin[c],
+                args,
+            }],
+        )
+    };
+    let (graph_a, graph_c) = (graph(0, a_args)?, graph(0, c_args)?);
+    // B's graph, stream and event per placement: [cross-device (GPU 1), same GPU (GPU 0)].
+    let graph_b = [graph(1, b_args[0])?, graph(0, b_args[1])?];
+    let b_ctx = [&ctx[1], &ctx[0]];
+    let s0 = Stream::new(&ctx[0], CU_STREAM_NON_BLOCKING)?;
+    let s_b = [
+        Stream::new(&ctx[1], CU_STREAM_NON_BLOCKING)?,
+        Stream::new(&ctx[0], CU_STREAM_NON_BLOCKING)?,
+    ];
+    let event_a = Event::new(&ctx[0], CU_EVENT_DISABLE_TIMING)?;
+    let event_b = [
+        Event::new(&ctx[1], CU_EVENT_DISABLE_TIMING)?,
+        Event::new(&ctx[0], CU_EVENT_DISABLE_TIMING)?,
+    ];
+    let api = ctx[0].api();
+
+    // cuhal: one-dispatch graph command buffers (the queues' default kind).
+    let executables = [
+        devices[0].load_ptx(ptx::MODULE)?,
+        devices[1].load_ptx(ptx::MODULE)?,
+    ];
+    let command_buffer = |device: usize, queue: usize, args: Args| {
+        let Args::Spin {
+            ns,
+            record,
+            flag,
+            jitter,
+        } = args
+        else {
+            bail!("the round trip dispatches spin kernels only");
+        };
+        let function = executables[device].function("spin")?;
+        let mut cb = devices[device].queue(queue).create_command_buffer()?;
+        let kernel_args = KernelArgs::new()
+            .with(ns)
+            .with(record)
+            .with(flag)
+            .with(jitter);
+        cb.dispatch(&Dispatch::new(
+            &function,
+            [1, 1, 1],
+            [1, 1, 1],
+            &kernel_args,
+        ))?;
+        cb.end()
+            .context("cuhal: ending a round-trip command buffer")
+    };
+    let cb_a = command_buffer(0, 0, a_args)?;
+    let cb_c = command_buffer(0, 0, c_args)?;
+    let cb_b = [
+        command_buffer(1, 0, b_args[0])?,
+        command_buffer(0, 1, b_args[1])?,
+    ];
+    let queue_b = [devices[1].queue(0), devices[0].queue(1)];
+    let queue_0 = devices[0].queue(0);
+    let spinning = || Semaphore::with_options(0, SemaphoreOptions::new().with_event_spin(WAIT));
+    let (sem_a, sem_b, sem_c) = (spinning(), spinning(), spinning());
+    let mut value = 0u64;
+
+    let trips = [
+        Trip::RawCross,
+        Trip::RawSame,
+        Trip::CuhalCross,
+        Trip::CuhalSame,
+    ];
+    let mut hops: [Vec<f64>; 4] = Default::default();
+    for sample in 0..warm + n {
+        for turn in 0..trips.len() {
+            let index = (sample + turn) % trips.len();
+            let trip = trips[index];
+            let b = match trip {
+                Trip::RawCross | Trip::CuhalCross => 0,
+                Trip::RawSame | Trip::CuhalSame => 1,
+            };
+            rec_a.count_launch();
+            rec_b[b].count_launch();
+            rec_c.count_launch();
+            match trip {
+                Trip::RawCross | Trip::RawSame => {
+                    {
+                        let _bound = ctx[0].enter()?;
+                        // SAFETY: live graphs, streams and events; each graph launched and each
+                        // event recorded on a stream of its own context, made current around
+                        // the calls; a stream wait takes an event of any context.
+                        unsafe {
+                            cu!(api, cuGraphLaunch(graph_a.raw(), s0.raw()))?;
+                            cu!(api, cuEventRecord(event_a.raw(), s0.raw()))?;
+                        }
+                    }
+                    {
+                        let _bound = b_ctx[b].enter()?;
+                        // SAFETY: as above.
+                        unsafe {
+                            cu!(api, cuStreamWaitEvent(s_b[b].raw(), event_a.raw(), 0))?;
+                            cu!(api, cuGraphLaunch(graph_b[b].raw(), s_b[b].raw()))?;
+                            cu!(api, cuEventRecord(event_b[b].raw(), s_b[b].raw()))?;
+                        }
+                    }
+                    let _bound = ctx[0].enter()?;
+                    // SAFETY: as above.
+                    unsafe {
+                        cu!(api, cuStreamWaitEvent(s0.raw(), event_b[b].raw(), 0))?;
+                        cu!(api, cuGraphLaunch(graph_c.raw(), s0.raw()))?;
+                    }
+                    s0.synchronize()?;
+                }
+                Trip::CuhalCross | Trip::CuhalSame => {
+                    value += 1;
+                    queue_0
+                        .execute(&[], &[(&sem_a, value)], &[&cb_a])
+                        .context("cuhal: the round trip's A")?;
+                    queue_b[b]
+                        .execute(&[(&sem_a, value)], &[(&sem_b, value)], &[&cb_b[b]])
+                        .context("cuhal: the round trip's B")?;
+                    queue_0
+                        .execute(&[(&sem_b, value)], &[(&sem_c, value)], &[&cb_c])
+                        .context("cuhal: the round trip's C")?;
+                    sem_c.wait(value, WAIT)?;
+                }
+            }
+            let ta = rec_a.read("case 13 round trip").context("kernel A")?;
+            let tb = {
+                let _bound = b_ctx[b].enter()?;
+                rec_b[b].read("case 13 round trip").context("kernel B")?
+            };
+            let tc = rec_c.read("case 13 round trip").context("kernel C")?;
+            // Two hops: A's end to C's start on GPU 0's clock, less B's own time on B's clock.
+            let two_hops = (tc.start as f64 - ta.end as f64) - (tb.end as f64 - tb.start as f64);
+            if sample >= warm {
+                hops[index].push(two_hops / 2.0);
+            }
+        }
+    }
+    let [raw_cross, raw_same, cuhal_cross, cuhal_same] =
+        hops.map(|mut h| summarize("cross-device gap", &mut h));
+    let (raw_cross, raw_same, cuhal_cross, cuhal_same) =
+        (raw_cross?, raw_same?, cuhal_cross?, cuhal_same?);
+    let center = if env.timer.step_ns > FINE_TIMER_NS {
+        report.notes.push(format!(
+            "case 13: %globaltimer steps by {} ns, so the round-trip gaps are judged on means of \
+             dithered samples",
+            env.timer.step_ns
+        ));
+        Center::Mean
+    } else {
+        Center::Median
+    };
+    report.measured(
+        "13",
+        "floor: same-GPU wait gap per hop, round trip A -> B (second stream) -> C on GPU 0, \
+         1-node graphs + events",
+        raw_same,
     );
+    let mut floor = Comparison::new(
+        "13",
+        "cross-device wait gap per hop: round trip A (GPU 0) -> B (GPU 1, waits for A's \
+         semaphore) -> C (GPU 0, waits for B's), cuhal queues against raw graphs + \
+         cuStreamWaitEvent across the devices' streams",
+        Some(cuhal_cross),
+        Some(raw_cross),
+        Goal::Report,
+    );
+    floor.center = center;
+    report.comparisons.push(floor);
+    let mut goal = Comparison::new(
+        "13",
+        "cross-device wait gap per hop against the same-GPU gap per hop (B on GPU 0's second \
+         queue), both cuhal: the issue's goal, at most 1 us more",
+        Some(cuhal_cross),
+        Some(cuhal_same),
+        Goal::AddedAtMost(CROSS_DEVICE_ADDED_NS),
+    );
+    goal.center = center;
+    report.comparisons.push(goal);
     Ok(())
 }

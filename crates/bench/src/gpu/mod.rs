@@ -118,6 +118,15 @@ impl SpinRecord {
         })
     }
 
+    /// A zeroed record in the memory of `ctx`'s device (another GPU than the bench's).
+    pub fn in_context(ctx: &Arc<PrimaryContext>) -> Result<Self> {
+        let _bound = ctx.enter()?;
+        Ok(Self {
+            words: DeviceWords::zeroed(ctx, 3)?,
+            launched: 0,
+        })
+    }
+
     /// Arguments for one more launch writing this record; returns them with the launch count
     /// (and flag value) that launch will write.
     pub fn next(&mut self, ns: u64, flag: u64, jitter: u64) -> (Args, u64) {

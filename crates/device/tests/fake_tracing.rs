@@ -384,3 +384,52 @@ fn json_trace_links_host_submissions_to_their_gpu_zones() {
     assert_eq!(cbs.len(), 3);
     assert_eq!(cbs[0]["args"]["label"], "graph command buffer");
 }
+
+/// COARSE collection asks the driver for an event's time only once the event is complete: a
+/// submission still running when another's completion collects is left for a later collection
+/// (nothing lost), without a `cuEventElapsedTime` call that answers `CUDA_ERROR_NOT_READY`
+/// (compute-sanitizer reports each such call as an API error).
+#[test]
+fn coarse_collection_never_times_an_incomplete_event() {
+    use std::time::Duration;
+    const N: u64 = 6;
+    let sink = Arc::new(MemorySink::new());
+    let (fake, _driver, device) = open(
+        "coarse-not-ready",
+        DeviceOptions {
+            tracing: Verbosity::Coarse,
+            trace_sink: Some(sink.clone()),
+            ..DeviceOptions::default()
+        },
+    );
+    let queue = device.queue(0);
+    let buffer = device.create_buffer(256).unwrap();
+    // A debug group: COARSE times it with events of its own, inside the graph.
+    let cb = fill_buffer(queue, &buffer, Some("group"));
+    // Each graph launch keeps the stream busy, so the first submission completes (and its
+    // completion collects) while the later ones still run.
+    fake.set_timing(Duration::from_millis(15), Duration::ZERO);
+    let done = device.create_semaphore(0);
+    for n in 1..=N {
+        queue.execute(&[], &[(&done, n)], &[&cb]).unwrap();
+    }
+    fake_support::wait(&done, N);
+    fake_support::settle(queue);
+    fake.set_timing(Duration::ZERO, Duration::ZERO);
+    drop(cb);
+    drop(device);
+    let zones = sink.zones();
+    let count = |name: &str| zones.iter().filter(|z| z.name == name).count() as u64;
+    assert_eq!(count("submission"), N, "{zones:?}");
+    assert_eq!(count("graph command buffer"), N);
+    assert_eq!(count("group"), N);
+    assert!(
+        fake.calls(cu_name!(cuEventElapsedTime)) > 0,
+        "the zones were timed by the driver"
+    );
+    assert_eq!(
+        fake.elapsed_not_ready(),
+        0,
+        "cuEventElapsedTime was asked about an event not complete yet"
+    );
+}

@@ -137,6 +137,13 @@ pub unsafe extern "C" fn cuhal_fake_launches(name: *const c_char) -> i64 {
     }
 }
 
+/// How many `cuEventElapsedTime` calls found one of their events not complete yet (and
+/// answered `CUDA_ERROR_NOT_READY`, which compute-sanitizer reports as an API error).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuhal_fake_elapsed_not_ready() -> u64 {
+    world().elapsed_not_ready
+}
+
 /// Writes what is alive now into `out`; returns -1 if `out` is null.
 ///
 /// # Safety

@@ -61,6 +61,7 @@ struct Controls {
     set_device_count: extern "C" fn(c_int),
     set_timing: extern "C" fn(u64, u64),
     finish_work: extern "C" fn(),
+    elapsed_not_ready: extern "C" fn() -> u64,
 }
 
 /// A private copy of the fake driver, loaded and steerable. Dropping it deletes the copy
@@ -135,6 +136,9 @@ impl FakeDriver {
                     .map_err(load)?,
                 set_timing: *library.get(b"cuhal_fake_set_timing\0").map_err(load)?,
                 finish_work: *library.get(b"cuhal_fake_finish_work\0").map_err(load)?,
+                elapsed_not_ready: *library
+                    .get(b"cuhal_fake_elapsed_not_ready\0")
+                    .map_err(load)?,
             }
         };
         Ok(Self {
@@ -227,6 +231,13 @@ impl FakeDriver {
     /// until this.
     pub fn finish_work(&self) {
         (self.controls.finish_work)();
+    }
+
+    /// How many `cuEventElapsedTime` calls so far found one of their events not complete yet
+    /// (the driver answers `CUDA_ERROR_NOT_READY`; compute-sanitizer reports each as an API
+    /// error, so cuhal queries events before asking for their times).
+    pub fn elapsed_not_ready(&self) -> u64 {
+        (self.controls.elapsed_not_ready)()
     }
 }
 

@@ -8,8 +8,8 @@
 //! stream busy for a while on a model clock (the work itself still runs at once), an event
 //! completes when the work recorded before it would have, a device wait on an event that is
 //! not complete holds the waiting stream until it is (plus a cross-stream gap), and
-//! `cuEventQuery` says `CUDA_ERROR_NOT_READY` until then, while `cuEventSynchronize` and
-//! `cuStreamSynchronize` sleep until then. This is what host-side cost measurements of a
+//! `cuEventQuery` and `cuEventElapsedTime` say `CUDA_ERROR_NOT_READY` until then, while
+//! `cuEventSynchronize` and `cuStreamSynchronize` sleep until then. This is what host-side cost measurements of a
 //! scheduler need from a GPU: completions that come later than submissions.
 // Functions carry the driver's names so a reader can match them to cuda.h.
 #![allow(non_snake_case)]
@@ -479,23 +479,32 @@ impl World {
 }
 
 /// `CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)`: the
-/// time between the two records, by the host's monotonic clock.
+/// time between the two records, by the host's monotonic clock; `CUDA_ERROR_NOT_READY` while
+/// either is not complete (under a [`Timing`]), as the driver answers, counted in
+/// [`crate::control::cuhal_fake_elapsed_not_ready`]: compute-sanitizer reports such a call as an
+/// API error.
 ///
 /// # Safety
 /// `out` is null or valid for one write.
 pub unsafe extern "C" fn cuEventElapsedTime(out: *mut f32, start: CUevent, end: CUevent) -> c_int {
     entry("cuEventElapsedTime", || {
-        let world = world();
-        let timed = |event: CUevent| -> Result<Instant, c_int> {
+        let mut world = world();
+        let now = Instant::now();
+        let timed = |event: CUevent| -> Result<(Instant, bool), c_int> {
             let event = lookup(&world.events, id(event)?)?;
             // Timing-disabled and never-recorded events are "invalid handles" here, as in cuda.h.
             ensure(
                 event.flags & CU_EVENT_DISABLE_TIMING == 0,
                 status::INVALID_HANDLE,
             )?;
-            event.recorded.ok_or(status::INVALID_HANDLE)
+            let recorded = event.recorded.ok_or(status::INVALID_HANDLE)?;
+            Ok((recorded, event.complete_at.is_none_or(|t| t <= now)))
         };
-        let (start, end) = (timed(start)?, timed(end)?);
+        let ((start, start_done), (end, end_done)) = (timed(start)?, timed(end)?);
+        if !(start_done && end_done) {
+            world.elapsed_not_ready += 1;
+            return Err(status::NOT_READY);
+        }
         let ms = if end >= start {
             end.duration_since(start).as_secs_f64() * 1e3
         } else {

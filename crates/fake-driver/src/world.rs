@@ -49,6 +49,9 @@ pub(crate) struct World {
     pub launches: HashMap<String, u64>,
     /// Programmatic edges added to graphs (`cuGraphAddDependencies_v2`).
     pub programmatic_edges: u64,
+    /// `cuEventElapsedTime` calls that found an event not complete yet and answered
+    /// `CUDA_ERROR_NOT_READY` (an API error to compute-sanitizer: callers query first).
+    pub elapsed_not_ready: u64,
     /// How long device work takes on the model clock (zero: synchronous).
     pub timing: crate::stream::Timing,
 }

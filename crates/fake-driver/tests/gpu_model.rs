@@ -429,9 +429,34 @@ fn timed_work_completes_later_on_the_model_clock() {
         // The null stream has nothing of the model's in it.
         assert_eq!((api.cuEventRecord)(e0, null_mut()), CUresult::SUCCESS);
         assert_eq!((api.cuEventQuery)(e0), CUresult::SUCCESS);
+        // Timing events: the time between a complete one and one behind the running launch
+        // is not known yet, and each such question is counted.
+        let (mut t0, mut t1): (CUevent, CUevent) = (null_mut(), null_mut());
+        for event in [&mut t0, &mut t1] {
+            assert_eq!((api.cuEventCreate)(event, 0), CUresult::SUCCESS);
+        }
+        assert_eq!((api.cuEventRecord)(t0, null_mut()), CUresult::SUCCESS);
+        assert_eq!((api.cuEventRecord)(t1, s1), CUresult::SUCCESS);
+        let mut ms = -1.0f32;
+        assert_eq!(gpu.fake.elapsed_not_ready(), 0);
+        assert_eq!(
+            (api.cuEventElapsedTime)(&mut ms, t0, t1),
+            CUresult::ERROR_NOT_READY
+        );
+        assert_eq!(
+            (api.cuEventElapsedTime)(&mut ms, t1, t0),
+            CUresult::ERROR_NOT_READY
+        );
+        assert_eq!(gpu.fake.elapsed_not_ready(), 2);
         gpu.fake.finish_work();
         assert_eq!((api.cuEventQuery)(e1), CUresult::SUCCESS);
         assert_eq!((api.cuEventQuery)(e2), CUresult::SUCCESS);
+        assert_eq!((api.cuEventElapsedTime)(&mut ms, t0, t1), CUresult::SUCCESS);
+        assert!(ms >= 0.0, "{ms}");
+        assert_eq!(gpu.fake.elapsed_not_ready(), 2, "complete: not counted");
+        for event in [t0, t1] {
+            assert_eq!((api.cuEventDestroy)(event), CUresult::SUCCESS);
+        }
 
         // Two launches of 20 ms: a synchronize returns once both are done.
         gpu.fake.set_timing(

@@ -441,7 +441,7 @@ impl Shared {
                     self.count_dropped(DropReason::Superseded, state.timed_zones);
                     return Outcome::Done;
                 }
-                match self.list_times(cs, &state) {
+                match self.list_times(cs, &state, false) {
                     Times::Ready => {}
                     Times::NotReady => return Outcome::NotReady,
                     Times::Failed => {
@@ -461,20 +461,34 @@ impl Shared {
 
     /// Puts the times of `state`'s records (trace clock) in `cs.times`, from its events; an
     /// activity-timed command gets a placeholder. `Ready` only when every event completed.
-    pub(crate) fn list_times(&self, cs: &mut CollectState, state: &ListState) -> Times {
+    ///
+    /// `known_complete`: the caller knows every event of the list completed (an event recorded
+    /// after them on the stream did). Otherwise each event is queried before its time is asked
+    /// for: `cuEventElapsedTime` on an event not complete yet answers `CUDA_ERROR_NOT_READY`,
+    /// which compute-sanitizer reports as an API error.
+    pub(crate) fn list_times(
+        &self,
+        cs: &mut CollectState,
+        state: &ListState,
+        known_complete: bool,
+    ) -> Times {
         cs.times.clear();
         let Some(anchor) = state.records.iter().find_map(Record::event) else {
             cs.times.resize(state.records.len(), 0);
             return Times::Ready;
         };
-        // The last event recorded is, on a stream, the last to complete: a cheap early out.
-        if let Some(last) = state.records.iter().rev().find_map(Record::event) {
-            // SAFETY: the list's events come from this context's pool and stay alive while the
-            // list does (the caller holds it).
-            match unsafe { self.backend.query(last.0) } {
-                Ok(true) => {}
-                Ok(false) => return Times::NotReady,
-                Err(_) => return Times::Failed,
+        if !known_complete {
+            // The last event recorded first: on a stream it is the last to complete, a cheap
+            // early out. In a graph, zones between two barriers run concurrently, so the others
+            // may still run when it completed: each is asked too.
+            for event in state.records.iter().rev().filter_map(Record::event) {
+                // SAFETY: the list's events come from this context's pool and stay alive while
+                // the list does (the caller holds it).
+                match unsafe { self.backend.query(event.0) } {
+                    Ok(true) => {}
+                    Ok(false) => return Times::NotReady,
+                    Err(_) => return Times::Failed,
+                }
             }
         }
         // SAFETY: the base event lives as long as `self`; the anchor as long as the list.
@@ -483,8 +497,9 @@ impl Shared {
             Ok(None) => return Times::NotReady,
             Err(_) => return Times::Failed,
         };
-        // Every event's time first, so a list is shown whole or not at all. `elapsed_ms` answers
-        // `None` (CUDA_ERROR_NOT_READY) for any event not complete yet, exactly as cuEventQuery.
+        // Every event's time first, so a list is shown whole or not at all. Every event is
+        // complete by now; `None` (CUDA_ERROR_NOT_READY) would only mean a caller that claimed
+        // so wrongly, and keeps the list for later.
         let base_ns = cs.calibration.base_ns;
         for record in &state.records {
             let Some(event) = record.event() else {

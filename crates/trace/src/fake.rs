@@ -34,6 +34,8 @@ pub struct FakeGpu {
     fail_calibration_after: AtomicU64,
     records_pending: AtomicBool,
     calls: AtomicU64,
+    /// `elapsed_ms` calls on an event not complete yet (the driver's `CUDA_ERROR_NOT_READY`).
+    elapsed_not_ready: AtomicU64,
 }
 
 fn handle(id: usize) -> CUevent {
@@ -66,6 +68,7 @@ impl FakeGpu {
             fail_calibration_after: AtomicU64::new(u64::MAX),
             records_pending: AtomicBool::new(false),
             calls: AtomicU64::new(0),
+            elapsed_not_ready: AtomicU64::new(0),
         })
     }
 
@@ -128,6 +131,13 @@ impl FakeGpu {
     /// Every backend call so far.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// [`EventBackend::elapsed_ms`] calls so far that found an event not complete yet. The
+    /// driver answers those with `CUDA_ERROR_NOT_READY`, which compute-sanitizer reports as an
+    /// API error, so the tracer asks for times only of events it knows complete.
+    pub fn elapsed_not_ready(&self) -> u64 {
+        self.elapsed_not_ready.load(Ordering::SeqCst)
     }
 
     fn call(&self) {
@@ -199,7 +209,10 @@ unsafe impl EventBackend for FakeGpu {
         }
         match (a.time, b.time) {
             (Some(a), Some(b)) => Ok(Some(((b as f64 - a as f64) / 1e6) as f32)),
-            _ => Ok(None),
+            _ => {
+                self.elapsed_not_ready.fetch_add(1, Ordering::SeqCst);
+                Ok(None)
+            }
         }
     }
 

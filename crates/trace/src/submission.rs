@@ -393,7 +393,7 @@ impl Shared {
         }) else {
             return;
         };
-        if !matches!(self.list_times(&mut cs, &state), Times::Ready) {
+        if !matches!(self.list_times(&mut cs, &state, false), Times::Ready) {
             return; // not complete: the new issue supersedes it
         }
         buffer.times.clear();
@@ -434,6 +434,16 @@ impl Shared {
         let Some(completion) = slot.completion else {
             return Err(());
         };
+        // Asked first: `cuEventElapsedTime` on an event not complete yet answers
+        // CUDA_ERROR_NOT_READY, which compute-sanitizer reports as an API error, and a
+        // collection often meets submissions still running behind the one that completed.
+        // SAFETY: the completion event stays live until this collection (the `submit`
+        // contract).
+        match unsafe { self.backend.query(completion.0) } {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(_) => return Err(()),
+        }
         let Some(end) = self.event_time(cs, completion.0)? else {
             return Ok(false);
         };
@@ -660,7 +670,9 @@ impl Shared {
             return;
         }
         let snapshot = if state.submissions == generation {
-            match self.list_times(cs, state) {
+            // The slot's completion event completed (`resolve`), and the list's events were
+            // recorded before it.
+            match self.list_times(cs, state, true) {
                 Times::Ready => false,
                 Times::NotReady | Times::Failed => {
                     // Complete before the completion event by stream order: a failure here is

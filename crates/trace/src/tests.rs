@@ -573,3 +573,41 @@ fn recording_and_collecting_from_many_threads() {
     assert_eq!(s.events_created, s.events_free);
     assert_eq!(s.pending_submissions, 0);
 }
+
+#[test]
+fn concurrent_zones_are_timed_only_once_every_event_completed() {
+    // Two zones of a graph between the same barriers: the second's end (recorded last) can
+    // complete while the first still runs. No time is asked of an event not complete yet (the
+    // driver's CUDA_ERROR_NOT_READY, an API error to compute-sanitizer), and the list is shown
+    // once it is.
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, PoolLimits::default());
+    let list = trace.zone_list().unwrap();
+    let (b1, e1) = (list.begin_zone("a").unwrap(), list.end_zone().unwrap());
+    let (b2, e2) = (list.begin_zone("b").unwrap(), list.end_zone().unwrap());
+    gpu.complete_at(b1, 2 * MS);
+    gpu.complete_at(b2, 2 * MS);
+    gpu.complete_at(e2, 3 * MS);
+    gpu.pend(e1);
+    list.on_submit().unwrap()();
+    assert!(sink.zones().is_empty());
+    assert_eq!(trace.stats().pending_submissions, 1);
+    assert_eq!(gpu.elapsed_not_ready(), 0, "a time was asked too early");
+    gpu.complete_at(e1, 5 * MS);
+    assert_eq!(trace.collect(), 2);
+    let zones: Vec<_> = sink
+        .zones()
+        .into_iter()
+        .map(|z| (z.name, z.begin_ns, z.end_ns))
+        .collect();
+    assert_eq!(
+        zones,
+        [
+            ("a".to_owned(), 2 * MS, 5 * MS),
+            ("b".to_owned(), 2 * MS, 3 * MS)
+        ]
+    );
+    assert_eq!(gpu.elapsed_not_ready(), 0);
+    assert_eq!(trace.stats().dropped.total(), 0);
+}

@@ -1,4 +1,4 @@
-//! The host side of bench cases 1 and 10 on the fake driver, with work that takes time on the
+//! The host side of bench cases 1, 9 and 10 on the fake driver, with work that takes time on the
 //! fake's model clock: per-submission host cost, process CPU time (all threads, `getrusage`),
 //! heap allocations, the queues' counters (who issued, batches, parks) and the driver calls per
 //! submission. A profile of the scheduler's host path, not a measurement of a GPU: the fake's
@@ -6,7 +6,7 @@
 //! H200's figures.
 //!
 //! ```text
-//! cargo run --release -p cuhal --example fake_profile -- [same|across|signal] [N] [LAUNCH_US] [CROSS_US]
+//! cargo run --release -p cuhal --example fake_profile -- [same|across|chain|signal] [N] [LAUNCH_US] [CROSS_US]
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -213,6 +213,51 @@ fn chained(fake: &FakeDriver, device: &Device, queues: usize, n: usize) {
     report(label, fake, device, before.unwrap(), n, samples);
 }
 
+/// Case 9: an alternating chain across the two queues, all submitted before the first step's
+/// wait (a host gate) is met, then released by one host signal; timed from the signal to the
+/// host's return on the last step's signal, per step.
+fn alternating(fake: &FakeDriver, device: &Device, n: usize) {
+    const STEPS: usize = 100;
+    let cbs: Vec<_> = (0..2).map(|q| command_buffer(device, q)).collect();
+    let warm = 20;
+    let chains = (n / STEPS).max(1);
+    let mut samples = Vec::with_capacity(chains);
+    let mut before = None;
+    for c in 0..warm + chains {
+        if c == warm {
+            before = Some(window(fake));
+        }
+        let gate = device.create_semaphore(0);
+        let chain = device.create_semaphore(0);
+        for i in 0..STEPS {
+            let q = i % 2;
+            let waits = if i == 0 {
+                [(&gate, 1)]
+            } else {
+                [(&chain, i as u64)]
+            };
+            device
+                .queue(q)
+                .execute(&waits, &[(&chain, i as u64 + 1)], &[&cbs[q]])
+                .unwrap();
+        }
+        let t0 = Instant::now();
+        gate.signal(1).unwrap();
+        chain.wait(STEPS as u64, Duration::from_secs(10)).unwrap();
+        if c >= warm {
+            samples.push(t0.elapsed().as_nanos() as f64 / STEPS as f64);
+        }
+    }
+    report(
+        "case 9 alternating chain, per step (calls = steps)",
+        fake,
+        device,
+        before.unwrap(),
+        chains * STEPS,
+        samples,
+    );
+}
+
 /// Case 10: a host signal releases a pending submission; a waiting thread's return is timed.
 fn signal(fake: &FakeDriver, device: &Device, n: usize) {
     let queue = device.queue(0);
@@ -306,6 +351,7 @@ fn main() {
         "same" => chained(&fake, &device, 1, n),
         "across" => chained(&fake, &device, 2, n),
         "signal" => signal(&fake, &device, n),
-        other => panic!("unknown form {other}: same, across or signal"),
+        "chain" => alternating(&fake, &device, n),
+        other => panic!("unknown form {other}: same, across, chain or signal"),
     }
 }

@@ -35,9 +35,8 @@ pub enum ThreadRole {
 ///   action completed or failed and after its cleanup callbacks ran, whether or not it was issued.
 /// - No method is ever called from inside a driver callback, and no scheduler lock that `issue`
 ///   may wait on is held by a driver callback (the scheduler registers none).
-/// - `issue` of an action that waits on a semaphore it also signals runs with the locks of all the
-///   action's semaphores held (so that the look at the wait and the record of the signal take
-///   each lock once): `issue` must not call into the action's semaphores, and should be short.
+/// - `issue` runs under the queue's issue lock but with no semaphore lock held: the action's
+///   waits are looked at before it and its signals recorded after it.
 ///
 /// Errors are [`Failure`]s: an error from `issue` or `wait_event` fails the action, fails its
 /// signal semaphores with that failure and marks the queue lost.

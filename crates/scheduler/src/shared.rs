@@ -3,10 +3,10 @@
 //!
 //! Lock order (a thread holding one may take those after it, never before):
 //! `state` -> a semaphore's internal lock -> `Notifier::keys`; `state` -> `finished`;
-//! `state` -> the backend's own locks. An action that waits on a semaphore it also signals is
-//! issued with the locks of all its semaphores held, taken in id order, around the backend's
-//! issue: `state` -> semaphore locks (by id) -> the backend's own locks; listeners are told only
-//! once all of them are let go. Listeners run outside semaphore locks; a listener may run
+//! `state` -> the backend's own locks. No semaphore lock is held across the backend's issue (a
+//! driver call there would make the completion side and other queues wait for it): an action's
+//! waits are looked at, then it is issued, then its signals are recorded, each semaphore lock
+//! taken for the look or the record alone. Listeners run outside semaphore locks; a listener may run
 //! while its thread holds another queue's `state` (an issue there recorded a device signal), so it
 //! only ever *tries* to take its own queue's `state` and never waits for it. Nothing user-supplied
 //! is dropped or called under `state` (bodies are handed to the completion thread).
@@ -24,13 +24,9 @@ use std::sync::{Arc, PoisonError, TryLockError, Weak};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use cuhal_semaphore::{
-    Error as SemaphoreError, Failure, IssueLock, Listener, Notifications, Semaphore, SemaphoreId,
-    WaitPoint,
-};
-use smallvec::SmallVec;
+use cuhal_semaphore::{Failure, Listener, SemaphoreId};
 
-use crate::action::{Body, EventList, Finished, INLINE_SEMAPHORES};
+use crate::action::{Body, EventList, Finished};
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::notifier::Notifier;
@@ -449,21 +445,17 @@ impl<B: Backend> Shared<B> {
     /// fails it if a wait semaphore failed); gives it back, with the index of the first wait that
     /// is neither, otherwise.
     ///
-    /// Each semaphore's lock is taken once: an action that waits on a semaphore and also signals
-    /// it (a chain: wait for `v`, signal `v + 1`) holds that lock from the look at its wait to
-    /// the record of its signal, across the backend's issue, instead of taking it twice. Then
-    /// every semaphore of the action is locked for that time, in the order of their ids, so
-    /// that two threads issuing such actions cannot deadlock; an action with more distinct
-    /// semaphores than [`INLINE_SEMAPHORES`] takes each lock once per look instead.
+    /// Each wait's semaphore lock is taken for its look, and each signal's for its record after
+    /// the backend's issue: an action that waits on a semaphore it also signals (a chain: wait
+    /// for `v`, signal `v + 1`) takes that lock twice, but never holds it across the driver's
+    /// calls, where it would make the completion side's advance and every other queue's look at
+    /// that semaphore wait for them.
     fn issue_if_ready(
         &self,
         state: &mut State<B>,
         body: Body<B>,
         issuer: Issuer,
     ) -> Option<(Body<B>, usize)> {
-        if waits_on_a_signal(&body) {
-            return self.issue_locked(state, body, issuer);
-        }
         let mut device_waits = EventList::new();
         match examine(&body.waits, 0, Some(&mut device_waits)) {
             Readiness::Ready => {
@@ -486,91 +478,6 @@ impl<B: Backend> Shared<B> {
             }
             Readiness::Failed(failure) => self.fail_unissued(body, failure),
             Readiness::Blocked(index) => return Some((body, index)),
-        }
-        None
-    }
-
-    /// [`issue_if_ready`](Self::issue_if_ready) for an action that waits on a semaphore it also
-    /// signals: every semaphore of the action locked once, in id order, for the whole issue.
-    fn issue_locked(
-        &self,
-        state: &mut State<B>,
-        mut body: Body<B>,
-        issuer: Issuer,
-    ) -> Option<(Body<B>, usize)> {
-        let mut device_waits = EventList::new();
-        let mut notifications: SmallVec<[Notifications<B::Event>; INLINE_SEMAPHORES]> =
-            SmallVec::new();
-        let outcome = {
-            let Body {
-                waits,
-                signals,
-                payload,
-                ..
-            } = &mut body;
-            let mut order: SmallVec<[&Semaphore<B::Event>; 2 * INLINE_SEMAPHORES]> =
-                waits.iter().chain(signals.iter()).map(|(s, _)| s).collect();
-            order.sort_by_key(|s| s.id());
-            order.dedup_by(|a, b| a.ptr_eq(b));
-            let mut locks: SmallVec<[IssueLock<'_, B::Event>; INLINE_SEMAPHORES]> =
-                order.iter().map(|s| s.lock_for_issue()).collect();
-            let mut readiness = Readiness::Ready;
-            for (index, (semaphore, value)) in waits.iter().enumerate() {
-                let point = match locked(&mut locks, semaphore) {
-                    Some(lock) => lock.wait_point(*value),
-                    None => semaphore.wait_point(*value),
-                };
-                match point {
-                    Ok(WaitPoint::Reached) => {}
-                    Ok(WaitPoint::Device { event, .. }) => device_waits.push(event),
-                    Ok(WaitPoint::Pending) => {
-                        readiness = Readiness::Blocked(index);
-                        break;
-                    }
-                    Err(SemaphoreError::Failed(failure)) => {
-                        readiness = Readiness::Failed(failure);
-                        break;
-                    }
-                    Err(other) => {
-                        readiness = Readiness::Failed(Failure::new(other));
-                        break;
-                    }
-                }
-            }
-            let outcome = match readiness {
-                Readiness::Ready => match self.lost.get() {
-                    Some(failure) => Examined::Failed(failure),
-                    None => {
-                        let issued = self.call_backend(&device_waits, payload);
-                        if let Ok(event) = &issued
-                            && !self.backend.checks_completion(payload)
-                        {
-                            for (semaphore, value) in signals.iter() {
-                                // Err only if the semaphore already failed: nothing to record.
-                                let _ = match locked(&mut locks, semaphore) {
-                                    Some(lock) => lock.record_device_signal(*value, event.clone()),
-                                    None => semaphore.record_device_signal(*value, event.clone()),
-                                };
-                            }
-                        }
-                        Examined::Issued(issued)
-                    }
-                },
-                Readiness::Failed(failure) => Examined::Failed(failure),
-                Readiness::Blocked(index) => Examined::Blocked(index),
-            };
-            // Every lock is let go before any listener is told: a listener may issue work that
-            // looks at these very semaphores.
-            notifications.extend(locks.into_iter().map(IssueLock::unlock));
-            outcome
-        };
-        for notification in notifications {
-            notification.run();
-        }
-        match outcome {
-            Examined::Issued(issued) => self.after_issue(state, body, issued, device_waits, issuer),
-            Examined::Failed(failure) => self.fail_unissued(body, failure),
-            Examined::Blocked(index) => return Some((body, index)),
         }
         None
     }
@@ -668,50 +575,4 @@ impl<B: Backend> Shared<B> {
             self.notifier.wake();
         }
     }
-}
-
-/// How a look at an action's waits under their locks ended.
-enum Examined<E> {
-    /// Ready, and handed to the backend with this result.
-    Issued(Result<E, Failure>),
-    /// A wait semaphore failed, or the queue is lost.
-    Failed(Failure),
-    /// The wait at this index is neither reached nor device-waitable.
-    Blocked(usize),
-}
-
-/// Whether some semaphore is both waited on and signalled by `body` (and the action is small
-/// enough to hold all its locks at once).
-fn waits_on_a_signal<B: Backend>(body: &Body<B>) -> bool {
-    body.waits.len() + body.signals.len() <= 2 * INLINE_SEMAPHORES
-        && body
-            .waits
-            .iter()
-            .any(|(w, _)| body.signals.iter().any(|(s, _)| s.ptr_eq(w)))
-        && distinct(&body.waits, &body.signals) <= INLINE_SEMAPHORES
-}
-
-/// How many distinct semaphores two short lists hold.
-fn distinct<E: cuhal_semaphore::DeviceEvent>(
-    waits: &[(Semaphore<E>, u64)],
-    signals: &[(Semaphore<E>, u64)],
-) -> usize {
-    let all: SmallVec<[&Semaphore<E>; 2 * INLINE_SEMAPHORES]> =
-        waits.iter().chain(signals).map(|(s, _)| s).collect();
-    all.iter()
-        .enumerate()
-        .filter(|(i, s)| !all[..*i].iter().any(|t| t.ptr_eq(s)))
-        .count()
-}
-
-/// The held lock of `semaphore` among `locks` (sorted by id).
-fn locked<'l, 'a, E: cuhal_semaphore::DeviceEvent>(
-    locks: &'l mut [IssueLock<'a, E>],
-    semaphore: &Semaphore<E>,
-) -> Option<&'l mut IssueLock<'a, E>> {
-    let id = semaphore.id();
-    locks
-        .binary_search_by_key(&id, IssueLock::id)
-        .ok()
-        .map(move |at| &mut locks[at])
 }

@@ -1,43 +1,110 @@
-//! How often a submission takes each semaphore's lock: once. A chained submission (waits for `v`
-//! on a semaphore and signals `v + 1` on it) looks at its wait and records its signal under one
-//! lock, on one queue and across two; a pending submission released by a host signal looks at
-//! its wait once more, not twice. Actions that lock several semaphores at once, in opposite list
+//! How often a submission takes each semaphore's lock, and that none is held across the
+//! backend's issue. A chained submission (waits for `v` on a semaphore and signals `v + 1` on it)
+//! takes that lock twice, once for the look at its wait and once for the record of its signal,
+//! and not while the backend issues (a driver call under it would make the completion side and
+//! every other queue wait for the driver); a pending submission released by a host signal looks
+//! at its wait once more, not twice. Actions that name several semaphores, in opposite list
 //! orders on two threads, do not deadlock.
 
 mod support;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use cuhal_scheduler::host::{self, HostPayload, HostSemaphore};
-use cuhal_scheduler::{Cleanups, Queue, QueueOptions, Resources};
+use cuhal_scheduler::{Backend, Cleanups, Failure, Queue, QueueOptions, Resources};
 use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 
 use support::{Script, Scripted, eventually};
 
+/// The scripted backend, which also looks at the test's semaphores while it issues: a lock held
+/// there is one the issue's driver calls would hold.
+struct Probing {
+    inner: Scripted,
+    watched: Mutex<Vec<Semaphore<FlagEvent>>>,
+    issues: AtomicU64,
+    held_during_issue: AtomicU64,
+}
+
+impl Backend for Probing {
+    type Event = FlagEvent;
+    type Payload = Script;
+
+    fn issue(
+        &self,
+        device_waits: &[FlagEvent],
+        payload: &mut Script,
+    ) -> Result<FlagEvent, Failure> {
+        self.issues.fetch_add(1, Ordering::Relaxed);
+        if self
+            .watched
+            .lock()
+            .unwrap()
+            .iter()
+            .any(Semaphore::lock_is_held)
+        {
+            self.held_during_issue.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.issue(device_waits, payload)
+    }
+
+    fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
+        self.inner.wait_event(event, spin)
+    }
+
+    fn release(&self, payload: Script) {
+        self.inner.release(payload);
+    }
+}
+
 /// Queues whose events complete only when the test completes them, so that no completion thread
 /// touches the semaphores while the test counts.
-fn held_queues(n: usize) -> Vec<Queue<Scripted>> {
+fn held_queues(n: usize, watched: &[&Semaphore<FlagEvent>]) -> Vec<Queue<Probing>> {
     (0..n)
-        .map(|q| Queue::new(Scripted::new(false), QueueOptions::new(format!("q{q}"))).unwrap())
+        .map(|q| {
+            let backend = Probing {
+                inner: Scripted::new(false),
+                watched: Mutex::new(watched.iter().map(|s| (*s).clone()).collect()),
+                issues: AtomicU64::new(0),
+                held_during_issue: AtomicU64::new(0),
+            };
+            Queue::new(backend, QueueOptions::new(format!("q{q}"))).unwrap()
+        })
         .collect()
 }
 
-fn complete_all(queues: &[Queue<Scripted>]) {
+fn complete_all(queues: &[Queue<Probing>]) {
     for queue in queues {
-        for issued in queue.backend().issued.lock().unwrap().iter() {
+        for issued in queue.backend().inner.issued.lock().unwrap().iter() {
             issued.event.complete();
         }
     }
 }
 
+/// Every queue issued `issues` actions in all, none with a watched semaphore's lock held.
+fn no_lock_held_during_issue(queues: &[Queue<Probing>], issues: u64) {
+    let total: u64 = queues
+        .iter()
+        .map(|q| q.backend().issues.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(total, issues, "every action reached the backend");
+    for queue in queues {
+        assert_eq!(
+            queue.backend().held_during_issue.load(Ordering::Relaxed),
+            0,
+            "a semaphore lock was held across the backend's issue"
+        );
+    }
+}
+
 #[test]
-fn a_chained_submission_locks_its_semaphore_once() {
+fn a_chained_submission_locks_its_semaphore_twice_and_not_across_the_issue() {
     for n in [1, 2] {
-        let queues = held_queues(n);
         let chain = Semaphore::<FlagEvent>::new(0);
+        let queues = held_queues(n, &[&chain]);
         const STEPS: u64 = 20;
         for i in 0..STEPS {
             let before = chain.lock_count();
@@ -50,12 +117,21 @@ fn a_chained_submission_locks_its_semaphore_once() {
                     Cleanups::new(),
                 )
                 .unwrap();
+            let held: u64 = queues
+                .iter()
+                .map(|q| q.backend().held_during_issue.load(Ordering::Relaxed))
+                .sum();
+            assert_eq!(
+                held, 0,
+                "step {i}: the chain's lock was held across the issue"
+            );
             assert_eq!(
                 chain.lock_count() - before,
-                1,
-                "step {i} on {n} queue(s): one lock for the wait and the signal"
+                2,
+                "step {i} on {n} queue(s): one lock for the wait's look, one for the signal's record"
             );
         }
+        no_lock_held_during_issue(&queues, STEPS);
         for queue in &queues {
             assert_eq!(queue.stats().issued_on_submit, STEPS / n as u64);
         }
@@ -66,12 +142,12 @@ fn a_chained_submission_locks_its_semaphore_once() {
 
 #[test]
 fn a_submission_released_by_a_host_signal_looks_at_its_wait_once() {
-    let queues = held_queues(1);
-    let queue = &queues[0];
     let (gate, out) = (
         Semaphore::<FlagEvent>::new(0),
         Semaphore::<FlagEvent>::new(0),
     );
+    let queues = held_queues(1, &[&gate, &out]);
+    let queue = &queues[0];
     for value in 1..=10 {
         queue
             .submit(
@@ -93,12 +169,14 @@ fn a_submission_released_by_a_host_signal_looks_at_its_wait_once() {
         );
     }
     assert_eq!(queue.stats().issued_on_signal, 10);
+    no_lock_held_during_issue(&queues, 10);
     complete_all(&queues);
     out.wait(10, Duration::from_secs(5)).unwrap();
 }
 
 /// Two threads, each chaining actions that wait on both semaphores and signal both, listed in
-/// opposite orders: every lock is taken in id order, so neither waits for the other forever.
+/// opposite orders: no thread holds one semaphore's lock while it waits for another's, so
+/// neither waits for the other forever.
 #[test]
 fn actions_locking_two_semaphores_in_opposite_orders_do_not_deadlock() {
     let queues: Vec<_> = (0..2)
@@ -114,7 +192,7 @@ fn actions_locking_two_semaphores_in_opposite_orders_do_not_deadlock() {
             let (first, second) = if q == 0 { (&a, &b) } else { (&b, &a) };
             scope.spawn(move || {
                 for _ in 0..STEPS {
-                    // Values reached long ago: always ready, so every step holds both locks.
+                    // Values reached long ago: always ready, so every step looks at both.
                     queue
                         .submit(
                             &[(first, 0), (second, 0)],

@@ -104,7 +104,7 @@ pub use failure::Failure;
 pub use listener::{ListenToken, Listener};
 pub use multi_wait::{wait_all, wait_any};
 pub use options::SemaphoreOptions;
-pub use semaphore::{IssueLock, Notifications, Semaphore, SemaphoreId};
+pub use semaphore::{Semaphore, SemaphoreId};
 pub use timeout::Timeout;
 pub use timepoint::WaitPoint;
 

@@ -229,6 +229,16 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.shared.locks.load(Ordering::Relaxed)
     }
 
+    /// Whether some thread holds this semaphore's lock right now (feature `lock-stats`): a
+    /// test's way to check that a caller does not hold it across work of its own.
+    #[cfg(feature = "lock-stats")]
+    pub fn lock_is_held(&self) -> bool {
+        matches!(
+            self.shared.state.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        )
+    }
+
     fn lock(&self) -> MutexGuard<'_, State<E>> {
         #[cfg(feature = "lock-stats")]
         self.shared.locks.fetch_add(1, Ordering::Relaxed);
@@ -237,35 +247,6 @@ impl<E: DeviceEvent> Semaphore<E> {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Takes the lock by polling it (with a growing back-off that ends in yields) for a few
-    /// microseconds before it blocks: the lock's holder then finds nobody parked on it.
-    #[cfg(not(loom))]
-    fn lock_spinning(&self) -> MutexGuard<'_, State<E>> {
-        let backoff = crossbeam_utils::Backoff::new();
-        while !backoff.is_completed() {
-            match self.shared.state.try_lock() {
-                Ok(state) => {
-                    #[cfg(feature = "lock-stats")]
-                    self.shared.locks.fetch_add(1, Ordering::Relaxed);
-                    return state;
-                }
-                Err(std::sync::TryLockError::Poisoned(poisoned)) => {
-                    #[cfg(feature = "lock-stats")]
-                    self.shared.locks.fetch_add(1, Ordering::Relaxed);
-                    return poisoned.into_inner();
-                }
-                Err(std::sync::TryLockError::WouldBlock) => backoff.snooze(),
-            }
-        }
-        self.lock()
-    }
-
-    /// Under loom, spinning is not modelled: the plain lock.
-    #[cfg(loom)]
-    fn lock_spinning(&self) -> MutexGuard<'_, State<E>> {
-        self.lock()
     }
 
     /// The current value, or `Err(Failed)` once the semaphore has failed.
@@ -324,15 +305,7 @@ impl<E: DeviceEvent> Semaphore<E> {
     fn advance_inner(&self, value: u64, released: Option<&mut Vec<E>>) -> Result<(), Error> {
         let mut wake = Wake::new();
         {
-            // A batch's advance is not urgent, and the lock may be held across a driver call (an
-            // issue that waits on and signals this semaphore, `lock_for_issue`): such a caller
-            // spins for it rather than parking, so that the holder does not pay a wake-up
-            // system call when it lets go.
-            let mut state = if released.is_some() {
-                self.lock_spinning()
-            } else {
-                self.lock()
-            };
+            let mut state = self.lock();
             if let Some(failure) = &state.failure {
                 return Err(Error::Failed(failure.clone()));
             }
@@ -412,24 +385,6 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// pending. `Err(Failed)` once failed.
     pub fn wait_point(&self, value: u64) -> Result<WaitPoint<E>, Error> {
         self.lock().wait_point(value)
-    }
-
-    /// Takes this semaphore's lock for the issue of an action that waits on it and also signals
-    /// it: the wait's [`wait_point`](IssueLock::wait_point) and, once the action is issued, its
-    /// [`record_device_signal`](IssueLock::record_device_signal) under one lock instead of two.
-    /// Whatever the lock's holder does meanwhile (a driver call) delays every other user of this
-    /// semaphore, so it must be short and must not call into this semaphore (it would deadlock).
-    ///
-    /// A thread that holds the locks of several semaphores must take them in the order of their
-    /// [`SemaphoreId`]s (two threads taking two locks in opposite orders would deadlock), and must
-    /// let them all go before it runs the notifications of any ([`IssueLock::unlock`]).
-    pub fn lock_for_issue(&self) -> IssueLock<'_, E> {
-        IssueLock {
-            id: self.id(),
-            changes: &self.shared.changes,
-            state: Some(self.lock()),
-            wake: Wake::new(),
-        }
     }
 
     /// Registers a one-shot listener: `listener.notify(self.id(), key)` is called once, outside the
@@ -534,77 +489,6 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.shared
             .parked
             .store(state.waiters.len(), Ordering::Relaxed);
-    }
-}
-
-/// A semaphore's lock, held across the issue of an action that waits on it and signals it
-/// ([`Semaphore::lock_for_issue`]). Dropping it lets the lock go and runs the notifications its
-/// records caused; [`unlock`](Self::unlock) lets the lock go and hands them back instead, for a
-/// thread that holds several such locks.
-pub struct IssueLock<'a, E: DeviceEvent> {
-    id: SemaphoreId,
-    changes: &'a AtomicU64,
-    state: Option<MutexGuard<'a, State<E>>>,
-    wake: Wake<E>,
-}
-
-impl<E: DeviceEvent> IssueLock<'_, E> {
-    /// The locked semaphore's identity.
-    pub fn id(&self) -> SemaphoreId {
-        self.id
-    }
-
-    fn state(&mut self) -> &mut State<E> {
-        self.state.as_deref_mut().expect("held until unlocked")
-    }
-
-    /// [`Semaphore::wait_point`], under this lock.
-    pub fn wait_point(&mut self, value: u64) -> Result<WaitPoint<E>, Error> {
-        self.state().wait_point(value)
-    }
-
-    /// [`Semaphore::record_device_signal`], under this lock; the listeners it makes due are
-    /// notified once the lock is let go.
-    pub fn record_device_signal(&mut self, value: u64, event: E) -> Result<(), Error> {
-        let mut wake = std::mem::replace(&mut self.wake, Wake::new());
-        let (result, changed) = self.state().record_device_signal(value, event, &mut wake);
-        self.wake = wake;
-        if changed {
-            self.changes.fetch_add(1, Ordering::Release);
-        }
-        result
-    }
-
-    /// Lets the lock go and returns what its records must still do (notify listeners, drop
-    /// released events): run it once every lock the thread holds is let go.
-    pub fn unlock(mut self) -> Notifications<E> {
-        drop(self.state.take());
-        Notifications {
-            id: self.id,
-            wake: std::mem::replace(&mut self.wake, Wake::new()),
-        }
-    }
-}
-
-impl<E: DeviceEvent> Drop for IssueLock<'_, E> {
-    fn drop(&mut self) {
-        if self.state.take().is_some() {
-            std::mem::replace(&mut self.wake, Wake::new()).run(self.id);
-        }
-    }
-}
-
-/// What an [`IssueLock`]'s records still have to do once the lock is let go.
-#[must_use = "listeners are notified only when this runs"]
-pub struct Notifications<E> {
-    id: SemaphoreId,
-    wake: Wake<E>,
-}
-
-impl<E> Notifications<E> {
-    /// Notifies the listeners the records made due and drops the events they released.
-    pub fn run(self) {
-        self.wake.run(self.id);
     }
 }
 

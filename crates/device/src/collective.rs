@@ -250,6 +250,9 @@ pub(crate) struct Rank {
     stream: Stream,
     /// Recorded at the end of this rank's part, for rank 0's stream to join (ranks > 0).
     done: Event,
+    /// Set once a stream call failed outside the rank's context and succeeded inside it: the
+    /// issuing path then enters the context for them (see `on_stream`).
+    enter_for_stream_calls: AtomicBool,
 }
 
 /// The communicator's NCCL state, shared by the issuing thread, the completion thread and the
@@ -492,20 +495,30 @@ impl CollectiveBackend {
 /// Runs a stream-ordered driver call on one of `rank`'s streams (`cuEventRecord`,
 /// `cuStreamWaitEvent`) without making the rank's context current: the driver takes the context
 /// from the stream, so the issuing path pays no `cuCtxPushCurrent`/`cuCtxPopCurrent` pair per
-/// rank and submission. Should a driver answer `CUDA_ERROR_INVALID_CONTEXT` all the same, the
-/// call is made again inside the context, so the shortcut can cost time but never a failure.
+/// rank and submission. Should a driver fail the call all the same (wrappers of the driver
+/// report drivers that want the stream's context current), the call is made again inside the
+/// context, and if that succeeds the rank enters its context for these calls from then on: the
+/// shortcut can cost one failed call, never a failure or a call per submission. (A failed call
+/// enqueued nothing, so making it again is safe; an error that is the device's fails again.)
 fn on_stream<T>(
     rank: &Rank,
     call: impl Fn() -> std::result::Result<T, cuhal_sys::Error>,
 ) -> Result<T> {
-    let result = match call() {
-        Err(cuhal_sys::Error::Cuda { result, .. })
-            if result == cuhal_sys::CUresult::ERROR_INVALID_CONTEXT =>
-        {
-            let _bound = rank.context.enter()?;
-            call()
+    let result = if rank.enter_for_stream_calls.load(Ordering::Relaxed) {
+        let _bound = rank.context.enter()?;
+        call()
+    } else {
+        match call() {
+            Err(cuhal_sys::Error::Cuda { .. }) => {
+                let _bound = rank.context.enter()?;
+                let again = call();
+                if again.is_ok() {
+                    rank.enter_for_stream_calls.store(true, Ordering::Relaxed);
+                }
+                again
+            }
+            result => result,
         }
-        result => result,
     };
     result.map_err(|e| rank.lost.filter(e.into()))
 }
@@ -1036,6 +1049,7 @@ impl Rank {
             rank,
             stream: Stream::new(&context, CU_STREAM_NON_BLOCKING)?,
             done: Event::new(&context, CU_EVENT_DISABLE_TIMING)?,
+            enter_for_stream_calls: AtomicBool::new(false),
             context,
             lost,
         })

@@ -356,14 +356,25 @@ fn a_collective_issues_without_context_switches() {
     );
     assert_eq!(calls("cuEventRecord") - records, 2 * N);
     assert_eq!(calls("cuStreamWaitEvent") - waits, N);
-    // A driver that wants the stream's context current after all (CUDA_ERROR_INVALID_CONTEXT,
-    // 201) costs one retry inside the context, not a failure.
+    // A driver that fails these calls outside the stream's context after all (here with
+    // CUDA_ERROR_INVALID_HANDLE, 400) costs one call made again inside the context, not a
+    // failure; from then on that rank enters its context for them, so no call fails again.
     let (pushed, records) = (calls("cuCtxPushCurrent"), calls("cuEventRecord"));
-    fake.fail_calls("cuEventRecord", 1, 1, 201);
+    fake.fail_calls("cuEventRecord", 1, 1, 400);
     submit(N + 2);
     wait(&done, N + 2);
     assert_eq!(calls("cuEventRecord") - records, 3);
     assert_eq!(calls("cuCtxPushCurrent") - pushed, 1);
+    fake.clear_faults();
+    let (pushed, records) = (calls("cuCtxPushCurrent"), calls("cuEventRecord"));
+    submit(N + 3);
+    wait(&done, N + 3);
+    assert_eq!(calls("cuEventRecord") - records, 2);
+    assert_eq!(
+        calls("cuCtxPushCurrent") - pushed,
+        1,
+        "rank 1 enters its context"
+    );
     fake.clear_faults();
 }
 

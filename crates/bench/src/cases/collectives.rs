@@ -10,7 +10,11 @@
 //!   that spins like the floor's `cuStreamSynchronize` (not the device's default spin-then-park
 //!   wait, whose wake-up latency is the completion side's, not the collectives');
 //! - cuhal graph command buffer: a `CollectiveCommandBuffers` set holding the all-reduce,
-//!   replayed with `Communicator::execute`.
+//!   replayed with `Communicator::execute`;
+//! - reference: the floor plus the join cuhal issues after each collective (rank 1's end
+//!   recorded, rank 0's stream waiting for it, a completion event recorded): the queue
+//!   operation against it is what the scheduler adds, and the floor against it what one
+//!   completion event over both GPUs costs.
 //!
 //! Bus bandwidth is `2 (n - 1) / n * bytes / time` (n = 2), printed in the row's name at the
 //! median. Goals: at >= 64 MiB the queue operation within 1/0.95 of the floor's time (>= 95% of
@@ -20,6 +24,7 @@
 //! Peer copy: 256 MiB from GPU 0 to GPU 1, `Queue::copy_peer` against raw `cuMemcpyPeerAsync`
 //! on a stream of GPU 0, back to back; goal >= 95% of the raw bandwidth.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
@@ -28,7 +33,9 @@ use cuhal::{
     Device, DeviceOptions, Driver, FillPattern, Nccl, NcclDataType, NcclRedOp, Semaphore,
 };
 use cuhal_semaphore::SemaphoreOptions;
-use cuhal_sys::{CU_STREAM_NON_BLOCKING, NcclApi, NcclComm, Stream, cu};
+use cuhal_sys::{
+    CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, Event, NcclApi, NcclComm, Stream, cu,
+};
 
 use super::{Env, progress, summarize};
 use crate::gpu::ptx;
@@ -83,6 +90,13 @@ struct Raw {
     api: Arc<NcclApi>,
     comms: [NcclComm; 2],
     streams: [Stream; 2],
+    /// For the reference with cuhal's join: recorded on rank 1's stream after each group.
+    joined: Event,
+    /// For the reference with cuhal's join: recorded on rank 0's stream after the join.
+    completion: Event,
+    /// Set if a join call failed outside rank 1's context (as cuhal does, it is then made
+    /// inside it, from then on).
+    enter_rank1: Cell<bool>,
 }
 
 impl Raw {
@@ -102,7 +116,27 @@ impl Raw {
             api,
             comms,
             streams,
+            joined: Event::new(devices[1].context(), CU_EVENT_DISABLE_TIMING)?,
+            completion: Event::new(devices[0].context(), CU_EVENT_DISABLE_TIMING)?,
+            enter_rank1: Cell::new(false),
         })
+    }
+
+    /// The join cuhal adds to each collective's issue: rank 1's end recorded, rank 0's stream
+    /// waiting for it, a completion event recorded on rank 0's stream.
+    fn join(&self, devices: &[Device]) -> Result<()> {
+        let record = || self.joined.record(&self.streams[1]);
+        if self.enter_rank1.get() {
+            let _bound = devices[1].context().enter()?;
+            record()?;
+        } else if record().is_err() {
+            let _bound = devices[1].context().enter()?;
+            record()?;
+            self.enter_rank1.set(true);
+        }
+        self.streams[0].wait_event(&self.joined)?;
+        self.completion.record(&self.streams[0])?;
+        Ok(())
     }
 
     /// `count` all-reduces in place over `ptrs`, each rank's in one group, then a wait.
@@ -112,6 +146,7 @@ impl Raw {
         ptrs: [u64; 2],
         elements: usize,
         count: usize,
+        with_join: bool,
     ) -> Result<()> {
         let api = &self.api;
         for _ in 0..count {
@@ -135,6 +170,9 @@ impl Raw {
                 if r != cuhal_sys::NCCL_SUCCESS {
                     bail!("raw ncclGroupEnd failed ({r})");
                 }
+            }
+            if with_join {
+                self.join(devices)?;
             }
         }
         for (device, stream) in devices.iter().zip(&self.streams) {
@@ -254,18 +292,18 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             .context("recording the all-reduce into a graph set")?;
         let (per, samples) = reps(env, bytes);
         progress(&format!(
-            "case 13 (collectives): all-reduce {}: raw NCCL, queue operation, graph set, {samples} x {per} each",
+            "case 13 (collectives): all-reduce {}: raw NCCL, queue operation, graph set, raw NCCL + join, {samples} x {per} each",
             size_name(bytes)
         ));
         let ptrs = [ranges[0].device_ptr(), ranges[1].device_ptr()];
-        let mut times: [Vec<f64>; 3] = Default::default();
+        let mut times: [Vec<f64>; 4] = Default::default();
         // Warm-up, then turns.
         for sample in 0..=samples {
-            for turn in 0..3 {
-                let variant = (sample + turn) % 3;
+            for turn in 0..4 {
+                let variant = (sample + turn) % 4;
                 let t0 = env.clock.now_ns();
                 match variant {
-                    0 => raw.all_reduce(&devices, ptrs, elements, per)?,
+                    0 => raw.all_reduce(&devices, ptrs, elements, per, false)?,
                     1 => {
                         for _ in 0..per {
                             value += 1;
@@ -275,13 +313,14 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
                         }
                         done.wait(value, WAIT)?;
                     }
-                    _ => {
+                    2 => {
                         for _ in 0..per {
                             value += 1;
                             comm.execute(&set, &[], &[(&done, value)])?;
                         }
                         done.wait(value, WAIT)?;
                     }
+                    _ => raw.all_reduce(&devices, ptrs, elements, per, true)?,
                 }
                 let ns = (env.clock.now_ns() - t0) as f64 / per as f64;
                 if sample > 0 {
@@ -289,8 +328,9 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
                 }
             }
         }
-        let [raw_t, queue_t, graph_t] = times.map(|mut t| summarize("all-reduce", &mut t));
-        let (raw_t, queue_t, graph_t) = (raw_t?, queue_t?, graph_t?);
+        let [raw_t, queue_t, graph_t, joined_t] =
+            times.map(|mut t| summarize("all-reduce", &mut t));
+        let (raw_t, queue_t, graph_t, joined_t) = (raw_t?, queue_t?, graph_t?, joined_t?);
         // Every variant ran: max over (1, 2) is 2 everywhere.
         for (device, buffer) in devices.iter().zip(&bufs) {
             let host = device.create_host_buffer(4)?;
@@ -340,6 +380,19 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             Some(graph_t),
             Some(raw_t),
             if bytes == 8 { Goal::RatioAtMost(1.0) } else { Goal::Report },
+        ));
+        report.comparisons.push(Comparison::new(
+            "13",
+            format!(
+                "all-reduce {name}, queue operation against raw NCCL + cuhal's join (cuEventRecord \
+                 on rank 1, cuStreamWaitEvent on rank 0, cuEventRecord): what the scheduler adds \
+                 (bus {:.1} GB/s; raw + join {:.1} GB/s)",
+                bw(&queue_t),
+                bw(&joined_t)
+            ),
+            Some(queue_t),
+            Some(joined_t),
+            Goal::Report,
         ));
     }
     drop(raw);
@@ -451,7 +504,7 @@ fn cross_device_gap(env: &Env<'_>, devices: &[Device], report: &mut Report) -> R
     use crate::gpu::SpinRecord;
     use crate::gpu::raw::{GraphExec, KernelNode};
     use cuhal::{Dispatch, KernelArgs};
-    use cuhal_sys::{CU_EVENT_DISABLE_TIMING, Event, Module};
+    use cuhal_sys::Module;
 
     let n = env.scaled(ROUND_TRIPS);
     let warm = env.scaled(50);

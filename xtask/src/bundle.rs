@@ -46,8 +46,10 @@ fn check_name(name: &str) -> Result<()> {
 /// (the last `::` segment of its name is matched, in each binary's own `--list`):
 /// - `timing_`: it asserts timings (a sanitizer's instrumented kernels run many times slower, so
 ///   only its timings would fail);
-/// - `trap_`: it makes a kernel trap on purpose (the sanitizer reports the trap as an error).
-pub const SANITIZE_SKIP_PREFIXES: &[&str] = &["timing_", "trap_"];
+/// - `trap_`: it makes a kernel trap on purpose (the sanitizer reports the trap as an error);
+/// - `cupti_`: it needs CUPTI's activity records, and compute-sanitizer holds CUPTI's one
+///   subscriber (the test would only report itself skipped), besides asserting timings.
+pub const SANITIZE_SKIP_PREFIXES: &[&str] = &["timing_", "trap_", "cupti_"];
 
 /// The `run` script for these test names, in this order.
 pub fn run_script(tests: &[&str]) -> Result<String> {
@@ -350,8 +352,8 @@ mod tests {
                 "#!/usr/bin/env bash
 if [ \"$1\" = --list ]; then
     printf '%s: test\\n' graph::timing_backlog timing_zone trap_fault plain not_timing_x \\
-        deferred::a_trap_b
-    echo '6 tests, 0 benchmarks'
+        deferred::a_trap_b cupti_zones a_cupti_b
+    echo '8 tests, 0 benchmarks'
     exit 0
 fi
 echo \"one args: $*\"
@@ -405,9 +407,9 @@ exit $status
         assert!(
             text.contains(
                 "one args: --include-ignored --test-threads=1 --skip graph::timing_backlog \
-                 --skip timing_zone --skip trap_fault fill"
+                 --skip timing_zone --skip trap_fault --skip cupti_zones fill"
             ),
-            "only the tests named timing_* or trap_* are skipped: {text}"
+            "only the tests named timing_*, trap_* or cupti_* are skipped: {text}"
         );
         assert!(!text.contains("--skip plain"), "{text}");
         assert!(text.contains("memcheck one: 0 errors"), "{text}");

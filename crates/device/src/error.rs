@@ -124,6 +124,21 @@ impl Error {
         }
     }
 
+    /// Why CUPTI could not be used, when this error is a device or queue refusing to start
+    /// because its tracing asked for CUPTI explicitly ([`crate::CuptiChoice::Required`], or a
+    /// required library or API) and could not have it: for instance
+    /// [`CuptiError::SubscriberTaken`](cuhal_trace::cupti::CuptiError::SubscriberTaken) while
+    /// another profiler or compute-sanitizer holds CUPTI's one subscriber.
+    pub fn cupti(&self) -> Option<&cuhal_trace::cupti::CuptiError> {
+        match self {
+            Error::Trace(e) => match &**e {
+                cuhal_trace::Error::Cupti(e) => Some(e),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The device loss this error reports, if it is one (directly, or as the failure of a queue
     /// or semaphore that the loss reached).
     pub fn device_lost(&self) -> Option<&DeviceLost> {

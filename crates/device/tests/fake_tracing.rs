@@ -433,3 +433,81 @@ fn coarse_collection_never_times_an_incomplete_event() {
         "cuEventElapsedTime was asked about an event not complete yet"
     );
 }
+
+/// A queue that asks for CUPTI explicitly while another profiler (or compute-sanitizer) holds
+/// CUPTI's one subscriber does not open, and says why with a typed error the GPU suite tells
+/// apart from every other failure (it skips its CUPTI tests only then).
+#[test]
+fn cupti_held_by_another_subscriber_is_a_typed_error() {
+    use cuhal::CuptiChoice;
+    use cuhal_trace::cupti::CuptiError;
+    use cuhal_trace::cupti::fake::FakeCupti;
+
+    let cupti = FakeCupti::install();
+    let options = |cupti: CuptiChoice| DeviceOptions {
+        tracing: Verbosity::Fine,
+        trace_sink: Some(Arc::new(MemorySink::new())),
+        cupti,
+        ..DeviceOptions::default()
+    };
+    let (_fake, driver) = fake_support::load("cupti-taken");
+    cupti.take_subscriber();
+    let err = driver
+        .open(
+            0,
+            options(CuptiChoice::Api {
+                api: cupti.api(),
+                required: true,
+            }),
+        )
+        .expect_err("CUPTI is held by another subscriber");
+    assert_eq!(err.cupti(), Some(&CuptiError::SubscriberTaken), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"),
+        "{err}"
+    );
+    assert!(err.cuda().is_none(), "not a driver error: {err:?}");
+
+    // Other reasons are not that one: a missing library,
+    let err = driver
+        .open(
+            0,
+            options(CuptiChoice::Library {
+                path: "/nonexistent/libcupti.so.13".into(),
+                required: true,
+            }),
+        )
+        .expect_err("no such library");
+    assert!(
+        matches!(err.cupti(), Some(CuptiError::LibraryNotFound { .. })),
+        "{err:?}"
+    );
+    // and errors that are not CUPTI's at all.
+    let (_fake, driver) =
+        fake_support::load_with("cupti-taken-no-device", |f| f.set_device_count(0));
+    let err = driver
+        .open(
+            0,
+            options(CuptiChoice::Api {
+                api: cupti.api(),
+                required: true,
+            }),
+        )
+        .expect_err("no device");
+    assert_eq!(err.cupti(), None, "{err:?}");
+    // Not required: FINE falls back to event zones and says why.
+    let (_fake, _driver, device) = open(
+        "cupti-taken-fallback",
+        options(CuptiChoice::Api {
+            api: cupti.api(),
+            required: false,
+        }),
+    );
+    let stats = device.queue(0).trace().unwrap().stats();
+    assert_eq!(stats.fine_source, cuhal_trace::FineSource::Events);
+    assert_eq!(
+        stats.cupti_unavailable,
+        Some("subscriber taken by another profiler")
+    );
+}

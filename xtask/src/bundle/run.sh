@@ -26,8 +26,9 @@ export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
 # Under --sanitize, a test is skipped when its name (the last `::` segment) starts with one of
 # these prefixes: `timing_` (it asserts timings, which instrumented kernels, many times slower,
-# do not keep) and `trap_` (it makes the GPU fault on purpose, which the sanitizer reports as an
-# error). Each binary's own test list says which tests these are; the script names none.
+# do not keep), `trap_` (it makes the GPU fault on purpose, which the sanitizer reports as an
+# error) and `cupti_` (it needs CUPTI's one subscriber, which the sanitizer holds). Each binary's
+# own test list says which tests these are; the script names none.
 sanitize_skip_prefixes=(@SANITIZE_SKIP_PREFIXES@)
 
 tool=""

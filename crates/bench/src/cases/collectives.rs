@@ -500,6 +500,13 @@ enum Trip {
 /// Goal (the issue's): cuhal's cross-device gap per hop at most its same-GPU gap per hop plus
 /// 1 us. The raw cross-device row says how much of a miss is the hardware's.
 fn cross_device_gap(env: &Env<'_>, devices: &[Device], report: &mut Report) -> Result<()> {
+    let measured = cross_device_round_trips(env, devices, report);
+    // GPU 1's objects bind their context when dropped: the bench's thread gets GPU 0's back.
+    env.gpu.ctx.bind()?;
+    measured
+}
+
+fn cross_device_round_trips(env: &Env<'_>, devices: &[Device], report: &mut Report) -> Result<()> {
     use super::dependency::{A_NS, FINE_TIMER_NS, JITTER_CYCLES};
     use crate::gpu::SpinRecord;
     use crate::gpu::raw::{GraphExec, KernelNode};

@@ -308,8 +308,8 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
                         for _ in 0..per {
                             value += 1;
                             let s = [(&done, value)];
-                            let p = parts(());
-                            comm.submit(&[p[0].clone().signals(&s), p[1].clone()])?;
+                            let [p0, p1] = parts(());
+                            comm.submit(&[p0.signals(&s), p1])?;
                         }
                         done.wait(value, WAIT)?;
                     }

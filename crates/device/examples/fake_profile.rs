@@ -6,7 +6,7 @@
 //! H200's figures.
 //!
 //! ```text
-//! cargo run --release -p cuhal --example fake_profile -- [same|across|chain|signal] [N] [LAUNCH_US] [CROSS_US]
+//! cargo run --release -p cuhal --example fake_profile -- [same|across|chain|signal] [N] [LAUNCH_US] [CROSS_US] [GATHER_US]
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -332,6 +332,10 @@ fn main() {
     let n = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(20_000);
     let launch = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(2);
     let cross = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(1);
+    let gather = args.get(5).and_then(|a| a.parse().ok()).map_or(
+        DeviceOptions::default().completion_gather,
+        Duration::from_micros,
+    );
     let fake = FakeDriver::private("profile").unwrap_or_else(|e| panic!("{e}"));
     // SAFETY: set before any other thread of this program exists.
     unsafe { std::env::set_var(cuhal_sys::LIBRARY_ENV, fake.path()) };
@@ -341,12 +345,15 @@ fn main() {
             0,
             DeviceOptions {
                 queues: 2,
+                completion_gather: gather,
                 ..DeviceOptions::default()
             },
         )
         .unwrap();
     fake.set_timing(Duration::from_micros(launch), Duration::from_micros(cross));
-    println!("fake GPU: {launch} us per launch, {cross} us cross-stream gap; {n} calls");
+    println!(
+        "fake GPU: {launch} us per launch, {cross} us cross-stream gap; {n} calls; completion gather {gather:?}"
+    );
     match form {
         "same" => chained(&fake, &device, 1, n),
         "across" => chained(&fake, &device, 2, n),

@@ -40,7 +40,9 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
     loop {
         shared.take_finished(&mut batch);
         if !batch.is_empty() {
-            retire_batch(&shared, &mut batch, &mut scratch);
+            if !retire_batch(&shared, &mut batch, &mut scratch) {
+                gather(&shared, &parker);
+            }
             continue;
         }
         // The worker pushes its last action before it says it is done, so once it is done an
@@ -69,6 +71,39 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
     }
 }
 
+/// After a batch nobody waited for: sleeps for the queue's `completion_gather` (or until woken by
+/// a submitter that needs room or by work only this thread can complete), so that the next batch
+/// holds the actions of many submissions instead of one or two. Skipped when enough actions
+/// already wait, or once the worker is done (shutdown drains at once).
+fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
+    let gather = shared.options.completion_gather;
+    if gather.is_zero()
+        || shared.finished_len.load(Ordering::Acquire) >= GATHER_ENOUGH
+        || shared.room_waiters.load(Ordering::Relaxed) > 0
+        || shared.worker_done.load(Ordering::Acquire)
+    {
+        return;
+    }
+    // Under loom, which has no time, a gather that timed out at once is one of the runs the real
+    // thread can have (a loom timed park would wait for an unpark that may never come).
+    #[cfg(not(loom))]
+    {
+        shared.completion_gathering.store(true, Ordering::Relaxed);
+        // Pairs with the fence in `push_finished`: either the pusher of work that needs this
+        // thread sees `gathering` and wakes it, or this sees that work's count.
+        fence(Ordering::SeqCst);
+        if shared.urgent.load(Ordering::Relaxed) == 0 {
+            parker.park_timeout(gather);
+        }
+        shared.completion_gathering.store(false, Ordering::Relaxed);
+    }
+    #[cfg(loom)]
+    let _ = parker;
+}
+
+/// Enough finished actions to make a batch worth its cost without gathering more.
+const GATHER_ENOUGH: usize = 64;
+
 /// Lists a batch's retirement needs, kept (with their capacity) from batch to batch so that
 /// steady state allocates nothing.
 struct Scratch<B: Backend> {
@@ -80,12 +115,13 @@ struct Scratch<B: Backend> {
     released: Vec<B::Event>,
 }
 
-/// Retires every action of `batch` (which it leaves empty).
+/// Retires every action of `batch` (which it leaves empty); returns whether somebody needed its
+/// newest action's completion (see [`wanted`]).
 fn retire_batch<B: Backend>(
     shared: &Shared<B>,
     batch: &mut VecDeque<Finished<B>>,
     scratch: &mut Scratch<B>,
-) {
+) -> bool {
     let side = &shared.completion_side;
     side.batches.fetch_add(1, Ordering::Relaxed);
     let in_flight = shared
@@ -98,11 +134,13 @@ fn retire_batch<B: Backend>(
     let newest = batch
         .iter()
         .rposition(|f| matches!(f, Finished::Issued { .. }));
+    let mut newest_wanted = false;
     let newest_outcome = newest.map(|index| {
         let Finished::Issued { body, event, .. } = &batch[index] else {
             unreachable!("found as issued")
         };
         let spin = if wanted(shared, body) {
+            newest_wanted = true;
             shared.options.completion_spin
         } else {
             Duration::ZERO
@@ -202,6 +240,7 @@ fn retire_batch<B: Backend>(
     side.retired
         .fetch_add(completed + failed, Ordering::Release);
     shared.notify_room();
+    newest_wanted
 }
 
 /// Whether someone needs this action's completion seen soon: a host thread parked on one of its

@@ -9,6 +9,7 @@ pub struct QueueOptions {
     pub(crate) label: String,
     pub(crate) completion_spin: Duration,
     pub(crate) idle_spin: Duration,
+    pub(crate) completion_gather: Duration,
     pub(crate) capacity: usize,
     pub(crate) max_in_flight: usize,
     pub(crate) eager_completion: bool,
@@ -21,6 +22,13 @@ impl QueueOptions {
     pub const DEFAULT_COMPLETION_SPIN: Duration = Duration::from_micros(50);
     /// Default [`idle_spin`](Self::with_idle_spin).
     pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(100);
+    /// Default [`completion_gather`](Self::with_completion_gather): none, until `cuhal bench`
+    /// cases 1 and 9 (which also run with [`SUGGESTED_COMPLETION_GATHER`](Self::SUGGESTED_COMPLETION_GATHER))
+    /// show on a GPU that gathering pays.
+    pub const DEFAULT_COMPLETION_GATHER: Duration = Duration::ZERO;
+    /// A gather worth trying: a submission every 1-3 us (a chained 1-dispatch submission on an
+    /// H200) gathers some 15-50 actions per batch in 50 us.
+    pub const SUGGESTED_COMPLETION_GATHER: Duration = Duration::from_micros(50);
     /// Default [`capacity`](Self::with_capacity).
     pub const DEFAULT_CAPACITY: usize = 256;
     /// Default [`max_in_flight`](Self::with_max_in_flight).
@@ -32,6 +40,7 @@ impl QueueOptions {
             label: label.into(),
             completion_spin: Self::DEFAULT_COMPLETION_SPIN,
             idle_spin: Self::DEFAULT_IDLE_SPIN,
+            completion_gather: Self::DEFAULT_COMPLETION_GATHER,
             capacity: Self::DEFAULT_CAPACITY,
             max_in_flight: Self::DEFAULT_MAX_IN_FLIGHT,
             eager_completion: false,
@@ -54,6 +63,20 @@ impl QueueOptions {
     /// a spinning one a fraction of one.
     pub fn with_idle_spin(mut self, spin: Duration) -> Self {
         self.idle_spin = spin;
+        self
+    }
+
+    /// How long the completion thread lets finished actions gather after it retired a batch that
+    /// nobody waited for (no host thread parked on its signals, no submitter waiting for room,
+    /// [`eager_completion`](Self::with_eager_completion) off), before it takes the next: it
+    /// sleeps meanwhile, and is woken early by a submitter that needs room or by work only it
+    /// can complete (work checked on completion). Without it (the default), a queue fed faster than the
+    /// completion thread wakes retires a batch of one or two actions every few microseconds:
+    /// one event query (the driver's lock, which the submitter needs), one semaphore lock and
+    /// one pool return per action, on a core that never rests. Zero: no gathering. Host waiters
+    /// are not held up, as they poll the events they wait for themselves.
+    pub fn with_completion_gather(mut self, gather: Duration) -> Self {
+        self.completion_gather = gather;
         self
     }
 
@@ -108,6 +131,11 @@ impl QueueOptions {
     /// The idle spin budget.
     pub fn idle_spin(&self) -> Duration {
         self.idle_spin
+    }
+
+    /// How long finished actions gather after a batch nobody waited for.
+    pub fn completion_gather(&self) -> Duration {
+        self.completion_gather
     }
 
     /// The preallocated capacity.

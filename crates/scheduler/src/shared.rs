@@ -98,6 +98,13 @@ pub(crate) struct Shared<B: Backend> {
     /// whether to wake the thread, so it has a line of its own that changes only when the
     /// thread parks or wakes, not with every retired batch.
     pub(crate) completion_parked: CachePadded<AtomicBool>,
+    /// Whether the completion thread is gathering a batch (a timed sleep after a batch nobody
+    /// waited for): only work that needs that thread wakes it then. Beside `completion_parked`,
+    /// read by every issue, changed once per batch.
+    pub(crate) completion_gathering: AtomicBool,
+    /// Finished actions in `finished` whose completion only the completion thread can see (work
+    /// checked on completion): they end a gather. Changed under the `finished` lock.
+    pub(crate) urgent: AtomicUsize,
     /// Submitters waiting for room (backpressure), and where they wait.
     pub(crate) room_waiters: AtomicUsize,
     pub(crate) room: (Mutex<()>, Condvar),
@@ -234,6 +241,8 @@ impl<B: Backend> Shared<B> {
                     parks: StatU64::new(0),
                 }),
                 completion_parked: CachePadded::new(AtomicBool::new(false)),
+                completion_gathering: AtomicBool::new(false),
+                urgent: AtomicUsize::new(0),
                 room_waiters: AtomicUsize::new(0),
                 room: (Mutex::new(()), Condvar::new()),
                 worker_parks: StatU64::new(0),
@@ -545,19 +554,29 @@ impl<B: Backend> Shared<B> {
     }
 
     fn push_finished(&self, finished: Finished<B>) {
+        // Work checked on completion signals only from the completion thread: nobody else can
+        // poll for it, so it must not wait out a gather.
+        let urgent = matches!(&finished, Finished::Issued { body, .. }
+            if self.backend.checks_completion(&body.payload));
         {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             queue.push_back(finished);
             self.finished_len.store(queue.len(), Ordering::Release);
+            if urgent {
+                self.urgent.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let side = &*self.issue_side;
         side.pushed
             .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        // Only a parked completion thread needs the wake (a syscall); one that is retiring or
-        // spinning sees `finished_len`. The fence pairs with the one the completion thread puts
-        // between raising `parked` and its last look at `finished_len`.
+        // Only a parked completion thread needs the wake (a syscall), or a gathering one for
+        // urgent work; one that is retiring or spinning sees `finished_len`. The fence pairs with
+        // the one the completion thread puts between raising `parked` (or `gathering`) and its
+        // last look at `finished_len` (or `urgent`).
         fence(Ordering::SeqCst);
-        if self.completion_parked.load(Ordering::Relaxed) {
+        if self.completion_parked.load(Ordering::Relaxed)
+            || (urgent && self.completion_gathering.load(Ordering::Relaxed))
+        {
             self.completion.unpark();
         }
     }
@@ -567,6 +586,7 @@ impl<B: Backend> Shared<B> {
         let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
         std::mem::swap(&mut *queue, batch);
         self.finished_len.store(0, Ordering::Release);
+        self.urgent.store(0, Ordering::Relaxed);
     }
 
     /// Marks the queue lost (the first failure wins) and wakes the worker to fail what is pending.

@@ -13,7 +13,8 @@
 //! semaphore, step `i` for the chain semaphore's value `i`. The host signal issues the whole
 //! chain on the signalling thread (each step's device signal makes the next ready), so the
 //! figure holds the driver calls and the GPU's work, and no thread wake. The queues' counters
-//! say how many steps went through a worker instead (the note under the table).
+//! say how many steps went through a worker instead (the note under the table). The cuhal side
+//! also runs with `DeviceOptions::SUGGESTED_COMPLETION_GATHER`, reported for comparison.
 
 use anyhow::{Context as _, Result};
 use cuhal::DeviceOptions;
@@ -50,7 +51,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     progress(&format!(
         "case 9 (chain): cuhal, {n} chains of {STEPS} steps"
     ));
-    let (mut cuhal, by_worker) = cuhal_side(env, warm, n)?;
+    let (mut cuhal, by_worker) = cuhal_side(env, DeviceOptions::default(), warm, n)?;
     let cuhal = summarize("case 9 cuhal", &mut cuhal)?.per_item(STEPS as f64);
     report.comparisons.push(
         Comparison::new(
@@ -65,6 +66,25 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             (warm + n) * STEPS
         )),
     );
+    progress(&format!(
+        "case 9 (chain): cuhal with completion gathering, {n} chains of {STEPS} steps"
+    ));
+    let gathered_options = DeviceOptions {
+        completion_gather: DeviceOptions::SUGGESTED_COMPLETION_GATHER,
+        ..DeviceOptions::default()
+    };
+    let (mut gathered, _) = cuhal_side(env, gathered_options, warm, n)?;
+    let gathered = summarize("case 9 cuhal, gathering", &mut gathered)?.per_item(STEPS as f64);
+    report.comparisons.push(Comparison::new(
+        "9",
+        format!(
+            "chain: per step; completion gathering {} us (for comparison)",
+            DeviceOptions::SUGGESTED_COMPLETION_GATHER.as_micros()
+        ),
+        Some(gathered),
+        Some(floor),
+        Goal::Report,
+    ));
     Ok(())
 }
 
@@ -124,10 +144,15 @@ fn floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
 
 /// Times `warm + n` cuhal chains; returns the last `n` (each for the whole chain) and how many
 /// steps a worker thread issued.
-fn cuhal_side(env: &Env<'_>, warm: usize, n: usize) -> Result<(Vec<f64>, u64)> {
+fn cuhal_side(
+    env: &Env<'_>,
+    options: DeviceOptions,
+    warm: usize,
+    n: usize,
+) -> Result<(Vec<f64>, u64)> {
     let hal = Hal::open(DeviceOptions {
         queues: 2,
-        ..DeviceOptions::default()
+        ..options
     })?;
     let mut counter = StepCounter::new(env.gpu)?;
     let cbs = [

@@ -19,9 +19,11 @@
 //! cuhal: `Queue::execute(&[(s, i)], &[(s, i + 1)], &[&cb])` with a one-dispatch graph command
 //! buffer (one per queue), timed per call the same way, the host waiting on the semaphore every
 //! `BATCH`. The process's heap allocations are counted across the measured submissions of both
-//! sides (`alloc_count`); the floor's count checks the instrument (it must be 0). The same-queue
-//! form also runs with `eager_completion` (the completion thread polls every batch whether or not
-//! anybody waits), reported for comparison.
+//! sides (`alloc_count`); the floor's count checks the instrument (it must be 0). Both forms also
+//! run with `DeviceOptions::SUGGESTED_COMPLETION_GATHER` (the completion thread sleeps for a batch
+//! to gather after one nobody waited for, instead of retiring whatever has finished as soon as
+//! it sees it), and the same-queue form with `eager_completion` (the completion thread polls
+//! every batch whether or not anybody waits), both reported for comparison.
 
 use anyhow::{Context as _, Result, bail};
 use cuhal::DeviceOptions;
@@ -43,6 +45,9 @@ pub const SUBMISSIONS: usize = 10_000;
 pub const BATCH: usize = 250;
 /// Events the floor cycles through, as an event pool would.
 const RING: usize = 64;
+
+/// The gather of the comparison rows, in microseconds (for the labels).
+const GATHER_US: u128 = DeviceOptions::SUGGESTED_COMPLETION_GATHER.as_micros();
 
 /// The goal on medians: at most this many times the floor.
 pub const GOAL_RATIO: f64 = 1.2;
@@ -167,6 +172,52 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
             Some(cuhal.allocations),
             Some(floor.allocations),
             Goal::AtMost(0.0),
+        )
+    });
+    progress(&format!(
+        "case 1 (submit, {label}): cuhal with completion gathering, {n} chained submissions"
+    ));
+    let gathered_options = DeviceOptions {
+        completion_gather: DeviceOptions::SUGGESTED_COMPLETION_GATHER,
+        ..DeviceOptions::default()
+    };
+    let gathered = cuhal_side(env, form, gathered_options, warm, n)?;
+    report.comparisons.push(Comparison::new(
+        "1",
+        format!("{what}; completion gathering {GATHER_US} us (for comparison)"),
+        Some(gathered.total),
+        Some(floor.total),
+        Goal::Report,
+    ));
+    report.comparisons.push(Comparison {
+        center: Center::P99,
+        ..Comparison::new(
+            "1",
+            format!("submit ({label}): p99; completion gathering {GATHER_US} us (for comparison)"),
+            Some(gathered.total),
+            Some(floor.total),
+            Goal::Report,
+        )
+    });
+    report.comparisons.push(Comparison::new(
+        "1",
+        format!(
+            "submit ({label}): process CPU per submission; completion gathering {GATHER_US} us (for comparison)"
+        ),
+        gathered.cpu,
+        floor.cpu,
+        Goal::Report,
+    ));
+    report.comparisons.push(Comparison {
+        unit: Unit::Count,
+        ..Comparison::new(
+            "1",
+            format!(
+                "submit ({label}): heap allocations per submission; completion gathering {GATHER_US} us (for comparison)"
+            ),
+            Some(gathered.allocations),
+            Some(floor.allocations),
+            Goal::Report,
         )
     });
     if form == Form::SameQueue {

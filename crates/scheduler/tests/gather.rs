@@ -1,0 +1,143 @@
+//! Completion gathering: after a batch nobody waited for, the completion thread sleeps for the
+//! queue's `completion_gather` so that the next batch holds many actions; a submitter that needs
+//! room, work only the completion thread can finish and shutdown all end the sleep early.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cuhal_scheduler::{Backend, Cleanups, Failure, Queue, QueueOptions, Resources};
+use cuhal_semaphore::Semaphore;
+use cuhal_semaphore::testing::FlagEvent;
+
+use support::{Script, Scripted, eventually};
+
+/// Scripted work that completes at once; an action whose id is at least `CHECKED` is checked on
+/// completion (it records no device signal, so only the completion thread can see it done).
+struct Checked(Scripted);
+
+const CHECKED: u64 = 1_000;
+
+impl Backend for Checked {
+    type Event = FlagEvent;
+    type Payload = Script;
+
+    fn issue(
+        &self,
+        device_waits: &[FlagEvent],
+        payload: &mut Script,
+    ) -> Result<FlagEvent, Failure> {
+        self.0.issue(device_waits, payload)
+    }
+
+    fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
+        self.0.wait_event(event, spin)
+    }
+
+    fn checks_completion(&self, payload: &Script) -> bool {
+        payload.id >= CHECKED
+    }
+
+    fn release(&self, payload: Script) {
+        self.0.release(payload);
+    }
+}
+
+fn queue(options: QueueOptions) -> Queue<Checked> {
+    Queue::new(Checked(Scripted::new(true)), options).unwrap()
+}
+
+fn submit(queue: &Queue<Checked>, signal: &Semaphore<FlagEvent>, value: u64, id: u64) {
+    queue
+        .submit(
+            &[],
+            &[(signal, value)],
+            Script::id(id),
+            Resources::new(),
+            Cleanups::new(),
+        )
+        .unwrap();
+}
+
+/// One action retired (the completion thread is then gathering, if it gathers), then 20 more
+/// submitted 2 ms apart; returns how many batches retired those 20.
+fn batches_for_spaced_submissions(gather: Duration) -> u64 {
+    let queue = queue(QueueOptions::new("gather").with_completion_gather(gather));
+    let signal = Semaphore::<FlagEvent>::new(0);
+    submit(&queue, &signal, 1, 0);
+    eventually("the first action retired", || queue.stats().completed == 1);
+    let before = queue.stats().retire_batches;
+    for i in 1..=20 {
+        thread::sleep(Duration::from_millis(2));
+        submit(&queue, &signal, i + 1, i);
+    }
+    eventually("every action retired", || queue.stats().completed == 21);
+    queue.stats().retire_batches - before
+}
+
+#[test]
+fn a_batch_nobody_waited_for_lets_the_next_one_gather() {
+    // 40 ms of submissions inside one 2 s gather: one batch, two if the first gather ended
+    // between two submissions.
+    let gathered = batches_for_spaced_submissions(Duration::from_secs(2));
+    assert!(gathered <= 2, "{gathered} batches with gathering");
+    // The control: without gathering, the thread retires each action 2 ms after the last.
+    let scattered = batches_for_spaced_submissions(Duration::ZERO);
+    assert!(scattered >= 5, "{scattered} batches without gathering");
+}
+
+/// Submits one action and waits until it retired: the completion thread then sleeps in a
+/// 20 s gather.
+fn gathering_queue(options: QueueOptions) -> (Queue<Checked>, Semaphore<FlagEvent>) {
+    let queue = queue(options.with_completion_gather(Duration::from_secs(20)));
+    let signal = Semaphore::<FlagEvent>::new(0);
+    submit(&queue, &signal, 1, 0);
+    eventually("the first action retired", || queue.stats().completed == 1);
+    // Past the retirement, into the gather.
+    thread::sleep(Duration::from_millis(20));
+    (queue, signal)
+}
+
+const SOON: Duration = Duration::from_secs(5);
+
+#[test]
+fn work_only_the_completion_thread_can_finish_ends_a_gather() {
+    let (queue, signal) = gathering_queue(QueueOptions::new("checked"));
+    let start = Instant::now();
+    submit(&queue, &signal, 2, CHECKED);
+    // No device signal is recorded for checked work: this wait needs the completion thread.
+    signal.wait(2, SOON).unwrap();
+    assert!(start.elapsed() < SOON);
+    // Counted once released, just after the signal's advance.
+    eventually("the checked action retired", || {
+        queue.stats().completed == 2
+    });
+}
+
+#[test]
+fn a_submitter_waiting_for_room_ends_a_gather() {
+    let (queue, signal) = gathering_queue(QueueOptions::new("room").with_max_in_flight(2));
+    let start = Instant::now();
+    for i in 1..=6 {
+        submit(&queue, &signal, i + 1, i);
+    }
+    let waited = start.elapsed();
+    assert!(waited < SOON, "the submitter waited {waited:?} for room");
+    eventually("every action retired", || queue.stats().completed == 7);
+}
+
+#[test]
+fn shutdown_ends_a_gather() {
+    let (queue, signal) = gathering_queue(QueueOptions::new("shutdown"));
+    submit(&queue, &signal, 2, 1);
+    let start = Instant::now();
+    drop(queue);
+    let took = start.elapsed();
+    assert!(took < SOON, "shutdown took {took:?}");
+    assert_eq!(
+        signal.query().unwrap(),
+        2,
+        "the last action retired before shutdown ended"
+    );
+}

@@ -61,9 +61,14 @@ fn helper_dir() {
     });
 }
 
+/// Queues of the fake device: the submissions alternate between the two in the tests that say
+/// so (each queue then launches an executable of its own, and every launch records its
+/// executable's completion event).
+const QUEUES: usize = 2;
+
 fn open_fake(tag: &str) -> (FakeDriver, cuhal::Driver, Device, Function) {
     helper_dir();
-    let (fake, driver, device) = open(tag, queues(1));
+    let (fake, driver, device) = open(tag, queues(QUEUES));
     let ptx = format!(
         ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {ADD_KERNEL}(.param .u64 dst, .param .u64 src, .param .u32 k, .param .u32 n) {{ ret; }}\n"
     );
@@ -113,8 +118,11 @@ fn fresh(device: &Device) -> (Vec<Arc<Buffer>>, Vec<BufferRange>) {
     (buffers, table)
 }
 
-/// Submits `cb` with `tables[i]` for each `i` of `order`, chained on one semaphore, the host
-/// waiting every `BATCH`; counts from submission `count_from` on. Returns the allocations.
+/// Submits `cb` with `tables[i]` for each `i` of `order`, on the first `queues` queues in turn,
+/// chained on one semaphore per queue, the host waiting every `BATCH` on one queue, and after
+/// each round of the queues on several (a test of the executables' choice among streams, not
+/// of how many submissions a queue holds); counts from submission `count_from` on. Returns the
+/// allocations.
 fn submit(
     fake: &FakeDriver,
     device: &Device,
@@ -122,38 +130,43 @@ fn submit(
     tables: &[Vec<BufferRange>],
     order: impl Iterator<Item = usize>,
     count_from: usize,
+    queues: usize,
 ) -> u64 {
-    let semaphore = device.create_semaphore(0);
-    let queue = device.queue(0);
-    let mut value = 0u64;
+    let semaphores: Vec<_> = (0..queues).map(|_| device.create_semaphore(0)).collect();
+    let mut values = vec![0u64; queues];
+    let drain = |values: &[u64]| {
+        for (q, semaphore) in semaphores.iter().enumerate() {
+            wait(semaphore, values[q]);
+            settle(device.queue(q));
+        }
+    };
     for (n, i) in order.enumerate() {
+        let q = n % queues;
+        let (queue, semaphore, value) = (device.queue(q), &semaphores[q], values[q]);
         if n == 0 {
             // Slow work: every submission of a batch is in flight before the first completes,
             // as many as the counted phase ever has (pools, rings and lists grow here).
             fake.set_timing(Duration::from_micros(500), Duration::from_micros(2));
         }
         if n == count_from {
-            wait(&semaphore, value);
-            settle(queue);
+            drain(&values);
             // Work takes time, so completions lag behind submissions as on a GPU.
             fake.set_timing(Duration::from_micros(3), Duration::from_micros(2));
             GLOBAL.start();
         }
         queue
             .execute_with_bindings(
-                &[(&semaphore, value)],
-                &[(&semaphore, value + 1)],
+                &[(semaphore, value)],
+                &[(semaphore, value + 1)],
                 &[(cb, &tables[i])],
             )
             .unwrap();
-        value += 1;
-        if (n + 1) % BATCH == 0 {
-            wait(&semaphore, value);
-            settle(queue);
+        values[q] += 1;
+        if (n + 1) % if queues == 1 { BATCH } else { queues } == 0 {
+            drain(&values);
         }
     }
-    wait(&semaphore, value);
-    settle(queue);
+    drain(&values);
     GLOBAL.stop()
 }
 
@@ -163,6 +176,7 @@ fn alternating_and_fresh(
     fake: &FakeDriver,
     device: &Device,
     cb: &Arc<dyn CommandBuffer>,
+    queues: usize,
 ) -> (u64, u64) {
     let sets: Vec<_> = (0..3).map(|_| fresh(device)).collect();
     let warm_tables: Vec<_> = sets.iter().map(|(_, t)| t.clone()).collect();
@@ -173,6 +187,7 @@ fn alternating_and_fresh(
         &warm_tables,
         (0..WARM + ALTERNATING).map(|i| i % 3),
         WARM,
+        queues,
     );
     let fresh_sets: Vec<_> = (0..FRESH).map(|_| fresh(device)).collect();
     let mut tables: Vec<_> = fresh_sets.iter().map(|(_, t)| t.clone()).collect();
@@ -185,6 +200,7 @@ fn alternating_and_fresh(
         &tables,
         (0..WARM).map(|i| FRESH + i % 3).chain(0..FRESH),
         WARM,
+        queues,
     );
     (alternating, fresh_count)
 }
@@ -193,43 +209,50 @@ fn alternating_and_fresh(
 fn host_patching_allocates_nothing_per_submission() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (fake, _driver, device, add) = open_fake("bind-alloc-host");
-    let cb = graph(&device, &add, PatchMethod::Host);
-    let counts = alternating_and_fresh(&fake, &device, &cb);
-    assert_eq!(
-        counts,
-        (0, 0),
-        "allocations over {ALTERNATING} alternating and {FRESH} fresh tables, host patching"
-    );
+    for queues in [1, QUEUES] {
+        let cb = graph(&device, &add, PatchMethod::Host);
+        let counts = alternating_and_fresh(&fake, &device, &cb, queues);
+        assert_eq!(
+            counts,
+            (0, 0),
+            "allocations over {ALTERNATING} alternating and {FRESH} fresh tables, host \
+             patching, {queues} queue(s)"
+        );
+    }
 }
 
 #[test]
 fn device_patching_allocates_nothing_per_submission() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (fake, _driver, device, add) = open_fake("bind-alloc-device");
-    let graph_cb = {
-        let mut cb =
-            GraphCommandBuffer::with_bindings(device.context(), None, SLOTS as u32).unwrap();
-        cb.set_patch_method(PatchMethod::Device).unwrap();
-        record(&mut cb, &add);
-        let graph = Arc::new(cb.end().unwrap());
+    for queues in [1, QUEUES] {
+        let graph_cb = {
+            let mut cb =
+                GraphCommandBuffer::with_bindings(device.context(), None, SLOTS as u32).unwrap();
+            cb.set_patch_method(PatchMethod::Device).unwrap();
+            record(&mut cb, &add);
+            let graph = Arc::new(cb.end().unwrap());
+            assert!(
+                graph.patches_on_device(),
+                "a chain of {CHAIN} bound dispatches"
+            );
+            graph
+        };
+        let cb: Arc<dyn CommandBuffer> = graph_cb.clone();
+        let counts = alternating_and_fresh(&fake, &device, &cb, queues);
         assert!(
-            graph.patches_on_device(),
-            "a chain of {CHAIN} bound dispatches"
+            graph_cb.device_patched_launches() >= (ALTERNATING + FRESH) as u64,
+            "patched on the device: {}",
+            graph_cb.device_patched_launches()
         );
-        graph
-    };
-    let cb: Arc<dyn CommandBuffer> = graph_cb.clone();
-    let counts = alternating_and_fresh(&fake, &device, &cb);
-    assert!(
-        graph_cb.device_patched_launches() >= (ALTERNATING + FRESH) as u64,
-        "patched on the device: {}",
-        graph_cb.device_patched_launches()
-    );
-    assert_eq!(
-        counts,
-        (0, 0),
-        "allocations over {ALTERNATING} alternating and {FRESH} fresh tables, device patching"
-    );
+        assert_eq!(
+            counts,
+            (0, 0),
+            "allocations over {ALTERNATING} alternating and {FRESH} fresh tables, device \
+         patching, {queues} queue(s)"
+        );
+        assert_eq!(graph_cb.executable_count(), queues);
+    }
 }
 
 #[test]
@@ -237,7 +260,7 @@ fn deferred_replay_with_a_table_allocates_nothing_per_submission() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (fake, _driver, device, add) = open_fake("bind-alloc-deferred");
     let cb = deferred(&device, &add);
-    let counts = alternating_and_fresh(&fake, &device, &cb);
+    let counts = alternating_and_fresh(&fake, &device, &cb, 1);
     assert_eq!(
         counts,
         (0, 0),

@@ -443,3 +443,257 @@ fn an_executable_without_its_clone_patches_on_the_host_beside_one_with() {
         "queue 1's launches, every kernel node on the host"
     );
 }
+
+/// How long each graph launch keeps its stream busy on the fake's model clock in the tests
+/// below: long enough that a submission on another queue always comes while it still runs.
+const LAUNCH: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The graph launches that took an executable still running from a launch on another stream,
+/// or that ran with parameters patched while such a launch ran (on the model clock): on a GPU,
+/// each would have waited for the other queue's launch.
+fn launches_sharing_a_running_executable(fake: &FakeDriver) -> Vec<String> {
+    fake.graph_launches()
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.running_elsewhere != 0 || l.patched_while_running_elsewhere != 0)
+        .map(|(i, l)| {
+            format!(
+                "launch {i}: executable {:#x} on stream {:#x} (running elsewhere: {}, patched \
+                 while running elsewhere: {})",
+                l.exec, l.stream, l.running_elsewhere, l.patched_while_running_elsewhere
+            )
+        })
+        .collect()
+}
+
+/// One queue's submission in a round: its table and the input it was given.
+struct Submitted {
+    slots: Arc<Slots>,
+    input: Vec<u8>,
+}
+
+/// Writes fresh input into `slots` and submits `cb` with them on `queue`, signalling
+/// `(done, value)`; nothing waits.
+fn submit_unwaited(
+    queue: &Queue,
+    cb: &Arc<dyn CommandBuffer>,
+    slots: &Arc<Slots>,
+    rng: &mut Rng,
+    done: (&cuhal::Semaphore, u64),
+) -> Submitted {
+    let table = slots.table();
+    let input = rng.bytes(BYTES);
+    queue
+        .write(&[], &[], &table[0].sub(BYTES, BYTES).unwrap(), &input)
+        .unwrap();
+    queue
+        .execute_with_bindings(&[], &[done], &[(cb, &table)])
+        .unwrap();
+    Submitted {
+        slots: slots.clone(),
+        input,
+    }
+}
+
+/// Checks out = in + CHAIN and the fill of a submission that completed, read on `queue`.
+fn check_submitted(device: &Device, queue: &Queue, s: &Submitted, what: &str) {
+    let table = s.slots.table();
+    let expected: Vec<u32> = words(&s.input)
+        .iter()
+        .map(|w| w.wrapping_add(CHAIN))
+        .collect();
+    assert_eq!(
+        words(&read(device, queue, &table[1])),
+        expected,
+        "{what}: output"
+    );
+    assert!(
+        words(&read(device, queue, &table[4]))
+            .iter()
+            .all(|&w| w == FILL),
+        "{what}: fill"
+    );
+}
+
+/// Which tables the queues submit with.
+#[derive(Copy, Clone, Debug)]
+enum Tables {
+    /// Fresh buffers at every submission: every binding changes.
+    Fresh,
+    /// Each queue always the same table: after its first launch nothing is patched.
+    Unchanged,
+}
+
+/// `rounds` rounds of one submission of `cb` per queue of `device`, each submitted while the
+/// others' launches still run (the model clock keeps every launch `LAUNCH` in flight), in an
+/// order that turns every round, waiting for the round only every third round (so later rounds
+/// find the executables warm and still running). Checks every output and that no launch took
+/// or patched an executable running on another queue's stream.
+fn concurrent_rounds(
+    fake: &FakeDriver,
+    device: &Device,
+    graph: &Arc<GraphExec>,
+    tables: Tables,
+    rounds: usize,
+    what: &str,
+) {
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    let queues = device.queues().len();
+    let mut rng = Rng::new();
+    let own: Vec<Arc<Slots>> = (0..queues).map(|_| Arc::new(Slots::new(device))).collect();
+    let done: Vec<_> = (0..queues).map(|_| device.create_semaphore(0)).collect();
+    fake.clear_graph_launches();
+    fake.set_timing(LAUNCH, std::time::Duration::ZERO);
+    let mut last: Vec<Option<Submitted>> = (0..queues).map(|_| None).collect();
+    for round in 0..rounds {
+        for k in 0..queues {
+            let q = (k + round) % queues;
+            let slots = match tables {
+                Tables::Fresh => Arc::new(Slots::new(device)),
+                Tables::Unchanged => own[q].clone(),
+            };
+            let value = round as u64 + 1;
+            last[q] = Some(submit_unwaited(
+                device.queue(q),
+                &cb,
+                &slots,
+                &mut rng,
+                (&done[q], value),
+            ));
+            assert_eq!(
+                launches_sharing_a_running_executable(fake),
+                Vec::<String>::new(),
+                "{what}, round {round}, queue {q}: an executable running on another queue's \
+                 stream was launched or patched for this one"
+            );
+        }
+        if round % 3 == 2 || round + 1 == rounds {
+            for (q, s) in done.iter().enumerate() {
+                wait(s, round as u64 + 1);
+                let submitted = last[q].as_ref().unwrap();
+                check_submitted(
+                    device,
+                    device.queue(q),
+                    submitted,
+                    &format!("{what}, round {round}, queue {q}"),
+                );
+            }
+        }
+    }
+    fake.set_timing(std::time::Duration::ZERO, std::time::Duration::ZERO);
+    fake.finish_work();
+    // Each queue's launches went to an executable no other queue's stream had at that moment.
+    let mut seen = std::collections::HashSet::new();
+    for q in 0..queues {
+        let index = graph
+            .executable_on(device.queue(q).stream())
+            .unwrap_or_else(|| panic!("{what}: queue {q} launched the graph"));
+        assert!(
+            seen.insert(index),
+            "{what}: queue {q} shares executable {index}"
+        );
+    }
+    assert_eq!(graph.shared_launches(), 0, "{what}");
+}
+
+#[test]
+fn two_queues_never_launch_or_patch_an_executable_running_on_the_other() {
+    for method in [PatchMethod::Host, PatchMethod::Device] {
+        for tables in [Tables::Fresh, Tables::Unchanged] {
+            let what = format!("{method:?} patching, {tables:?} tables");
+            let (fake, _driver, device, add) = open_fake("pool-two-queues", 2);
+            let graph = record(&device, &add, method);
+            assert_eq!(graph.patches_on_device(), method == PatchMethod::Device);
+            concurrent_rounds(&fake, &device, &graph, tables, 8, &what);
+            assert_eq!(graph.executable_count(), 2, "{what}");
+            if method == PatchMethod::Device && matches!(tables, Tables::Fresh) {
+                assert_eq!(graph.device_patched_launches(), 16, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn more_queues_than_executables_kept_before_each_get_an_executable() {
+    // Six queues: more than the four executables the pool was once bounded by, past which a
+    // queue took the least recently used executable even while it ran on another stream.
+    for method in [PatchMethod::Host, PatchMethod::Device] {
+        let what = format!("{method:?} patching, six queues");
+        let (fake, _driver, device, add) = open_fake("pool-six-queues", 6);
+        let graph = record(&device, &add, method);
+        concurrent_rounds(&fake, &device, &graph, Tables::Fresh, 4, &what);
+        assert_eq!(graph.executable_count(), 6, "{what}");
+    }
+}
+
+#[test]
+fn a_new_queue_takes_an_idle_executable_and_never_a_running_one() {
+    let (fake, _driver, device, add) = open_fake("pool-idle", 3);
+    let graph = record(&device, &add, PatchMethod::Host);
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    let mut rng = Rng::new();
+    let slots: Vec<Arc<Slots>> = (0..3).map(|_| Arc::new(Slots::new(&device))).collect();
+    let done: Vec<_> = (0..3).map(|_| device.create_semaphore(0)).collect();
+    fake.set_timing(LAUNCH, std::time::Duration::ZERO);
+    let mut submit = |q: usize, value: u64| {
+        submit_unwaited(device.queue(q), &cb, &slots[q], &mut rng, (&done[q], value))
+    };
+    // Queues 0 and 1 at once: two executables.
+    let a = submit(0, 1);
+    let b = submit(1, 1);
+    wait(&done[0], 1);
+    wait(&done[1], 1);
+    assert_eq!(graph.executable_count(), 2);
+    // Both idle now: queue 2 takes one of them, patched for its table.
+    let c = submit(2, 1);
+    wait(&done[2], 1);
+    assert_eq!(graph.executable_count(), 2, "an idle executable was taken");
+    check_submitted(&device, device.queue(0), &a, "queue 0");
+    check_submitted(&device, device.queue(1), &b, "queue 1");
+    check_submitted(
+        &device,
+        device.queue(2),
+        &c,
+        "queue 2, on a taken executable",
+    );
+    // All three at once: whichever queue lost its executable to queue 2 gets a new one.
+    let runs: Vec<Submitted> = (0..3).map(|q| submit(q, 2)).collect();
+    for (q, s) in done.iter().enumerate() {
+        wait(s, 2);
+        check_submitted(&device, device.queue(q), &runs[q], "all three at once");
+    }
+    assert_eq!(graph.executable_count(), 3);
+    assert_eq!(graph.shared_launches(), 0);
+    assert_eq!(
+        launches_sharing_a_running_executable(&fake),
+        Vec::<String>::new()
+    );
+    fake.set_timing(std::time::Duration::ZERO, std::time::Duration::ZERO);
+}
+
+#[test]
+fn at_a_set_limit_a_running_executable_is_shared_and_counted() {
+    // The fake's record catches a shared executable: with the limit at one, the second queue
+    // must take the executable running on the first one's stream.
+    let (fake, _driver, device, add) = open_fake("pool-limit", 2);
+    let graph = record(&device, &add, PatchMethod::Host);
+    graph.set_executable_limit(1);
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    let mut rng = Rng::new();
+    let slots: Vec<Arc<Slots>> = (0..2).map(|_| Arc::new(Slots::new(&device))).collect();
+    let done: Vec<_> = (0..2).map(|_| device.create_semaphore(0)).collect();
+    fake.clear_graph_launches();
+    fake.set_timing(LAUNCH, std::time::Duration::ZERO);
+    let runs: Vec<Submitted> = (0..2)
+        .map(|q| submit_unwaited(device.queue(q), &cb, &slots[q], &mut rng, (&done[q], 1)))
+        .collect();
+    for (q, s) in done.iter().enumerate() {
+        wait(s, 1);
+        check_submitted(&device, device.queue(q), &runs[q], "limit 1");
+    }
+    assert_eq!(graph.executable_count(), 1);
+    assert_eq!(graph.shared_launches(), 1);
+    let shared = launches_sharing_a_running_executable(&fake);
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    fake.set_timing(std::time::Duration::ZERO, std::time::Duration::ZERO);
+}

@@ -8,6 +8,7 @@ use std::ffi::{CStr, c_char, c_int};
 
 use crate::config::{Via, state};
 use crate::faults::faults;
+pub use crate::graph::GraphLaunch;
 use crate::world::world;
 
 /// What is alive in the instance (and how many kernels ran), for leak checks.
@@ -142,6 +143,31 @@ pub unsafe extern "C" fn cuhal_fake_launches(name: *const c_char) -> i64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuhal_fake_elapsed_not_ready() -> u64 {
     world().elapsed_not_ready
+}
+
+/// Copies the first `capacity` graph launches recorded since the instance was loaded (or
+/// since [`cuhal_fake_clear_graph_launches`]) into `out`, in call order; returns how many there
+/// are in all (possibly more than `capacity`), or -1 if `out` is null while `capacity` is not 0.
+///
+/// # Safety
+/// `out` is null or valid for `capacity` writes of [`GraphLaunch`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuhal_fake_graph_launches(out: *mut GraphLaunch, capacity: usize) -> i64 {
+    if out.is_null() && capacity != 0 {
+        return -1;
+    }
+    let world = world();
+    for (i, launch) in world.graph_launches.iter().take(capacity).enumerate() {
+        // SAFETY: `i < capacity`, and `out` is writable that far by the caller's contract.
+        unsafe { out.add(i).write(*launch) };
+    }
+    world.graph_launches.len() as i64
+}
+
+/// Forgets the graph launches recorded so far.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuhal_fake_clear_graph_launches() {
+    world().graph_launches.clear();
 }
 
 /// Writes what is alive now into `out`; returns -1 if `out` is null.

@@ -283,9 +283,50 @@ pub(crate) struct Exec {
     /// The graph it was instantiated from, when that holds device-updatable kernel nodes: such
     /// a graph has at most one executable at a time.
     updatable_source: Option<usize>,
+    /// Its last launch: the stream, and when that launch completes on the model clock.
+    last_launch: Option<(usize, std::time::Instant)>,
+    /// Set when its parameters were changed while its last launch was still running: the
+    /// stream of that launch (a later launch elsewhere then ran with parameters changed for it
+    /// while the other stream's launch was in flight).
+    patched_in_flight_on: Option<usize>,
+}
+
+impl Exec {
+    /// The stream of its launch still running on the model clock, if any.
+    fn running_on(&self) -> Option<usize> {
+        self.last_launch
+            .filter(|&(_, done)| done > std::time::Instant::now())
+            .map(|(stream, _)| stream)
+    }
+}
+
+/// One `cuGraphLaunch`: which executable went to which stream, and whether that executable
+/// was still running (on the model clock) from a launch on another stream.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct GraphLaunch {
+    /// The `CUgraphExec`, as an address.
+    pub exec: usize,
+    /// The `CUstream`, as an address.
+    pub stream: usize,
+    /// 1 if a launch of the executable on another stream had not completed yet.
+    pub running_elsewhere: u8,
+    /// 1 if the executable's parameters were changed while a launch of it on another stream
+    /// had not completed.
+    pub patched_while_running_elsewhere: u8,
 }
 
 impl World {
+    /// Completes every graph launch now (see [`World::finish_work`]).
+    pub(crate) fn finish_graph_launches(&mut self) {
+        let now = std::time::Instant::now();
+        for exec in self.execs.values_mut() {
+            if let Some((_, done)) = exec.last_launch.as_mut() {
+                *done = (*done).min(now);
+            }
+        }
+    }
+
     /// Runs one node's operation.
     fn run(&mut self, op: &Op) -> Status {
         match *op {
@@ -1185,6 +1226,8 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
                 disabled: HashSet::new(),
                 uploaded: false,
                 updatable_source: updatable.then_some(source),
+                last_launch: None,
+                patched_in_flight_on: None,
             },
         );
         // SAFETY: forwarded caller contract (checked non-null above).
@@ -1201,6 +1244,16 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> c_int {
         settle(Some(stream.addr()));
         let mut world = world();
         world.stream_device(stream)?;
+        let state = lookup_mut(&mut world.execs, id(exec)?)?;
+        let running = state.running_on();
+        let patched = state.patched_in_flight_on.take();
+        let launch = GraphLaunch {
+            exec: exec.addr(),
+            stream: stream.addr(),
+            running_elsewhere: u8::from(running.is_some_and(|s| s != stream.addr())),
+            patched_while_running_elsewhere: u8::from(patched.is_some_and(|s| s != stream.addr())),
+        };
+        world.graph_launches.push(launch);
         let state = lookup_mut(&mut world.execs, id(exec)?)?;
         if state.order.iter().any(|(_, op)| op.has_nccl()) {
             ensure(
@@ -1252,6 +1305,10 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> c_int {
         }
         if result.is_ok() && !world.is_capturing(stream) {
             world.occupy(stream);
+            let done = world.stream_done_at(stream);
+            if let Some(exec) = world.execs.get_mut(&exec.addr()) {
+                exec.last_launch = Some((stream.addr(), done));
+            }
         }
         result
     })
@@ -1301,6 +1358,9 @@ impl World {
         same_shape: impl Fn(&Op, &mut Op) -> bool,
     ) -> Status {
         let exec = lookup_mut(&mut self.execs, id(exec)?)?;
+        if let Some(stream) = exec.running_on() {
+            exec.patched_in_flight_on = Some(stream);
+        }
         let node = id(node)?;
         let (_, current) = exec
             .order

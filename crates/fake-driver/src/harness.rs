@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libloading::Library;
 
-use crate::control::Counts;
+use crate::control::{Counts, GraphLaunch};
 
 /// Why a private instance could not be made.
 #[derive(Debug)]
@@ -62,6 +62,8 @@ struct Controls {
     set_timing: extern "C" fn(u64, u64),
     finish_work: extern "C" fn(),
     elapsed_not_ready: extern "C" fn() -> u64,
+    graph_launches: unsafe extern "C" fn(*mut GraphLaunch, usize) -> i64,
+    clear_graph_launches: extern "C" fn(),
 }
 
 /// A private copy of the fake driver, loaded and steerable. Dropping it deletes the copy
@@ -138,6 +140,10 @@ impl FakeDriver {
                 finish_work: *library.get(b"cuhal_fake_finish_work\0").map_err(load)?,
                 elapsed_not_ready: *library
                     .get(b"cuhal_fake_elapsed_not_ready\0")
+                    .map_err(load)?,
+                graph_launches: *library.get(b"cuhal_fake_graph_launches\0").map_err(load)?,
+                clear_graph_launches: *library
+                    .get(b"cuhal_fake_clear_graph_launches\0")
                     .map_err(load)?,
             }
         };
@@ -224,6 +230,26 @@ impl FakeDriver {
     pub fn set_timing(&self, launch: std::time::Duration, cross_stream: std::time::Duration) {
         let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         (self.controls.set_timing)(ns(launch), ns(cross_stream));
+    }
+
+    /// Every `cuGraphLaunch` since the instance was loaded or
+    /// [`clear_graph_launches`](Self::clear_graph_launches), in call order: the executable, the stream, and whether
+    /// the executable was then still running, or had been patched while running, on another
+    /// stream (on the model clock of [`set_timing`](Self::set_timing)).
+    pub fn graph_launches(&self) -> Vec<GraphLaunch> {
+        // SAFETY: a null pointer with capacity 0 only counts.
+        let total = unsafe { (self.controls.graph_launches)(std::ptr::null_mut(), 0) };
+        let mut launches = vec![GraphLaunch::default(); usize::try_from(total).unwrap_or(0)];
+        // SAFETY: `launches` has room for `launches.len()` entries.
+        let written =
+            unsafe { (self.controls.graph_launches)(launches.as_mut_ptr(), launches.len()) };
+        launches.truncate(usize::try_from(written).unwrap_or(0));
+        launches
+    }
+
+    /// Forgets the graph launches recorded so far.
+    pub fn clear_graph_launches(&self) {
+        (self.controls.clear_graph_launches)();
     }
 
     /// Completes all work now (every recorded event complete, every stream idle), whatever the

@@ -475,6 +475,7 @@ impl World {
         for stream in self.streams.values_mut() {
             stream.busy_until = None;
         }
+        self.finish_graph_launches();
     }
 }
 

@@ -54,6 +54,8 @@ pub(crate) struct World {
     pub elapsed_not_ready: u64,
     /// How long device work takes on the model clock (zero: synchronous).
     pub timing: crate::stream::Timing,
+    /// Every `cuGraphLaunch` so far, in call order.
+    pub graph_launches: Vec<crate::graph::GraphLaunch>,
 }
 
 impl World {

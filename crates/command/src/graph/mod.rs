@@ -892,9 +892,10 @@ impl fmt::Debug for GraphCommandBuffer {
 /// holds an `Arc` until it completes, so the owner may drop theirs at any time.
 ///
 /// Launches of one executable graph wait for each other on the GPU, whatever their streams, so
-/// each stream the command buffer is launched on gets its own executable, instantiated on
-/// first use, up to [`GraphExec::set_executable_limit`] of them; past that, launches share the
-/// least recently used one ([`GraphExec::shared_launches`]).
+/// a launch never takes an executable that may still run from a launch on another stream: it
+/// takes the one last launched on its own stream, else an idle one, else a new one,
+/// instantiated then, up to [`GraphExec::set_executable_limit`] of them; only past that do
+/// launches share the least recently used one ([`GraphExec::shared_launches`]).
 ///
 /// Recorded [`with_bindings`](GraphCommandBuffer::with_bindings), it has slots, and each launch
 /// takes a binding table ([`GraphExec::launch_with_bindings`]): only the nodes whose slots are
@@ -947,10 +948,17 @@ impl GraphExec {
         self.pool().len()
     }
 
-    /// Launches that found every executable taken by other streams and shared one (so they may
-    /// have waited for that stream's launch on the GPU).
+    /// Launches that found every executable busy on other streams and shared one (so they may
+    /// have waited for that stream's launch on the GPU): the limit was reached, or
+    /// instantiating another failed.
     pub fn shared_launches(&self) -> u64 {
         self.pool().shared_launches()
+    }
+
+    /// Which executable (its index in the pool, in the order they were instantiated) was last
+    /// launched on `stream`, if any: two streams showing the same index at once shared it.
+    pub fn executable_on(&self, stream: CUstream) -> Option<usize> {
+        self.pool().executable_on(stream)
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, ExecPool> {
@@ -1020,7 +1028,7 @@ impl GraphExec {
             pool.launch(
                 api,
                 encoder.graph,
-                encoder.context.raw(),
+                &encoder.context,
                 &encoder.patches,
                 stream,
                 bindings,

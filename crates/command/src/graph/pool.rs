@@ -2,29 +2,40 @@
 //! lets one command buffer run with different tables on several streams at once.
 //!
 //! Launches of one `CUgraphExec` are ordered behind each other by the driver, whatever stream
-//! they go to, so two queues launching one shared executable would wait on each other. Each
-//! stream therefore gets an executable of its own (instantiated from the same graph on first
-//! use), up to a bound; past it, a stream borrows the least recently used one and
-//! [`ExecPool::shared_launches`] counts it. Launches on one stream are ordered by the stream
-//! anyway, so patching an executable for the next launch never changes one in flight (the
-//! driver applies node-parameter changes to later launches only).
+//! they go to, so two queues launching one shared executable would wait on each other. A launch
+//! therefore never takes an executable whose last launch, on another stream, may still run:
+//! it takes the executable last launched on its own stream (the stream orders the two launches
+//! anyway, and the driver applies node-parameter changes to later launches only), else one that
+//! is idle, else a new one (instantiated from the same graph), up to a bound; only past the
+//! bound does a stream borrow the least recently used one, which
+//! [`ExecPool::shared_launches`] counts.
+//!
+//! Idle means never launched, or its completion event (recorded on the stream after each of its
+//! launches, once the command buffer has been launched on a second stream) has completed. A
+//! command buffer launched on one stream only records nothing more than the launch; on several
+//! streams, each launch costs one `cuEventRecord` more, and a launch on a stream without an
+//! executable of its own queries the others' events.
 //!
 //! Each executable remembers the address every slot was bound to at its last launch; a launch
 //! patches only the nodes with a slot whose address differs, and an unchanged table costs one
 //! comparison per slot.
 
+use std::sync::Arc;
+
 use cuhal_sys::{
-    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUdeviceptr, CUgraph, CUgraphExec,
-    CUgraphNode, CUstream, DriverApi, cu,
+    CU_EVENT_DISABLE_TIMING, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS, CUcontext,
+    CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode, CUstream, DriverApi, Event, PrimaryContext, cu,
 };
 
 use super::device_patch::{DevicePatcher, DeviceSide};
 use crate::binding::{Operand, SlotList, with_bound_args};
 use crate::{ArgBinding, ArgSlot, BufferRange, Error};
 
-/// How many executables one graph command buffer keeps by default: one per queue that runs it
-/// concurrently, for up to this many queues.
-pub const DEFAULT_EXECUTABLE_LIMIT: usize = 4;
+/// How many executables one graph command buffer may keep by default: one per stream that runs
+/// it concurrently, for up to this many streams (more queues than a device is usually opened
+/// with). Executables are made only when every one is busy on another stream, so a command
+/// buffer run by two queues keeps two.
+pub const DEFAULT_EXECUTABLE_LIMIT: usize = 16;
 
 /// A slot address no binding has: every slot differs from it, so a fresh executable is patched
 /// in full before its first launch.
@@ -127,9 +138,43 @@ struct Executable {
     last_use: u64,
     /// Its clone, helper node and patch lists, when it patches on the device.
     device: Option<DeviceSide>,
+    /// Recorded on the stream after its launches once the pool tracks completions (made on
+    /// the first launch that records it).
+    done: Option<Event>,
+    /// Whether `done` was recorded after its last launch.
+    done_recorded: bool,
 }
 
 impl Executable {
+    /// Whether no launch of it may still run: never launched, or its completion event after its
+    /// last launch has completed. Unknown (no event recorded, or a failed query) counts as busy.
+    fn idle(&self) -> bool {
+        if self.stream.is_null() {
+            return true;
+        }
+        match &self.done {
+            Some(done) if self.done_recorded => matches!(done.query(), Ok(true)),
+            _ => false,
+        }
+    }
+
+    /// Records its completion event on `stream` after a launch there (creating the event on
+    /// first use). A failure leaves it unknown, so busy: another stream then takes another
+    /// executable, which is only slower.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `context`, which is bound.
+    unsafe fn record_done(&mut self, context: &Arc<PrimaryContext>, stream: CUstream) {
+        self.done_recorded = false;
+        if self.done.is_none() {
+            self.done = Event::new(context, CU_EVENT_DISABLE_TIMING).ok();
+        }
+        if let Some(done) = &self.done {
+            // SAFETY: the caller's contract.
+            self.done_recorded = unsafe { done.record_raw(stream) }.is_ok();
+        }
+    }
+
     /// Patches the nodes whose slots `changed` for `table`: on the device when `patcher` wants
     /// that many kernel nodes and a patch list is free, else on the host.
     ///
@@ -205,6 +250,9 @@ pub(crate) struct ExecPool {
     patcher: Option<DevicePatcher>,
     /// Launches that patched on the device.
     device_launches: u64,
+    /// Set once the command buffer was launched on a second stream: from then on every launch
+    /// records its executable's completion event, so other streams can tell when it is idle.
+    tracking: bool,
 }
 
 impl ExecPool {
@@ -219,6 +267,7 @@ impl ExecPool {
             flags: 0,
             patcher: None,
             device_launches: 0,
+            tracking: false,
         }
     }
 
@@ -311,6 +360,8 @@ impl ExecPool {
             bases: vec![UNBOUND; self.slots].into_boxed_slice(),
             last_use: 0,
             device,
+            done: None,
+            done_recorded: false,
         });
     }
 
@@ -323,14 +374,21 @@ impl ExecPool {
         self.execs.len()
     }
 
-    /// Launches that had to reuse an executable last launched on another stream.
+    /// Launches that had to take an executable that was not idle, last launched on another
+    /// stream (the limit was reached, or instantiating another failed).
     pub(crate) fn shared_launches(&self) -> u64 {
         self.shared_launches
     }
 
-    /// The executable for a launch on `stream`: the one last launched there, else a fresh one,
-    /// else a new one while under the limit (if instantiating fails, one is shared instead),
-    /// else the least recently used.
+    /// The index of the executable last launched on `stream`, if any.
+    pub(crate) fn executable_on(&self, stream: CUstream) -> Option<usize> {
+        self.execs.iter().position(|e| e.stream == stream)
+    }
+
+    /// The executable for a launch on `stream`: the one last launched there, else an idle one
+    /// (never launched, or its last launch completed), else a new one while under the limit,
+    /// else (the limit reached, or instantiating failed) the least recently used, counted as
+    /// shared.
     ///
     /// # Safety
     /// `graph` is the live graph the executables were instantiated from; its context is bound.
@@ -345,6 +403,11 @@ impl ExecPool {
             return i;
         }
         if let Some(i) = self.execs.iter().position(|e| e.stream.is_null()) {
+            return i;
+        }
+        // A second stream: from now on, each launch tells when its executable is idle again.
+        self.tracking = true;
+        if let Some(i) = self.execs.iter().position(Executable::idle) {
             return i;
         }
         if self.execs.len() < self.limit {
@@ -374,7 +437,7 @@ impl ExecPool {
         &mut self,
         api: &DriverApi,
         graph: CUgraph,
-        context: CUcontext,
+        context: &Arc<PrimaryContext>,
         nodes: &[PatchNode],
         stream: CUstream,
         table: &[BufferRange],
@@ -391,8 +454,10 @@ impl ExecPool {
             changed,
             patcher,
             device_launches,
+            tracking,
             ..
         } = self;
+        let raw_context = context.raw();
         let executable = &mut execs[index];
         executable.stream = stream;
         executable.last_use = clock;
@@ -409,7 +474,7 @@ impl ExecPool {
                     executable.patch(
                         api,
                         patcher.as_ref(),
-                        context,
+                        raw_context,
                         nodes,
                         table,
                         changed,
@@ -440,6 +505,12 @@ impl ExecPool {
         }
         // SAFETY: a live executable of this context; the caller guarantees the stream.
         let launched = unsafe { cu!(api, cuGraphLaunch(executable.exec, stream)) };
+        if launched.is_ok() && *tracking {
+            // SAFETY: the caller guarantees the stream; the context is bound.
+            unsafe { executable.record_done(context, stream) };
+        } else {
+            executable.done_recorded = false;
+        }
         if let Some(side) = executable.device.as_mut() {
             if launched.is_ok() {
                 side.launched();

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use cuhal::{
     BindingError, Buffer, BufferRange, CommandBuffer, CommandBufferMode, CommandRecorder, Device,
-    Dispatch, Error, FillPattern, Function, KernelArgs, Queue, Semaphore,
+    Dispatch, Error, FillPattern, Function, GraphCommandBuffer, GraphExec, KernelArgs, Queue,
+    Semaphore,
 };
 use cuhal_gpu_tests::device_support::*;
 use cuhal_gpu_tests::gpu::{Rng, seed};
@@ -82,6 +83,8 @@ macro_rules! in_both_modes {
 in_both_modes!(
     thousand_submissions_on_fresh_buffers_are_exact,
     one_command_buffer_on_two_queues_runs_concurrently,
+    one_command_buffer_on_two_queues_runs_concurrently_for_20_rounds,
+    one_command_buffer_on_two_queues_runs_concurrently_keeping_every_round_s_buffers,
     every_bad_table_is_a_typed_error_and_the_queue_keeps_working,
     stream_ordered_allocations_bind_to_every_command,
 );
@@ -232,55 +235,143 @@ fn stamps(buffer: &Buffer) -> (u64, u64) {
 }
 
 fn one_command_buffer_on_two_queues_runs_concurrently(mode: CommandBufferMode) {
+    two_queues_run_concurrently(mode, 5, Buffers::DroppedEachRound);
+}
+
+/// As above over 20 rounds: an intermittent serialization seen once in 30 rounds shows here.
+fn one_command_buffer_on_two_queues_runs_concurrently_for_20_rounds(mode: CommandBufferMode) {
+    two_queues_run_concurrently(mode, 20, Buffers::DroppedEachRound);
+}
+
+/// As above with every round's buffers kept until the end, so no buffer is freed while the
+/// rounds run (a `cuMemFree` may wait for the device's work and hold the driver meanwhile; when
+/// a queue holds the last reference, its completion thread frees the buffer, possibly between
+/// the next round's two submissions). Serialization in the variant above but not in this one
+/// points at such a free.
+fn one_command_buffer_on_two_queues_runs_concurrently_keeping_every_round_s_buffers(
+    mode: CommandBufferMode,
+) {
+    two_queues_run_concurrently(mode, 20, Buffers::KeptToTheEnd);
+}
+
+/// What happens to each round's stamp buffers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Buffers {
+    /// Dropped at the end of their round (the queues may still hold them and free them later).
+    DroppedEachRound,
+    /// Kept until every round ran.
+    KeptToTheEnd,
+}
+
+/// The same command buffer submitted on queue 0 then queue 1 with different tables, `rounds`
+/// times, each running a `STAMP_SPIN_NS` spin; every round's two spins must overlap. On a
+/// failure it reports every round: both kernels' `%globaltimer` stamps, the overlap or gap, how
+/// long each `execute` call took on the host (a call that blocked until the other queue's kernel
+/// ended shows here), which executable each queue's launch used (graph mode), and whether the
+/// previous round's buffers were still held by the queues when the round was submitted.
+fn two_queues_run_concurrently(mode: CommandBufferMode, rounds: u64, buffers: Buffers) {
     let device = open(mode, 2);
     let module = device.load_ptx(STAMP_PTX).unwrap();
     let stamp = module.function("stamp_spin").unwrap();
-    let mut cb = device
-        .queue(0)
-        .create_command_buffer_with_bindings(1)
-        .unwrap();
     let args = KernelArgs::new().with(STAMP_SPIN_NS).with_binding(0, 0);
-    cb.dispatch(&Dispatch::new(&stamp, [1, 1, 1], [1, 1, 1], &args))
-        .unwrap();
-    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+    let dispatch = Dispatch::new(&stamp, [1, 1, 1], [1, 1, 1], &args);
+    // In graph mode, the graph command buffer itself, to ask which executable each launch used.
+    let (cb, graph): (Arc<dyn CommandBuffer>, Option<Arc<GraphExec>>) = match mode {
+        CommandBufferMode::Graph => {
+            let mut cb = GraphCommandBuffer::with_bindings(device.context(), None, 1).unwrap();
+            cb.dispatch(&dispatch).unwrap();
+            let graph = Arc::new(cb.end().unwrap());
+            (graph.clone(), Some(graph))
+        }
+        CommandBufferMode::Deferred => {
+            let mut cb = device
+                .queue(0)
+                .create_command_buffer_with_bindings(1)
+                .unwrap();
+            cb.dispatch(&dispatch).unwrap();
+            (cb.end().unwrap(), None)
+        }
+    };
+    let (q0, q1) = (device.queue(0), device.queue(1));
+    let executable = |q: &Queue| {
+        graph
+            .as_ref()
+            .and_then(|g| g.executable_on(q.stream()))
+            .map_or_else(|| "-".to_string(), |i| i.to_string())
+    };
     let (x, y) = (device.create_semaphore(0), device.create_semaphore(0));
-    let mut overlapped = 0;
-    const ROUNDS: u64 = 5;
-    for round in 1..=ROUNDS {
+    let mut report = Vec::new();
+    let mut serialized = Vec::new();
+    let mut kept = Vec::new();
+    let mut previous_held = false;
+    for round in 1..=rounds {
         let (a, b) = (
             device.create_buffer(16).unwrap(),
             device.create_buffer(16).unwrap(),
         );
-        device
-            .queue(0)
-            .execute_with_bindings(&[], &[(&x, round)], &[(&cb, &[a.whole()])])
+        let started = std::time::Instant::now();
+        q0.execute_with_bindings(&[], &[(&x, round)], &[(&cb, &[a.whole()])])
             .unwrap();
-        device
-            .queue(1)
-            .execute_with_bindings(&[], &[(&y, round)], &[(&cb, &[b.whole()])])
+        let first = started.elapsed();
+        let exec0 = executable(q0);
+        let between = std::time::Instant::now();
+        q1.execute_with_bindings(&[], &[(&y, round)], &[(&cb, &[b.whole()])])
             .unwrap();
+        let second = between.elapsed();
+        let exec1 = executable(q1);
         wait(&x, round);
         wait(&y, round);
         let ((a0, a1), (b0, b1)) = (stamps(&a), stamps(&b));
         assert!(
             a1 - a0 >= STAMP_SPIN_NS && b1 - b0 >= STAMP_SPIN_NS,
-            "both kernels ran with their own table: {a0}..{a1}, {b0}..{b1}"
+            "round {round}: both kernels ran with their own table: {a0}..{a1}, {b0}..{b1}"
         );
         let overlap = a0 < b1 && b0 < a1;
-        println!(
-            "{mode:?} round {round}: queue 0 ran {a0}..{a1}, queue 1 ran {b0}..{b1} (ns, %globaltimer); overlap {} us",
-            if overlap {
-                (a1.min(b1) - a0.max(b0)) / 1000
-            } else {
-                0
-            }
+        let relation = if overlap {
+            format!("overlap {} us", (a1.min(b1) - a0.max(b0)) / 1000)
+        } else if b0 >= a1 {
+            format!(
+                "SERIALIZED: queue 1 started {} us after queue 0 ended",
+                (b0 - a1) / 1000
+            )
+        } else {
+            format!(
+                "SERIALIZED: queue 0 started {} us after queue 1 ended",
+                (a0 - b1) / 1000
+            )
+        };
+        let line = format!(
+            "{mode:?} round {round}/{rounds}: queue 0 ran {a0}..{a1}, queue 1 ran {b0}..{b1} \
+             (ns, %globaltimer); {relation}; execute took {} us then {} us on the host; \
+             executables {exec0} and {exec1}; previous round's buffers still held by the \
+             queues at submission: {previous_held}",
+            first.as_micros(),
+            second.as_micros(),
         );
-        overlapped += u64::from(overlap);
+        println!("{line}");
+        if !overlap {
+            serialized.push(round);
+        }
+        report.push(line);
+        // Still held by a queue: its completion thread frees them (after the semaphores
+        // advanced), possibly while the next round is being submitted.
+        previous_held = Arc::strong_count(&a) > 1 || Arc::strong_count(&b) > 1;
+        match buffers {
+            Buffers::DroppedEachRound => drop((a, b)),
+            Buffers::KeptToTheEnd => kept.push((a, b)),
+        }
     }
-    assert_eq!(
-        overlapped, ROUNDS,
-        "one command buffer on two queues must run concurrently in every round"
+    assert!(
+        serialized.is_empty(),
+        "one command buffer on two queues must run concurrently in every round ({buffers:?}); \
+         serialized in rounds {serialized:?}:\n{}",
+        report.join("\n")
     );
+    if let Some(graph) = &graph {
+        assert_eq!(graph.shared_launches(), 0, "no launch shared an executable");
+        assert_eq!(graph.executable_count(), 2, "one executable per queue");
+    }
+    drop(kept);
 
     // Control: twice on one queue, the stream orders them, and the stamps say so.
     let (a, b) = (
@@ -288,12 +379,10 @@ fn one_command_buffer_on_two_queues_runs_concurrently(mode: CommandBufferMode) {
         device.create_buffer(16).unwrap(),
     );
     let (ta, tb) = ([a.whole()], [b.whole()]);
-    device
-        .queue(0)
-        .execute_with_bindings(&[], &[], &[(&cb, &ta), (&cb, &tb)])
+    q0.execute_with_bindings(&[], &[], &[(&cb, &ta), (&cb, &tb)])
         .unwrap();
-    device.queue(0).barrier(&[], &[(&x, ROUNDS + 1)]).unwrap();
-    wait(&x, ROUNDS + 1);
+    q0.barrier(&[], &[(&x, rounds + 1)]).unwrap();
+    wait(&x, rounds + 1);
     let ((a0, a1), (b0, b1)) = (stamps(&a), stamps(&b));
     assert!(
         a1 <= b0,

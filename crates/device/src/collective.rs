@@ -426,7 +426,7 @@ impl CollectiveBackend {
             ));
         }
         grouped?;
-        // Rank 0's stream joins the other ranks' ends; the completion event follows. (Four
+        // Rank 0's stream joins the other ranks' ends; the completion event follows. (Three
         // driver calls for two ranks; no context is entered for them: see `on_stream`.)
         let first = &comms.ranks[0];
         for rank in &comms.ranks[1..] {

@@ -23,6 +23,12 @@
 //!
 //! Peer copy: 256 MiB from GPU 0 to GPU 1, `Queue::copy_peer` against raw `cuMemcpyPeerAsync`
 //! on a stream of GPU 0, back to back; goal >= 95% of the raw bandwidth.
+//!
+//! Cross-device wait gap, on one clock: round trips A (GPU 0) -> B (GPU 1) -> C (GPU 0), gap
+//! per hop `(C.start - A.end - (B.end - B.start)) / 2`, cuhal queues and semaphores against raw
+//! graphs with `cuStreamWaitEvent` across the devices' streams, and against the same round trip
+//! with B on GPU 0's second queue; goal: cuhal's cross-device gap at most its same-GPU gap
+//! + 1 us (see `cross_device_gap`).
 
 use std::cell::Cell;
 use std::sync::Arc;

@@ -247,3 +247,92 @@ fn a_resident_module_lives_as_long_as_its_context() {
     assert_eq!(unloads(), 2, "both unloaded when the context is released");
     assert_eq!(fake.calls(cu_name!(cuDevicePrimaryCtxRelease)), 1);
 }
+
+#[test]
+fn an_out_of_range_count_fails_only_its_own_submission() {
+    modes(own_submission);
+}
+
+/// Submissions of one command buffer in flight together, on one queue and on two: each one's
+/// indirect-dispatch failure fails that submission alone, whatever order the completion side
+/// checks them in, and a later good submission of the same command buffer succeeds.
+fn own_submission(mode: CommandBufferMode) {
+    use std::time::Duration;
+    helper_dir();
+    let (fake, _driver, device) = open(
+        &format!("indirect-own-{mode:?}").to_lowercase(),
+        DeviceOptions {
+            command_buffer_mode: mode,
+            ..queues(2)
+        },
+    );
+    let module = device.load_ptx(PTX).unwrap();
+    let work = module.function("work").unwrap();
+    let data = device.create_buffer(64).unwrap();
+    let counts = device.create_buffer(12).unwrap();
+    let args = KernelArgs::new().with_range(&data.whole());
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    cb.dispatch_indirect(
+        &Dispatch::new(&work, [1, 1, 1], [32, 1, 1], &args),
+        &counts.whole(),
+    )
+    .unwrap();
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+    // Each launch keeps its stream busy: every submission below is issued (and its helper has
+    // run, the fake runs work when it is enqueued) before the first one completes and is
+    // checked.
+    fake.set_timing(Duration::from_millis(20), Duration::ZERO);
+    let submit = |queue: usize, counts_now: [u32; 3]| {
+        counts.write(0, &words(counts_now)).unwrap();
+        let done = device.create_semaphore(0);
+        device
+            .queue(queue)
+            .execute(&[], &[(&done, 1)], &[&cb])
+            .unwrap();
+        done
+    };
+    let outcome = |done: &cuhal::Semaphore| done.wait(1, TIMEOUT).map_err(|e| e.to_string());
+    let good = [2, 1, 1];
+    let bad = [1, 70_000, 1];
+    // One queue: good, bad, good.
+    let (a, b, c) = (submit(0, good), submit(0, bad), submit(0, good));
+    // Two queues, interleaved: good on 0, bad on 1, good on 1, bad on 0, good on 0.
+    let (d, e, f, g, h) = (
+        submit(0, good),
+        submit(1, bad),
+        submit(1, good),
+        submit(0, bad),
+        submit(0, good),
+    );
+    for (name, done, fails) in [
+        ("a", &a, false),
+        ("b", &b, true),
+        ("c", &c, false),
+        ("d", &d, false),
+        ("e", &e, true),
+        ("f", &f, false),
+        ("g", &g, true),
+        ("h", &h, false),
+    ] {
+        match outcome(done) {
+            Ok(()) => assert!(!fails, "{mode:?}: submission {name} should have failed"),
+            Err(e) => {
+                assert!(fails, "{mode:?}: submission {name} failed: {e}");
+                assert!(e.contains("[1, 70000, 1]"), "{e}");
+            }
+        }
+    }
+    // More submissions in flight than a chunk of outcome slots holds.
+    fake.set_timing(Duration::from_millis(2), Duration::ZERO);
+    let many: Vec<_> = (0..80)
+        .map(|i| submit(i % 2, if i == 70 { bad } else { good }))
+        .collect();
+    for (i, done) in many.iter().enumerate() {
+        assert_eq!(outcome(done).is_err(), i == 70, "{mode:?}: submission {i}");
+    }
+    fake.set_timing(Duration::ZERO, Duration::ZERO);
+    // Nothing is left over for a later submission.
+    assert!(outcome(&submit(1, good)).is_ok());
+    assert!(outcome(&submit(0, good)).is_ok());
+    assert_eq!(fake.launches("work"), 7 + 79);
+}

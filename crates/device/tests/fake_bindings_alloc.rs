@@ -119,10 +119,8 @@ fn fresh(device: &Device) -> (Vec<Arc<Buffer>>, Vec<BufferRange>) {
 }
 
 /// Submits `cb` with `tables[i]` for each `i` of `order`, on the first `queues` queues in turn,
-/// chained on one semaphore per queue, the host waiting every `BATCH` on one queue, and after
-/// each round of the queues on several (a test of the executables' choice among streams, not
-/// of how many submissions a queue holds); counts from submission `count_from` on. Returns the
-/// allocations.
+/// chained on one semaphore per queue, the host waiting every `BATCH`; counts from submission
+/// `count_from` on. Returns the allocations.
 fn submit(
     fake: &FakeDriver,
     device: &Device,
@@ -166,7 +164,7 @@ fn submit(
             )
             .unwrap();
         values[q] += 1;
-        if (n + 1) % if queues == 1 { BATCH } else { queues } == 0 {
+        if (n + 1) % BATCH == 0 {
             drain(&values);
         }
     }

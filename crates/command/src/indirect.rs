@@ -28,12 +28,11 @@ use cuhal_sys::{
     CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
     CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_EVENT_DISABLE_TIMING,
     CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, CU_MEMHOSTALLOC_DEVICEMAP,
-    CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr,
-    CUgraph, CUgraphExec, CUgraphNode, CUlaunchAttributeValue, CUstream, DriverApi, Event,
-    PrimaryContext, Stream, cu,
+    CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING, CUdeviceptr, CUgraph, CUgraphExec,
+    CUgraphNode, CUlaunchAttributeValue, CUstream, DriverApi, Event, PrimaryContext, Stream, cu,
 };
 
-use crate::launch::set_kernel_node_attributes;
+use crate::launch::{add_kernel_node, set_kernel_node_attributes};
 use crate::{Dispatch, Error, Executable, Function, KernelArgs};
 
 /// The helper kernel's name in its cubins.
@@ -469,7 +468,7 @@ pub(crate) fn add_fragment(
         api,
         graph,
         &[],
-        &dispatch.function.clone(),
+        dispatch.function,
         dispatch.grid,
         dispatch.block,
         dispatch.shared_memory_bytes,
@@ -523,59 +522,6 @@ pub(crate) fn add_fragment(
     // SAFETY: both are nodes of `graph`; the one-element arrays are locals.
     unsafe { cu!(api, cuGraphAddDependencies(graph, &helper, &target, 1)) }?;
     Ok(target)
-}
-
-#[allow(clippy::too_many_arguments)] // a kernel node's parameters, as cuda.h has them
-fn add_kernel_node(
-    api: &DriverApi,
-    graph: CUgraph,
-    deps: &[CUgraphNode],
-    function: &Function,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared: u32,
-    args: &KernelArgs,
-) -> Result<CUgraphNode, Error> {
-    // Points into `args`, borrowed for this call; the driver copies the values.
-    let mut pointers = args.pointers();
-    let params = CUDA_KERNEL_NODE_PARAMS {
-        func: function.raw(),
-        gridDimX: grid[0],
-        gridDimY: grid[1],
-        gridDimZ: grid[2],
-        blockDimX: block[0],
-        blockDimY: block[1],
-        blockDimZ: block[2],
-        sharedMemBytes: shared,
-        kernelParams: if pointers.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            pointers.as_mut_ptr()
-        },
-        extra: std::ptr::null_mut(),
-        kern: std::ptr::null_mut(),
-        ctx: std::ptr::null_mut(),
-    };
-    let mut node: CUgraphNode = std::ptr::null_mut();
-    // SAFETY: out-pointer valid; deps are nodes of `graph` and outlive the call; the function's
-    // module is retained by the command buffer; one pointer per argument, each to a live value.
-    unsafe {
-        cu!(
-            api,
-            cuGraphAddKernelNode(
-                &mut node,
-                graph,
-                if deps.is_empty() {
-                    std::ptr::null()
-                } else {
-                    deps.as_ptr()
-                },
-                deps.len(),
-                &params
-            )
-        )
-    }?;
-    Ok(node)
 }
 
 /// Uploads `exec` (a graph whose device-updatable nodes are updated from inside it must be

@@ -8,15 +8,88 @@
 //! the graph kind sets them on the kernel node (`cuGraphKernelNodeSetAttribute`) and turns a
 //! programmatic dependency into a programmatic edge (`cuGraphAddDependencies_v2`).
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 use cuhal_sys::{
     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
     CU_LAUNCH_ATTRIBUTE_PRIORITY, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-    CUlaunchAttribute, CUlaunchAttributeValue, CUlaunchConfig, DriverApi, cu,
+    CUDA_KERNEL_NODE_PARAMS, CUgraph, CUgraphNode, CUlaunchAttribute, CUlaunchAttributeValue,
+    CUlaunchConfig, DriverApi, cu,
 };
 
-use crate::{Error, Function};
+use crate::{Error, Function, KernelArgs};
+
+/// The kernel-node parameters of a launch of `function` over `grid` blocks of `block` threads
+/// with `shared` bytes of dynamic shared memory. `kernel_params` is null (a template whose
+/// arguments are set later) or one pointer per argument, each to a live value of its size.
+pub(crate) fn kernel_node_params(
+    function: &Function,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    kernel_params: *mut *mut c_void,
+) -> CUDA_KERNEL_NODE_PARAMS {
+    CUDA_KERNEL_NODE_PARAMS {
+        func: function.raw(),
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: shared,
+        kernelParams: kernel_params,
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    }
+}
+
+/// Adds a kernel node launching `function` with `args` to `graph` after `deps`
+/// (`cuGraphAddKernelNode`; the driver copies the argument values). The graph kind's dispatches
+/// and the indirect-dispatch fragment's two nodes are made here.
+#[allow(clippy::too_many_arguments)] // a kernel node's parameters, as cuda.h has them
+pub(crate) fn add_kernel_node(
+    api: &DriverApi,
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    function: &Function,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    args: &KernelArgs,
+) -> Result<CUgraphNode, Error> {
+    // Points into `args`, borrowed for this call.
+    let mut pointers = args.pointers();
+    let kernel_params = if pointers.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        pointers.as_mut_ptr()
+    };
+    let params = kernel_node_params(function, grid, block, shared, kernel_params);
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: out-pointer valid; `deps` are nodes of `graph` (callers add to their own graph)
+    // and outlive the call, passed with their length (null when empty); the function's module
+    // is retained by the command buffer (or resident in its context); `kernelParams` holds one
+    // pointer per argument, each to a live value of that argument's size.
+    unsafe {
+        cu!(
+            api,
+            cuGraphAddKernelNode(
+                &mut node,
+                graph,
+                if deps.is_empty() {
+                    std::ptr::null()
+                } else {
+                    deps.as_ptr()
+                },
+                deps.len(),
+                &params
+            )
+        )
+    }?;
+    Ok(node)
+}
 
 /// The largest thread-block cluster every cluster-capable GPU runs (8 blocks); kernels that
 /// allow non-portable sizes may use up to [`MAX_NON_PORTABLE_CLUSTER`].

@@ -18,16 +18,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cuhal_sys::{
     CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
     CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_STREAM_NON_BLOCKING,
-    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D,
-    CUDA_MEMSET_NODE_PARAMS, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphNode, CUstream,
-    PrimaryContext, Stream, cu,
+    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS,
+    CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphNode, CUstream, PrimaryContext, Stream,
+    cu,
 };
 use smallvec::SmallVec;
 
 use crate::arena::StableArena;
 use crate::binding::{Operand, SlotList, add_slot};
 use crate::indirect::{self, Indirect, IndirectLaunch};
-use crate::launch::{AttributePath, set_kernel_node_attributes};
+use crate::launch::{
+    AttributePath, add_kernel_node, kernel_node_params, set_kernel_node_attributes,
+};
 use crate::recorder::{CommandZone, Encoder, Recorded, Recorder};
 use crate::stream_work::{self, StreamWorkFn};
 use crate::{
@@ -509,43 +511,16 @@ impl Encoder for GraphEncoder {
                 _ => (deps, None),
             };
             let api = this.context.api();
-            // Points into `dispatch.args`, borrowed for this whole call; the driver copies the
-            // values when it creates the node.
-            let mut pointers = dispatch.args.pointers();
-            let params = CUDA_KERNEL_NODE_PARAMS {
-                func: dispatch.function.raw(),
-                gridDimX: dispatch.grid[0],
-                gridDimY: dispatch.grid[1],
-                gridDimZ: dispatch.grid[2],
-                blockDimX: dispatch.block[0],
-                blockDimY: dispatch.block[1],
-                blockDimZ: dispatch.block[2],
-                sharedMemBytes: dispatch.shared_memory_bytes,
-                kernelParams: if pointers.is_empty() {
-                    std::ptr::null_mut()
-                } else {
-                    pointers.as_mut_ptr()
-                },
-                extra: std::ptr::null_mut(),
-                kern: std::ptr::null_mut(),
-                ctx: std::ptr::null_mut(),
-            };
-            let mut node: CUgraphNode = std::ptr::null_mut();
-            // SAFETY: out-pointer valid; deps are nodes of the graph; the function belongs to a
-            // module the command buffer retains; `kernelParams` has one pointer per argument,
-            // each to a live value of that argument's size.
-            unsafe {
-                cu!(
-                    api,
-                    cuGraphAddKernelNode(
-                        &mut node,
-                        this.graph,
-                        deps_ptr(deps),
-                        deps.len(),
-                        &params
-                    )
-                )
-            }?;
+            let node = add_kernel_node(
+                api,
+                this.graph,
+                deps,
+                dispatch.function,
+                dispatch.grid,
+                dispatch.block,
+                dispatch.shared_memory_bytes,
+                dispatch.args,
+            )?;
             set_kernel_node_attributes(api, node, &attributes)?;
             if let Some(upstream) = upstream {
                 add_programmatic_edge(api, this.graph, upstream, node)?;
@@ -558,20 +533,14 @@ impl Encoder for GraphEncoder {
             for b in args.bindings() {
                 add_slot(&mut slots, Some(b.slot));
             }
-            let params = CUDA_KERNEL_NODE_PARAMS {
-                func: dispatch.function.raw(),
-                gridDimX: dispatch.grid[0],
-                gridDimY: dispatch.grid[1],
-                gridDimZ: dispatch.grid[2],
-                blockDimX: dispatch.block[0],
-                blockDimY: dispatch.block[1],
-                blockDimZ: dispatch.block[2],
-                sharedMemBytes: dispatch.shared_memory_bytes,
-                kernelParams: std::ptr::null_mut(),
-                extra: std::ptr::null_mut(),
-                kern: std::ptr::null_mut(),
-                ctx: std::ptr::null_mut(),
-            };
+            // The template of the node's patches: its arguments come from `bytes` at patch time.
+            let params = kernel_node_params(
+                dispatch.function,
+                dispatch.grid,
+                dispatch.block,
+                dispatch.shared_memory_bytes,
+                std::ptr::null_mut(),
+            );
             let kind = PatchKind::Kernel {
                 params,
                 bytes: args.bytes().into(),

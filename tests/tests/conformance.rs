@@ -80,7 +80,6 @@ in_both_modes!(
     a_chain_on_one_queue_relies_on_stream_order,
     timing_a_backlog_behind_a_long_kernel_retires_in_batches,
     idle_queues_park_their_threads,
-    an_indirect_failure_fails_only_its_own_submission,
 );
 
 /// One test's device, kernels and random source.
@@ -1219,61 +1218,4 @@ fn idle_queues_park_their_threads(mode: CommandBufferMode) {
             "queue {q}: an idle queue's threads stay parked"
         );
     }
-}
-
-/// An indirect dispatch whose count is out of range fails its own submission alone. One command
-/// buffer (`counter[0] += 1` over the counts in `counts`) is submitted back to back on one queue
-/// with a good, a bad and a good count (the completion side checks each when it may already
-/// have run the next), then with a good count on queue 0 and a bad one on queue 1, whose write
-/// of the bad count waits on the device for queue 0's submission. Each good submission runs its
-/// dispatch and succeeds; each bad one runs nothing and fails.
-fn an_indirect_failure_fails_only_its_own_submission(mode: CommandBufferMode) {
-    let e = env(mode, 2);
-    let counter = e.device.create_buffer(4).unwrap();
-    poison(&counter, 0);
-    let counts = e.device.create_buffer(12).unwrap();
-    let cb = command_buffer(e.q(0), |cb| {
-        let args = cuhal::KernelArgs::new().with_range(&counter.whole());
-        cb.dispatch_indirect(
-            &cuhal::Dispatch::new(&e.kernels.increment, [1, 1, 1], [1, 1, 1], &args),
-            &counts.whole(),
-        )
-        .unwrap_or_else(|err| panic!("recording an indirect dispatch: {err}"));
-    });
-    let bytes = |c: [u32; 3]| c.iter().flat_map(|w| w.to_ne_bytes()).collect::<Vec<u8>>();
-    let (good, bad) = (bytes([1, 1, 1]), bytes([1, 70_000, 1]));
-    let submit = |q: usize, waits: &[(&Semaphore, u64)], count: &[u8]| {
-        let done = e.sem();
-        e.q(q).write(waits, &[], &counts.whole(), count).unwrap();
-        e.q(q).execute(&[], &[(&done, 1)], &[&cb]).unwrap();
-        done
-    };
-    let (a, b, c) = (
-        submit(0, &[], &good),
-        submit(0, &[], &bad),
-        submit(0, &[], &good),
-    );
-    let d = submit(0, &[], &good);
-    let after_d = e.sem();
-    e.q(0).execute(&[], &[(&after_d, 1)], &[]).unwrap();
-    let f = submit(1, &[(&after_d, 1)], &bad);
-    for (name, done) in [("a", &a), ("c", &c), ("d", &d)] {
-        if let Err(err) = done.wait(1, TIMEOUT) {
-            panic!("{mode:?}: the good submission {name} failed: {err}");
-        }
-    }
-    for (name, done) in [("b", &b), ("f", &f)] {
-        let failure = failure_of(done, 1).to_string();
-        assert!(
-            failure.contains("[1, 70000, 1]"),
-            "{mode:?}: submission {name}: {failure}"
-        );
-    }
-    settle(e.q(0));
-    settle(e.q(1));
-    assert_eq!(
-        read_u32(&counter),
-        [3],
-        "{mode:?}: the good submissions ran, once each"
-    );
 }

@@ -539,51 +539,9 @@ impl DeferredExec {
             return Err(Error::NoContext);
         };
         let _bound = context.enter()?;
+        let api = context.api();
         let end = commands.end.min(encoder.ops.len());
         let start = commands.start.min(end);
-        let Some(indirect) = &self.recorded.indirect else {
-            // SAFETY: forwarded contract; the context is current.
-            return unsafe { self.replay_range(context, stream, bindings, start, end) };
-        };
-        // Indirect dispatches: the submission's failure record is copied out after its last
-        // command (see `Indirect::submit`).
-        if start == 0 && end == encoder.ops.len() {
-            // SAFETY: the caller's stream, in the context made current above; the closure
-            // replays onto it under the caller's contract.
-            return unsafe {
-                indirect.submit(stream, || {
-                    self.replay_range(context, stream, bindings, start, end)
-                })
-            };
-        }
-        if start == 0 {
-            // SAFETY: the caller's stream, in the context made current above.
-            unsafe { indirect.begin_parts(stream) }?;
-        }
-        // SAFETY: forwarded contract; the context is current.
-        unsafe { self.replay_range(context, stream, bindings, start, end) }?;
-        if end == encoder.ops.len() {
-            // SAFETY: as above.
-            unsafe { indirect.end_parts(stream) }?;
-        }
-        Ok(())
-    }
-
-    /// Enqueues the commands `start..end` (within bounds) on `stream`.
-    ///
-    /// # Safety
-    /// As [`Self::replay_with_bindings`], with a table of the length checked, and `context`
-    /// (the command buffer's) current.
-    unsafe fn replay_range(
-        &self,
-        context: &Arc<PrimaryContext>,
-        stream: CUstream,
-        bindings: &[BufferRange],
-        start: usize,
-        end: usize,
-    ) -> Result<(), Error> {
-        let encoder = &self.encoder;
-        let api = context.api();
         // The slot operands of the ops before `start` are skipped (they are in op order).
         let first_bound = encoder.bound.partition_point(|b| (b.op as usize) < start);
         let mut bound = encoder.bound[first_bound..].iter().peekable();

@@ -9,27 +9,21 @@
 //! the fragment to its own graph; the stream and deferred kinds instantiate it as a small graph
 //! of its own and launch it on their stream (`cuGraphLaunch`) in command order.
 //!
-//! Failures land in host-mapped memory owned by the command buffer (the status record, whose
-//! address the helper nodes carry). Each submission of a graph or deferred command buffer then
-//! copies the record into a slot of its own and clears it, in stream order right after its work
-//! ([`Indirect::submit`]); submissions of one command buffer on different streams are chained by
-//! an event, so no other submission's helper writes the record between one submission's work
-//! and its copy. The queue reads the submission's slot when the submission completes
-//! ([`crate::CommandBuffer::check_completed_on`]) and fails that submission alone with
-//! [`Error::IndirectCountOutOfRange`]: not an earlier one, a later one, or one on another queue.
+//! Failures land in host-mapped memory owned by the command buffer; the queue reads it when the
+//! submission completes ([`crate::CommandBuffer::check_completed`]) and fails the submission with
+//! [`Error::IndirectCountOutOfRange`].
 
-use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cuhal_sys::{
     CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
-    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_EVENT_DISABLE_TIMING,
-    CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, CU_MEMHOSTALLOC_DEVICEMAP,
-    CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING, CUdeviceptr, CUgraph, CUgraphExec,
-    CUgraphNode, CUlaunchAttributeValue, CUstream, DriverApi, Event, PrimaryContext, Stream, cu,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING, CUdeviceptr,
+    CUgraph, CUgraphExec, CUgraphNode, CUlaunchAttributeValue, CUstream, DriverApi, PrimaryContext,
+    Stream, cu,
 };
 
 use crate::launch::{add_kernel_node, set_kernel_node_attributes};
@@ -107,35 +101,25 @@ pub(crate) fn helper_function(
     Executable::load_cubin_resident(context, HELPER_MODULE, &image)?.function(name)
 }
 
-/// `u32`s of pinned host memory mapped into the device: the failure record (words 0 to 3, which
-/// the helper writes: index + 1 of the first failing dispatch, then its count) and four zeros
-/// (words 4 to 7, the source that clears it); or a chunk of submission slots.
+/// Four `u32`s of pinned host memory mapped into the device: the failure record.
 struct Status {
     context: Arc<PrimaryContext>,
     host: *mut u32,
     device: CUdeviceptr,
-    words: usize,
 }
 
-/// Bytes of a failure record: four `u32`s.
-const RECORD_BYTES: usize = 16;
-
-/// Submission slots per chunk of pinned memory (a chunk is added when every slot is taken by a
-/// submission not checked yet).
-const SLOTS_PER_CHUNK: u32 = 64;
-
 impl Status {
-    fn new(context: &Arc<PrimaryContext>, words: usize) -> Result<Self, Error> {
+    fn new(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
         let api = context.api();
         let _bound = context.enter()?;
         let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer; `words` u32s of mapped, portable pinned memory.
+        // SAFETY: `host` is a valid out-pointer; 16 bytes of mapped, portable pinned memory.
         unsafe {
             cu!(
                 api,
                 cuMemHostAlloc(
                     &mut host,
-                    words * 4,
+                    16,
                     CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE
                 )
             )
@@ -144,10 +128,9 @@ impl Status {
             context: Arc::clone(context),
             host: host.cast(),
             device: 0,
-            words,
         };
-        // SAFETY: `words` writable u32s just allocated; nothing reads them yet.
-        unsafe { std::ptr::write_bytes(this.host, 0, words) };
+        // SAFETY: 16 writable bytes just allocated; nothing reads them yet.
+        unsafe { std::ptr::write_bytes(this.host, 0, 4) };
         let mut device: CUdeviceptr = 0;
         // SAFETY: `host` is mapped pinned memory of this context; flags must be 0.
         unsafe { cu!(api, cuMemHostGetDevicePointer(&mut device, host, 0)) }?;
@@ -156,19 +139,10 @@ impl Status {
     }
 
     fn word(&self, i: usize) -> &AtomicU32 {
-        assert!(i < self.words, "word {i} of {}", self.words);
-        // SAFETY: the allocation holds `words` aligned u32s for as long as `self` lives (`i` is
-        // checked above); the device writes them only with plain stores, atomics and copies,
-        // which an AtomicU32 view tolerates.
+        debug_assert!(i < 4);
+        // SAFETY: the allocation holds four aligned u32s for as long as `self` lives; the device
+        // writes them only with plain stores and atomics, which an AtomicU32 view tolerates.
         unsafe { AtomicU32::from_ptr(self.host.add(i)) }
-    }
-
-    /// The failure record at word `first` (0 for none), cleared for the record's next use.
-    fn take_record(&self, first: usize) -> (u32, [u32; 3]) {
-        let failed = self.word(first).load(Ordering::Acquire);
-        let count = [1, 2, 3].map(|i| self.word(first + i).load(Ordering::Acquire));
-        self.word(first).store(0, Ordering::Release);
-        (failed, count)
     }
 }
 
@@ -183,37 +157,18 @@ impl Drop for Status {
 }
 
 /// The indirect-dispatch state of one command buffer: the helper kernel, the failure record and
-/// what each indirect dispatch was checked against, and where each submission's outcome went.
+/// what each indirect dispatch was checked against.
 pub(crate) struct Indirect {
     helper: Function,
     status: Status,
     max_grid: [u32; 3],
     /// The cluster shape of each indirect dispatch (1s without clusters), by index.
     clusters: Vec<[u32; 3]>,
-    submissions: Mutex<Submissions>,
 }
 
-/// The submissions of one command buffer whose outcome was not read yet ([`Indirect::submit`]).
-#[derive(Default)]
-struct Submissions {
-    /// Recorded after the latest submission's copy and clear, with that submission's stream
-    /// (as an address): a submission on another stream waits for it first.
-    chain: Option<(Event, usize)>,
-    /// Submissions not checked yet, oldest first: their stream (as an address) and slot.
-    in_flight: VecDeque<(usize, u32)>,
-    /// Slots no unchecked submission holds.
-    free: Vec<u32>,
-    /// The slots' memory, [`SLOTS_PER_CHUNK`] records a chunk.
-    chunks: Vec<Status>,
-    /// A submission was issued through [`Indirect::submit`] (graph and deferred kinds); a
-    /// stream command buffer, whose work ran as it was recorded, has its record read directly.
-    submitted: bool,
-}
-
-// SAFETY: the raw status pointers are only read and written through atomics (and by the device);
-// the rest is Send.
+// SAFETY: the raw status pointer is only read and written through atomics; the rest is Send.
 unsafe impl Send for Indirect {}
-// SAFETY: as above; the submissions are behind a mutex.
+// SAFETY: as above.
 unsafe impl Sync for Indirect {}
 
 impl Indirect {
@@ -234,14 +189,13 @@ impl Indirect {
         let max = |a| context.attribute(a).map(|v| v.max(1) as u32);
         Ok(Self {
             helper,
-            status: Status::new(context, 8)?,
+            status: Status::new(context)?,
             max_grid: [
                 max(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
                 max(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
                 max(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ],
             clusters: Vec::new(),
-            submissions: Mutex::default(),
         })
     }
 
@@ -257,179 +211,16 @@ impl Indirect {
         Ok(index)
     }
 
-    fn submissions(&self) -> MutexGuard<'_, Submissions> {
-        // A poisoned lock only means a panic between two steps that each leave it consistent.
-        self.submissions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Issues one submission's `work` on `stream` so that its outcome can be read alone: after
-    /// the latest submission of this command buffer on another stream (an event wait; the
-    /// stream's own order covers one on the same stream), then the work, then a copy of the
-    /// failure record into a slot of this submission's and a clear of the record, all before
-    /// the next submission of this command buffer starts. The lock makes the host order of
-    /// submissions their GPU order. [`Indirect::check_on`] reads the slot.
-    ///
-    /// # Safety
-    /// `stream` is a live stream of the command buffer's context, which is current; `work`
-    /// enqueues the command buffer's work on it.
-    pub(crate) unsafe fn submit(
-        &self,
-        stream: CUstream,
-        work: impl FnOnce() -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        let mut submissions = self.submissions();
-        // SAFETY: forwarded contract.
-        unsafe { self.wait_for_previous(&submissions, stream) }?;
-        work()?;
-        // SAFETY: forwarded contract.
-        unsafe { self.take_outcome(&mut submissions, stream) }
-    }
-
-    /// The first part of [`Indirect::submit`], for a replay issued in several parts (before
-    /// the first).
-    ///
-    /// # Safety
-    /// As [`Indirect::submit`].
-    pub(crate) unsafe fn begin_parts(&self, stream: CUstream) -> Result<(), Error> {
-        let submissions = self.submissions();
-        // SAFETY: forwarded contract.
-        unsafe { self.wait_for_previous(&submissions, stream) }
-    }
-
-    /// The last part of [`Indirect::submit`], for a replay issued in several parts (after the
-    /// last). Parts of two submissions that interleave on the host may see each other's failure.
-    ///
-    /// # Safety
-    /// As [`Indirect::submit`].
-    pub(crate) unsafe fn end_parts(&self, stream: CUstream) -> Result<(), Error> {
-        let mut submissions = self.submissions();
-        // SAFETY: forwarded contract.
-        unsafe { self.take_outcome(&mut submissions, stream) }
-    }
-
-    /// # Safety
-    /// As [`Indirect::submit`].
-    unsafe fn wait_for_previous(
-        &self,
-        submissions: &Submissions,
-        stream: CUstream,
-    ) -> Result<(), Error> {
-        if let Some((event, last)) = &submissions.chain
-            && *last != stream.addr()
-        {
-            // SAFETY: both are live objects of the context (the caller's contract for the
-            // stream; the event lives as long as `self`).
-            unsafe {
-                cu!(
-                    self.status.context.api(),
-                    cuStreamWaitEvent(stream, event.raw(), 0)
-                )
-            }?;
-        }
-        Ok(())
-    }
-
-    /// # Safety
-    /// As [`Indirect::submit`].
-    unsafe fn take_outcome(
-        &self,
-        submissions: &mut Submissions,
-        stream: CUstream,
-    ) -> Result<(), Error> {
-        let context = &self.status.context;
-        let api = context.api();
-        let slot = match submissions.free.pop() {
-            Some(slot) => slot,
-            None => {
-                // Every slot is held by a submission not checked yet: one more chunk.
-                let chunk = u32::try_from(submissions.chunks.len())
-                    .ok()
-                    .and_then(|c| c.checked_mul(SLOTS_PER_CHUNK))
-                    .ok_or(Error::IndirectCounts {
-                        reason: "too many submissions of one command buffer in flight",
-                    })?;
-                submissions
-                    .chunks
-                    .push(Status::new(context, SLOTS_PER_CHUNK as usize * 4)?);
-                submissions
-                    .free
-                    .extend((chunk + 1..chunk + SLOTS_PER_CHUNK).rev());
-                chunk
-            }
-        };
-        let chunk = &submissions.chunks[(slot / SLOTS_PER_CHUNK) as usize];
-        let record = chunk.device + u64::from(slot % SLOTS_PER_CHUNK) * RECORD_BYTES as u64;
-        let copied = (|| {
-            // Mapped pinned memory on both ends: unified addressing makes these copies in stream
-            // order, after the helpers of this submission's work wrote the record.
-            // SAFETY: both ranges are 16 bytes of live mapped memory of this context (the slot's
-            // chunk and the status record, owned by `self`); the caller's stream is live.
-            unsafe {
-                cu!(
-                    api,
-                    cuMemcpyAsync(record, self.status.device, RECORD_BYTES, stream)
-                )
-            }?;
-            // SAFETY: as above; words 4 to 7 of the status block are zeros, never written.
-            unsafe {
-                cu!(
-                    api,
-                    cuMemcpyAsync(
-                        self.status.device,
-                        self.status.device + RECORD_BYTES as u64,
-                        RECORD_BYTES,
-                        stream
-                    )
-                )
-            }?;
-            if submissions.chain.is_none() {
-                submissions.chain = Some((Event::new(context, CU_EVENT_DISABLE_TIMING)?, 0));
-            }
-            if let Some((event, last)) = submissions.chain.as_mut() {
-                // SAFETY: the caller's stream is live.
-                unsafe { event.record_raw(stream) }?;
-                *last = stream.addr();
-            }
-            Ok::<(), Error>(())
-        })();
-        if let Err(e) = copied {
-            submissions.free.push(slot);
-            return Err(e);
-        }
-        submissions.in_flight.push_back((stream.addr(), slot));
-        submissions.submitted = true;
-        Ok(())
-    }
-
-    /// Reports an indirect dispatch whose count was out of range in the oldest submission on
-    /// `stream` not checked yet (`None`: on any stream), once. A stream command buffer (whose
-    /// work ran as it was recorded) reports what its recording found since the last check.
-    pub(crate) fn check_on(&self, stream: Option<CUstream>) -> Result<(), Error> {
-        let mut submissions = self.submissions();
-        let (failed, count) = if submissions.submitted {
-            let position = match stream {
-                Some(stream) => submissions
-                    .in_flight
-                    .iter()
-                    .position(|&(s, _)| s == stream.addr()),
-                None => (!submissions.in_flight.is_empty()).then_some(0),
-            };
-            let Some((_, slot)) = position.and_then(|p| submissions.in_flight.remove(p)) else {
-                return Ok(());
-            };
-            let chunk = &submissions.chunks[(slot / SLOTS_PER_CHUNK) as usize];
-            let outcome = chunk.take_record((slot % SLOTS_PER_CHUNK) as usize * 4);
-            submissions.free.push(slot);
-            outcome
-        } else {
-            self.status.take_record(0)
-        };
-        drop(submissions);
+    /// Reports (once) an indirect dispatch whose count was out of range since the last check.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        let failed = self.status.word(0).load(Ordering::Acquire);
         if failed == 0 {
             return Ok(());
         }
+        let count = [1, 2, 3].map(|i| self.status.word(i).load(Ordering::Acquire));
+        // Cleared for the next submission; a failure of a later submission that completed in the
+        // same batch is reported with this one.
+        self.status.word(0).store(0, Ordering::Release);
         let dispatch = failed - 1;
         Err(Error::IndirectCountOutOfRange {
             dispatch,

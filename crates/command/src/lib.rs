@@ -203,19 +203,10 @@ pub trait CommandBuffer: Send + Sync {
         unsafe { self.issue_with_bindings(stream, &[]) }
     }
 
-    /// Called by the queue when a submission of this command buffer on `stream` completed
-    /// without a driver error: an error here (an indirect dispatch whose count was out of range,
-    /// which the device recorded instead of running it) fails that submission. It reads the
-    /// oldest submission on `stream` not checked yet, so each submission is checked once, in
-    /// its stream's order, and sees its own outcome alone: not an earlier or later
-    /// submission's, nor one on another stream.
-    fn check_completed_on(&self, stream: CUstream) -> Result<(), Error> {
-        self.recorded().check_completed_on(stream)
-    }
-
-    /// As [`check_completed_on`](CommandBuffer::check_completed_on) for the oldest submission
-    /// not checked yet on any stream (for a caller that issues on one stream); a stream command
-    /// buffer reports what its recording found.
+    /// Called by the queue when a submission of this command buffer completed without a driver
+    /// error: an error here (an indirect dispatch whose count was out of range, which the device
+    /// recorded instead of running it) fails that submission. Reported once; a failure of a
+    /// later submission that completed in the same batch is reported with the first.
     fn check_completed(&self) -> Result<(), Error> {
         self.recorded().check_completed()
     }

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cuhal_sys::{CUcontext, CUevent, CUgraphNode, CUstream, PrimaryContext};
+use cuhal_sys::{CUcontext, CUevent, CUgraphNode, PrimaryContext};
 
 use crate::binding::{BindingLayout, Operand};
 use crate::executable::{validate_arguments, validate_dispatch};
@@ -550,18 +550,10 @@ impl Recorded {
         self.context.as_ref()
     }
 
-    /// Whether the oldest submission not checked yet (on any stream) did what it should: an
+    /// Whether a submission that completed without a driver error did what it should: an
     /// indirect dispatch whose count was out of range is reported here, once.
     pub(crate) fn check_completed(&self) -> Result<(), Error> {
-        self.indirect.as_ref().map_or(Ok(()), |i| i.check_on(None))
-    }
-
-    /// Whether the oldest submission on `stream` not checked yet did what it should (see
-    /// [`crate::CommandBuffer::check_completed_on`]).
-    pub(crate) fn check_completed_on(&self, stream: CUstream) -> Result<(), Error> {
-        self.indirect
-            .as_ref()
-            .map_or(Ok(()), |i| i.check_on(Some(stream)))
+        self.indirect.as_ref().map_or(Ok(()), Indirect::check)
     }
 
     /// Whether [`Recorded::check_completed`] can fail: an indirect dispatch was recorded.
@@ -636,7 +628,7 @@ impl<E: Encoder> Recorder<E> {
 
     /// [`Recorded::check_completed`] for the commands recorded so far.
     pub(crate) fn check_completed(&self) -> Result<(), Error> {
-        self.indirect.as_ref().map_or(Ok(()), |i| i.check_on(None))
+        self.indirect.as_ref().map_or(Ok(()), Indirect::check)
     }
 
     /// The encoder, while recording (`None` once `end()` moved it out).

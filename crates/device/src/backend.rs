@@ -472,7 +472,7 @@ impl Backend for CudaBackend {
         {
             for command_buffer in command_buffers.iter() {
                 command_buffer
-                    .check_completed_on(self.stream.raw())
+                    .check_completed()
                     .map_err(|e| Failure::new(Error::from(e)))?;
             }
         }

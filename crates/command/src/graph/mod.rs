@@ -993,7 +993,7 @@ impl GraphExec {
         // SAFETY: the graph is live and complete (ended), the patch nodes are its nodes, the
         // context is current (the caller's contract); the pool's lock serializes launches and
         // patches; the caller guarantees the stream and the table.
-        let mut launch = || unsafe {
+        unsafe {
             pool.launch(
                 api,
                 encoder.graph,
@@ -1002,12 +1002,6 @@ impl GraphExec {
                 stream,
                 bindings,
             )
-        };
-        match &self.recorded.indirect {
-            // Indirect dispatches: the submission's failure record is copied out after it.
-            // SAFETY: the caller's stream, in the current context; `launch` enqueues on it.
-            Some(indirect) => unsafe { indirect.submit(stream, launch) },
-            None => launch(),
         }
     }
 

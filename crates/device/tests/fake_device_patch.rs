@@ -206,7 +206,11 @@ fn alternating_tables_patch_on_the_device_with_exact_bytes() {
         "uploaded before its first launch"
     );
 
-    // Fresh buffers at every submission, as a runtime gives them.
+    // Fresh buffers at every submission, as a runtime gives them. Every round's buffers stay
+    // allocated to the end: a freed round's memory could come back at the same addresses (when
+    // the queue let go of it before the next allocation), leaving slots unchanged and the launch
+    // below the device-patching threshold.
+    let mut kept = Vec::new();
     for round in 0..10 {
         let fresh = Slots::new(&device);
         run_checked(
@@ -217,6 +221,7 @@ fn alternating_tables_patch_on_the_device_with_exact_bytes() {
             &mut rng,
             &format!("fresh {round}"),
         );
+        kept.push(fresh);
     }
     assert_eq!(graph.device_patched_launches(), rounds as u64 + 10);
 }

@@ -132,10 +132,12 @@ fn run_checked(
         .execute_with_bindings(&[], &[(&done, 1)], &[(cb, table)])
         .unwrap();
     wait(&done, 1);
-    let expected: Vec<u32> = words(&input)
-        .iter()
-        .map(|w| w.wrapping_add(CHAIN))
-        .collect();
+    check_output(device, queue, table, &input, what);
+}
+
+/// Checks out = in + CHAIN and the fill of a completed submission on `table`, read on `queue`.
+fn check_output(device: &Device, queue: &Queue, table: &[BufferRange], input: &[u8], what: &str) {
+    let expected: Vec<u32> = words(input).iter().map(|w| w.wrapping_add(CHAIN)).collect();
     assert_eq!(
         words(&read(device, queue, &table[1])),
         expected,
@@ -502,22 +504,7 @@ fn submit_unwaited(
 
 /// Checks out = in + CHAIN and the fill of a submission that completed, read on `queue`.
 fn check_submitted(device: &Device, queue: &Queue, s: &Submitted, what: &str) {
-    let table = s.slots.table();
-    let expected: Vec<u32> = words(&s.input)
-        .iter()
-        .map(|w| w.wrapping_add(CHAIN))
-        .collect();
-    assert_eq!(
-        words(&read(device, queue, &table[1])),
-        expected,
-        "{what}: output"
-    );
-    assert!(
-        words(&read(device, queue, &table[4]))
-            .iter()
-            .all(|&w| w == FILL),
-        "{what}: fill"
-    );
+    check_output(device, queue, &s.slots.table(), &s.input, what);
 }
 
 /// Which tables the queues submit with.

@@ -20,13 +20,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use cuhal_sys::{
     CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
-    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
-    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING, CUdeviceptr,
-    CUgraph, CUgraphExec, CUgraphNode, CUlaunchAttributeValue, CUstream, DriverApi, PrimaryContext,
-    Stream, cu,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE,
+    CU_STREAM_NON_BLOCKING, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode, CUstream, DriverApi,
+    PrimaryContext, Stream, cu,
 };
 
-use crate::launch::{add_kernel_node, set_kernel_node_attributes};
+use crate::launch::{add_kernel_node, make_device_updatable, set_kernel_node_attributes};
 use crate::{Dispatch, Error, Executable, Function, KernelArgs};
 
 /// The helper kernel's name in its cubins.
@@ -272,31 +271,8 @@ pub(crate) fn add_fragment(
             reason: "device-updatable graph kernel nodes need a CUDA 12.4 driver",
         });
     }
-    let updatable = CUlaunchAttributeValue::int(1);
-    // SAFETY: `target` is a kernel node just added to `graph`; the value is a live local.
-    unsafe {
-        cu!(
-            optional: api,
-            cuGraphKernelNodeSetAttribute(
-                target,
-                CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
-                &updatable,
-            )
-        )
-    }?;
-    let mut value = CUlaunchAttributeValue::zeroed();
-    // SAFETY: as above; `value` is a valid out-pointer.
-    unsafe {
-        cu!(
-            optional: api,
-            cuGraphKernelNodeGetAttribute(
-                target,
-                CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
-                &mut value,
-            )
-        )
-    }?;
-    let device_node = value.device_node().addr() as u64;
+    // SAFETY: `target` is a kernel node just added to `graph`.
+    let device_node = unsafe { make_device_updatable(api, target) }?;
     let cluster = indirect.clusters[launch.index as usize];
     let args = KernelArgs::new()
         .with(launch.counts)

@@ -12,9 +12,9 @@ use std::ffi::{c_int, c_void};
 
 use cuhal_sys::{
     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
-    CU_LAUNCH_ATTRIBUTE_PRIORITY, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-    CUDA_KERNEL_NODE_PARAMS, CUgraph, CUgraphNode, CUlaunchAttribute, CUlaunchAttributeValue,
-    CUlaunchConfig, DriverApi, cu,
+    CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, CU_LAUNCH_ATTRIBUTE_PRIORITY,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, CUDA_KERNEL_NODE_PARAMS, CUgraph,
+    CUgraphNode, CUlaunchAttribute, CUlaunchAttributeValue, CUlaunchConfig, DriverApi, cu,
 };
 
 use crate::{Error, Function, KernelArgs};
@@ -89,6 +89,43 @@ pub(crate) fn add_kernel_node(
         )
     }?;
     Ok(node)
+}
+
+/// Makes graph kernel node `node` device-updatable and returns its device-side handle, which
+/// device code names it by (`cudaGraphKernelNodeSetParam`, `cudaGraphKernelNodeSetGridDim`).
+/// The binding-table patch helper and the indirect-dispatch helper both update nodes this way.
+///
+/// # Safety
+/// `node` is a live kernel node of a graph of the bound context.
+pub(crate) unsafe fn make_device_updatable(
+    api: &DriverApi,
+    node: CUgraphNode,
+) -> Result<u64, Error> {
+    let updatable = CUlaunchAttributeValue::int(1);
+    // SAFETY: `node` is a live kernel node (the caller's contract); the value is a live local.
+    unsafe {
+        cu!(
+            optional: api,
+            cuGraphKernelNodeSetAttribute(
+                node,
+                CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+                &updatable,
+            )
+        )
+    }?;
+    let mut value = CUlaunchAttributeValue::zeroed();
+    // SAFETY: as above; `value` is a valid out-pointer.
+    unsafe {
+        cu!(
+            optional: api,
+            cuGraphKernelNodeGetAttribute(
+                node,
+                CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+                &mut value,
+            )
+        )
+    }?;
+    Ok(value.device_node().addr() as u64)
 }
 
 /// The largest thread-block cluster every cluster-capable GPU runs (8 blocks); kernels that

@@ -18,13 +18,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use cuhal_sys::{
-    CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, CU_MEMHOSTALLOC_DEVICEMAP,
-    CU_MEMHOSTALLOC_PORTABLE, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUgraph, CUgraphExec,
-    CUgraphNode, CUlaunchAttributeValue, DriverApi, PrimaryContext, cu,
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr,
+    CUgraph, CUgraphExec, CUgraphNode, DriverApi, PrimaryContext, cu,
 };
 
 use super::pool::{PatchKind, PatchNode};
 use crate::indirect::{self, DEVICE_UPDATABLE_SINCE};
+use crate::launch::{kernel_node_params, make_device_updatable};
 use crate::{BufferRange, Error, Function};
 
 /// The binding-patch helper kernel's name in the helper cubins.
@@ -200,20 +200,13 @@ impl DevicePatcher {
         values.count = count;
         values.done = side.ring.device + (slot * 4) as u64;
         let threads = count.div_ceil(32).clamp(1, HELPER_MAX_THREADS / 32) * 32;
-        CUDA_KERNEL_NODE_PARAMS {
-            func: self.helper.raw(),
-            gridDimX: 1,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: threads,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            kernelParams: std::ptr::null_mut(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        }
+        kernel_node_params(
+            &self.helper,
+            [1, 1, 1],
+            [threads, 1, 1],
+            0,
+            std::ptr::null_mut(),
+        )
     }
 }
 
@@ -285,31 +278,8 @@ impl DeviceSide {
             }?;
             let mut device = 0u64;
             if let PatchKind::Kernel { .. } = patch.kind {
-                let updatable = CUlaunchAttributeValue::int(1);
-                // SAFETY: `node` is a kernel node of the clone; the value is a live local.
-                unsafe {
-                    cu!(
-                        optional: api,
-                        cuGraphKernelNodeSetAttribute(
-                            node,
-                            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
-                            &updatable,
-                        )
-                    )
-                }?;
-                let mut value = CUlaunchAttributeValue::zeroed();
-                // SAFETY: as above; `value` is a valid out-pointer.
-                unsafe {
-                    cu!(
-                        optional: api,
-                        cuGraphKernelNodeGetAttribute(
-                            node,
-                            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
-                            &mut value,
-                        )
-                    )
-                }?;
-                device = value.device_node().addr() as u64;
+                // SAFETY: `node` is a kernel node of the clone.
+                device = unsafe { make_device_updatable(api, node) }?;
             }
             nodes.push(node);
             device_nodes.push(device);
@@ -342,20 +312,7 @@ impl DeviceSide {
             done: self.ring.device,
         };
         let mut pointers = args.pointers();
-        let params = CUDA_KERNEL_NODE_PARAMS {
-            func: helper.raw(),
-            gridDimX: 1,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: 32,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            kernelParams: pointers.as_mut_ptr(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
+        let params = kernel_node_params(helper, [1, 1, 1], [32, 1, 1], 0, pointers.as_mut_ptr());
         let mut node: CUgraphNode = std::ptr::null_mut();
         // SAFETY: valid out-pointer; no dependencies; three pointers to live values of the
         // helper's parameter types; the helper's module is resident in the context.

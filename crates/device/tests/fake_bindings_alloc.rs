@@ -9,7 +9,7 @@
 
 mod fake_support;
 
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cuhal::{
@@ -18,6 +18,7 @@ use cuhal::{
 };
 use cuhal_fake_driver::harness::FakeDriver;
 use cuhal_fake_driver::module::ADD_KERNEL;
+use fake_support::helpers::{BOTH_HELPERS, install_helpers};
 use fake_support::*;
 
 #[global_allocator]
@@ -42,32 +43,13 @@ const FRESH: usize = 1000;
 /// The host waits for the queue every this many submissions.
 const BATCH: usize = 100;
 
-/// The fake "compiles" any text with `.entry` names, so the helper cubin for its sm_90 device
-/// is a text file with both helpers (NUL-terminated: the fake reads images as C strings).
-fn helper_dir() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("cuhal-bind-alloc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("indirect_sm_90.cubin"),
-            ".entry cuhal_indirect_apply(.param .u64 counts) { ret; }\n\
-             .entry cuhal_bindings_apply(.param .u64 patches, .param .u32 count, .param .u64 done) { ret; }\0",
-        )
-        .unwrap();
-        // SAFETY: set once, before any test of this binary loads a driver or records; nothing in
-        // this binary reads the environment through libc.
-        unsafe { std::env::set_var(cuhal_command::INDIRECT_HELPER_DIR_ENV, &dir) };
-    });
-}
-
 /// Queues of the fake device: the submissions alternate between the two in the tests that say
 /// so (each queue then launches an executable of its own, and every launch records its
 /// executable's completion event).
 const QUEUES: usize = 2;
 
 fn open_fake(tag: &str) -> (FakeDriver, cuhal::Driver, Device, Function) {
-    helper_dir();
+    install_helpers("bind-alloc", BOTH_HELPERS);
     let (fake, driver, device) = open(tag, queues(QUEUES));
     let ptx = format!(
         ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {ADD_KERNEL}(.param .u64 dst, .param .u64 src, .param .u32 k, .param .u32 n) {{ ret; }}\n"

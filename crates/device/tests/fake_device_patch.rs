@@ -8,7 +8,7 @@
 mod fake_support;
 
 use cuhal_sys::cu_name;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use cuhal::{
     Buffer, BufferRange, CommandBuffer, CommandRecorder, Device, DeviceOptions, Dispatch,
@@ -17,6 +17,7 @@ use cuhal::{
 use cuhal_command::{BINDINGS_HELPER, DEVICE_PATCH_MIN_NODES};
 use cuhal_fake_driver::harness::FakeDriver;
 use cuhal_fake_driver::module::ADD_KERNEL;
+use fake_support::helpers::{BOTH_HELPERS, install_helpers};
 use fake_support::*;
 
 /// Words each buffer holds.
@@ -25,25 +26,6 @@ const BYTES: usize = N * 4;
 /// Dispatches in the chain: enough for [`PatchMethod::Auto`] to patch on the device.
 const CHAIN: u32 = 12;
 const FILL: u32 = 0x0bad_cafe;
-
-/// The fake "compiles" any text with `.entry` names, so the helper cubin for its sm_90 device
-/// is a text file with both helpers (NUL-terminated: the fake reads images as C strings).
-fn helper_dir() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("cuhal-device-patch-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("indirect_sm_90.cubin"),
-            ".entry cuhal_indirect_apply(.param .u64 counts) { ret; }\n\
-             .entry cuhal_bindings_apply(.param .u64 patches, .param .u32 count, .param .u64 done) { ret; }\0",
-        )
-        .unwrap();
-        // SAFETY: set once, before any test of this binary loads a driver or records; nothing in
-        // this binary reads the environment through libc.
-        unsafe { std::env::set_var(cuhal_command::INDIRECT_HELPER_DIR_ENV, &dir) };
-    });
-}
 
 fn ptx() -> String {
     format!(
@@ -152,7 +134,7 @@ fn check_output(device: &Device, queue: &Queue, table: &[BufferRange], input: &[
 }
 
 fn open_fake(tag: &str, queues: usize) -> (FakeDriver, cuhal::Driver, Device, Function) {
-    helper_dir();
+    install_helpers("device-patch", BOTH_HELPERS);
     let (fake, driver, device) = open(tag, fake_support::queues(queues));
     let add = device
         .load_ptx(&ptx())
@@ -364,7 +346,7 @@ fn each_queue_gets_an_executable_with_a_graph_of_its_own() {
 #[test]
 fn without_what_device_patching_needs_the_host_patches() {
     // A driver without cuGraphNodeSetEnabled: no helper node.
-    helper_dir();
+    install_helpers("device-patch", BOTH_HELPERS);
     let (fake, _driver) = load_with("device-patch-no-enable", |fake| {
         fake.hide("cuGraphNodeSetEnabled")
     });

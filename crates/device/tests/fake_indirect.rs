@@ -7,10 +7,11 @@
 mod fake_support;
 
 use cuhal_sys::cu_name;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use cuhal::{CommandBuffer, CommandBufferMode, DeviceOptions, Dispatch, KernelArgs};
 use cuhal_command::Error as CommandError;
+use fake_support::helpers::{INDIRECT_HELPER_ONLY, install_helpers};
 use fake_support::*;
 
 const PTX: &str = "\
@@ -19,24 +20,6 @@ const PTX: &str = "\
 .address_size 64
 .visible .entry work(.param .u64 data) { ret; }
 ";
-
-/// The fake "compiles" any text with `.entry` names, so the helper for its sm_90 device is a
-/// text file here (NUL-terminated: the fake reads images as C strings).
-fn helper_dir() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("cuhal-indirect-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("indirect_sm_90.cubin"),
-            ".entry cuhal_indirect_apply(.param .u64 counts) { ret; }\0",
-        )
-        .unwrap();
-        // SAFETY: set once, before any test of this binary loads a driver or records; nothing in
-        // this binary reads the environment through libc.
-        unsafe { std::env::set_var(cuhal_command::INDIRECT_HELPER_DIR_ENV, &dir) };
-    });
-}
 
 fn modes(test: fn(CommandBufferMode)) {
     test(CommandBufferMode::Graph);
@@ -53,7 +36,7 @@ fn counts_run_the_dispatch_zero_runs_nothing_and_out_of_range_fails_the_submissi
 }
 
 fn outcomes(mode: CommandBufferMode) {
-    helper_dir();
+    install_helpers("indirect", INDIRECT_HELPER_ONLY);
     let (fake, _driver, device) = open(
         &format!("indirect-{mode:?}").to_lowercase(),
         DeviceOptions {
@@ -122,7 +105,7 @@ fn clusters_must_tile_the_count_and_bad_recordings_are_refused() {
 }
 
 fn refusals(mode: CommandBufferMode) {
-    helper_dir();
+    install_helpers("indirect", INDIRECT_HELPER_ONLY);
     let (fake, _driver, device) = open(
         &format!("indirect-refusals-{mode:?}").to_lowercase(),
         DeviceOptions {
@@ -173,7 +156,7 @@ fn the_helper_module_is_loaded_once_per_context_and_command_buffers_do_not_unloa
 }
 
 fn helper_once(mode: CommandBufferMode) {
-    helper_dir();
+    install_helpers("indirect", INDIRECT_HELPER_ONLY);
     let (fake, _driver, device) = open(
         &format!("indirect-once-{mode:?}").to_lowercase(),
         DeviceOptions {

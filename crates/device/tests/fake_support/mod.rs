@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each test file uses a different part
 
 pub mod counting;
+pub mod helpers;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -133,6 +133,21 @@ fn check_output(device: &Device, queue: &Queue, table: &[BufferRange], input: &[
     );
 }
 
+/// `rounds` checked submissions on queue 0, each on freshly allocated buffers.
+fn run_fresh_rounds(device: &Device, cb: &Arc<dyn CommandBuffer>, rng: &mut Rng, rounds: usize) {
+    for round in 0..rounds {
+        let table = Slots::new(device).table();
+        run_checked(
+            device,
+            device.queue(0),
+            cb,
+            &table,
+            rng,
+            &format!("{round}"),
+        );
+    }
+}
+
 fn open_fake(tag: &str, queues: usize) -> (FakeDriver, cuhal::Driver, Device, Function) {
     install_helpers("device-patch", BOTH_HELPERS);
     let (fake, driver, device) = open(tag, fake_support::queues(queues));
@@ -360,17 +375,7 @@ fn without_what_device_patching_needs_the_host_patches() {
     let graph = record(&device, &add, PatchMethod::Device);
     assert!(!graph.patches_on_device());
     let cb: Arc<dyn CommandBuffer> = graph.clone();
-    for round in 0..4 {
-        let table = Slots::new(&device).table();
-        run_checked(
-            &device,
-            device.queue(0),
-            &cb,
-            &table,
-            &mut rng,
-            &format!("{round}"),
-        );
-    }
+    run_fresh_rounds(&device, &cb, &mut rng, 4);
     assert_eq!(fake.launches(BINDINGS_HELPER), 0);
 
     // The driver refuses the clone: the executable is the plain graph's.
@@ -379,17 +384,7 @@ fn without_what_device_patching_needs_the_host_patches() {
     let graph = record(&device, &add, PatchMethod::Device);
     assert!(!graph.patches_on_device());
     let cb: Arc<dyn CommandBuffer> = graph.clone();
-    for round in 0..4 {
-        let table = Slots::new(&device).table();
-        run_checked(
-            &device,
-            device.queue(0),
-            &cb,
-            &table,
-            &mut rng,
-            &format!("{round}"),
-        );
-    }
+    run_fresh_rounds(&device, &cb, &mut rng, 4);
     assert_eq!(fake.launches(BINDINGS_HELPER), 0);
 }
 

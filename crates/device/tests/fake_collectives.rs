@@ -4,12 +4,12 @@
 
 mod fake_support;
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use cuhal::{
-    Collective, CollectivePart, Communicator, CommunicatorOptions, Device, Error, Nccl,
-    NcclDataType, NcclRedOp,
+    Buffer, Collective, CollectivePart, Communicator, CommunicatorOptions, Device, Error, Failure,
+    Nccl, NcclDataType, NcclRedOp, Semaphore,
 };
 use cuhal_fake_driver::harness::FakeDriver;
 use fake_support::{
@@ -18,6 +18,62 @@ use fake_support::{
 
 fn setup(tag: &str) -> (FakeDriver, Vec<Device>, Nccl) {
     two_devices_with_nccl(tag)
+}
+
+/// Rank 0 of two on `devices[0]` with the caller's `timeout`, and rank 1 on `devices[1]` as a
+/// peer with the default options (a second process's rank, in one process).
+fn join_two_with_timeout(
+    nccl: &Nccl,
+    devices: &[Device],
+    timeout: Duration,
+) -> (Communicator, Communicator) {
+    let id = nccl.unique_id().unwrap();
+    let options = CommunicatorOptions {
+        timeout,
+        ..CommunicatorOptions::default()
+    };
+    std::thread::scope(|scope| {
+        let peer = scope.spawn(|| {
+            Communicator::join(
+                nccl,
+                id,
+                2,
+                &[(&devices[1], 1)],
+                CommunicatorOptions::default(),
+            )
+            .unwrap()
+        });
+        let comm = Communicator::join(nccl, id, 2, &[(&devices[0], 0)], options).unwrap();
+        (comm, peer.join().unwrap())
+    })
+}
+
+/// Submits an all-reduce of `a` on `comm` signalling `done` to `value` from a thread of its own
+/// (it blocks while its peer never arrives), checks that the submission returns, and gives the
+/// failure `done` ends with.
+fn all_reduce_failure(
+    comm: &Communicator,
+    a: &Arc<Buffer>,
+    done: &Semaphore,
+    value: u64,
+) -> Failure {
+    let s = [(done, value)];
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let r = comm.submit(&[CollectivePart::all_reduce(
+                &a.whole(),
+                &a.whole(),
+                1,
+                NcclDataType::F32,
+                NcclRedOp::Sum,
+            )
+            .signals(&s)]);
+            tx.send(r.is_ok()).unwrap();
+        });
+        assert!(rx.recv_timeout(TIMEOUT).unwrap(), "the submission returned");
+        failure_of(done, value)
+    })
 }
 
 #[test]
@@ -382,52 +438,17 @@ fn a_collective_issues_without_context_switches() {
 fn a_peer_that_never_arrives_is_aborted_after_the_timeout() {
     let (fake, devices, nccl) = setup("nccl-timeout");
     // Rank 0 of two; rank 1 (another process) joins but never submits.
-    let id = nccl.unique_id().unwrap();
-    let options = CommunicatorOptions {
-        timeout: Duration::from_millis(300),
-        ..CommunicatorOptions::default()
-    };
-    let (comm, _silent) = std::thread::scope(|scope| {
-        let silent = scope.spawn(|| {
-            Communicator::join(
-                &nccl,
-                id,
-                2,
-                &[(&devices[1], 1)],
-                CommunicatorOptions::default(),
-            )
-            .unwrap()
-        });
-        let comm = Communicator::join(&nccl, id, 2, &[(&devices[0], 0)], options).unwrap();
-        (comm, silent.join().unwrap())
-    });
+    let (comm, _silent) = join_two_with_timeout(&nccl, &devices, Duration::from_millis(300));
     let a = devices[0].create_buffer(4).unwrap();
     let done = devices[0].create_semaphore(0);
-    let s = [(&done, 1)];
-    let (tx, rx) = mpsc::channel();
     let started = std::time::Instant::now();
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let f = NcclDataType::F32;
-            let r = comm.submit(&[CollectivePart::all_reduce(
-                &a.whole(),
-                &a.whole(),
-                1,
-                f,
-                NcclRedOp::Sum,
-            )
-            .signals(&s)]);
-            tx.send(r.is_ok()).unwrap();
-        });
-        assert!(rx.recv_timeout(TIMEOUT).unwrap(), "the submission returned");
-        let failure = failure_of(&done, 1);
-        match failure.downcast_ref::<Error>() {
-            Some(Error::CollectiveTimeout { timeout, .. }) => {
-                assert_eq!(*timeout, Duration::from_millis(300))
-            }
-            other => panic!("expected CollectiveTimeout, got {other:?} ({failure})"),
+    let failure = all_reduce_failure(&comm, &a, &done, 1);
+    match failure.downcast_ref::<Error>() {
+        Some(Error::CollectiveTimeout { timeout, .. }) => {
+            assert_eq!(*timeout, Duration::from_millis(300))
         }
-    });
+        other => panic!("expected CollectiveTimeout, got {other:?} ({failure})"),
+    }
     assert!(started.elapsed() < TIMEOUT);
     assert!(fake.calls("ncclCommAbort") >= 1);
     assert!(comm.failure().is_some());
@@ -440,25 +461,7 @@ fn a_peer_that_never_arrives_is_aborted_after_the_timeout() {
 #[test]
 fn a_peer_that_stops_arriving_after_some_rounds_is_aborted_after_the_timeout() {
     let (fake, devices, nccl) = setup("nccl-timeout-later");
-    let id = nccl.unique_id().unwrap();
-    let options = CommunicatorOptions {
-        timeout: Duration::from_millis(300),
-        ..CommunicatorOptions::default()
-    };
-    let (comm, peer) = std::thread::scope(|scope| {
-        let peer = scope.spawn(|| {
-            Communicator::join(
-                &nccl,
-                id,
-                2,
-                &[(&devices[1], 1)],
-                CommunicatorOptions::default(),
-            )
-            .unwrap()
-        });
-        let comm = Communicator::join(&nccl, id, 2, &[(&devices[0], 0)], options).unwrap();
-        (comm, peer.join().unwrap())
-    });
+    let (comm, peer) = join_two_with_timeout(&nccl, &devices, Duration::from_millis(300));
     let a = devices[0].create_buffer(4).unwrap();
     let b = devices[1].create_buffer(4).unwrap();
     let f = NcclDataType::F32;
@@ -494,30 +497,14 @@ fn a_peer_that_stops_arriving_after_some_rounds_is_aborted_after_the_timeout() {
     }
     // Now the peer never arrives.
     let started = std::time::Instant::now();
-    let s = [(&done, 7)];
-    let (tx, rx) = mpsc::channel();
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let r = comm.submit(&[CollectivePart::all_reduce(
-                &a.whole(),
-                &a.whole(),
-                1,
-                f,
-                NcclRedOp::Sum,
-            )
-            .signals(&s)]);
-            tx.send(r.is_ok()).unwrap();
-        });
-        assert!(rx.recv_timeout(TIMEOUT).unwrap(), "the submission returned");
-        let failure = failure_of(&done, 7);
-        assert!(
-            matches!(
-                failure.downcast_ref::<Error>(),
-                Some(Error::CollectiveTimeout { .. })
-            ),
-            "expected CollectiveTimeout, got {failure}"
-        );
-    });
+    let failure = all_reduce_failure(&comm, &a, &done, 7);
+    assert!(
+        matches!(
+            failure.downcast_ref::<Error>(),
+            Some(Error::CollectiveTimeout { .. })
+        ),
+        "expected CollectiveTimeout, got {failure}"
+    );
     assert!(started.elapsed() < TIMEOUT);
     assert!(fake.calls("ncclCommAbort") >= 1);
     drop(comm);

@@ -53,6 +53,47 @@ DONE:
 }
 "#;
 
+/// Records the demo's transform on `queue`: `middle = 2 * input + 1` ("scale"), a barrier, then
+/// `output = 0.5 * middle - 0.5` ("unscale"), so `output` holds `input` again. The one-GPU and
+/// the two-GPU pipelines run it.
+pub(super) fn record_transform(
+    queue: &cuhal::Queue,
+    scale_add: &cuhal::Function,
+    [input, middle, output]: [&Arc<cuhal::Buffer>; 3],
+) -> Result<Arc<dyn CommandBuffer>> {
+    let block = 256u32;
+    let grid = (ELEMENTS as u32).div_ceil(block);
+    let args = |from: &Arc<cuhal::Buffer>, to: &Arc<cuhal::Buffer>, a: f32, b: f32| {
+        KernelArgs::new()
+            .with_range(&from.whole())
+            .with_range(&to.whole())
+            .with(a)
+            .with(b)
+            .with(ELEMENTS as u32)
+    };
+    let mut transform = queue.create_command_buffer()?;
+    transform.begin_debug_group("scale")?;
+    let scale_args = args(input, middle, 2.0, 1.0);
+    transform.dispatch(&Dispatch::new(
+        scale_add,
+        [grid, 1, 1],
+        [block, 1, 1],
+        &scale_args,
+    ))?;
+    transform.end_debug_group()?;
+    transform.barrier()?;
+    transform.begin_debug_group("unscale")?;
+    let unscale_args = args(middle, output, 0.5, -0.5);
+    transform.dispatch(&Dispatch::new(
+        scale_add,
+        [grid, 1, 1],
+        [block, 1, 1],
+        &unscale_args,
+    ))?;
+    transform.end_debug_group()?;
+    Ok(transform.end()?)
+}
+
 /// Runs the pipeline on device 0.
 pub fn run(driver: &Driver, info: &DeviceInfo, options: &Options) -> Result<Summary> {
     println!(
@@ -86,37 +127,7 @@ pub fn run(driver: &Driver, info: &DeviceInfo, options: &Options) -> Result<Summ
     let host = device.create_host_buffer(bytes)?;
     let (upload, compute) = (device.queue(0), device.queue(1));
 
-    let block = 256u32;
-    let grid = (ELEMENTS as u32).div_ceil(block);
-    let args = |from: &Arc<cuhal::Buffer>, to: &Arc<cuhal::Buffer>, a: f32, b: f32| {
-        KernelArgs::new()
-            .with_range(&from.whole())
-            .with_range(&to.whole())
-            .with(a)
-            .with(b)
-            .with(ELEMENTS as u32)
-    };
-    let mut transform = compute.create_command_buffer()?;
-    transform.begin_debug_group("scale")?;
-    let scale_args = args(&input_buf, &middle, 2.0, 1.0);
-    transform.dispatch(&Dispatch::new(
-        &scale_add,
-        [grid, 1, 1],
-        [block, 1, 1],
-        &scale_args,
-    ))?;
-    transform.end_debug_group()?;
-    transform.barrier()?;
-    transform.begin_debug_group("unscale")?;
-    let unscale_args = args(&middle, &output, 0.5, -0.5);
-    transform.dispatch(&Dispatch::new(
-        &scale_add,
-        [grid, 1, 1],
-        [block, 1, 1],
-        &unscale_args,
-    ))?;
-    transform.end_debug_group()?;
-    let transform: Arc<dyn CommandBuffer> = transform.end()?;
+    let transform = record_transform(compute, &scale_add, [&input_buf, &middle, &output])?;
 
     let mut publish = upload.create_command_buffer()?;
     publish.begin_debug_group("publish")?;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use cuhal::{
-    CollectivePart, CommandBuffer, Communicator, CommunicatorOptions, DeviceOptions, Dispatch,
-    Driver, KernelArgs, Nccl, NcclDataType, NcclRedOp, Verbosity,
+    CollectivePart, CommandBuffer, Communicator, CommunicatorOptions, DeviceOptions, Driver, Nccl,
+    NcclDataType, NcclRedOp, Verbosity,
 };
 use cuhal_trace::sink::{Fanout, JsonSink, MemorySink, Sink};
 
@@ -63,8 +63,6 @@ pub fn run(driver: &Driver, nccl: &Nccl, options: &Options) -> Result<AcrossSumm
         CommunicatorOptions::default(),
     )?;
     let bytes = ELEMENTS * 4;
-    let block = 256u32;
-    let grid = (ELEMENTS as u32).div_ceil(block);
     struct Gpu {
         input: Arc<cuhal::Buffer>,
         output: Arc<cuhal::Buffer>,
@@ -78,35 +76,11 @@ pub fn run(driver: &Driver, nccl: &Nccl, options: &Options) -> Result<AcrossSumm
         let scale_add = executable.function("scale_add")?;
         let [input_buf, middle, output] = [(); 3].map(|()| device.create_buffer(bytes));
         let (input_buf, middle, output) = (input_buf?, middle?, output?);
-        let args = |from: &Arc<cuhal::Buffer>, to: &Arc<cuhal::Buffer>, a: f32, b: f32| {
-            KernelArgs::new()
-                .with_range(&from.whole())
-                .with_range(&to.whole())
-                .with(a)
-                .with(b)
-                .with(ELEMENTS as u32)
-        };
-        let mut transform = device.queue(0).create_command_buffer()?;
-        transform.begin_debug_group("scale")?;
-        let scale = args(&input_buf, &middle, 2.0, 1.0);
-        transform.dispatch(&Dispatch::new(
+        let transform = super::gpu::record_transform(
+            device.queue(0),
             &scale_add,
-            [grid, 1, 1],
-            [block, 1, 1],
-            &scale,
-        ))?;
-        transform.end_debug_group()?;
-        transform.barrier()?;
-        transform.begin_debug_group("unscale")?;
-        let unscale = args(&middle, &output, 0.5, -0.5);
-        transform.dispatch(&Dispatch::new(
-            &scale_add,
-            [grid, 1, 1],
-            [block, 1, 1],
-            &unscale,
-        ))?;
-        transform.end_debug_group()?;
-        let transform = transform.end()?;
+            [&input_buf, &middle, &output],
+        )?;
         gpus.push(Gpu {
             input: input_buf,
             output,

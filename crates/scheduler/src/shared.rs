@@ -555,9 +555,11 @@ impl<B: Backend> Shared<B> {
 
     fn push_finished(&self, finished: Finished<B>) {
         // Work checked on completion signals only from the completion thread: nobody else can
-        // poll for it, so it must not wait out a gather.
-        let urgent = matches!(&finished, Finished::Issued { body, .. }
-            if self.backend.checks_completion(&body.payload));
+        // poll for it, so it must not wait out a gather. Without gathering (the default) nothing
+        // is urgent, and the backend is not asked again.
+        let urgent = !self.options.completion_gather.is_zero()
+            && matches!(&finished, Finished::Issued { body, .. }
+                if self.backend.checks_completion(&body.payload));
         {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             queue.push_back(finished);

@@ -80,6 +80,7 @@ in_both_modes!(
     a_chain_on_one_queue_relies_on_stream_order,
     timing_a_backlog_behind_a_long_kernel_retires_in_batches,
     idle_queues_park_their_threads,
+    dropping_a_buffer_leaves_the_device_running,
 );
 
 /// One test's device, kernels and random source.
@@ -1218,4 +1219,46 @@ fn idle_queues_park_their_threads(mode: CommandBufferMode) {
             "queue {q}: an idle queue's threads stay parked"
         );
     }
+}
+
+/// A buffer's last reference going while a long kernel runs waits neither for that kernel nor
+/// for anything else: another queue's work is submitted and completes meanwhile. (`cuMemFree`
+/// waits for the whole device, holding the driver's lock: a buffer dropped on the completion
+/// thread stalled every other queue's submissions until all running work ended.)
+fn dropping_a_buffer_leaves_the_device_running(mode: CommandBufferMode) {
+    /// Long enough that a drop that waited for the device cannot be missed.
+    const LONG_NS: u64 = 1_000_000_000;
+    let mut e = env(mode, 2);
+    let (long, quick) = (e.sem(), e.sem());
+    let (out, v) = (e.buffer(), e.value());
+    let slow = e.fill_cb(0, LONG_NS, &out, v);
+    let (other, x) = (e.buffer(), e.value());
+    let other_fill = e.fill_cb(1, 0, &other, x);
+    // A buffer that finished work used, held by nothing but this test once that work retired.
+    let (dropped, w) = (e.buffer(), e.value());
+    let fill = e.fill_cb(1, 0, &dropped, w);
+    e.q(1).execute(&[], &[(&quick, 1)], &[&fill]).unwrap();
+    wait(&quick, 1);
+    assert_all(&dropped, w, "the dropped buffer's work ran");
+    drop(fill);
+    settle(e.q(1));
+    assert_eq!(Arc::strong_count(&dropped), 1, "only the test holds it");
+
+    e.q(0).execute(&[], &[(&long, 1)], &[&slow]).unwrap();
+    let started = Instant::now();
+    drop(dropped);
+    let dropping = started.elapsed();
+    e.q(1).execute(&[], &[(&quick, 2)], &[&other_fill]).unwrap();
+    wait(&quick, 2);
+    let meanwhile = started.elapsed();
+    assert_eq!(
+        value_of(&long),
+        0,
+        "the 1 s kernel must still run after the drop ({dropping:?}) and another queue's \
+         work ({meanwhile:?}): the drop waited for the device"
+    );
+    wait(&long, 1);
+    assert_all(&out, v, "the long kernel ran");
+    assert_all(&other, x, "the other queue's work ran");
+    println!("dropping the buffer took {dropping:?}; with the other queue's work, {meanwhile:?}");
 }

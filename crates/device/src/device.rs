@@ -13,7 +13,7 @@ use crate::Semaphore;
 use crate::error::{Error, Result};
 use crate::event_pool::TimepointEventPool;
 use crate::lost::Lost;
-use crate::memory::MemoryPool;
+use crate::memory::{BufferMemory, MemoryPool};
 use crate::queue::{CommandBufferMode, Queue, QueueSetup};
 
 /// The loaded CUDA driver.
@@ -193,6 +193,8 @@ pub(crate) struct DeviceShared {
     pub(crate) lost: Arc<Lost>,
     /// Stream-ordered allocations.
     pub(crate) memory: Arc<MemoryPool>,
+    /// Where `create_buffer` allocates: the same pool, through a stream of its own.
+    pub(crate) buffers: Arc<BufferMemory>,
 }
 
 impl Device {
@@ -237,11 +239,13 @@ impl Device {
         let events = TimepointEventPool::new(context.clone(), 0, lost.clone(), false)
             .map_err(|e| lost.filter(e))?;
         let memory = Arc::new(MemoryPool::new(context.clone()).map_err(|e| lost.filter(e))?);
+        let buffers = BufferMemory::new(memory.clone()).map_err(|e| lost.filter(e))?;
         let shared = DeviceShared {
             context,
             events,
             lost,
             memory,
+            buffers,
         };
         let context = &shared.context;
         let mut queue_events = Vec::with_capacity(options.queues);
@@ -338,10 +342,23 @@ impl Device {
         Semaphore::with_options(initial, self.semaphore_options)
     }
 
-    /// A device allocation of `len` bytes (`cuMemAlloc`).
+    /// A device allocation of `len` bytes (256-byte aligned), usable by every queue and stream
+    /// of the device (and of its peers, see [`Device::enable_peer_access`]) at once.
+    ///
+    /// The memory comes from the device's memory pool, and goes back to it, in stream order,
+    /// when the last reference to the buffer goes: every queued use holds the buffer, so that is
+    /// after all of cuhal's work on it, and dropping a buffer never waits for the device (a
+    /// `cuMemFree` would wait for all of it, and stall other threads' submissions meanwhile).
+    /// Work enqueued on the buffer outside cuhal (raw driver calls on its
+    /// [`device_ptr`](Buffer::device_ptr)) must have completed before the last reference goes.
+    /// The pool keeps freed memory for later buffers; when an allocation finds no room, it gives
+    /// back what it keeps unused and tries again.
     pub fn create_buffer(&self, len: usize) -> Result<Arc<Buffer>> {
         self.check_alive()?;
-        Buffer::new(&self.shared.context, len).map_err(|e| self.shared.lost.filter(e.into()))
+        self.shared
+            .buffers
+            .allocate(len)
+            .map_err(|e| self.shared.lost.filter(e))
     }
 
     /// A pinned host allocation of `len` bytes, for [`Queue::read`].

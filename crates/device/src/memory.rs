@@ -14,10 +14,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use smallvec::SmallVec;
 
+use cuhal_command::Buffer;
 use cuhal_sys::cu;
 use cuhal_sys::{
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-    CUdeviceptr, CUmemLocation, CUmemPoolProps, CUmemoryPool, CUstream, PrimaryContext,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CU_STREAM_NON_BLOCKING, CUdevice, CUdeviceptr,
+    CUmemAccessDesc, CUmemLocation, CUmemPoolProps, CUmemoryPool, CUresult, CUstream,
+    PrimaryContext, Stream,
 };
 
 use crate::error::Error;
@@ -84,6 +87,21 @@ impl MemoryPool {
         Ok(pool)
     }
 
+    /// Lets `device`'s kernels and copies reach this pool's memory (`cuMemPoolSetAccess`):
+    /// peer access between contexts (`cuCtxEnablePeerAccess`) does not cover pool memory.
+    pub(crate) fn grant_access(&self, device: CUdevice) -> Result<(), Error> {
+        let _bound = self.context.enter()?;
+        let desc = CUmemAccessDesc {
+            location: CUmemLocation {
+                type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                id: device,
+            },
+            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the pool is live; one fully initialized descriptor.
+        Ok(unsafe { cu!(self.context.api(), cuMemPoolSetAccess(self.raw, &desc, 1)) }?)
+    }
+
     /// Allocates `len` bytes, in the order of `stream`.
     pub(crate) fn allocate(&self, len: usize, stream: CUstream) -> Result<Arc<Allocation>, Error> {
         let _bound = self.context.enter()?;
@@ -117,6 +135,98 @@ impl Drop for MemoryPool {
             // pool's memory only when they are freed.
             let _ = unsafe { cu!(api, cuMemPoolDestroy(self.raw)) };
         }
+    }
+}
+
+/// Where [`crate::Device::create_buffer`] takes memory from: the device's pool, allocated and
+/// freed in the order of a stream of its own.
+///
+/// `cuMemFree` waits for the whole device to go idle, and holds the driver's lock while it
+/// waits, so a buffer whose last reference went while any queue's work ran (on the completion
+/// thread, after the work that used it) stalled every other thread's submissions until that
+/// work ended: two queues' independent work ran one after the other. A pooled buffer is freed
+/// with `cuMemFreeAsync` on this stream instead, which waits for nothing: every queued use of a
+/// buffer holds it, so when the last reference goes, all work that used it has completed.
+/// Allocation synchronizes this stream (which holds only frees), so the memory is ready for
+/// every stream at once, as `cuMemAlloc`'s is.
+pub(crate) struct BufferMemory {
+    pool: Arc<MemoryPool>,
+    stream: Stream,
+}
+
+impl BufferMemory {
+    pub(crate) fn new(pool: Arc<MemoryPool>) -> Result<Arc<Self>, Error> {
+        let stream = Stream::new(&pool.context, CU_STREAM_NON_BLOCKING)?;
+        Ok(Arc::new(Self { pool, stream }))
+    }
+
+    /// A buffer of `len` bytes (256-byte aligned, like every driver allocation). When the pool
+    /// has no room, memory it keeps but nobody uses goes back to the driver and the allocation
+    /// is tried once more.
+    pub(crate) fn allocate(self: &Arc<Self>, len: usize) -> Result<Arc<Buffer>, Error> {
+        if len == 0 {
+            return Err(Error::Command(cuhal_command::Error::ZeroSize {
+                what: "buffer",
+            }));
+        }
+        let context = &self.pool.context;
+        let _bound = context.enter()?;
+        let api = context.api();
+        let attempt = || {
+            let mut ptr: CUdeviceptr = 0;
+            // SAFETY: `ptr` is a valid out-pointer; the pool and the stream are live.
+            unsafe {
+                cu!(
+                    api,
+                    cuMemAllocFromPoolAsync(&mut ptr, len, self.pool.raw, self.stream.raw())
+                )
+            }
+            .map(|()| ptr)
+        };
+        let ptr = match attempt() {
+            Err(e) if e.result() == Some(CUresult::ERROR_OUT_OF_MEMORY) => {
+                // Frees still queued on the stream return their memory to the pool first.
+                self.stream.synchronize()?;
+                // SAFETY: the pool is live; trimming releases only memory no allocation holds.
+                unsafe { cu!(api, cuMemPoolTrimTo(self.pool.raw, 0)) }?;
+                attempt()?
+            }
+            other => other?,
+        };
+        let block = Arc::new(PooledBlock {
+            memory: self.clone(),
+            ptr,
+        });
+        // The allocation is made in the order of the stream; once it is, any stream may use it.
+        self.stream.synchronize()?;
+        // SAFETY: `[ptr, ptr + len)` is device memory of `context`, allocated above; `block`
+        // frees it only when dropped, which the buffer (its keeper) lets happen only when the
+        // buffer itself goes, after every use of it.
+        Ok(unsafe { Buffer::from_raw(context, ptr, len, block) })
+    }
+}
+
+/// The memory of one pooled buffer: freed, in the order of [`BufferMemory`]'s stream, when the
+/// buffer (its only holder) goes.
+struct PooledBlock {
+    memory: Arc<BufferMemory>,
+    ptr: CUdeviceptr,
+}
+
+impl Drop for PooledBlock {
+    fn drop(&mut self) {
+        let context = &self.memory.pool.context;
+        let _bound = context.enter();
+        // SAFETY: allocated from the pool by `BufferMemory::allocate` and freed once, here. The
+        // buffer that held this block is gone, and every queued use of a buffer (an action, a
+        // command buffer) holds it until the work completed, so no work uses the memory any
+        // more; the stream (kept alive by `memory`) orders the free after nothing else.
+        let _ = unsafe {
+            cu!(
+                context.api(),
+                cuMemFreeAsync(self.ptr, self.memory.stream.raw())
+            )
+        };
     }
 }
 

@@ -90,6 +90,9 @@ impl Device {
             }
             _ => {}
         }
+        // Buffers come from the peer's memory pool, which the context's peer access does not
+        // open: the pool itself must let this device in.
+        peer.shared.memory.grant_access(context.device())?;
         self.note_peer(other);
         Ok(true)
     }

@@ -31,8 +31,9 @@ fn the_driver_lists_the_fake_devices_and_opens_them() {
         counts.pools, 1,
         "the device's pool for stream-ordered allocations"
     );
-    // Each queue: its stream and the completion thread's sleep stream.
-    assert_eq!(counts.streams, 4);
+    // Each queue: its stream and the completion thread's sleep stream; and the stream that
+    // buffers are allocated and freed on.
+    assert_eq!(counts.streams, 5);
     let reserved = DeviceOptions::default().reserved_events as u64;
     assert!(counts.events >= reserved, "{counts:?}");
     assert_eq!(
@@ -53,6 +54,61 @@ fn the_driver_lists_the_fake_devices_and_opens_them() {
         Err(Error::InvalidArgument(_))
     ));
     drop(device);
+    assert_eq!(live(&fake), Counts::default());
+}
+
+#[test]
+fn buffers_come_from_the_pool_and_go_back_in_stream_order_without_cu_mem_free() {
+    let (fake, driver) = load("pooled-buffers");
+    let device = driver.open(0, queues(1)).unwrap();
+    let before = fake.counts();
+    let (allocs, frees) = (
+        fake.calls(cu_name!(cuMemAlloc)),
+        fake.calls(cu_name!(cuMemFree)),
+    );
+    let buffer = device.create_buffer(1000).unwrap();
+    assert_eq!(buffer.device_ptr() % 256, 0);
+    assert_eq!(buffer.len(), 1000);
+    assert_eq!(
+        fake.counts().device_allocations,
+        before.device_allocations + 1
+    );
+    assert_eq!(fake.calls(cu_name!(cuMemAlloc)), allocs, "not cuMemAlloc");
+    assert!(fake.calls(cu_name!(cuMemAllocFromPoolAsync)) >= 1);
+
+    // The queue holds the buffer until the fill completed; the last reference goes there.
+    let done = device.create_semaphore(0);
+    device
+        .queue(0)
+        .fill(&[], &[(&done, 1)], &buffer.whole(), FillPattern::U32(7))
+        .unwrap();
+    drop(buffer);
+    wait(&done, 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while fake.counts().device_allocations != before.device_allocations {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the buffer was never freed: {:?}",
+            fake.counts()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(
+        fake.calls(cu_name!(cuMemFree)),
+        frees,
+        "a dropped buffer must not go through cuMemFree, which waits for the whole device"
+    );
+    assert!(fake.calls(cu_name!(cuMemFreeAsync)) >= 1);
+
+    assert!(matches!(
+        device.create_buffer(0),
+        Err(Error::Command(cuhal_command::Error::ZeroSize { .. }))
+    ));
+    // A buffer may outlive its device: the pool, the stream and the context stay until it goes.
+    let kept = device.create_buffer(64).unwrap();
+    drop(device);
+    assert_eq!(fake.counts().device_allocations, 1);
+    drop(kept);
     assert_eq!(live(&fake), Counts::default());
 }
 

@@ -21,6 +21,9 @@ fn opens_any_subset_and_enables_peer_access_both_ways() {
     assert_eq!(devices[1].peers(), vec![2]);
     assert!(!devices[0].has_peer_access(1), "device 1 was not opened");
     assert_eq!(fake.calls(cu_name!(cuCtxEnablePeerAccess)), 2);
+    // Buffers are pool memory, which context peer access does not open: each device's pool
+    // lets the other device in.
+    assert_eq!(fake.counts().pool_peer_grants, 2);
     // Enabling again is not an error (the driver's ALREADY_ENABLED is absorbed).
     assert!(devices[0].enable_peer_access(&devices[1]).unwrap());
     assert!(matches!(
@@ -82,6 +85,7 @@ fn without_peer_access_devices_open_and_peer_copies_still_work() {
     let devices = driver.open_all(DeviceOptions::default()).unwrap();
     assert!(devices.iter().all(|d| d.peers().is_empty()));
     assert_eq!(fake.calls(cu_name!(cuCtxEnablePeerAccess)), 0);
+    assert_eq!(fake.counts().pool_peer_grants, 0);
     peer_copy_round_trip(&devices[0], &devices[1]);
 }
 

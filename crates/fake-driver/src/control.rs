@@ -39,6 +39,8 @@ pub struct Counts {
     pub launches: u64,
     /// Programmatic edges added to graphs so far.
     pub programmatic_edges: u64,
+    /// Access grants of live pools to devices other than their own (`cuMemPoolSetAccess`).
+    pub pool_peer_grants: u64,
 }
 
 /// Reads a caller's C string.

@@ -59,6 +59,8 @@ pub(crate) struct Pool {
     pub release_threshold: u64,
     /// A device's default pool: never destroyed, not counted as live.
     pub default: bool,
+    /// Other devices granted access by `cuMemPoolSetAccess` (with their `CU_MEM_ACCESS_FLAGS`).
+    pub access: Vec<(i32, c_uint)>,
 }
 
 fn layout(len: usize) -> Result<Layout, c_int> {
@@ -172,6 +174,7 @@ impl World {
                 device,
                 release_threshold: 0,
                 default: true,
+                access: Vec::new(),
             },
         );
         self.default_pools.insert(device, pool);
@@ -340,6 +343,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(
                 device: props.location.id,
                 release_threshold: 0,
                 default: false,
+                access: Vec::new(),
             },
         );
         // SAFETY: forwarded caller contract (checked non-null above).
@@ -380,6 +384,49 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
             // SAFETY: non-null and pointing to a u64 for this attribute (caller's contract).
             let threshold = unsafe { value.cast::<u64>().read_unaligned() };
             lookup_mut(&mut world.pools, pool)?.release_threshold = threshold;
+        }
+        Ok(())
+    })
+}
+
+/// `CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)`.
+///
+/// Checks what the real driver checks: a live pool, at least one entry, device locations of
+/// devices that exist, known flags, and no entry that takes access away from the pool's own
+/// device. Records the access of every other device.
+///
+/// # Safety
+/// `descs` is null or valid for `count` reads.
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: CUmemoryPool,
+    descs: *const cuhal_sys::CUmemAccessDesc,
+    count: usize,
+) -> c_int {
+    entry("cuMemPoolSetAccess", || {
+        let mut world = world();
+        let pool = world.pool(pool)?;
+        ensure(!descs.is_null() && count > 0, status::INVALID_VALUE)?;
+        // SAFETY: non-null and valid for `count` reads (caller's contract).
+        let descs = unsafe { std::slice::from_raw_parts(descs, count) };
+        let own = world.pools[&pool].device;
+        for desc in descs {
+            ensure(
+                desc.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE
+                    && matches!(desc.flags, 0 | 1 | 3),
+                status::INVALID_VALUE,
+            )?;
+            check_device(desc.location.id).map_err(|_| status::INVALID_DEVICE)?;
+            ensure(
+                desc.location.id != own || desc.flags == 3,
+                status::INVALID_VALUE,
+            )?;
+        }
+        let access = &mut lookup_mut(&mut world.pools, pool)?.access;
+        for desc in descs.iter().filter(|d| d.location.id != own) {
+            access.retain(|(device, _)| *device != desc.location.id);
+            if desc.flags != 0 {
+                access.push((desc.location.id, desc.flags));
+            }
         }
         Ok(())
     })

@@ -82,6 +82,7 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuMemPoolDestroy" => f!(11020, mem::cuMemPoolDestroy),
         "cuMemPoolSetAttribute" => f!(11020, mem::cuMemPoolSetAttribute),
         "cuMemPoolTrimTo" => f!(11020, mem::cuMemPoolTrimTo),
+        "cuMemPoolSetAccess" => f!(11020, mem::cuMemPoolSetAccess),
         "cuMemAllocAsync" => f!(11020, mem::cuMemAllocAsync),
         "cuMemAllocFromPoolAsync" => f!(11020, mem::cuMemAllocFromPoolAsync),
         "cuMemFreeAsync" => f!(11020, mem::cuMemFreeAsync),

@@ -81,6 +81,7 @@ impl World {
             modules: self.modules.len() as u64,
             launches: self.launches.values().sum(),
             programmatic_edges: self.programmatic_edges,
+            pool_peer_grants: self.pools.values().map(|p| p.access.len() as u64).sum(),
             ..Counts::default()
         };
         for allocation in self.allocations.values() {

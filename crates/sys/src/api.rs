@@ -361,6 +361,8 @@ driver_api! {
         fn cuMemPoolSetAttribute(pool: CUmemoryPool, attribute: CUmemPool_attribute, value: *mut c_void);
         /// `cuMemPoolTrimTo(pool, min_bytes_to_keep)`.
         fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize);
+        /// `cuMemPoolSetAccess(pool, descs, count)`: which other devices reach the pool's memory.
+        fn cuMemPoolSetAccess(pool: CUmemoryPool, descs: *const CUmemAccessDesc, count: usize);
         /// `cuMemAllocAsync(&address, bytes, stream)`.
         fn cuMemAllocAsync(address: *mut CUdeviceptr, bytes: usize, stream: CUstream);
         /// `cuMemAllocFromPoolAsync(&address, bytes, pool, stream)`.

@@ -387,6 +387,20 @@ pub type CUmemPool_attribute = c_uint;
 /// `u64` bytes the pool keeps reserved instead of releasing at synchronization points.
 pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: CUmemPool_attribute = 4;
 
+/// `CUmemAccessDesc`: one device's access to a pool's memory, for `cuMemPoolSetAccess`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct CUmemAccessDesc {
+    /// The device that gains (or loses) access.
+    pub location: CUmemLocation,
+    /// `CU_MEM_ACCESS_FLAGS_PROT_*`.
+    pub flags: c_uint,
+}
+/// No access.
+pub const CU_MEM_ACCESS_FLAGS_PROT_NONE: c_uint = 0;
+/// Reads and writes.
+pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_uint = 3;
+
 /// `CUgraphExecUpdateResultInfo` (CUDA 12's `cuGraphExecUpdate`).
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
@@ -587,6 +601,7 @@ const _: () = {
     assert!(offset_of!(CUDA_MEMCPY3D, dstMemoryType) == 120);
     assert!(offset_of!(CUDA_MEMCPY3D, WidthInBytes) == 176);
     assert!(size_of::<CUmemPoolProps>() == 88);
+    assert!(size_of::<CUmemAccessDesc>() == 12);
     assert!(size_of::<CUgraphExecUpdateResultInfo>() == 24);
     assert!(size_of::<CUlaunchAttributeValue>() == 64);
     assert!(size_of::<CUlaunchAttribute>() == 72);

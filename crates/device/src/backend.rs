@@ -260,8 +260,8 @@ impl CudaBackend {
         let mut waited = false;
         for event in device_waits {
             if self.events.owns(event) {
-                // Recorded on this queue's stream (the pool is the queue's own): stream order
-                // already puts this work after it.
+                // Recorded on this queue's stream (the scheduler drops these before the issue,
+                // see `orders`; kept for a caller that does not).
                 continue;
             }
             // SAFETY: the stream and the event are live; cuStreamWaitEvent captures the event's
@@ -321,8 +321,10 @@ impl CudaBackend {
             }
             return issued;
         }
-        if !matches!(payload, Payload::Nop) {
-            // Stream work the tracer does not see (a barrier's empty payload aside).
+        if self.trace.is_some() && !matches!(payload, Payload::Nop) {
+            // Stream work the tracer does not see (a barrier's empty payload aside). Only a
+            // traced queue reads the flag, so an untraced one does not write its line on
+            // every submission.
             self.untraced
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
@@ -477,6 +479,12 @@ impl Backend for CudaBackend {
             }
         }
         Ok(())
+    }
+
+    /// An event of the queue's own pool was recorded on the queue's own stream: stream order
+    /// already puts later work after it.
+    fn orders(&self, event: &CudaEvent) -> bool {
+        self.events.owns(event)
     }
 
     fn checks_completion(&self, payload: &Payload) -> bool {

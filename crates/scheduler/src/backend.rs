@@ -98,6 +98,16 @@ pub trait Backend: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether work this backend issues from now on is ordered after `event` already (CUDA: an
+    /// event recorded on the queue's own stream). Such a device wait is dropped before the issue,
+    /// on the issuing thread: it costs nothing on the device, is not carried to the completion
+    /// side, and an error its event reports is this queue's own, not an upstream failure. The
+    /// default: no.
+    fn orders(&self, event: &Self::Event) -> bool {
+        let _ = event;
+        false
+    }
+
     /// Whether [`check_completed`](Backend::check_completed) may fail this payload. Such an
     /// action's completion event is not recorded as a device-signal timepoint of its signal
     /// semaphores: host waiters and other queues then wait for the completion side, which signals

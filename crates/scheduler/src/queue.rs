@@ -187,7 +187,8 @@ impl<B: Backend> Queue<B> {
         cleanup: Cleanups,
     ) -> Result<(), Error> {
         let body = Body {
-            waits: waits.iter().map(|(s, v)| ((*s).clone(), *v)).collect(),
+            // Filled in by `enqueue` only if the action goes pending.
+            waits: crate::action::SemaphoreList::new(),
             signals: signals.iter().map(|(s, v)| ((*s).clone(), *v)).collect(),
             payload,
             resources,
@@ -199,7 +200,7 @@ impl<B: Backend> Queue<B> {
             if let Some(error) = self.shared.lost_error() {
                 Some((body, error))
             } else {
-                self.shared.enqueue(&mut state, body);
+                self.shared.enqueue(&mut state, body, waits);
                 None
             }
         };

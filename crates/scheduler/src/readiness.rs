@@ -5,7 +5,7 @@
 //! never moves backwards (a device-waitable value becomes reached, or the semaphore fails), so
 //! waits before the first pending one need not be looked at again until the action is issued.
 
-use cuhal_semaphore::{DeviceEvent, Error as SemaphoreError, Failure, WaitPoint};
+use cuhal_semaphore::{DeviceEvent, Error as SemaphoreError, Failure, Semaphore, WaitPoint};
 
 use crate::action::{EventList, SemaphoreList};
 
@@ -24,10 +24,20 @@ pub(crate) enum Readiness {
 pub(crate) fn examine<E: DeviceEvent>(
     waits: &SemaphoreList<E>,
     from: usize,
+    device_waits: Option<&mut EventList<E>>,
+) -> Readiness {
+    examine_borrowed(waits.iter().map(|(s, v)| (s, *v)), from, device_waits)
+}
+
+/// [`examine`] over borrowed waits: the submission's own list, before any of it is cloned (an
+/// action issued at once never needs its wait semaphores again).
+pub(crate) fn examine_borrowed<'a, E: DeviceEvent + 'a>(
+    waits: impl Iterator<Item = (&'a Semaphore<E>, u64)>,
+    from: usize,
     mut device_waits: Option<&mut EventList<E>>,
 ) -> Readiness {
-    for (index, (semaphore, value)) in waits.iter().enumerate().skip(from) {
-        match semaphore.wait_point(*value) {
+    for (index, (semaphore, value)) in waits.enumerate().skip(from) {
+        match semaphore.wait_point(value) {
             Ok(WaitPoint::Reached) => {}
             Ok(WaitPoint::Device { event, .. }) => {
                 if let Some(list) = device_waits.as_deref_mut() {

@@ -24,7 +24,7 @@ use std::sync::{Arc, PoisonError, TryLockError, Weak};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use cuhal_semaphore::{Failure, Listener, SemaphoreId};
+use cuhal_semaphore::{Failure, Listener, Semaphore, SemaphoreId};
 
 use crate::action::{Body, EventList, Finished};
 use crate::backend::Backend;
@@ -32,7 +32,7 @@ use crate::error::Error;
 use crate::notifier::Notifier;
 use crate::options::QueueOptions;
 use crate::pending::{PendingList, Waiting};
-use crate::readiness::{Readiness, examine};
+use crate::readiness::{Readiness, examine, examine_borrowed};
 use crate::sync::{
     AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Once, Ordering, StatBool,
     StatU64, Unparker, fence, thread_local,
@@ -79,7 +79,9 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) backend: B,
     pub(crate) options: QueueOptions,
     pub(crate) label: Arc<str>,
-    pub(crate) state: Mutex<State<B>>,
+    /// On lines of its own: the completion thread takes `finished` (beside it) once per batch,
+    /// and must not take the line of the lock every submission takes with it.
+    pub(crate) state: CachePadded<Mutex<State<B>>>,
     /// Issued (or failed) actions in issue order, for the completion thread. Preallocated; the
     /// completion thread swaps the whole list out, so it takes this lock once per batch.
     pub(crate) finished: Mutex<VecDeque<Finished<B>>>,
@@ -211,14 +213,14 @@ impl<B: Backend> Shared<B> {
                 backend,
                 label: Arc::from(options.label.as_str()),
                 options,
-                state: Mutex::new(State {
+                state: CachePadded::new(Mutex::new(State {
                     pending: PendingList::with_capacity(capacity),
                     submitted: 0,
                     issued_on_submit: 0,
                     issued_by_worker: 0,
                     issued_on_signal: 0,
                     keys: Vec::with_capacity(capacity),
-                }),
+                })),
                 finished: Mutex::new(VecDeque::with_capacity(capacity)),
                 finished_len: AtomicUsize::new(0),
                 notifier: Notifier::new(worker, capacity),
@@ -367,13 +369,35 @@ impl<B: Backend> Shared<B> {
 
     /// Accepts a submitted action: issues it at once if it is ready and nothing is pending ahead
     /// of it (the fast path: no thread hand-off), else makes it pending.
-    pub(crate) fn enqueue(&self, state: &mut State<B>, body: Body<B>) {
+    ///
+    /// `body` comes without its waits, which are `waits`: an action issued at once never needs
+    /// its wait semaphores again, so they are cloned into it only if it goes pending.
+    pub(crate) fn enqueue(
+        &self,
+        state: &mut State<B>,
+        mut body: Body<B>,
+        waits: &[(&Semaphore<B::Event>, u64)],
+    ) {
         state.submitted += 1;
+        let own = |body: &mut Body<B>| {
+            body.waits = waits.iter().map(|(s, v)| ((*s).clone(), *v)).collect();
+        };
         if state.pending.is_empty() {
-            if let Some((body, index)) = self.issue_if_ready(state, body, Issuer::Submitter) {
-                self.make_pending(state, body, index);
+            let mut device_waits = EventList::new();
+            match examine_borrowed(
+                waits.iter().map(|(s, v)| (*s, *v)),
+                0,
+                Some(&mut device_waits),
+            ) {
+                Readiness::Ready => self.issue_ready(state, body, device_waits, Issuer::Submitter),
+                Readiness::Failed(failure) => self.fail_unissued(body, failure),
+                Readiness::Blocked(index) => {
+                    own(&mut body);
+                    self.make_pending(state, body, index);
+                }
             }
         } else {
+            own(&mut body);
             match examine(&body.waits, 0, None) {
                 Readiness::Ready => {
                     state.pending.push_back(body, Waiting::Ready);
@@ -467,28 +491,37 @@ impl<B: Backend> Shared<B> {
     ) -> Option<(Body<B>, usize)> {
         let mut device_waits = EventList::new();
         match examine(&body.waits, 0, Some(&mut device_waits)) {
-            Readiness::Ready => {
-                if let Some(failure) = self.lost.get() {
-                    self.fail_unissued(body, failure);
-                    return None;
-                }
-                let mut body = body;
-                let issued = self.call_backend(&device_waits, &mut body.payload);
-                if let Ok(event) = &issued {
-                    // Work that is checked when it completes signals only from the completion side.
-                    if !self.backend.checks_completion(&body.payload) {
-                        for (semaphore, value) in &body.signals {
-                            // Err only if the semaphore already failed: nothing to record then.
-                            let _ = semaphore.record_device_signal(*value, event.clone());
-                        }
-                    }
-                }
-                self.after_issue(state, body, issued, device_waits, issuer);
-            }
+            Readiness::Ready => self.issue_ready(state, body, device_waits, issuer),
             Readiness::Failed(failure) => self.fail_unissued(body, failure),
             Readiness::Blocked(index) => return Some((body, index)),
         }
         None
+    }
+
+    /// Issues an action whose waits are all reached or device-waitable (`device_waits`).
+    fn issue_ready(
+        &self,
+        state: &mut State<B>,
+        mut body: Body<B>,
+        mut device_waits: EventList<B::Event>,
+        issuer: Issuer,
+    ) {
+        if let Some(failure) = self.lost.get() {
+            self.fail_unissued(body, failure);
+            return;
+        }
+        device_waits.retain(|event| !self.backend.orders(event));
+        let issued = self.call_backend(&device_waits, &mut body.payload);
+        if let Ok(event) = &issued {
+            // Work that is checked when it completes signals only from the completion side.
+            if !self.backend.checks_completion(&body.payload) {
+                for (semaphore, value) in &body.signals {
+                    // Err only if the semaphore already failed: nothing to record then.
+                    let _ = semaphore.record_device_signal(*value, event.clone());
+                }
+            }
+        }
+        self.after_issue(state, body, issued, device_waits, issuer);
     }
 
     /// The backend's issue, a panic in it counted as a failure.

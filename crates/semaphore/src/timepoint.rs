@@ -1,5 +1,7 @@
 //! Device-signal timepoints: events recorded for values a semaphore has not reached yet.
 
+use std::collections::VecDeque;
+
 use smallvec::SmallVec;
 
 use crate::event::DeviceEvent;
@@ -23,14 +25,18 @@ pub enum WaitPoint<E> {
 
 /// The recorded device-signal timepoints of one semaphore, sorted by value, all above its current
 /// value (those at or below it are released as soon as the value gets there).
+///
+/// A ring: timepoints are recorded at the back (values grow) and released from the front, under
+/// the semaphore's lock, which submitters need too. A list that shifted what remains on every
+/// release moved up to a whole window of in-flight timepoints each time.
 pub(crate) struct Timepoints<E> {
-    list: SmallVec<[(u64, E); 4]>,
+    list: VecDeque<(u64, E)>,
 }
 
 impl<E: DeviceEvent> Timepoints<E> {
     pub(crate) fn new() -> Self {
         Timepoints {
-            list: SmallVec::new(),
+            list: VecDeque::new(),
         }
     }
 
@@ -47,7 +53,7 @@ impl<E: DeviceEvent> Timepoints<E> {
 
     /// The highest recorded value, if any.
     pub(crate) fn max_value(&self) -> Option<u64> {
-        self.list.last().map(|(v, _)| *v)
+        self.list.back().map(|(v, _)| *v)
     }
 
     /// Moves the events of every timepoint `<= value` into `out`, to be dropped outside the lock.

@@ -93,7 +93,7 @@ impl Nccl {
         let mut id = NcclUniqueId { internal: [0; 128] };
         // SAFETY: `id` is a valid out-pointer.
         let r = unsafe { (self.api.ncclGetUniqueId)(&mut id) };
-        checked(&self.api, "ncclGetUniqueId", r, std::ptr::null_mut())?;
+        checked(&self.api, "ncclGetUniqueId", r)?;
         Ok(UniqueId(id))
     }
 }
@@ -311,8 +311,14 @@ impl Comms {
         failure
     }
 
+    /// Ends the communicator with `error`. While a group call is in progress, the issuing thread
+    /// still passes the handles to NCCL: the failure is recorded and that thread aborts once its
+    /// call returned (only the watchdog aborts under a running call, which is blocked in NCCL).
     fn fail(&self, error: Error) -> Failure {
         let mut issuing = self.lock();
+        if issuing.since.is_some() {
+            return self.failure.get_or_init(|| Failure::new(error)).clone();
+        }
         self.abort(&mut issuing, Failure::new(error))
     }
 
@@ -389,6 +395,7 @@ impl CollectiveBackend {
                 on_stream(rank, || unsafe { rank.stream.wait_raw_event(event.raw()) })?;
             }
         }
+        let now = Instant::now();
         let wake_watchdog = {
             let mut issuing = comms.lock();
             if issuing.aborted {
@@ -400,7 +407,7 @@ impl CollectiveBackend {
                         .unwrap_or_else(|| Failure::msg("aborted")),
                 ));
             }
-            issuing.since = Some(Instant::now());
+            issuing.since = Some(now);
             std::mem::take(&mut issuing.watchdog_idle)
         };
         if wake_watchdog {
@@ -413,6 +420,10 @@ impl CollectiveBackend {
         let aborted = {
             let mut issuing = comms.lock();
             issuing.since = None;
+            // The completion side failed the communicator during the call (see `Comms::fail`).
+            if let Some(failure) = comms.failure.get().filter(|_| !issuing.aborted) {
+                comms.abort(&mut issuing, failure.clone());
+            }
             issuing.aborted
         };
         if aborted {
@@ -445,10 +456,9 @@ impl CollectiveBackend {
     fn group(&self, parts: &[RankPart]) -> Result<()> {
         let comms = &self.comms;
         let api = &comms.api;
-        let null = std::ptr::null_mut();
         // SAFETY: group calls have no arguments; every started group is ended below.
         let r = unsafe { (api.ncclGroupStart)() };
-        checked(api, "ncclGroupStart", r, null)?;
+        checked(api, "ncclGroupStart", r)?;
         let mut first_error = None;
         for (rank, part) in comms.ranks.iter().zip(parts) {
             if let Err(error) = self.enqueue_part(rank, part) {
@@ -457,12 +467,7 @@ impl CollectiveBackend {
             }
         }
         // SAFETY: ends the group started above (also after a failed call, as NCCL requires).
-        let ended = checked(
-            api,
-            "ncclGroupEnd",
-            unsafe { (api.ncclGroupEnd)() },
-            comms.ranks[0].comm,
-        );
+        let ended = checked(api, "ncclGroupEnd", unsafe { (api.ncclGroupEnd)() });
         match first_error {
             Some(error) => Err(error),
             None => ended.map_err(Error::from),
@@ -575,12 +580,19 @@ pub(crate) unsafe fn nccl_call(
             ),
         }
     };
-    checked(api, call, r, comm)
+    checked(api, call, r)
 }
 
 impl Backend for CollectiveBackend {
     type Event = CudaEvent;
     type Payload = CollectivePayload;
+    /// Every completion event is recorded on rank 0's stream, which runs in order, and both
+    /// kinds of error are sticky: a device fault poisons the context (every later event reports
+    /// it) and a communicator's asynchronous error stays until it is aborted. So the newest
+    /// event of a batch, and one `ncclCommGetAsyncError` round, answer for the whole batch; the
+    /// earlier ones are not queried again (each query would take the driver's lock that the
+    /// issuing thread's group calls need).
+    const STICKY_ERRORS: bool = true;
 
     fn bind_thread(&self, _role: ThreadRole) -> std::result::Result<(), Failure> {
         self.comms.ranks[0]
@@ -634,11 +646,19 @@ impl Backend for CollectiveBackend {
             if now.duration_since(start) > spin {
                 std::thread::sleep(self.poll_interval.min(Duration::from_millis(1)));
             } else {
-                std::hint::spin_loop();
+                // Paced like the device queues' polling: each query takes the driver's lock
+                // that the issuing thread's group calls need.
+                let next = now + QUERY_PACE;
+                while Instant::now() < next {
+                    std::hint::spin_loop();
+                }
             }
         }
     }
 }
+
+/// The least time between two queries of a completion event while the completion side spins.
+const QUERY_PACE: Duration = Duration::from_micros(1);
 
 /// This process's ranks of one NCCL communicator, one per device, with the scheduler queue that
 /// issues their collectives (see the module documentation).
@@ -701,10 +721,9 @@ impl Communicator {
         for (device, rank) in ranks {
             local.push(Rank::new(device, *rank)?);
         }
-        let null = std::ptr::null_mut();
         // SAFETY: no arguments; the group is ended below.
         let r = unsafe { (api.ncclGroupStart)() };
-        checked(&api, "ncclGroupStart", r, null)?;
+        checked(&api, "ncclGroupStart", r)?;
         let mut init = Ok(());
         for rank in &mut local {
             let bound = rank.context.enter();
@@ -719,7 +738,7 @@ impl Communicator {
                     break;
                 }
             };
-            if let Err(e) = checked(&api, "ncclCommInitRank", r, null) {
+            if let Err(e) = checked(&api, "ncclCommInitRank", r) {
                 init = Err(e.into());
                 break;
             }
@@ -755,7 +774,7 @@ impl Communicator {
                 }
             });
             // SAFETY: ends the group started above.
-            let ended = checked(&api, "ncclGroupEnd", unsafe { (api.ncclGroupEnd)() }, null);
+            let ended = checked(&api, "ncclGroupEnd", unsafe { (api.ncclGroupEnd)() });
             *joined.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
             joined.1.notify_all();
             ended
@@ -890,16 +909,17 @@ impl Communicator {
     }
 }
 
-/// [`NcclApi::check`] for this module's calls, whose communicator is always null or one the
-/// caller holds live (never used after `ncclCommAbort`: see `Issuing`).
+/// [`NcclApi::check`] for this module's calls. No communicator is passed for the message:
+/// NCCL keeps its last error per thread and ignores the communicator `ncclGetLastError` takes
+/// (documented as unused, may be null), and a call that failed because the watchdog or the
+/// completion side aborted the communicator meanwhile must not hand NCCL the freed handle.
 fn checked(
     api: &NcclApi,
     call: &'static str,
     result: cuhal_sys::NcclResult,
-    comm: NcclComm,
 ) -> std::result::Result<(), cuhal_sys::NcclError> {
-    // SAFETY: the contract above, upheld by every caller in this module.
-    unsafe { api.check(call, result, comm) }
+    // SAFETY: a null communicator is always valid here (see above).
+    unsafe { api.check(call, result, std::ptr::null_mut()) }
 }
 
 /// Checks one part's buffers: on the rank's device, as long as the collective reads and

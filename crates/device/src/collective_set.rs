@@ -286,7 +286,6 @@ impl CollectiveCommandBuffers {
             CommandBufferMode::Graph => {
                 let last = |seen: &Seen| -> std::result::Result<(), StreamWorkError> {
                     let api = &comms.api;
-                    let null = std::ptr::null_mut();
                     // Checked, then released: the watchdog must be able to take the lock and abort
                     // while a call below blocks inside NCCL.
                     if comms.lock().aborted {
@@ -294,7 +293,7 @@ impl CollectiveCommandBuffers {
                     }
                     // SAFETY: no arguments; the group is ended below.
                     let started = unsafe { (api.ncclGroupStart)() };
-                    checked(api, "ncclGroupStart", started, null)?;
+                    checked(api, "ncclGroupStart", started)?;
                     let mut first_error = None;
                     for ((rank, shape), (stream, ranges)) in
                         comms.ranks.iter().zip(&shapes).zip(seen.iter())
@@ -316,12 +315,7 @@ impl CollectiveCommandBuffers {
                         }
                     }
                     // SAFETY: ends the group started above.
-                    let ended = checked(
-                        api,
-                        "ncclGroupEnd",
-                        unsafe { (api.ncclGroupEnd)() },
-                        comms.ranks[0].comm,
-                    );
+                    let ended = checked(api, "ncclGroupEnd", unsafe { (api.ncclGroupEnd)() });
                     match first_error {
                         Some(e) => Err(Box::new(e)),
                         None => ended.map_err(|e| Box::new(e) as _),
@@ -465,10 +459,9 @@ impl SetBuffers {
                     }
                     // Every rank's part of the collective, in one group.
                     let api = &comms.api;
-                    let null = std::ptr::null_mut();
                     // SAFETY: no arguments; the group is ended below.
                     let started = unsafe { (api.ncclGroupStart)() };
-                    checked(api, "ncclGroupStart", started, null)?;
+                    checked(api, "ncclGroupStart", started)?;
                     let mut first_error = None;
                     for (i, (rank, cb)) in comms.ranks.iter().zip(buffers).enumerate() {
                         let at = from[i];
@@ -482,12 +475,7 @@ impl SetBuffers {
                         }
                     }
                     // SAFETY: ends the group started above, also after a failed call.
-                    let ended = checked(
-                        api,
-                        "ncclGroupEnd",
-                        unsafe { (api.ncclGroupEnd)() },
-                        comms.ranks[0].comm,
-                    );
+                    let ended = checked(api, "ncclGroupEnd", unsafe { (api.ncclGroupEnd)() });
                     if let Some(error) = first_error {
                         return Err(error);
                     }

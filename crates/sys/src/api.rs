@@ -413,6 +413,12 @@ driver_api! {
         fn cuFuncGetParamCount(function: CUfunction, count: *mut usize) since 13000;
         /// `cuStreamGetId(stream, &id)` (CUDA 12.0 drivers and later).
         fn cuStreamGetId(stream: CUstream, id: *mut u64) since 12000;
+        /// `cuStreamWriteValue32(stream, address, value, flags)`, the CUDA 12 form (no device
+        /// attribute needed): writes a 32-bit word in stream order.
+        fn cuStreamWriteValue32(stream: CUstream, address: CUdeviceptr, value: c_uint, flags: c_uint) since 12000;
+        /// `cuStreamWaitValue32(stream, address, value, flags)`, the CUDA 12 form: later work on
+        /// the stream waits until the word compares to `value` as `flags` says.
+        fn cuStreamWaitValue32(stream: CUstream, address: CUdeviceptr, value: c_uint, flags: c_uint) since 12000;
         /// `cuGraphDebugDotPrint(graph, path, flags)`: writes a graph as Graphviz DOT, for debugging.
         fn cuGraphDebugDotPrint(graph: CUgraph, path: *const c_char, flags: c_uint) since 12000;
         /// `cuStreamBeginCaptureToGraph(stream, graph, deps, edge_data, num_deps, mode)` (CUDA 12.3

@@ -387,6 +387,9 @@ pub type CUmemPool_attribute = c_uint;
 /// `u64` bytes the pool keeps reserved instead of releasing at synchronization points.
 pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: CUmemPool_attribute = 4;
 
+/// `cuStreamWaitValue32`'s comparison: wait until `(int32_t)(*address - value) >= 0`.
+pub const CU_STREAM_WAIT_VALUE_GEQ: c_uint = 0;
+
 /// `CUmemAccessDesc`: one device's access to a pool's memory, for `cuMemPoolSetAccess`.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]

@@ -40,7 +40,8 @@ use cuhal::{
 };
 use cuhal_semaphore::SemaphoreOptions;
 use cuhal_sys::{
-    CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, Event, NcclApi, NcclComm, Stream, cu,
+    CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CU_STREAM_WAIT_VALUE_GEQ, Event, NcclApi,
+    NcclComm, Stream, cu,
 };
 
 use super::{Env, progress, summarize};
@@ -145,7 +146,8 @@ impl Raw {
         Ok(())
     }
 
-    /// `count` all-reduces in place over `ptrs`, each rank's in one group, then a wait.
+    /// `count` all-reduces in place over `ptrs`, each rank's in one group, then a wait. Returns
+    /// the host time of the issuing loop (before the wait), in ns on `clock`.
     fn all_reduce(
         &self,
         devices: &[Device],
@@ -153,8 +155,10 @@ impl Raw {
         elements: usize,
         count: usize,
         with_join: bool,
-    ) -> Result<()> {
+        clock: &crate::clock::Clock,
+    ) -> Result<u64> {
         let api = &self.api;
+        let t0 = clock.now_ns();
         for _ in 0..count {
             // SAFETY: the group is ended below; the buffers hold `elements` floats on their
             // rank's device; the streams and communicators are live.
@@ -181,11 +185,12 @@ impl Raw {
                 self.join(devices)?;
             }
         }
+        let issued = clock.now_ns() - t0;
         for (device, stream) in devices.iter().zip(&self.streams) {
             let _bound = device.context().enter()?;
             stream.synchronize()?;
         }
-        Ok(())
+        Ok(issued)
     }
 }
 
@@ -303,19 +308,27 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         ));
         let ptrs = [ranges[0].device_ptr(), ranges[1].device_ptr()];
         let mut times: [Vec<f64>; 4] = Default::default();
+        // Host time of the issuing loops, per collective: the queue operation's and the raw
+        // group calls' with the join.
+        let mut issuing: [Vec<f64>; 2] = Default::default();
         // Warm-up, then turns.
         for sample in 0..=samples {
             for turn in 0..4 {
                 let variant = (sample + turn) % 4;
                 let t0 = env.clock.now_ns();
                 match variant {
-                    0 => raw.all_reduce(&devices, ptrs, elements, per, false)?,
+                    0 => {
+                        raw.all_reduce(&devices, ptrs, elements, per, false, &env.clock)?;
+                    }
                     1 => {
                         for _ in 0..per {
                             value += 1;
                             let s = [(&done, value)];
                             let [p0, p1] = parts(());
                             comm.submit(&[p0.signals(&s), p1])?;
+                        }
+                        if sample > 0 {
+                            issuing[0].push((env.clock.now_ns() - t0) as f64 / per as f64);
                         }
                         done.wait(value, WAIT)?;
                     }
@@ -326,13 +339,30 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
                         }
                         done.wait(value, WAIT)?;
                     }
-                    _ => raw.all_reduce(&devices, ptrs, elements, per, true)?,
+                    _ => {
+                        let issued =
+                            raw.all_reduce(&devices, ptrs, elements, per, true, &env.clock)?;
+                        if sample > 0 {
+                            issuing[1].push(issued as f64 / per as f64);
+                        }
+                    }
                 }
                 let ns = (env.clock.now_ns() - t0) as f64 / per as f64;
                 if sample > 0 {
                     times[variant].push(ns);
                 }
             }
+        }
+        if bytes == 8 {
+            let [queue_i, joined_i] = issuing.map(|mut t| summarize("issuing", &mut t));
+            report.comparisons.push(Comparison::new(
+                "13",
+                "all-reduce 8 B, host time per collective of the issuing loop (before the wait): \
+                 Communicator::submit against raw group calls + cuhal's join, for comparison",
+                Some(queue_i?),
+                Some(joined_i?),
+                Goal::Report,
+            ));
         }
         let [raw_t, queue_t, graph_t, joined_t] =
             times.map(|mut t| summarize("all-reduce", &mut t));
@@ -512,6 +542,10 @@ enum Trip {
     RawSame,
     CuhalCross,
     CuhalSame,
+    /// Raw, cross-device, ordered by 32-bit words instead of events: the signalling stream
+    /// writes a word in the waiting GPU's memory (`cuStreamWriteValue32` over the link), the
+    /// waiting stream polls it (`cuStreamWaitValue32`).
+    RawCrossWord,
 }
 
 /// The GPU gap of a cross-device semaphore wait, on one clock.
@@ -638,20 +672,43 @@ fn cross_device_round_trips(env: &Env<'_>, devices: &[Device], report: &mut Repo
     let spinning = || Semaphore::with_options(0, SemaphoreOptions::new().with_event_spin(WAIT));
     let (sem_a, sem_b, sem_c) = (spinning(), spinning(), spinning());
     let mut value = 0u64;
+    // The words of the word-ordered trip, each in its waiter's memory: B's on GPU 1, C's on
+    // GPU 0 (only where the driver has the CUDA 12 stream memory operations).
+    let words = match (api.cuStreamWriteValue32, api.cuStreamWaitValue32) {
+        (Some(_), Some(_)) => {
+            let word_b = cuhal::Buffer::new(&ctx[1], 4)?;
+            let word_c = cuhal::Buffer::new(&ctx[0], 4)?;
+            word_b.write(0, &[0; 4])?;
+            word_c.write(0, &[0; 4])?;
+            Some((word_b, word_c))
+        }
+        _ => {
+            report.notes.push(
+                "case 13: the driver has no CUDA 12 stream memory operations: no word-ordered \
+                 cross-device row"
+                    .into(),
+            );
+            None
+        }
+    };
+    let mut word = 0u32;
 
-    let trips = [
+    let mut trips = vec![
         Trip::RawCross,
         Trip::RawSame,
         Trip::CuhalCross,
         Trip::CuhalSame,
     ];
-    let mut hops: [Vec<f64>; 4] = Default::default();
+    if words.is_some() {
+        trips.push(Trip::RawCrossWord);
+    }
+    let mut hops: [Vec<f64>; 5] = Default::default();
     for sample in 0..warm + n {
         for turn in 0..trips.len() {
             let index = (sample + turn) % trips.len();
             let trip = trips[index];
             let b = match trip {
-                Trip::RawCross | Trip::CuhalCross => 0,
+                Trip::RawCross | Trip::CuhalCross | Trip::RawCrossWord => 0,
                 Trip::RawSame | Trip::CuhalSame => 1,
             };
             rec_a.count_launch();
@@ -686,6 +743,38 @@ fn cross_device_round_trips(env: &Env<'_>, devices: &[Device], report: &mut Repo
                     }
                     s0.synchronize()?;
                 }
+                Trip::RawCrossWord => {
+                    let Some((word_b, word_c)) = &words else {
+                        bail!("the word-ordered trip runs only with the words");
+                    };
+                    word += 1;
+                    {
+                        let _bound = ctx[0].enter()?;
+                        // SAFETY: live graphs and streams, each of the context made current
+                        // around its calls; the words are live 4-byte allocations, B's on GPU 1
+                        // (which GPU 0 reaches: peer access is on) and C's on GPU 0.
+                        unsafe {
+                            cu!(api, cuGraphLaunch(graph_a.raw(), s0.raw()))?;
+                            cu!(optional: api, cuStreamWriteValue32(s0.raw(), word_b.device_ptr(), word, 0))?;
+                        }
+                    }
+                    {
+                        let _bound = ctx[1].enter()?;
+                        // SAFETY: as above.
+                        unsafe {
+                            cu!(optional: api, cuStreamWaitValue32(s_b[0].raw(), word_b.device_ptr(), word, CU_STREAM_WAIT_VALUE_GEQ))?;
+                            cu!(api, cuGraphLaunch(graph_b[0].raw(), s_b[0].raw()))?;
+                            cu!(optional: api, cuStreamWriteValue32(s_b[0].raw(), word_c.device_ptr(), word, 0))?;
+                        }
+                    }
+                    let _bound = ctx[0].enter()?;
+                    // SAFETY: as above.
+                    unsafe {
+                        cu!(optional: api, cuStreamWaitValue32(s0.raw(), word_c.device_ptr(), word, CU_STREAM_WAIT_VALUE_GEQ))?;
+                        cu!(api, cuGraphLaunch(graph_c.raw(), s0.raw()))?;
+                    }
+                    s0.synchronize()?;
+                }
                 Trip::CuhalCross | Trip::CuhalSame => {
                     value += 1;
                     queue_0
@@ -713,7 +802,7 @@ fn cross_device_round_trips(env: &Env<'_>, devices: &[Device], report: &mut Repo
             }
         }
     }
-    let [raw_cross, raw_same, cuhal_cross, cuhal_same] =
+    let [raw_cross, raw_same, cuhal_cross, cuhal_same, raw_word] =
         hops.map(|mut h| summarize("cross-device gap", &mut h));
     let (raw_cross, raw_same, cuhal_cross, cuhal_same) =
         (raw_cross?, raw_same?, cuhal_cross?, cuhal_same?);
@@ -754,5 +843,18 @@ fn cross_device_round_trips(env: &Env<'_>, devices: &[Device], report: &mut Repo
     );
     goal.center = center;
     report.comparisons.push(goal);
+    if words.is_some() {
+        let mut word = Comparison::new(
+            "13",
+            "raw cross-device gap per hop ordered by words (cuStreamWriteValue32 into the \
+             waiter's memory, cuStreamWaitValue32) against raw events (cuStreamWaitEvent), for \
+             comparison",
+            Some(raw_word?),
+            Some(raw_cross),
+            Goal::Report,
+        );
+        word.center = center;
+        report.comparisons.push(word);
+    }
     Ok(())
 }

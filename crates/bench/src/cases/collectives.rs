@@ -311,6 +311,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         // Host time of the issuing loops, per collective: the queue operation's and the raw
         // group calls' with the join.
         let mut issuing: [Vec<f64>; 2] = Default::default();
+        let stats_before = comm.stats();
         // Warm-up, then turns.
         for sample in 0..=samples {
             for turn in 0..4 {
@@ -354,6 +355,19 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             }
         }
         if bytes == 8 {
+            let after = comm.stats();
+            report.notes.push(format!(
+                "case 13, all-reduce 8 B: the communicator's queue over these rows: {} submitted, \
+                 {} issued on submit, {} by its worker, {} retired in {} batches, {} completion \
+                 parks, {} worker parks",
+                after.submitted - stats_before.submitted,
+                after.issued_on_submit - stats_before.issued_on_submit,
+                after.issued_by_worker - stats_before.issued_by_worker,
+                after.retired() - stats_before.retired(),
+                after.retire_batches - stats_before.retire_batches,
+                after.completion_parks - stats_before.completion_parks,
+                after.worker_parks - stats_before.worker_parks,
+            ));
             let [queue_i, joined_i] = issuing.map(|mut t| summarize("issuing", &mut t));
             report.comparisons.push(Comparison::new(
                 "13",

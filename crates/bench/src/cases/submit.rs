@@ -133,6 +133,11 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
         "case 1 (submit, {label}): cuhal, {n} chained submissions"
     ));
     let cuhal = cuhal_side(env, form, DeviceOptions::default(), warm, n)?;
+    if let Some(stats) = &cuhal.stats {
+        report
+            .notes
+            .push(format!("case 1 ({label}), cuhal's queues: {stats}"));
+    }
     let what = format!(
         "submit ({label}): queue execute, 1-dispatch graph, 1 wait + 1 signal, chained; host cost per submission"
     );
@@ -312,12 +317,29 @@ fn cuhal_side(
     wait(&semaphore, (warm + n) as u64)?;
     let cpu_at_end = process_cpu_ns();
     let allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
+    let stats = (0..form.queues())
+        .map(|q| {
+            let s = hal.device.queue(q).stats();
+            format!(
+                "queue {q}: {} submitted, {} issued on submit, {} by the worker, {} retire \
+                 batches, {} completion parks, {} worker parks",
+                s.submitted,
+                s.issued_on_submit,
+                s.issued_by_worker,
+                s.retire_batches,
+                s.completion_parks,
+                s.worker_parks
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
     counter.expect_more((warm + n) as u64);
     counter.check("case 1 cuhal")?;
     Ok(Side {
         total: summarize("case 1 cuhal", &mut total)?,
         allocations: summarize("case 1 cuhal allocations", &mut [allocations])?,
         cpu: cpu_per_item(cpu_at_warm, cpu_at_end, n, "case 1 cuhal CPU")?,
+        stats: Some(stats),
     })
 }
 
@@ -330,6 +352,8 @@ pub struct Side {
     pub allocations: Summary,
     /// Process CPU time per measured submission, all threads (`None` without `getrusage`).
     pub cpu: Option<Summary>,
+    /// cuhal's queue counters over the run (none for the floor).
+    pub stats: Option<String>,
 }
 
 /// Per-call figures of the floor across queues, from a second pass with a stamp between calls.
@@ -360,6 +384,7 @@ fn floor(env: &Env<'_>, form: Form, warm: usize, n: usize) -> Result<Side> {
         total: summarize("case 1 floor", &mut pass.total)?,
         allocations: summarize("case 1 floor allocations", &mut [pass.allocations])?,
         cpu: pass.cpu,
+        stats: None,
     })
 }
 

@@ -41,12 +41,27 @@ impl<E: DeviceEvent> Timepoints<E> {
     }
 
     pub(crate) fn insert(&mut self, value: u64, event: E) {
+        // Values are almost always recorded in increasing order: append without a search.
+        if self.list.back().is_none_or(|(v, _)| *v <= value) {
+            self.list.push_back((value, event));
+            return;
+        }
         let at = self.list.partition_point(|(v, _)| *v <= value);
         self.list.insert(at, (value, event));
     }
 
     /// The timepoint with the smallest value `>= value`.
     pub(crate) fn at_least(&self, value: u64) -> Option<&(u64, E)> {
+        // The common waits without a search: on the oldest in-flight value, or on the newest (a
+        // chain waits for what the submission before it signals).
+        let len = self.list.len();
+        match (self.list.front(), self.list.back()) {
+            (None, _) | (_, None) => return None,
+            (Some(front), _) if front.0 >= value => return Some(front),
+            (_, Some(back)) if back.0 < value => return None,
+            (_, Some(back)) if self.list[len - 2].0 < value => return Some(back),
+            _ => {}
+        }
         let at = self.list.partition_point(|(v, _)| *v < value);
         self.list.get(at)
     }
@@ -96,6 +111,62 @@ fn keep_inline<E, const N: usize>(out: &mut SmallVec<[E; N]>, events: impl Itera
             out.push(event);
         } else {
             drop(event);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::Timepoints;
+    use crate::testing::FlagEvent;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u64),
+        AtLeast(u64),
+        Release(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..40).prop_map(Op::Insert),
+            (0u64..40).prop_map(Op::AtLeast),
+            (0u64..40).prop_map(Op::Release),
+        ]
+    }
+
+    proptest! {
+        /// Against a sorted list: the shortcuts for recording at the back and for waits on the
+        /// oldest or newest value answer what a full search answers.
+        #[test]
+        fn timepoints_match_a_sorted_list(ops in proptest::collection::vec(op(), 1..80)) {
+            let mut timepoints = Timepoints::<FlagEvent>::new();
+            let mut model: Vec<u64> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Insert(v) => {
+                        timepoints.insert(v, FlagEvent::new());
+                        let at = model.partition_point(|m| *m <= v);
+                        model.insert(at, v);
+                    }
+                    Op::AtLeast(v) => {
+                        let got = timepoints.at_least(v).map(|(value, _)| *value);
+                        let want = model.iter().copied().find(|m| *m >= v);
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::Release(v) => {
+                        let mut out = Vec::new();
+                        timepoints.release_through_into(v, &mut out);
+                        let n = model.partition_point(|m| *m <= v);
+                        prop_assert_eq!(out.len(), n);
+                        model.drain(..n);
+                    }
+                }
+                prop_assert_eq!(timepoints.len(), model.len());
+                prop_assert_eq!(timepoints.max_value(), model.last().copied());
+            }
         }
     }
 }

@@ -446,8 +446,85 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         ));
     }
     drop(raw);
+    latency_variants(env, &nccl, &devices, &comm, &bufs, report)?;
     peer_copy(env, &devices, report)?;
     cross_device_gap(env, &devices, report)?;
+    Ok(())
+}
+
+/// The 8 B all-reduce as a queue operation, against variants that each leave one part of
+/// cuhal's work out, to place its cost: a communicator whose completion side polls NCCL's
+/// asynchronous errors only every 10 ms, and batches that signal a semaphore only on their last
+/// collective.
+fn latency_variants(
+    env: &Env<'_>,
+    nccl: &Nccl,
+    devices: &[Device],
+    comm: &Communicator,
+    bufs: &[Arc<cuhal::Buffer>; 2],
+    report: &mut Report,
+) -> Result<()> {
+    let (per, samples) = reps(env, 8);
+    progress("case 13 (collectives): all-reduce 8 B, variants of the queue operation");
+    let rare = Communicator::local(
+        nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions {
+            poll_interval: std::time::Duration::from_millis(10),
+            ..CommunicatorOptions::default()
+        },
+    )?;
+    let ranges = [bufs[0].range(0, 8)?, bufs[1].range(0, 8)?];
+    let part = |r: usize| {
+        CollectivePart::all_reduce(&ranges[r], &ranges[r], 2, NcclDataType::F32, NcclRedOp::Max)
+    };
+    let done = Semaphore::with_options(0, SemaphoreOptions::new().with_event_spin(WAIT));
+    let mut value = 0u64;
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for sample in 0..=samples {
+        for turn in 0..3 {
+            let variant = (sample + turn) % 3;
+            let t0 = env.clock.now_ns();
+            for i in 0..per {
+                let signal = variant != 2 || i + 1 == per;
+                let by = if variant == 1 { &rare } else { comm };
+                if signal {
+                    value += 1;
+                    let s = [(&done, value)];
+                    by.submit(&[part(0).signals(&s), part(1)])?;
+                } else {
+                    by.submit(&[part(0), part(1)])?;
+                }
+            }
+            done.wait(value, WAIT)?;
+            if sample > 0 {
+                times[variant].push((env.clock.now_ns() - t0) as f64 / per as f64);
+            }
+        }
+    }
+    let [base, rare_t, unsignalled] = times.map(|mut t| summarize("all-reduce variant", &mut t));
+    let base = base?;
+    for (what, t) in [
+        (
+            "completion side polling NCCL's asynchronous errors every 10 ms (default 100 us)",
+            rare_t?,
+        ),
+        (
+            "a semaphore signal on the batch's last collective only",
+            unsignalled?,
+        ),
+    ] {
+        report.comparisons.push(Comparison::new(
+            "13",
+            format!(
+                "all-reduce 8 B, queue operation with {what}, against the queue operation as \
+                 measured above, for comparison"
+            ),
+            Some(t),
+            Some(base),
+            Goal::Report,
+        ));
+    }
     Ok(())
 }
 

@@ -228,8 +228,7 @@ pub struct CommunicatorOptions {
     /// joined) and each collective (to be issued, and to complete) may take before the
     /// communicator is aborted (`ncclCommAbort`): a peer that never arrives. Default 60 s.
     pub timeout: Duration,
-    /// How often the completion side polls `ncclCommGetAsyncError` while it waits (default
-    /// 1 ms; also the longest nap between its queries of a collective's completion).
+    /// How often the completion side polls `ncclCommGetAsyncError` while it waits.
     pub poll_interval: Duration,
 }
 
@@ -237,7 +236,7 @@ impl Default for CommunicatorOptions {
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(60),
-            poll_interval: Duration::from_millis(1),
+            poll_interval: Duration::from_micros(100),
         }
     }
 }
@@ -645,16 +644,7 @@ impl Backend for CollectiveBackend {
                 next_check = now + self.poll_interval;
             }
             if now.duration_since(start) > spin {
-                // Nobody waits (no spin asked): long naps, so the thread rarely competes with
-                // the issuing thread's group calls (on two H200s, 100 us naps and error polls
-                // cost an 8 B all-reduce about 2.5 us of its ~25). A host thread parked on the
-                // result gets short ones.
-                let nap = if spin.is_zero() {
-                    Duration::from_millis(1)
-                } else {
-                    WANTED_NAP
-                };
-                std::thread::sleep(self.poll_interval.min(nap));
+                std::thread::sleep(self.poll_interval.min(Duration::from_millis(1)));
             } else {
                 // Paced like the device queues' polling: each query takes the driver's lock
                 // that the issuing thread's group calls need.
@@ -669,8 +659,6 @@ impl Backend for CollectiveBackend {
 
 /// The least time between two queries of a completion event while the completion side spins.
 const QUERY_PACE: Duration = Duration::from_micros(1);
-/// The completion side's nap between polls, past its spin, while a host thread waits parked.
-const WANTED_NAP: Duration = Duration::from_micros(100);
 
 /// This process's ranks of one NCCL communicator, one per device, with the scheduler queue that
 /// issues their collectives (see the module documentation).

@@ -506,7 +506,7 @@ fn latency_variants(
     let base = base?;
     for (what, t) in [
         (
-            "completion side polling NCCL's asynchronous errors every 10 ms (default 1 ms)",
+            "completion side polling NCCL's asynchronous errors every 10 ms (default 100 us)",
             rare_t?,
         ),
         (

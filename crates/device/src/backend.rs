@@ -258,12 +258,9 @@ impl CudaBackend {
     ) -> Result<(), Error> {
         let api = self.context.api();
         let mut waited = false;
+        // Events recorded on this queue's own stream are not here: the scheduler drops them
+        // before the issue (`orders`).
         for event in device_waits {
-            if self.events.owns(event) {
-                // Recorded on this queue's stream (the scheduler drops these before the issue,
-                // see `orders`; kept for a caller that does not).
-                continue;
-            }
             // SAFETY: the stream and the event are live; cuStreamWaitEvent captures the event's
             // current record, so the event may be re-recorded once this returns.
             unsafe { self.stream.wait_raw_event(event.raw()) }?;

@@ -13,8 +13,9 @@ use std::alloc::Layout;
 use std::ffi::{c_int, c_uint, c_void};
 
 use cuhal_sys::{
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUdevice, CUdeviceptr,
-    CUmemPool_attribute, CUmemPoolProps, CUmemoryPool, CUstream,
+    CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
+    CUdevice, CUdeviceptr, CUmemPool_attribute, CUmemPoolProps, CUmemoryPool, CUstream,
 };
 
 use crate::driver::{check_device, total_memory};
@@ -59,8 +60,8 @@ pub(crate) struct Pool {
     pub release_threshold: u64,
     /// A device's default pool: never destroyed, not counted as live.
     pub default: bool,
-    /// Other devices granted access by `cuMemPoolSetAccess` (with their `CU_MEM_ACCESS_FLAGS`).
-    pub access: Vec<(i32, c_uint)>,
+    /// Other devices granted access by `cuMemPoolSetAccess`.
+    pub access: Vec<i32>,
 }
 
 fn layout(len: usize) -> Result<Layout, c_int> {
@@ -412,20 +413,25 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(
         for desc in descs {
             ensure(
                 desc.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE
-                    && matches!(desc.flags, 0 | 1 | 3),
+                    && matches!(
+                        desc.flags,
+                        CU_MEM_ACCESS_FLAGS_PROT_NONE
+                            | CU_MEM_ACCESS_FLAGS_PROT_READ
+                            | CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                    ),
                 status::INVALID_VALUE,
             )?;
             check_device(desc.location.id).map_err(|_| status::INVALID_DEVICE)?;
             ensure(
-                desc.location.id != own || desc.flags == 3,
+                desc.location.id != own || desc.flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
                 status::INVALID_VALUE,
             )?;
         }
         let access = &mut lookup_mut(&mut world.pools, pool)?.access;
         for desc in descs.iter().filter(|d| d.location.id != own) {
-            access.retain(|(device, _)| *device != desc.location.id);
-            if desc.flags != 0 {
-                access.push((desc.location.id, desc.flags));
+            access.retain(|device| *device != desc.location.id);
+            if desc.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE {
+                access.push(desc.location.id);
             }
         }
         Ok(())

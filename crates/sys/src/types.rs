@@ -401,6 +401,8 @@ pub struct CUmemAccessDesc {
 }
 /// No access.
 pub const CU_MEM_ACCESS_FLAGS_PROT_NONE: c_uint = 0;
+/// Reads only.
+pub const CU_MEM_ACCESS_FLAGS_PROT_READ: c_uint = 1;
 /// Reads and writes.
 pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_uint = 3;
 

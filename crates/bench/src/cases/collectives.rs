@@ -935,7 +935,7 @@ fn cross_device_round_trips(env: &Env<'_>, devices: &[Device], report: &mut Repo
     goal.center = center;
     report.comparisons.push(goal);
     if words.is_some() {
-        let mut word = Comparison::new(
+        let mut by_words = Comparison::new(
             "13",
             "raw cross-device gap per hop ordered by words (cuStreamWriteValue32 into the \
              waiter's memory, cuStreamWaitValue32) against raw events (cuStreamWaitEvent), for \
@@ -944,8 +944,8 @@ fn cross_device_round_trips(env: &Env<'_>, devices: &[Device], report: &mut Repo
             Some(raw_cross),
             Goal::Report,
         );
-        word.center = center;
-        report.comparisons.push(word);
+        by_words.center = center;
+        report.comparisons.push(by_words);
     }
     Ok(())
 }

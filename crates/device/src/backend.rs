@@ -29,8 +29,9 @@ use crate::memory::Allocation;
 
 /// The work of one queue operation (crate-private: `Queue` checks every payload it builds, and
 /// issuing one unchecked could make the driver touch memory it must not).
-// `Execute` carries the traced submission's details inline: boxing them would allocate per
-// submission, and payloads live in the scheduler's recycled action storage anyway.
+// `Execute` is the largest variant and payloads live in the scheduler's recycled action storage,
+// which holds the largest variant's size for every action; the traced submission's details are
+// boxed (one allocation per traced submission) so that every untraced action moves less.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Payload {
     /// Nothing but the ordering: a barrier, a signal-only submission, a host call's slot.
@@ -45,7 +46,7 @@ pub(crate) enum Payload {
         /// buffers until the action completes; empty when no command buffer has slots.
         bindings: BindingTables,
         /// What the tracer shows of the submission (COARSE and FINE tracing only).
-        trace: Option<SubmissionInfo>,
+        trace: Option<Box<SubmissionInfo>>,
         /// The completion event, kept until the action is released when traced: the tracer
         /// reads its time in the action's cleanup, which runs after the scheduler let go of it.
         completion: Option<CudaEvent>,
@@ -112,6 +113,11 @@ pub(crate) struct CudaBackend {
     /// Work the tracer did not see went onto the stream since its last traced submission: the
     /// next traced submission's start must be timed by an event.
     untraced: std::sync::atomic::AtomicBool,
+    /// Boxes for traced submissions' details (`Payload::Execute::trace`), given back when their
+    /// actions are released: traced submissions allocate nothing once warm. (Boxes, not
+    /// values: a payload holds the box, so the recycled allocation is the box itself.)
+    #[allow(clippy::vec_box)]
+    infos: std::sync::Mutex<Vec<Box<SubmissionInfo>>>,
 }
 
 /// The thread sleep between two queries while napping: the kernel rounds it up (timer slack),
@@ -147,7 +153,24 @@ impl CudaBackend {
             nap,
             trace,
             untraced: std::sync::atomic::AtomicBool::new(false),
+            infos: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// `info` in a box for a payload: a recycled one if a released action gave one back.
+    pub(crate) fn boxed_info(&self, info: SubmissionInfo) -> Box<SubmissionInfo> {
+        let recycled = self
+            .infos
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match recycled {
+            Some(mut boxed) => {
+                *boxed = info;
+                boxed
+            }
+            None => Box::new(info),
+        }
     }
 
     /// Queries `event` every `poll_interval` until it completes, fails, or `until` passes.
@@ -487,6 +510,22 @@ impl Backend for CudaBackend {
     fn checks_completion(&self, payload: &Payload) -> bool {
         matches!(payload, Payload::Execute { command_buffers, .. }
             if command_buffers.iter().any(|cb| cb.checks_completion()))
+    }
+
+    fn release(&self, mut payload: Payload) {
+        let info = match &mut payload {
+            Payload::Execute { trace, .. } => trace.take(),
+            _ => None,
+        };
+        // The rest (command buffers, tables, buffers) goes first: their drops may take time,
+        // and the box list's lock is taken by submitters.
+        drop(payload);
+        if let Some(info) = info {
+            self.infos
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(info);
+        }
     }
 
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {

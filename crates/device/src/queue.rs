@@ -396,10 +396,10 @@ impl Queue {
             // What the tracer shows of the submission; its zones are collected on the
             // completion side, by the queue's one cleanup.
             trace: self.trace.as_ref().map(|_| {
-                SubmissionInfo::new(
+                self.inner.backend().boxed_info(SubmissionInfo::new(
                     waits.iter().map(|(s, v)| (s.id().get(), *v)),
                     signals.iter().map(|(s, v)| (s.id().get(), *v)),
-                )
+                ))
             }),
             completion: None,
         };

@@ -72,9 +72,10 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
 }
 
 /// After a batch nobody waited for: sleeps for the queue's `completion_gather` (or until woken by
-/// a submitter that needs room or by work only this thread can complete), so that the next batch
-/// holds the actions of many submissions instead of one or two. Skipped when enough actions
-/// already wait, or once the worker is done (shutdown drains at once).
+/// a submitter that needs room, by work only this thread can complete, or by the push that makes
+/// [`GATHER_ENOUGH`] actions wait), so that the next batch holds the actions of many submissions
+/// instead of one or two. Skipped when enough actions already wait, or once the worker is done
+/// (shutdown drains at once).
 fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     let gather = shared.options.completion_gather;
     if gather.is_zero()
@@ -92,7 +93,9 @@ fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
         // Pairs with the fence in `push_finished`: either the pusher of work that needs this
         // thread sees `gathering` and wakes it, or this sees that work's count.
         fence(Ordering::SeqCst);
-        if shared.urgent.load(Ordering::Relaxed) == 0 {
+        if shared.urgent.load(Ordering::Relaxed) == 0
+            && shared.finished_len.load(Ordering::Acquire) < GATHER_ENOUGH
+        {
             parker.park_timeout(gather);
         }
         shared.completion_gathering.store(false, Ordering::Relaxed);
@@ -101,8 +104,10 @@ fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     let _ = parker;
 }
 
-/// Enough finished actions to make a batch worth its cost without gathering more.
-const GATHER_ENOUGH: usize = 64;
+/// Enough finished actions to make a batch worth its cost without gathering more: the push that
+/// makes this many wait ends a gather, so a fast submitter's batches hold about this many
+/// whatever the gather's length.
+pub(crate) const GATHER_ENOUGH: usize = 64;
 
 /// Lists a batch's retirement needs, kept (with their capacity) from batch to batch so that
 /// steady state allocates nothing.

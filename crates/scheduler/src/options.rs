@@ -22,13 +22,16 @@ impl QueueOptions {
     pub const DEFAULT_COMPLETION_SPIN: Duration = Duration::from_micros(50);
     /// Default [`idle_spin`](Self::with_idle_spin).
     pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(100);
-    /// Default [`completion_gather`](Self::with_completion_gather): none, until `cuhal bench`
-    /// cases 1 and 9 (which also run with [`SUGGESTED_COMPLETION_GATHER`](Self::SUGGESTED_COMPLETION_GATHER))
-    /// show on a GPU that gathering pays.
+    /// Default [`completion_gather`](Self::with_completion_gather): none. A backend whose
+    /// completion waits are cheap and do not contend with its issue (the host backend) gains
+    /// nothing from gathering; cuhal's CUDA device queues use
+    /// [`SUGGESTED_COMPLETION_GATHER`](Self::SUGGESTED_COMPLETION_GATHER).
     pub const DEFAULT_COMPLETION_GATHER: Duration = Duration::ZERO;
-    /// A gather worth trying: a submission every 1-3 us (a chained 1-dispatch submission on an
-    /// H200) gathers some 15-50 actions per batch in 50 us.
-    pub const SUGGESTED_COMPLETION_GATHER: Duration = Duration::from_micros(50);
+    /// A gather for devices whose completion queries contend with the issue (a CUDA event query
+    /// takes the driver's lock): a fast submitter (a chained 1-dispatch submission every 1-3 us
+    /// on an H200) fills a batch of 64 first, which ends the gather; a slow one is retired at
+    /// least every 200 us.
+    pub const SUGGESTED_COMPLETION_GATHER: Duration = Duration::from_micros(200);
     /// Default [`capacity`](Self::with_capacity).
     pub const DEFAULT_CAPACITY: usize = 256;
     /// Default [`max_in_flight`](Self::with_max_in_flight).
@@ -69,8 +72,8 @@ impl QueueOptions {
     /// How long the completion thread lets finished actions gather after it retired a batch that
     /// nobody waited for (no host thread parked on its signals, no submitter waiting for room,
     /// [`eager_completion`](Self::with_eager_completion) off), before it takes the next: it
-    /// sleeps meanwhile, and is woken early by a submitter that needs room or by work only it
-    /// can complete (work checked on completion). Without it (the default), a queue fed faster than the
+    /// sleeps meanwhile, and is woken early by a submitter that needs room, by work only it
+    /// can complete (work checked on completion), or by the push that makes 64 actions wait. Without it (the default), a queue fed faster than the
     /// completion thread wakes retires a batch of one or two actions every few microseconds:
     /// one event query (the driver's lock, which the submitter needs), one semaphore lock and
     /// one pool return per action, on a core that never rests. Zero: no gathering. Host waiters

@@ -28,6 +28,7 @@ use cuhal_semaphore::{Failure, Listener, Semaphore, SemaphoreId};
 
 use crate::action::{Body, EventList, Finished};
 use crate::backend::Backend;
+use crate::completion::GATHER_ENOUGH;
 use crate::error::Error;
 use crate::notifier::Notifier;
 use crate::options::QueueOptions;
@@ -593,24 +594,28 @@ impl<B: Backend> Shared<B> {
         let urgent = !self.options.completion_gather.is_zero()
             && matches!(&finished, Finished::Issued { body, .. }
                 if self.backend.checks_completion(&body.payload));
-        {
+        let len = {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             queue.push_back(finished);
-            self.finished_len.store(queue.len(), Ordering::Release);
+            let len = queue.len();
+            self.finished_len.store(len, Ordering::Release);
             if urgent {
                 self.urgent.fetch_add(1, Ordering::Relaxed);
             }
-        }
+            len
+        };
         let side = &*self.issue_side;
         side.pushed
             .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         // Only a parked completion thread needs the wake (a syscall), or a gathering one for
-        // urgent work; one that is retiring or spinning sees `finished_len`. The fence pairs with
-        // the one the completion thread puts between raising `parked` (or `gathering`) and its
-        // last look at `finished_len` (or `urgent`).
+        // urgent work or once a full batch waits (one wake per batch); one that is retiring or
+        // spinning sees `finished_len`. The fence pairs with the one the completion thread puts
+        // between raising `parked` (or `gathering`) and its last look at `finished_len` (and
+        // `urgent`).
         fence(Ordering::SeqCst);
         if self.completion_parked.load(Ordering::Relaxed)
-            || (urgent && self.completion_gathering.load(Ordering::Relaxed))
+            || ((urgent || len == GATHER_ENOUGH)
+                && self.completion_gathering.load(Ordering::Relaxed))
         {
             self.completion.unpark();
         }

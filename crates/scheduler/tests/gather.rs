@@ -141,3 +141,28 @@ fn shutdown_ends_a_gather() {
         "the last action retired before shutdown ended"
     );
 }
+
+/// The most actions a gather lets wait: the push of the next one ends it.
+const GATHER_ENOUGH: u64 = 64;
+
+#[test]
+fn a_full_batch_ends_a_gather() {
+    let (queue, signal) = gathering_queue(QueueOptions::new("full"));
+    for i in 1..GATHER_ENOUGH {
+        submit(&queue, &signal, i + 1, i);
+    }
+    // One short of a full batch: the gather goes on (it has 20 s to run).
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        queue.stats().completed,
+        1,
+        "actions retired before a full batch waited"
+    );
+    let start = Instant::now();
+    submit(&queue, &signal, GATHER_ENOUGH + 1, GATHER_ENOUGH);
+    eventually("the full batch retired", || {
+        queue.stats().completed == GATHER_ENOUGH + 1
+    });
+    let took = start.elapsed();
+    assert!(took < SOON, "the full batch waited {took:?}");
+}

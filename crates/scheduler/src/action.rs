@@ -108,15 +108,62 @@ impl<B: Backend> Body<B> {
 pub(crate) enum Finished<B: Backend> {
     /// Issued: wait for `event`, then signal.
     Issued {
-        body: Body<B>,
+        body: Boxed<B>,
         event: B::Event,
         device_waits: EventList<B::Event>,
     },
     /// Failed before it was issued; its signals are already failed.
-    Failed { body: Body<B>, failure: Failure },
+    Failed { body: Boxed<B>, failure: Failure },
 }
 
 /// The first device wait whose event reports an error: the failure came from upstream.
 pub(crate) fn upstream_failure<E: DeviceEvent>(device_waits: &[E]) -> Option<Failure> {
     device_waits.iter().find_map(|event| event.query().err())
+}
+
+/// An action's body in a heap slot of its own, which the queue recycles: the body is written
+/// into it once, at submission, and from then on only this pointer moves (into the pending list,
+/// the completion side's hand-over list and batch, back out for release), not the few hundred
+/// bytes of the body itself.
+pub(crate) struct Boxed<B: Backend>(Box<Option<Body<B>>>);
+
+/// An empty slot for a body, kept by the queue for the next submission.
+pub(crate) struct Spare<B: Backend>(Box<Option<Body<B>>>);
+
+impl<B: Backend> Spare<B> {
+    /// A new slot (allocates).
+    pub(crate) fn new() -> Self {
+        Spare(Box::new(None))
+    }
+
+    /// Writes `body` into the slot.
+    pub(crate) fn fill(mut self, body: Body<B>) -> Boxed<B> {
+        *self.0 = Some(body);
+        Boxed(self.0)
+    }
+}
+
+impl<B: Backend> Boxed<B> {
+    /// Moves the body out, giving the empty slot back for reuse.
+    pub(crate) fn empty(mut self) -> (Body<B>, Spare<B>) {
+        let body = self.0.take().expect("a boxed body is filled until emptied");
+        (body, Spare(self.0))
+    }
+}
+
+impl<B: Backend> std::ops::Deref for Boxed<B> {
+    type Target = Body<B>;
+    fn deref(&self) -> &Body<B> {
+        (*self.0)
+            .as_ref()
+            .expect("a boxed body is filled until emptied")
+    }
+}
+
+impl<B: Backend> std::ops::DerefMut for Boxed<B> {
+    fn deref_mut(&mut self) -> &mut Body<B> {
+        (*self.0)
+            .as_mut()
+            .expect("a boxed body is filled until emptied")
+    }
 }

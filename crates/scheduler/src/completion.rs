@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use cuhal_semaphore::{Failure, Semaphore};
 
-use crate::action::{Body, Finished, upstream_failure};
+use crate::action::{Body, Finished, Spare, upstream_failure};
 use crate::backend::Backend;
 use crate::shared::{COMPLETION_THREAD, Shared};
 use crate::spin::spin_until;
@@ -36,6 +36,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
         advanced: Vec::with_capacity(16),
         outcomes: Vec::with_capacity(shared.options.capacity),
         released: Vec::with_capacity(shared.options.capacity),
+        spares: Vec::with_capacity(shared.options.capacity),
     };
     loop {
         shared.take_finished(&mut batch);
@@ -118,6 +119,8 @@ struct Scratch<B: Backend> {
     outcomes: Vec<Option<Failure>>,
     /// The device-signal events an advance released, dropped once the semaphore's lock is let go.
     released: Vec<B::Event>,
+    /// The body slots the batch emptied, given back to the issue side at once.
+    spares: Vec<Spare<B>>,
 }
 
 /// Retires every action of `batch` (which it leaves empty); returns whether somebody needed its
@@ -160,6 +163,7 @@ fn retire_batch<B: Backend>(
         advanced,
         outcomes,
         released,
+        spares,
     } = scratch;
     for (index, finished) in batch.iter().enumerate() {
         let outcome = match finished {
@@ -237,8 +241,11 @@ fn retire_batch<B: Backend>(
             None => completed += 1,
             Some(_) => failed += 1,
         }
+        let (body, spare) = body.empty();
+        spares.push(spare);
         release(shared, body, outcome.as_ref().map_or(Ok(()), Err));
     }
+    shared.give_back(spares);
     // Counted after release, so a count that includes an action means it is fully retired.
     side.completed.fetch_add(completed, Ordering::Release);
     side.failed.fetch_add(failed, Ordering::Release);

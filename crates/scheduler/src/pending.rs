@@ -5,7 +5,7 @@
 use cuhal_semaphore::ListenToken;
 use slab::Slab;
 
-use crate::action::Body;
+use crate::action::Boxed;
 use crate::backend::Backend;
 
 const NONE: usize = usize::MAX;
@@ -21,7 +21,7 @@ pub(crate) enum Waiting {
 }
 
 pub(crate) struct Pending<B: Backend> {
-    pub(crate) body: Body<B>,
+    pub(crate) body: Boxed<B>,
     pub(crate) generation: u32,
     pub(crate) waiting: Waiting,
     prev: usize,
@@ -64,7 +64,7 @@ impl<B: Backend> PendingList<B> {
     }
 
     /// Appends an action; returns its slot and listener key.
-    pub(crate) fn push_back(&mut self, body: Body<B>, waiting: Waiting) -> (usize, u64) {
+    pub(crate) fn push_back(&mut self, body: Boxed<B>, waiting: Waiting) -> (usize, u64) {
         self.generation = self.generation.wrapping_add(1);
         let generation = self.generation;
         let slot = self.slab.insert(Pending {
@@ -84,7 +84,7 @@ impl<B: Backend> PendingList<B> {
     }
 
     /// Puts an action back at the head (it was taken out for issue and must wait again).
-    pub(crate) fn push_front(&mut self, body: Body<B>, waiting: Waiting) -> (usize, u64) {
+    pub(crate) fn push_front(&mut self, body: Boxed<B>, waiting: Waiting) -> (usize, u64) {
         self.generation = self.generation.wrapping_add(1);
         let generation = self.generation;
         let slot = self.slab.insert(Pending {

@@ -26,7 +26,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use cuhal_semaphore::{Failure, Listener, Semaphore, SemaphoreId};
 
-use crate::action::{Body, EventList, Finished};
+use crate::action::{Body, Boxed, EventList, Finished, Spare};
 use crate::backend::Backend;
 use crate::completion::GATHER_ENOUGH;
 use crate::error::Error;
@@ -49,6 +49,10 @@ pub(crate) struct State<B: Backend> {
     /// The notification keys being handled, swapped with the notifier's list (both keep their
     /// capacity, so draining allocates nothing).
     keys: Vec<u64>,
+    /// Empty body slots for the next submissions (see [`Boxed`]).
+    spare: Vec<Spare<B>>,
+    /// Body slots made, ever: every one is spare, returned, or holds a live action.
+    boxes: usize,
 }
 
 /// The issue side's counters and flags, on cache lines of their own: the submitting thread
@@ -87,6 +91,10 @@ pub(crate) struct Shared<B: Backend> {
     /// completion thread swaps the whole list out, so it takes this lock once per batch.
     pub(crate) finished: Mutex<VecDeque<Finished<B>>>,
     pub(crate) finished_len: AtomicUsize,
+    /// Body slots the completion side emptied, given back once per batch; the issue side takes
+    /// them all at once when its own spares run out. Each list's capacity covers every slot, so
+    /// moving slots between them allocates nothing.
+    pub(crate) returned: Mutex<Vec<Spare<B>>>,
     pub(crate) notifier: Notifier,
     /// What the semaphores call: a weak handle back to this state.
     pub(crate) listener: Arc<dyn Listener>,
@@ -114,6 +122,9 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) worker_parks: StatU64,
     pub(crate) worker_parked: StatBool,
 }
+
+/// The fewest body slots made at once when a queue runs out.
+const MIN_NEW_BOXES: usize = 16;
 
 /// Who is issuing, for the statistics.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -221,9 +232,12 @@ impl<B: Backend> Shared<B> {
                     issued_by_worker: 0,
                     issued_on_signal: 0,
                     keys: Vec::with_capacity(capacity),
+                    spare: (0..capacity).map(|_| Spare::new()).collect(),
+                    boxes: capacity,
                 })),
                 finished: Mutex::new(VecDeque::with_capacity(capacity)),
                 finished_len: AtomicUsize::new(0),
+                returned: Mutex::new(Vec::with_capacity(capacity)),
                 notifier: Notifier::new(worker, capacity),
                 listener,
                 completion,
@@ -376,10 +390,11 @@ impl<B: Backend> Shared<B> {
     pub(crate) fn enqueue(
         &self,
         state: &mut State<B>,
-        mut body: Body<B>,
+        body: Body<B>,
         waits: &[(&Semaphore<B::Event>, u64)],
     ) {
         state.submitted += 1;
+        let mut body = self.boxed(state, body);
         let own = |body: &mut Body<B>| {
             body.waits = waits.iter().map(|(s, v)| ((*s).clone(), *v)).collect();
         };
@@ -412,7 +427,7 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Appends a blocked action and listens on the semaphore it is blocked on.
-    fn make_pending(&self, state: &mut State<B>, body: Body<B>, index: usize) {
+    fn make_pending(&self, state: &mut State<B>, body: Boxed<B>, index: usize) {
         let (semaphore, value) = body.waits[index].clone();
         // A placeholder until the token exists; no notification can be handled before the state
         // lock is released.
@@ -468,7 +483,7 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Puts an action taken from the head back there, listening on its blocked wait `index`.
-    fn pend_at_head(&self, state: &mut State<B>, body: Body<B>, index: usize) {
+    fn pend_at_head(&self, state: &mut State<B>, body: Boxed<B>, index: usize) {
         let (semaphore, value) = body.waits[index].clone();
         let (slot, key) = state.pending.push_front(body, Waiting::Ready);
         let token = semaphore.listen(value, &self.listener, key);
@@ -487,9 +502,9 @@ impl<B: Backend> Shared<B> {
     fn issue_if_ready(
         &self,
         state: &mut State<B>,
-        body: Body<B>,
+        body: Boxed<B>,
         issuer: Issuer,
-    ) -> Option<(Body<B>, usize)> {
+    ) -> Option<(Boxed<B>, usize)> {
         let mut device_waits = EventList::new();
         match examine(&body.waits, 0, Some(&mut device_waits)) {
             Readiness::Ready => self.issue_ready(state, body, device_waits, issuer),
@@ -503,7 +518,7 @@ impl<B: Backend> Shared<B> {
     fn issue_ready(
         &self,
         state: &mut State<B>,
-        mut body: Body<B>,
+        mut body: Boxed<B>,
         mut device_waits: EventList<B::Event>,
         issuer: Issuer,
     ) {
@@ -544,7 +559,7 @@ impl<B: Backend> Shared<B> {
     fn after_issue(
         &self,
         state: &mut State<B>,
-        body: Body<B>,
+        body: Boxed<B>,
         issued: Result<B::Event, Failure>,
         device_waits: EventList<B::Event>,
         issuer: Issuer,
@@ -571,7 +586,7 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Fails an action that was never issued: its signals now, its cleanup on the completion thread.
-    pub(crate) fn fail_unissued(&self, body: Body<B>, failure: Failure) {
+    pub(crate) fn fail_unissued(&self, body: Boxed<B>, failure: Failure) {
         body.fail_signals(&failure);
         self.push_finished(Finished::Failed { body, failure });
     }
@@ -618,6 +633,39 @@ impl<B: Backend> Shared<B> {
                 && self.completion_gathering.load(Ordering::Relaxed))
         {
             self.completion.unpark();
+        }
+    }
+
+    /// `body` in a recycled slot: one of the issue side's spares, else (taking every slot the
+    /// completion side gave back since) a returned one, else a new one. Slots are made as many at
+    /// once as exist already, so a queue whose in-flight count grows allocates a logarithmic
+    /// number of times, as a growing vector would.
+    fn boxed(&self, state: &mut State<B>, body: Body<B>) -> Boxed<B> {
+        if state.spare.is_empty() {
+            let mut returned = self.returned.lock().unwrap_or_else(PoisonError::into_inner);
+            std::mem::swap(&mut state.spare, &mut *returned);
+            if state.spare.is_empty() {
+                let more = state.boxes.max(MIN_NEW_BOXES);
+                state.boxes += more;
+                state.spare.reserve(state.boxes);
+                returned.reserve(state.boxes);
+                state.spare.extend((0..more).map(|_| Spare::new()));
+            }
+        }
+        match state.spare.pop() {
+            Some(spare) => spare.fill(body),
+            None => Spare::new().fill(body),
+        }
+    }
+
+    /// Gives the body slots a batch emptied back to the issue side (`spares` is left empty, its
+    /// capacity kept).
+    pub(crate) fn give_back(&self, spares: &mut Vec<Spare<B>>) {
+        if !spares.is_empty() {
+            self.returned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .append(spares);
         }
     }
 

@@ -8,6 +8,109 @@ pub fn process_cpu_ns() -> Option<u64> {
     imp::process_cpu_ns()
 }
 
+/// CPU time per thread of the process, from `/proc/self/task/*/schedstat` (nanoseconds on the
+/// CPU) and `comm` (the thread's name, cut to 15 bytes): where a case's process CPU time went.
+/// Empty where `/proc` cannot be read.
+pub fn threads_cpu_ns() -> Vec<ThreadCpu> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut threads = Vec::new();
+    for task in tasks.flatten() {
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = task.path();
+        let ns = std::fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+        let name = std::fs::read_to_string(path.join("comm"))
+            .map(|n| n.trim_end().to_owned())
+            .unwrap_or_default();
+        if let Some(ns) = ns {
+            threads.push(ThreadCpu { tid, name, ns });
+        }
+    }
+    threads
+}
+
+/// One thread's CPU time so far.
+#[derive(Debug, Clone)]
+pub struct ThreadCpu {
+    /// The thread's id.
+    pub tid: u32,
+    /// Its name (`comm`).
+    pub name: String,
+    /// Nanoseconds it has run.
+    pub ns: u64,
+}
+
+/// The calling thread's id, as `/proc/self/task` names it (`None` without `/proc`).
+pub fn current_tid() -> Option<u32> {
+    std::fs::read_link("/proc/thread-self")
+        .ok()?
+        .file_name()?
+        .to_str()?
+        .parse()
+        .ok()
+}
+
+/// CPU time between two [`threads_cpu_ns`] readings, in nanoseconds, summed by role.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoleCpu {
+    /// The thread named as the submitting one.
+    pub submitting: u64,
+    /// cuhal's completion threads (`*-complete`, cut to `*-comple` by the kernel).
+    pub completion: u64,
+    /// cuhal's issue workers (`*-issue`).
+    pub issue: u64,
+    /// Every other thread (the driver's among them).
+    pub other: u64,
+}
+
+impl RoleCpu {
+    /// The split per `items`, in microseconds, as a note.
+    pub fn per_item(&self, items: usize) -> String {
+        let per = |ns: u64| ns as f64 / items.max(1) as f64 / 1e3;
+        format!(
+            "CPU per submission by thread: submitting {:.2} us, completion {:.2} us, issue workers {:.2} us, other threads {:.2} us",
+            per(self.submitting),
+            per(self.completion),
+            per(self.issue),
+            per(self.other)
+        )
+    }
+}
+
+/// Where the CPU time between two [`threads_cpu_ns`] readings went: the thread `tid` (the
+/// submitting one), cuhal's completion threads, its issue workers, and every other thread;
+/// threads that started between the readings count from zero.
+pub fn cpu_by_role(before: &[ThreadCpu], after: &[ThreadCpu], tid: Option<u32>) -> RoleCpu {
+    let mut roles = RoleCpu::default();
+    for thread in after {
+        let start = before
+            .iter()
+            .find(|t| t.tid == thread.tid)
+            .map_or(0, |t| t.ns);
+        let spent = thread.ns.saturating_sub(start);
+        let role = if Some(thread.tid) == tid {
+            &mut roles.submitting
+        } else if thread.name.ends_with("-comple") || thread.name.ends_with("-complete") {
+            &mut roles.completion
+        } else if thread.name.ends_with("-issue") {
+            &mut roles.issue
+        } else {
+            &mut roles.other
+        };
+        *role += spent;
+    }
+    roles
+}
+
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 mod imp {
     use std::ffi::{c_int, c_long};
@@ -57,6 +160,77 @@ mod imp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Spins until the calling thread has run `ns` more nanoseconds of CPU (10 s at most).
+    fn spin_cpu(ns: u64) {
+        let tid = current_tid();
+        let mine = || {
+            threads_cpu_ns()
+                .into_iter()
+                .find(|t| Some(t.tid) == tid)
+                .map_or(0, |t| t.ns)
+        };
+        let start = mine();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut x = 0u64;
+        while mine() - start < ns {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the thread's CPU time never grew"
+            );
+        }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn cpu_by_role_tells_the_threads_apart() {
+        const SPIN: u64 = 3_000_000;
+        let before = threads_cpu_ns();
+        let tid = current_tid();
+        assert!(tid.is_some(), "/proc/thread-self names the thread");
+        // Each thread spins, says so, and lives on until released: a thread's CPU time is only
+        // readable while it exists.
+        let (spun_tx, spun_rx) = std::sync::mpsc::channel::<()>();
+        let release = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let threads: Vec<_> = ["cuhal0.0-complete", "cuhal0.0-issue", "driver"]
+            .into_iter()
+            .map(|name| {
+                let spun = spun_tx.clone();
+                let release = release.clone();
+                std::thread::Builder::new()
+                    .name(name.to_owned())
+                    .spawn(move || {
+                        spin_cpu(SPIN);
+                        spun.send(()).unwrap();
+                        release.wait();
+                    })
+                    .unwrap()
+            })
+            .collect();
+        spin_cpu(SPIN);
+        for _ in 0..3 {
+            spun_rx.recv().unwrap();
+        }
+        let roles = cpu_by_role(&before, &threads_cpu_ns(), tid);
+        release.wait();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert!(roles.submitting >= SPIN, "{roles:?}");
+        assert!(roles.completion >= SPIN, "{roles:?}");
+        assert!(roles.issue >= SPIN, "{roles:?}");
+        assert!(roles.other >= SPIN, "{roles:?}");
+        assert!(
+            roles
+                .per_item(1000)
+                .starts_with("CPU per submission by thread: submitting "),
+            "{}",
+            roles.per_item(1000)
+        );
+    }
 
     #[test]
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]

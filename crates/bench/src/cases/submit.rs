@@ -31,7 +31,7 @@ use cuhal_sys::cu;
 
 use super::{Env, progress, summarize};
 use crate::alloc_count::allocations;
-use crate::cpu_time::process_cpu_ns;
+use crate::cpu_time::{cpu_by_role, current_tid, process_cpu_ns, threads_cpu_ns};
 use crate::gpu::raw::{GraphExec, KernelNode, SyncMode};
 use crate::gpu::{Gpu, StepCounter};
 use crate::hal::{Hal, wait};
@@ -118,6 +118,11 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
         }
     };
     report.measured("1", floor_name, floor.total);
+    if let Some(threads) = &floor.stats {
+        report
+            .notes
+            .push(format!("case 1 ({label}), floor: {threads}"));
+    }
     if form == Form::AcrossQueues {
         let parts = floor_parts(env, warm, n)?;
         report.measured("1", "  of which cuStreamWaitEvent", parts.wait);
@@ -291,8 +296,11 @@ fn cuhal_side(
     let mut total = Vec::with_capacity(n);
     let mut allocations_at_warm = 0;
     let mut cpu_at_warm = None;
+    let mut threads_at_warm = Vec::new();
+    let tid = current_tid();
     for i in 0..warm + n {
         if i == warm {
+            threads_at_warm = threads_cpu_ns();
             allocations_at_warm = allocations();
             cpu_at_warm = process_cpu_ns();
         }
@@ -316,6 +324,7 @@ fn cuhal_side(
     }
     wait(&semaphore, (warm + n) as u64)?;
     let cpu_at_end = process_cpu_ns();
+    let threads = cpu_by_role(&threads_at_warm, &threads_cpu_ns(), tid).per_item(n);
     let allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
     let stats = (0..form.queues())
         .map(|q| {
@@ -333,6 +342,7 @@ fn cuhal_side(
         })
         .collect::<Vec<_>>()
         .join("; ");
+    let stats = format!("{stats}; {threads}");
     counter.expect_more((warm + n) as u64);
     counter.check("case 1 cuhal")?;
     Ok(Side {
@@ -372,6 +382,8 @@ struct Pass {
     allocations: f64,
     /// Process CPU time per measured submission.
     cpu: Option<Summary>,
+    /// The same, by thread (see `cpu_by_role`).
+    threads: String,
     total: Vec<f64>,
     wait: Vec<f64>,
     launch: Vec<f64>,
@@ -384,7 +396,7 @@ fn floor(env: &Env<'_>, form: Form, warm: usize, n: usize) -> Result<Side> {
         total: summarize("case 1 floor", &mut pass.total)?,
         allocations: summarize("case 1 floor allocations", &mut [pass.allocations])?,
         cpu: pass.cpu,
-        stats: None,
+        stats: Some(pass.threads),
     })
 }
 
@@ -427,6 +439,7 @@ fn floor_pass(env: &Env<'_>, form: Form, warm: usize, n: usize, parts: bool) -> 
     let mut pass = Pass {
         allocations: 0.0,
         cpu: None,
+        threads: String::new(),
         total: Vec::with_capacity(n),
         wait: Vec::with_capacity(if parts { n } else { 0 }),
         launch: Vec::with_capacity(if parts { n } else { 0 }),
@@ -435,8 +448,11 @@ fn floor_pass(env: &Env<'_>, form: Form, warm: usize, n: usize, parts: bool) -> 
     let cross = form == Form::AcrossQueues;
     let mut allocations_at_warm = 0;
     let mut cpu_at_warm = None;
+    let mut threads_at_warm = Vec::new();
+    let tid = current_tid();
     for i in 0..warm + n {
         if i == warm {
+            threads_at_warm = threads_cpu_ns();
             allocations_at_warm = allocations();
             cpu_at_warm = process_cpu_ns();
         }
@@ -483,6 +499,7 @@ fn floor_pass(env: &Env<'_>, form: Form, warm: usize, n: usize, parts: bool) -> 
         stream.synchronize()?;
     }
     pass.cpu = cpu_per_item(cpu_at_warm, process_cpu_ns(), n, "case 1 floor CPU")?;
+    pass.threads = cpu_by_role(&threads_at_warm, &threads_cpu_ns(), tid).per_item(n);
     pass.allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
     counter.expect_more((warm + n) as u64);
     counter.check("case 1 floor")?;

@@ -182,6 +182,8 @@ fn a_lazy_completion_enqueues_no_device_work_while_it_naps() {
     let (fake, _driver, device) = open(
         "lazy-nap",
         DeviceOptions {
+            // Without gathering, which would defer the running work instead of waiting for it.
+            completion_gather: Duration::ZERO,
             completion_nap: Duration::from_secs(600),
             ..queues(1)
         },
@@ -226,6 +228,8 @@ fn without_naps_a_lazy_completion_sleeps_on_the_device() {
     let (fake, _driver, device) = open(
         "lazy-no-nap",
         DeviceOptions {
+            // Without gathering, which would defer the running work instead of waiting for it.
+            completion_gather: Duration::ZERO,
             completion_nap: Duration::ZERO,
             ..queues(1)
         },

@@ -12,7 +12,9 @@
 //! It polls fast (the queue's `completion_spin`) only while somebody needs the answer: a host
 //! thread parked on a semaphore the batch signals, a submitter waiting for room. Otherwise it asks
 //! the backend to block at once: host waiters poll recorded events themselves, so values seen on
-//! the host lag only while nobody waits for them. With nothing to retire it looks for work for the
+//! the host lag only while nobody waits for them. A queue that gathers (`completion_gather`) goes
+//! further: a batch nobody needs whose newest work is still running is not waited for but kept
+//! for the next round, which retires it first ([`may_defer`]). With nothing to retire it looks for work for the
 //! queue's `idle_spin`, then parks, so an idle queue burns no core. Nothing here runs inside a
 //! driver callback.
 
@@ -21,7 +23,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cuhal_semaphore::{Failure, Semaphore};
+use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
 
 use crate::action::{Body, Finished, Spare, upstream_failure};
 use crate::backend::Backend;
@@ -38,16 +40,30 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
         released: Vec::with_capacity(shared.options.capacity),
         spares: Vec::with_capacity(shared.options.capacity),
     };
+    // A batch whose newest work was still running when it was taken, and that nobody needed:
+    // retired first in the next round (see `may_defer`).
+    let mut deferred: VecDeque<Finished<B>> = VecDeque::with_capacity(shared.options.capacity);
     loop {
         shared.take_finished(&mut batch);
-        if !batch.is_empty() {
-            if !retire_batch(&shared, &mut batch, &mut scratch) {
+        if !batch.is_empty() || !deferred.is_empty() {
+            let mut wanted = false;
+            if !deferred.is_empty() {
+                wanted |= retire_batch(&shared, &mut deferred, &mut scratch);
+            }
+            if !batch.is_empty() {
+                if may_defer(&shared, &batch) {
+                    std::mem::swap(&mut deferred, &mut batch);
+                } else {
+                    wanted |= retire_batch(&shared, &mut batch, &mut scratch);
+                }
+            }
+            if !wanted {
                 gather(&shared, &parker);
             }
             continue;
         }
         // The worker pushes its last action before it says it is done, so once it is done an
-        // empty queue stays empty.
+        // empty queue stays empty (and nothing is deferred: both lists were empty above).
         if shared.worker_done.load(Ordering::Acquire)
             && shared.finished_len.load(Ordering::Acquire) == 0
         {
@@ -103,6 +119,32 @@ fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     }
     #[cfg(loom)]
     let _ = parker;
+}
+
+/// Whether `batch` may wait for the next round instead of being retired now: the queue gathers
+/// (see [`gather`]) and is not shutting down, nobody needs the batch's newest action (see
+/// [`wanted`]), and its completion event has not completed yet (one query, no wait). Such a
+/// batch was mostly taken the moment its last action was handed over, so its newest work has
+/// barely started: waiting for it would cost a nap and a wake-up per batch, while one gather
+/// later it is done and the next round retires it (first, in issue order) without a wait.
+fn may_defer<B: Backend>(shared: &Shared<B>, batch: &VecDeque<Finished<B>>) -> bool {
+    if shared.options.completion_gather.is_zero() || shared.worker_done.load(Ordering::Acquire) {
+        return false;
+    }
+    let newest = batch.iter().rev().find_map(|f| match f {
+        Finished::Issued { body, event, .. } => Some((body, event)),
+        Finished::Failed { .. } => None,
+    });
+    match newest {
+        Some((body, event)) => {
+            !wanted(shared, body)
+                && matches!(
+                    catch_unwind(AssertUnwindSafe(|| event.query())),
+                    Ok(Ok(false))
+                )
+        }
+        None => false,
+    }
 }
 
 /// Enough finished actions to make a batch worth its cost without gathering more: the push that

@@ -40,8 +40,12 @@ struct PoolShared {
     /// The device's lost state: an event query that sees a sticky error loses the device.
     lost: Arc<Lost>,
     flags: u32,
-    /// Slots whose handle count is zero.
+    /// Slots whose handle count is zero, given back by the last drop of their handles.
     free: FreeList<NonNull<Slot>>,
+    /// Free slots the acquiring side moved out of `free` in one go (`FreeList::take_via`): the
+    /// queue's issuing thread takes from here without touching the list the completion side
+    /// gives events back to, and refills it once it runs dry.
+    stash: Mutex<Vec<NonNull<Slot>>>,
     /// Every slot ever created; freed with the pool.
     all: Mutex<Vec<NonNull<Slot>>>,
 }
@@ -76,6 +80,7 @@ impl TimepointEventPool {
                 lost,
                 flags: if timed { 0 } else { CU_EVENT_DISABLE_TIMING },
                 free: FreeList::with_capacity(reserve.max(16)),
+                stash: Mutex::new(Vec::with_capacity(reserve.max(16))),
                 all: Mutex::new(Vec::with_capacity(reserve.max(16))),
             }),
         };
@@ -88,13 +93,19 @@ impl TimepointEventPool {
 
     /// Takes a free event, creating one if none is free.
     pub(crate) fn acquire(&self) -> Result<CudaEvent, Error> {
-        // SAFETY: every slot on the free list belongs to this pool, which outlives it (we hold
-        // the Arc).
-        let slot = match self
-            .shared
-            .free
-            .take(|slot| &unsafe { slot.as_ref() }.handles)
-        {
+        let taken = {
+            let mut stash = self
+                .shared
+                .stash
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.shared.free.take_via(&mut stash, |slot| {
+                // SAFETY: every slot on the free list and in the stash belongs to this pool,
+                // which outlives it (we hold the Arc).
+                &unsafe { slot.as_ref() }.handles
+            })
+        };
+        let slot = match taken {
             Some(slot) => slot,
             None => self.grow()?,
         };
@@ -130,10 +141,16 @@ impl TimepointEventPool {
         let mut all = shared.all.lock().unwrap_or_else(PoisonError::into_inner);
         all.push(first);
         all.extend_from_slice(&spare);
-        // Keep the free list able to hold every slot, so releasing never allocates.
+        // Keep the free list able to hold every slot, so releasing never allocates, and the
+        // stash too, as the two swap their storage.
         let capacity = all.len();
         drop(all);
         shared.free.reserve_total(capacity);
+        {
+            let mut stash = shared.stash.lock().unwrap_or_else(PoisonError::into_inner);
+            let extra = capacity.saturating_sub(stash.len());
+            stash.reserve(extra);
+        }
         for slot in spare {
             shared.free.add_new(slot);
         }
@@ -168,10 +185,17 @@ impl TimepointEventPool {
             .len()
     }
 
-    /// Events currently handed out (created minus free).
+    /// Events currently handed out (created minus free, on either list).
     pub(crate) fn in_use(&self) -> usize {
-        // Two locks, two moments: the pool may grow between the reads.
-        self.created().saturating_sub(self.shared.free.len())
+        // Three locks, three moments: the pool may grow or hand out between the reads.
+        let stashed = self
+            .shared
+            .stash
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        self.created()
+            .saturating_sub(self.shared.free.len() + stashed)
     }
 }
 

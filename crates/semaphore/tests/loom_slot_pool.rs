@@ -133,3 +133,71 @@ fn handles_dropped_while_another_thread_takes() {
         },
     );
 }
+
+/// The same handles dropped on two threads while a third takes slots through a list of its own
+/// (`FreeList::take_via`, as the device crate's event pool takes them): no slot is handed out
+/// twice or while it has handles, and at the end every slot is free, on exactly one of the two
+/// lists.
+#[test]
+fn handles_dropped_while_another_thread_takes_via_its_own_list() {
+    model(
+        "slot_pool::handles_dropped_while_another_thread_takes_via_its_own_list",
+        || {
+            let pool = Arc::new(Pool {
+                counts: [HandleCount::new(), HandleCount::new()],
+                returned: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                free: FreeList::with_capacity(2),
+            });
+            for slot in [1, 0] {
+                pool.counts[slot].clone_handle();
+                assert!(pool.free.drop_handle(slot, &pool.counts[slot]));
+            }
+            let first = take(&pool).expect("slot 0 is free");
+            let second = first.clone();
+            let a = thread::spawn(move || drop(first));
+            let b = thread::spawn(move || drop(second));
+            let taker = {
+                let pool = pool.clone();
+                thread::spawn(move || {
+                    let mut local = Vec::with_capacity(2);
+                    let mut take_local = || {
+                        let slot = pool.free.take_via(&mut local, |&slot| &pool.counts[slot])?;
+                        Some(Handle {
+                            pool: pool.clone(),
+                            slot,
+                        })
+                    };
+                    let one = take_local();
+                    let two = take_local();
+                    if let (Some(one), Some(two)) = (&one, &two) {
+                        assert_ne!(one.slot, two.slot, "one slot handed out twice");
+                    }
+                    let taken = [&one, &two].iter().filter(|h| h.is_some()).count();
+                    drop((one, two));
+                    (taken, local.len())
+                })
+            };
+            a.join().unwrap();
+            b.join().unwrap();
+            let (taken, kept) = taker.join().unwrap();
+            assert_eq!(
+                pool.free.len() + kept,
+                2,
+                "every slot is free, on one list exactly once"
+            );
+            for slot in 0..2 {
+                assert_eq!(
+                    pool.counts[slot].handles(),
+                    0,
+                    "slot {slot} still has handles"
+                );
+            }
+            let returned: usize = pool
+                .returned
+                .iter()
+                .map(|r| r.load(Ordering::Relaxed))
+                .sum();
+            assert_eq!(returned, 1 + taken, "each handout returned exactly once");
+        },
+    );
+}

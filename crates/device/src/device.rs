@@ -118,11 +118,9 @@ pub struct DeviceOptions {
 
 impl DeviceOptions {
     /// The default [`completion_gather`](Self::completion_gather): the scheduler's suggested
-    /// gather. On the H200, in each of seven runs of `cuhal bench`, a 50 us gather lowered
-    /// process CPU per chained submission (case 1, same queue: 1.25x-1.73x of the floor
-    /// against 1.41x-2.14x without), the across-queues tail (p99 1.46x-2.23x of the floor's
-    /// against 1.86x-4.75x) and case 9's time per chain step (0.84x-1.99x of its floor against
-    /// 1.07x-2.31x).
+    /// gather. `cuhal bench` cases 1 and 9 run with and without it in the same process; on the
+    /// H200 it lowered process CPU per chained submission and the across-queues tail in every
+    /// run (figures in the scheduler's decision record, "Completion gathering").
     pub const DEFAULT_COMPLETION_GATHER: Duration = QueueOptions::SUGGESTED_COMPLETION_GATHER;
     /// The scheduler's suggested gather (now the default).
     pub const SUGGESTED_COMPLETION_GATHER: Duration = QueueOptions::SUGGESTED_COMPLETION_GATHER;

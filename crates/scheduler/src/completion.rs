@@ -14,9 +14,9 @@
 //! the backend to block at once: host waiters poll recorded events themselves, so values seen on
 //! the host lag only while nobody waits for them. A queue that gathers (`completion_gather`) goes
 //! further: a batch nobody needs whose newest work is still running is not waited for but kept
-//! for the next round, which retires it first ([`may_defer`]). With nothing to retire it looks for work for the
-//! queue's `idle_spin`, then parks, so an idle queue burns no core. Nothing here runs inside a
-//! driver callback.
+//! for the next round, which retires it first ([`may_defer`]). With nothing to retire it looks
+//! for work for the queue's `idle_spin`, then parks, so an idle queue burns no core. Nothing
+//! here runs inside a driver callback.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -73,8 +73,9 @@ impl QueueOptions {
     /// nobody waited for (no host thread parked on its signals, no submitter waiting for room,
     /// [`eager_completion`](Self::with_eager_completion) off), before it takes the next: it
     /// sleeps meanwhile, and is woken early by a submitter that needs room, by work only it
-    /// can complete (work checked on completion), or by the push that makes 64 actions wait. Without it (the default), a queue fed faster than the
-    /// completion thread wakes retires a batch of one or two actions every few microseconds:
+    /// can complete (work checked on completion), or by the push that makes 64 actions wait.
+    /// Without it (the default), a queue fed faster than the completion thread wakes retires a
+    /// batch of one or two actions every few microseconds:
     /// one event query (the driver's lock, which the submitter needs), one semaphore lock and
     /// one pool return per action, on a core that never rests. Zero: no gathering. Host waiters
     /// are not held up, as they poll the events they wait for themselves.

@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,9 +14,22 @@ use cuhal_semaphore::testing::FlagEvent;
 
 use support::{Script, Scripted, eventually};
 
-/// Scripted work that completes at once; an action whose id is at least `CHECKED` is checked on
-/// completion (it records no device signal, so only the completion thread can see it done).
-struct Checked(Scripted);
+/// Scripted work (completed at once, or when the test says); an action whose id is at least
+/// `CHECKED` is checked on completion (it records no device signal, so only the completion
+/// thread can see it done). Counts the completion waits that found their work still running.
+struct Checked {
+    inner: Scripted,
+    waited_on_running: AtomicUsize,
+}
+
+impl Checked {
+    fn new(auto_complete: bool) -> Self {
+        Checked {
+            inner: Scripted::new(auto_complete),
+            waited_on_running: AtomicUsize::new(0),
+        }
+    }
+}
 
 const CHECKED: u64 = 1_000;
 
@@ -28,11 +42,14 @@ impl Backend for Checked {
         device_waits: &[FlagEvent],
         payload: &mut Script,
     ) -> Result<FlagEvent, Failure> {
-        self.0.issue(device_waits, payload)
+        self.inner.issue(device_waits, payload)
     }
 
     fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
-        self.0.wait_event(event, spin)
+        if !event.is_complete() {
+            self.waited_on_running.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.wait_event(event, spin)
     }
 
     fn checks_completion(&self, payload: &Script) -> bool {
@@ -40,12 +57,12 @@ impl Backend for Checked {
     }
 
     fn release(&self, payload: Script) {
-        self.0.release(payload);
+        self.inner.release(payload);
     }
 }
 
 fn queue(options: QueueOptions) -> Queue<Checked> {
-    Queue::new(Checked(Scripted::new(true)), options).unwrap()
+    Queue::new(Checked::new(true), options).unwrap()
 }
 
 fn submit(queue: &Queue<Checked>, signal: &Semaphore<FlagEvent>, value: u64, id: u64) {
@@ -167,42 +184,11 @@ fn a_full_batch_ends_a_gather() {
     assert!(took < SOON, "the full batch waited {took:?}");
 }
 
-/// Scripted work that completes when the test says, counting the completion waits that found
-/// their event still running.
-struct Counting {
-    inner: Scripted,
-    waited_on_running: std::sync::atomic::AtomicUsize,
-}
-
-impl Backend for Counting {
-    type Event = FlagEvent;
-    type Payload = Script;
-
-    fn issue(
-        &self,
-        device_waits: &[FlagEvent],
-        payload: &mut Script,
-    ) -> Result<FlagEvent, Failure> {
-        self.inner.issue(device_waits, payload)
-    }
-
-    fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
-        if !event.is_complete() {
-            self.waited_on_running
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-        self.inner.wait_event(event, spin)
-    }
-}
-
 /// Five actions submitted at once, their work completed 20 ms later; returns how many times the
 /// completion side waited on work still running.
 fn waits_on_running_work(gather: Duration) -> usize {
     let queue = Queue::new(
-        Counting {
-            inner: Scripted::new(false),
-            waited_on_running: std::sync::atomic::AtomicUsize::new(0),
-        },
+        Checked::new(false),
         QueueOptions::new("defer").with_completion_gather(gather),
     )
     .unwrap();
@@ -223,10 +209,7 @@ fn waits_on_running_work(gather: Duration) -> usize {
         queue.backend().inner.find(i).unwrap().event.complete();
     }
     eventually("every action retired", || queue.stats().completed == 5);
-    queue
-        .backend()
-        .waited_on_running
-        .load(std::sync::atomic::Ordering::SeqCst)
+    queue.backend().waited_on_running.load(Ordering::SeqCst)
 }
 
 #[test]

@@ -53,6 +53,41 @@ impl Drop for Handle {
     }
 }
 
+/// Both slots free (created with one handle each, as the device pool's `grow` hands a new slot
+/// out, whose drop puts them on the free list), then slot 0 handed out once.
+fn pool_with_slot_0_out() -> (Arc<Pool>, Handle) {
+    let pool = Arc::new(Pool {
+        counts: [HandleCount::new(), HandleCount::new()],
+        returned: [AtomicUsize::new(0), AtomicUsize::new(0)],
+        free: FreeList::with_capacity(2),
+    });
+    for slot in [1, 0] {
+        pool.counts[slot].clone_handle();
+        assert!(pool.free.drop_handle(slot, &pool.counts[slot]));
+    }
+    let first = take(&pool).expect("slot 0 is free");
+    assert_eq!(first.slot, 0);
+    (pool, first)
+}
+
+/// Every slot has no handle left, and went back once per handout: once for slot 0's first, and
+/// once for each of the `taken` ones.
+fn check_returns(pool: &Pool, taken: usize) {
+    for slot in 0..2 {
+        assert_eq!(
+            pool.counts[slot].handles(),
+            0,
+            "slot {slot} still has handles"
+        );
+    }
+    let returned: usize = pool
+        .returned
+        .iter()
+        .map(|r| r.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(returned, 1 + taken, "each handout returned exactly once");
+}
+
 fn model(name: &str, body: impl Fn() + Sync + Send + 'static) {
     let runs = StdArc::new(StdAtomicUsize::new(0));
     let counted = runs.clone();
@@ -75,19 +110,7 @@ fn handles_dropped_while_another_thread_takes() {
     model(
         "slot_pool::handles_dropped_while_another_thread_takes",
         || {
-            let pool = Arc::new(Pool {
-                counts: [HandleCount::new(), HandleCount::new()],
-                returned: [AtomicUsize::new(0), AtomicUsize::new(0)],
-                free: FreeList::with_capacity(2),
-            });
-            // Both slots start free: created with one handle (as the device pool's `grow` hands a
-            // new slot out) whose drop puts them on the free list.
-            for slot in [1, 0] {
-                pool.counts[slot].clone_handle();
-                assert!(pool.free.drop_handle(slot, &pool.counts[slot]));
-            }
-            let first = take(&pool).expect("slot 0 is free");
-            assert_eq!(first.slot, 0);
+            let (pool, first) = pool_with_slot_0_out();
             let second = first.clone();
 
             let a = thread::spawn(move || {
@@ -115,21 +138,7 @@ fn handles_dropped_while_another_thread_takes() {
 
             let free = pool.free.len();
             assert_eq!(free, 2, "every slot is back on the free list exactly once");
-            for slot in 0..2 {
-                assert_eq!(
-                    pool.counts[slot].handles(),
-                    0,
-                    "slot {slot} still has handles"
-                );
-            }
-            // After setup, slot 0 went back once for its first handout and each slot the third
-            // thread took went back once more.
-            let returned: usize = pool
-                .returned
-                .iter()
-                .map(|r| r.load(Ordering::Relaxed))
-                .sum();
-            assert_eq!(returned, 1 + taken, "each handout returned exactly once");
+            check_returns(&pool, taken);
         },
     );
 }
@@ -143,16 +152,7 @@ fn handles_dropped_while_another_thread_takes_via_its_own_list() {
     model(
         "slot_pool::handles_dropped_while_another_thread_takes_via_its_own_list",
         || {
-            let pool = Arc::new(Pool {
-                counts: [HandleCount::new(), HandleCount::new()],
-                returned: [AtomicUsize::new(0), AtomicUsize::new(0)],
-                free: FreeList::with_capacity(2),
-            });
-            for slot in [1, 0] {
-                pool.counts[slot].clone_handle();
-                assert!(pool.free.drop_handle(slot, &pool.counts[slot]));
-            }
-            let first = take(&pool).expect("slot 0 is free");
+            let (pool, first) = pool_with_slot_0_out();
             let second = first.clone();
             let a = thread::spawn(move || drop(first));
             let b = thread::spawn(move || drop(second));
@@ -185,19 +185,7 @@ fn handles_dropped_while_another_thread_takes_via_its_own_list() {
                 2,
                 "every slot is free, on one list exactly once"
             );
-            for slot in 0..2 {
-                assert_eq!(
-                    pool.counts[slot].handles(),
-                    0,
-                    "slot {slot} still has handles"
-                );
-            }
-            let returned: usize = pool
-                .returned
-                .iter()
-                .map(|r| r.load(Ordering::Relaxed))
-                .sum();
-            assert_eq!(returned, 1 + taken, "each handout returned exactly once");
+            check_returns(&pool, taken);
         },
     );
 }

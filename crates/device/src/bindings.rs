@@ -16,26 +16,52 @@ use smallvec::SmallVec;
 /// once, up to this; past it they are freed when they complete.
 const POOLED_TABLES: usize = 1024;
 
+/// The fewest vectors made at once when the pool has none to give.
+const MIN_NEW_TABLES: usize = 4;
+
 /// Spare table storage of one queue.
 #[derive(Default)]
 pub(crate) struct TablePool {
-    spare: Mutex<Vec<Vec<BufferRange>>>,
+    spare: Mutex<Spare>,
+}
+
+#[derive(Default)]
+struct Spare {
+    tables: Vec<Vec<BufferRange>>,
+    /// Vectors made, ever (up to `POOLED_TABLES` are kept).
+    made: usize,
 }
 
 impl TablePool {
-    fn take(&self) -> Vec<BufferRange> {
-        self.spare
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-            .unwrap_or_default()
+    /// A vector with room for `len` ranges, if the one handed out has it (tables of a queue
+    /// mostly keep their size). When none is spare, as many are made at once as were made
+    /// before (at least `MIN_NEW_TABLES`): the number of submissions with tables in flight
+    /// follows how far the completion side lags, and growing one vector at each new high-water
+    /// mark would make every new mark an allocation.
+    fn take(&self, len: usize) -> Vec<BufferRange> {
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(table) = spare.tables.pop() {
+            return table;
+        }
+        let more = spare
+            .made
+            .max(MIN_NEW_TABLES)
+            .min(POOLED_TABLES.saturating_sub(spare.made))
+            .max(1);
+        spare.made += more;
+        let kept = spare.made.min(POOLED_TABLES);
+        spare.tables.reserve(kept);
+        for _ in 1..more {
+            spare.tables.push(Vec::with_capacity(len));
+        }
+        Vec::with_capacity(len)
     }
 
     fn give(&self, mut ranges: Vec<BufferRange>) {
         ranges.clear();
         let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
-        if spare.len() < POOLED_TABLES {
-            spare.push(ranges);
+        if spare.tables.len() < POOLED_TABLES {
+            spare.tables.push(ranges);
         }
     }
 }
@@ -63,9 +89,10 @@ impl BindingTables {
     /// Copies `tables` (one per command buffer) into storage from `pool`.
     pub(crate) fn copy<'a>(
         pool: &Arc<TablePool>,
-        tables: impl Iterator<Item = &'a [BufferRange]>,
+        tables: impl Iterator<Item = &'a [BufferRange]> + Clone,
     ) -> Self {
-        let mut ranges = pool.take();
+        let len = tables.clone().map(<[BufferRange]>::len).sum();
+        let mut ranges = pool.take(len);
         let mut spans = SmallVec::new();
         for table in tables {
             let start = ranges.len() as u32;

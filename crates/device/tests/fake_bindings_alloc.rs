@@ -251,3 +251,44 @@ fn deferred_replay_with_a_table_allocates_nothing_per_submission() {
         "allocations over {ALTERNATING} alternating and {FRESH} fresh tables, deferred replay"
     );
 }
+
+/// A number of submissions with tables in flight that creeps up (here from 70 to 120: all of a
+/// round is held in flight, then completed), as a completion side that lags a little more now
+/// and then makes it, is met by table storage made ahead, not by an allocation at each new mark.
+#[test]
+fn a_creeping_number_of_tables_in_flight_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (fake, _driver, device, add) = open_fake("bind-alloc-creep");
+    let cb = deferred(&device, &add);
+    let sets: Vec<_> = (0..2).map(|_| fresh(&device)).collect();
+    let queue = device.queue(0);
+    let semaphore = device.create_semaphore(0);
+    // Nothing completes until `finish_work`.
+    fake.set_timing(Duration::from_secs(3600), Duration::ZERO);
+    let mut value = 0;
+    for size in std::iter::once(70).chain(71..=120) {
+        if size == 71 {
+            GLOBAL.start();
+        }
+        for _ in 0..size {
+            let table = &sets[value as usize % 2].1;
+            queue
+                .execute_with_bindings(
+                    &[(&semaphore, value)],
+                    &[(&semaphore, value + 1)],
+                    &[(&cb, table)],
+                )
+                .unwrap();
+            value += 1;
+        }
+        fake.finish_work();
+        wait(&semaphore, value);
+        settle(queue);
+    }
+    let counted = GLOBAL.stop();
+    fake.set_timing(Duration::ZERO, Duration::ZERO);
+    assert_eq!(
+        counted, 0,
+        "allocations while the tables in flight crept from 70 to 120"
+    );
+}

@@ -324,8 +324,9 @@ fn cuhal_side(
     }
     wait(&semaphore, (warm + n) as u64)?;
     let cpu_at_end = process_cpu_ns();
-    let threads = cpu_by_role(&threads_at_warm, &threads_cpu_ns(), tid).per_item(n);
     let allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
+    // Read after the allocation count: reading `/proc` allocates.
+    let threads = cpu_by_role(&threads_at_warm, &threads_cpu_ns(), tid).per_item(n);
     let stats = (0..form.queues())
         .map(|q| {
             let s = hal.device.queue(q).stats();
@@ -499,8 +500,9 @@ fn floor_pass(env: &Env<'_>, form: Form, warm: usize, n: usize, parts: bool) -> 
         stream.synchronize()?;
     }
     pass.cpu = cpu_per_item(cpu_at_warm, process_cpu_ns(), n, "case 1 floor CPU")?;
-    pass.threads = cpu_by_role(&threads_at_warm, &threads_cpu_ns(), tid).per_item(n);
     pass.allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
+    // Read after the allocation count: reading `/proc` allocates.
+    pass.threads = cpu_by_role(&threads_at_warm, &threads_cpu_ns(), tid).per_item(n);
     counter.expect_more((warm + n) as u64);
     counter.check("case 1 floor")?;
     Ok(pass)

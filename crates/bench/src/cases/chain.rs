@@ -14,7 +14,8 @@
 //! chain on the signalling thread (each step's device signal makes the next ready), so the
 //! figure holds the driver calls and the GPU's work, and no thread wake. The queues' counters
 //! say how many steps went through a worker instead (the note under the table). The cuhal side
-//! also runs with `DeviceOptions::SUGGESTED_COMPLETION_GATHER`, reported for comparison.
+//! also runs without completion gathering (`completion_gather` zero; the device queues gather by
+//! default), reported for comparison.
 
 use anyhow::{Context as _, Result};
 use cuhal::DeviceOptions;

@@ -11,8 +11,9 @@
 //! # The life of an action
 //!
 //! 1. [`Queue::submit`] takes the waits, the signals, the payload, the resources to keep alive
-//!    and the cleanup callbacks. All of it lives inline (smallvec) in a slab slot that is reused,
-//!    so steady state allocates nothing.
+//!    and the cleanup callbacks. All of it lives inline (smallvec) in a heap slot of the queue,
+//!    written once and recycled when the action is released; only the slot's pointer moves from
+//!    then on, and steady state allocates nothing.
 //! 2. Readiness, per wait: a reached value is dropped; a value whose device-signal event is
 //!    already recorded (some issued action will signal it) becomes a device wait, with no host
 //!    round trip; otherwise the action is pending, and a one-shot listener on that one semaphore
@@ -24,10 +25,12 @@
 //!    ready when submitted, with nothing pending ahead of it, is issued by the submitting thread
 //!    (no thread hand-off on the hot path); the queue's worker thread issues only those that
 //!    become ready later.
-//! 4. The queue's completion thread waits for completion events in issue order (polling for a
-//!    bounded, configurable time, then blocking), advances the signal semaphores on the host, runs
+//! 4. The queue's completion thread retires finished actions in batches, in issue order: it waits
+//!    for the newest completion event of a batch (polling for a bounded, configurable time while
+//!    somebody needs the answer, else blocking, or, on a queue that gathers, keeping a batch whose
+//!    work still runs for its next round), advances each signal semaphore once on the host, runs
 //!    the cleanup callbacks (where tracing is collected), then releases the resources and gives
-//!    the payload back to the backend. Nothing runs inside a driver callback.
+//!    the payloads back to the backend. Nothing runs inside a driver callback.
 //! 5. Failure: a failed wait semaphore fails the action and every one of its signal semaphores with
 //!    the same [`Failure`]. A backend error fails that action and loses the queue: pending actions
 //!    fail with it and every later submit returns [`Error::Lost`]. Cleanups run and resources are

@@ -92,13 +92,17 @@ pub struct DeviceOptions {
     pub completion_nap: Duration,
     /// How long a completion thread lets finished submissions gather after it retired a batch
     /// that nobody waited for, before it takes the next (see
-    /// `QueueOptions::with_completion_gather`; the push that makes 64 wait ends the gather
-    /// early): fewer, larger batches, so fewer event queries contending for the driver's lock
+    /// `QueueOptions::with_completion_gather`; the push that makes
+    /// [`completion_gather_batch`](Self::completion_gather_batch) wait ends the gather early): fewer, larger batches, so fewer event queries contending for the driver's lock
     /// with the submitting threads and less CPU per submission. Host waiters are not held up
     /// (they poll the events they wait for themselves). Default
     /// [`DEFAULT_COMPLETION_GATHER`](Self::DEFAULT_COMPLETION_GATHER); zero: retire whatever has
     /// finished as soon as it is seen.
     pub completion_gather: Duration,
+    /// How many finished submissions end a gather early (see
+    /// `QueueOptions::with_gather_batch`): larger batches cost the completion thread fewer
+    /// wake-ups per submission and keep more completion events in flight.
+    pub completion_gather_batch: usize,
     /// How long a host semaphore wait polls a recorded device event before parking.
     pub host_wait_spin: Duration,
     /// Events created up front in each queue's pool (a pool grows on demand).
@@ -140,6 +144,7 @@ impl Default for DeviceOptions {
             completion_poll_interval: Duration::from_micros(1),
             completion_nap: Duration::from_micros(500),
             completion_gather: Self::DEFAULT_COMPLETION_GATHER,
+            completion_gather_batch: QueueOptions::DEFAULT_GATHER_BATCH,
             host_wait_spin: Duration::from_micros(200),
             reserved_events: 64,
             max_in_flight: QueueOptions::DEFAULT_MAX_IN_FLIGHT,
@@ -162,6 +167,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("completion_poll_interval", &self.completion_poll_interval)
             .field("completion_nap", &self.completion_nap)
             .field("completion_gather", &self.completion_gather)
+            .field("completion_gather_batch", &self.completion_gather_batch)
             .field("host_wait_spin", &self.host_wait_spin)
             .field("max_in_flight", &self.max_in_flight)
             .field("patch_method", &self.patch_method)
@@ -293,7 +299,8 @@ impl Device {
                     .with_completion_spin(options.completion_spin)
                     .with_max_in_flight(options.max_in_flight)
                     .with_eager_completion(options.eager_completion)
-                    .with_completion_gather(options.completion_gather),
+                    .with_completion_gather(options.completion_gather)
+                    .with_gather_batch(options.completion_gather_batch),
                 events,
                 priority: options.queue_priorities.get(index).copied().unwrap_or(0),
                 poll_interval: options.completion_poll_interval,

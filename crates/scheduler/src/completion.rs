@@ -90,13 +90,13 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
 
 /// After a batch nobody waited for: sleeps for the queue's `completion_gather` (or until woken by
 /// a submitter that needs room, by work only this thread can complete, or by the push that makes
-/// [`GATHER_ENOUGH`] actions wait), so that the next batch holds the actions of many submissions
+/// queue's `gather_batch` actions wait), so that the next batch holds the actions of many submissions
 /// instead of one or two. Skipped when enough actions already wait, or once the worker is done
 /// (shutdown drains at once).
 fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     let gather = shared.options.completion_gather;
     if gather.is_zero()
-        || shared.finished_len.load(Ordering::Acquire) >= GATHER_ENOUGH
+        || shared.finished_len.load(Ordering::Acquire) >= shared.options.gather_batch
         || shared.room_waiters.load(Ordering::Relaxed) > 0
         || shared.worker_done.load(Ordering::Acquire)
     {
@@ -111,7 +111,7 @@ fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
         // thread sees `gathering` and wakes it, or this sees that work's count.
         fence(Ordering::SeqCst);
         if shared.urgent.load(Ordering::Relaxed) == 0
-            && shared.finished_len.load(Ordering::Acquire) < GATHER_ENOUGH
+            && shared.finished_len.load(Ordering::Acquire) < shared.options.gather_batch
         {
             parker.park_timeout(gather);
         }
@@ -146,11 +146,6 @@ fn may_defer<B: Backend>(shared: &Shared<B>, batch: &VecDeque<Finished<B>>) -> b
         None => false,
     }
 }
-
-/// Enough finished actions to make a batch worth its cost without gathering more: the push that
-/// makes this many wait ends a gather, so a fast submitter's batches hold about this many
-/// whatever the gather's length.
-pub(crate) const GATHER_ENOUGH: usize = 64;
 
 /// Lists a batch's retirement needs, kept (with their capacity) from batch to batch so that
 /// steady state allocates nothing.

@@ -10,6 +10,7 @@ pub struct QueueOptions {
     pub(crate) completion_spin: Duration,
     pub(crate) idle_spin: Duration,
     pub(crate) completion_gather: Duration,
+    pub(crate) gather_batch: usize,
     pub(crate) capacity: usize,
     pub(crate) max_in_flight: usize,
     pub(crate) eager_completion: bool,
@@ -32,6 +33,8 @@ impl QueueOptions {
     /// on an H200) fills a batch of 64 first, which ends the gather; a slow one is retired at
     /// least every 200 us.
     pub const SUGGESTED_COMPLETION_GATHER: Duration = Duration::from_micros(200);
+    /// Default [`gather_batch`](Self::with_gather_batch).
+    pub const DEFAULT_GATHER_BATCH: usize = 64;
     /// Default [`capacity`](Self::with_capacity).
     pub const DEFAULT_CAPACITY: usize = 256;
     /// Default [`max_in_flight`](Self::with_max_in_flight).
@@ -44,6 +47,7 @@ impl QueueOptions {
             completion_spin: Self::DEFAULT_COMPLETION_SPIN,
             idle_spin: Self::DEFAULT_IDLE_SPIN,
             completion_gather: Self::DEFAULT_COMPLETION_GATHER,
+            gather_batch: Self::DEFAULT_GATHER_BATCH,
             capacity: Self::DEFAULT_CAPACITY,
             max_in_flight: Self::DEFAULT_MAX_IN_FLIGHT,
             eager_completion: false,
@@ -73,7 +77,8 @@ impl QueueOptions {
     /// nobody waited for (no host thread parked on its signals, no submitter waiting for room,
     /// [`eager_completion`](Self::with_eager_completion) off), before it takes the next: it
     /// sleeps meanwhile, and is woken early by a submitter that needs room, by work only it
-    /// can complete (work checked on completion), or by the push that makes 64 actions wait.
+    /// can complete (work checked on completion), or by the push that makes
+    /// [`gather_batch`](Self::with_gather_batch) actions wait.
     /// Without it (the default), a queue fed faster than the completion thread wakes retires a
     /// batch of one or two actions every few microseconds:
     /// one event query (the driver's lock, which the submitter needs), one semaphore lock and
@@ -81,6 +86,16 @@ impl QueueOptions {
     /// are not held up, as they poll the events they wait for themselves.
     pub fn with_completion_gather(mut self, gather: Duration) -> Self {
         self.completion_gather = gather;
+        self
+    }
+
+    /// How many finished actions end a [gather](Self::with_completion_gather) early (at least
+    /// 1): the push that makes this many wait wakes the gathering completion thread, and a
+    /// thread that finds this many waiting does not gather. So a fast submitter's batches hold
+    /// about this many actions whatever the gather's length. Larger: fewer wake-ups per action
+    /// on the completion side, more actions and completion events in flight.
+    pub fn with_gather_batch(mut self, batch: usize) -> Self {
+        self.gather_batch = batch.max(1);
         self
     }
 
@@ -140,6 +155,11 @@ impl QueueOptions {
     /// How long finished actions gather after a batch nobody waited for.
     pub fn completion_gather(&self) -> Duration {
         self.completion_gather
+    }
+
+    /// How many finished actions end a gather.
+    pub fn gather_batch(&self) -> usize {
+        self.gather_batch
     }
 
     /// The preallocated capacity.

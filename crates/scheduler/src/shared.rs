@@ -28,7 +28,6 @@ use cuhal_semaphore::{Failure, Listener, Semaphore, SemaphoreId};
 
 use crate::action::{Body, Boxed, EventList, Finished, Spare};
 use crate::backend::Backend;
-use crate::completion::GATHER_ENOUGH;
 use crate::error::Error;
 use crate::notifier::Notifier;
 use crate::options::QueueOptions;
@@ -629,7 +628,7 @@ impl<B: Backend> Shared<B> {
         // `urgent`).
         fence(Ordering::SeqCst);
         if self.completion_parked.load(Ordering::Relaxed)
-            || ((urgent || len == GATHER_ENOUGH)
+            || ((urgent || len == self.options.gather_batch)
                 && self.completion_gathering.load(Ordering::Relaxed))
         {
             self.completion.unpark();

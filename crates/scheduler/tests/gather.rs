@@ -159,13 +159,12 @@ fn shutdown_ends_a_gather() {
     );
 }
 
-/// The most actions a gather lets wait: the push of the next one ends it.
-const GATHER_ENOUGH: u64 = 64;
-
-#[test]
-fn a_full_batch_ends_a_gather() {
-    let (queue, signal) = gathering_queue(QueueOptions::new("full"));
-    for i in 1..GATHER_ENOUGH {
+/// With a gather of 20 s under way, `batch - 1` more actions wait without ending it, and the push
+/// of the `batch`th ends it.
+fn full_batch_ends_a_gather(options: QueueOptions) {
+    let batch = options.gather_batch() as u64;
+    let (queue, signal) = gathering_queue(options);
+    for i in 1..batch {
         submit(&queue, &signal, i + 1, i);
     }
     // One short of a full batch: the gather goes on (it has 20 s to run).
@@ -173,15 +172,22 @@ fn a_full_batch_ends_a_gather() {
     assert_eq!(
         queue.stats().completed,
         1,
-        "actions retired before a full batch waited"
+        "actions retired before a full batch of {batch} waited"
     );
     let start = Instant::now();
-    submit(&queue, &signal, GATHER_ENOUGH + 1, GATHER_ENOUGH);
+    submit(&queue, &signal, batch + 1, batch);
     eventually("the full batch retired", || {
-        queue.stats().completed == GATHER_ENOUGH + 1
+        queue.stats().completed == batch + 1
     });
     let took = start.elapsed();
-    assert!(took < SOON, "the full batch waited {took:?}");
+    assert!(took < SOON, "the full batch of {batch} waited {took:?}");
+}
+
+#[test]
+fn a_full_batch_ends_a_gather() {
+    full_batch_ends_a_gather(QueueOptions::new("full"));
+    full_batch_ends_a_gather(QueueOptions::new("full-8").with_gather_batch(8));
+    full_batch_ends_a_gather(QueueOptions::new("full-200").with_gather_batch(200));
 }
 
 /// Five actions submitted at once, their work completed 20 ms later; returns how many times the

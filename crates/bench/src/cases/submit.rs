@@ -22,8 +22,9 @@
 //! sides (`alloc_count`); the floor's count checks the instrument (it must be 0). Both forms also
 //! run without completion gathering (`completion_gather` zero: the completion thread retires
 //! whatever has finished as soon as it sees it, instead of letting a batch gather after one
-//! nobody waited for), and the same-queue form with `eager_completion` (the completion thread
-//! polls every batch whether or not anybody waits), both reported for comparison.
+//! nobody waited for), with gather batches of 128 and a 400 us gather instead of 64 and 200 us,
+//! and the same-queue form with `eager_completion` (the completion thread polls every batch
+//! whether or not anybody waits), all reported for comparison.
 
 use anyhow::{Context as _, Result, bail};
 use cuhal::DeviceOptions;
@@ -45,6 +46,10 @@ pub const SUBMISSIONS: usize = 10_000;
 pub const BATCH: usize = 250;
 /// Events the floor cycles through, as an event pool would.
 const RING: usize = 64;
+
+/// The gather batch and gather of the comparison rows with larger batches.
+const BIG_BATCH: usize = 128;
+const BIG_GATHER: std::time::Duration = std::time::Duration::from_micros(400);
 
 /// The device queues' default gather, in microseconds (for the labels of the rows without it).
 const GATHER_US: u128 = DeviceOptions::DEFAULT_COMPLETION_GATHER.as_micros();
@@ -230,6 +235,49 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
             Goal::Report,
         )
     });
+    progress(&format!(
+        "case 1 (submit, {label}): cuhal with gather batches of {BIG_BATCH}, {n} chained submissions"
+    ));
+    let big_options = DeviceOptions {
+        completion_gather_batch: BIG_BATCH,
+        completion_gather: BIG_GATHER,
+        ..DeviceOptions::default()
+    };
+    let big = cuhal_side(env, form, big_options, warm, n)?;
+    let big_label = format!(
+        "gather batches of {BIG_BATCH} and a {} us gather (default {} and {GATHER_US} us; for comparison)",
+        BIG_GATHER.as_micros(),
+        DeviceOptions::default().completion_gather_batch
+    );
+    report.comparisons.push(Comparison::new(
+        "1",
+        format!("{what}; {big_label}"),
+        Some(big.total),
+        Some(floor.total),
+        Goal::Report,
+    ));
+    report.comparisons.push(Comparison {
+        center: Center::P99,
+        ..Comparison::new(
+            "1",
+            format!("submit ({label}): p99; {big_label}"),
+            Some(big.total),
+            Some(floor.total),
+            Goal::Report,
+        )
+    });
+    report.comparisons.push(Comparison::new(
+        "1",
+        format!("submit ({label}): process CPU per submission; {big_label}"),
+        big.cpu,
+        floor.cpu,
+        Goal::Report,
+    ));
+    if let Some(stats) = &big.stats {
+        report.notes.push(format!(
+            "case 1 ({label}), cuhal's queues with gather batches of {BIG_BATCH}: {stats}"
+        ));
+    }
     if form == Form::SameQueue {
         progress(&format!(
             "case 1 (submit, {label}): cuhal with eager completion, {n} chained submissions"

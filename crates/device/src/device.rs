@@ -105,7 +105,8 @@ pub struct DeviceOptions {
     pub completion_gather_batch: usize,
     /// How long a host semaphore wait polls a recorded device event before parking.
     pub host_wait_spin: Duration,
-    /// Events created up front in each queue's pool (a pool grows on demand).
+    /// Events created up front in each queue's pool (a pool grows on demand). Default
+    /// [`DEFAULT_RESERVED_EVENTS`](Self::DEFAULT_RESERVED_EVENTS).
     pub reserved_events: usize,
     /// How many submissions a queue may have issued and not yet retired before a submit waits
     /// for its completion side to catch up: bounds the memory and events a backlog can take.
@@ -128,6 +129,12 @@ impl DeviceOptions {
     pub const DEFAULT_COMPLETION_GATHER: Duration = QueueOptions::SUGGESTED_COMPLETION_GATHER;
     /// The scheduler's suggested gather (now the default).
     pub const SUGGESTED_COMPLETION_GATHER: Duration = QueueOptions::SUGGESTED_COMPLETION_GATHER;
+    /// The default [`reserved_events`](Self::reserved_events): four gather batches. A queue
+    /// that gathers holds up to about three batches' completion events at once (one handed
+    /// over, one deferred, one being retired), and the signal semaphores keep theirs until
+    /// they pass them; reserving them up front keeps the pool from growing (one allocation and
+    /// one `cuEventCreate` per new event) in the middle of a steady flow.
+    pub const DEFAULT_RESERVED_EVENTS: usize = 4 * QueueOptions::DEFAULT_GATHER_BATCH;
 }
 
 impl Default for DeviceOptions {
@@ -146,7 +153,7 @@ impl Default for DeviceOptions {
             completion_gather: Self::DEFAULT_COMPLETION_GATHER,
             completion_gather_batch: QueueOptions::DEFAULT_GATHER_BATCH,
             host_wait_spin: Duration::from_micros(200),
-            reserved_events: 64,
+            reserved_events: Self::DEFAULT_RESERVED_EVENTS,
             max_in_flight: QueueOptions::DEFAULT_MAX_IN_FLIGHT,
             eager_completion: false,
             patch_method: PatchMethod::default(),

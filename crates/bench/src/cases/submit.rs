@@ -197,39 +197,14 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
         ..DeviceOptions::default()
     };
     let ungathered = cuhal_side(env, form, ungathered_options, warm, n)?;
-    report.comparisons.push(Comparison::new(
-        "1",
-        format!("{what}; without completion gathering (default {GATHER_US} us; for comparison)"),
-        Some(ungathered.total),
-        Some(floor.total),
-        Goal::Report,
-    ));
-    report.comparisons.push(Comparison {
-        center: Center::P99,
-        ..Comparison::new(
-            "1",
-            format!("submit ({label}): p99; without completion gathering (default {GATHER_US} us; for comparison)"),
-            Some(ungathered.total),
-            Some(floor.total),
-            Goal::Report,
-        )
-    });
-    report.comparisons.push(Comparison::new(
-        "1",
-        format!(
-            "submit ({label}): process CPU per submission; without completion gathering (default {GATHER_US} us; for comparison)"
-        ),
-        ungathered.cpu,
-        floor.cpu,
-        Goal::Report,
-    ));
+    let ungathered_label =
+        format!("without completion gathering (default {GATHER_US} us; for comparison)");
+    push_variant(report, &what, label, &ungathered_label, &ungathered, &floor);
     report.comparisons.push(Comparison {
         unit: Unit::Count,
         ..Comparison::new(
             "1",
-            format!(
-                "submit ({label}): heap allocations per submission; without completion gathering (default {GATHER_US} us; for comparison)"
-            ),
+            format!("submit ({label}): heap allocations per submission; {ungathered_label}"),
             Some(ungathered.allocations),
             Some(floor.allocations),
             Goal::Report,
@@ -249,30 +224,7 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
         BIG_GATHER.as_micros(),
         DeviceOptions::default().completion_gather_batch
     );
-    report.comparisons.push(Comparison::new(
-        "1",
-        format!("{what}; {big_label}"),
-        Some(big.total),
-        Some(floor.total),
-        Goal::Report,
-    ));
-    report.comparisons.push(Comparison {
-        center: Center::P99,
-        ..Comparison::new(
-            "1",
-            format!("submit ({label}): p99; {big_label}"),
-            Some(big.total),
-            Some(floor.total),
-            Goal::Report,
-        )
-    });
-    report.comparisons.push(Comparison::new(
-        "1",
-        format!("submit ({label}): process CPU per submission; {big_label}"),
-        big.cpu,
-        floor.cpu,
-        Goal::Report,
-    ));
+    push_variant(report, &what, label, &big_label, &big, &floor);
     if let Some(stats) = &big.stats {
         report.notes.push(format!(
             "case 1 ({label}), cuhal's queues with gather batches of {BIG_BATCH}: {stats}"
@@ -305,6 +257,42 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
         ));
     }
     Ok(())
+}
+
+/// The median, p99 and process-CPU rows of a cuhal variant, for comparison: `what` names the
+/// median row, `label` the form, `variant` the options that differ from the defaults.
+fn push_variant(
+    report: &mut Report,
+    what: &str,
+    label: &str,
+    variant: &str,
+    side: &Side,
+    floor: &Side,
+) {
+    report.comparisons.push(Comparison::new(
+        "1",
+        format!("{what}; {variant}"),
+        Some(side.total),
+        Some(floor.total),
+        Goal::Report,
+    ));
+    report.comparisons.push(Comparison {
+        center: Center::P99,
+        ..Comparison::new(
+            "1",
+            format!("submit ({label}): p99; {variant}"),
+            Some(side.total),
+            Some(floor.total),
+            Goal::Report,
+        )
+    });
+    report.comparisons.push(Comparison::new(
+        "1",
+        format!("submit ({label}): process CPU per submission; {variant}"),
+        side.cpu,
+        floor.cpu,
+        Goal::Report,
+    ));
 }
 
 /// CPU time per submission between two readings, if both were available.

@@ -93,8 +93,9 @@ pub struct DeviceOptions {
     /// How long a completion thread lets finished submissions gather after it retired a batch
     /// that nobody waited for, before it takes the next (see
     /// `QueueOptions::with_completion_gather`; the push that makes
-    /// [`completion_gather_batch`](Self::completion_gather_batch) wait ends the gather early): fewer, larger batches, so fewer event queries contending for the driver's lock
-    /// with the submitting threads and less CPU per submission. Host waiters are not held up
+    /// [`completion_gather_batch`](Self::completion_gather_batch) wait ends the gather early):
+    /// fewer, larger batches, so fewer event queries contending for the driver's lock with the
+    /// submitting threads and less CPU per submission. Host waiters are not held up
     /// (they poll the events they wait for themselves). Default
     /// [`DEFAULT_COMPLETION_GATHER`](Self::DEFAULT_COMPLETION_GATHER); zero: retire whatever has
     /// finished as soon as it is seen.

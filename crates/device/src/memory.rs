@@ -102,18 +102,24 @@ impl MemoryPool {
         Ok(unsafe { cu!(self.context.api(), cuMemPoolSetAccess(self.raw, &desc, 1)) }?)
     }
 
-    /// Allocates `len` bytes, in the order of `stream`.
-    pub(crate) fn allocate(&self, len: usize, stream: CUstream) -> Result<Arc<Allocation>, Error> {
-        let _bound = self.context.enter()?;
-        let api = self.context.api();
+    /// `cuMemAllocFromPoolAsync` of `len` bytes in the order of `stream` (a live stream of the
+    /// pool's device), with the context current.
+    fn allocate_raw(&self, len: usize, stream: CUstream) -> Result<CUdeviceptr, cuhal_sys::Error> {
         let mut ptr: CUdeviceptr = 0;
-        // SAFETY: `ptr` is a valid out-pointer; the pool and stream are live.
+        // SAFETY: `ptr` is a valid out-pointer; the pool is live and the caller's stream too.
         unsafe {
             cu!(
-                api,
+                self.context.api(),
                 cuMemAllocFromPoolAsync(&mut ptr, len, self.raw, stream)
             )
         }?;
+        Ok(ptr)
+    }
+
+    /// Allocates `len` bytes, in the order of `stream`.
+    pub(crate) fn allocate(&self, len: usize, stream: CUstream) -> Result<Arc<Allocation>, Error> {
+        let _bound = self.context.enter()?;
+        let ptr = self.allocate_raw(len, stream)?;
         Ok(Arc::new(Allocation {
             context: self.context.clone(),
             ptr,
@@ -172,17 +178,7 @@ impl BufferMemory {
         let context = &self.pool.context;
         let _bound = context.enter()?;
         let api = context.api();
-        let attempt = || {
-            let mut ptr: CUdeviceptr = 0;
-            // SAFETY: `ptr` is a valid out-pointer; the pool and the stream are live.
-            unsafe {
-                cu!(
-                    api,
-                    cuMemAllocFromPoolAsync(&mut ptr, len, self.pool.raw, self.stream.raw())
-                )
-            }
-            .map(|()| ptr)
-        };
+        let attempt = || self.pool.allocate_raw(len, self.stream.raw());
         let ptr = match attempt() {
             Err(e) if e.result() == Some(CUresult::ERROR_OUT_OF_MEMORY) => {
                 // Frees still queued on the stream return their memory to the pool first.

@@ -527,16 +527,17 @@ impl<B: Backend> Shared<B> {
         }
         device_waits.retain(|event| !self.backend.orders(event));
         let issued = self.call_backend(&device_waits, &mut body.payload);
+        let checked = self.backend.checks_completion(&body.payload);
         if let Ok(event) = &issued {
             // Work that is checked when it completes signals only from the completion side.
-            if !self.backend.checks_completion(&body.payload) {
+            if !checked {
                 for (semaphore, value) in &body.signals {
                     // Err only if the semaphore already failed: nothing to record then.
                     let _ = semaphore.record_device_signal(*value, event.clone());
                 }
             }
         }
-        self.after_issue(state, body, issued, device_waits, issuer);
+        self.after_issue(state, body, issued, device_waits, issuer, checked);
     }
 
     /// The backend's issue, a panic in it counted as a failure.
@@ -553,8 +554,8 @@ impl<B: Backend> Shared<B> {
 
     /// After the backend's issue of an action (whose completion event is already recorded as
     /// the device-signal timepoint of its signal semaphores, under the issue lock, so timepoints
-    /// are recorded in issue order): hands it to the completion thread, or on a backend error
-    /// fails it and loses the queue.
+    /// are recorded in issue order, unless the work is `checked` on completion): hands it to the
+    /// completion thread, or on a backend error fails it and loses the queue.
     fn after_issue(
         &self,
         state: &mut State<B>,
@@ -562,6 +563,7 @@ impl<B: Backend> Shared<B> {
         issued: Result<B::Event, Failure>,
         device_waits: EventList<B::Event>,
         issuer: Issuer,
+        checked: bool,
     ) {
         match issued {
             Ok(event) => {
@@ -570,11 +572,14 @@ impl<B: Backend> Shared<B> {
                     Issuer::Worker => state.issued_by_worker += 1,
                     Issuer::Signaller => state.issued_on_signal += 1,
                 }
-                self.push_finished(Finished::Issued {
-                    body,
-                    event,
-                    device_waits,
-                });
+                self.push_finished(
+                    Finished::Issued {
+                        body,
+                        event,
+                        device_waits,
+                    },
+                    checked,
+                );
             }
             Err(failure) => {
                 self.mark_lost(&failure);
@@ -587,7 +592,7 @@ impl<B: Backend> Shared<B> {
     /// Fails an action that was never issued: its signals now, its cleanup on the completion thread.
     pub(crate) fn fail_unissued(&self, body: Boxed<B>, failure: Failure) {
         body.fail_signals(&failure);
-        self.push_finished(Finished::Failed { body, failure });
+        self.push_finished(Finished::Failed { body, failure }, false);
     }
 
     /// Fails every pending action with `failure` (the queue is lost or shutting down).
@@ -601,13 +606,11 @@ impl<B: Backend> Shared<B> {
         }
     }
 
-    fn push_finished(&self, finished: Finished<B>) {
+    /// Hands `finished` to the completion thread; `checked`: issued work checked on completion.
+    fn push_finished(&self, finished: Finished<B>, checked: bool) {
         // Work checked on completion signals only from the completion thread: nobody else can
-        // poll for it, so it must not wait out a gather. Without gathering (the default) nothing
-        // is urgent, and the backend is not asked again.
-        let urgent = !self.options.completion_gather.is_zero()
-            && matches!(&finished, Finished::Issued { body, .. }
-                if self.backend.checks_completion(&body.payload));
+        // poll for it, so it must not wait out a gather.
+        let urgent = checked && !self.options.completion_gather.is_zero();
         let len = {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             queue.push_back(finished);
@@ -651,10 +654,8 @@ impl<B: Backend> Shared<B> {
                 state.spare.extend((0..more).map(|_| Spare::new()));
             }
         }
-        match state.spare.pop() {
-            Some(spare) => spare.fill(body),
-            None => Spare::new().fill(body),
-        }
+        // Refilled above when it was empty.
+        state.spare.pop().unwrap_or_else(Spare::new).fill(body)
     }
 
     /// Gives the body slots a batch emptied back to the issue side (`spares` is left empty, its

@@ -22,7 +22,7 @@ use smallvec::SmallVec;
 
 use crate::bindings::BindingTables;
 use crate::error::Error;
-use crate::event_pool::{CudaEvent, TimepointEventPool};
+use crate::event_pool::{CudaEvent, EventStash, TimepointEventPool};
 use crate::interop::ForeignEvent;
 use crate::lost::Lost;
 use crate::memory::Allocation;
@@ -240,11 +240,12 @@ impl CudaBackend {
     /// work already on the stream may still be using them.
     fn enqueue(
         &self,
+        stash: &mut EventStash,
         device_waits: &[CudaEvent],
         payload: &mut Payload,
     ) -> Result<CudaEvent, Error> {
         let _bound = self.context.enter()?;
-        let completion = self.events.acquire()?;
+        let completion = self.events.acquire_via(stash)?;
         let enqueued = self.enqueue_work(device_waits, payload, &completion);
         match enqueued {
             Ok(()) => {
@@ -468,6 +469,7 @@ impl CudaBackend {
 impl Backend for CudaBackend {
     type Event = CudaEvent;
     type Payload = Payload;
+    type IssueLocal = EventStash;
     /// A stream runs in order, and a device fault is sticky (it poisons the context, so every
     /// later event reports it): the newest completion event of a batch answers for all of it.
     const STICKY_ERRORS: bool = true;
@@ -480,11 +482,16 @@ impl Backend for CudaBackend {
 
     fn issue(
         &self,
+        stash: &mut EventStash,
         device_waits: &[CudaEvent],
         payload: &mut Payload,
     ) -> Result<CudaEvent, Failure> {
-        self.enqueue(device_waits, payload)
+        self.enqueue(stash, device_waits, payload)
             .map_err(|e| self.lost.note(e))
+    }
+
+    fn issue_local(&self) -> EventStash {
+        EventStash::with_capacity(self.events.created())
     }
 
     fn check_completed(&self, payload: &Payload) -> Result<(), Failure> {

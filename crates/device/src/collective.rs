@@ -586,6 +586,7 @@ pub(crate) unsafe fn nccl_call(
 impl Backend for CollectiveBackend {
     type Event = CudaEvent;
     type Payload = CollectivePayload;
+    type IssueLocal = ();
     /// Every completion event is recorded on rank 0's stream, which runs in order, and both
     /// kinds of error are sticky: a device fault poisons the context (every later event reports
     /// it) and a communicator's asynchronous error stays until it is aborted. So the newest
@@ -603,6 +604,7 @@ impl Backend for CollectiveBackend {
 
     fn issue(
         &self,
+        _local: &mut (),
         device_waits: &[CudaEvent],
         payload: &mut CollectivePayload,
     ) -> std::result::Result<CudaEvent, Failure> {
@@ -615,6 +617,8 @@ impl Backend for CollectiveBackend {
 
     /// Polls the completion event; between polls, the ranks' asynchronous errors and the
     /// timeout (the hook of the completion side for NCCL).
+    fn issue_local(&self) {}
+
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> std::result::Result<(), Failure> {
         let start = Instant::now();
         let mut next_check = start;

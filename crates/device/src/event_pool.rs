@@ -15,8 +15,10 @@
 //! slot's own counter, not a counter every event of the device shares.
 
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crossbeam_utils::CachePadded;
 use cuhal_semaphore::slot_pool::{FreeList, HandleCount};
 use cuhal_semaphore::{DeviceEvent, Failure};
 use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, Event, PrimaryContext};
@@ -27,7 +29,10 @@ use crate::lost::Lost;
 /// The fewest events a pool creates when it runs out.
 const MIN_GROWTH: usize = 16;
 
-/// One event of the pool, at a fixed address for the pool's lifetime.
+/// One event of the pool, at a fixed address for the pool's lifetime, on a cache line of its own:
+/// the issuing side takes and counts one slot while the completion side gives back another, and
+/// two slots on one line would pass it between their cores on every such pair.
+#[repr(align(64))]
 struct Slot {
     event: Event,
     handles: HandleCount,
@@ -42,12 +47,20 @@ struct PoolShared {
     flags: u32,
     /// Slots whose handle count is zero, given back by the last drop of their handles.
     free: FreeList<NonNull<Slot>>,
-    /// Free slots the acquiring side moved out of `free` in one go (`FreeList::take_via`): the
-    /// queue's issuing thread takes from here without touching the list the completion side
-    /// gives events back to, and refills it once it runs dry.
-    stash: Mutex<Vec<NonNull<Slot>>>,
+    /// The issuing side's counts, on a line of their own: `free`'s lock beside them is taken by
+    /// the completion side for every event it gives back.
+    counts: CachePadded<Counts>,
     /// Every slot ever created; freed with the pool.
     all: Mutex<Vec<NonNull<Slot>>>,
+}
+
+/// What the issuing side reads and writes on every take, apart from the lists.
+struct Counts {
+    /// How many free slots the queue's [`EventStash`] holds (written by the issuing side only,
+    /// for [`TimepointEventPool::in_use`]).
+    stashed: AtomicUsize,
+    /// `all`'s length, readable without its lock.
+    created: AtomicUsize,
 }
 
 // SAFETY: the slot pointers are only dereferenced for their atomic counter and immutable handle;
@@ -55,6 +68,22 @@ struct PoolShared {
 unsafe impl Send for PoolShared {}
 // SAFETY: as above.
 unsafe impl Sync for PoolShared {}
+
+/// Free events that a queue's issuing side took from its pool's free list in one go
+/// ([`TimepointEventPool::acquire_via`]), kept with the queue's issue state: the issuing side
+/// takes from here without a lock, and refills it once it runs dry.
+pub(crate) struct EventStash(Vec<NonNull<Slot>>);
+
+// SAFETY: the pointers name free slots of a pool (Sync, see PoolShared); the stash only moves
+// them between free lists, under the issue lock of the one queue that holds it.
+unsafe impl Send for EventStash {}
+
+impl EventStash {
+    /// An empty stash with room for `capacity` events.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        EventStash(Vec::with_capacity(capacity))
+    }
+}
 
 /// A pool of completion/timepoint events: each queue has its own, so that taking and giving back
 /// events touches nothing another queue's submissions touch, and so that an event tells which
@@ -80,7 +109,10 @@ impl TimepointEventPool {
                 lost,
                 flags: if timed { 0 } else { CU_EVENT_DISABLE_TIMING },
                 free: FreeList::with_capacity(reserve.max(16)),
-                stash: Mutex::new(Vec::with_capacity(reserve.max(16))),
+                counts: CachePadded::new(Counts {
+                    stashed: AtomicUsize::new(0),
+                    created: AtomicUsize::new(0),
+                }),
                 all: Mutex::new(Vec::with_capacity(reserve.max(16))),
             }),
         };
@@ -93,18 +125,41 @@ impl TimepointEventPool {
 
     /// Takes a free event, creating one if none is free.
     pub(crate) fn acquire(&self) -> Result<CudaEvent, Error> {
-        let taken = {
-            let mut stash = self
-                .shared
-                .stash
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            self.shared.free.take_via(&mut stash, |slot| {
-                // SAFETY: every slot on the free list and in the stash belongs to this pool,
-                // which outlives it (we hold the Arc).
-                &unsafe { slot.as_ref() }.handles
-            })
-        };
+        // SAFETY: every slot on the free list belongs to this pool, which outlives it (we hold
+        // the Arc).
+        let taken = self
+            .shared
+            .free
+            .take(|slot| &unsafe { slot.as_ref() }.handles);
+        self.handed_out(taken)
+    }
+
+    /// [`acquire`](Self::acquire) for the queue's issuing side, through its `stash` of free
+    /// events: it takes the whole free list at once when the stash runs dry, so it seldom meets
+    /// the completion side giving events back, and takes no lock otherwise.
+    pub(crate) fn acquire_via(&self, stash: &mut EventStash) -> Result<CudaEvent, Error> {
+        let shared = &self.shared;
+        // The stash and the free list swap their storage: the stash must hold every slot, as
+        // the free list can (grown here if other takers grew the pool meanwhile).
+        let total = shared.counts.created.load(Ordering::Relaxed);
+        if stash.0.capacity() < total {
+            stash.0.reserve(total - stash.0.len());
+        }
+        // SAFETY: every slot on the free list and in the stash belongs to this pool, which
+        // outlives it (we hold the Arc).
+        let taken = shared
+            .free
+            .take_via(&mut stash.0, |slot| &unsafe { slot.as_ref() }.handles);
+        shared
+            .counts
+            .stashed
+            .store(stash.0.len(), Ordering::Relaxed);
+        self.handed_out(taken)
+    }
+
+    /// The handle to a slot just taken from a free list (`None`: none was free, so the pool
+    /// grows).
+    fn handed_out(&self, taken: Option<NonNull<Slot>>) -> Result<CudaEvent, Error> {
         let slot = match taken {
             Some(slot) => slot,
             None => self.grow()?,
@@ -141,16 +196,12 @@ impl TimepointEventPool {
         let mut all = shared.all.lock().unwrap_or_else(PoisonError::into_inner);
         all.push(first);
         all.extend_from_slice(&spare);
-        // Keep the free list able to hold every slot, so releasing never allocates, and the
-        // stash too, as the two swap their storage.
+        // Keep the free list able to hold every slot, so releasing never allocates (the stash
+        // catches up at its next take, as the two swap their storage).
         let capacity = all.len();
+        shared.counts.created.store(capacity, Ordering::Relaxed);
         drop(all);
         shared.free.reserve_total(capacity);
-        {
-            let mut stash = shared.stash.lock().unwrap_or_else(PoisonError::into_inner);
-            let extra = capacity.saturating_sub(stash.len());
-            stash.reserve(extra);
-        }
         for slot in spare {
             shared.free.add_new(slot);
         }
@@ -185,15 +236,10 @@ impl TimepointEventPool {
             .len()
     }
 
-    /// Events currently handed out (created minus free, on either list).
+    /// Events currently handed out (created minus free, on the free list or in the stash).
     pub(crate) fn in_use(&self) -> usize {
-        // Three locks, three moments: the pool may grow or hand out between the reads.
-        let stashed = self
-            .shared
-            .stash
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len();
+        // Three reads, three moments: the pool may grow or hand out between them.
+        let stashed = self.shared.counts.stashed.load(Ordering::Relaxed);
         self.created()
             .saturating_sub(self.shared.free.len() + stashed)
     }

@@ -28,8 +28,11 @@ use crate::memory::{Allocation, MemoryPool};
 
 /// The stream-ordered allocation behind a buffer that [`Queue::alloca`] made.
 fn allocation_of(buffer: &Buffer) -> Option<Arc<Allocation>> {
+    // Most buffers with a keeper are not stream-ordered allocations: tell by type before
+    // touching the keeper's count.
     buffer
         .keeper()
+        .filter(|keeper| (***keeper).is::<Allocation>())
         .and_then(|keeper| Arc::clone(keeper).downcast::<Allocation>().ok())
 }
 
@@ -274,6 +277,7 @@ impl Queue {
         created.map_err(|e| self.lost.filter(e.into()))
     }
 
+    #[inline]
     fn submit(
         &self,
         waits: &SemaphoreValues<'_>,
@@ -346,9 +350,13 @@ impl Queue {
         count: usize,
         nth: impl Fn(usize) -> BoundCommandBuffer<'a>,
     ) -> Result<()> {
+        let mut command_buffers = SmallVec::<[Arc<dyn CommandBuffer>; 4]>::new();
+        let mut resources = Resources::new();
         let mut any_table = false;
+        // One pass: everything `issue` could reject is rejected here (an issue error loses the
+        // queue); a use of a stream-ordered allocation tracked before a later check fails ends
+        // when `resources` drops.
         for (command_buffer, table) in (0..count).map(&nth) {
-            // Everything `issue` could reject is rejected here: an issue error loses the queue.
             // Its type already guarantees an ended graph or deferred command buffer; its device
             // is known only now.
             match command_buffer.context() {
@@ -364,10 +372,6 @@ impl Queue {
                 .bindings()
                 .check(table, self.context.raw())
                 .map_err(Error::Command)?;
-            any_table |= !table.is_empty();
-        }
-        let mut resources = Resources::new();
-        for (command_buffer, table) in (0..count).map(&nth) {
             for buffer in command_buffer.buffers() {
                 if buffer.context().raw() == self.context.raw() {
                     self.check_buffer(buffer, "command buffer's buffer", &mut resources)?;
@@ -380,6 +384,8 @@ impl Queue {
             for entry in table {
                 self.check_range(entry, "binding table entry", &mut resources)?;
             }
+            any_table |= !table.is_empty();
+            command_buffers.push(Arc::clone(command_buffer));
         }
         let mut cleanups = Cleanups::new();
         if let Some(collect) = &self.collect {
@@ -391,7 +397,7 @@ impl Queue {
             BindingTables::none()
         };
         let payload = Payload::Execute {
-            command_buffers: (0..count).map(|i| Arc::clone(nth(i).0)).collect(),
+            command_buffers,
             bindings,
             // What the tracer shows of the submission; its zones are collected on the
             // completion side, by the queue's one cleanup.

@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
@@ -86,16 +87,48 @@ impl fmt::Debug for Cleanup {
 /// loss when its completion event reports an error.
 pub(crate) type EventList<E> = SmallVec<[E; INLINE_SEMAPHORES]>;
 
-/// One action's contents, from submission to release.
+/// One action's contents, from submission to release, in a slot that the queue recycles (see
+/// [`Boxed`]). The lists stay in the slot when it is emptied, so their inline storage is written
+/// only where an action has entries, and the payload is the one part moved in and out whole.
+/// Slots start on cache lines of their own: the issuing side fills one while the completion side
+/// empties another.
+#[repr(align(64))]
 pub(crate) struct Body<B: Backend> {
     pub(crate) waits: SemaphoreList<B::Event>,
     pub(crate) signals: SemaphoreList<B::Event>,
-    pub(crate) payload: B::Payload,
+    /// `None` only while the slot is spare.
+    payload: Option<B::Payload>,
     pub(crate) resources: Resources,
     pub(crate) cleanups: Cleanups,
 }
 
 impl<B: Backend> Body<B> {
+    fn empty() -> Self {
+        Body {
+            waits: SemaphoreList::new(),
+            signals: SemaphoreList::new(),
+            payload: None,
+            resources: Resources::new(),
+            cleanups: Cleanups::new(),
+        }
+    }
+
+    /// The payload (a filled slot always has one).
+    pub(crate) fn payload(&self) -> &B::Payload {
+        match &self.payload {
+            Some(payload) => payload,
+            None => unreachable!("a filled body slot holds a payload"),
+        }
+    }
+
+    /// The payload, mutably.
+    pub(crate) fn payload_mut(&mut self) -> &mut B::Payload {
+        match &mut self.payload {
+            Some(payload) => payload,
+            None => unreachable!("a filled body slot holds a payload"),
+        }
+    }
+
     /// Fails every signal semaphore with `failure` (the first failure of each wins).
     pub(crate) fn fail_signals(&self, failure: &Failure) {
         for (semaphore, _) in &self.signals {
@@ -111,6 +144,8 @@ pub(crate) enum Finished<B: Backend> {
         body: Boxed<B>,
         event: B::Event,
         device_waits: EventList<B::Event>,
+        /// The backend checks the work on completion ([`Backend::checks_completion`]).
+        checked: bool,
     },
     /// Failed before it was issued; its signals are already failed.
     Failed { body: Boxed<B>, failure: Failure },
@@ -123,47 +158,102 @@ pub(crate) fn upstream_failure<E: DeviceEvent>(device_waits: &[E]) -> Option<Fai
 
 /// An action's body in a heap slot of its own, which the queue recycles: the body is written
 /// into it once, at submission, and from then on only this pointer moves (into the pending list,
-/// the completion side's hand-over list and batch, back out for release), not the few hundred
-/// bytes of the body itself.
-pub(crate) struct Boxed<B: Backend>(Box<Option<Body<B>>>);
+/// the completion side's hand-over list and batch, back to the issue side once emptied), not the
+/// few hundred bytes of the body itself.
+pub(crate) struct Boxed<B: Backend>(Box<Body<B>>);
 
 /// An empty slot for a body, kept by the queue for the next submission.
-pub(crate) struct Spare<B: Backend>(Box<Option<Body<B>>>);
+pub(crate) struct Spare<B: Backend>(Box<Body<B>>);
+
+/// A slot list that grew past this many entries (a submission with that many resources, say)
+/// is given back to the allocator when the slot is emptied, not kept for every later one.
+const KEPT_CAPACITY: usize = 64;
 
 impl<B: Backend> Spare<B> {
     /// A new slot (allocates).
     pub(crate) fn new() -> Self {
-        Spare(Box::new(None))
+        Spare(Box::new(Body::empty()))
     }
 
-    /// Writes `body` into the slot.
-    pub(crate) fn fill(mut self, body: Body<B>) -> Boxed<B> {
-        *self.0 = Some(body);
+    /// Writes an action into the slot: its signals (cloned handles), payload, resources and
+    /// cleanups; its waits are added only if it goes pending ([`Boxed::own_waits`]).
+    #[inline]
+    pub(crate) fn fill(
+        mut self,
+        signals: &[(&Semaphore<B::Event>, u64)],
+        payload: B::Payload,
+        resources: Resources,
+        cleanups: Cleanups,
+    ) -> Boxed<B> {
+        let body = &mut *self.0;
+        for (semaphore, value) in signals {
+            body.signals.push(((*semaphore).clone(), *value));
+        }
+        body.payload = Some(payload);
+        body.resources = resources;
+        body.cleanups = cleanups;
         Boxed(self.0)
     }
 }
 
 impl<B: Backend> Boxed<B> {
-    /// Moves the body out, giving the empty slot back for reuse.
-    pub(crate) fn empty(mut self) -> (Body<B>, Spare<B>) {
-        let body = self.0.take().expect("a boxed body is filled until emptied");
-        (body, Spare(self.0))
+    /// Keeps handles to `waits`, for an action that goes pending.
+    pub(crate) fn own_waits(&mut self, waits: &[(&Semaphore<B::Event>, u64)]) {
+        for (semaphore, value) in waits {
+            self.0.waits.push(((*semaphore).clone(), *value));
+        }
+    }
+
+    /// Runs the cleanups with `outcome`, drops the resources and semaphore handles, and gives the
+    /// payload to `release`, leaving the slot empty for reuse. A panic in a cleanup, a drop or
+    /// `release` is contained: it cannot stop the completion thread, and the slot is emptied
+    /// whatever happens.
+    pub(crate) fn release(
+        self,
+        outcome: Outcome<'_>,
+        release: impl FnOnce(B::Payload),
+    ) -> Spare<B> {
+        let mut slot = self.0;
+        let body = &mut *slot;
+        for cleanup in body.cleanups.drain(..) {
+            let _ = catch_unwind(AssertUnwindSafe(|| cleanup.run(outcome)));
+        }
+        // Each list pops an entry before dropping it, so a clear that a panicking drop cut short
+        // is simply resumed.
+        while catch_unwind(AssertUnwindSafe(|| {
+            body.resources.clear();
+            body.waits.clear();
+            body.signals.clear();
+        }))
+        .is_err()
+        {}
+        trim(&mut body.resources);
+        trim(&mut body.waits);
+        trim(&mut body.signals);
+        trim(&mut body.cleanups);
+        if let Some(payload) = body.payload.take() {
+            let _ = catch_unwind(AssertUnwindSafe(|| release(payload)));
+        }
+        Spare(slot)
+    }
+}
+
+/// Frees an emptied list's heap storage if it grew past [`KEPT_CAPACITY`].
+fn trim<A: smallvec::Array>(list: &mut SmallVec<A>) {
+    if list.capacity() > KEPT_CAPACITY {
+        *list = SmallVec::new();
     }
 }
 
 impl<B: Backend> std::ops::Deref for Boxed<B> {
     type Target = Body<B>;
     fn deref(&self) -> &Body<B> {
-        (*self.0)
-            .as_ref()
-            .expect("a boxed body is filled until emptied")
+        &self.0
     }
 }
 
 impl<B: Backend> std::ops::DerefMut for Boxed<B> {
     fn deref_mut(&mut self) -> &mut Body<B> {
-        (*self.0)
-            .as_mut()
-            .expect("a boxed body is filled until emptied")
+        &mut self.0
     }
 }

@@ -50,6 +50,12 @@ pub trait Backend: Send + Sync + 'static {
     /// it from submission until [`release`](Backend::release).
     type Payload: Send + 'static;
 
+    /// The backend's own state for one queue's issues, kept by the scheduler under the queue's
+    /// issue lock and lent to every [`issue`](Backend::issue): what only issues touch (CUDA: the
+    /// free completion events the issuing side took in one go) needs no lock of its own. `()`
+    /// when there is none.
+    type IssueLocal: Send;
+
     /// Whether an error of this device is sticky, so that an event completing without error
     /// proves that every event the queue issued before it completed without error too (CUDA: a
     /// stream runs in order and a device fault poisons the whole context). Then the completion
@@ -73,11 +79,17 @@ pub trait Backend: Send + Sync + 'static {
     /// semaphores have not yet reached the awaited values on the host; they are already issued,
     /// so they will complete or fail. The payload stays owned by the scheduler (and alive) until
     /// `release`; a backend that runs it elsewhere may take what it needs out of it.
+    ///
+    /// `local` is the backend's own state for this queue's issues ([`Backend::IssueLocal`]).
     fn issue(
         &self,
+        local: &mut Self::IssueLocal,
         device_waits: &[Self::Event],
         payload: &mut Self::Payload,
     ) -> Result<Self::Event, Failure>;
+
+    /// A new queue's [`IssueLocal`](Backend::IssueLocal).
+    fn issue_local(&self) -> Self::IssueLocal;
 
     /// Blocks until `event` completes (`Ok`) or reports a device error (`Err`). Poll the event for
     /// at most `spin` (the queue's [`completion_spin`](crate::QueueOptions::completion_spin)) and
@@ -88,10 +100,11 @@ pub trait Backend: Send + Sync + 'static {
     /// with a sticky error returns that error), or a dropped queue would wait forever.
     fn wait_event(&self, event: &Self::Event, spin: Duration) -> Result<(), Failure>;
 
-    /// Called by the completion side for an action whose event completed without error, before
-    /// its signals advance: work that detects its own failure on the device (CUDA: an indirect
-    /// dispatch whose count was out of range, recorded instead of run) reports it here, and the
-    /// action fails with it. The queue stays usable: this is the work's failure, not the
+    /// Called by the completion side for an action whose event completed without error and
+    /// whose payload [`checks_completion`](Backend::checks_completion) (asked once, at issue),
+    /// before its signals advance: work that detects its own failure on the device (CUDA: an
+    /// indirect dispatch whose count was out of range, recorded instead of run) reports it here,
+    /// and the action fails with it. The queue stays usable: this is the work's failure, not the
     /// device's. The default: nothing to check.
     fn check_completed(&self, payload: &Self::Payload) -> Result<(), Failure> {
         let _ = payload;
@@ -99,10 +112,11 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Whether work this backend issues from now on is ordered after `event` already (CUDA: an
-    /// event recorded on the queue's own stream). Such a device wait is dropped before the issue,
-    /// on the issuing thread: it costs nothing on the device, is not carried to the completion
-    /// side, and an error its event reports is this queue's own, not an upstream failure. The
-    /// default: no.
+    /// event recorded on the queue's own stream). Such a device wait is answered as reached when
+    /// the action's waits are looked at (under the semaphore's lock, so keep this cheap), and no
+    /// handle to its event is made: it costs nothing on the device, is not carried to the
+    /// completion side, and an error its event reports is this queue's own, not an upstream
+    /// failure. The default: no.
     fn orders(&self, event: &Self::Event) -> bool {
         let _ = event;
         false

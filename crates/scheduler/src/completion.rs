@@ -29,7 +29,7 @@ use crate::action::{Body, Finished, Spare, upstream_failure};
 use crate::backend::Backend;
 use crate::shared::{COMPLETION_THREAD, Shared};
 use crate::spin::spin_until;
-use crate::sync::{Ordering, Parker, fence};
+use crate::sync::{Ordering, Parker};
 
 pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
     COMPLETION_THREAD.with(|c| c.set(true));
@@ -76,10 +76,9 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
         if !spin_until(shared.options.idle_spin, ready) {
             let side = &shared.completion_side;
             shared.completion_parked.store(true, Ordering::Relaxed);
-            // Pairs with the fence in `push_finished`: either the pusher sees `parked` and
-            // unparks, or this sees its item.
-            fence(Ordering::SeqCst);
-            if !ready() {
+            // Under the list's lock, as `push_finished` reads `parked`: either the pusher sees
+            // `parked` and unparks, or this sees its item. The worker unparks once it is done.
+            if shared.finished_waiting().0 == 0 && !shared.worker_done.load(Ordering::Acquire) {
                 side.parks.fetch_add(1, Ordering::Relaxed);
                 parker.park();
             }
@@ -107,12 +106,10 @@ fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     #[cfg(not(loom))]
     {
         shared.completion_gathering.store(true, Ordering::Relaxed);
-        // Pairs with the fence in `push_finished`: either the pusher of work that needs this
-        // thread sees `gathering` and wakes it, or this sees that work's count.
-        fence(Ordering::SeqCst);
-        if shared.urgent.load(Ordering::Relaxed) == 0
-            && shared.finished_len.load(Ordering::Acquire) < shared.options.gather_batch
-        {
+        // Under the list's lock, as `push_finished` reads `gathering`: either the pusher of work
+        // that needs this thread sees `gathering` and wakes it, or this sees that work.
+        let (waiting, urgent) = shared.finished_waiting();
+        if urgent == 0 && waiting < shared.options.gather_batch {
             parker.park_timeout(gather);
         }
         shared.completion_gathering.store(false, Ordering::Relaxed);
@@ -132,12 +129,17 @@ fn may_defer<B: Backend>(shared: &Shared<B>, batch: &VecDeque<Finished<B>>) -> b
         return false;
     }
     let newest = batch.iter().rev().find_map(|f| match f {
-        Finished::Issued { body, event, .. } => Some((body, event)),
+        Finished::Issued {
+            body,
+            event,
+            checked,
+            ..
+        } => Some((body, event, *checked)),
         Finished::Failed { .. } => None,
     });
     match newest {
-        Some((body, event)) => {
-            !wanted(shared, body)
+        Some((body, event, checked)) => {
+            !wanted(shared, body, checked)
                 && matches!(
                     catch_unwind(AssertUnwindSafe(|| event.query())),
                     Ok(Ok(false))
@@ -181,10 +183,16 @@ fn retire_batch<B: Backend>(
         .rposition(|f| matches!(f, Finished::Issued { .. }));
     let mut newest_wanted = false;
     let newest_outcome = newest.map(|index| {
-        let Finished::Issued { body, event, .. } = &batch[index] else {
+        let Finished::Issued {
+            body,
+            event,
+            checked,
+            ..
+        } = &batch[index]
+        else {
             unreachable!("found as issued")
         };
-        let spin = if wanted(shared, body) {
+        let spin = if wanted(shared, body, *checked) {
             newest_wanted = true;
             shared.options.completion_spin
         } else {
@@ -209,6 +217,7 @@ fn retire_batch<B: Backend>(
                 body,
                 event,
                 device_waits,
+                checked,
             } => {
                 let result = if ordered {
                     Ok(())
@@ -222,7 +231,10 @@ fn retire_batch<B: Backend>(
                     wait(shared, event, spin)
                 };
                 let result = match result {
-                    Ok(()) => check_completed(shared, body).map_err(|failure| (failure, false)),
+                    Ok(()) if *checked => {
+                        check_completed(shared, body).map_err(|failure| (failure, false))
+                    }
+                    Ok(()) => Ok(()),
                     Err(error) => Err((error, true)),
                 };
                 match result {
@@ -278,9 +290,11 @@ fn retire_batch<B: Backend>(
             None => completed += 1,
             Some(_) => failed += 1,
         }
-        let (body, spare) = body.empty();
-        spares.push(spare);
-        release(shared, body, outcome.as_ref().map_or(Ok(()), Err));
+        spares.push(
+            body.release(outcome.as_ref().map_or(Ok(()), Err), |payload| {
+                shared.backend.release(payload)
+            }),
+        );
     }
     shared.give_back(spares);
     // Counted after release, so a count that includes an action means it is fully retired.
@@ -293,21 +307,21 @@ fn retire_batch<B: Backend>(
 }
 
 /// Whether someone needs this action's completion seen soon: a host thread parked on one of its
-/// signal semaphores, a submitter waiting for room, or anybody at all when its work is checked
+/// signal semaphores, a submitter waiting for room, or anybody at all when its work is `checked`
 /// on completion (it recorded no device signal, so nobody else can poll it).
-fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> bool {
+fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>, checked: bool) -> bool {
     shared.room_waiters.load(Ordering::Relaxed) > 0
         || body
             .signals
             .iter()
             .any(|(semaphore, _)| semaphore.has_waiters())
         || shared.options.eager_completion
-        || shared.backend.checks_completion(&body.payload)
+        || checked
 }
 
 fn check_completed<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> Result<(), Failure> {
     catch_unwind(AssertUnwindSafe(|| {
-        shared.backend.check_completed(&body.payload)
+        shared.backend.check_completed(body.payload())
     }))
     .unwrap_or_else(|_| {
         Err(Failure::msg(
@@ -322,21 +336,4 @@ fn wait<B: Backend>(shared: &Shared<B>, event: &B::Event, spin: Duration) -> Res
             "the backend panicked while waiting for a completion event",
         ))
     })
-}
-
-fn release<B: Backend>(shared: &Shared<B>, body: Body<B>, outcome: Result<(), &Failure>) {
-    let Body {
-        waits,
-        signals,
-        payload,
-        resources,
-        cleanups,
-    } = body;
-    for cleanup in cleanups {
-        // A panicking callback must not stop the queue (every later action would hang).
-        let _ = catch_unwind(AssertUnwindSafe(|| cleanup.run(outcome)));
-    }
-    // Resources are user types whose Drop may panic; that must not stop the queue either.
-    let _ = catch_unwind(AssertUnwindSafe(move || drop((resources, waits, signals))));
-    let _ = catch_unwind(AssertUnwindSafe(|| shared.backend.release(payload)));
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cuhal_semaphore::{Failure, Semaphore};
 
-use crate::action::{Body, Cleanups, Resources};
+use crate::action::{Cleanups, Resources};
 use crate::backend::{Backend, ThreadRole};
 use crate::error::Error;
 use crate::options::QueueOptions;
@@ -178,6 +178,7 @@ impl<B: Backend> Queue<B> {
     /// retired, `submit` first waits for it to catch up (never on a completion thread). Steady state allocates nothing (with at most
     /// [`INLINE_SEMAPHORES`](crate::INLINE_SEMAPHORES) waits and signals and a backend payload that
     /// does not allocate).
+    #[inline]
     pub fn submit(
         &self,
         waits: &[(&Semaphore<B::Event>, u64)],
@@ -186,32 +187,19 @@ impl<B: Backend> Queue<B> {
         resources: Resources,
         cleanup: Cleanups,
     ) -> Result<(), Error> {
-        let body = Body {
-            // Filled in by `enqueue` only if the action goes pending.
-            waits: crate::action::SemaphoreList::new(),
-            signals: signals.iter().map(|(s, v)| ((*s).clone(), *v)).collect(),
-            payload,
-            resources,
-            cleanups: cleanup,
-        };
         self.shared.wait_for_room();
-        let rejected = {
-            let mut state = self.shared.lock_issue(Issuer::Submitter);
-            if let Some(error) = self.shared.lost_error() {
-                Some((body, error))
-            } else {
-                self.shared.enqueue(&mut state, body, waits);
-                None
-            }
-        };
-        match rejected {
+        let mut state = self.shared.lock_issue(Issuer::Submitter);
+        if let Some(error) = self.shared.lost_error() {
             // Dropped outside the lock: a resource's Drop may do anything, even submit.
-            Some((body, error)) => {
-                drop(body);
-                Err(error)
-            }
-            None => Ok(()),
+            drop(state);
+            drop((payload, resources, cleanup));
+            return Err(error);
         }
+        let body = self
+            .shared
+            .boxed(&mut state, signals, payload, resources, cleanup);
+        self.shared.enqueue(&mut state, body, waits);
+        Ok(())
     }
 
     /// A handle that can lose this queue from anywhere (see [`LossTrigger`]).

@@ -19,12 +19,22 @@ pub(crate) enum Readiness {
     Failed(Failure),
 }
 
+/// Where an examination that precedes an issue collects the events to wait on: each
+/// device-waitable wait's event that `ordered` (the backend's [`orders`](crate::Backend::orders))
+/// does not accept.
+pub(crate) struct Collect<'a, E> {
+    pub(crate) events: &'a mut EventList<E>,
+    pub(crate) ordered: &'a dyn Fn(&E) -> bool,
+}
+
 /// Examines `waits[from..]`. With `device_waits`, collects the event of every device-waitable wait
-/// (the caller is about to issue; then `from` is 0).
+/// that `ordered` (the backend's [`orders`](crate::Backend::orders)) does not accept (the caller
+/// is about to issue; then `from` is 0); without, any recorded device signal will do and no
+/// event is collected.
 pub(crate) fn examine<E: DeviceEvent>(
     waits: &SemaphoreList<E>,
     from: usize,
-    device_waits: Option<&mut EventList<E>>,
+    device_waits: Option<Collect<'_, E>>,
 ) -> Readiness {
     examine_borrowed(waits.iter().map(|(s, v)| (s, *v)), from, device_waits)
 }
@@ -34,14 +44,18 @@ pub(crate) fn examine<E: DeviceEvent>(
 pub(crate) fn examine_borrowed<'a, E: DeviceEvent + 'a>(
     waits: impl Iterator<Item = (&'a Semaphore<E>, u64)>,
     from: usize,
-    mut device_waits: Option<&mut EventList<E>>,
+    mut device_waits: Option<Collect<'_, E>>,
 ) -> Readiness {
     for (index, (semaphore, value)) in waits.enumerate().skip(from) {
-        match semaphore.wait_point(value) {
+        let point = match device_waits.as_ref() {
+            Some(collect) => semaphore.wait_point_ordered(value, collect.ordered),
+            None => semaphore.wait_point_ordered(value, |_| true),
+        };
+        match point {
             Ok(WaitPoint::Reached) => {}
             Ok(WaitPoint::Device { event, .. }) => {
-                if let Some(list) = device_waits.as_deref_mut() {
-                    list.push(event);
+                if let Some(collect) = device_waits.as_mut() {
+                    collect.events.push(event);
                 }
             }
             Ok(WaitPoint::Pending) => return Readiness::Blocked(index),

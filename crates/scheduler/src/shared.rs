@@ -26,16 +26,16 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use cuhal_semaphore::{Failure, Listener, Semaphore, SemaphoreId};
 
-use crate::action::{Body, Boxed, EventList, Finished, Spare};
+use crate::action::{Boxed, Cleanups, EventList, Finished, Resources, Spare};
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::notifier::Notifier;
 use crate::options::QueueOptions;
 use crate::pending::{PendingList, Waiting};
-use crate::readiness::{Readiness, examine, examine_borrowed};
+use crate::readiness::{Collect, Readiness, examine, examine_borrowed};
 use crate::sync::{
     AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Once, Ordering, StatBool,
-    StatU64, Unparker, fence, thread_local,
+    StatU64, Unparker, thread_local,
 };
 
 /// Everything under the issue lock.
@@ -52,6 +52,26 @@ pub(crate) struct State<B: Backend> {
     spare: Vec<Spare<B>>,
     /// Body slots made, ever: every one is spare, returned, or holds a live action.
     boxes: usize,
+    /// The backend's state for this queue's issues.
+    local: B::IssueLocal,
+    /// The device signal this queue recorded last, on an event the backend [orders] its later
+    /// work after: its semaphore and value. A wait for that value or a lower one on that
+    /// semaphore then needs no look at the semaphore (a chain on one queue), unless it failed.
+    ///
+    /// [orders]: Backend::orders
+    last_signal: Option<(SemaphoreId, u64)>,
+}
+
+impl<B: Backend> State<B> {
+    /// Whether stream order alone satisfies every one of `waits` (see `last_signal`).
+    fn ordered(&self, waits: &[(&Semaphore<B::Event>, u64)]) -> bool {
+        let Some((id, recorded)) = self.last_signal else {
+            return false;
+        };
+        waits.iter().all(|(semaphore, value)| {
+            semaphore.id() == id && *value <= recorded && !semaphore.has_failed()
+        })
+    }
 }
 
 /// The issue side's counters and flags, on cache lines of their own: the submitting thread
@@ -218,6 +238,7 @@ impl<B: Backend> Shared<B> {
         completion: Unparker,
     ) -> Arc<Self> {
         let capacity = options.capacity;
+        let local = backend.issue_local();
         Arc::new_cyclic(|weak: &Weak<Shared<B>>| {
             let listener: Arc<dyn Listener> = Arc::new(QueueListener(weak.clone()));
             Shared {
@@ -233,6 +254,8 @@ impl<B: Backend> Shared<B> {
                     keys: Vec::with_capacity(capacity),
                     spare: (0..capacity).map(|_| Spare::new()).collect(),
                     boxes: capacity,
+                    local,
+                    last_signal: None,
                 })),
                 finished: Mutex::new(VecDeque::with_capacity(capacity)),
                 finished_len: AtomicUsize::new(0),
@@ -389,30 +412,31 @@ impl<B: Backend> Shared<B> {
     pub(crate) fn enqueue(
         &self,
         state: &mut State<B>,
-        body: Body<B>,
+        mut body: Boxed<B>,
         waits: &[(&Semaphore<B::Event>, u64)],
     ) {
         state.submitted += 1;
-        let mut body = self.boxed(state, body);
-        let own = |body: &mut Body<B>| {
-            body.waits = waits.iter().map(|(s, v)| ((*s).clone(), *v)).collect();
-        };
-        if state.pending.is_empty() {
+        if state.pending.is_empty() && state.ordered(waits) {
+            self.issue_ready(state, body, EventList::new(), Issuer::Submitter);
+        } else if state.pending.is_empty() {
             let mut device_waits = EventList::new();
             match examine_borrowed(
                 waits.iter().map(|(s, v)| (*s, *v)),
                 0,
-                Some(&mut device_waits),
+                Some(Collect {
+                    events: &mut device_waits,
+                    ordered: &|event| self.backend.orders(event),
+                }),
             ) {
                 Readiness::Ready => self.issue_ready(state, body, device_waits, Issuer::Submitter),
                 Readiness::Failed(failure) => self.fail_unissued(body, failure),
                 Readiness::Blocked(index) => {
-                    own(&mut body);
+                    body.own_waits(waits);
                     self.make_pending(state, body, index);
                 }
             }
         } else {
-            own(&mut body);
+            body.own_waits(waits);
             match examine(&body.waits, 0, None) {
                 Readiness::Ready => {
                     state.pending.push_back(body, Waiting::Ready);
@@ -505,7 +529,12 @@ impl<B: Backend> Shared<B> {
         issuer: Issuer,
     ) -> Option<(Boxed<B>, usize)> {
         let mut device_waits = EventList::new();
-        match examine(&body.waits, 0, Some(&mut device_waits)) {
+        let ordered = |event: &B::Event| self.backend.orders(event);
+        let collect = Collect {
+            events: &mut device_waits,
+            ordered: &ordered,
+        };
+        match examine(&body.waits, 0, Some(collect)) {
             Readiness::Ready => self.issue_ready(state, body, device_waits, issuer),
             Readiness::Failed(failure) => self.fail_unissued(body, failure),
             Readiness::Blocked(index) => return Some((body, index)),
@@ -518,22 +547,28 @@ impl<B: Backend> Shared<B> {
         &self,
         state: &mut State<B>,
         mut body: Boxed<B>,
-        mut device_waits: EventList<B::Event>,
+        device_waits: EventList<B::Event>,
         issuer: Issuer,
     ) {
         if let Some(failure) = self.lost.get() {
             self.fail_unissued(body, failure);
             return;
         }
-        device_waits.retain(|event| !self.backend.orders(event));
-        let issued = self.call_backend(&device_waits, &mut body.payload);
-        let checked = self.backend.checks_completion(&body.payload);
+        let issued = self.call_backend(&mut state.local, &device_waits, body.payload_mut());
+        let checked = self.backend.checks_completion(body.payload());
         if let Ok(event) = &issued {
             // Work that is checked when it completes signals only from the completion side.
             if !checked {
+                let ordered = self.backend.orders(event);
                 for (semaphore, value) in &body.signals {
                     // Err only if the semaphore already failed: nothing to record then.
-                    let _ = semaphore.record_device_signal(*value, event.clone());
+                    if semaphore
+                        .record_device_signal(*value, event.clone())
+                        .is_ok()
+                        && ordered
+                    {
+                        state.last_signal = Some((semaphore.id(), *value));
+                    }
                 }
             }
         }
@@ -543,11 +578,12 @@ impl<B: Backend> Shared<B> {
     /// The backend's issue, a panic in it counted as a failure.
     fn call_backend(
         &self,
+        local: &mut B::IssueLocal,
         device_waits: &[B::Event],
         payload: &mut B::Payload,
     ) -> Result<B::Event, Failure> {
         catch_unwind(AssertUnwindSafe(|| {
-            self.backend.issue(device_waits, payload)
+            self.backend.issue(local, device_waits, payload)
         }))
         .unwrap_or_else(|_| Err(Failure::msg("the backend panicked while issuing an action")))
     }
@@ -577,6 +613,7 @@ impl<B: Backend> Shared<B> {
                         body,
                         event,
                         device_waits,
+                        checked,
                     },
                     checked,
                 );
@@ -611,38 +648,55 @@ impl<B: Backend> Shared<B> {
         // Work checked on completion signals only from the completion thread: nobody else can
         // poll for it, so it must not wait out a gather.
         let urgent = checked && !self.options.completion_gather.is_zero();
-        let len = {
+        let wake = {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             queue.push_back(finished);
             let len = queue.len();
             self.finished_len.store(len, Ordering::Release);
             if urgent {
-                self.urgent.fetch_add(1, Ordering::Relaxed);
+                // Written under this lock only: no locked add needed.
+                let urgent = self.urgent.load(Ordering::Relaxed);
+                self.urgent.store(urgent + 1, Ordering::Relaxed);
             }
-            len
+            // Only a parked completion thread needs the wake (a syscall), or a gathering one for
+            // urgent work or once a full batch waits (one wake per batch); one that is retiring
+            // or spinning sees `finished_len`. Read under this lock: the completion thread raises
+            // `parked` (or `gathering`) before its last look at the list, which it takes under
+            // this lock too (see `Shared::finished_waiting`), so either it sees this item or
+            // this sees its flag.
+            self.completion_parked.load(Ordering::Relaxed)
+                || ((urgent || len == self.options.gather_batch)
+                    && self.completion_gathering.load(Ordering::Relaxed))
         };
         let side = &*self.issue_side;
         side.pushed
             .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        // Only a parked completion thread needs the wake (a syscall), or a gathering one for
-        // urgent work or once a full batch waits (one wake per batch); one that is retiring or
-        // spinning sees `finished_len`. The fence pairs with the one the completion thread puts
-        // between raising `parked` (or `gathering`) and its last look at `finished_len` (and
-        // `urgent`).
-        fence(Ordering::SeqCst);
-        if self.completion_parked.load(Ordering::Relaxed)
-            || ((urgent || len == self.options.gather_batch)
-                && self.completion_gathering.load(Ordering::Relaxed))
-        {
+        if wake {
             self.completion.unpark();
         }
     }
 
-    /// `body` in a recycled slot: one of the issue side's spares, else (taking every slot the
-    /// completion side gave back since) a returned one, else a new one. Slots are made as many at
-    /// once as exist already, so a queue whose in-flight count grows allocates a logarithmic
-    /// number of times, as a growing vector would.
-    fn boxed(&self, state: &mut State<B>, body: Body<B>) -> Boxed<B> {
+    /// The completion thread's last look before it sleeps, having raised `completion_parked`
+    /// or `completion_gathering`: how many finished actions wait, and how many of them are
+    /// urgent, read under the lock that `push_finished` reads the flags under.
+    pub(crate) fn finished_waiting(&self) -> (usize, usize) {
+        let queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
+        (queue.len(), self.urgent.load(Ordering::Relaxed))
+    }
+
+    /// A recycled slot (one of the issue side's spares, else, taking every slot the completion
+    /// side gave back since, a returned one, else a new one) filled with an action's parts (see
+    /// [`Spare::fill`]). Slots are made as many at once as exist already, so a queue whose
+    /// in-flight count grows allocates a logarithmic number of times, as a growing vector would.
+    #[inline]
+    pub(crate) fn boxed(
+        &self,
+        state: &mut State<B>,
+        signals: &[(&Semaphore<B::Event>, u64)],
+        payload: B::Payload,
+        resources: Resources,
+        cleanups: Cleanups,
+    ) -> Boxed<B> {
         if state.spare.is_empty() {
             let mut returned = self.returned.lock().unwrap_or_else(PoisonError::into_inner);
             std::mem::swap(&mut state.spare, &mut *returned);
@@ -655,7 +709,11 @@ impl<B: Backend> Shared<B> {
             }
         }
         // Refilled above when it was empty.
-        state.spare.pop().unwrap_or_else(Spare::new).fill(body)
+        state
+            .spare
+            .pop()
+            .unwrap_or_else(Spare::new)
+            .fill(signals, payload, resources, cleanups)
     }
 
     /// Gives the body slots a batch emptied back to the issue side (`spares` is left empty, its

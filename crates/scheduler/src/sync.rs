@@ -11,7 +11,7 @@
 #[cfg(not(loom))]
 pub(crate) use crossbeam_utils::sync::{Parker, Unparker};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::mpsc;
 #[cfg(not(loom))]
@@ -24,7 +24,7 @@ pub(crate) use std::thread_local;
 #[cfg(loom)]
 pub(crate) use cuhal_semaphore::loom_sync::{Parker, Unparker};
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::mpsc;
 #[cfg(loom)]

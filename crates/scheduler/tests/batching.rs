@@ -162,11 +162,19 @@ struct Sticky(Scripted);
 impl Backend for Sticky {
     type Event = FlagEvent;
     type Payload = Script;
+    type IssueLocal = ();
     const STICKY_ERRORS: bool = true;
 
-    fn issue(&self, waits: &[FlagEvent], payload: &mut Script) -> Result<FlagEvent, Failure> {
-        self.0.issue(waits, payload)
+    fn issue(
+        &self,
+        _local: &mut (),
+        waits: &[FlagEvent],
+        payload: &mut Script,
+    ) -> Result<FlagEvent, Failure> {
+        self.0.issue(&mut (), waits, payload)
     }
+
+    fn issue_local(&self) {}
 
     fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
         self.0.wait_event(event, spin)

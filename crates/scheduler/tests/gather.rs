@@ -36,14 +36,18 @@ const CHECKED: u64 = 1_000;
 impl Backend for Checked {
     type Event = FlagEvent;
     type Payload = Script;
+    type IssueLocal = ();
 
     fn issue(
         &self,
+        _local: &mut (),
         device_waits: &[FlagEvent],
         payload: &mut Script,
     ) -> Result<FlagEvent, Failure> {
-        self.inner.issue(device_waits, payload)
+        self.inner.issue(&mut (), device_waits, payload)
     }
+
+    fn issue_local(&self) {}
 
     fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
         if !event.is_complete() {

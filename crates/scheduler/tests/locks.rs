@@ -2,8 +2,10 @@
 //! backend's issue. A chained submission (waits for `v` on a semaphore and signals `v + 1` on it)
 //! takes that lock twice, once for the look at its wait and once for the record of its signal,
 //! and not while the backend issues (a driver call under it would make the completion side and
-//! every other queue wait for the driver); a pending submission released by a host signal looks
-//! at its wait once more, not twice. Actions that name several semaphores, in opposite list
+//! every other queue wait for the driver); on a backend whose stream orders its own events, a
+//! chain on one queue skips the look (stream order satisfies the wait) unless the semaphore
+//! failed. A pending submission released by a host signal looks at its wait once more, not
+//! twice. Actions that name several semaphores, in opposite list
 //! orders on two threads, do not deadlock.
 
 mod support;
@@ -27,14 +29,18 @@ struct Probing {
     watched: Mutex<Vec<Semaphore<FlagEvent>>>,
     issues: AtomicU64,
     held_during_issue: AtomicU64,
+    /// Whether the backend orders later work after its own events, as a stream does.
+    ordered: bool,
 }
 
 impl Backend for Probing {
     type Event = FlagEvent;
     type Payload = Script;
+    type IssueLocal = ();
 
     fn issue(
         &self,
+        _local: &mut (),
         device_waits: &[FlagEvent],
         payload: &mut Script,
     ) -> Result<FlagEvent, Failure> {
@@ -48,7 +54,20 @@ impl Backend for Probing {
         {
             self.held_during_issue.fetch_add(1, Ordering::Relaxed);
         }
-        self.inner.issue(device_waits, payload)
+        self.inner.issue(&mut (), device_waits, payload)
+    }
+
+    fn issue_local(&self) {}
+
+    fn orders(&self, event: &FlagEvent) -> bool {
+        self.ordered
+            && self
+                .inner
+                .issued
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|issued| issued.event.ptr_eq(event))
     }
 
     fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
@@ -63,6 +82,12 @@ impl Backend for Probing {
 /// Queues whose events complete only when the test completes them, so that no completion thread
 /// touches the semaphores while the test counts.
 fn held_queues(n: usize, watched: &[&Semaphore<FlagEvent>]) -> Vec<Queue<Probing>> {
+    queues_of(n, watched, false)
+}
+
+/// [`held_queues`], whose backends order their later work after their own events when
+/// `ordered` (as a CUDA stream does).
+fn queues_of(n: usize, watched: &[&Semaphore<FlagEvent>], ordered: bool) -> Vec<Queue<Probing>> {
     (0..n)
         .map(|q| {
             let backend = Probing {
@@ -70,6 +95,7 @@ fn held_queues(n: usize, watched: &[&Semaphore<FlagEvent>]) -> Vec<Queue<Probing
                 watched: Mutex::new(watched.iter().map(|s| (*s).clone()).collect()),
                 issues: AtomicU64::new(0),
                 held_during_issue: AtomicU64::new(0),
+                ordered,
             };
             Queue::new(backend, QueueOptions::new(format!("q{q}"))).unwrap()
         })
@@ -138,6 +164,77 @@ fn a_chained_submission_locks_its_semaphore_twice_and_not_across_the_issue() {
         complete_all(&queues);
         chain.wait(STEPS, Duration::from_secs(5)).unwrap();
     }
+}
+
+/// On a backend whose stream orders its own events, a chain on one queue waits for the value
+/// that queue's last issue recorded: stream order satisfies it, and the semaphore is locked for
+/// the signal's record only. Alternating between two queues, each wait is for the other queue's
+/// record, which the semaphore must be asked about.
+#[test]
+fn a_chain_on_one_ordered_queue_locks_its_semaphore_once() {
+    for (n, locks) in [(1, 1), (2, 2)] {
+        let chain = Semaphore::<FlagEvent>::new(0);
+        let queues = queues_of(n, &[&chain], true);
+        const STEPS: u64 = 20;
+        for i in 0..STEPS {
+            let before = chain.lock_count();
+            queues[i as usize % n]
+                .submit(
+                    &[(&chain, i)],
+                    &[(&chain, i + 1)],
+                    Script::id(i),
+                    Resources::new(),
+                    Cleanups::new(),
+                )
+                .unwrap();
+            // The first wait, on the initial value, is looked at: nothing was recorded yet.
+            let want = if i == 0 { 2 } else { locks };
+            assert_eq!(
+                chain.lock_count() - before,
+                want,
+                "step {i} on {n} queue(s)"
+            );
+        }
+        no_lock_held_during_issue(&queues, STEPS);
+        complete_all(&queues);
+        chain.wait(STEPS, Duration::from_secs(5)).unwrap();
+    }
+}
+
+/// The shortcut of a chain on one ordered queue still fails an action whose wait semaphore
+/// failed, with that failure, as a look at the semaphore would: the action is not issued and
+/// its signals fail.
+#[test]
+fn a_chained_wait_on_a_failed_semaphore_fails_even_when_stream_order_would_satisfy_it() {
+    let chain = Semaphore::<FlagEvent>::new(0);
+    let out = Semaphore::<FlagEvent>::new(0);
+    let queues = queues_of(1, &[&chain, &out], true);
+    let queue = &queues[0];
+    let submit = |wait: u64, signal: (&Semaphore<FlagEvent>, u64), id: u64| {
+        queue
+            .submit(
+                &[(&chain, wait)],
+                &[signal],
+                Script::id(id),
+                Resources::new(),
+                Cleanups::new(),
+            )
+            .unwrap();
+    };
+    submit(0, (&chain, 1), 0);
+    chain.fail(Failure::msg("upstream failure"));
+    submit(1, (&out, 1), 1);
+    assert_eq!(
+        queue.backend().issues.load(Ordering::Relaxed),
+        1,
+        "the action behind the failed wait was issued"
+    );
+    let err = out.wait(1, Duration::from_secs(5)).unwrap_err();
+    assert!(
+        err.to_string().contains("upstream failure"),
+        "the signal failed with another failure: {err}"
+    );
+    complete_all(&queues);
 }
 
 #[test]

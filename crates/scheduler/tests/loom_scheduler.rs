@@ -69,8 +69,14 @@ struct Device(Arc<Log>);
 impl Backend for Device {
     type Event = FlagEvent;
     type Payload = Work;
+    type IssueLocal = ();
 
-    fn issue(&self, device_waits: &[FlagEvent], work: &mut Work) -> Result<FlagEvent, Failure> {
+    fn issue(
+        &self,
+        _local: &mut (),
+        device_waits: &[FlagEvent],
+        work: &mut Work,
+    ) -> Result<FlagEvent, Failure> {
         locked(&self.0.issued).push(work.id());
         let event = FlagEvent::counted(&self.0.events);
         let mut fault = locked(&self.0.fault);
@@ -85,6 +91,8 @@ impl Backend for Device {
         }
         Ok(event)
     }
+
+    fn issue_local(&self) {}
 
     fn wait_event(&self, event: &FlagEvent, _spin: Duration) -> Result<(), Failure> {
         event.query()?;

@@ -42,9 +42,11 @@ struct CheckedPayload {
 impl Backend for Checked {
     type Event = HostEvent;
     type Payload = CheckedPayload;
+    type IssueLocal = ();
 
     fn issue(
         &self,
+        _local: &mut (),
         device_waits: &[HostEvent],
         payload: &mut CheckedPayload,
     ) -> Result<HostEvent, Failure> {
@@ -69,8 +71,10 @@ impl Backend for Checked {
             }
         }
         payload.issued.lock().unwrap().push(payload.id);
-        self.0.issue(device_waits, &mut payload.inner)
+        self.0.issue(&mut (), device_waits, &mut payload.inner)
     }
+
+    fn issue_local(&self) {}
 
     fn wait_event(&self, event: &HostEvent, spin: Duration) -> Result<(), Failure> {
         self.0.wait_event(event, spin)

@@ -409,6 +409,52 @@ fn cleanups_run_after_completion_before_release_and_a_panic_does_not_stop_the_qu
     assert_eq!(drops.load(Ordering::SeqCst), 3);
 }
 
+/// A resource whose drop panics.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("a buggy resource");
+    }
+}
+
+/// Body slots are reused with their lists kept: a resource whose drop panics does not keep the
+/// others of its action from being dropped, nor stop the queue, nor leave anything behind for the
+/// slot's next action; and an action with more resources than a slot keeps room for (its list
+/// spilled) drops them all too.
+#[test]
+fn every_resource_is_dropped_through_panicking_drops_and_slot_reuse() {
+    let queue = host::queue(QueueOptions::new("resources")).unwrap();
+    let done = HostSemaphore::new(0);
+    let drops = Arc::new(AtomicUsize::new(0));
+    let mut expected = 0;
+    // Enough actions, waited for one by one, that every slot is used several times.
+    for value in 1..=600u64 {
+        let mut resources: Resources = smallvec![tracked(&drops)];
+        match value % 3 {
+            0 => resources.push(Arc::new(PanicsOnDrop)),
+            1 => resources.extend((0..100).map(|_| tracked(&drops))),
+            _ => {}
+        }
+        resources.push(tracked(&drops));
+        expected += resources.len() - usize::from(value % 3 == 0);
+        queue
+            .submit(
+                &[],
+                &[(&done, value)],
+                HostPayload::Nop,
+                resources,
+                Cleanups::new(),
+            )
+            .unwrap();
+        done.wait(value, WAIT).unwrap();
+    }
+    eventually("all retired", || queue.stats().completed == 600);
+    eventually("every resource dropped", || {
+        drops.load(Ordering::SeqCst) == expected
+    });
+}
+
 #[test]
 fn host_payloads_run_in_issue_order_after_their_waits() {
     let a = host::queue(QueueOptions::new("a")).unwrap();

@@ -52,6 +52,9 @@
 //!   record_device_signal(value, event: E) -> Result<(), Error>
 //!   device_wait_event(value) -> Option<E>
 //!   wait_point(value) -> Result<WaitPoint<E>, Error>   WaitPoint::{Reached, Device { value, event }, Pending}
+//!   wait_point_ordered(value, ordered: impl FnOnce(&E) -> bool) -> Result<WaitPoint<E>, Error>
+//!                                                (an event `ordered` accepts answers Reached, no handle)
+//!   has_failed() -> bool                         (without the lock)
 //!   listen(value, &Arc<dyn Listener>, key: u64) -> ListenToken      cancel_listen(ListenToken)
 //!   listener_count() / timepoint_count() / waiter_count() -> usize   (diagnostics)
 //! trait Listener: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64); }

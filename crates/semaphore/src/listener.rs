@@ -93,6 +93,12 @@ impl Listeners {
         }
     }
 
+    /// Whether a listener may be due at `threshold`: never false when [`Listeners::take_due`]
+    /// would take one (a cancelled listener can make it true when none would be taken).
+    pub(crate) fn any_due(&self, threshold: u64) -> bool {
+        threshold >= self.min_value
+    }
+
     /// Moves every listener waiting for a value `<= threshold` into `due`.
     pub(crate) fn take_due<const N: usize>(
         &mut self,

@@ -11,7 +11,7 @@ use crate::failure::Failure;
 use crate::listener::{Due, FIRED_SLOT, ListenToken, Listener, Listeners};
 use crate::multi_wait::{Mode, wait_list};
 use crate::options::SemaphoreOptions;
-use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, Unparker};
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, Unparker};
 use crate::timeout::Timeout;
 use crate::timepoint::{Timepoints, WaitPoint};
 use crate::waiter::{FAILURE_ONLY, Waiters};
@@ -52,6 +52,8 @@ struct Shared<E: DeviceEvent> {
     /// Parked host waiters registered now (mirrors `State::waiters`, readable without the lock):
     /// tells a completion side whether anybody is waiting for an answer.
     parked: AtomicUsize,
+    /// Whether the semaphore has failed (mirrors `State::failure`, readable without the lock).
+    failed: AtomicBool,
     /// How often the lock was taken.
     #[cfg(feature = "lock-stats")]
     locks: AtomicU64,
@@ -73,8 +75,12 @@ impl<E: DeviceEvent> State<E> {
             .map_or(self.value, |v| v.max(self.value))
     }
 
-    /// What a wait for `value` needs (see [`Semaphore::wait_point`]).
-    fn wait_point(&self, value: u64) -> Result<WaitPoint<E>, Error> {
+    /// What a wait for `value` needs (see [`Semaphore::wait_point_ordered`]).
+    fn wait_point(
+        &self,
+        value: u64,
+        ordered: impl FnOnce(&E) -> bool,
+    ) -> Result<WaitPoint<E>, Error> {
         if let Some(failure) = &self.failure {
             return Err(Error::Failed(failure.clone()));
         }
@@ -82,6 +88,7 @@ impl<E: DeviceEvent> State<E> {
             return Ok(WaitPoint::Reached);
         }
         Ok(match self.timepoints.at_least(value) {
+            Some((_, event)) if ordered(event) => WaitPoint::Reached,
             Some((v, event)) => WaitPoint::Device {
                 value: *v,
                 event: event.clone(),
@@ -145,7 +152,7 @@ impl<E> Wake<E> {
     /// hundred bytes on every signal's record, which mostly has nothing to do here.
     fn run(&mut self, id: SemaphoreId) {
         if self.unparkers.is_empty() && self.due.is_empty() && self.released.is_empty() {
-            // The common case of a signal's record: nobody to wake, nothing released.
+            // Nothing gathered (a record that met a listener it could not wake yet, say).
             return;
         }
         for unparker in self.unparkers.drain(..) {
@@ -190,6 +197,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                 }),
                 changes: AtomicU64::new(0),
                 parked: AtomicUsize::new(0),
+                failed: AtomicBool::new(false),
                 #[cfg(feature = "lock-stats")]
                 locks: AtomicU64::new(0),
             }),
@@ -215,6 +223,13 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// event does not need it.
     pub fn has_waiters(&self) -> bool {
         self.shared.parked.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether the semaphore has failed, read without its lock: once true, for good. A queue
+    /// that knows a wait is ordered by its own stream (it recorded the awaited signal there)
+    /// asks only this.
+    pub fn has_failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Acquire)
     }
 
     /// This semaphore's identity.
@@ -339,6 +354,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                 return;
             }
             state.failure = Some(failure);
+            self.shared.failed.store(true, Ordering::Release);
             state.timepoints.release_all(&mut wake.released);
             state.waiters.take_all(&mut wake.unparkers);
             state.listeners.take_all(&mut wake.due);
@@ -368,15 +384,20 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// If `value` is already reached the event is dropped at once. Fires listeners waiting for values
     /// `<= value`. `Err(Failed)` (and the event dropped) once failed.
     pub fn record_device_signal(&self, value: u64, event: E) -> Result<(), Error> {
+        let mut state = self.lock();
+        if state.failure.is_none() && value > state.value && !state.listeners.any_due(value) {
+            // The common case, a chain's next value with nobody listening for it: nothing to
+            // wake, notify or release afterwards.
+            state.timepoints.insert(value, event);
+            self.changed();
+            return Ok(());
+        }
         let mut wake = Wake::new();
-        let result = {
-            let mut state = self.lock();
-            let (result, changed) = state.record_device_signal(value, event, &mut wake);
-            if changed {
-                self.changed();
-            }
-            result
-        };
+        let (result, changed) = state.record_device_signal(value, event, &mut wake);
+        if changed {
+            self.changed();
+        }
+        drop(state);
         wake.run(self.id());
         result
     }
@@ -394,7 +415,22 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// What a wait for `value` needs, decided under one lock: reached, a device event to wait on, or
     /// pending. `Err(Failed)` once failed.
     pub fn wait_point(&self, value: u64) -> Result<WaitPoint<E>, Error> {
-        self.lock().wait_point(value)
+        self.lock().wait_point(value, |_| false)
+    }
+
+    /// [`wait_point`](Self::wait_point) for a consumer that some device signals need no wait
+    /// from: a recorded timepoint whose event `ordered` accepts (called under the lock; keep it
+    /// cheap) answers [`WaitPoint::Reached`], for there is nothing that consumer must wait for,
+    /// and no handle to the event is made. A queue passes "recorded on my own stream" (stream
+    /// order already puts its work after the event); a caller that only asks whether it could
+    /// go ahead passes `|_| true`. Making and dropping a handle costs a count on the event's
+    /// pool slot that this skips.
+    pub fn wait_point_ordered(
+        &self,
+        value: u64,
+        ordered: impl FnOnce(&E) -> bool,
+    ) -> Result<WaitPoint<E>, Error> {
+        self.lock().wait_point(value, ordered)
     }
 
     /// Registers a one-shot listener: `listener.notify(self.id(), key)` is called once, outside the

@@ -13,6 +13,47 @@ type Sem = Semaphore<FlagEvent>;
 
 const LONG: Duration = Duration::from_secs(10);
 
+/// A consumer that some events need no wait from (a queue, for events of its own stream) gets
+/// `Reached` for a timepoint on such an event, without a handle to it; any other event still
+/// comes as a device wait, and a failure or a pending value as before.
+#[test]
+fn wait_point_ordered_answers_reached_for_an_ordered_event_without_a_handle() {
+    let s = Sem::new(0);
+    let (mine, theirs) = (FlagEvent::new(), FlagEvent::new());
+    s.record_device_signal(5, mine.clone()).unwrap();
+    s.record_device_signal(7, theirs.clone()).unwrap();
+    let is_mine = |e: &FlagEvent| e.ptr_eq(&mine);
+    let handles = mine.clone_count();
+    assert!(matches!(
+        s.wait_point_ordered(4, is_mine).unwrap(),
+        WaitPoint::Reached
+    ));
+    assert_eq!(
+        mine.clone_count(),
+        handles,
+        "no handle to the ordered event was made"
+    );
+    match s.wait_point_ordered(6, is_mine).unwrap() {
+        WaitPoint::Device { value, event } => assert!(value == 7 && event.ptr_eq(&theirs)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        s.wait_point_ordered(8, is_mine).unwrap(),
+        WaitPoint::Pending
+    ));
+    assert!(matches!(
+        s.wait_point_ordered(6, |_| true).unwrap(),
+        WaitPoint::Reached
+    ));
+    assert!(!s.has_failed());
+    s.fail(failure("x"));
+    assert!(s.has_failed());
+    assert!(matches!(
+        s.wait_point_ordered(4, |_| true),
+        Err(Error::Failed(_))
+    ));
+}
+
 #[test]
 fn device_wait_event_picks_the_smallest_recorded_value_at_least_v() {
     let s = Sem::new(0);

@@ -121,9 +121,11 @@ impl HostBackend {
 impl Backend for HostBackend {
     type Event = HostEvent;
     type Payload = HostPayload;
+    type IssueLocal = ();
 
     fn issue(
         &self,
+        _local: &mut (),
         device_waits: &[HostEvent],
         payload: &mut HostPayload,
     ) -> Result<HostEvent, Failure> {
@@ -149,6 +151,8 @@ impl Backend for HostBackend {
         self.executor.unparker.unpark();
         Ok(event)
     }
+
+    fn issue_local(&self) {}
 
     fn wait_event(&self, event: &HostEvent, spin: Duration) -> Result<(), Failure> {
         event.wait(spin)

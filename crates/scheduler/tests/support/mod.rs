@@ -74,9 +74,11 @@ impl Scripted {
 impl Backend for Scripted {
     type Event = FlagEvent;
     type Payload = Script;
+    type IssueLocal = ();
 
     fn issue(
         &self,
+        _local: &mut (),
         device_waits: &[FlagEvent],
         payload: &mut Script,
     ) -> Result<FlagEvent, Failure> {
@@ -98,6 +100,8 @@ impl Backend for Scripted {
         });
         Ok(event)
     }
+
+    fn issue_local(&self) {}
 
     fn wait_event(&self, event: &FlagEvent, _spin: Duration) -> Result<(), Failure> {
         // Bounded, so a test that fails before completing its events fails instead of hanging.

@@ -1,4 +1,4 @@
-//! Process CPU time, all threads together (`getrusage(RUSAGE_SELF)`): what a case costs the
+//! Process CPU time, all threads together (`CLOCK_PROCESS_CPUTIME_ID`): what a case costs the
 //! host's cores, beside the wall time one thread sees. A completion thread that spins while work
 //! flows shows up here and nowhere else.
 
@@ -6,6 +6,12 @@
 /// is not available.
 pub fn process_cpu_ns() -> Option<u64> {
     imp::process_cpu_ns()
+}
+
+/// CPU time (user + system) the calling thread has used so far, in nanoseconds; `None` where
+/// the call is not available.
+pub fn thread_cpu_ns() -> Option<u64> {
+    imp::thread_cpu_ns()
 }
 
 /// CPU time per thread of the process, from `/proc/self/task/*/schedstat` (nanoseconds on the
@@ -50,6 +56,7 @@ pub struct ThreadCpu {
 }
 
 /// The calling thread's id, as `/proc/self/task` names it (`None` without `/proc`).
+#[cfg(test)]
 pub fn current_tid() -> Option<u32> {
     std::fs::read_link("/proc/thread-self")
         .ok()?
@@ -70,20 +77,6 @@ pub struct RoleCpu {
     pub issue: u64,
     /// Every other thread (the driver's among them).
     pub other: u64,
-}
-
-impl RoleCpu {
-    /// The split per `items`, in microseconds, as a note.
-    pub fn per_item(&self, items: usize) -> String {
-        let per = |ns: u64| ns as f64 / items.max(1) as f64 / 1e3;
-        format!(
-            "CPU per submission by thread: submitting {:.2} us, completion {:.2} us, issue workers {:.2} us, other threads {:.2} us",
-            per(self.submitting),
-            per(self.completion),
-            per(self.issue),
-            per(self.other)
-        )
-    }
 }
 
 /// Where the CPU time between two [`threads_cpu_ns`] readings went: the thread `tid` (the
@@ -115,38 +108,40 @@ pub fn cpu_by_role(before: &[ThreadCpu], after: &[ThreadCpu], tid: Option<u32>) 
 mod imp {
     use std::ffi::{c_int, c_long};
 
-    /// `struct timeval` on 64-bit Linux.
+    /// `struct timespec` on 64-bit Linux.
     #[repr(C)]
     #[derive(Default, Clone, Copy)]
-    struct Timeval {
+    struct Timespec {
         sec: c_long,
-        usec: c_long,
+        nsec: c_long,
     }
 
-    /// `struct rusage` on 64-bit Linux: two `timeval`s, then fourteen `long` counters.
-    #[repr(C)]
-    #[derive(Default)]
-    struct Rusage {
-        utime: Timeval,
-        stime: Timeval,
-        counters: [c_long; 14],
-    }
-
-    const RUSAGE_SELF: c_int = 0;
+    // The CPU-time clocks count nanoseconds run (the scheduler's own tally). `getrusage`'s
+    // user and system times can advance by whole ticks (4 ms seen on a 250 Hz kernel), too
+    // coarse for a turn of a few milliseconds.
+    const CLOCK_PROCESS_CPUTIME_ID: c_int = 2;
+    const CLOCK_THREAD_CPUTIME_ID: c_int = 3;
 
     // The C library std links anyway.
     unsafe extern "C" {
-        fn getrusage(who: c_int, usage: *mut Rusage) -> c_int;
+        fn clock_gettime(clock: c_int, time: *mut Timespec) -> c_int;
     }
 
     pub fn process_cpu_ns() -> Option<u64> {
-        let mut usage = Rusage::default();
-        // SAFETY: `usage` is a writable `struct rusage` with the layout of 64-bit Linux.
-        if unsafe { getrusage(RUSAGE_SELF, &mut usage) } != 0 {
+        cpu_ns(CLOCK_PROCESS_CPUTIME_ID)
+    }
+
+    pub fn thread_cpu_ns() -> Option<u64> {
+        cpu_ns(CLOCK_THREAD_CPUTIME_ID)
+    }
+
+    fn cpu_ns(clock: c_int) -> Option<u64> {
+        let mut time = Timespec::default();
+        // SAFETY: `time` is a writable `struct timespec` with the layout of 64-bit Linux.
+        if unsafe { clock_gettime(clock, &mut time) } != 0 {
             return None;
         }
-        let ns = |t: Timeval| (t.sec as u64) * 1_000_000_000 + (t.usec as u64) * 1_000;
-        Some(ns(usage.utime) + ns(usage.stime))
+        Some((time.sec as u64) * 1_000_000_000 + time.nsec as u64)
     }
 }
 
@@ -155,7 +150,16 @@ mod imp {
     pub fn process_cpu_ns() -> Option<u64> {
         None
     }
+
+    pub fn thread_cpu_ns() -> Option<u64> {
+        None
+    }
 }
+
+/// Held by every test that measures process CPU time, which the other tests of the binary
+/// (running in parallel) would add to.
+#[cfg(test)]
+pub(crate) static CPU_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[cfg(test)]
 mod tests {
@@ -187,6 +191,7 @@ mod tests {
     #[test]
     #[cfg(target_os = "linux")]
     fn cpu_by_role_tells_the_threads_apart() {
+        let _serial = CPU_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         const SPIN: u64 = 3_000_000;
         let before = threads_cpu_ns();
         let tid = current_tid();
@@ -223,19 +228,35 @@ mod tests {
         assert!(roles.completion >= SPIN, "{roles:?}");
         assert!(roles.issue >= SPIN, "{roles:?}");
         assert!(roles.other >= SPIN, "{roles:?}");
+    }
+
+    /// The calling thread's clock counts its own work and not another thread's, which the
+    /// process clock does count.
+    #[test]
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    fn thread_cpu_counts_the_calling_thread_only() {
+        let _serial = CPU_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        const SPIN: u64 = 5_000_000;
+        let thread_before = thread_cpu_ns().expect("the CPU-time clocks work on Linux");
+        let process_before = process_cpu_ns().expect("the CPU-time clocks work on Linux");
+        std::thread::spawn(|| spin_cpu(SPIN)).join().unwrap();
+        let thread_between = thread_cpu_ns().unwrap();
+        let process_between = process_cpu_ns().unwrap();
+        assert!(process_between - process_before >= SPIN);
         assert!(
-            roles
-                .per_item(1000)
-                .starts_with("CPU per submission by thread: submitting "),
-            "{}",
-            roles.per_item(1000)
+            thread_between - thread_before < SPIN,
+            "the other thread's {SPIN} ns counted here: {} ns",
+            thread_between - thread_before
         );
+        spin_cpu(SPIN);
+        assert!(thread_cpu_ns().unwrap() - thread_between >= SPIN);
     }
 
     #[test]
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     fn cpu_time_grows_with_work() {
-        let before = process_cpu_ns().expect("getrusage works on Linux");
+        let _serial = CPU_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let before = process_cpu_ns().expect("the CPU-time clocks work on Linux");
         // Spin until 2 ms of CPU time show (on a loaded machine that takes longer than 2 ms of
         // wall time); a reading that never moves fails after 10 s.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

@@ -1,5 +1,6 @@
 //! The benchmark cases, one module each; every case measures its raw-driver floor and its cuhal
-//! figure in this process, one after the other, with the same kernels and the same repetitions.
+//! figure in this process, with the same kernels and the same repetitions: one after the other,
+//! or (case 1) in turns through the same stretch of time.
 
 pub mod bindings;
 pub mod chain;

@@ -11,48 +11,67 @@
 //!
 //! Each submission is timed alone on the host clock. Every `BATCH` submissions the host waits
 //! for the GPU, untimed, so the figure is the host's cost and never back-pressure from a full
-//! launch queue. Beside the wall time per call, the process's CPU time (all threads,
-//! `getrusage`) over the whole measured loop, per submission: cuhal's completion and worker
-//! threads count there. The kernel checks its order (a period-2 step chain across queues) and
-//! counts its launches; both are checked at the end.
+//! launch queue. cuhal: `Queue::execute(&[(s, i)], &[(s, i + 1)], &[&cb])` with a one-dispatch
+//! graph command buffer (one per queue), the host waiting on the semaphore every `BATCH`.
 //!
-//! cuhal: `Queue::execute(&[(s, i)], &[(s, i + 1)], &[&cb])` with a one-dispatch graph command
-//! buffer (one per queue), timed per call the same way, the host waiting on the semaphore every
-//! `BATCH`. The process's heap allocations are counted across the measured submissions of both
-//! sides (`alloc_count`); the floor's count checks the instrument (it must be 0). Both forms also
-//! run without completion gathering (`completion_gather` zero: the completion thread retires
-//! whatever has finished as soon as it sees it, instead of letting a batch gather after one
-//! nobody waited for), with gather batches of 128 and a 400 us gather instead of 64 and 200 us,
-//! and the same-queue form with `eager_completion` (the completion thread polls every batch
-//! whether or not anybody waits), all reported for comparison.
+//! **The floor and cuhal take turns.** Every side (the floor, cuhal with the default options,
+//! and cuhal's comparison variants) runs its chain in blocks of `BATCH` submissions, the sides
+//! one block each in turn (who goes first rotates), so that all of them are measured over the
+//! same stretch of time. The host's speed drifts by up to 1.6x within a run (seen on the H200's
+//! machines: the same loop at 1.3 us, then 2.1 us, tens of milliseconds apart); sides measured
+//! one after the other compared the floor in one state with cuhal in another.
+//!
+//! Beside the wall time per call, the process's CPU time (all threads) per submission: over a
+//! side's blocks, plus what its own threads (cuhal's completion and worker threads, the
+//! driver's) spend after its host wait until they are idle again, which it waits for off every
+//! clock before the next side's block starts. It is split into the submitting thread's and the
+//! other threads'. The kernel checks its order (a period-2 step chain across queues) and counts
+//! its launches; both are checked at the end.
+//!
+//! The process's heap allocations are counted over each side's measured blocks (and its
+//! threads' settling after them); the floor's count checks the instrument (it must be 0). Both
+//! forms also run cuhal without completion gathering (`completion_gather` zero: the completion
+//! thread retires whatever has finished as soon as it sees it, instead of letting a batch gather
+//! after one nobody waited for), and with gather batches of 128 and a 400 us gather instead of 64
+//! and 200 us, and the same-queue form with `eager_completion` (the completion thread polls every
+//! batch whether or not anybody waits), all reported for comparison.
+
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use cuhal::DeviceOptions;
 use cuhal_sys::cu;
+use cuhal_sys::{Event, Stream};
 
 use super::{Env, progress, summarize};
 use crate::alloc_count::allocations;
-use crate::cpu_time::{cpu_by_role, current_tid, process_cpu_ns, threads_cpu_ns};
+use crate::cpu_time::{ThreadCpu, cpu_by_role, process_cpu_ns, thread_cpu_ns, threads_cpu_ns};
+use crate::gpu::StepCounter;
 use crate::gpu::raw::{GraphExec, KernelNode, SyncMode};
-use crate::gpu::{Gpu, StepCounter};
 use crate::hal::{Hal, wait};
 use crate::report::{Center, Comparison, Goal, Report, Unit};
 use crate::stats::Summary;
-use cuhal_sys::{Event, Stream};
 
 /// Submissions measured (warm-up comes on top).
 pub const SUBMISSIONS: usize = 10_000;
 /// The host waits for the GPU after this many submissions (untimed).
 pub const BATCH: usize = 250;
+/// The submissions of one side's turn: eight host waits. A turn ends with the side's threads
+/// idle, and a completion thread spins for the queue's `idle_spin` (100 us) before it parks:
+/// counted against cuhal, that is 0.05 us per submission over a turn this long.
+const TURN: usize = 8 * BATCH;
 /// Events the floor cycles through, as an event pool would.
 const RING: usize = 64;
 
 /// The gather batch and gather of the comparison rows with larger batches.
 const BIG_BATCH: usize = 128;
-const BIG_GATHER: std::time::Duration = std::time::Duration::from_micros(400);
+const BIG_GATHER: Duration = Duration::from_micros(400);
 
 /// The device queues' default gather, in microseconds (for the labels of the rows without it).
 const GATHER_US: u128 = DeviceOptions::DEFAULT_COMPLETION_GATHER.as_micros();
+
+/// How long a side's threads may take to become idle after its block.
+const SETTLE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The goal on medians: at most this many times the floor.
 pub const GOAL_RATIO: f64 = 1.2;
@@ -108,12 +127,62 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
+/// cuhal's variants in a form: the default options first (the row with the goals), then the
+/// comparison rows.
+fn variants(form: Form) -> Vec<(String, DeviceOptions)> {
+    let mut variants = vec![
+        (String::new(), DeviceOptions::default()),
+        (
+            format!("without completion gathering (default {GATHER_US} us; for comparison)"),
+            DeviceOptions {
+                completion_gather: Duration::ZERO,
+                ..DeviceOptions::default()
+            },
+        ),
+        (
+            format!(
+                "gather batches of {BIG_BATCH} and a {} us gather (default {} and {GATHER_US} us; for comparison)",
+                BIG_GATHER.as_micros(),
+                DeviceOptions::default().completion_gather_batch
+            ),
+            DeviceOptions {
+                completion_gather_batch: BIG_BATCH,
+                completion_gather: BIG_GATHER,
+                ..DeviceOptions::default()
+            },
+        ),
+    ];
+    if form == Form::SameQueue {
+        variants.push((
+            "eager completion (for comparison)".to_owned(),
+            DeviceOptions {
+                eager_completion: true,
+                ..DeviceOptions::default()
+            },
+        ));
+    }
+    variants
+}
+
 fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usize) -> Result<()> {
     let label = form.label();
+    let variants = variants(form);
     progress(&format!(
-        "case 1 (submit, {label}): floor, {n} chained submissions"
+        "case 1 (submit, {label}): the floor and {} cuhal variants in turns of {TURN}, {n} chained submissions each",
+        variants.len()
     ));
-    let floor = floor(env, form, warm, n)?;
+    let mut sides = vec![Side::Floor(FloorSide::new(env, form, false)?)];
+    for (_, options) in &variants {
+        sides.push(Side::Cuhal(CuhalSide::new(env, form, options.clone())?));
+    }
+    let tallies = race(&mut sides, warm, n)?;
+    let mut figures = Vec::with_capacity(sides.len());
+    for (side, tally) in sides.into_iter().zip(tallies) {
+        figures.push(side.finish(tally, warm + n, n)?);
+    }
+    let mut figures = figures.into_iter();
+    let floor = figures.next().context("case 1: the floor's figures")?;
+
     let floor_name = match form {
         Form::SameQueue => {
             "floor (same queue): cuGraphLaunch (1 node) + cuEventRecord, per submission"
@@ -123,11 +192,9 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
         }
     };
     report.measured("1", floor_name, floor.total);
-    if let Some(threads) = &floor.stats {
-        report
-            .notes
-            .push(format!("case 1 ({label}), floor: {threads}"));
-    }
+    report
+        .notes
+        .push(format!("case 1 ({label}), floor: {}", floor.note));
     if form == Form::AcrossQueues {
         let parts = floor_parts(env, warm, n)?;
         report.measured("1", "  of which cuStreamWaitEvent", parts.wait);
@@ -139,21 +206,31 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
         );
     }
 
-    progress(&format!(
-        "case 1 (submit, {label}): cuhal, {n} chained submissions"
-    ));
-    let cuhal = cuhal_side(env, form, DeviceOptions::default(), warm, n)?;
-    if let Some(stats) = &cuhal.stats {
-        report
-            .notes
-            .push(format!("case 1 ({label}), cuhal's queues: {stats}"));
-    }
     let what = format!(
         "submit ({label}): queue execute, 1-dispatch graph, 1 wait + 1 signal, chained; host cost per submission"
     );
+    for ((variant, _), cuhal) in variants.iter().zip(figures) {
+        if variant.is_empty() {
+            report
+                .notes
+                .push(format!("case 1 ({label}), cuhal's queues: {}", cuhal.note));
+            push_default(report, &what, label, &cuhal, &floor);
+        } else {
+            report.notes.push(format!(
+                "case 1 ({label}), cuhal's queues, {variant}: {}",
+                cuhal.note
+            ));
+            push_variant(report, &what, label, variant, &cuhal, &floor);
+        }
+    }
+    Ok(())
+}
+
+/// The rows of cuhal with the default options, with the goals.
+fn push_default(report: &mut Report, what: &str, label: &str, cuhal: &Figures, floor: &Figures) {
     report.comparisons.push(Comparison::new(
         "1",
-        what.clone(),
+        what.to_owned(),
         Some(cuhal.total),
         Some(floor.total),
         Goal::RatioAtMost(GOAL_RATIO),
@@ -171,7 +248,7 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
     report.comparisons.push(Comparison::new(
         "1",
         format!(
-            "submit ({label}): process CPU time per submission, all threads (getrusage; host waits every {BATCH} included)"
+            "submit ({label}): process CPU time per submission, all threads (host waits every {BATCH} included)"
         ),
         cuhal.cpu,
         floor.cpu,
@@ -182,92 +259,24 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
         ..Comparison::new(
             "1",
             format!(
-                "submit ({label}): heap allocations per submission, whole process (floor column: the floor's loop)"
+                "submit ({label}): heap allocations per submission, whole process (floor column: the floor's turns)"
             ),
             Some(cuhal.allocations),
             Some(floor.allocations),
             Goal::AtMost(0.0),
         )
     });
-    progress(&format!(
-        "case 1 (submit, {label}): cuhal without completion gathering, {n} chained submissions"
-    ));
-    let ungathered_options = DeviceOptions {
-        completion_gather: std::time::Duration::ZERO,
-        ..DeviceOptions::default()
-    };
-    let ungathered = cuhal_side(env, form, ungathered_options, warm, n)?;
-    let ungathered_label =
-        format!("without completion gathering (default {GATHER_US} us; for comparison)");
-    push_variant(report, &what, label, &ungathered_label, &ungathered, &floor);
-    report.comparisons.push(Comparison {
-        unit: Unit::Count,
-        ..Comparison::new(
-            "1",
-            format!("submit ({label}): heap allocations per submission; {ungathered_label}"),
-            Some(ungathered.allocations),
-            Some(floor.allocations),
-            Goal::Report,
-        )
-    });
-    progress(&format!(
-        "case 1 (submit, {label}): cuhal with gather batches of {BIG_BATCH}, {n} chained submissions"
-    ));
-    let big_options = DeviceOptions {
-        completion_gather_batch: BIG_BATCH,
-        completion_gather: BIG_GATHER,
-        ..DeviceOptions::default()
-    };
-    let big = cuhal_side(env, form, big_options, warm, n)?;
-    let big_label = format!(
-        "gather batches of {BIG_BATCH} and a {} us gather (default {} and {GATHER_US} us; for comparison)",
-        BIG_GATHER.as_micros(),
-        DeviceOptions::default().completion_gather_batch
-    );
-    push_variant(report, &what, label, &big_label, &big, &floor);
-    if let Some(stats) = &big.stats {
-        report.notes.push(format!(
-            "case 1 ({label}), cuhal's queues with gather batches of {BIG_BATCH}: {stats}"
-        ));
-    }
-    if form == Form::SameQueue {
-        progress(&format!(
-            "case 1 (submit, {label}): cuhal with eager completion, {n} chained submissions"
-        ));
-        let eager_options = DeviceOptions {
-            eager_completion: true,
-            ..DeviceOptions::default()
-        };
-        let eager = cuhal_side(env, form, eager_options, warm, n)?;
-        report.comparisons.push(Comparison::new(
-            "1",
-            format!("{what}; eager completion (for comparison)"),
-            Some(eager.total),
-            Some(floor.total),
-            Goal::Report,
-        ));
-        report.comparisons.push(Comparison::new(
-            "1",
-            format!(
-                "submit ({label}): process CPU per submission; eager completion (for comparison)"
-            ),
-            eager.cpu,
-            floor.cpu,
-            Goal::Report,
-        ));
-    }
-    Ok(())
 }
 
-/// The median, p99 and process-CPU rows of a cuhal variant, for comparison: `what` names the
-/// median row, `label` the form, `variant` the options that differ from the defaults.
+/// The median, p99, process-CPU and allocation rows of a cuhal variant, for comparison: `what`
+/// names the median row, `label` the form, `variant` the options that differ from the defaults.
 fn push_variant(
     report: &mut Report,
     what: &str,
     label: &str,
     variant: &str,
-    side: &Side,
-    floor: &Side,
+    side: &Figures,
+    floor: &Figures,
 ) {
     report.comparisons.push(Comparison::new(
         "1",
@@ -293,253 +302,570 @@ fn push_variant(
         floor.cpu,
         Goal::Report,
     ));
+    report.comparisons.push(Comparison {
+        unit: Unit::Count,
+        ..Comparison::new(
+            "1",
+            format!("submit ({label}): heap allocations per submission; {variant}"),
+            Some(side.allocations),
+            Some(floor.allocations),
+            Goal::Report,
+        )
+    });
 }
 
-/// CPU time per submission between two readings, if both were available.
-fn cpu_per_item(
-    before: Option<u64>,
-    after: Option<u64>,
-    n: usize,
-    what: &str,
-) -> Result<Option<Summary>> {
-    match (before, after) {
-        (Some(before), Some(after)) => {
-            let per = after.saturating_sub(before) as f64 / n as f64;
-            Ok(Some(summarize(what, &mut [per])?))
-        }
-        _ => Ok(None),
-    }
+/// What a side's measured turns added up to.
+#[derive(Default)]
+struct Tally {
+    /// Each measured submission's wall time, in nanoseconds.
+    times: Vec<f64>,
+    /// Process CPU over the side's measured turns and its threads' settling after them (`None`
+    /// without the clocks).
+    cpu_ns: Option<u64>,
+    /// The submitting thread's share of `cpu_ns`.
+    submitting_ns: Option<u64>,
+    /// Heap allocations, whole process, over the same stretches.
+    allocations: u64,
+    /// The side's own threads' CPU over the measured turns, by role (cuhal's completion and
+    /// issue threads), when `/proc` tells.
+    own_threads: Option<(u64, u64)>,
 }
 
-/// cuhal's side: `Queue::execute` of a one-dispatch graph command buffer, waiting for the
-/// previous submission's signal and signalling the next value, timed per call; the host waits
-/// for the semaphore every `BATCH` submissions (untimed), as the floor synchronizes.
-fn cuhal_side(
-    env: &Env<'_>,
-    form: Form,
-    mut options: DeviceOptions,
-    warm: usize,
-    n: usize,
-) -> Result<Side> {
-    options.queues = form.queues();
-    let hal = Hal::open(options)?;
-    let mut counter = StepCounter::new(env.gpu)?;
-    let cbs = (0..form.queues())
-        .map(|q| hal.command_buffer(q, &[counter.args(q as u32, form.period())]))
-        .collect::<Result<Vec<_>>>()?;
-    let semaphore = hal.semaphore();
-    let clock = env.clock;
-    let mut total = Vec::with_capacity(n);
-    let mut allocations_at_warm = 0;
-    let mut cpu_at_warm = None;
-    let mut threads_at_warm = Vec::new();
-    let tid = current_tid();
-    for i in 0..warm + n {
-        if i == warm {
-            threads_at_warm = threads_cpu_ns();
-            allocations_at_warm = allocations();
-            cpu_at_warm = process_cpu_ns();
-        }
-        let q = i % form.queues();
-        let queue = hal.device.queue(q);
-        let value = i as u64;
-        let t0 = clock.now_ns();
-        let result = queue.execute(
-            &[(&semaphore, value)],
-            &[(&semaphore, value + 1)],
-            &[&cbs[q]],
-        );
-        let t1 = clock.now_ns();
-        result.context("cuhal: Queue::execute")?;
-        if i >= warm {
-            total.push((t1 - t0) as f64);
-        }
-        if (i + 1) % BATCH == 0 {
-            wait(&semaphore, value + 1)?;
-        }
-    }
-    wait(&semaphore, (warm + n) as u64)?;
-    let cpu_at_end = process_cpu_ns();
-    let allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
-    // Read after the allocation count: reading `/proc` allocates.
-    let threads = cpu_by_role(&threads_at_warm, &threads_cpu_ns(), tid).per_item(n);
-    let stats = (0..form.queues())
-        .map(|q| {
-            let s = hal.device.queue(q).stats();
-            format!(
-                "queue {q}: {} submitted, {} issued on submit, {} by the worker, {} retire \
-                 batches, {} completion parks, {} worker parks",
-                s.submitted,
-                s.issued_on_submit,
-                s.issued_by_worker,
-                s.retire_batches,
-                s.completion_parks,
-                s.worker_parks
-            )
+/// Runs every side's chain of `warm + n` submissions in turns of [`TURN`]: each side one turn,
+/// then the next, the first side of a round rotating. Returns each side's tally of its
+/// measured turns (those after the first `warm` submissions).
+fn race<C: Contender>(sides: &mut [C], warm: usize, n: usize) -> Result<Vec<Tally>> {
+    let mut tallies: Vec<Tally> = (0..sides.len())
+        .map(|_| Tally {
+            times: Vec::with_capacity(n),
+            cpu_ns: Some(0),
+            submitting_ns: Some(0),
+            allocations: 0,
+            own_threads: None,
         })
-        .collect::<Vec<_>>()
-        .join("; ");
-    let stats = format!("{stats}; {threads}");
-    counter.expect_more((warm + n) as u64);
-    counter.check("case 1 cuhal")?;
-    Ok(Side {
-        total: summarize("case 1 cuhal", &mut total)?,
-        allocations: summarize("case 1 cuhal allocations", &mut [allocations])?,
-        cpu: cpu_per_item(cpu_at_warm, cpu_at_end, n, "case 1 cuhal CPU")?,
-        stats: Some(stats),
-    })
+        .collect();
+    // The sides' own threads, read when the measured turns begin and once they end (reading
+    // `/proc` allocates, so never inside a turn's window).
+    let mut threads_at_start: Vec<ThreadCpu> = Vec::new();
+    let mut start = 0;
+    let mut round = 0;
+    while start < warm + n {
+        let end = if start < warm { warm } else { warm + n };
+        let count = TURN.min(end - start);
+        let timed = start >= warm;
+        if start == warm {
+            threads_at_start = threads_cpu_ns();
+        }
+        for k in 0..sides.len() {
+            let index = (k + round) % sides.len();
+            let (side, tally) = (&mut sides[index], &mut tallies[index]);
+            let allocations_before = allocations();
+            let process_before = process_cpu_ns();
+            let thread_before = thread_cpu_ns();
+            side.turn(start, count, timed.then_some(&mut tally.times))?;
+            let process_waited = process_cpu_ns();
+            let thread_waited = thread_cpu_ns();
+            side.settle()?;
+            let process_after = process_cpu_ns();
+            let thread_after = thread_cpu_ns();
+            if !timed {
+                continue;
+            }
+            tally.allocations += allocations() - allocations_before;
+            // The turn's CPU, all threads; then, while it settles, all but this thread's (which
+            // only watches).
+            let spent = (|| {
+                let turn = process_waited?.checked_sub(process_before?)?;
+                let own = thread_waited?.checked_sub(thread_before?)?;
+                let settling = process_after?.checked_sub(process_waited?)?;
+                let watching = thread_after?.checked_sub(thread_waited?)?;
+                Some((turn + settling.saturating_sub(watching), own))
+            })();
+            match spent {
+                Some((cpu, own)) => {
+                    tally.cpu_ns = tally.cpu_ns.map(|c| c + cpu);
+                    tally.submitting_ns = tally.submitting_ns.map(|c| c + own);
+                }
+                None => {
+                    tally.cpu_ns = None;
+                    tally.submitting_ns = None;
+                }
+            }
+        }
+        start += count;
+        round += 1;
+    }
+    let threads_at_end = threads_cpu_ns();
+    for (side, tally) in sides.iter().zip(&mut tallies) {
+        let own = |list: &[ThreadCpu]| -> Vec<ThreadCpu> {
+            list.iter()
+                .filter(|t| side.threads().contains(&t.tid))
+                .cloned()
+                .collect()
+        };
+        if !side.threads().is_empty() && !threads_at_end.is_empty() {
+            let roles = cpu_by_role(&own(&threads_at_start), &own(&threads_at_end), None);
+            tally.own_threads = Some((roles.completion, roles.issue));
+        }
+    }
+    Ok(tallies)
 }
 
 /// The figures of one side.
-pub struct Side {
+struct Figures {
     /// Per submission: the driver calls, or one `Queue::execute`.
-    pub total: Summary,
+    total: Summary,
     /// Heap allocations per measured submission, whole process (for the floor, 0 unless the
     /// measuring loop itself allocates: a check of the instrument).
-    pub allocations: Summary,
-    /// Process CPU time per measured submission, all threads (`None` without `getrusage`).
-    pub cpu: Option<Summary>,
-    /// cuhal's queue counters over the run (none for the floor).
-    pub stats: Option<String>,
-}
-
-/// Per-call figures of the floor across queues, from a second pass with a stamp between calls.
-pub struct Parts {
-    /// `cuStreamWaitEvent`.
-    pub wait: Summary,
-    /// `cuGraphLaunch`.
-    pub launch: Summary,
-    /// `cuEventRecord`.
-    pub record: Summary,
-}
-
-/// What one pass of the floor recorded.
-struct Pass {
-    /// Heap allocations per measured submission.
-    allocations: f64,
-    /// Process CPU time per measured submission.
+    allocations: Summary,
+    /// Process CPU time per measured submission, all threads (`None` without the clocks).
     cpu: Option<Summary>,
-    /// The same, by thread (see `cpu_by_role`).
-    threads: String,
-    total: Vec<f64>,
+    /// The CPU split by thread, and cuhal's queue counters.
+    note: String,
+}
+
+/// What [`race`] asks of a side.
+trait Contender {
+    /// Submissions `start..start + count`, each timed into `times` if given, the host waiting
+    /// for the GPU (untimed) every [`BATCH`] and at the end.
+    fn turn(&mut self, start: usize, count: usize, times: Option<&mut Vec<f64>>) -> Result<()>;
+
+    /// Waits until the side's own threads have nothing left to do with its submissions.
+    fn settle(&mut self) -> Result<()>;
+
+    /// The threads the side started (cuhal's queue threads), by id.
+    fn threads(&self) -> &[u32];
+}
+
+impl Contender for Side {
+    fn turn(&mut self, start: usize, count: usize, times: Option<&mut Vec<f64>>) -> Result<()> {
+        Side::turn(self, start, count, times)
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        Side::settle(self)
+    }
+
+    fn threads(&self) -> &[u32] {
+        Side::threads(self)
+    }
+}
+
+/// A contestant of the race.
+enum Side {
+    Floor(FloorSide),
+    Cuhal(CuhalSide),
+}
+
+impl Side {
+    /// Submissions `start..start + count`, each timed into `times` if given, the host waiting
+    /// for the GPU (untimed) every [`BATCH`] and at the end.
+    fn turn(&mut self, start: usize, count: usize, times: Option<&mut Vec<f64>>) -> Result<()> {
+        match self {
+            Side::Floor(floor) => floor.turn(start, count, times),
+            Side::Cuhal(cuhal) => cuhal.turn(start, count, times),
+        }
+    }
+
+    /// The threads the side started (cuhal's queue threads), by id.
+    fn threads(&self) -> &[u32] {
+        match self {
+            Side::Floor(_) => &[],
+            Side::Cuhal(cuhal) => &cuhal.threads,
+        }
+    }
+
+    /// Waits until the side's own threads have nothing left to do with its submissions.
+    fn settle(&mut self) -> Result<()> {
+        match self {
+            Side::Floor(_) => Ok(()),
+            Side::Cuhal(cuhal) => cuhal.settle(),
+        }
+    }
+
+    /// Checks the side's kernels and sums up `tally` over `n` measured submissions of `total`.
+    fn finish(self, mut tally: Tally, total: usize, n: usize) -> Result<Figures> {
+        let (what, note) = match self {
+            Side::Floor(mut floor) => {
+                floor.counter.expect_more(total as u64);
+                floor.counter.check("case 1 floor")?;
+                ("case 1 floor", String::new())
+            }
+            Side::Cuhal(mut cuhal) => {
+                cuhal.counter.expect_more(total as u64);
+                cuhal.counter.check("case 1 cuhal")?;
+                ("case 1 cuhal", cuhal.stats())
+            }
+        };
+        let per = |ns: u64| ns as f64 / n.max(1) as f64;
+        let split = match (tally.cpu_ns, tally.submitting_ns, tally.own_threads) {
+            (Some(cpu), Some(own), Some((completion, issue))) => format!(
+                "CPU per submission by thread: submitting {:.2} us, completion {:.2} us, issue workers {:.2} us, other threads {:.2} us",
+                per(own) / 1e3,
+                per(completion) / 1e3,
+                per(issue) / 1e3,
+                per(cpu.saturating_sub(own + completion + issue)) / 1e3
+            ),
+            (Some(cpu), Some(own), None) => format!(
+                "CPU per submission by thread: submitting {:.2} us, other threads {:.2} us",
+                per(own) / 1e3,
+                per(cpu.saturating_sub(own)) / 1e3
+            ),
+            _ => "CPU time not available".to_owned(),
+        };
+        let note = if note.is_empty() {
+            split
+        } else {
+            format!("{note}; {split}")
+        };
+        Ok(Figures {
+            total: summarize(what, &mut tally.times)?,
+            allocations: summarize(what, &mut [tally.allocations as f64 / n.max(1) as f64])?,
+            cpu: match tally.cpu_ns {
+                Some(cpu) => Some(summarize(what, &mut [per(cpu)])?),
+                None => None,
+            },
+            note,
+        })
+    }
+}
+
+/// The floor: raw streams, a ring of events, one executable graph per stream.
+struct FloorSide {
+    api: std::sync::Arc<cuhal_sys::DriverApi>,
+    clock: crate::clock::Clock,
+    form: Form,
+    streams: Vec<Stream>,
+    events: Vec<Event>,
+    execs: Vec<GraphExec>,
+    counter: StepCounter,
+    /// With a stamp between the calls (which adds two clock reads to each total): the calls'
+    /// own times.
+    parts: Option<Parts>,
+}
+
+impl FloorSide {
+    fn new(env: &Env<'_>, form: Form, parts: bool) -> Result<Self> {
+        let gpu = env.gpu;
+        let streams = (0..form.queues())
+            .map(|_| Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING))
+            .collect::<Result<Vec<_>, _>>()?;
+        let events = (0..RING)
+            .map(|_| Event::new(&gpu.ctx, SyncMode::Spin.flags()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let counter = StepCounter::new(gpu)?;
+        let execs = (0..form.queues())
+            .map(|q| {
+                GraphExec::chain(
+                    &gpu.ctx,
+                    &mut [KernelNode {
+                        function: gpu.kernels.step,
+                        args: counter.args(q as u32, form.period()),
+                    }],
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            api: gpu.ctx.api().clone(),
+            clock: env.clock,
+            form,
+            streams,
+            events,
+            execs,
+            counter,
+            parts: parts.then(Parts::default),
+        })
+    }
+
+    fn turn(&mut self, start: usize, count: usize, mut times: Option<&mut Vec<f64>>) -> Result<()> {
+        let api = &*self.api;
+        let cross = self.form == Form::AcrossQueues;
+        let stamp = self.parts.is_some();
+        for i in start..start + count {
+            let q = i % self.form.queues();
+            let s = self.streams[q].raw();
+            let g = self.execs[q].raw();
+            // Across queues, the wait is on the event the other stream recorded last (the first
+            // submission's is never recorded: a no-op, as for a semaphore value already reached).
+            let prev = self.events[(i + RING - 1) % RING].raw();
+            let cur = self.events[i % RING].raw();
+            let t0 = self.clock.now_ns();
+            let r1 = if cross {
+                // SAFETY: live stream and event of the current context.
+                unsafe { cu!(api, cuStreamWaitEvent(s, prev, 0)) }
+            } else {
+                Ok(())
+            };
+            let t1 = if stamp { self.clock.now_ns() } else { 0 };
+            // SAFETY: a live executable graph and stream.
+            let r2 = unsafe { cu!(api, cuGraphLaunch(g, s)) };
+            let t2 = if stamp { self.clock.now_ns() } else { 0 };
+            // SAFETY: live event and stream.
+            let r3 = unsafe { cu!(api, cuEventRecord(cur, s)) };
+            let t3 = self.clock.now_ns();
+            // Checked after the clock reads, so the figures hold the calls alone.
+            r1?;
+            r2?;
+            r3?;
+            if let Some(times) = times.as_deref_mut() {
+                times.push((t3 - t0) as f64);
+                if let Some(parts) = &mut self.parts {
+                    parts.wait.push((t1 - t0) as f64);
+                    parts.launch.push((t2 - t1) as f64);
+                    parts.record.push((t3 - t2) as f64);
+                }
+            }
+            if (i + 1) % BATCH == 0 || i + 1 == start + count {
+                for stream in &self.streams {
+                    stream.synchronize()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// cuhal: a device with one queue per stream of the form, a one-dispatch graph command buffer
+/// per queue, one semaphore for the chain.
+struct CuhalSide {
+    hal: Hal,
+    clock: crate::clock::Clock,
+    form: Form,
+    cbs: Vec<std::sync::Arc<dyn cuhal::CommandBuffer>>,
+    semaphore: cuhal::Semaphore,
+    counter: StepCounter,
+    /// The threads its device started.
+    threads: Vec<u32>,
+}
+
+impl CuhalSide {
+    fn new(env: &Env<'_>, form: Form, mut options: DeviceOptions) -> Result<Self> {
+        options.queues = form.queues();
+        let before = threads_cpu_ns();
+        let hal = Hal::open(options)?;
+        let threads = threads_cpu_ns()
+            .into_iter()
+            .map(|t| t.tid)
+            .filter(|tid| !before.iter().any(|t| t.tid == *tid))
+            .collect();
+        let counter = StepCounter::new(env.gpu)?;
+        let cbs = (0..form.queues())
+            .map(|q| hal.command_buffer(q, &[counter.args(q as u32, form.period())]))
+            .collect::<Result<Vec<_>>>()?;
+        let semaphore = hal.semaphore();
+        Ok(Self {
+            hal,
+            clock: env.clock,
+            form,
+            cbs,
+            semaphore,
+            counter,
+            threads,
+        })
+    }
+
+    fn turn(&mut self, start: usize, count: usize, mut times: Option<&mut Vec<f64>>) -> Result<()> {
+        for i in start..start + count {
+            let q = i % self.form.queues();
+            let queue = self.hal.device.queue(q);
+            let value = i as u64;
+            let t0 = self.clock.now_ns();
+            let result = queue.execute(
+                &[(&self.semaphore, value)],
+                &[(&self.semaphore, value + 1)],
+                &[&self.cbs[q]],
+            );
+            let t1 = self.clock.now_ns();
+            result.context("cuhal: Queue::execute")?;
+            if let Some(times) = times.as_deref_mut() {
+                times.push((t1 - t0) as f64);
+            }
+            if (i + 1) % BATCH == 0 || i + 1 == start + count {
+                wait(&self.semaphore, value + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits, with short sleeps, until every queue has retired all it was given and its
+    /// threads are parked (a completion thread looks for more work for a while before it
+    /// parks: that spin belongs to this side, not to the next one's turn).
+    fn settle(&mut self) -> Result<()> {
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        loop {
+            let idle = (0..self.form.queues()).all(|q| {
+                let stats = self.hal.device.queue(q).stats();
+                stats.completed + stats.failed >= stats.submitted
+                    && stats.completion_parked
+                    && stats.worker_parked
+            });
+            if idle {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("case 1 cuhal: the queues did not retire their work within {SETTLE_LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// The queues' counters, as a note.
+    fn stats(&self) -> String {
+        (0..self.form.queues())
+            .map(|q| {
+                let s = self.hal.device.queue(q).stats();
+                format!(
+                    "queue {q}: {} submitted, {} issued on submit, {} by the worker, {} retire \
+                     batches, {} completion parks, {} worker parks",
+                    s.submitted,
+                    s.issued_on_submit,
+                    s.issued_by_worker,
+                    s.retire_batches,
+                    s.completion_parks,
+                    s.worker_parks
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Per-call figures of the floor across queues, from a pass of its own with a stamp between
+/// calls.
+#[derive(Default)]
+struct Parts {
     wait: Vec<f64>,
     launch: Vec<f64>,
     record: Vec<f64>,
 }
 
-fn floor(env: &Env<'_>, form: Form, warm: usize, n: usize) -> Result<Side> {
-    let mut pass = floor_pass(env, form, warm, n, false)?;
-    Ok(Side {
-        total: summarize("case 1 floor", &mut pass.total)?,
-        allocations: summarize("case 1 floor allocations", &mut [pass.allocations])?,
-        cpu: pass.cpu,
-        stats: Some(pass.threads),
-    })
+/// The same, summed up.
+struct PartFigures {
+    wait: Summary,
+    launch: Summary,
+    record: Summary,
 }
 
-fn floor_parts(env: &Env<'_>, warm: usize, n: usize) -> Result<Parts> {
-    let mut pass = floor_pass(env, Form::AcrossQueues, warm, n, true)?;
-    Ok(Parts {
-        wait: summarize("case 1 cuStreamWaitEvent", &mut pass.wait)?,
-        launch: summarize("case 1 cuGraphLaunch", &mut pass.launch)?,
-        record: summarize("case 1 cuEventRecord", &mut pass.record)?,
-    })
-}
-
-/// One chain of `warm + n` submissions. With `parts`, stamps between the calls too (which adds
-/// two clock reads to the total, so the total of that pass is not used).
-fn floor_pass(env: &Env<'_>, form: Form, warm: usize, n: usize, parts: bool) -> Result<Pass> {
-    let gpu: &Gpu = env.gpu;
-    let api = gpu.api();
-    let clock = env.clock;
-    let streams = (0..form.queues())
-        .map(|_| Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING))
-        .collect::<Result<Vec<_>, _>>()?;
-    let events = (0..RING)
-        .map(|_| Event::new(&gpu.ctx, SyncMode::Spin.flags()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut counter = StepCounter::new(gpu)?;
-    let execs = (0..form.queues())
-        .map(|q| {
-            GraphExec::chain(
-                &gpu.ctx,
-                &mut [KernelNode {
-                    function: gpu.kernels.step,
-                    args: counter.args(q as u32, form.period()),
-                }],
-            )
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if parts && form != Form::AcrossQueues {
-        bail!("the parts of case 1's floor are measured across queues");
-    }
-    let mut pass = Pass {
-        allocations: 0.0,
-        cpu: None,
-        threads: String::new(),
-        total: Vec::with_capacity(n),
-        wait: Vec::with_capacity(if parts { n } else { 0 }),
-        launch: Vec::with_capacity(if parts { n } else { 0 }),
-        record: Vec::with_capacity(if parts { n } else { 0 }),
+fn floor_parts(env: &Env<'_>, warm: usize, n: usize) -> Result<PartFigures> {
+    let mut sides = [Side::Floor(FloorSide::new(env, Form::AcrossQueues, true)?)];
+    race(&mut sides, warm, n)?;
+    let [Side::Floor(mut floor)] = sides else {
+        bail!("case 1: the parts' pass lost its floor");
     };
-    let cross = form == Form::AcrossQueues;
-    let mut allocations_at_warm = 0;
-    let mut cpu_at_warm = None;
-    let mut threads_at_warm = Vec::new();
-    let tid = current_tid();
-    for i in 0..warm + n {
-        if i == warm {
-            threads_at_warm = threads_cpu_ns();
-            allocations_at_warm = allocations();
-            cpu_at_warm = process_cpu_ns();
+    floor.counter.expect_more((warm + n) as u64);
+    floor.counter.check("case 1 floor, by call")?;
+    let mut parts = floor.parts.take().context("case 1: the floor's parts")?;
+    Ok(PartFigures {
+        wait: summarize("case 1 cuStreamWaitEvent", &mut parts.wait)?,
+        launch: summarize("case 1 cuGraphLaunch", &mut parts.launch)?,
+        record: summarize("case 1 cuEventRecord", &mut parts.record)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spins until the calling thread has used `ns` more nanoseconds of CPU.
+    fn spin_cpu(ns: u64) {
+        let start = thread_cpu_ns().expect("the CPU-time clocks work on Linux");
+        while thread_cpu_ns().unwrap() - start < ns {
+            std::hint::spin_loop();
         }
-        let q = i % form.queues();
-        let s = streams[q].raw();
-        let g = execs[q].raw();
-        // Across queues, the wait is on the event the other stream recorded last (the first
-        // submission's is never recorded: a no-op, as for a semaphore value already reached).
-        let prev = events[(i + RING - 1) % RING].raw();
-        let cur = events[i % RING].raw();
-        let t0 = clock.now_ns();
-        let r1 = if cross {
-            // SAFETY: live stream and event of the current context.
-            unsafe { cu!(api, cuStreamWaitEvent(s, prev, 0)) }
-        } else {
+    }
+
+    /// A side that notes its turns, spins `turn_ns` in each, and while it settles has another
+    /// thread spin `settle_ns` as the calling thread spins too (a watcher polling).
+    #[derive(Default)]
+    struct Probe {
+        turns: Vec<(usize, usize, bool)>,
+        turn_ns: u64,
+        settle_ns: u64,
+        order: std::rc::Rc<std::cell::RefCell<Vec<usize>>>,
+        id: usize,
+    }
+
+    impl Contender for Probe {
+        fn turn(&mut self, start: usize, count: usize, times: Option<&mut Vec<f64>>) -> Result<()> {
+            self.turns.push((start, count, times.is_some()));
+            self.order.borrow_mut().push(self.id);
+            spin_cpu(self.turn_ns);
+            if let Some(times) = times {
+                times.extend((0..count).map(|_| 1.0));
+            }
             Ok(())
-        };
-        let t1 = if parts { clock.now_ns() } else { 0 };
-        // SAFETY: a live executable graph and stream.
-        let r2 = unsafe { cu!(api, cuGraphLaunch(g, s)) };
-        let t2 = if parts { clock.now_ns() } else { 0 };
-        // SAFETY: live event and stream.
-        let r3 = unsafe { cu!(api, cuEventRecord(cur, s)) };
-        let t3 = clock.now_ns();
-        // Checked after the clock reads, so the figures hold the calls alone.
-        r1?;
-        r2?;
-        r3?;
-        if i >= warm {
-            pass.total.push((t3 - t0) as f64);
-            if parts {
-                pass.wait.push((t1 - t0) as f64);
-                pass.launch.push((t2 - t1) as f64);
-                pass.record.push((t3 - t2) as f64);
-            }
         }
-        if (i + 1) % BATCH == 0 {
-            for stream in &streams {
-                stream.synchronize()?;
+
+        fn settle(&mut self) -> Result<()> {
+            let ns = self.settle_ns;
+            let worker = std::thread::spawn(move || spin_cpu(ns));
+            spin_cpu(ns);
+            worker.join().unwrap();
+            Ok(())
+        }
+
+        fn threads(&self) -> &[u32] {
+            &[]
+        }
+    }
+
+    /// Every side runs the whole chain in order, turn by turn; warm-up turns are not timed; who
+    /// goes first rotates; and a side's CPU counts its turns and its threads' settling, not the
+    /// watching thread's share of the settling.
+    #[test]
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    fn sides_take_turns_and_each_pays_for_its_own() {
+        let _serial = crate::cpu_time::CPU_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let order = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut sides: Vec<Probe> = (0..3)
+            .map(|id| Probe {
+                turn_ns: 200_000,
+                settle_ns: if id == 2 { 2_000_000 } else { 0 },
+                order: order.clone(),
+                id,
+                ..Probe::default()
+            })
+            .collect();
+        let (warm, n) = (TURN / 2, 3 * TURN + 7);
+        let tallies = race(&mut sides, warm, n).unwrap();
+        for side in &sides {
+            let mut next = 0;
+            for &(start, count, timed) in &side.turns {
+                assert_eq!(start, next, "turns follow the chain");
+                assert_eq!(timed, start >= warm, "only turns after warm-up are timed");
+                next += count;
+            }
+            assert_eq!(next, warm + n);
+        }
+        let order = order.borrow();
+        let firsts: Vec<usize> = order.chunks(3).map(|round| round[0]).collect();
+        assert_eq!(firsts[..3], [0, 1, 2], "who goes first rotates");
+        let timed_turns = sides[0].turns.iter().filter(|t| t.2).count() as u64;
+        for (id, tally) in tallies.iter().enumerate() {
+            assert_eq!(tally.times.len(), n);
+            let cpu = tally.cpu_ns.unwrap();
+            let own = tally.submitting_ns.unwrap();
+            assert!(
+                own >= timed_turns * 200_000,
+                "side {id}: {own} ns submitting"
+            );
+            // Side 2's settling spun 2 ms per turn on another thread (counted) and 2 ms on the
+            // watching one (not counted).
+            let settling = cpu - own;
+            if id == 2 {
+                assert!(
+                    settling >= timed_turns * 2_000_000,
+                    "{settling} ns settling"
+                );
+                assert!(settling < timed_turns * 3_500_000, "{settling} ns settling");
+            } else {
+                assert!(
+                    settling < timed_turns * 1_000_000,
+                    "side {id}: {settling} ns"
+                );
             }
         }
     }
-    for stream in &streams {
-        stream.synchronize()?;
-    }
-    pass.cpu = cpu_per_item(cpu_at_warm, process_cpu_ns(), n, "case 1 floor CPU")?;
-    pass.allocations = (allocations() - allocations_at_warm) as f64 / n as f64;
-    // Read after the allocation count: reading `/proc` allocates.
-    pass.threads = cpu_by_role(&threads_at_warm, &threads_cpu_ns(), tid).per_item(n);
-    counter.expect_more((warm + n) as u64);
-    counter.check("case 1 floor")?;
-    Ok(pass)
 }

@@ -88,8 +88,8 @@ impl fmt::Debug for Cleanup {
 pub(crate) type EventList<E> = SmallVec<[E; INLINE_SEMAPHORES]>;
 
 /// One action's contents, from submission to release, in a slot that the queue recycles (see
-/// [`Boxed`]). The lists stay in the slot when it is emptied, so their inline storage is written
-/// only where an action has entries, and the payload is the one part moved in and out whole.
+/// [`Boxed`]). The semaphore lists stay in the slot when it is emptied, so a submission writes
+/// only the entries it has; the payload, resources and cleanups are moved in whole.
 /// Slots start on cache lines of their own: the issuing side fills one while the completion side
 /// empties another.
 #[repr(align(64))]

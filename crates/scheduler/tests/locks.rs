@@ -126,6 +126,22 @@ fn no_lock_held_during_issue(queues: &[Queue<Probing>], issues: u64) {
     }
 }
 
+/// Submits step `i` of a chain on `chain` (wait for `i`, signal `i + 1`) to queue `i % n`;
+/// returns how often the step took the chain's lock.
+fn chain_step(queues: &[Queue<Probing>], chain: &Semaphore<FlagEvent>, i: u64) -> u64 {
+    let before = chain.lock_count();
+    queues[i as usize % queues.len()]
+        .submit(
+            &[(chain, i)],
+            &[(chain, i + 1)],
+            Script::id(i),
+            Resources::new(),
+            Cleanups::new(),
+        )
+        .unwrap();
+    chain.lock_count() - before
+}
+
 #[test]
 fn a_chained_submission_locks_its_semaphore_twice_and_not_across_the_issue() {
     for n in [1, 2] {
@@ -133,16 +149,7 @@ fn a_chained_submission_locks_its_semaphore_twice_and_not_across_the_issue() {
         let queues = held_queues(n, &[&chain]);
         const STEPS: u64 = 20;
         for i in 0..STEPS {
-            let before = chain.lock_count();
-            queues[i as usize % n]
-                .submit(
-                    &[(&chain, i)],
-                    &[(&chain, i + 1)],
-                    Script::id(i),
-                    Resources::new(),
-                    Cleanups::new(),
-                )
-                .unwrap();
+            let locks = chain_step(&queues, &chain, i);
             let held: u64 = queues
                 .iter()
                 .map(|q| q.backend().held_during_issue.load(Ordering::Relaxed))
@@ -152,8 +159,7 @@ fn a_chained_submission_locks_its_semaphore_twice_and_not_across_the_issue() {
                 "step {i}: the chain's lock was held across the issue"
             );
             assert_eq!(
-                chain.lock_count() - before,
-                2,
+                locks, 2,
                 "step {i} on {n} queue(s): one lock for the wait's look, one for the signal's record"
             );
         }
@@ -177,20 +183,10 @@ fn a_chain_on_one_ordered_queue_locks_its_semaphore_once() {
         let queues = queues_of(n, &[&chain], true);
         const STEPS: u64 = 20;
         for i in 0..STEPS {
-            let before = chain.lock_count();
-            queues[i as usize % n]
-                .submit(
-                    &[(&chain, i)],
-                    &[(&chain, i + 1)],
-                    Script::id(i),
-                    Resources::new(),
-                    Cleanups::new(),
-                )
-                .unwrap();
             // The first wait, on the initial value, is looked at: nothing was recorded yet.
             let want = if i == 0 { 2 } else { locks };
             assert_eq!(
-                chain.lock_count() - before,
+                chain_step(&queues, &chain, i),
                 want,
                 "step {i} on {n} queue(s)"
             );

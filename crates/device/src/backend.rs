@@ -282,8 +282,8 @@ impl CudaBackend {
     ) -> Result<(), Error> {
         let api = self.context.api();
         let mut waited = false;
-        // Events recorded on this queue's own stream are not here: the scheduler drops them
-        // before the issue (`orders`).
+        // Events recorded on this queue's own stream are not here: the scheduler answers such
+        // waits as reached (`orders`).
         for event in device_waits {
             // SAFETY: the stream and the event are live; cuStreamWaitEvent captures the event's
             // current record, so the event may be re-recorded once this returns.

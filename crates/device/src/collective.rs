@@ -615,10 +615,10 @@ impl Backend for CollectiveBackend {
             })
     }
 
-    /// Polls the completion event; between polls, the ranks' asynchronous errors and the
-    /// timeout (the hook of the completion side for NCCL).
     fn issue_local(&self) {}
 
+    /// Polls the completion event; between polls, the ranks' asynchronous errors and the
+    /// timeout (the hook of the completion side for NCCL).
     fn wait_event(&self, event: &CudaEvent, spin: Duration) -> std::result::Result<(), Failure> {
         let start = Instant::now();
         let mut next_check = start;

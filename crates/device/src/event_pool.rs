@@ -141,7 +141,7 @@ impl TimepointEventPool {
         let shared = &self.shared;
         // The stash and the free list swap their storage: the stash must hold every slot, as
         // the free list can (grown here if other takers grew the pool meanwhile).
-        let total = shared.counts.created.load(Ordering::Relaxed);
+        let total = self.created();
         if stash.0.capacity() < total {
             stash.0.reserve(total - stash.0.len());
         }
@@ -178,12 +178,7 @@ impl TimepointEventPool {
     #[cold]
     fn grow(&self) -> Result<NonNull<Slot>, Error> {
         let shared = &self.shared;
-        let count = shared
-            .all
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-            .max(MIN_GROWTH);
+        let count = self.created().max(MIN_GROWTH);
         let first = self.create_slot()?;
         let mut spare = Vec::with_capacity(count - 1);
         for _ in 1..count {
@@ -229,11 +224,7 @@ impl TimepointEventPool {
 
     /// Events created so far.
     pub(crate) fn created(&self) -> usize {
-        self.shared
-            .all
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.shared.counts.created.load(Ordering::Relaxed)
     }
 
     /// Events currently handed out (created minus free, on the free list or in the stash).

@@ -90,26 +90,12 @@ fn creeping(
     let cb = command_buffer(device, 0);
     let semaphore = device.create_semaphore(0);
     let queue = device.queue(0);
-    // Nothing completes until `finish_work`.
-    fake.set_timing(Duration::from_secs(3600), Duration::ZERO);
-    let mut value = 0;
-    for size in std::iter::once(from).chain(from + 1..=to) {
-        if size == from + 1 {
-            GLOBAL.start();
-        }
-        for _ in 0..size {
-            queue
-                .execute(&[(&semaphore, value)], &[(&semaphore, value + 1)], &[&cb])
-                .unwrap();
-            value += 1;
-        }
-        fake.finish_work();
-        wait(&semaphore, value);
-        retired(device, 1);
-    }
-    let counted = GLOBAL.stop();
-    fake.set_timing(Duration::ZERO, Duration::ZERO);
-    counted
+    let rounds = std::iter::once(from).chain(from + 1..=to);
+    rounds_in_flight(fake, queue, &semaphore, &GLOBAL, rounds, 1, |_, value| {
+        queue
+            .execute(&[(&semaphore, value)], &[(&semaphore, value + 1)], &[&cb])
+            .unwrap();
+    })
 }
 
 #[test]

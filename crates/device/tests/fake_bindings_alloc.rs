@@ -257,46 +257,32 @@ fn deferred_replay_with_a_table_allocates_nothing_per_submission() {
 /// the rounds, `barriers` barriers are held in flight on the same semaphore and queue, which
 /// grows what rounds that large need besides tables (the semaphore's timepoints, the queue's
 /// lists) without touching the table pool.
-fn rounds_in_flight(tag: &str, barriers: u64, rounds: impl IntoIterator<Item = u64>) -> u64 {
+fn tables_in_flight(tag: &str, barriers: u64, rounds: impl IntoIterator<Item = u64>) -> u64 {
     let (fake, _driver, device, add) = open_fake(tag);
     let cb = deferred(&device, &add);
     let sets: Vec<_> = (0..2).map(|_| fresh(&device)).collect();
     let queue = device.queue(0);
     let semaphore = device.create_semaphore(0);
-    // Nothing completes until `finish_work`.
-    fake.set_timing(Duration::from_secs(3600), Duration::ZERO);
-    let mut value = 0;
-    for _ in 0..barriers {
-        queue
-            .barrier(&[(&semaphore, value)], &[(&semaphore, value + 1)])
-            .unwrap();
-        value += 1;
-    }
-    fake.finish_work();
-    wait(&semaphore, value);
-    settle(queue);
-    for (round, size) in rounds.into_iter().enumerate() {
-        if round == 1 {
-            GLOBAL.start();
-        }
-        for _ in 0..size {
-            let table = &sets[value as usize % 2].1;
-            queue
-                .execute_with_bindings(
-                    &[(&semaphore, value)],
-                    &[(&semaphore, value + 1)],
-                    &[(&cb, table)],
-                )
-                .unwrap();
-            value += 1;
-        }
-        fake.finish_work();
-        wait(&semaphore, value);
-        settle(queue);
-    }
-    let counted = GLOBAL.stop();
-    fake.set_timing(Duration::ZERO, Duration::ZERO);
-    counted
+    let rounds = std::iter::once(barriers).chain(rounds);
+    rounds_in_flight(
+        &fake,
+        queue,
+        &semaphore,
+        &GLOBAL,
+        rounds,
+        2,
+        |round, value| {
+            let (waits, signals) = (&[(&semaphore, value)], &[(&semaphore, value + 1)]);
+            if round == 0 {
+                queue.barrier(waits, signals).unwrap();
+            } else {
+                let table = &sets[value as usize % 2].1;
+                queue
+                    .execute_with_bindings(waits, signals, &[(&cb, table)])
+                    .unwrap();
+            }
+        },
+    )
 }
 
 /// A number of submissions with tables in flight that creeps up (here from 70 to 120: all of a
@@ -305,7 +291,7 @@ fn rounds_in_flight(tag: &str, barriers: u64, rounds: impl IntoIterator<Item = u
 #[test]
 fn a_creeping_number_of_tables_in_flight_allocates_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let counted = rounds_in_flight("bind-alloc-creep", 0, std::iter::once(70).chain(71..=120));
+    let counted = tables_in_flight("bind-alloc-creep", 0, std::iter::once(70).chain(71..=120));
     assert_eq!(
         counted, 0,
         "allocations while the tables in flight crept from 70 to 120"
@@ -319,7 +305,7 @@ fn a_creeping_number_of_tables_in_flight_allocates_nothing() {
 #[test]
 fn a_lag_of_up_to_a_gather_batch_after_a_quiet_start_allocates_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let counted = rounds_in_flight("bind-alloc-lag", 64, std::iter::once(2).chain(3..=60));
+    let counted = tables_in_flight("bind-alloc-lag", 64, std::iter::once(2).chain(3..=60));
     assert_eq!(
         counted, 0,
         "allocations while the tables in flight grew from 2 to 60"

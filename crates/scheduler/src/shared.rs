@@ -608,15 +608,12 @@ impl<B: Backend> Shared<B> {
                     Issuer::Worker => state.issued_by_worker += 1,
                     Issuer::Signaller => state.issued_on_signal += 1,
                 }
-                self.push_finished(
-                    Finished::Issued {
-                        body,
-                        event,
-                        device_waits,
-                        checked,
-                    },
+                self.push_finished(Finished::Issued {
+                    body,
+                    event,
+                    device_waits,
                     checked,
-                );
+                });
             }
             Err(failure) => {
                 self.mark_lost(&failure);
@@ -629,7 +626,7 @@ impl<B: Backend> Shared<B> {
     /// Fails an action that was never issued: its signals now, its cleanup on the completion thread.
     pub(crate) fn fail_unissued(&self, body: Boxed<B>, failure: Failure) {
         body.fail_signals(&failure);
-        self.push_finished(Finished::Failed { body, failure }, false);
+        self.push_finished(Finished::Failed { body, failure });
     }
 
     /// Fails every pending action with `failure` (the queue is lost or shutting down).
@@ -643,11 +640,12 @@ impl<B: Backend> Shared<B> {
         }
     }
 
-    /// Hands `finished` to the completion thread; `checked`: issued work checked on completion.
-    fn push_finished(&self, finished: Finished<B>, checked: bool) {
+    /// Hands `finished` to the completion thread.
+    fn push_finished(&self, finished: Finished<B>) {
         // Work checked on completion signals only from the completion thread: nobody else can
         // poll for it, so it must not wait out a gather.
-        let urgent = checked && !self.options.completion_gather.is_zero();
+        let urgent = matches!(finished, Finished::Issued { checked: true, .. })
+            && !self.options.completion_gather.is_zero();
         let wake = {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             queue.push_back(finished);

@@ -151,10 +151,6 @@ impl<E> Wake<E> {
     /// go. In place (`&mut`): the lists are inline, and moving them costs a copy of several
     /// hundred bytes on every signal's record, which mostly has nothing to do here.
     fn run(&mut self, id: SemaphoreId) {
-        if self.unparkers.is_empty() && self.due.is_empty() && self.released.is_empty() {
-            // Nothing gathered (a record that met a listener it could not wake yet, say).
-            return;
-        }
         for unparker in self.unparkers.drain(..) {
             unparker.unpark();
         }

@@ -48,16 +48,17 @@ impl HandleCount {
         self.0.load(Ordering::Relaxed)
     }
 
-    /// Marks a slot just taken from the free list as having one handle; returns whether it was
-    /// free (it always is when the bookkeeping is right). Only debug builds and the loom models
-    /// read the old count to check: elsewhere a plain store does, for no other thread touches a
-    /// free slot's count (the free list's lock ordered the last release before this take).
-    fn claim(&self) -> bool {
+    /// Marks a slot just taken from a free list as having one handle. A slot on a free list has
+    /// no handles (one that still had some would be handed out twice): debug builds and the loom
+    /// models read the old count to check it. Elsewhere a plain store does, for no other thread
+    /// touches a free slot's count (the free list's lock ordered the last release before this
+    /// take).
+    fn claim(&self) {
         if cfg!(any(debug_assertions, loom)) {
-            self.0.swap(1, Ordering::Relaxed) == 0
+            let was = self.0.swap(1, Ordering::Relaxed);
+            assert_eq!(was, 0, "a slot on a free list still had handles");
         } else {
             self.0.store(1, Ordering::Relaxed);
-            true
         }
     }
 }
@@ -81,15 +82,9 @@ impl<T> FreeList<T> {
 
     /// Takes a free slot and counts its first handle (`count` finds the slot's [`HandleCount`]);
     /// `None` when no slot is free.
-    ///
-    /// A slot on the free list has no handles: one that still had some would be handed out twice.
-    /// Debug builds (and the loom models) check it.
     pub fn take<'a>(&self, count: impl FnOnce(&T) -> &'a HandleCount) -> Option<T> {
         let slot = self.lock().pop()?;
-        let was_free = count(&slot).claim();
-        if cfg!(any(debug_assertions, loom)) {
-            assert!(was_free, "a slot on the free list still had handles");
-        }
+        count(&slot).claim();
         Some(slot)
     }
 
@@ -108,10 +103,7 @@ impl<T> FreeList<T> {
             std::mem::swap(local, &mut *self.lock());
         }
         let slot = local.pop()?;
-        let was_free = count(&slot).claim();
-        if cfg!(any(debug_assertions, loom)) {
-            assert!(was_free, "a slot on a free list still had handles");
-        }
+        count(&slot).claim();
         Some(slot)
     }
 

@@ -439,15 +439,24 @@ trait Contender {
 
 impl Contender for Side {
     fn turn(&mut self, start: usize, count: usize, times: Option<&mut Vec<f64>>) -> Result<()> {
-        Side::turn(self, start, count, times)
+        match self {
+            Side::Floor(floor) => floor.turn(start, count, times),
+            Side::Cuhal(cuhal) => cuhal.turn(start, count, times),
+        }
     }
 
     fn settle(&mut self) -> Result<()> {
-        Side::settle(self)
+        match self {
+            Side::Floor(_) => Ok(()),
+            Side::Cuhal(cuhal) => cuhal.settle(),
+        }
     }
 
     fn threads(&self) -> &[u32] {
-        Side::threads(self)
+        match self {
+            Side::Floor(_) => &[],
+            Side::Cuhal(cuhal) => &cuhal.threads,
+        }
     }
 }
 
@@ -458,31 +467,6 @@ enum Side {
 }
 
 impl Side {
-    /// Submissions `start..start + count`, each timed into `times` if given, the host waiting
-    /// for the GPU (untimed) every [`BATCH`] and at the end.
-    fn turn(&mut self, start: usize, count: usize, times: Option<&mut Vec<f64>>) -> Result<()> {
-        match self {
-            Side::Floor(floor) => floor.turn(start, count, times),
-            Side::Cuhal(cuhal) => cuhal.turn(start, count, times),
-        }
-    }
-
-    /// The threads the side started (cuhal's queue threads), by id.
-    fn threads(&self) -> &[u32] {
-        match self {
-            Side::Floor(_) => &[],
-            Side::Cuhal(cuhal) => &cuhal.threads,
-        }
-    }
-
-    /// Waits until the side's own threads have nothing left to do with its submissions.
-    fn settle(&mut self) -> Result<()> {
-        match self {
-            Side::Floor(_) => Ok(()),
-            Side::Cuhal(cuhal) => cuhal.settle(),
-        }
-    }
-
     /// Checks the side's kernels and sums up `tally` over `n` measured submissions of `total`.
     fn finish(self, mut tally: Tally, total: usize, n: usize) -> Result<Figures> {
         let (what, note) = match self {

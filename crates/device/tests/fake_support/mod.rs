@@ -86,6 +86,40 @@ pub fn failure_of(semaphore: &Semaphore, value: u64) -> Failure {
     }
 }
 
+/// Holds each round of `rounds` in flight on `queue` (nothing completes until the whole round
+/// is submitted), then completes it and waits until `queue` retired it; `counter` counts the
+/// allocations of the rounds from index `counted_from` on, which this returns.
+/// `submit(round, value)` submits one action that waits for `value` on `semaphore` and signals
+/// `value + 1`.
+pub fn rounds_in_flight(
+    fake: &FakeDriver,
+    queue: &Queue,
+    semaphore: &Semaphore,
+    counter: &counting::CountingAlloc,
+    rounds: impl IntoIterator<Item = u64>,
+    counted_from: usize,
+    mut submit: impl FnMut(usize, u64),
+) -> u64 {
+    // Nothing completes until `finish_work`.
+    fake.set_timing(Duration::from_secs(3600), Duration::ZERO);
+    let mut value = 0;
+    for (round, size) in rounds.into_iter().enumerate() {
+        if round == counted_from {
+            counter.start();
+        }
+        for _ in 0..size {
+            submit(round, value);
+            value += 1;
+        }
+        fake.finish_work();
+        wait(semaphore, value);
+        settle(queue);
+    }
+    let counted = counter.stop();
+    fake.set_timing(Duration::ZERO, Duration::ZERO);
+    counted
+}
+
 /// Waits until `queue` has retired (signalled, cleaned up, released) everything submitted.
 pub fn settle(queue: &Queue) {
     let deadline = Instant::now() + TIMEOUT;

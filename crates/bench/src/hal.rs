@@ -88,6 +88,29 @@ impl Hal {
         })
     }
 
+    /// Waits, with short sleeps, until every queue has retired all it was given and its
+    /// threads are parked (a completion thread looks for more work for a while before it parks:
+    /// a side that measures in turns with others waits for this, off every clock, so that its
+    /// threads' spin falls on its own turn and not on the next side's). Fails after `limit`.
+    pub fn settle(&self, what: &str, limit: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let idle = self.device.queues().iter().all(|queue| {
+                let stats = queue.stats();
+                stats.completed + stats.failed >= stats.submitted
+                    && stats.completion_parked
+                    && stats.worker_parked
+            });
+            if idle {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("{what}: the queues did not retire their work within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
     /// A finished command buffer of queue `queue`'s mode holding one one-thread dispatch per
     /// entry of `dispatches` (`step` or `spin` arguments), with a barrier between consecutive
     /// ones, so each depends on the one before.

@@ -16,6 +16,11 @@
 //! say how many steps went through a worker instead (the note under the table). The cuhal side
 //! also runs without completion gathering (`completion_gather` zero; the device queues gather by
 //! default), reported for comparison.
+//!
+//! The three sides take turns, one chain each, who goes first rotating, as case 1's sides do: the
+//! host's speed drifts within a run, and sides measured one after the other compared the floor
+//! in one state with cuhal in another (single runs gave 1.08x to 1.27x for the same build).
+//! After each chain a cuhal side waits, untimed, until its queues' threads are parked.
 
 use anyhow::{Context as _, Result};
 use cuhal::DeviceOptions;
@@ -34,25 +39,55 @@ pub const STEPS: usize = 100;
 pub const CHAINS: usize = 200;
 /// The goal: at most this many times the floor, per step.
 pub const GOAL_RATIO: f64 = 1.2;
+/// How long a cuhal side's threads may take to become idle after a chain.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs case 9.
 pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     let n = env.scaled(CHAINS);
     let warm = env.scaled(20);
     progress(&format!(
-        "case 9 (chain): floor, {n} chains of {STEPS} steps"
+        "case 9 (chain): the floor, cuhal and cuhal without completion gathering in turns, {n} chains of {STEPS} steps each"
     ));
-    let mut floor = floor(env, warm, n)?;
+    let ungathered_options = DeviceOptions {
+        completion_gather: std::time::Duration::ZERO,
+        ..DeviceOptions::default()
+    };
+    let mut floor = FloorChains::new(env)?;
+    let mut cuhal = CuhalChains::new(env, DeviceOptions::default())?;
+    let mut ungathered = CuhalChains::new(env, ungathered_options)?;
+    let mut samples = [
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    ];
+    for chain in 0..warm + n {
+        // One chain each in turn, who goes first rotating, so that the host's drift within the
+        // run falls on every side alike.
+        for turn in 0..3 {
+            let side = (chain + turn) % 3;
+            let time = match side {
+                0 => floor.chain()?,
+                1 => cuhal.chain(chain)?,
+                _ => ungathered.chain(chain)?,
+            };
+            if chain >= warm {
+                samples[side].push(time);
+            }
+        }
+    }
+    let total = (warm + n) * STEPS;
+    floor.finish(total)?;
+    let by_worker = cuhal.finish(total)?;
+    ungathered.finish(total)?;
+    let [mut floor, mut cuhal, mut ungathered] = samples;
+
     let floor = summarize("case 9 floor", &mut floor)?.per_item(STEPS as f64);
     report.measured(
         "9",
         "floor: two streams, per step cuStreamWaitEvent + cuGraphLaunch (1 node) + cuEventRecord, issued back to back, then a spinning sync",
         floor,
     );
-    progress(&format!(
-        "case 9 (chain): cuhal, {n} chains of {STEPS} steps"
-    ));
-    let (mut cuhal, by_worker) = cuhal_side(env, DeviceOptions::default(), warm, n)?;
     let cuhal = summarize("case 9 cuhal", &mut cuhal)?.per_item(STEPS as f64);
     report.comparisons.push(
         Comparison::new(
@@ -63,18 +98,9 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             Goal::RatioAtMost(GOAL_RATIO),
         )
         .note(format!(
-            "case 9: {by_worker} of {} steps were issued by a queue's worker thread (a hand-off) rather than by the thread that made them ready",
-            (warm + n) * STEPS
+            "case 9: {by_worker} of {total} steps were issued by a queue's worker thread (a hand-off) rather than by the thread that made them ready",
         )),
     );
-    progress(&format!(
-        "case 9 (chain): cuhal without completion gathering, {n} chains of {STEPS} steps"
-    ));
-    let ungathered_options = DeviceOptions {
-        completion_gather: std::time::Duration::ZERO,
-        ..DeviceOptions::default()
-    };
-    let (mut ungathered, _) = cuhal_side(env, ungathered_options, warm, n)?;
     let ungathered =
         summarize("case 9 cuhal, no gathering", &mut ungathered)?.per_item(STEPS as f64);
     report.comparisons.push(Comparison::new(
@@ -90,108 +116,151 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-/// Times `warm + n` raw chains; returns the last `n`, each for the whole chain.
-fn floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
-    let gpu = env.gpu;
-    let api = gpu.api();
-    let clock = env.clock;
-    let streams = [
-        Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?,
-        Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?,
-    ];
-    let events = (0..STEPS)
-        .map(|_| Event::new(&gpu.ctx, SyncMode::Spin.flags()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut counter = StepCounter::new(gpu)?;
-    let execs = (0..2u32)
-        .map(|q| {
-            GraphExec::chain(
-                &gpu.ctx,
-                &mut [KernelNode {
-                    function: gpu.kernels.step,
-                    args: counter.args(q, 2),
-                }],
-            )
+/// The floor: two raw streams, an event per step, one executable graph per stream.
+struct FloorChains {
+    api: std::sync::Arc<cuhal_sys::DriverApi>,
+    clock: crate::clock::Clock,
+    streams: [Stream; 2],
+    events: Vec<Event>,
+    counter: StepCounter,
+    execs: Vec<GraphExec>,
+}
+
+impl FloorChains {
+    fn new(env: &Env<'_>) -> Result<Self> {
+        let gpu = env.gpu;
+        let streams = [
+            Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?,
+            Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?,
+        ];
+        let events = (0..STEPS)
+            .map(|_| Event::new(&gpu.ctx, SyncMode::Spin.flags()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let counter = StepCounter::new(gpu)?;
+        let execs = (0..2u32)
+            .map(|q| {
+                GraphExec::chain(
+                    &gpu.ctx,
+                    &mut [KernelNode {
+                        function: gpu.kernels.step,
+                        args: counter.args(q, 2),
+                    }],
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            api: gpu.ctx.api().clone(),
+            clock: env.clock,
+            streams,
+            events,
+            counter,
+            execs,
         })
-        .collect::<Result<Vec<_>>>()?;
-    let mut samples = Vec::with_capacity(n);
-    for chain in 0..warm + n {
-        let t0 = clock.now_ns();
+    }
+
+    /// One chain, from its first call to the return of the spinning sync on its last event.
+    fn chain(&mut self) -> Result<f64> {
+        let api = &*self.api;
+        let events = &self.events;
+        let t0 = self.clock.now_ns();
         for i in 0..STEPS {
             let q = i % 2;
-            let s = streams[q].raw();
+            let s = self.streams[q].raw();
             if i > 0 {
                 // SAFETY: a live stream and a live event recorded on the other stream.
                 unsafe { cu!(api, cuStreamWaitEvent(s, events[i - 1].raw(), 0)) }?;
             }
             // SAFETY: a live executable graph and stream.
-            unsafe { cu!(api, cuGraphLaunch(execs[q].raw(), s)) }?;
+            unsafe { cu!(api, cuGraphLaunch(self.execs[q].raw(), s)) }?;
             // SAFETY: a live event and stream.
             unsafe { cu!(api, cuEventRecord(events[i].raw(), s)) }?;
         }
         // SAFETY: a live, recorded event (spinning: created without blocking sync).
         unsafe { cu!(api, cuEventSynchronize(events[STEPS - 1].raw())) }?;
-        let t1 = clock.now_ns();
-        if chain >= warm {
-            samples.push((t1 - t0) as f64);
+        let t1 = self.clock.now_ns();
+        Ok((t1 - t0) as f64)
+    }
+
+    /// Checks the kernels after `steps` steps in all.
+    fn finish(mut self, steps: usize) -> Result<()> {
+        for stream in &self.streams {
+            stream.synchronize()?;
         }
+        self.counter.expect_more(steps as u64);
+        self.counter.check("case 9 floor")
     }
-    for stream in &streams {
-        stream.synchronize()?;
-    }
-    counter.expect_more(((warm + n) * STEPS) as u64);
-    counter.check("case 9 floor")?;
-    Ok(samples)
 }
 
-/// Times `warm + n` cuhal chains; returns the last `n` (each for the whole chain) and how many
-/// steps a worker thread issued.
-fn cuhal_side(
-    env: &Env<'_>,
-    options: DeviceOptions,
-    warm: usize,
-    n: usize,
-) -> Result<(Vec<f64>, u64)> {
-    let hal = Hal::open(DeviceOptions {
-        queues: 2,
-        ..options
-    })?;
-    let mut counter = StepCounter::new(env.gpu)?;
-    let cbs = [
-        hal.command_buffer(0, &[counter.args(0, 2)])?,
-        hal.command_buffer(1, &[counter.args(1, 2)])?,
-    ];
-    let gate = hal.semaphore();
-    let step = hal.semaphore();
-    let clock = env.clock;
-    let mut samples = Vec::with_capacity(n);
-    for chain in 0..warm + n {
-        let base = (chain * STEPS) as u64;
-        let release = chain as u64 + 1;
+/// cuhal: a device with two queues, one graph command buffer each, a gate semaphore that
+/// releases each chain and a step semaphore that chains it.
+struct CuhalChains {
+    hal: Hal,
+    clock: crate::clock::Clock,
+    counter: StepCounter,
+    cbs: [std::sync::Arc<dyn cuhal::CommandBuffer>; 2],
+    gate: cuhal::Semaphore,
+    step: cuhal::Semaphore,
+}
+
+impl CuhalChains {
+    fn new(env: &Env<'_>, options: DeviceOptions) -> Result<Self> {
+        let hal = Hal::open(DeviceOptions {
+            queues: 2,
+            ..options
+        })?;
+        let counter = StepCounter::new(env.gpu)?;
+        let cbs = [
+            hal.command_buffer(0, &[counter.args(0, 2)])?,
+            hal.command_buffer(1, &[counter.args(1, 2)])?,
+        ];
+        let gate = hal.semaphore();
+        let step = hal.semaphore();
+        Ok(Self {
+            hal,
+            clock: env.clock,
+            counter,
+            cbs,
+            gate,
+            step,
+        })
+    }
+
+    /// Submits chain `index` (all pending on the gate), then times the gate's signal to the
+    /// host's return on the chain's last signal.
+    fn chain(&mut self, index: usize) -> Result<f64> {
+        let base = (index * STEPS) as u64;
+        let release = index as u64 + 1;
+        let (gate, step) = (&self.gate, &self.step);
         for i in 0..STEPS {
             let value = base + i as u64;
             let waits = if i == 0 {
-                [(&gate, release)]
+                [(gate, release)]
             } else {
-                [(&step, value)]
+                [(step, value)]
             };
-            hal.device
+            self.hal
+                .device
                 .queue(i % 2)
-                .execute(&waits, &[(&step, value + 1)], &[&cbs[i % 2]])
+                .execute(&waits, &[(step, value + 1)], &[&self.cbs[i % 2]])
                 .context("cuhal: Queue::execute")?;
         }
-        let t0 = clock.now_ns();
+        let t0 = self.clock.now_ns();
         gate.signal(release).context("cuhal: releasing the chain")?;
-        wait(&step, base + STEPS as u64)?;
-        let t1 = clock.now_ns();
-        if chain >= warm {
-            samples.push((t1 - t0) as f64);
-        }
+        wait(step, base + STEPS as u64)?;
+        let t1 = self.clock.now_ns();
+        // Off the clock: its threads' idle spin is not the next side's cost.
+        self.hal.settle("case 9 cuhal", SETTLE_LIMIT)?;
+        Ok((t1 - t0) as f64)
     }
-    let by_worker = (0..2)
-        .map(|q| hal.device.queue(q).stats().issued_by_worker)
-        .sum();
-    counter.expect_more(((warm + n) * STEPS) as u64);
-    counter.check("case 9 cuhal")?;
-    Ok((samples, by_worker))
+
+    /// Checks the kernels after `steps` steps in all; returns how many steps a worker thread
+    /// issued.
+    fn finish(mut self, steps: usize) -> Result<u64> {
+        let by_worker = (0..2)
+            .map(|q| self.hal.device.queue(q).stats().issued_by_worker)
+            .sum();
+        self.counter.expect_more(steps as u64);
+        self.counter.check("case 9 cuhal")?;
+        Ok(by_worker)
+    }
 }

@@ -36,7 +36,7 @@
 //! and 200 us, and the same-queue form with `eager_completion` (the completion thread polls every
 //! batch whether or not anybody waits), all reported for comparison.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use cuhal::DeviceOptions;
@@ -675,22 +675,7 @@ impl CuhalSide {
     /// threads are parked (a completion thread looks for more work for a while before it
     /// parks: that spin belongs to this side, not to the next one's turn).
     fn settle(&mut self) -> Result<()> {
-        let deadline = Instant::now() + SETTLE_LIMIT;
-        loop {
-            let idle = (0..self.form.queues()).all(|q| {
-                let stats = self.hal.device.queue(q).stats();
-                stats.completed + stats.failed >= stats.submitted
-                    && stats.completion_parked
-                    && stats.worker_parked
-            });
-            if idle {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("case 1 cuhal: the queues did not retire their work within {SETTLE_LIMIT:?}");
-            }
-            std::thread::sleep(Duration::from_micros(20));
-        }
+        self.hal.settle("case 1 cuhal", SETTLE_LIMIT)
     }
 
     /// The queues' counters, as a note.

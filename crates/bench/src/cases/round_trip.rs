@@ -11,8 +11,12 @@
 //!
 //! cuhal: a one-dispatch graph command buffer, `Queue::execute` with one signal, then
 //! `Semaphore::wait`, timed together; also with `eager_completion`, for comparison.
+//!
+//! The floor and the two cuhal sides take turns of `TURN` round trips, who goes first rotating,
+//! as case 1's sides do (the host's speed drifts within a run); after its turn a cuhal side
+//! waits, untimed, until its queue's threads are parked. The references run after them.
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use cuhal::DeviceOptions;
 use cuhal_sys::cu;
 
@@ -30,6 +34,10 @@ pub const CALLS: usize = 5_000;
 pub const GOAL_NS: f64 = 10_000.0;
 /// The goal against the raw graph round trip.
 pub const GOAL_RATIO: f64 = 1.1;
+/// The round trips of one side's turn: the floor and the cuhal sides take turns.
+const TURN: usize = 250;
+/// How long a cuhal side's threads may take to become idle after its turn.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Empty launches per timed batch in the launch-cost reference.
 const LAUNCH_BATCH: usize = 100;
 
@@ -46,9 +54,51 @@ pub enum Submit {
 pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     let n = env.scaled(CALLS);
     let warm = env.scaled(500);
-    progress(&format!("case 5 (round trip): floor, {n} calls"));
+    progress(&format!(
+        "case 5 (round trip): the graph floor, cuhal and cuhal with eager completion in turns of {TURN}, {n} calls each"
+    ));
+    let eager_options = DeviceOptions {
+        eager_completion: true,
+        ..DeviceOptions::default()
+    };
+    let mut floor = FloorTrips::new(env)?;
+    let mut cuhal = CuhalTrips::new(env, DeviceOptions::default())?;
+    let mut eager = CuhalTrips::new(env, eager_options)?;
+    let mut samples = [
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    ];
+    let total = warm + n;
+    for turn in 0..total.div_ceil(TURN) {
+        let calls = turn * TURN..((turn + 1) * TURN).min(total);
+        // Who goes first rotates, so that the host's drift within the run falls on every side
+        // alike.
+        for k in 0..3 {
+            let side = (turn + k) % 3;
+            for call in calls.clone() {
+                let time = match side {
+                    0 => floor.trip()?,
+                    1 => cuhal.trip()?,
+                    _ => eager.trip()?,
+                };
+                if call >= warm {
+                    samples[side].push(time);
+                }
+            }
+            match side {
+                0 => {}
+                1 => cuhal.hal.settle("case 5 cuhal", SETTLE_LIMIT)?,
+                _ => eager.hal.settle("case 5 cuhal eager", SETTLE_LIMIT)?,
+            }
+        }
+    }
+    floor.finish(total)?;
+    cuhal.finish(total, "case 5 cuhal")?;
+    eager.finish(total, "case 5 cuhal eager")?;
+    let [mut graph, mut cuhal, mut eager] = samples;
+
     let mut kernel = measure(env, Submit::Kernel, warm, n)?;
-    let mut graph = measure(env, Submit::Graph, warm, n)?;
     let graph = summarize("case 5 floor", &mut graph)?;
     report.measured(
         "5",
@@ -72,11 +122,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         "reference: cuLaunchKernel of an empty kernel, back to back, host cost each",
         summarize("case 5 launch cost", &mut launches)?.per_item(LAUNCH_BATCH as f64),
     );
-    progress(&format!("case 5 (round trip): cuhal, {n} calls"));
-    let cuhal = summarize(
-        "case 5 cuhal",
-        &mut cuhal_side(env, DeviceOptions::default(), warm, n)?,
-    )?;
+    let cuhal = summarize("case 5 cuhal", &mut cuhal)?;
     let what = "round trip: submit 1 dispatch (graph command buffer), host waits on its semaphore";
     report.comparisons.push(Comparison::new(
         "5",
@@ -92,17 +138,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         Some(graph),
         Goal::AtMost(GOAL_NS),
     ));
-    progress(&format!(
-        "case 5 (round trip): cuhal with eager completion, {n} calls"
-    ));
-    let eager_options = DeviceOptions {
-        eager_completion: true,
-        ..DeviceOptions::default()
-    };
-    let eager = summarize(
-        "case 5 cuhal eager",
-        &mut cuhal_side(env, eager_options, warm, n)?,
-    )?;
+    let eager = summarize("case 5 cuhal eager", &mut eager)?;
     report.comparisons.push(Comparison::new(
         "5",
         format!("{what}; eager completion (for comparison)"),
@@ -113,16 +149,103 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-/// cuhal's side: `Queue::execute` of a one-dispatch graph command buffer with one signal, then
-/// a host wait on the semaphore, timed together.
-fn cuhal_side(env: &Env<'_>, options: DeviceOptions, warm: usize, n: usize) -> Result<Vec<f64>> {
-    let hal = Hal::open(options)?;
-    let mut counter = StepCounter::new(env.gpu)?;
-    let cb = hal.command_buffer(0, &[counter.args(0, 1)])?;
-    let samples = hal.time_round_trips(0, &cb, env.clock, warm, n)?;
-    counter.expect_more((warm + n) as u64);
-    counter.check("case 5 cuhal")?;
-    Ok(samples)
+/// The floor, a call at a time: `cuGraphLaunch` of a one-node graph + `cuEventRecord` + a
+/// spinning `cuEventSynchronize`, timed together.
+struct FloorTrips {
+    api: std::sync::Arc<cuhal_sys::DriverApi>,
+    clock: crate::clock::Clock,
+    stream: Stream,
+    event: Event,
+    counter: StepCounter,
+    exec: GraphExec,
+}
+
+impl FloorTrips {
+    fn new(env: &Env<'_>) -> Result<Self> {
+        let gpu = env.gpu;
+        let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
+        let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
+        let counter = StepCounter::new(gpu)?;
+        let exec = GraphExec::chain(
+            &gpu.ctx,
+            &mut [KernelNode {
+                function: gpu.kernels.step,
+                args: counter.args(0, 1),
+            }],
+        )?;
+        Ok(Self {
+            api: gpu.ctx.api().clone(),
+            clock: env.clock,
+            stream,
+            event,
+            counter,
+            exec,
+        })
+    }
+
+    fn trip(&mut self) -> Result<f64> {
+        let t0 = self.clock.now_ns();
+        // SAFETY: a live executable graph and stream.
+        unsafe { cu!(self.api, cuGraphLaunch(self.exec.raw(), self.stream.raw())) }?;
+        self.event.record_and_synchronize(&self.stream)?;
+        let t1 = self.clock.now_ns();
+        Ok((t1 - t0) as f64)
+    }
+
+    /// Checks the kernel after `calls` round trips in all.
+    fn finish(mut self, calls: usize) -> Result<()> {
+        self.stream.synchronize()?;
+        self.counter.expect_more(calls as u64);
+        self.counter.check("case 5")
+    }
+}
+
+/// cuhal, a call at a time: `Queue::execute` of a one-dispatch graph command buffer with one
+/// signal, then a host wait on the semaphore, timed together.
+struct CuhalTrips {
+    hal: Hal,
+    clock: crate::clock::Clock,
+    cb: std::sync::Arc<dyn cuhal::CommandBuffer>,
+    semaphore: cuhal::Semaphore,
+    counter: StepCounter,
+    value: u64,
+}
+
+impl CuhalTrips {
+    fn new(env: &Env<'_>, options: DeviceOptions) -> Result<Self> {
+        let hal = Hal::open(options)?;
+        let counter = StepCounter::new(env.gpu)?;
+        let cb = hal.command_buffer(0, &[counter.args(0, 1)])?;
+        let semaphore = hal.semaphore();
+        Ok(Self {
+            hal,
+            clock: env.clock,
+            cb,
+            semaphore,
+            counter,
+            value: 0,
+        })
+    }
+
+    fn trip(&mut self) -> Result<f64> {
+        self.value += 1;
+        let t0 = self.clock.now_ns();
+        self.hal
+            .device
+            .queue(0)
+            .execute(&[], &[(&self.semaphore, self.value)], &[&self.cb])
+            .context("cuhal: Queue::execute")?;
+        let waited = self.semaphore.wait(self.value, WAIT);
+        let t1 = self.clock.now_ns();
+        waited.context("cuhal: waiting for the semaphore")?;
+        Ok((t1 - t0) as f64)
+    }
+
+    /// Checks the kernel after `calls` round trips in all.
+    fn finish(mut self, calls: usize, what: &str) -> Result<()> {
+        self.counter.expect_more(calls as u64);
+        self.counter.check(what)
+    }
 }
 
 /// The raw round trip: launch (as `submit` says) + `cuEventRecord` + a spinning

@@ -1,6 +1,8 @@
 //! Process CPU time, all threads together (`CLOCK_PROCESS_CPUTIME_ID`): what a case costs the
 //! host's cores, beside the wall time one thread sees. A completion thread that spins while work
-//! flows shows up here and nowhere else.
+//! flows shows up here and nowhere else. Also the calling thread's own clock
+//! (`CLOCK_THREAD_CPUTIME_ID`), and every thread's time from `/proc`, split by role (the
+//! submitting thread, cuhal's completion and issue threads, the rest).
 
 /// CPU time (user + system) the process has used so far, in nanoseconds; `None` where the call
 /// is not available.
@@ -165,7 +167,8 @@ pub(crate) static CPU_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 mod tests {
     use super::*;
 
-    /// Spins until the calling thread has run `ns` more nanoseconds of CPU (10 s at most).
+    /// Spins until the calling thread has run `ns` more nanoseconds of CPU (10 s at most), as
+    /// `/proc` counts it: the figure `cpu_by_role` reads.
     fn spin_cpu(ns: u64) {
         let tid = current_tid();
         let mine = || {

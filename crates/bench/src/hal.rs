@@ -91,9 +91,9 @@ impl Hal {
     /// Waits, with short sleeps, until every queue has retired all it was given and its
     /// threads are parked (a completion thread looks for more work for a while before it parks:
     /// a side that measures in turns with others waits for this, off every clock, so that its
-    /// threads' spin falls on its own turn and not on the next side's). Fails after `limit`.
-    pub fn settle(&self, what: &str, limit: Duration) -> Result<()> {
-        let deadline = std::time::Instant::now() + limit;
+    /// threads' spin falls on its own turn and not on the next side's). Fails after [`WAIT`].
+    pub fn settle(&self, what: &str) -> Result<()> {
+        let deadline = std::time::Instant::now() + WAIT;
         loop {
             let idle = self.device.queues().iter().all(|queue| {
                 let stats = queue.stats();
@@ -105,7 +105,7 @@ impl Hal {
                 return Ok(());
             }
             if std::time::Instant::now() > deadline {
-                anyhow::bail!("{what}: the queues did not retire their work within {limit:?}");
+                anyhow::bail!("{what}: the queues did not retire their work within {WAIT:?}");
             }
             std::thread::sleep(Duration::from_micros(20));
         }
@@ -218,8 +218,28 @@ impl Hal {
         self.device.create_semaphore(0)
     }
 
-    /// Submits `cb` on queue `queue` `warm + n` times, each signalling a fresh semaphore value
-    /// and waited for on the host; returns the last `n` submit-to-return times in nanoseconds.
+    /// One round trip: submits `cb` on queue `queue`, signalling `semaphore` to `value` (not
+    /// reached yet), and waits for it on the host; the submit-to-return time in nanoseconds.
+    pub fn round_trip(
+        &self,
+        queue: usize,
+        cb: &Arc<dyn CommandBuffer>,
+        semaphore: &Semaphore,
+        value: u64,
+        clock: Clock,
+    ) -> Result<f64> {
+        let queue = self.device.queue(queue);
+        let t0 = clock.now_ns();
+        queue
+            .execute(&[], &[(semaphore, value)], &[cb])
+            .context("cuhal: Queue::execute")?;
+        let waited = semaphore.wait(value, WAIT);
+        let t1 = clock.now_ns();
+        waited.context("cuhal: waiting for the semaphore")?;
+        Ok((t1 - t0) as f64)
+    }
+
+    /// [`Hal::round_trip`] `warm + n` times on a fresh semaphore; returns the last `n` times.
     pub fn time_round_trips(
         &self,
         queue: usize,
@@ -228,20 +248,12 @@ impl Hal {
         warm: usize,
         n: usize,
     ) -> Result<Vec<f64>> {
-        let queue = self.device.queue(queue);
         let semaphore = self.semaphore();
         let mut samples = Vec::with_capacity(n);
         for i in 0..warm + n {
-            let value = (i + 1) as u64;
-            let t0 = clock.now_ns();
-            queue
-                .execute(&[], &[(&semaphore, value)], &[cb])
-                .context("cuhal: Queue::execute")?;
-            let waited = semaphore.wait(value, WAIT);
-            let t1 = clock.now_ns();
-            waited.context("cuhal: waiting for the semaphore")?;
+            let time = self.round_trip(queue, cb, &semaphore, (i + 1) as u64, clock)?;
             if i >= warm {
-                samples.push((t1 - t0) as f64);
+                samples.push(time);
             }
         }
         Ok(samples)

@@ -416,9 +416,11 @@ impl<B: Backend> Shared<B> {
         waits: &[(&Semaphore<B::Event>, u64)],
     ) {
         state.submitted += 1;
-        if state.pending.is_empty() && state.ordered(waits) {
-            self.issue_ready(state, body, EventList::new(), Issuer::Submitter);
-        } else if state.pending.is_empty() {
+        if state.pending.is_empty() {
+            if state.ordered(waits) {
+                self.issue_ready(state, body, EventList::new(), Issuer::Submitter);
+                return;
+            }
             let mut device_waits = EventList::new();
             match examine_borrowed(
                 waits.iter().map(|(s, v)| (*s, *v)),

@@ -26,7 +26,7 @@ use anyhow::{Context as _, Result};
 use cuhal::DeviceOptions;
 use cuhal_sys::cu;
 
-use super::{Env, progress, summarize};
+use super::{Env, in_turns, progress, summarize};
 use crate::gpu::StepCounter;
 use crate::gpu::raw::{GraphExec, KernelNode, SyncMode};
 use crate::hal::{Hal, wait};
@@ -39,8 +39,6 @@ pub const STEPS: usize = 100;
 pub const CHAINS: usize = 200;
 /// The goal: at most this many times the floor, per step.
 pub const GOAL_RATIO: f64 = 1.2;
-/// How long a cuhal side's threads may take to become idle after a chain.
-const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs case 9.
 pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
@@ -56,39 +54,30 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     let mut floor = FloorChains::new(env)?;
     let mut cuhal = CuhalChains::new(env, DeviceOptions::default())?;
     let mut ungathered = CuhalChains::new(env, ungathered_options)?;
-    let mut samples = [
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    ];
-    for chain in 0..warm + n {
-        // One chain each in turn, who goes first rotating, so that the host's drift within the
-        // run falls on every side alike.
-        for turn in 0..3 {
-            let side = (chain + turn) % 3;
+    let [mut floor_times, mut cuhal_times, mut ungathered_times] =
+        in_turns(warm + n, n, |chain, side, times| {
             let time = match side {
                 0 => floor.chain()?,
                 1 => cuhal.chain(chain)?,
                 _ => ungathered.chain(chain)?,
             };
             if chain >= warm {
-                samples[side].push(time);
+                times.push(time);
             }
-        }
-    }
+            Ok(())
+        })?;
     let total = (warm + n) * STEPS;
     floor.finish(total)?;
     let by_worker = cuhal.finish(total)?;
     ungathered.finish(total)?;
-    let [mut floor, mut cuhal, mut ungathered] = samples;
 
-    let floor = summarize("case 9 floor", &mut floor)?.per_item(STEPS as f64);
+    let floor = summarize("case 9 floor", &mut floor_times)?.per_item(STEPS as f64);
     report.measured(
         "9",
         "floor: two streams, per step cuStreamWaitEvent + cuGraphLaunch (1 node) + cuEventRecord, issued back to back, then a spinning sync",
         floor,
     );
-    let cuhal = summarize("case 9 cuhal", &mut cuhal)?.per_item(STEPS as f64);
+    let cuhal = summarize("case 9 cuhal", &mut cuhal_times)?.per_item(STEPS as f64);
     report.comparisons.push(
         Comparison::new(
             "9",
@@ -98,11 +87,11 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             Goal::RatioAtMost(GOAL_RATIO),
         )
         .note(format!(
-            "case 9: {by_worker} of {total} steps were issued by a queue's worker thread (a hand-off) rather than by the thread that made them ready",
+            "{by_worker} of {total} steps were issued by a queue's worker thread (a hand-off) rather than by the thread that made them ready",
         )),
     );
     let ungathered =
-        summarize("case 9 cuhal, no gathering", &mut ungathered)?.per_item(STEPS as f64);
+        summarize("case 9 cuhal, no gathering", &mut ungathered_times)?.per_item(STEPS as f64);
     report.comparisons.push(Comparison::new(
         "9",
         format!(
@@ -249,7 +238,7 @@ impl CuhalChains {
         wait(step, base + STEPS as u64)?;
         let t1 = self.clock.now_ns();
         // Off the clock: its threads' idle spin is not the next side's cost.
-        self.hal.settle("case 9 cuhal", SETTLE_LIMIT)?;
+        self.hal.settle("case 9 cuhal")?;
         Ok((t1 - t0) as f64)
     }
 

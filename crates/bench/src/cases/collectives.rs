@@ -67,6 +67,8 @@ pub const PEER_COPY: usize = 256 << 20;
 pub const BANDWIDTH_SHARE: f64 = 0.95;
 /// Latency goal of the queue operation at 8 B: at most the floor plus this (ns).
 pub const LATENCY_ADDED_NS: f64 = 2000.0;
+/// The completion side's error polling of the comparison row that polls rarely.
+const RARE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Collectives per sample and samples, by size.
 fn reps(env: &Env<'_>, bytes: usize) -> (usize, usize) {
@@ -470,7 +472,7 @@ fn latency_variants(
         nccl,
         &[&devices[0], &devices[1]],
         CommunicatorOptions {
-            poll_interval: std::time::Duration::from_millis(10),
+            poll_interval: RARE_POLL,
             ..CommunicatorOptions::default()
         },
     )?;
@@ -506,11 +508,15 @@ fn latency_variants(
     let base = base?;
     for (what, t) in [
         (
-            "completion side polling NCCL's asynchronous errors every 10 ms (default 100 us)",
+            format!(
+                "completion side polling NCCL's asynchronous errors every {} ms (default {} us)",
+                RARE_POLL.as_millis(),
+                CommunicatorOptions::default().poll_interval.as_micros()
+            ),
             rare_t?,
         ),
         (
-            "a semaphore signal on the batch's last collective only",
+            "a semaphore signal on the batch's last collective only".to_owned(),
             unsignalled?,
         ),
     ] {

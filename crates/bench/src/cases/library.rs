@@ -305,7 +305,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             Goal::Report,
         )
         .note(format!(
-            "case 8: the default wait spins {} us on the event, then parks until the completion \
+            "the default wait spins {} us on the event, then parks until the completion \
              side sees the GEMM end; the compared rows spin like the floor",
             DeviceOptions::default().host_wait_spin.as_micros()
         )),

@@ -1,6 +1,6 @@
 //! The benchmark cases, one module each; every case measures its raw-driver floor and its cuhal
 //! figure in this process, with the same kernels and the same repetitions: one after the other,
-//! or (case 1) in turns through the same stretch of time.
+//! or (cases 1, 5 and 9) in turns through the same stretch of time.
 
 pub mod bindings;
 pub mod chain;
@@ -45,6 +45,25 @@ impl Env<'_> {
 /// `full`, or a tenth of it (at least 10) when `quick`.
 pub fn scaled(quick: bool, full: usize) -> usize {
     if quick { (full / 10).max(10) } else { full }
+}
+
+/// Runs `rounds` rounds in which each of `N` sides takes one turn, `turn(round, side,
+/// samples)` with that side's samples to append to, who goes first rotating from round to round,
+/// so that the host's drift within a run falls on every side alike (`docs/decisions/bench.md`).
+/// Returns each side's samples (room for `capacity` each is made up front).
+pub fn in_turns<const N: usize>(
+    rounds: usize,
+    capacity: usize,
+    mut turn: impl FnMut(usize, usize, &mut Vec<f64>) -> Result<()>,
+) -> Result<[Vec<f64>; N]> {
+    let mut samples: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(capacity));
+    for round in 0..rounds {
+        for k in 0..N {
+            let side = (round + k) % N;
+            turn(round, side, &mut samples[side])?;
+        }
+    }
+    Ok(samples)
 }
 
 /// One line of progress on stderr (stdout carries the report).

@@ -16,11 +16,11 @@
 //! as case 1's sides do (the host's speed drifts within a run); after its turn a cuhal side
 //! waits, untimed, until its queue's threads are parked. The references run after them.
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use cuhal::DeviceOptions;
 use cuhal_sys::cu;
 
-use super::{Env, progress, summarize};
+use super::{Env, in_turns, progress, summarize};
 use crate::gpu::raw::{Args, GraphExec, KernelNode, MappedFlags, SyncMode, launch};
 use crate::gpu::{SpinRecord, StepCounter};
 use crate::hal::Hal;
@@ -36,8 +36,6 @@ pub const GOAL_NS: f64 = 10_000.0;
 pub const GOAL_RATIO: f64 = 1.1;
 /// The round trips of one side's turn: the floor and the cuhal sides take turns.
 const TURN: usize = 250;
-/// How long a cuhal side's threads may take to become idle after its turn.
-const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Empty launches per timed batch in the launch-cost reference.
 const LAUNCH_BATCH: usize = 100;
 
@@ -61,42 +59,31 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         eager_completion: true,
         ..DeviceOptions::default()
     };
-    let mut floor = FloorTrips::new(env)?;
-    let mut cuhal = CuhalTrips::new(env, DeviceOptions::default())?;
-    let mut eager = CuhalTrips::new(env, eager_options)?;
-    let mut samples = [
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    ];
+    let mut floor = FloorTrips::new(env, Submit::Graph)?;
+    let mut cuhal = CuhalTrips::new(env, DeviceOptions::default(), "case 5 cuhal")?;
+    let mut eager = CuhalTrips::new(env, eager_options, "case 5 cuhal eager")?;
     let total = warm + n;
-    for turn in 0..total.div_ceil(TURN) {
-        let calls = turn * TURN..((turn + 1) * TURN).min(total);
-        // Who goes first rotates, so that the host's drift within the run falls on every side
-        // alike.
-        for k in 0..3 {
-            let side = (turn + k) % 3;
-            for call in calls.clone() {
+    let [mut graph, mut cuhal_times, mut eager_times] =
+        in_turns(total.div_ceil(TURN), n, |turn, side, times| {
+            for call in turn * TURN..((turn + 1) * TURN).min(total) {
                 let time = match side {
-                    0 => floor.trip()?,
+                    0 => floor.trip(env)?,
                     1 => cuhal.trip()?,
                     _ => eager.trip()?,
                 };
                 if call >= warm {
-                    samples[side].push(time);
+                    times.push(time);
                 }
             }
             match side {
-                0 => {}
-                1 => cuhal.hal.settle("case 5 cuhal", SETTLE_LIMIT)?,
-                _ => eager.hal.settle("case 5 cuhal eager", SETTLE_LIMIT)?,
+                0 => Ok(()),
+                1 => cuhal.hal.settle(cuhal.what),
+                _ => eager.hal.settle(eager.what),
             }
-        }
-    }
+        })?;
     floor.finish(total)?;
-    cuhal.finish(total, "case 5 cuhal")?;
-    eager.finish(total, "case 5 cuhal eager")?;
-    let [mut graph, mut cuhal, mut eager] = samples;
+    cuhal.finish(total)?;
+    eager.finish(total)?;
 
     let mut kernel = measure(env, Submit::Kernel, warm, n)?;
     let graph = summarize("case 5 floor", &mut graph)?;
@@ -122,7 +109,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         "reference: cuLaunchKernel of an empty kernel, back to back, host cost each",
         summarize("case 5 launch cost", &mut launches)?.per_item(LAUNCH_BATCH as f64),
     );
-    let cuhal = summarize("case 5 cuhal", &mut cuhal)?;
+    let cuhal = summarize("case 5 cuhal", &mut cuhal_times)?;
     let what = "round trip: submit 1 dispatch (graph command buffer), host waits on its semaphore";
     report.comparisons.push(Comparison::new(
         "5",
@@ -138,7 +125,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         Some(graph),
         Goal::AtMost(GOAL_NS),
     ));
-    let eager = summarize("case 5 cuhal eager", &mut eager)?;
+    let eager = summarize("case 5 cuhal eager", &mut eager_times)?;
     report.comparisons.push(Comparison::new(
         "5",
         format!("{what}; eager completion (for comparison)"),
@@ -149,44 +136,52 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-/// The floor, a call at a time: `cuGraphLaunch` of a one-node graph + `cuEventRecord` + a
+/// The raw round trip, a call at a time: launch (as `submit` says) + `cuEventRecord` + a
 /// spinning `cuEventSynchronize`, timed together.
 struct FloorTrips {
-    api: std::sync::Arc<cuhal_sys::DriverApi>,
     clock: crate::clock::Clock,
+    submit: Submit,
     stream: Stream,
     event: Event,
     counter: StepCounter,
+    args: Args,
     exec: GraphExec,
 }
 
 impl FloorTrips {
-    fn new(env: &Env<'_>) -> Result<Self> {
+    fn new(env: &Env<'_>, submit: Submit) -> Result<Self> {
         let gpu = env.gpu;
         let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
         let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
         let counter = StepCounter::new(gpu)?;
+        let args = counter.args(0, 1);
         let exec = GraphExec::chain(
             &gpu.ctx,
             &mut [KernelNode {
                 function: gpu.kernels.step,
-                args: counter.args(0, 1),
+                args,
             }],
         )?;
         Ok(Self {
-            api: gpu.ctx.api().clone(),
             clock: env.clock,
+            submit,
             stream,
             event,
             counter,
+            args,
             exec,
         })
     }
 
-    fn trip(&mut self) -> Result<f64> {
+    fn trip(&mut self, env: &Env<'_>) -> Result<f64> {
+        let api = env.gpu.api();
+        let stream = self.stream.raw();
         let t0 = self.clock.now_ns();
-        // SAFETY: a live executable graph and stream.
-        unsafe { cu!(self.api, cuGraphLaunch(self.exec.raw(), self.stream.raw())) }?;
+        match self.submit {
+            Submit::Kernel => launch(api, env.gpu.kernels.step, stream, &mut self.args)?,
+            // SAFETY: a live executable graph and stream.
+            Submit::Graph => unsafe { cu!(api, cuGraphLaunch(self.exec.raw(), stream)) }?,
+        }
         self.event.record_and_synchronize(&self.stream)?;
         let t1 = self.clock.now_ns();
         Ok((t1 - t0) as f64)
@@ -201,7 +196,7 @@ impl FloorTrips {
 }
 
 /// cuhal, a call at a time: `Queue::execute` of a one-dispatch graph command buffer with one
-/// signal, then a host wait on the semaphore, timed together.
+/// signal, then a host wait on the semaphore, timed together ([`Hal::round_trip`]).
 struct CuhalTrips {
     hal: Hal,
     clock: crate::clock::Clock,
@@ -209,10 +204,11 @@ struct CuhalTrips {
     semaphore: cuhal::Semaphore,
     counter: StepCounter,
     value: u64,
+    what: &'static str,
 }
 
 impl CuhalTrips {
-    fn new(env: &Env<'_>, options: DeviceOptions) -> Result<Self> {
+    fn new(env: &Env<'_>, options: DeviceOptions, what: &'static str) -> Result<Self> {
         let hal = Hal::open(options)?;
         let counter = StepCounter::new(env.gpu)?;
         let cb = hal.command_buffer(0, &[counter.args(0, 1)])?;
@@ -224,64 +220,34 @@ impl CuhalTrips {
             semaphore,
             counter,
             value: 0,
+            what,
         })
     }
 
     fn trip(&mut self) -> Result<f64> {
         self.value += 1;
-        let t0 = self.clock.now_ns();
         self.hal
-            .device
-            .queue(0)
-            .execute(&[], &[(&self.semaphore, self.value)], &[&self.cb])
-            .context("cuhal: Queue::execute")?;
-        let waited = self.semaphore.wait(self.value, WAIT);
-        let t1 = self.clock.now_ns();
-        waited.context("cuhal: waiting for the semaphore")?;
-        Ok((t1 - t0) as f64)
+            .round_trip(0, &self.cb, &self.semaphore, self.value, self.clock)
     }
 
     /// Checks the kernel after `calls` round trips in all.
-    fn finish(mut self, calls: usize, what: &str) -> Result<()> {
+    fn finish(mut self, calls: usize) -> Result<()> {
         self.counter.expect_more(calls as u64);
-        self.counter.check(what)
+        self.counter.check(self.what)
     }
 }
 
-/// The raw round trip: launch (as `submit` says) + `cuEventRecord` + a spinning
-/// `cuEventSynchronize`, timed together, `warm + n` times; returns the last `n`.
+/// The raw round trip ([`FloorTrips`]), `warm + n` times; returns the last `n`.
 pub fn measure(env: &Env<'_>, submit: Submit, warm: usize, n: usize) -> Result<Vec<f64>> {
-    let gpu = env.gpu;
-    let api = gpu.api();
-    let clock = env.clock;
-    let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
-    let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
-    let mut counter = StepCounter::new(gpu)?;
-    let mut args = counter.args(0, 1);
-    let exec = GraphExec::chain(
-        &gpu.ctx,
-        &mut [KernelNode {
-            function: gpu.kernels.step,
-            args,
-        }],
-    )?;
+    let mut floor = FloorTrips::new(env, submit)?;
     let mut samples = Vec::with_capacity(n);
     for i in 0..warm + n {
-        let t0 = clock.now_ns();
-        match submit {
-            Submit::Kernel => launch(api, gpu.kernels.step, stream.raw(), &mut args)?,
-            // SAFETY: a live executable graph and stream.
-            Submit::Graph => unsafe { cu!(api, cuGraphLaunch(exec.raw(), stream.raw())) }?,
-        }
-        event.record_and_synchronize(&stream)?;
-        let t1 = clock.now_ns();
+        let time = floor.trip(env)?;
         if i >= warm {
-            samples.push((t1 - t0) as f64);
+            samples.push(time);
         }
     }
-    stream.synchronize()?;
-    counter.expect_more((warm + n) as u64);
-    counter.check("case 5")?;
+    floor.finish(warm + n)?;
     Ok(samples)
 }
 

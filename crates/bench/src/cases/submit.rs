@@ -15,20 +15,20 @@
 //! graph command buffer (one per queue), the host waiting on the semaphore every `BATCH`.
 //!
 //! **The floor and cuhal take turns.** Every side (the floor, cuhal with the default options,
-//! and cuhal's comparison variants) runs its chain in blocks of `BATCH` submissions, the sides
-//! one block each in turn (who goes first rotates), so that all of them are measured over the
+//! and cuhal's comparison variants) runs its chain in turns of `TURN` submissions, the sides
+//! one turn each in turn (who goes first rotates), so that all of them are measured over the
 //! same stretch of time. The host's speed drifts by up to 1.6x within a run (seen on the H200's
 //! machines: the same loop at 1.3 us, then 2.1 us, tens of milliseconds apart); sides measured
 //! one after the other compared the floor in one state with cuhal in another.
 //!
 //! Beside the wall time per call, the process's CPU time (all threads) per submission: over a
-//! side's blocks, plus what its own threads (cuhal's completion and worker threads, the
+//! side's turns, plus what its own threads (cuhal's completion and worker threads, the
 //! driver's) spend after its host wait until they are idle again, which it waits for off every
-//! clock before the next side's block starts. It is split into the submitting thread's and the
+//! clock before the next side's turn starts. It is split into the submitting thread's and the
 //! other threads'. The kernel checks its order (a period-2 step chain across queues) and counts
 //! its launches; both are checked at the end.
 //!
-//! The process's heap allocations are counted over each side's measured blocks (and its
+//! The process's heap allocations are counted over each side's measured turns (and its
 //! threads' settling after them); the floor's count checks the instrument (it must be 0). Both
 //! forms also run cuhal without completion gathering (`completion_gather` zero: the completion
 //! thread retires whatever has finished as soon as it sees it, instead of letting a batch gather
@@ -63,15 +63,13 @@ const TURN: usize = 8 * BATCH;
 /// Events the floor cycles through, as an event pool would.
 const RING: usize = 64;
 
-/// The gather batch and gather of the comparison rows with larger batches.
+/// The gather batch of the comparison rows with larger batches.
 const BIG_BATCH: usize = 128;
+/// The gather of the comparison rows with larger batches.
 const BIG_GATHER: Duration = Duration::from_micros(400);
 
 /// The device queues' default gather, in microseconds (for the labels of the rows without it).
 const GATHER_US: u128 = DeviceOptions::DEFAULT_COMPLETION_GATHER.as_micros();
-
-/// How long a side's threads may take to become idle after its block.
-const SETTLE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The goal on medians: at most this many times the floor.
 pub const GOAL_RATIO: f64 = 1.2;
@@ -127,11 +125,9 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-/// cuhal's variants in a form: the default options first (the row with the goals), then the
-/// comparison rows.
+/// cuhal's comparison variants in a form, beside the default options (the row with the goals).
 fn variants(form: Form) -> Vec<(String, DeviceOptions)> {
     let mut variants = vec![
-        (String::new(), DeviceOptions::default()),
         (
             format!("without completion gathering (default {GATHER_US} us; for comparison)"),
             DeviceOptions {
@@ -169,9 +165,12 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
     let variants = variants(form);
     progress(&format!(
         "case 1 (submit, {label}): the floor and {} cuhal variants in turns of {TURN}, {n} chained submissions each",
-        variants.len()
+        variants.len() + 1
     ));
-    let mut sides = vec![Side::Floor(FloorSide::new(env, form, false)?)];
+    let mut sides = vec![
+        Side::Floor(FloorSide::new(env, form, false)?),
+        Side::Cuhal(CuhalSide::new(env, form, DeviceOptions::default())?),
+    ];
     for (_, options) in &variants {
         sides.push(Side::Cuhal(CuhalSide::new(env, form, options.clone())?));
     }
@@ -180,8 +179,7 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
     for (side, tally) in sides.into_iter().zip(tallies) {
         figures.push(side.finish(tally, warm + n, n)?);
     }
-    let mut figures = figures.into_iter();
-    let floor = figures.next().context("case 1: the floor's figures")?;
+    let (floor, cuhal) = (&figures[0], &figures[1]);
 
     let floor_name = match form {
         Form::SameQueue => {
@@ -209,19 +207,16 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
     let what = format!(
         "submit ({label}): queue execute, 1-dispatch graph, 1 wait + 1 signal, chained; host cost per submission"
     );
-    for ((variant, _), cuhal) in variants.iter().zip(figures) {
-        if variant.is_empty() {
-            report
-                .notes
-                .push(format!("case 1 ({label}), cuhal's queues: {}", cuhal.note));
-            push_default(report, &what, label, &cuhal, &floor);
-        } else {
-            report.notes.push(format!(
-                "case 1 ({label}), cuhal's queues, {variant}: {}",
-                cuhal.note
-            ));
-            push_variant(report, &what, label, variant, &cuhal, &floor);
-        }
+    report
+        .notes
+        .push(format!("case 1 ({label}), cuhal's queues: {}", cuhal.note));
+    push_default(report, &what, label, cuhal, floor);
+    for ((variant, _), side) in variants.iter().zip(&figures[2..]) {
+        report.notes.push(format!(
+            "case 1 ({label}), cuhal's queues, {variant}: {}",
+            side.note
+        ));
+        push_variant(report, &what, label, variant, side, floor);
     }
     Ok(())
 }
@@ -319,11 +314,9 @@ fn push_variant(
 struct Tally {
     /// Each measured submission's wall time, in nanoseconds.
     times: Vec<f64>,
-    /// Process CPU over the side's measured turns and its threads' settling after them (`None`
-    /// without the clocks).
-    cpu_ns: Option<u64>,
-    /// The submitting thread's share of `cpu_ns`.
-    submitting_ns: Option<u64>,
+    /// Process CPU over the side's measured turns and its threads' settling after them, and
+    /// the submitting thread's share of it (`None` without the clocks).
+    cpu_ns: Option<(u64, u64)>,
     /// Heap allocations, whole process, over the same stretches.
     allocations: u64,
     /// The side's own threads' CPU over the measured turns, by role (cuhal's completion and
@@ -338,8 +331,7 @@ fn race<C: Contender>(sides: &mut [C], warm: usize, n: usize) -> Result<Vec<Tall
     let mut tallies: Vec<Tally> = (0..sides.len())
         .map(|_| Tally {
             times: Vec::with_capacity(n),
-            cpu_ns: Some(0),
-            submitting_ns: Some(0),
+            cpu_ns: Some((0, 0)),
             allocations: 0,
             own_threads: None,
         })
@@ -359,18 +351,20 @@ fn race<C: Contender>(sides: &mut [C], warm: usize, n: usize) -> Result<Vec<Tall
         for k in 0..sides.len() {
             let index = (k + round) % sides.len();
             let (side, tally) = (&mut sides[index], &mut tallies[index]);
+            if !timed {
+                side.turn(start, count, None)?;
+                side.settle()?;
+                continue;
+            }
             let allocations_before = allocations();
             let process_before = process_cpu_ns();
             let thread_before = thread_cpu_ns();
-            side.turn(start, count, timed.then_some(&mut tally.times))?;
+            side.turn(start, count, Some(&mut tally.times))?;
             let process_waited = process_cpu_ns();
             let thread_waited = thread_cpu_ns();
             side.settle()?;
             let process_after = process_cpu_ns();
             let thread_after = thread_cpu_ns();
-            if !timed {
-                continue;
-            }
             tally.allocations += allocations() - allocations_before;
             // The turn's CPU, all threads; then, while it settles, all but this thread's (which
             // only watches).
@@ -381,16 +375,10 @@ fn race<C: Contender>(sides: &mut [C], warm: usize, n: usize) -> Result<Vec<Tall
                 let watching = thread_after?.checked_sub(thread_waited?)?;
                 Some((turn + settling.saturating_sub(watching), own))
             })();
-            match spent {
-                Some((cpu, own)) => {
-                    tally.cpu_ns = tally.cpu_ns.map(|c| c + cpu);
-                    tally.submitting_ns = tally.submitting_ns.map(|c| c + own);
-                }
-                None => {
-                    tally.cpu_ns = None;
-                    tally.submitting_ns = None;
-                }
-            }
+            tally.cpu_ns = tally
+                .cpu_ns
+                .zip(spent)
+                .map(|((cpu, own), (turn, turn_own))| (cpu + turn, own + turn_own));
         }
         start += count;
         round += 1;
@@ -448,7 +436,7 @@ impl Contender for Side {
     fn settle(&mut self) -> Result<()> {
         match self {
             Side::Floor(_) => Ok(()),
-            Side::Cuhal(cuhal) => cuhal.settle(),
+            Side::Cuhal(cuhal) => cuhal.hal.settle("case 1 cuhal"),
         }
     }
 
@@ -482,15 +470,15 @@ impl Side {
             }
         };
         let per = |ns: u64| ns as f64 / n.max(1) as f64;
-        let split = match (tally.cpu_ns, tally.submitting_ns, tally.own_threads) {
-            (Some(cpu), Some(own), Some((completion, issue))) => format!(
+        let split = match (tally.cpu_ns, tally.own_threads) {
+            (Some((cpu, own)), Some((completion, issue))) => format!(
                 "CPU per submission by thread: submitting {:.2} us, completion {:.2} us, issue workers {:.2} us, other threads {:.2} us",
                 per(own) / 1e3,
                 per(completion) / 1e3,
                 per(issue) / 1e3,
                 per(cpu.saturating_sub(own + completion + issue)) / 1e3
             ),
-            (Some(cpu), Some(own), None) => format!(
+            (Some((cpu, own)), None) => format!(
                 "CPU per submission by thread: submitting {:.2} us, other threads {:.2} us",
                 per(own) / 1e3,
                 per(cpu.saturating_sub(own)) / 1e3
@@ -506,7 +494,7 @@ impl Side {
             total: summarize(what, &mut tally.times)?,
             allocations: summarize(what, &mut [tally.allocations as f64 / n.max(1) as f64])?,
             cpu: match tally.cpu_ns {
-                Some(cpu) => Some(summarize(what, &mut [per(cpu)])?),
+                Some((cpu, _)) => Some(summarize(what, &mut [per(cpu)])?),
                 None => None,
             },
             note,
@@ -671,13 +659,6 @@ impl CuhalSide {
         Ok(())
     }
 
-    /// Waits, with short sleeps, until every queue has retired all it was given and its
-    /// threads are parked (a completion thread looks for more work for a while before it
-    /// parks: that spin belongs to this side, not to the next one's turn).
-    fn settle(&mut self) -> Result<()> {
-        self.hal.settle("case 1 cuhal", SETTLE_LIMIT)
-    }
-
     /// The queues' counters, as a note.
     fn stats(&self) -> String {
         (0..self.form.queues())
@@ -716,11 +697,9 @@ struct PartFigures {
 }
 
 fn floor_parts(env: &Env<'_>, warm: usize, n: usize) -> Result<PartFigures> {
-    let mut sides = [Side::Floor(FloorSide::new(env, Form::AcrossQueues, true)?)];
-    race(&mut sides, warm, n)?;
-    let [Side::Floor(mut floor)] = sides else {
-        bail!("case 1: the parts' pass lost its floor");
-    };
+    let mut floor = FloorSide::new(env, Form::AcrossQueues, true)?;
+    floor.turn(0, warm, None)?;
+    floor.turn(warm, n, Some(&mut Vec::with_capacity(n)))?;
     floor.counter.expect_more((warm + n) as u64);
     floor.counter.check("case 1 floor, by call")?;
     let mut parts = floor.parts.take().context("case 1: the floor's parts")?;
@@ -735,7 +714,8 @@ fn floor_parts(env: &Env<'_>, warm: usize, n: usize) -> Result<PartFigures> {
 mod tests {
     use super::*;
 
-    /// Spins until the calling thread has used `ns` more nanoseconds of CPU.
+    /// Spins until the calling thread has used `ns` more nanoseconds of CPU, on its own clock
+    /// (the one `race` reads).
     fn spin_cpu(ns: u64) {
         let start = thread_cpu_ns().expect("the CPU-time clocks work on Linux");
         while thread_cpu_ns().unwrap() - start < ns {
@@ -814,8 +794,7 @@ mod tests {
         let timed_turns = sides[0].turns.iter().filter(|t| t.2).count() as u64;
         for (id, tally) in tallies.iter().enumerate() {
             assert_eq!(tally.times.len(), n);
-            let cpu = tally.cpu_ns.unwrap();
-            let own = tally.submitting_ns.unwrap();
+            let (cpu, own) = tally.cpu_ns.unwrap();
             assert!(
                 own >= timed_turns * 200_000,
                 "side {id}: {own} ns submitting"

@@ -29,9 +29,20 @@ pub enum WaitPoint<E> {
 /// A ring: timepoints are recorded at the back (values grow) and released from the front, under
 /// the semaphore's lock, which submitters need too. A list that shifted what remains on every
 /// release moved up to a whole window of in-flight timepoints each time.
+///
+/// The first record makes room for [`INITIAL_TIMEPOINTS`] at once; a semaphore that only the host
+/// signals never allocates any.
 pub(crate) struct Timepoints<E> {
     list: VecDeque<(u64, E)>,
 }
+
+/// The room a ring makes at its first record. A value is reached only when the host retires the
+/// work that signals it, and a lazy completion side retires in batches (64 actions by default,
+/// plus the batch it defers), so a busy queue's signal semaphore holds a few batches of
+/// timepoints whose work the device has long finished. A ring that started small doubled at each
+/// new high-water mark of that pile: one allocation every few thousand submissions of a queue
+/// that never goes deeper than its batches.
+pub(crate) const INITIAL_TIMEPOINTS: usize = 256;
 
 impl<E: DeviceEvent> Timepoints<E> {
     pub(crate) fn new() -> Self {
@@ -41,6 +52,9 @@ impl<E: DeviceEvent> Timepoints<E> {
     }
 
     pub(crate) fn insert(&mut self, value: u64, event: E) {
+        if self.list.capacity() == 0 {
+            self.list.reserve(INITIAL_TIMEPOINTS);
+        }
         // Values are almost always recorded in increasing order: append without a search.
         if self.list.back().is_none_or(|(v, _)| *v <= value) {
             self.list.push_back((value, event));
@@ -99,6 +113,11 @@ impl<E: DeviceEvent> Timepoints<E> {
 
     pub(crate) fn len(&self) -> usize {
         self.list.len()
+    }
+
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.list.capacity()
     }
 }
 
@@ -167,6 +186,34 @@ mod tests {
                 prop_assert_eq!(timepoints.len(), model.len());
                 prop_assert_eq!(timepoints.max_value(), model.last().copied());
             }
+        }
+    }
+
+    /// A ring allocates nothing until its first record, then room for `INITIAL_TIMEPOINTS` at
+    /// once: records and releases that never hold more than that never reallocate it.
+    #[test]
+    fn the_first_record_makes_room_for_a_busy_queue() {
+        let mut timepoints = Timepoints::<FlagEvent>::new();
+        assert_eq!(timepoints.capacity(), 0);
+        let mut value = 0;
+        let mut out = Vec::new();
+        let mut first = 0;
+        for round in 0..10 {
+            // Pile up a different depth each round, as lazy retirement does, then retire it.
+            let depth = super::INITIAL_TIMEPOINTS - round * 7;
+            for _ in 0..depth {
+                value += 1;
+                timepoints.insert(value, FlagEvent::new());
+                assert!(timepoints.capacity() >= super::INITIAL_TIMEPOINTS);
+            }
+            let capacity = timepoints.capacity();
+            assert!(capacity >= super::INITIAL_TIMEPOINTS);
+            if round > 0 {
+                assert_eq!(capacity, first, "round {round} reallocated the ring");
+            }
+            timepoints.release_through_into(value - 3, &mut out);
+            out.clear();
+            first = capacity;
         }
     }
 }

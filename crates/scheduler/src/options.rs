@@ -30,11 +30,11 @@ impl QueueOptions {
     pub const DEFAULT_COMPLETION_GATHER: Duration = Duration::ZERO;
     /// A gather for devices whose completion queries contend with the issue (a CUDA event query
     /// takes the driver's lock): a fast submitter (a chained 1-dispatch submission every 1-3 us
-    /// on an H200) fills a batch of 64 first, which ends the gather; a slow one is retired at
-    /// least every 200 us.
-    pub const SUGGESTED_COMPLETION_GATHER: Duration = Duration::from_micros(200);
+    /// on an H200) fills a batch of 128 first, which ends the gather; a slow one is retired at
+    /// least every 400 us.
+    pub const SUGGESTED_COMPLETION_GATHER: Duration = Duration::from_micros(400);
     /// Default [`gather_batch`](Self::with_gather_batch).
-    pub const DEFAULT_GATHER_BATCH: usize = 64;
+    pub const DEFAULT_GATHER_BATCH: usize = 128;
     /// Default [`capacity`](Self::with_capacity).
     pub const DEFAULT_CAPACITY: usize = 256;
     /// Default [`max_in_flight`](Self::with_max_in_flight).

@@ -32,8 +32,8 @@
 //! threads' settling after them); the floor's count checks the instrument (it must be 0). Both
 //! forms also run cuhal without completion gathering (`completion_gather` zero: the completion
 //! thread retires whatever has finished as soon as it sees it, instead of letting a batch gather
-//! after one nobody waited for), and with gather batches of 128 and a 400 us gather instead of 64
-//! and 200 us, and the same-queue form with `eager_completion` (the completion thread polls every
+//! after one nobody waited for), and with gather batches of 256 and an 800 us gather instead of 128
+//! and 400 us, and the same-queue form with `eager_completion` (the completion thread polls every
 //! batch whether or not anybody waits), all reported for comparison.
 
 use std::time::Duration;
@@ -64,9 +64,9 @@ const TURN: usize = 8 * BATCH;
 const RING: usize = 64;
 
 /// The gather batch of the comparison rows with larger batches.
-const BIG_BATCH: usize = 128;
+const BIG_BATCH: usize = 256;
 /// The gather of the comparison rows with larger batches.
-const BIG_GATHER: Duration = Duration::from_micros(400);
+const BIG_GATHER: Duration = Duration::from_micros(800);
 
 /// The device queues' default gather, in microseconds (for the labels of the rows without it).
 const GATHER_US: u128 = DeviceOptions::DEFAULT_COMPLETION_GATHER.as_micros();

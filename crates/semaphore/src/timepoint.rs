@@ -37,11 +37,12 @@ pub(crate) struct Timepoints<E> {
 }
 
 /// The room a ring makes at its first record. A value is reached only when the host retires the
-/// work that signals it, and a lazy completion side retires in batches (64 actions by default,
-/// plus the batch it defers), so a busy queue's signal semaphore holds a few batches of
-/// timepoints whose work the device has long finished. A ring that started small doubled at each
-/// new high-water mark of that pile: one allocation every few thousand submissions of a queue
-/// that never goes deeper than its batches.
+/// work that signals it, and a lazy completion side retires in batches (128 actions on a CUDA
+/// device queue by default, and the batch it defers), so a busy queue's signal semaphore holds
+/// up to a couple of batches of timepoints whose work the device has long finished. A ring that
+/// started small doubled at each new high-water mark of that pile: one allocation every few
+/// thousand submissions of a queue that never goes deeper than its batches. A deeper pile still
+/// doubles the ring, which then keeps its room.
 pub(crate) const INITIAL_TIMEPOINTS: usize = 256;
 
 impl<E: DeviceEvent> Timepoints<E> {
@@ -197,7 +198,7 @@ mod tests {
         assert_eq!(timepoints.capacity(), 0);
         let mut value = 0;
         let mut out = Vec::new();
-        let mut first = 0;
+        let mut previous = 0;
         for round in 0..10 {
             // Pile up a different depth each round, as lazy retirement does, then retire it.
             let depth = super::INITIAL_TIMEPOINTS - round * 7;
@@ -209,11 +210,11 @@ mod tests {
             let capacity = timepoints.capacity();
             assert!(capacity >= super::INITIAL_TIMEPOINTS);
             if round > 0 {
-                assert_eq!(capacity, first, "round {round} reallocated the ring");
+                assert_eq!(capacity, previous, "round {round} reallocated the ring");
             }
             timepoints.release_through_into(value - 3, &mut out);
             out.clear();
-            first = capacity;
+            previous = capacity;
         }
     }
 }

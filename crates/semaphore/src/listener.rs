@@ -2,7 +2,7 @@
 //! or failed, without polling and without being called under the semaphore's lock.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use slab::Slab;
@@ -41,28 +41,36 @@ pub(crate) const FIRED_SLOT: usize = usize::MAX;
 /// A listener that is due: called once the lock is released.
 pub(crate) type Due = (Arc<dyn Listener>, u64);
 
-/// A live listener; its value is in its heap entry.
+/// A live listener; its value is in its entry in the order.
 struct Entry {
     seq: u64,
     listener: Arc<dyn Listener>,
     key: u64,
 }
 
-/// A listener's place in the order of values: `(value, seq, slot)`, smallest first.
-type Order = Reverse<(u64, u64, usize)>;
+/// A listener's place in the order of values: `(value, seq, slot)`, smallest first; `seq` grows
+/// with registration, so listeners of equal values fire in the order they were registered.
+type Place = (u64, u64, usize);
 
-/// The listeners of one semaphore, kept under its lock. The slab's and the heap's storage is
+/// The listeners of one semaphore, kept under its lock. The slab's and the order's storage is
 /// reused, so registering and firing allocate nothing in steady state.
 ///
-/// A min-heap on the values says which are due, so an advance or a device signal costs a look at
-/// the smallest value plus a pop per listener it fires, whatever the number listening: a chain of
+/// The order of values says which are due, so an advance or a device signal costs a look at the
+/// smallest value plus a removal per listener it fires, whatever the number listening: a chain of
 /// submissions all pending on one semaphore (each listening for the value the one before it
-/// signals) would otherwise scan every listener at every step. A cancel leaves its heap entry
-/// behind, skipped when it comes up (its slot no longer holds that `seq`); the heap is swept
-/// when such entries outnumber the live ones ([`Listeners::sweep`]).
+/// signals) would otherwise scan every listener at every step. Listeners mostly come in the
+/// order of their values (a chain registers each step after the one before), so those go to the
+/// back of a sorted ring, and fire from its front, at a constant cost; one that comes with a
+/// smaller value than the ring's last goes to a min-heap beside it, and the smaller of the two
+/// fronts fires first. A cancel leaves its place behind, skipped when it comes up (its slot no
+/// longer holds that `seq`); both are swept when such places outnumber the live listeners
+/// ([`Listeners::sweep`]).
 pub(crate) struct Listeners {
     entries: Slab<Entry>,
-    order: BinaryHeap<Order>,
+    /// Places registered in order of value, sorted.
+    in_order: VecDeque<Place>,
+    /// Places registered below the ring's last value.
+    out_of_order: BinaryHeap<Reverse<Place>>,
     next_seq: u64,
 }
 
@@ -75,7 +83,8 @@ impl Listeners {
             // Room for a few from the start: the first wait or listener on a semaphore must
             // not be the one that allocates in a steady state.
             entries: Slab::with_capacity(4),
-            order: BinaryHeap::with_capacity(4),
+            in_order: VecDeque::with_capacity(4),
+            out_of_order: BinaryHeap::with_capacity(4),
             next_seq: 0,
         }
     }
@@ -93,8 +102,38 @@ impl Listeners {
             listener: Arc::clone(listener),
             key,
         });
-        self.order.push(Reverse((value, seq, slot)));
+        let place = (value, seq, slot);
+        if self
+            .in_order
+            .back()
+            .is_none_or(|&(last, _, _)| last <= value)
+        {
+            self.in_order.push_back(place);
+        } else {
+            self.out_of_order.push(Reverse(place));
+        }
         (slot, seq)
+    }
+
+    /// The smallest place of either list (live or not).
+    #[inline(always)]
+    fn first(&self) -> Option<Place> {
+        match (self.in_order.front(), self.out_of_order.peek()) {
+            (front, None) => front.copied(),
+            (Some(&a), Some(&Reverse(b))) => Some(a.min(b)),
+            (None, Some(&Reverse(b))) => Some(b),
+        }
+    }
+
+    /// Removes the smallest place, which [`first`](Self::first) returned.
+    #[inline(always)]
+    fn remove_first(&mut self, place: Place) {
+        // Places are unique (their `seq` is), so the ring's front is the one or the heap's is.
+        if self.in_order.front().is_some_and(|&front| front == place) {
+            self.in_order.pop_front();
+        } else {
+            self.out_of_order.pop();
+        }
     }
 
     pub(crate) fn cancel(&mut self, slot: usize, seq: u64) -> Option<Arc<dyn Listener>> {
@@ -111,9 +150,7 @@ impl Listeners {
     /// Whether a listener may be due at `threshold`: never false when [`Listeners::take_due`]
     /// would take one (a cancelled listener can make it true when none would be taken).
     pub(crate) fn any_due(&self, threshold: u64) -> bool {
-        self.order
-            .peek()
-            .is_some_and(|Reverse((value, _, _))| *value <= threshold)
+        self.first().is_some_and(|(value, _, _)| value <= threshold)
     }
 
     /// Moves every listener waiting for a value `<= threshold` into `due`, smallest value first
@@ -123,11 +160,11 @@ impl Listeners {
         threshold: u64,
         due: &mut SmallVec<[Due; N]>,
     ) {
-        while let Some(&Reverse((value, seq, slot))) = self.order.peek() {
+        while let Some(place @ (value, seq, slot)) = self.first() {
             if value > threshold {
                 break;
             }
-            self.order.pop();
+            self.remove_first(place);
             if live(&self.entries, slot, seq) {
                 let entry = self.entries.remove(slot);
                 due.push((entry.listener, entry.key));
@@ -136,14 +173,21 @@ impl Listeners {
         self.sweep();
     }
 
-    /// Drops the heap's entries of cancelled listeners once they outnumber the live ones (by
-    /// `STALE_SLACK`), in place: the heap keeps its capacity.
+    /// Drops the places of cancelled listeners once they outnumber the live ones (by
+    /// `STALE_SLACK`), in place: both lists keep their capacity (and the ring its order).
     fn sweep(&mut self) {
-        if self.order.len() > 2 * self.entries.len() + STALE_SLACK {
+        if self.places() > 2 * self.entries.len() + STALE_SLACK {
             let entries = &self.entries;
-            self.order
-                .retain(|Reverse((_, seq, slot))| live(entries, *slot, *seq));
+            self.in_order
+                .retain(|&(_, seq, slot)| live(entries, slot, seq));
+            self.out_of_order
+                .retain(|&Reverse((_, seq, slot))| live(entries, slot, seq));
         }
+    }
+
+    /// Places held, live or not.
+    fn places(&self) -> usize {
+        self.in_order.len() + self.out_of_order.len()
     }
 
     /// Moves every listener into `due` (the semaphore failed).
@@ -153,7 +197,8 @@ impl Listeners {
                 .drain()
                 .map(|entry| (entry.listener, entry.key)),
         );
-        self.order.clear();
+        self.in_order.clear();
+        self.out_of_order.clear();
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -198,6 +243,36 @@ mod tests {
             2 => (0u64..30).prop_map(Op::TakeDue),
             1 => Just(Op::TakeAll),
         ]
+    }
+
+    /// A chain's listeners (values in the order they register) never touch the heap: they go
+    /// to the back of the ring and fire from its front. One registered below the ring's last
+    /// value goes to the heap and still fires in order with the ring's.
+    #[test]
+    fn listeners_in_value_order_stay_in_the_ring() {
+        let listener: Arc<dyn Listener> = Arc::new(Nop);
+        let mut listeners = Listeners::new();
+        for step in 0..100u64 {
+            listeners.insert(step + 1, &listener, step);
+        }
+        assert_eq!(
+            (listeners.in_order.len(), listeners.out_of_order.len()),
+            (100, 0)
+        );
+        let mut due: SmallVec<[Due; 4]> = SmallVec::new();
+        for step in 0..50u64 {
+            listeners.take_due(step + 1, &mut due);
+            assert_eq!(due.iter().map(|(_, key)| *key).collect::<Vec<_>>(), [step]);
+            due.clear();
+        }
+        // Below the ring's last value (100): into the heap, due before the ring's 52.
+        listeners.insert(51, &listener, 1000);
+        assert_eq!(listeners.out_of_order.len(), 1);
+        listeners.take_due(52, &mut due);
+        assert_eq!(
+            due.iter().map(|(_, key)| *key).collect::<Vec<_>>(),
+            [50, 1000, 51]
+        );
     }
 
     proptest! {
@@ -252,7 +327,7 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(listeners.len(), model.len());
-                prop_assert!(listeners.order.len() <= 2 * model.len() + STALE_SLACK + 1);
+                prop_assert!(listeners.places() <= 2 * model.len() + STALE_SLACK + 1);
             }
         }
     }

@@ -12,7 +12,7 @@ mod fake_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cuhal::{CommandBuffer, Device, FillPattern};
+use cuhal::{CommandBuffer, Device, DeviceOptions, FillPattern};
 use fake_support::*;
 
 #[global_allocator]
@@ -121,5 +121,58 @@ fn a_creeping_high_water_mark_allocates_nothing() {
     assert_eq!(
         allocations, 0,
         "allocations while the in-flight high-water mark crept from 130 to 250"
+    );
+}
+
+/// A queue makes room up front for every action it may have in flight: a fresh queue that
+/// suddenly holds nearly `max_in_flight` actions (a completion side far behind, as a busy host
+/// can leave it while the submitter runs on) allocates nothing for them. The semaphore's
+/// timepoint ring is grown first, on the other queue, so only the fresh queue's own storage is
+/// counted.
+#[test]
+fn a_fresh_queue_holds_a_full_window_without_allocating() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (fake, _driver, device) = open("alloc-window", queues(2));
+    let window = DeviceOptions::default().max_in_flight as u64 - 24;
+    let semaphore = device.create_semaphore(0);
+    let other = command_buffer(&device, 1);
+    rounds_in_flight(
+        &fake,
+        device.queue(1),
+        &semaphore,
+        &GLOBAL,
+        [window],
+        1,
+        |_, value| {
+            device
+                .queue(1)
+                .execute(
+                    &[(&semaphore, value)],
+                    &[(&semaphore, value + 1)],
+                    &[&other],
+                )
+                .unwrap();
+        },
+    );
+    let cb = command_buffer(&device, 0);
+    // A few first (its stream's executable, its event stash), then the window, counted.
+    let allocations = rounds_in_flight(
+        &fake,
+        device.queue(0),
+        &semaphore,
+        &GLOBAL,
+        [4, window],
+        1,
+        |_, value| {
+            let value = window + value;
+            device
+                .queue(0)
+                .execute(&[(&semaphore, value)], &[(&semaphore, value + 1)], &[&cb])
+                .unwrap();
+        },
+    );
+    assert_eq!(
+        allocations, 0,
+        "allocations while a fresh queue held {window} actions in flight"
     );
 }

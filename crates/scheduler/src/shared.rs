@@ -50,8 +50,13 @@ pub(crate) struct State<B: Backend> {
     keys: Vec<u64>,
     /// Empty body slots for the next submissions (see [`Boxed`]).
     spare: Vec<Spare<B>>,
-    /// Body slots made, ever: every one is spare, returned, or holds a live action.
+    /// Body slots in rotation: every one is spare, returned, or holds a live action.
     boxes: usize,
+    /// Body slots made when the queue started (its `capacity`) and not in rotation yet: a
+    /// rotation that must grow takes these before it allocates. Kept apart so that the slots
+    /// in rotation (which the submitter walks through, the spares first, then those given back)
+    /// stay as few as the queue's in-flight high-water mark, not all that were made.
+    reserve: Vec<Spare<B>>,
     /// The backend's state for this queue's issues.
     local: B::IssueLocal,
     /// The device signal this queue recorded last, on an event the backend [orders] its later
@@ -252,8 +257,9 @@ impl<B: Backend> Shared<B> {
                     issued_by_worker: 0,
                     issued_on_signal: 0,
                     keys: Vec::with_capacity(capacity),
-                    spare: (0..capacity).map(|_| Spare::new()).collect(),
-                    boxes: capacity,
+                    spare: Vec::with_capacity(capacity),
+                    boxes: 0,
+                    reserve: (0..capacity).map(|_| Spare::new()).collect(),
                     local,
                     last_signal: None,
                 })),
@@ -685,9 +691,11 @@ impl<B: Backend> Shared<B> {
     }
 
     /// A recycled slot (one of the issue side's spares, else, taking every slot the completion
-    /// side gave back since, a returned one, else a new one) filled with an action's parts (see
-    /// [`Spare::fill`]). Slots are made as many at once as exist already, so a queue whose
-    /// in-flight count grows allocates a logarithmic number of times, as a growing vector would.
+    /// side gave back since, a returned one, else one more put in rotation) filled with an
+    /// action's parts (see [`Spare::fill`]). The rotation grows by as many slots as it holds
+    /// already, taken from the reserve made at start, else made new: a queue whose in-flight
+    /// count grows past its capacity allocates a logarithmic number of times, as a growing
+    /// vector would.
     #[inline]
     pub(crate) fn boxed(
         &self,
@@ -703,9 +711,14 @@ impl<B: Backend> Shared<B> {
             if state.spare.is_empty() {
                 let more = state.boxes.max(MIN_NEW_BOXES);
                 state.boxes += more;
+                // Every slot in rotation may be in either list at once: room for all of them
+                // (within the capacity made at start, this allocates nothing).
                 state.spare.reserve(state.boxes);
                 returned.reserve(state.boxes);
-                state.spare.extend((0..more).map(|_| Spare::new()));
+                let kept = state.reserve.len().saturating_sub(more);
+                let made = more - (state.reserve.len() - kept);
+                state.spare.extend(state.reserve.drain(kept..));
+                state.spare.extend((0..made).map(|_| Spare::new()));
             }
         }
         // Refilled above when it was empty.

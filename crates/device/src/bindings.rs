@@ -10,18 +10,19 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cuhal_command::BufferRange;
+use cuhal_scheduler::QueueOptions;
 use smallvec::SmallVec;
 
 /// Vectors a queue keeps for reuse: as many as submissions with tables were ever in flight at
 /// once, up to this; past it they are freed when they complete.
 const POOLED_TABLES: usize = 1024;
 
-/// The fewest vectors made at once when the pool has none to give: a gather batch. A queue
-/// retires lazily, so in steady state up to a gather batch of submissions that nobody waited
-/// for hold their tables at once, even when each was waited for on the host (bench case 11's
-/// pool grew from 4 to 8 and from 8 to 16 inside its measured window); a pool that starts at a
-/// gather batch is past that at its first growth.
-const MIN_NEW_TABLES: usize = 64;
+/// The fewest vectors made at once when the pool has none to give: a gather batch (the device
+/// queues' default). A queue retires lazily, so in steady state up to a gather batch of
+/// submissions that nobody waited for hold their tables at once, even when each was waited for
+/// on the host (bench case 11's pool grew from 4 to 8 and from 8 to 16 inside its measured
+/// window); a pool that starts at a gather batch is past that at its first growth.
+const MIN_NEW_TABLES: usize = QueueOptions::DEFAULT_GATHER_BATCH;
 
 /// Spare table storage of one queue.
 #[derive(Default)]

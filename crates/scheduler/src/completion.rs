@@ -89,8 +89,8 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
 
 /// After a batch nobody waited for: sleeps for the queue's `completion_gather` (or until woken by
 /// a submitter that needs room, by work only this thread can complete, or by the push that makes
-/// queue's `gather_batch` actions wait), so that the next batch holds the actions of many submissions
-/// instead of one or two. Skipped when enough actions already wait, or once the worker is done
+/// the queue's `gather_batch` actions wait), so that the next batch holds the actions of many
+/// submissions instead of one or two. Skipped when enough actions already wait, or once the worker is done
 /// (shutdown drains at once).
 fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     let gather = shared.options.completion_gather;

@@ -715,10 +715,12 @@ impl<B: Backend> Shared<B> {
                 // (within the capacity made at start, this allocates nothing).
                 state.spare.reserve(state.boxes);
                 returned.reserve(state.boxes);
-                let kept = state.reserve.len().saturating_sub(more);
-                let made = more - (state.reserve.len() - kept);
-                state.spare.extend(state.reserve.drain(kept..));
-                state.spare.extend((0..made).map(|_| Spare::new()));
+                let from_reserve = more.min(state.reserve.len());
+                let at = state.reserve.len() - from_reserve;
+                state.spare.extend(state.reserve.drain(at..));
+                state
+                    .spare
+                    .extend((from_reserve..more).map(|_| Spare::new()));
             }
         }
         // Refilled above when it was empty.

@@ -28,7 +28,7 @@ use cuhal_sys::cu;
 
 use super::{Env, in_turns, progress, summarize};
 use crate::gpu::StepCounter;
-use crate::gpu::raw::{GraphExec, KernelNode, SyncMode};
+use crate::gpu::raw::{GraphExec, SyncMode};
 use crate::hal::{Hal, wait};
 use crate::report::{Comparison, Goal, Report};
 use cuhal_sys::{Event, Stream};
@@ -126,17 +126,7 @@ impl FloorChains {
             .map(|_| Event::new(&gpu.ctx, SyncMode::Spin.flags()))
             .collect::<Result<Vec<_>, _>>()?;
         let counter = StepCounter::new(gpu)?;
-        let execs = (0..2u32)
-            .map(|q| {
-                GraphExec::chain(
-                    &gpu.ctx,
-                    &mut [KernelNode {
-                        function: gpu.kernels.step,
-                        args: counter.args(q, 2),
-                    }],
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let execs = counter.graphs(gpu, 2, 2)?;
         Ok(Self {
             api: gpu.ctx.api().clone(),
             clock: env.clock,

@@ -47,7 +47,7 @@ use super::{Env, progress, summarize};
 use crate::alloc_count::allocations;
 use crate::cpu_time::{ThreadCpu, cpu_by_role, process_cpu_ns, thread_cpu_ns, threads_cpu_ns};
 use crate::gpu::StepCounter;
-use crate::gpu::raw::{GraphExec, KernelNode, SyncMode};
+use crate::gpu::raw::{GraphExec, SyncMode};
 use crate::hal::{Hal, wait};
 use crate::report::{Center, Comparison, Goal, Report, Unit};
 use crate::stats::Summary;
@@ -526,17 +526,7 @@ impl FloorSide {
             .map(|_| Event::new(&gpu.ctx, SyncMode::Spin.flags()))
             .collect::<Result<Vec<_>, _>>()?;
         let counter = StepCounter::new(gpu)?;
-        let execs = (0..form.queues())
-            .map(|q| {
-                GraphExec::chain(
-                    &gpu.ctx,
-                    &mut [KernelNode {
-                        function: gpu.kernels.step,
-                        args: counter.args(q as u32, form.period()),
-                    }],
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let execs = counter.graphs(gpu, form.queues() as u32, form.period())?;
         Ok(Self {
             api: gpu.ctx.api().clone(),
             clock: env.clock,

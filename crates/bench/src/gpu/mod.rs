@@ -201,6 +201,22 @@ impl StepCounter {
         }
     }
 
+    /// One one-node `step` graph per stream `0..streams`, launch `q` of a chain of `period` on
+    /// stream `q`: the raw floors' graphs beside a cuhal queue per stream.
+    pub fn graphs(&self, gpu: &Gpu, streams: u32, period: u32) -> Result<Vec<raw::GraphExec>> {
+        (0..streams)
+            .map(|q| {
+                raw::GraphExec::chain(
+                    &gpu.ctx,
+                    &mut [raw::KernelNode {
+                        function: gpu.kernels.step,
+                        args: self.args(q, period),
+                    }],
+                )
+            })
+            .collect()
+    }
+
     /// A binding table for a command buffer whose `step` dispatches name their counter and
     /// error words as slots 0 and 1.
     pub fn table(&self) -> [cuhal::BufferRange; 2] {

@@ -295,7 +295,7 @@ fn cuhal_buffer_and_timepoint_out_to_foreign(mode: CommandBufferMode) {
     let exported = device
         .export_timepoint(&s, 1, TIMEOUT)
         .unwrap_or_else(|e| panic!("export: {e}"));
-    let lent = ExportedBuffer::new(&z);
+    let lent = ExportedBuffer::new(&z).unwrap();
     foreign.wait(exported.raw());
     foreign.add(w.ptr(), lent.device_ptr(), 7, WORDS as u32);
     // The foreign side has enqueued its wait: the event may go back to cuhal.

@@ -133,7 +133,7 @@ pub fn run(driver: &Driver, require_library: bool) -> Result {
         FillPattern::U32(0xcafe),
     )?;
     let exported = device.export_timepoint(&timeline, 3, Duration::from_secs(10))?;
-    let lent = ExportedBuffer::new(&filled);
+    let lent = ExportedBuffer::new(&filled)?;
     let mut copy_of = 0;
     // SAFETY: valid out-pointer; then a stream-ordered copy between two live allocations,
     // behind a device-side wait on the exported event (kept until the wait is enqueued).

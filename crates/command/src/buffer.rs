@@ -23,6 +23,17 @@ pub struct Buffer {
     len: usize,
     /// `None`: the buffer owns its `cuMemAlloc`. `Some`: the owner of the memory.
     keeper: Option<Arc<dyn Any + Send + Sync>>,
+    /// For memory its owner may free while the buffer lives: what a host copy asks first.
+    host_access: Option<Arc<dyn HostAccess>>,
+}
+
+/// The owner of memory that it may free while buffers over it still exist (a stream-ordered
+/// allocation that `dealloca` released): [`Buffer::write`] and [`Buffer::read`] ask it before
+/// they touch the memory, and hold what it returns until the copy is done.
+pub trait HostAccess: Send + Sync {
+    /// Something that keeps the memory allocated until it drops, or `None` once the owner
+    /// released the memory (the copy is then refused with [`Error::MemoryReleased`]).
+    fn begin_host_access(&self) -> Option<Box<dyn Send>>;
 }
 
 impl Buffer {
@@ -41,6 +52,7 @@ impl Buffer {
             ptr,
             len,
             keeper: None,
+            host_access: None,
         }))
     }
 
@@ -62,7 +74,44 @@ impl Buffer {
             ptr,
             len,
             keeper: Some(keeper),
+            host_access: None,
         })
+    }
+
+    /// [`Buffer::from_raw`] over memory that its owner may free while the buffer lives (a
+    /// stream-ordered allocation): every host copy through the buffer first asks `access`,
+    /// and is refused once the owner released the memory.
+    ///
+    /// # Safety
+    /// As for [`Buffer::from_raw`], except that the memory may be freed while `keeper` lives,
+    /// provided it is not while a guard from `access` lives, and that `access` returns none
+    /// once it may be.
+    pub unsafe fn from_raw_releasable(
+        context: &Arc<PrimaryContext>,
+        ptr: CUdeviceptr,
+        len: usize,
+        keeper: Arc<dyn Any + Send + Sync>,
+        access: Arc<dyn HostAccess>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            context: Arc::clone(context),
+            ptr,
+            len,
+            keeper: Some(keeper),
+            host_access: Some(access),
+        })
+    }
+
+    /// What keeps the memory allocated for a host copy: nothing for memory that lives as long
+    /// as the buffer, a guard from the owner otherwise (`MemoryReleased` once it released it).
+    fn host_access(&self) -> Result<Option<Box<dyn Send>>, Error> {
+        match &self.host_access {
+            None => Ok(None),
+            Some(access) => access
+                .begin_host_access()
+                .map(Some)
+                .ok_or(Error::MemoryReleased),
+        }
     }
 
     /// The owner of the memory, for buffers made by [`Buffer::from_raw`].
@@ -104,12 +153,14 @@ impl Buffer {
     /// (`cuMemcpyHtoD`, then a wait on the legacy stream, since a copy from pageable memory may
     /// return while its DMA is still under way).
     ///
-    /// Not ordered with work on non-blocking streams: synchronize them first.
+    /// Not ordered with work on non-blocking streams: synchronize them first. Refused with
+    /// [`Error::MemoryReleased`] once the memory's owner released it (a `dealloca`).
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
         check_range(offset, data.len(), self.len)?;
         if data.is_empty() {
             return Ok(());
         }
+        let _access = self.host_access()?;
         let _bound = self.context.enter()?;
         let api = self.context.api();
         // SAFETY: the destination range was checked against the allocation; `data` is a live
@@ -127,12 +178,14 @@ impl Buffer {
 
     /// Copies bytes at `offset` into `out` (`cuMemcpyDtoH`, synchronous for the host).
     ///
-    /// Not ordered with work on non-blocking streams: synchronize them first.
+    /// Not ordered with work on non-blocking streams: synchronize them first. Refused with
+    /// [`Error::MemoryReleased`] once the memory's owner released it (a `dealloca`).
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
         check_range(offset, out.len(), self.len)?;
         if out.is_empty() {
             return Ok(());
         }
+        let _access = self.host_access()?;
         let _bound = self.context.enter()?;
         let api = self.context.api();
         // SAFETY: the source range was checked against the allocation; `out` is a live,

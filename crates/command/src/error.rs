@@ -37,6 +37,9 @@ pub enum Error {
     /// A host buffer is used by queued device work (a queue read writes into it until the read
     /// completes): reading it now would race with the device's writes. Wait for the work first.
     HostBufferBusy,
+    /// A host copy through a buffer whose memory its owner released (a stream-ordered
+    /// allocation after its `dealloca`): the memory may already serve another allocation.
+    MemoryReleased,
     /// An offset, address or length is not a multiple of the alignment the operation needs.
     Misaligned {
         /// What is misaligned (`"fill offset"`, `"fill length"`, ...).
@@ -303,6 +306,11 @@ impl fmt::Display for Error {
                 "range [{offset}, {offset}+{length}) is out of bounds of a {capacity}-byte buffer"
             ),
             Error::ZeroSize { what } => write!(f, "{what} of zero bytes"),
+            Error::MemoryReleased => write!(
+                f,
+                "the buffer's memory was released by its owner (a dealloca): the handle may no \
+                 longer reach it"
+            ),
             Error::HostBufferBusy => write!(
                 f,
                 "the host buffer is used by queued device work: wait for that work (the signal \

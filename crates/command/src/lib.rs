@@ -125,7 +125,7 @@ pub use stream_ops::fill as enqueue_fill;
 mod trace_hook;
 
 pub use binding::{ArgBinding, BindingError, BindingLayout};
-pub use buffer::{Buffer, HostBuffer, HostBufferUse, WorkDone};
+pub use buffer::{Buffer, HostAccess, HostBuffer, HostBufferUse, WorkDone};
 pub use deferred::{DeferredCommandBuffer, DeferredExec};
 pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};

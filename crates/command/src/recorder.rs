@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cuhal_sys::{CUcontext, CUevent, CUgraphNode, PrimaryContext};
 
-use crate::binding::{BindingLayout, Operand};
+use crate::binding::{BindingError, BindingLayout, Operand};
 use crate::executable::{validate_arguments, validate_dispatch};
 use crate::indirect::{INDIRECT_COUNT_BYTES, Indirect, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes, check_attributes};
@@ -191,7 +191,9 @@ pub trait CommandRecorder {
     /// own `grid` is not used. A count with a zero axis runs nothing; a count over the device's
     /// grid limits (or not a multiple of the cluster) runs nothing and fails the submission
     /// with [`Error::IndirectCountOutOfRange`]. Clusters and priority are allowed; cooperative and
-    /// programmatic launches are not (their checks need the grid at recording).
+    /// programmatic launches are not (their checks need the grid at recording). Neither `counts`
+    /// nor the kernel's arguments may name binding slots (`BindingError::SlotRangeNotBound`):
+    /// the launch is set up from raw addresses when it is recorded.
     fn dispatch_indirect(
         &mut self,
         dispatch: &Dispatch<'_>,
@@ -218,6 +220,11 @@ pub trait CommandRecorder {
     ///
     /// Like every command, the work runs after the last barrier's commands and before the next
     /// barrier's. FINE tracing does not time it on its own (its enclosing debug group does).
+    ///
+    /// A closure called at a replay or a re-capture runs while the submitting queue issues, under
+    /// that queue's issue lock: it must only enqueue work on the stream it is handed, never call
+    /// back into a cuhal queue, semaphore or device (a call that needs that queue's lock, even
+    /// `Queue::stats`, would wait for ever).
     ///
     /// Slot ranges ([`BufferRange::slot`]) are accepted by graph and deferred command buffers
     /// with a binding capacity. A deferred replay hands the closure that submission's
@@ -814,6 +821,10 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
     fn copy_peer(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
         self.recording("copy")?;
         source.check_copy_to(target)?;
+        // A slot range at either end must name one of the command buffer's slots, whichever
+        // end the context check below looks at.
+        self.layout.check_range(source)?;
+        self.layout.check_range(target)?;
         // One end must be this command buffer's (checked first: a deferred command buffer
         // adopts its context); unified addressing routes the copy to or from the other.
         if target.buffer().is_none() || self.check_range(target).is_err() {
@@ -877,6 +888,16 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         counts: &BufferRange,
     ) -> Result<(), Error> {
         self.recording("indirect dispatch")?;
+        // The helper that reads the counts and the node it sets up take raw addresses when
+        // they are recorded: neither can be given memory at submission.
+        counts.check_not_slot("indirect dispatch counts")?;
+        if let Some(binding) = dispatch.args.bindings().first() {
+            return Err(BindingError::SlotRangeNotBound {
+                what: "kernel argument of an indirect dispatch",
+                slot: binding.slot,
+            }
+            .into());
+        }
         if counts.len() < INDIRECT_COUNT_BYTES {
             return Err(Error::IndirectCounts {
                 reason: "the counts range is shorter than three u32s",

@@ -55,6 +55,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::event_pool::{CudaEvent, TimepointEventPool};
 use crate::lost::Lost;
+use crate::memory::use_allocation;
 use crate::queue::SemaphoreValues;
 
 #[path = "collective_set.rs"]
@@ -866,8 +867,14 @@ impl Communicator {
         let mut rank_parts = SmallVec::new();
         let mut waits: SmallVec<[(&Semaphore, u64); 8]> = SmallVec::new();
         let mut signals: SmallVec<[(&Semaphore, u64); 8]> = SmallVec::new();
+        let mut resources = Resources::new();
         for (rank, part) in self.comms.ranks.iter().zip(parts) {
             check_part(&self.comms, rank, part)?;
+            for range in part.send.iter().chain(&part.recv) {
+                if let Some(buffer) = range.buffer() {
+                    use_allocation(buffer, "collective buffer", &mut resources)?;
+                }
+            }
             waits.extend(part.waits.iter().copied());
             signals.extend(part.signals.iter().copied());
             rank_parts.push(RankPart {
@@ -882,17 +889,17 @@ impl Communicator {
             &waits,
             &signals,
             CollectivePayload::Parts(rank_parts),
-            Cleanups::new(),
+            resources,
         )
     }
 
-    /// Submits `payload` to the communicator's queue.
+    /// Submits `payload` to the communicator's queue, holding `resources` until it completes.
     fn submit_with(
         &self,
         waits: &SemaphoreValues<'_>,
         signals: &SemaphoreValues<'_>,
         payload: CollectivePayload,
-        cleanups: Cleanups,
+        resources: Resources,
     ) -> Result<()> {
         let Some(queue) = &self.queue else {
             return Err(Error::InvalidArgument(
@@ -900,7 +907,7 @@ impl Communicator {
             ));
         };
         queue
-            .submit(waits, signals, payload, Resources::new(), cleanups)
+            .submit(waits, signals, payload, resources, Cleanups::new())
             .map_err(|e| match self.comms.failure.get() {
                 Some(failure) => Error::Lost(failure.clone()),
                 None => Error::Queue(e),
@@ -986,6 +993,8 @@ fn check_part(comms: &Comms, rank: &Rank, part: &CollectivePart<'_>) -> Result<(
                         part.data_type
                     )));
                 }
+                // A slot range has no memory: collectives take no binding tables.
+                range.check_not_slot(what)?;
                 match range.buffer() {
                     Some(buffer) if buffer.context().raw() == rank.context.raw() => {}
                     Some(_) => return Err(Error::WrongDevice { what }),

@@ -49,6 +49,7 @@ use smallvec::SmallVec;
 
 use super::{CollectivePart, CollectivePayload, Comms, Communicator, checked, nccl_call};
 use crate::error::{Error, Result};
+use crate::memory::use_allocation;
 use crate::queue::{CommandBufferMode, Queue, SemaphoreValues};
 
 /// One rank's command buffer while it records.
@@ -74,6 +75,20 @@ pub(crate) enum SetBuffers {
         /// Per rank, the command index of each collective, in recording order.
         collectives: SmallVec<[SmallVec<[usize; 4]>; 2]>,
     },
+}
+
+impl SetBuffers {
+    /// Every buffer the ranks' command buffers recorded.
+    fn recorded_buffers(&self) -> impl Iterator<Item = &Arc<cuhal_command::Buffer>> {
+        let (graphs, deferred) = match self {
+            SetBuffers::Graph(execs) => (&execs[..], &[][..]),
+            SetBuffers::Deferred { buffers, .. } => (&[][..], &buffers[..]),
+        };
+        graphs
+            .iter()
+            .flat_map(|exec| exec.buffers())
+            .chain(deferred.iter().flat_map(|exec| exec.buffers()))
+    }
 }
 
 /// One command buffer per local rank of a [`Communicator`], recorded and submitted together:
@@ -513,12 +528,17 @@ impl Communicator {
                 state: CommandBufferState::Recording,
             }));
         };
-        let cleanups = cuhal_scheduler::Cleanups::new();
+        // The stream-ordered allocations the buffers recorded stay allocated until the work is
+        // done; one that `dealloca` released refuses the submission.
+        let mut resources = cuhal_scheduler::Resources::new();
+        for buffer in buffers.recorded_buffers() {
+            use_allocation(buffer, "collective command buffer's buffer", &mut resources)?;
+        }
         self.submit_with(
             waits,
             signals,
             CollectivePayload::CommandBuffers(Arc::clone(buffers)),
-            cleanups,
+            resources,
         )
     }
 }

@@ -112,7 +112,8 @@ pub struct DeviceOptions {
     /// How many submissions a queue may have issued and not yet retired before a submit waits
     /// for its completion side to catch up: bounds the memory and events a backlog can take.
     /// Each queue makes room for this many when the device opens (at most eight gather batches,
-    /// at least 256), so a backlog up to it allocates nothing.
+    /// at least 256, at most `QueueOptions::MAX_CAPACITY`), so a backlog up to it allocates
+    /// nothing.
     pub max_in_flight: usize,
     /// Whether completion threads poll every completion for `completion_spin` even when no host
     /// thread waits for it (see `QueueOptions::with_eager_completion`); off, they block at once

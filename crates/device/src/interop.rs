@@ -34,6 +34,7 @@ use cuhal_sys::{
 
 use crate::error::{Error, Result};
 use crate::event_pool::CudaEvent;
+use crate::memory::{AllocationUse, allocation_of};
 use crate::{Device, Semaphore};
 
 /// A callback run once when cuhal no longer uses something it was lent.
@@ -412,18 +413,31 @@ impl fmt::Debug for ForeignEvent {
 }
 
 /// A buffer's device memory lent to other code: its address and length, and a handle that keeps
-/// the memory allocated until the borrower drops it.
+/// the memory allocated until the borrower drops it (every clone of it).
 #[derive(Clone)]
 pub struct ExportedBuffer {
     buffer: Arc<Buffer>,
+    /// For a stream-ordered allocation (`Queue::alloca`): a use, so that a `dealloca` leaves the
+    /// free to the borrower's drop.
+    _lent: Option<Arc<AllocationUse>>,
 }
 
 impl ExportedBuffer {
-    /// Lends `buffer`'s memory.
-    pub fn new(buffer: &Arc<Buffer>) -> Self {
-        Self {
+    /// Lends `buffer`'s memory. A stream-ordered allocation that `Queue::dealloca` released is
+    /// [`Error::Deallocated`].
+    pub fn new(buffer: &Arc<Buffer>) -> Result<Self> {
+        let lent = match allocation_of(buffer) {
+            Some(allocation) => Some(Arc::new(allocation.begin_use().ok_or(
+                Error::Deallocated {
+                    what: "exported buffer",
+                },
+            )?)),
+            None => None,
+        };
+        Ok(Self {
             buffer: Arc::clone(buffer),
-        }
+            _lent: lent,
+        })
     }
 
     /// The device address of the first byte.

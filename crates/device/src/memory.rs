@@ -12,8 +12,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use smallvec::SmallVec;
-
 use cuhal_command::Buffer;
 use cuhal_sys::cu;
 use cuhal_sys::{
@@ -229,9 +227,10 @@ impl Drop for PooledBlock {
 /// One stream-ordered allocation, freed by `queue_dealloca` or, failing that, when dropped.
 ///
 /// Its memory outlives every queued use: each queue operation or command buffer submission that
-/// uses it holds an `AllocationUse` until the work completed or failed, `Queue::dealloca`
-/// marks it released (new uses are refused from then on), and the free happens, at the
-/// dealloca's issue, in stream order if no use is left, else when the last use ends.
+/// uses it holds an `AllocationUse` until the work completed or failed (a host copy through its
+/// buffer, for the copy), `Queue::dealloca` marks it released (new uses are refused from then
+/// on), and the free happens, at the dealloca's issue, in stream order if no use is left, else
+/// when the last use ends.
 pub struct Allocation {
     context: Arc<PrimaryContext>,
     ptr: CUdeviceptr,
@@ -239,31 +238,25 @@ pub struct Allocation {
     freed: AtomicBool,
     /// Set when `Queue::dealloca` is submitted: no new work may use the memory.
     released: AtomicBool,
-    /// Queued uses, per stream, and whether the dealloca has issued and left the free to the
-    /// last use.
+    /// Uses left, and whether the dealloca has issued and left the free to the last use.
     uses: Mutex<Uses>,
 }
 
-/// The queued uses of one allocation.
+/// The uses of one allocation that have not ended.
 #[derive(Default)]
 struct Uses {
-    /// `(stream as an address, uses)`: a use submitted to a queue before its dealloca is issued
-    /// before it on the same stream, so only uses on other streams hold the free back.
-    streams: SmallVec<[(usize, usize); 2]>,
-    /// The dealloca issued while uses on other streams were left.
+    /// Every use left holds the free back, one on the dealloca's own stream too: a use is taken
+    /// when its operation is checked, before it is submitted, so a dealloca submitted meanwhile
+    /// from another thread may issue ahead of it on that stream.
+    count: usize,
+    /// The dealloca issued while uses were left.
     deferred: bool,
 }
 
-impl Uses {
-    fn total(&self) -> usize {
-        self.streams.iter().map(|(_, n)| n).sum()
-    }
-}
-
-/// One queued use of an [`Allocation`]: keeps its memory allocated until dropped.
+/// One use of an [`Allocation`] (queued work, or a host copy through its buffer): keeps its
+/// memory allocated until dropped.
 pub(crate) struct AllocationUse {
     allocation: Arc<Allocation>,
-    stream: usize,
 }
 
 impl Drop for AllocationUse {
@@ -273,13 +266,8 @@ impl Drop for AllocationUse {
             .uses
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = uses.streams.iter().position(|(s, _)| *s == self.stream) {
-            uses.streams[i].1 -= 1;
-            if uses.streams[i].1 == 0 {
-                uses.streams.swap_remove(i);
-            }
-        }
-        if uses.deferred && uses.total() == 0 {
+        uses.count -= 1;
+        if uses.deferred && uses.count == 0 {
             uses.deferred = false;
             drop(uses);
             // Every use completed (this one just did): the memory may go now. The legacy stream
@@ -321,30 +309,27 @@ impl Allocation {
         !self.released.swap(true, Ordering::AcqRel)
     }
 
-    /// A use by work about to be queued on `stream`, or `None` once released.
-    pub(crate) fn begin_use(self: &Arc<Self>, stream: CUstream) -> Option<AllocationUse> {
+    /// A use by work about to be queued (or a host copy), or `None` once released.
+    pub(crate) fn begin_use(self: &Arc<Self>) -> Option<AllocationUse> {
         let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
         // Checked under the lock that the dealloca's issue takes: a release that this check
         // misses is made before its dealloca is submitted, so that issue sees this use.
         if self.is_released() {
             return None;
         }
-        let stream = stream as usize;
-        match uses.streams.iter_mut().find(|(s, _)| *s == stream) {
-            Some((_, n)) => *n += 1,
-            None => uses.streams.push((stream, 1)),
-        }
+        uses.count += 1;
         Some(AllocationUse {
             allocation: self.clone(),
-            stream,
         })
     }
 
-    /// The dealloca's issue on `stream`: frees in the order of `stream` if no use on another
-    /// stream is left (uses on `stream` were issued before), else leaves the free to the last use.
+    /// The dealloca's issue on `stream`: frees in the order of `stream` if no use is left, else
+    /// leaves the free to the last use. A use on `stream` itself holds it back too: it may
+    /// belong to an operation checked before the dealloca was submitted but submitted after it
+    /// (two threads), which then issues after the dealloca.
     pub(crate) fn free_after_uses(&self, stream: CUstream) -> Result<(), Error> {
         let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
-        if uses.streams.iter().all(|(s, _)| *s == stream as usize) {
+        if uses.count == 0 {
             drop(uses);
             return self.free_async(stream);
         }
@@ -365,6 +350,44 @@ impl Allocation {
             self.freed.store(false, Ordering::Release);
         }
         Ok(freed?)
+    }
+}
+
+/// The stream-ordered allocation behind a buffer that
+/// [`Queue::alloca`](crate::Queue::alloca) made.
+pub(crate) fn allocation_of(buffer: &Buffer) -> Option<Arc<Allocation>> {
+    // Most buffers with a keeper are not stream-ordered allocations: tell by type before
+    // touching the keeper's count.
+    buffer
+        .keeper()
+        .filter(|keeper| (***keeper).is::<Allocation>())
+        .and_then(|keeper| Arc::clone(keeper).downcast::<Allocation>().ok())
+}
+
+/// Adds to `resources` a use of the stream-ordered allocation behind `buffer`, if it is one, for
+/// work about to be queued: [`Error::Deallocated`] (naming `what`) once `Queue::dealloca`
+/// released it.
+pub(crate) fn use_allocation(
+    buffer: &Buffer,
+    what: &'static str,
+    resources: &mut cuhal_scheduler::Resources,
+) -> Result<(), Error> {
+    if let Some(allocation) = allocation_of(buffer) {
+        let used = allocation.begin_use().ok_or(Error::Deallocated { what })?;
+        resources.push(Arc::new(used));
+    }
+    Ok(())
+}
+
+/// What an allocation's buffer asks before a host copy: the copy holds a use, like queued work,
+/// so a dealloca issued meanwhile leaves the free to it, and one released before refuses it.
+pub(crate) struct HostCopies(pub(crate) Arc<Allocation>);
+
+impl cuhal_command::HostAccess for HostCopies {
+    fn begin_host_access(&self) -> Option<Box<dyn Send>> {
+        self.0
+            .begin_use()
+            .map(|used| Box::new(used) as Box<dyn Send>)
     }
 }
 

@@ -24,17 +24,7 @@ use crate::device::DeviceShared;
 use crate::error::{Error, Result};
 use crate::event_pool::TimepointEventPool;
 use crate::lost::Lost;
-use crate::memory::{Allocation, MemoryPool};
-
-/// The stream-ordered allocation behind a buffer that [`Queue::alloca`] made.
-fn allocation_of(buffer: &Buffer) -> Option<Arc<Allocation>> {
-    // Most buffers with a keeper are not stream-ordered allocations: tell by type before
-    // touching the keeper's count.
-    buffer
-        .keeper()
-        .filter(|keeper| (***keeper).is::<Allocation>())
-        .and_then(|keeper| Arc::clone(keeper).downcast::<Allocation>().ok())
-}
+use crate::memory::{HostCopies, MemoryPool, allocation_of, use_allocation};
 
 /// How a queue's command buffers are built.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -220,13 +210,7 @@ impl Queue {
         what: &'static str,
         resources: &mut Resources,
     ) -> Result<()> {
-        if let Some(allocation) = allocation_of(buffer) {
-            let used = allocation
-                .begin_use(self.stream())
-                .ok_or(Error::Deallocated { what })?;
-            resources.push(Arc::new(used));
-        }
-        Ok(())
+        use_allocation(buffer, what, resources)
     }
 
     /// A new command buffer of the queue's mode, traced at the queue's verbosity. Record into it;
@@ -608,10 +592,14 @@ impl Queue {
             .allocate(len, self.stream())
             .map_err(|e| self.lost.filter(e))?;
         let keeper: Arc<dyn std::any::Any + Send + Sync> = allocation.clone();
-        // SAFETY: the memory is `len` bytes of this context's device memory, kept allocated
-        // by `keeper` (freed only by dealloca, in stream order, or when the last handle goes).
-        let buffer =
-            unsafe { Buffer::from_raw(&self.context, allocation.device_ptr(), len, keeper) };
+        let access: Arc<dyn cuhal_command::HostAccess> = Arc::new(HostCopies(allocation.clone()));
+        // SAFETY: the memory is `len` bytes of this context's device memory, kept allocated by
+        // `keeper` until dealloca frees it: in stream order after the work queued before it, and
+        // never while a use is left, which every host copy through the buffer takes from
+        // `access` (refused once the dealloca released the allocation).
+        let buffer = unsafe {
+            Buffer::from_raw_releasable(&self.context, allocation.device_ptr(), len, keeper, access)
+        };
         let mut resources = Resources::new();
         resources.push(allocation);
         self.submit(waits, signals, Payload::Nop, resources, Cleanups::new())?;

@@ -633,3 +633,74 @@ fn thousands_of_all_reduces_from_one_thread_never_deadlock() {
         finished.store(true, std::sync::atomic::Ordering::Release);
     });
 }
+
+/// A collective's buffers must be memory: a slot range (an offset, bound to nothing) is refused,
+/// and so is an allocation `dealloca` released; one still allocated is held until the collective
+/// completes, so a `dealloca` meanwhile leaves the free to it.
+#[test]
+fn collective_buffers_are_checked_and_held_like_queue_operations() {
+    use cuhal::{CollectivePart, NcclDataType, NcclRedOp};
+    let (fake, devices, nccl) = two_devices_with_nccl("collective-buffers");
+    let comm = communicator(&nccl, &devices);
+    let plain = [
+        devices[0].create_buffer(4).unwrap(),
+        devices[1].create_buffer(4).unwrap(),
+    ];
+    let sum = |range: &cuhal::BufferRange| {
+        CollectivePart::all_reduce(range, range, 1, NcclDataType::F32, NcclRedOp::Sum)
+    };
+    let slot = cuhal::BufferRange::slot(0, 0, 4).unwrap();
+    let error = comm
+        .submit(&[sum(&slot), sum(&plain[1].whole())])
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            cuhal::Error::Command(cuhal_command::Error::Binding(
+                cuhal_command::BindingError::SlotRangeNotBound { .. }
+            ))
+        ),
+        "{error:?}"
+    );
+
+    let q = devices[0].queue(0);
+    let s = devices[0].create_semaphore(0);
+    let gone = q.alloca(&[], &[(&s, 1)], 4).unwrap();
+    wait(&s, 1);
+    q.dealloca(&[], &[(&s, 2)], &gone).unwrap();
+    wait(&s, 2);
+    let error = comm
+        .submit(&[sum(&gone.whole()), sum(&plain[1].whole())])
+        .unwrap_err();
+    assert!(
+        matches!(error, cuhal::Error::Deallocated { .. }),
+        "{error:?}"
+    );
+    assert!(
+        comm.failure().is_none(),
+        "a refused submission loses nothing"
+    );
+
+    // Held while queued: the collective waits on a gate, the dealloca goes first.
+    let kept = q.alloca(&[], &[(&s, 3)], 4).unwrap();
+    wait(&s, 3);
+    let allocated = fake_support::live(&fake).device_allocations;
+    let (gate, done) = (
+        devices[0].create_semaphore(0),
+        devices[0].create_semaphore(0),
+    );
+    let (waits, signals) = ([(&gate, 1)], [(&done, 1)]);
+    let mut first = sum(&kept.whole());
+    first.waits = &waits;
+    first.signals = &signals;
+    comm.submit(&[first, sum(&plain[1].whole())]).unwrap();
+    q.dealloca(&[], &[(&s, 4)], &kept).unwrap();
+    wait(&s, 4);
+    assert_eq!(
+        fake_support::live(&fake).device_allocations,
+        allocated,
+        "freed under a queued collective"
+    );
+    gate.signal(1).unwrap();
+    wait(&done, 1);
+}

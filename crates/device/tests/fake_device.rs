@@ -254,6 +254,9 @@ fn alloca_and_dealloca_leak_nothing() {
     q1.dealloca(&[(&written, 1)], &[(&freed, 1)], &buffer)
         .unwrap();
     wait(&freed, 1);
+    // The write's and the read's uses end when the queue retires them, which may be after the
+    // dealloca's signal: the last of them frees.
+    settle(q1);
     assert_eq!(fake.calls(cu_name!(cuMemFreeAsync)), 1);
     assert_eq!(
         fake.counts().device_allocations,
@@ -328,5 +331,29 @@ fn dropping_the_device_frees_everything_it_made() {
         live(&fake),
         before,
         "left alive after the device and everything it made"
+    );
+}
+
+/// A window without bound (no backpressure, gathers ended by time alone) opens a device: what
+/// a queue makes up front is capped, and the rest grows on demand (it used to overflow a
+/// capacity computation and panic).
+#[test]
+fn an_unbounded_window_opens_and_runs() {
+    let options = DeviceOptions {
+        max_in_flight: usize::MAX,
+        completion_gather_batch: usize::MAX,
+        ..queues(1)
+    };
+    let (_fake, _driver, device) = open("unbounded-window", options);
+    let s = device.create_semaphore(0);
+    for value in 1..=300 {
+        device.queue(0).barrier(&[], &[(&s, value)]).unwrap();
+    }
+    wait(&s, 300);
+    assert_eq!(
+        cuhal_scheduler::QueueOptions::new("q")
+            .with_capacity(usize::MAX)
+            .capacity(),
+        cuhal_scheduler::QueueOptions::MAX_CAPACITY
     );
 }

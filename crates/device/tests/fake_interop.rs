@@ -183,7 +183,7 @@ fn exported_buffers_keep_their_memory_until_released() {
     let (fake, _driver, device) = open("interop-export-buffer", queues(1));
     let base = fake.counts().device_allocations;
     let buffer = device.create_buffer(4096).unwrap();
-    let exported = ExportedBuffer::new(&buffer);
+    let exported = ExportedBuffer::new(&buffer).unwrap();
     assert_eq!(
         (exported.device_ptr(), exported.len()),
         (buffer.device_ptr(), 4096)

@@ -406,3 +406,235 @@ fn short_of(buffer: &Arc<cuhal::Buffer>) -> cuhal::KernelArgs {
         .with_range(&buffer.whole())
         .with(2u32)
 }
+
+/// In both command buffer modes.
+fn in_both_modes(test: impl Fn(cuhal::CommandBufferMode)) {
+    for mode in [
+        cuhal::CommandBufferMode::Graph,
+        cuhal::CommandBufferMode::Deferred,
+    ] {
+        test(mode);
+    }
+}
+
+fn slot_out_of_capacity(error: cuhal::Error) -> bool {
+    matches!(
+        error,
+        cuhal::Error::Command(cuhal_command::Error::Binding(
+            cuhal_command::BindingError::SlotOutOfCapacity { .. }
+        ))
+    )
+}
+
+/// A peer copy checks a slot range at either end against the command buffer's slots (it used
+/// to check only the end it took for this device's, and then panicked indexing the other).
+#[test]
+fn a_peer_copy_checks_slot_ranges_at_both_ends() {
+    in_both_modes(|mode| {
+        let (_fake, _driver, device) = open(
+            "peer-slot",
+            DeviceOptions {
+                command_buffer_mode: mode,
+                ..queues(1)
+            },
+        );
+        let buffer = device.create_buffer(64).unwrap();
+        let slot = cuhal::BufferRange::slot(7, 0, 64).unwrap();
+        let mut cb = device.queue(0).create_command_buffer().unwrap();
+        let error = cb.copy_peer(&buffer.whole(), &slot).unwrap_err();
+        assert!(slot_out_of_capacity(error.into()), "{mode:?}: target slot");
+        let mut cb = device.queue(0).create_command_buffer().unwrap();
+        let error = cb.copy_peer(&slot, &buffer.whole()).unwrap_err();
+        assert!(slot_out_of_capacity(error.into()), "{mode:?}: source slot");
+        // Within the capacity, a slot end is recorded and bound at submission.
+        let mut cb = device
+            .queue(0)
+            .create_command_buffer_with_bindings(8)
+            .unwrap();
+        cb.copy_peer(&buffer.whole(), &slot).unwrap();
+        let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+        let (target, done) = (
+            device.create_buffer(64).unwrap(),
+            device.create_semaphore(0),
+        );
+        let mut table = vec![target.whole(); 8];
+        table[7] = target.whole();
+        device
+            .queue(0)
+            .execute_with_bindings(&[], &[(&done, 1)], &[(&cb, &table)])
+            .unwrap();
+        wait(&done, 1);
+    });
+}
+
+/// An indirect dispatch is set up from raw addresses when it is recorded, so binding slots in
+/// its counts or its kernel's arguments are refused (they used to be recorded as the slot's
+/// offset, an address the device then read).
+#[test]
+fn an_indirect_dispatch_refuses_binding_slots() {
+    const PTX: &str = "\
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry work(.param .u64 data) { ret; }
+";
+    in_both_modes(|mode| {
+        fake_support::helpers::install_helpers(
+            "soundness-indirect",
+            fake_support::helpers::INDIRECT_HELPER_ONLY,
+        );
+        let (_fake, _driver, device) = open(
+            "indirect-slot",
+            DeviceOptions {
+                command_buffer_mode: mode,
+                ..queues(1)
+            },
+        );
+        let work = device.load_ptx(PTX).unwrap().function("work").unwrap();
+        let data = device.create_buffer(64).unwrap();
+        let counts = device.create_buffer(12).unwrap();
+        let mut cb = device
+            .queue(0)
+            .create_command_buffer_with_bindings(2)
+            .unwrap();
+        let not_bound = |e: cuhal_command::Error| {
+            matches!(
+                e,
+                cuhal_command::Error::Binding(
+                    cuhal_command::BindingError::SlotRangeNotBound { .. }
+                )
+            )
+        };
+        let args = cuhal::KernelArgs::new().with_range(&data.whole());
+        let dispatch = cuhal::Dispatch::new(&work, [1, 1, 1], [32, 1, 1], &args);
+        let slot_counts = cuhal::BufferRange::slot(0, 0, 12).unwrap();
+        let error = cb.dispatch_indirect(&dispatch, &slot_counts).unwrap_err();
+        assert!(not_bound(error), "{mode:?}: counts in a slot");
+        let mut bound = cuhal::KernelArgs::new();
+        bound.push_binding(1, 0);
+        let dispatch = cuhal::Dispatch::new(&work, [1, 1, 1], [32, 1, 1], &bound);
+        let error = cb
+            .dispatch_indirect(&dispatch, &counts.whole())
+            .unwrap_err();
+        assert!(not_bound(error), "{mode:?}: an argument in a slot");
+    });
+}
+
+/// A buffer made by `alloca` refuses host copies once `dealloca` released it (its memory may
+/// serve the next allocation), and a host copy in progress holds the free back like queued work.
+#[test]
+fn a_deallocated_buffer_refuses_host_copies() {
+    let (fake, _driver, device) = open("host-copy-after-dealloca", queues(1));
+    let q = device.queue(0);
+    let s = device.create_semaphore(0);
+    let old = q.alloca(&[], &[(&s, 1)], 256).unwrap();
+    wait(&s, 1);
+    old.write(0, &[1; 256]).unwrap();
+    q.dealloca(&[], &[(&s, 2)], &old).unwrap();
+    wait(&s, 2);
+    let copies = fake.calls(cu_name!(cuMemcpyHtoD)) + fake.calls(cu_name!(cuMemcpyDtoH));
+    let released = |e: cuhal_command::Error| matches!(e, cuhal_command::Error::MemoryReleased);
+    assert!(released(old.write(0, &[2; 256]).unwrap_err()));
+    let mut out = [0u8; 256];
+    assert!(released(old.read(0, &mut out).unwrap_err()));
+    assert_eq!(
+        fake.calls(cu_name!(cuMemcpyHtoD)) + fake.calls(cu_name!(cuMemcpyDtoH)),
+        copies,
+        "a copy through the released buffer reached the driver"
+    );
+}
+
+/// Lending an allocation's memory (`ExportedBuffer`) holds it: a `dealloca` meanwhile leaves the
+/// free to the borrower's drop, and a released allocation cannot be lent.
+#[test]
+fn an_exported_allocation_outlives_its_dealloca() {
+    let (fake, _driver, device) = open("export-dealloca", queues(1));
+    let q = device.queue(0);
+    let s = device.create_semaphore(0);
+    let buffer = q.alloca(&[], &[(&s, 1)], 256).unwrap();
+    wait(&s, 1);
+    let allocated = live(&fake).device_allocations;
+    let lent = cuhal::ExportedBuffer::new(&buffer).unwrap();
+    let lent_again = lent.clone();
+    q.dealloca(&[], &[(&s, 2)], &buffer).unwrap();
+    wait(&s, 2);
+    settle(q);
+    assert_eq!(
+        live(&fake).device_allocations,
+        allocated,
+        "freed while lent"
+    );
+    drop(lent);
+    assert_eq!(
+        live(&fake).device_allocations,
+        allocated,
+        "freed while a clone is lent"
+    );
+    drop(lent_again);
+    assert_eq!(
+        live(&fake).device_allocations,
+        allocated - 1,
+        "not freed once given back"
+    );
+    assert!(matches!(
+        cuhal::ExportedBuffer::new(&buffer).unwrap_err(),
+        Error::Deallocated { .. }
+    ));
+}
+
+/// A use of an allocation taken by an operation's checks holds its free back even on the
+/// dealloca's own stream: from another thread, the dealloca may be submitted (and issued)
+/// between that operation's checks and its submission, ahead of it. A long binding table widens
+/// that window; before, the dealloca freed at once and the execute ran on freed memory.
+#[test]
+fn a_dealloca_racing_an_execute_on_the_same_queue_waits_for_it() {
+    const SLOTS: u32 = 200_000;
+    let (_fake, _driver, device) = open("dealloca-race", queues(1));
+    let q = device.queue(0);
+    let s = device.create_semaphore(0);
+    let buffer = q.alloca(&[], &[(&s, 1)], 256).unwrap();
+    wait(&s, 1);
+    let filler = device.create_buffer(64).unwrap();
+    let mut cb = q.create_command_buffer_with_bindings(SLOTS).unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U8(7)).unwrap();
+    cb.fill(
+        &cuhal::BufferRange::slot(0, 0, 64).unwrap(),
+        FillPattern::U8(1),
+    )
+    .unwrap();
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+    let table: Vec<cuhal::BufferRange> = (0..SLOTS).map(|_| filler.whole()).collect();
+    let started = std::time::Instant::now();
+    q.execute_with_bindings(&[], &[(&s, 2)], &[(&cb, &table)])
+        .unwrap();
+    let checks = started.elapsed();
+    wait(&s, 2);
+    for round in 0..3u32 {
+        let (done, freed) = (device.create_semaphore(0), device.create_semaphore(0));
+        let buffer = q.alloca(&[], &[(&freed, 1)], 256).unwrap();
+        wait(&freed, 1);
+        let mut cb = q.create_command_buffer_with_bindings(SLOTS).unwrap();
+        cb.fill(&buffer.whole(), FillPattern::U8(7)).unwrap();
+        cb.fill(
+            &cuhal::BufferRange::slot(0, 0, 64).unwrap(),
+            FillPattern::U8(1),
+        )
+        .unwrap();
+        let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                q.execute_with_bindings(&[], &[(&done, 1)], &[(&cb, &table)])
+                    .unwrap();
+            });
+            scope.spawn(|| {
+                // Into the execute's checks, after it took its use of the buffer.
+                std::thread::sleep(checks / 3);
+                q.dealloca(&[], &[(&freed, 2)], &buffer).unwrap();
+            });
+        });
+        done.wait(1, TIMEOUT)
+            .unwrap_or_else(|e| panic!("round {round}: the execute failed: {e}"));
+        wait(&freed, 2);
+        assert!(q.lost().is_none(), "round {round}: the queue was lost");
+    }
+}

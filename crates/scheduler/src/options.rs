@@ -37,6 +37,9 @@ impl QueueOptions {
     pub const DEFAULT_GATHER_BATCH: usize = 128;
     /// Default [`capacity`](Self::with_capacity).
     pub const DEFAULT_CAPACITY: usize = 256;
+    /// The most [`with_capacity`](Self::with_capacity) makes up front: 8,192 actions, about
+    /// 4 MiB of action storage for a device queue. A larger window grows on demand.
+    pub const MAX_CAPACITY: usize = 8_192;
     /// Default [`max_in_flight`](Self::with_max_in_flight).
     pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
@@ -99,10 +102,11 @@ impl QueueOptions {
         self
     }
 
-    /// How many pending and in-flight actions the queue's storage holds before it grows.
-    /// Growth is amortised and kept, so steady state allocates nothing either way.
+    /// How many pending and in-flight actions the queue's storage holds before it grows, at most
+    /// [`MAX_CAPACITY`](Self::MAX_CAPACITY) (all of it is made when the queue starts). Growth
+    /// is amortised and kept, so steady state allocates nothing either way.
     pub fn with_capacity(mut self, capacity: usize) -> Self {
-        self.capacity = capacity;
+        self.capacity = capacity.min(Self::MAX_CAPACITY);
         self
     }
 

@@ -709,7 +709,14 @@ impl<B: Backend> Shared<B> {
             let mut returned = self.returned.lock().unwrap_or_else(PoisonError::into_inner);
             std::mem::swap(&mut state.spare, &mut *returned);
             if state.spare.is_empty() {
-                let more = state.boxes.max(MIN_NEW_BOXES);
+                // Doubling, but never past the reserve while it lasts: a capacity that is not a
+                // power of two would otherwise make new slots (and grow both lists) for a
+                // backlog within it.
+                let doubling = state.boxes.max(MIN_NEW_BOXES);
+                let more = match state.reserve.len() {
+                    0 => doubling,
+                    left => doubling.min(left),
+                };
                 state.boxes += more;
                 // Every slot in rotation may be in either list at once: room for all of them
                 // (within the capacity made at start, this allocates nothing).

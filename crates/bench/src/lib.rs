@@ -160,6 +160,7 @@ pub fn run(opts: &Options) -> Result<Outcome> {
                 Case::Bindings => cases::bindings::run(&env, &mut report),
                 Case::Pdl => cases::pdl::run(&env, &mut report),
                 Case::Collectives => cases::collectives::run(&env, &mut report),
+                Case::Waiter => cases::waiter::run(&env, &mut report),
                 Case::Scheduler => Ok(()),
             };
             failures += record_failure(case, result, &mut report);

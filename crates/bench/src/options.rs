@@ -31,11 +31,13 @@ pub enum Case {
     Pdl,
     /// 13: all-reduce over two GPUs (queue operation, graph set, raw NCCL) and peer copies.
     Collectives,
+    /// 14: case 1's submissions while another thread waits on the host for the newest.
+    Waiter,
 }
 
 impl Case {
     /// Every case, in run order.
-    pub const ALL: [Case; 13] = [
+    pub const ALL: [Case; 14] = [
         Case::Submit,
         Case::Wake,
         Case::Dependency,
@@ -49,6 +51,7 @@ impl Case {
         Case::Bindings,
         Case::Pdl,
         Case::Collectives,
+        Case::Waiter,
     ];
 
     /// The case's number as text.
@@ -67,6 +70,7 @@ impl Case {
             Case::Bindings => "11",
             Case::Pdl => "12",
             Case::Collectives => "13",
+            Case::Waiter => "14",
         }
     }
 
@@ -86,6 +90,7 @@ impl Case {
             Case::Bindings => "bindings",
             Case::Pdl => "pdl",
             Case::Collectives => "collectives",
+            Case::Waiter => "waiter",
         }
     }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer, HostBufferUse};
 use cuhal_scheduler::{Backend, ThreadRole};
-use cuhal_semaphore::Failure;
+use cuhal_semaphore::{Failure, Traffic};
 use cuhal_sys::{
     CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUstream, Event,
     PrimaryContext, Stream, cu,
@@ -26,6 +26,7 @@ use crate::event_pool::{CudaEvent, EventStash, TimepointEventPool};
 use crate::interop::ForeignEvent;
 use crate::lost::Lost;
 use crate::memory::Allocation;
+use crate::submissions::IssueCount;
 
 /// The work of one queue operation (crate-private: `Queue` checks every payload it builds, and
 /// issuing one unchecked could make the driver touch memory it must not).
@@ -103,11 +104,10 @@ pub(crate) struct CudaBackend {
     /// Serializes sleepers: the scheduler has one (the completion thread), but `wait_event` is
     /// public and the sleep event must not be recorded by one thread while another waits on it.
     sleep_lock: std::sync::Mutex<()>,
-    /// The pause between two queries of a completion event while spinning.
-    poll_interval: Duration,
-    /// How long a wait with a zero spin (nobody needs the completion soon) polls with thread
-    /// sleeps before `sleep_until` (see `DeviceOptions::completion_nap`).
-    nap: Duration,
+    /// How the completion side polls.
+    polling: Polling,
+    /// This queue's count of issues, which host waits and completion threads watch.
+    issues: IssueCount,
     /// The queue's tracing context, if it traces.
     trace: Option<Arc<TraceContext>>,
     /// Work the tracer did not see went onto the stream since its last traced submission: the
@@ -118,6 +118,18 @@ pub(crate) struct CudaBackend {
     /// values: a payload holds the box, so the recycled allocation is the box itself.)
     #[allow(clippy::vec_box)]
     infos: std::sync::Mutex<Vec<Box<SubmissionInfo>>>,
+}
+
+/// How a queue's completion side polls a completion event.
+pub(crate) struct Polling {
+    /// The pause between two queries while it spins.
+    pub(crate) interval: Duration,
+    /// The pause instead while the device's queues keep issuing (`DeviceOptions::busy_query_pace`):
+    /// each query takes the driver's lock those issues need.
+    pub(crate) busy_pace: Duration,
+    /// How long a wait with a zero spin (nobody needs the completion soon) polls with thread
+    /// sleeps before `sleep_until` (see `DeviceOptions::completion_nap`).
+    pub(crate) nap: Duration,
 }
 
 /// The thread sleep between two queries while napping: the kernel rounds it up (timer slack),
@@ -133,9 +145,9 @@ impl CudaBackend {
         context: Arc<PrimaryContext>,
         events: TimepointEventPool,
         lost: Arc<Lost>,
+        issues: IssueCount,
         priority: i32,
-        poll_interval: Duration,
-        nap: Duration,
+        polling: Polling,
         trace: Option<Arc<TraceContext>>,
     ) -> Result<Self, Error> {
         let stream = Stream::with_priority(&context, CU_STREAM_NON_BLOCKING, priority)?;
@@ -149,8 +161,8 @@ impl CudaBackend {
             sleep_stream,
             sleep_event,
             sleep_lock: std::sync::Mutex::new(()),
-            poll_interval,
-            nap,
+            polling,
+            issues,
             trace,
             untraced: std::sync::atomic::AtomicBool::new(false),
             infos: std::sync::Mutex::new(Vec::new()),
@@ -173,19 +185,25 @@ impl CudaBackend {
         }
     }
 
-    /// Queries `event` every `poll_interval` until it completes, fails, or `until` passes.
+    /// Queries `event` every `polling.interval` (every `polling.busy_pace` while the device's
+    /// queues keep issuing) until it completes, fails, or `until` passes.
     ///
     /// The pause keeps this thread from hammering the driver: every query takes locks that the
     /// threads submitting to the same context need too.
     fn poll_until(&self, event: &CudaEvent, until: Instant) -> Result<bool, cuhal_sys::Error> {
+        let submissions = &self.issues.submissions;
+        let mut traffic = Traffic::new(submissions.total(), self.polling.busy_pace);
         loop {
             let now = Instant::now();
             if now >= until {
                 return Ok(false);
             }
-            let next = now
-                .checked_add(self.poll_interval)
-                .map_or(until, |t| t.min(until));
+            let pause = if traffic.busy(submissions.total(), now) {
+                traffic.pace().max(self.polling.interval)
+            } else {
+                self.polling.interval
+            };
+            let next = now.checked_add(pause).map_or(until, |t| t.min(until));
             while Instant::now() < next {
                 std::hint::spin_loop();
             }
@@ -486,6 +504,7 @@ impl Backend for CudaBackend {
         device_waits: &[CudaEvent],
         payload: &mut Payload,
     ) -> Result<CudaEvent, Failure> {
+        self.issues.count();
         self.enqueue(stash, device_waits, payload)
             .map_err(|e| self.lost.note(e))
     }
@@ -543,7 +562,7 @@ impl Backend for CudaBackend {
             let until = now.checked_add(spin).unwrap_or(now + FOREVER);
             outcome = self.poll_until(event, until);
         }
-        if matches!(outcome, Ok(false)) && spin.is_zero() && !self.nap.is_zero() {
+        if matches!(outcome, Ok(false)) && spin.is_zero() && !self.polling.nap.is_zero() {
             // Nobody needs this completion soon (the scheduler's lazy retirement). Blocking on
             // the device now would put a wait on this event and a blocking-sync record on the
             // sleep stream while other queues' work may be waiting on the same event: the one
@@ -551,7 +570,7 @@ impl Backend for CudaBackend {
             // by 2.3 us on the H200. Short work completes within the naps; long work still ends
             // up blocking below.
             let now = Instant::now();
-            let until = now.checked_add(self.nap).unwrap_or(now + FOREVER);
+            let until = now.checked_add(self.polling.nap).unwrap_or(now + FOREVER);
             outcome = self.nap_until(event, until);
         }
         if matches!(outcome, Ok(false)) {

@@ -57,6 +57,7 @@ use crate::event_pool::{CudaEvent, TimepointEventPool};
 use crate::lost::Lost;
 use crate::memory::use_allocation;
 use crate::queue::SemaphoreValues;
+use crate::submissions::Submissions;
 
 #[path = "collective_set.rs"]
 mod set;
@@ -806,7 +807,14 @@ impl Communicator {
             return Err(error);
         }
         let first = &comms.ranks[0];
-        let events = TimepointEventPool::new(first.context.clone(), 8, first.lost.clone(), false)?;
+        // A collective's events report no submissions: host waits on them never hold back.
+        let events = TimepointEventPool::new(
+            first.context.clone(),
+            8,
+            first.lost.clone(),
+            Arc::new(Submissions::new(0)),
+            false,
+        )?;
         let backend = CollectiveBackend {
             comms: comms.clone(),
             events,

@@ -15,6 +15,7 @@ use crate::event_pool::TimepointEventPool;
 use crate::lost::Lost;
 use crate::memory::{BufferMemory, MemoryPool};
 use crate::queue::{CommandBufferMode, Queue, QueueSetup};
+use crate::submissions::Submissions;
 
 /// The loaded CUDA driver.
 #[derive(Clone, Debug)]
@@ -106,6 +107,13 @@ pub struct DeviceOptions {
     pub completion_gather_batch: usize,
     /// How long a host semaphore wait polls a recorded device event before parking.
     pub host_wait_spin: Duration,
+    /// While this device's queues keep issuing work (two issues or more within this time), a
+    /// host wait on one of its events queries the event at most once per this time, watching
+    /// the semaphore in between, and so does a completion thread polling for a parked waiter:
+    /// every `cuEventQuery` takes the driver's lock those submissions need. Waits see completion
+    /// up to this late while submissions flow, and back to back otherwise. Zero: never hold
+    /// back. Default [`DEFAULT_BUSY_QUERY_PACE`](Self::DEFAULT_BUSY_QUERY_PACE).
+    pub busy_query_pace: Duration,
     /// Events created up front in each queue's pool (a pool grows on demand). Default
     /// [`DEFAULT_RESERVED_EVENTS`](Self::DEFAULT_RESERVED_EVENTS).
     pub reserved_events: usize,
@@ -126,6 +134,9 @@ pub struct DeviceOptions {
 }
 
 impl DeviceOptions {
+    /// The default [`busy_query_pace`](Self::busy_query_pace), chosen by bench case 14 on the
+    /// H200 (figures in `docs/decisions/semaphore.md`).
+    pub const DEFAULT_BUSY_QUERY_PACE: Duration = Duration::from_micros(10);
     /// The default [`completion_gather`](Self::completion_gather): the scheduler's suggested
     /// gather. `cuhal bench` cases 1 and 9 run with and without it in the same process; on the
     /// H200 it lowered process CPU per chained submission and the across-queues tail in every
@@ -159,6 +170,7 @@ impl Default for DeviceOptions {
             completion_gather: Self::DEFAULT_COMPLETION_GATHER,
             completion_gather_batch: QueueOptions::DEFAULT_GATHER_BATCH,
             host_wait_spin: Duration::from_micros(200),
+            busy_query_pace: Self::DEFAULT_BUSY_QUERY_PACE,
             reserved_events: Self::DEFAULT_RESERVED_EVENTS,
             max_in_flight: QueueOptions::DEFAULT_MAX_IN_FLIGHT,
             eager_completion: false,
@@ -182,6 +194,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("completion_gather", &self.completion_gather)
             .field("completion_gather_batch", &self.completion_gather_batch)
             .field("host_wait_spin", &self.host_wait_spin)
+            .field("busy_query_pace", &self.busy_query_pace)
             .field("max_in_flight", &self.max_in_flight)
             .field("patch_method", &self.patch_method)
             .field("eager_completion", &self.eager_completion)
@@ -217,6 +230,8 @@ pub(crate) struct DeviceShared {
     pub(crate) events: TimepointEventPool,
     /// Whether a sticky error lost the device.
     pub(crate) lost: Arc<Lost>,
+    /// Each queue's issues, which host waits and completion threads watch (`submissions.rs`).
+    pub(crate) submissions: Arc<Submissions>,
     /// Stream-ordered allocations.
     pub(crate) memory: Arc<MemoryPool>,
     /// Where `create_buffer` allocates: the same pool, through a stream of its own.
@@ -261,15 +276,18 @@ impl Device {
         let info = cuhal_sys::device_info(&driver.api, ordinal)?;
         let context = PrimaryContext::retain(driver.api.clone(), ordinal)?;
         let lost = Arc::new(Lost::default());
+        let submissions = Arc::new(Submissions::new(options.queues));
         // The device's own pool serves exports only (see `interop.rs`); queues have their own.
-        let events = TimepointEventPool::new(context.clone(), 0, lost.clone(), false)
-            .map_err(|e| lost.filter(e))?;
+        let events =
+            TimepointEventPool::new(context.clone(), 0, lost.clone(), submissions.clone(), false)
+                .map_err(|e| lost.filter(e))?;
         let memory = Arc::new(MemoryPool::new(context.clone()).map_err(|e| lost.filter(e))?);
         let buffers = BufferMemory::new(memory.clone()).map_err(|e| lost.filter(e))?;
         let shared = DeviceShared {
             context,
             events,
             lost,
+            submissions,
             memory,
             buffers,
         };
@@ -303,6 +321,7 @@ impl Device {
                 context.clone(),
                 options.reserved_events,
                 shared.lost.clone(),
+                shared.submissions.clone(),
                 trace.is_some(),
             )
             .map_err(|e| shared.lost.filter(e))?;
@@ -316,8 +335,10 @@ impl Device {
                     .with_gather_batch(options.completion_gather_batch)
                     .with_capacity(queue_capacity(&options)),
                 events,
+                index,
                 priority: options.queue_priorities.get(index).copied().unwrap_or(0),
                 poll_interval: options.completion_poll_interval,
+                busy_query_pace: options.busy_query_pace,
                 completion_nap: options.completion_nap,
                 mode: options.command_buffer_mode,
                 patch_method: options.patch_method,
@@ -330,7 +351,9 @@ impl Device {
             shared,
             info,
             queue_events,
-            semaphore_options: SemaphoreOptions::new().with_event_spin(options.host_wait_spin),
+            semaphore_options: SemaphoreOptions::new()
+                .with_event_spin(options.host_wait_spin)
+                .with_busy_query_pace(options.busy_query_pace),
             peers: std::sync::Mutex::new(Vec::new()),
         })
     }

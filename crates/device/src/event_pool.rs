@@ -25,6 +25,7 @@ use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, Event, PrimaryContext};
 
 use crate::error::Error;
 use crate::lost::Lost;
+use crate::submissions::Submissions;
 
 /// The fewest events a pool creates when it runs out.
 const MIN_GROWTH: usize = 16;
@@ -44,6 +45,8 @@ struct PoolShared {
     context: Arc<PrimaryContext>,
     /// The device's lost state: an event query that sees a sticky error loses the device.
     lost: Arc<Lost>,
+    /// The device's submission counts, which a host wait on one of these events watches.
+    submissions: Arc<Submissions>,
     flags: u32,
     /// Slots whose handle count is zero, given back by the last drop of their handles.
     free: FreeList<NonNull<Slot>>,
@@ -96,17 +99,20 @@ pub(crate) struct TimepointEventPool {
 impl TimepointEventPool {
     /// A pool of `CU_EVENT_DISABLE_TIMING` events (timing ones when `timed`: a traced queue's
     /// completion events also time its submissions), with `reserve` created up front; queries
-    /// that see a sticky error lose the device through `lost`.
+    /// that see a sticky error lose the device through `lost`; its events report the device's
+    /// `submissions` to host waits.
     pub(crate) fn new(
         context: Arc<PrimaryContext>,
         reserve: usize,
         lost: Arc<Lost>,
+        submissions: Arc<Submissions>,
         timed: bool,
     ) -> Result<Self, Error> {
         let pool = Self {
             shared: Arc::new(PoolShared {
                 context,
                 lost,
+                submissions,
                 flags: if timed { 0 } else { CU_EVENT_DISABLE_TIMING },
                 free: FreeList::with_capacity(reserve.max(16)),
                 counts: CachePadded::new(Counts {
@@ -324,6 +330,11 @@ impl DeviceEvent for CudaEvent {
     fn query(&self) -> Result<bool, Failure> {
         self.query_raw()
             .map_err(|e| self.pool().lost.note(Error::from(e)))
+    }
+
+    /// The issues of every queue of the event's device.
+    fn submissions(&self) -> u64 {
+        self.pool().submissions.total()
     }
 }
 

@@ -94,6 +94,7 @@ mod lost;
 mod memory;
 mod peer;
 mod queue;
+mod submissions;
 mod wait;
 
 pub use collective::{

@@ -18,13 +18,14 @@ use cuhal_trace::{SubmissionInfo, TraceContext, Verbosity};
 use smallvec::SmallVec;
 
 use crate::Semaphore;
-use crate::backend::{CudaBackend, Payload};
+use crate::backend::{CudaBackend, Payload, Polling};
 use crate::bindings::{BindingTables, TablePool};
 use crate::device::DeviceShared;
 use crate::error::{Error, Result};
 use crate::event_pool::TimepointEventPool;
 use crate::lost::Lost;
 use crate::memory::{HostCopies, MemoryPool, allocation_of, use_allocation};
+use crate::submissions::IssueCount;
 
 /// How a queue's command buffers are built.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -52,10 +53,14 @@ pub(crate) struct QueueSetup {
     pub(crate) options: QueueOptions,
     /// The queue's own completion and timepoint events.
     pub(crate) events: TimepointEventPool,
+    /// The queue's index on its device.
+    pub(crate) index: usize,
     /// The stream's priority (lower runs first).
     pub(crate) priority: i32,
     /// The completion thread's pause between event queries.
     pub(crate) poll_interval: Duration,
+    /// Its pause instead while the device's queues keep issuing (`DeviceOptions::busy_query_pace`).
+    pub(crate) busy_query_pace: Duration,
     /// How long a completion wait nobody needs soon polls with thread sleeps before it sleeps
     /// on the device.
     pub(crate) completion_nap: Duration,
@@ -88,8 +93,10 @@ impl Queue {
         let QueueSetup {
             options,
             events,
+            index,
             priority,
             poll_interval,
+            busy_query_pace,
             completion_nap,
             mode,
             patch_method,
@@ -105,9 +112,16 @@ impl Queue {
             context.clone(),
             events,
             lost.clone(),
+            IssueCount {
+                submissions: device.submissions.clone(),
+                queue: index,
+            },
             priority,
-            poll_interval,
-            completion_nap,
+            Polling {
+                interval: poll_interval,
+                busy_pace: busy_query_pace,
+                nap: completion_nap,
+            },
             trace.clone(),
         )
         .map_err(|e| lost.filter(e))?;

@@ -29,6 +29,9 @@
 //!   event for a bounded time ([`SemaphoreOptions`]) before parking. When it sees the event complete
 //!   it advances the semaphore itself ([`Semaphore::advance_to`]), so the host value never lags
 //!   behind what the waiter observed; when the query errors it fails the semaphore with that error.
+//!   While the event's device is being submitted to ([`DeviceEvent::submissions`], judged by
+//!   [`Traffic`]), the wait queries once per [`SemaphoreOptions::busy_query_pace`], watching the
+//!   value in between: a device's event query takes the lock its submitters need.
 //! - **Listeners**: [`Semaphore::listen`] registers a one-shot [`Listener`], fired outside the lock
 //!   when the value reaches `v`, a device signal `>= v` is recorded, or the semaphore fails; this is
 //!   how a scheduler re-examines only the work waiting on a semaphore that changed.
@@ -37,12 +40,15 @@
 //!
 //! ```text
 //! Failure::{new(e), msg(text), downcast_ref::<E>(), ptr_eq(&other), inner()}   Clone + Error
-//! trait DeviceEvent: Clone + Send + Sync + 'static { fn query(&self) -> Result<bool, Failure>; }
+//! trait DeviceEvent: Clone + Send + Sync + 'static { fn query(&self) -> Result<bool, Failure>;
+//!                                                    fn submissions(&self) -> u64 { 0 } }
+//! struct Traffic  ::new(count, pace), .busy(count, now) -> bool, .pace()
 //! enum NoEvent {}                                                    (host-only semaphores)
 //! enum Error { Failed(Failure), NotMonotonic { current, requested }, Timeout, EmptyWaitList }  non_exhaustive
 //! enum Timeout { Immediate, After(Duration), At(Instant), Infinite }  From<Duration>, From<Instant>
 //! struct SemaphoreId(u64)  Copy + Eq + Ord + Hash + Debug; .get() -> u64
-//! struct SemaphoreOptions  ::new() / default(), .with_event_spin(Duration), .without_event_queries(), .event_spin()
+//! struct SemaphoreOptions  ::new() / default(), .with_event_spin(Duration), .without_event_queries(), .event_spin(),
+//!                          .with_busy_query_pace(Duration), .busy_query_pace()
 //! struct Semaphore<E: DeviceEvent>   Clone (same semaphore) + Debug
 //!   new(initial) / with_options(initial, options) / id() / options() / ptr_eq(&other)
 //!   query() -> Result<u64, Error>
@@ -61,7 +67,7 @@
 //! wait_all(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<(), Error>
 //! wait_any(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<usize, Error>
 //! testing::LiveCounter  ::new(), .live() -> usize
-//! testing::FlagEvent    ::new(), ::counted(&LiveCounter), .complete(), .fail(Failure), .is_complete(),
+//! testing::FlagEvent    ::new(), ::counted(&LiveCounter), ::on_busy_device(), .complete(), .fail(Failure), .is_complete(),
 //!                       .query_count(), .clone_count(), .ptr_eq(&other)         impl DeviceEvent
 //! ```
 //!
@@ -99,6 +105,7 @@ mod sync;
 pub mod testing;
 mod timeout;
 mod timepoint;
+mod traffic;
 mod waiter;
 
 pub use error::Error;
@@ -110,6 +117,7 @@ pub use options::SemaphoreOptions;
 pub use semaphore::{Semaphore, SemaphoreId};
 pub use timeout::Timeout;
 pub use timepoint::WaitPoint;
+pub use traffic::Traffic;
 
 /// loom builds only (`--cfg loom`): the parker this crate's models use in place of crossbeam's,
 /// shared with the scheduler's own sync shim so both crates park the same checked way.

@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::event::DeviceEvent;
 use crate::semaphore::{Check, Semaphore};
 use crate::timeout::Timeout;
+use crate::traffic::Traffic;
 use crate::waiter::ThreadParker;
 
 /// Whether a multi-wait needs every entry or one of them.
@@ -102,13 +103,49 @@ enum Spun {
     Reached(usize),
 }
 
+/// Whether work is being submitted to the awaited events' devices: one [`Traffic`] per event,
+/// busy when any sees its device's submissions move.
+struct Watch(SmallVec<[Traffic; 4]>);
+
+impl Watch {
+    fn new<E: DeviceEvent>(events: &Pending<E>, pace: Duration) -> Self {
+        Watch(
+            events
+                .iter()
+                .map(|(_, _, e)| Traffic::new(e.submissions(), pace))
+                .collect(),
+        )
+    }
+
+    fn busy<E: DeviceEvent>(&mut self, events: &Pending<E>, now: Instant) -> bool {
+        let mut busy = false;
+        for ((_, _, event), traffic) in events.iter().zip(self.0.iter_mut()) {
+            busy |= traffic.busy(event.submissions(), now);
+        }
+        busy
+    }
+}
+
+/// The pace of queries while the devices are busy: the smallest among the entries with an event
+/// (zero, no pacing, if any of them asks for none).
+fn query_pace<E: DeviceEvent>(list: &[(&Semaphore<E>, u64)], events: &Pending<E>) -> Duration {
+    events
+        .iter()
+        .map(|(index, _, _)| list[*index].0.options().busy_query_pace())
+        .min()
+        .unwrap_or(Duration::ZERO)
+}
+
 /// Queries `events` until one completes or errors (and acts on it), or `until` passes. At least one
-/// round of queries.
+/// round of queries. While their devices are busy (see [`Traffic`]), rounds are a pace apart,
+/// with the awaited values watched in between.
 fn spin_on_events<E: DeviceEvent>(
     list: &[(&Semaphore<E>, u64)],
     events: &Pending<E>,
     until: Instant,
 ) -> Spun {
+    let pace = query_pace(list, events);
+    let mut watch = Watch::new(events, pace);
     loop {
         let mut spun = Spun::Nothing;
         for (index, at, event) in events {
@@ -132,11 +169,21 @@ fn spin_on_events<E: DeviceEvent>(
                 return spun;
             }
         }
-        if Instant::now() >= until {
+        let now = Instant::now();
+        if now >= until {
             return Spun::Nothing;
         }
-        for _ in 0..PAUSES_BETWEEN_LOOKS {
-            std::hint::spin_loop();
+        if watch.busy(events, now) {
+            // Another thread advancing or failing a semaphore (the completion thread, a host
+            // signal) still ends the wait at once.
+            let next = now.checked_add(pace).map_or(until, |t| t.min(until));
+            if hold_back(list, events, next) {
+                return Spun::Changed;
+            }
+        } else {
+            for _ in 0..PAUSES_BETWEEN_LOOKS {
+                std::hint::spin_loop();
+            }
         }
     }
 }
@@ -156,6 +203,30 @@ fn change_budget<E: DeviceEvent>(list: &[(&Semaphore<E>, u64)]) -> Duration {
         .filter_map(|(semaphore, _)| semaphore.options().event_spin())
         .max()
         .unwrap_or(Duration::ZERO)
+}
+
+/// Spins without a driver call until an entry with an event to query reaches its value or
+/// fails (returns true), or `until` passes (false). Only values and failures end it: the busy
+/// device's submissions record device signals, which move every semaphore's change count.
+fn hold_back<E: DeviceEvent>(
+    list: &[(&Semaphore<E>, u64)],
+    events: &Pending<E>,
+    until: Instant,
+) -> bool {
+    loop {
+        for _ in 0..PAUSES_BETWEEN_LOOKS {
+            std::hint::spin_loop();
+        }
+        for (index, _, _) in events {
+            let (semaphore, value) = list[*index];
+            if semaphore.reached_or_failed(value) {
+                return true;
+            }
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+    }
 }
 
 /// Spins until some entry's semaphore changes or `until` passes; returns whether one changed.

@@ -8,19 +8,29 @@ use std::time::Duration;
 /// spin for at most [`event_spin`](SemaphoreOptions::event_spin) before it parks; when it sees the
 /// event complete it advances the semaphore itself, sparing the round trip through the completion
 /// thread (a parked thread takes microseconds to wake; a spinning one sees completion at once).
+///
+/// While work is being submitted to the device of the event it queries (the event's
+/// [`submissions`](crate::DeviceEvent::submissions) count moves by two or more within
+/// [`busy_query_pace`](SemaphoreOptions::busy_query_pace)), a wait queries only once per that
+/// pace and watches the semaphore (no driver call) in between: each query takes the lock those
+/// submissions need. It then sees completion up to the pace late; with nobody submitting it
+/// queries back to back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SemaphoreOptions {
     event_spin: Option<Duration>,
+    busy_query_pace: Duration,
 }
 
 impl SemaphoreOptions {
     /// The default spin budget of a host wait on a recorded device event.
     pub const DEFAULT_EVENT_SPIN: Duration = Duration::from_micros(50);
 
-    /// Defaults: host waits spin on a recorded device event for [`Self::DEFAULT_EVENT_SPIN`].
+    /// Defaults: host waits spin on a recorded device event for [`Self::DEFAULT_EVENT_SPIN`],
+    /// querying it back to back whatever is submitted meanwhile.
     pub const fn new() -> Self {
         SemaphoreOptions {
             event_spin: Some(Self::DEFAULT_EVENT_SPIN),
+            busy_query_pace: Duration::ZERO,
         }
     }
 
@@ -41,6 +51,20 @@ impl SemaphoreOptions {
     /// The spin budget, or `None` when host waits never query device events.
     pub const fn event_spin(&self) -> Option<Duration> {
         self.event_spin
+    }
+
+    /// While work is being submitted to an awaited event's device, host waits query it at most
+    /// once per `pace` (see the type's documentation). `Duration::ZERO`, the default here, always
+    /// queries back to back; a device sets its own (`DeviceOptions::busy_query_pace` in the
+    /// device crate).
+    pub const fn with_busy_query_pace(mut self, pace: Duration) -> Self {
+        self.busy_query_pace = pace;
+        self
+    }
+
+    /// The pace of queries while the device is being submitted to (zero: no pacing).
+    pub const fn busy_query_pace(&self) -> Duration {
+        self.busy_query_pace
     }
 }
 

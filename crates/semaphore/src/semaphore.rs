@@ -49,6 +49,10 @@ struct Shared<E: DeviceEvent> {
     /// recorded device signal, a failure): a waiter with nothing to query spins on it, without
     /// the lock, before it parks.
     changes: AtomicU64,
+    /// The value (mirrors `State::value`, readable without the lock): a waiter holding back its
+    /// queries while the device is busy watches it, not `changes`, which every recorded device
+    /// signal moves too.
+    value: AtomicU64,
     /// Parked host waiters registered now (mirrors `State::waiters`, readable without the lock):
     /// tells a completion side whether anybody is waiting for an answer.
     parked: AtomicUsize,
@@ -192,6 +196,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                     listeners: Listeners::new(),
                 }),
                 changes: AtomicU64::new(0),
+                value: AtomicU64::new(initial),
                 parked: AtomicUsize::new(0),
                 failed: AtomicBool::new(false),
                 #[cfg(feature = "lock-stats")]
@@ -212,6 +217,12 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// (read without the lock, for spinning waiters).
     pub(crate) fn changes(&self) -> u64 {
         self.shared.changes.load(Ordering::Acquire)
+    }
+
+    /// Whether the value has reached `value` or the semaphore has failed, read without the lock
+    /// (either may have happened just after).
+    pub(crate) fn reached_or_failed(&self, value: u64) -> bool {
+        self.shared.value.load(Ordering::Acquire) >= value || self.has_failed()
     }
 
     /// Whether a host thread is parked waiting on this semaphore now (read without the lock). A
@@ -300,6 +311,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                 });
             }
             state.advance(value, &mut wake, None);
+            self.shared.value.store(value, Ordering::Release);
             self.changed();
         }
         wake.run(self.id());
@@ -334,6 +346,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                 return Ok(());
             }
             state.advance(value, &mut wake, released);
+            self.shared.value.store(value, Ordering::Release);
             self.changed();
         }
         wake.run(self.id());

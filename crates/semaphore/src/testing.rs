@@ -1,7 +1,7 @@
 //! Test doubles shared with other crates: [`FlagEvent`], a [`DeviceEvent`] that is a completion
 //! flag, and [`LiveCounter`], which counts live events so tests can prove nothing leaks.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::event::DeviceEvent;
@@ -39,6 +39,9 @@ struct Flag {
     has_error: AtomicBool,
     queries: AtomicUsize,
     counter: Option<LiveCounter>,
+    /// What [`DeviceEvent::submissions`] reports, if the event stands for one of a device that
+    /// is being submitted to all the time ([`FlagEvent::on_busy_device`]).
+    submissions: Option<AtomicU64>,
 }
 
 impl FlagEvent {
@@ -52,7 +55,17 @@ impl FlagEvent {
         Self::with_counter(Some(counter.clone()))
     }
 
+    /// A pending event, not counted, of a device that work is being submitted to all the time:
+    /// its [`DeviceEvent::submissions`] count moves by two at every read.
+    pub fn on_busy_device() -> Self {
+        Self::make(None, Some(AtomicU64::new(0)))
+    }
+
     fn with_counter(counter: Option<LiveCounter>) -> Self {
+        Self::make(counter, None)
+    }
+
+    fn make(counter: Option<LiveCounter>, submissions: Option<AtomicU64>) -> Self {
         if let Some(counter) = &counter {
             counter.0.fetch_add(1, Ordering::SeqCst);
         }
@@ -62,6 +75,7 @@ impl FlagEvent {
             has_error: AtomicBool::new(false),
             queries: AtomicUsize::new(0),
             counter,
+            submissions,
         }))
     }
 
@@ -116,6 +130,13 @@ impl DeviceEvent for FlagEvent {
             }
         }
         Ok(self.0.complete.load(Ordering::Acquire))
+    }
+
+    fn submissions(&self) -> u64 {
+        self.0
+            .submissions
+            .as_ref()
+            .map_or(0, |count| count.fetch_add(2, Ordering::Relaxed))
     }
 }
 

@@ -205,6 +205,90 @@ fn event_spin_is_bounded_then_the_waiter_parks() {
     });
 }
 
+/// How many times a wait queried an event that completes 20 ms after the wait began, and how
+/// late after the completion the wait returned.
+fn queries_of_a_20_ms_wait(event: FlagEvent, pace: Duration) -> (usize, Duration) {
+    let s = Sem::with_options(
+        0,
+        SemaphoreOptions::new()
+            .with_event_spin(Duration::from_secs(20))
+            .with_busy_query_pace(pace),
+    );
+    s.record_device_signal(1, event.clone()).unwrap();
+    let e2 = event.clone();
+    let completer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(20));
+        e2.complete();
+        Instant::now()
+    });
+    s.wait(1, Duration::from_secs(8)).unwrap();
+    let returned = Instant::now();
+    let completed = completer.join().unwrap();
+    (
+        event.query_count(),
+        returned.saturating_duration_since(completed),
+    )
+}
+
+/// While the device is being submitted to, a wait queries its event once per pace (each query
+/// would take the lock the submitters need) and returns at most about a pace after completion;
+/// with the device idle, or with no pace, it queries back to back.
+#[test]
+fn a_wait_holds_its_queries_back_while_the_device_is_busy() {
+    bounded(LONG, || {
+        let pace = Duration::from_millis(1);
+        let (paced, late) = queries_of_a_20_ms_wait(FlagEvent::on_busy_device(), pace);
+        // One query per ms for 20 ms, and the first.
+        assert!(paced <= 25, "{paced} queries in 20 ms at a 1 ms pace");
+        assert!(late < Duration::from_millis(500), "returned {late:?} late");
+        let (idle, _) = queries_of_a_20_ms_wait(FlagEvent::new(), pace);
+        assert!(
+            idle > 1_000,
+            "an idle device's wait queried only {idle} times"
+        );
+        let (unpaced, _) = queries_of_a_20_ms_wait(FlagEvent::on_busy_device(), Duration::ZERO);
+        assert!(
+            unpaced > 1_000,
+            "an unpaced wait queried only {unpaced} times"
+        );
+    });
+}
+
+/// A value reached by someone else (the completion thread, a host signal) ends a held-back wait
+/// at once, without waiting out the pace; new device signals recorded meanwhile (more of the busy
+/// device's work) do not.
+#[test]
+fn a_held_back_wait_ends_when_the_value_is_reached() {
+    bounded(LONG, || {
+        let s = Sem::with_options(
+            0,
+            SemaphoreOptions::new()
+                .with_event_spin(Duration::from_secs(20))
+                .with_busy_query_pace(Duration::from_secs(5)),
+        );
+        let e = FlagEvent::on_busy_device();
+        s.record_device_signal(1, e.clone()).unwrap();
+        let s2 = s.clone();
+        let advancer = thread::spawn(move || {
+            for value in 2..50 {
+                s2.record_device_signal(value, FlagEvent::new()).unwrap();
+                thread::sleep(Duration::from_micros(200));
+            }
+            s2.advance_to(1).unwrap();
+            Instant::now()
+        });
+        s.wait(1, Duration::from_secs(8)).unwrap();
+        let returned = Instant::now();
+        let advanced = advancer.join().unwrap();
+        assert!(
+            returned.saturating_duration_since(advanced) < Duration::from_secs(1),
+            "the wait held back past the advance"
+        );
+        // The first round, then held back until the advance.
+        assert_eq!(e.query_count(), 1);
+    });
+}
+
 #[test]
 fn waits_without_event_queries_leave_events_alone() {
     let s = Sem::with_options(0, SemaphoreOptions::new().without_event_queries());

@@ -69,13 +69,7 @@ impl Buffer {
         len: usize,
         keeper: Arc<dyn Any + Send + Sync>,
     ) -> Arc<Self> {
-        Arc::new(Self {
-            context: Arc::clone(context),
-            ptr,
-            len,
-            keeper: Some(keeper),
-            host_access: None,
-        })
+        Self::owned_by(context, ptr, len, keeper, None)
     }
 
     /// [`Buffer::from_raw`] over memory that its owner may free while the buffer lives (a
@@ -93,12 +87,23 @@ impl Buffer {
         keeper: Arc<dyn Any + Send + Sync>,
         access: Arc<dyn HostAccess>,
     ) -> Arc<Self> {
+        Self::owned_by(context, ptr, len, keeper, Some(access))
+    }
+
+    /// A buffer over memory that `keeper` owns (the constructors' contracts hold).
+    fn owned_by(
+        context: &Arc<PrimaryContext>,
+        ptr: CUdeviceptr,
+        len: usize,
+        keeper: Arc<dyn Any + Send + Sync>,
+        host_access: Option<Arc<dyn HostAccess>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             context: Arc::clone(context),
             ptr,
             len,
             keeper: Some(keeper),
-            host_access: Some(access),
+            host_access,
         })
     }
 

@@ -591,36 +591,30 @@ fn a_dealloca_racing_an_execute_on_the_same_queue_waits_for_it() {
     const SLOTS: u32 = 200_000;
     let (_fake, _driver, device) = open("dealloca-race", queues(1));
     let q = device.queue(0);
-    let s = device.create_semaphore(0);
-    let buffer = q.alloca(&[], &[(&s, 1)], 256).unwrap();
-    wait(&s, 1);
-    let filler = device.create_buffer(64).unwrap();
-    let mut cb = q.create_command_buffer_with_bindings(SLOTS).unwrap();
-    cb.fill(&buffer.whole(), FillPattern::U8(7)).unwrap();
-    cb.fill(
-        &cuhal::BufferRange::slot(0, 0, 64).unwrap(),
-        FillPattern::U8(1),
-    )
-    .unwrap();
-    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
-    let table: Vec<cuhal::BufferRange> = (0..SLOTS).map(|_| filler.whole()).collect();
-    let started = std::time::Instant::now();
-    q.execute_with_bindings(&[], &[(&s, 2)], &[(&cb, &table)])
-        .unwrap();
-    let checks = started.elapsed();
-    wait(&s, 2);
-    for round in 0..3u32 {
-        let (done, freed) = (device.create_semaphore(0), device.create_semaphore(0));
-        let buffer = q.alloca(&[], &[(&freed, 1)], 256).unwrap();
-        wait(&freed, 1);
+    // A fresh allocation, and a command buffer that fills it and slot 0.
+    let filling_an_allocation = || {
+        let s = device.create_semaphore(0);
+        let buffer = q.alloca(&[], &[(&s, 1)], 256).unwrap();
+        wait(&s, 1);
         let mut cb = q.create_command_buffer_with_bindings(SLOTS).unwrap();
         cb.fill(&buffer.whole(), FillPattern::U8(7)).unwrap();
-        cb.fill(
-            &cuhal::BufferRange::slot(0, 0, 64).unwrap(),
-            FillPattern::U8(1),
-        )
-        .unwrap();
+        let slot = cuhal::BufferRange::slot(0, 0, 64).unwrap();
+        cb.fill(&slot, FillPattern::U8(1)).unwrap();
         let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+        (buffer, cb)
+    };
+    let filler = device.create_buffer(64).unwrap();
+    let table: Vec<cuhal::BufferRange> = (0..SLOTS).map(|_| filler.whole()).collect();
+    let (_, cb) = filling_an_allocation();
+    let s = device.create_semaphore(0);
+    let started = std::time::Instant::now();
+    q.execute_with_bindings(&[], &[(&s, 1)], &[(&cb, &table)])
+        .unwrap();
+    let checks = started.elapsed();
+    wait(&s, 1);
+    for round in 0..3u32 {
+        let (done, freed) = (device.create_semaphore(0), device.create_semaphore(0));
+        let (buffer, cb) = filling_an_allocation();
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 q.execute_with_bindings(&[], &[(&done, 1)], &[(&cb, &table)])
@@ -629,12 +623,12 @@ fn a_dealloca_racing_an_execute_on_the_same_queue_waits_for_it() {
             scope.spawn(|| {
                 // Into the execute's checks, after it took its use of the buffer.
                 std::thread::sleep(checks / 3);
-                q.dealloca(&[], &[(&freed, 2)], &buffer).unwrap();
+                q.dealloca(&[], &[(&freed, 1)], &buffer).unwrap();
             });
         });
         done.wait(1, TIMEOUT)
             .unwrap_or_else(|e| panic!("round {round}: the execute failed: {e}"));
-        wait(&freed, 2);
+        wait(&freed, 1);
         assert!(q.lost().is_none(), "round {round}: the queue was lost");
     }
 }

@@ -75,6 +75,23 @@ impl Beside {
     }
 }
 
+/// Runs `submit` on this thread while another thread calls `wait_for(n)` for each newest
+/// submission `n` it announces; returns how many waits that thread completed.
+fn with_waiter(
+    wait_for: impl FnMut(u64) -> Result<()> + Send,
+    submit: impl FnOnce(&Beside) -> Result<()>,
+) -> Result<u64> {
+    let beside = Beside::default();
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| beside.wait_loop(wait_for));
+        let submitted = submit(&beside);
+        beside.stop.store(true, Ordering::Release);
+        let waited = waiter.join().expect("the waiting thread panicked");
+        submitted.and(waited)
+    })?;
+    Ok(beside.returns.load(Ordering::Relaxed))
+}
+
 /// The raw side: one stream, a ring of spinning events, the step graph.
 struct Floor {
     api: std::sync::Arc<cuhal_sys::DriverApi>,
@@ -117,24 +134,16 @@ impl Floor {
         warm: usize,
         times: &mut Vec<f64>,
     ) -> Result<u64> {
-        let beside = Beside::default();
         let (api, events, context) = (&*self.api, &self.events, &self.context);
-        std::thread::scope(|scope| {
-            let waiter = scope.spawn(|| {
-                let _bound = context.enter()?;
-                beside.wait_loop(|latest| {
-                    let event = &events[(latest as usize - 1) % RING];
-                    // SAFETY: a live event of the current context.
-                    unsafe { cu!(api, cuEventSynchronize(event.raw())) }?;
-                    Ok(())
-                })
-            });
-            let submitted = self.submit(range, warm, times, &beside);
-            beside.stop.store(true, Ordering::Release);
-            let waited = waiter.join().expect("the floor's waiting thread panicked");
-            submitted.and(waited)
-        })?;
-        Ok(beside.returns.load(Ordering::Relaxed))
+        let wait_for = |latest: u64| {
+            // Current on the waiting thread from its first call on.
+            let _bound = context.enter()?;
+            let event = &events[(latest as usize - 1) % RING];
+            // SAFETY: a live event of the current context.
+            unsafe { cu!(api, cuEventSynchronize(event.raw())) }?;
+            Ok(())
+        };
+        with_waiter(wait_for, |beside| self.submit(range, warm, times, beside))
     }
 
     fn submit(
@@ -203,23 +212,15 @@ impl Cuhal {
         warm: usize,
         times: &mut Vec<f64>,
     ) -> Result<u64> {
-        let beside = Beside::default();
         let semaphore = &self.semaphore;
-        std::thread::scope(|scope| {
-            let waiter = scope.spawn(|| {
-                beside.wait_loop(|latest| {
-                    semaphore
-                        .wait(latest, WAIT)
-                        .with_context(|| format!("case 14: waiting for {latest}"))
-                })
-            });
-            let submitted = self.submit(range, warm, times, &beside);
-            beside.stop.store(true, Ordering::Release);
-            let waited = waiter.join().expect("cuhal's waiting thread panicked");
-            submitted.and(waited)
-        })?;
+        let wait_for = |latest: u64| {
+            semaphore
+                .wait(latest, WAIT)
+                .with_context(|| format!("case 14: waiting for {latest}"))
+        };
+        let waits = with_waiter(wait_for, |beside| self.submit(range, warm, times, beside))?;
         self.hal.settle("case 14 cuhal")?;
-        Ok(beside.returns.load(Ordering::Relaxed))
+        Ok(waits)
     }
 
     fn submit(

@@ -25,7 +25,7 @@ use crate::error::Error;
 use crate::event_pool::{CudaEvent, EventStash, TimepointEventPool};
 use crate::interop::ForeignEvent;
 use crate::lost::Lost;
-use crate::memory::Allocation;
+use crate::memory::{Allocation, AllocationUse};
 use crate::submissions::IssueCount;
 
 /// The work of one queue operation (crate-private: `Queue` checks every payload it builds, and
@@ -507,6 +507,16 @@ impl Backend for CudaBackend {
         self.issues.count();
         self.enqueue(stash, device_waits, payload)
             .map_err(|e| self.lost.note(e))
+    }
+
+    /// Marks the action's uses of stream-ordered allocations issued on this queue's stream: a
+    /// dealloca issued on it later is ordered after them (see `memory.rs`).
+    fn issued(&self, resources: &[cuhal_scheduler::Resource]) {
+        for resource in resources {
+            if let Some(used) = resource.downcast_ref::<AllocationUse>() {
+                used.issued(self.stream.raw());
+            }
+        }
     }
 
     fn issue_local(&self) -> EventStash {

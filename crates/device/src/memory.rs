@@ -9,8 +9,10 @@
 //! that way is reused by later allocations in stream order without a round trip to the OS
 //! (the pool keeps what it has: its release threshold is the maximum).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use smallvec::SmallVec;
 
 use cuhal_command::Buffer;
 use cuhal_sys::cu;
@@ -245,18 +247,56 @@ pub struct Allocation {
 /// The uses of one allocation that have not ended.
 #[derive(Default)]
 struct Uses {
-    /// Every use left holds the free back, one on the dealloca's own stream too: a use is taken
-    /// when its operation is checked, before it is submitted, so a dealloca submitted meanwhile
-    /// from another thread may issue ahead of it on that stream.
+    /// Every use left.
     count: usize,
-    /// The dealloca issued while uses were left.
+    /// `(stream as an address, uses)`: the uses whose operations were issued on that stream. A
+    /// dealloca issued on the same stream later is ordered after them, so they do not hold its
+    /// free back. Every other use does, one on the dealloca's own stream too: a use is taken
+    /// when its operation is checked, before it is submitted, so a dealloca submitted meanwhile
+    /// from another thread may issue ahead of it there.
+    issued: SmallVec<[(usize, usize); 2]>,
+    /// The dealloca issued while uses that hold it back were left.
     deferred: bool,
+}
+
+impl Uses {
+    /// The uses issued on `stream`.
+    fn issued_on(&self, stream: usize) -> usize {
+        self.issued
+            .iter()
+            .find(|(s, _)| *s == stream)
+            .map_or(0, |(_, n)| *n)
+    }
 }
 
 /// One use of an [`Allocation`] (queued work, or a host copy through its buffer): keeps its
 /// memory allocated until dropped.
 pub(crate) struct AllocationUse {
     allocation: Arc<Allocation>,
+    /// The stream its operation was issued on (as an address; 0: not issued), set under the
+    /// allocation's lock.
+    issued_on: AtomicUsize,
+}
+
+impl AllocationUse {
+    /// Its operation was just issued on `stream` (under that queue's issue lock, so before any
+    /// dealloca issued on `stream` after it).
+    pub(crate) fn issued(&self, stream: CUstream) {
+        let stream = stream as usize;
+        let mut uses = self
+            .allocation
+            .uses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if stream == 0 || self.issued_on.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        self.issued_on.store(stream, Ordering::Relaxed);
+        match uses.issued.iter_mut().find(|(s, _)| *s == stream) {
+            Some((_, n)) => *n += 1,
+            None => uses.issued.push((stream, 1)),
+        }
+    }
 }
 
 impl Drop for AllocationUse {
@@ -267,6 +307,13 @@ impl Drop for AllocationUse {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         uses.count -= 1;
+        let stream = *self.issued_on.get_mut();
+        if let Some(i) = uses.issued.iter().position(|(s, _)| *s == stream) {
+            uses.issued[i].1 -= 1;
+            if uses.issued[i].1 == 0 {
+                uses.issued.swap_remove(i);
+            }
+        }
         if uses.deferred && uses.count == 0 {
             uses.deferred = false;
             drop(uses);
@@ -320,16 +367,17 @@ impl Allocation {
         uses.count += 1;
         Some(AllocationUse {
             allocation: self.clone(),
+            issued_on: AtomicUsize::new(0),
         })
     }
 
-    /// The dealloca's issue on `stream`: frees in the order of `stream` if no use is left, else
-    /// leaves the free to the last use. A use on `stream` itself holds it back too: it may
-    /// belong to an operation checked before the dealloca was submitted but submitted after it
-    /// (two threads), which then issues after the dealloca.
+    /// The dealloca's issue on `stream`: frees in the order of `stream` if every use left was
+    /// issued on `stream` before it, else leaves the free to the last use. A use not issued yet
+    /// holds it back even when it is for `stream`: its operation may have been checked before
+    /// the dealloca was submitted and submitted after it (two threads), and then issues after it.
     pub(crate) fn free_after_uses(&self, stream: CUstream) -> Result<(), Error> {
         let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
-        if uses.count == 0 {
+        if uses.count == uses.issued_on(stream as usize) {
             drop(uses);
             return self.free_async(stream);
         }

@@ -632,3 +632,40 @@ fn a_dealloca_racing_an_execute_on_the_same_queue_waits_for_it() {
         assert!(q.lost().is_none(), "round {round}: the queue was lost");
     }
 }
+
+/// The plain loop, alloca, work on the same queue that uses the buffer, dealloca, again, keeps
+/// about one block live: each dealloca issues right behind its work on the same stream, and is
+/// ordered after it there, so it frees in stream order rather than waiting for that work to
+/// retire (with retirement lagging, a loop of big blocks would run the device out of memory).
+#[test]
+fn an_alloca_loop_on_one_queue_keeps_one_block_live() {
+    let alloca_loop = |tag: &str, len: usize, rounds: usize| -> Result<u64, Error> {
+        // (A closure, not inlined: the timing is reset whatever the rounds return.)
+        let (fake, _driver, device) = open(tag, queues(1));
+        let q = device.queue(0);
+        let base = fake.counts().device_allocations;
+        // Work takes model time, as on a GPU: retirement lags issue.
+        fake.set_timing(
+            std::time::Duration::from_millis(100),
+            std::time::Duration::ZERO,
+        );
+        let mut peak = 0;
+        let result = (|| {
+            for _ in 0..rounds {
+                let buffer = q.alloca(&[], &[], len)?;
+                peak = peak.max(fake.counts().device_allocations - base);
+                let mut cb = q.create_command_buffer()?;
+                cb.fill(&buffer.range(0, 256).unwrap(), FillPattern::U8(1))?;
+                let cb: Arc<dyn CommandBuffer> = cb.end()?;
+                q.execute(&[], &[], &[&cb])?;
+                q.dealloca(&[], &[], &buffer)?;
+            }
+            Ok(peak)
+        })();
+        fake.set_timing(std::time::Duration::ZERO, std::time::Duration::ZERO);
+        settle(q);
+        result
+    };
+    let peak = alloca_loop("alloca-loop", 1 << 20, 8).unwrap();
+    assert!(peak <= 2, "{peak} allocations live at once over 8 rounds");
+}

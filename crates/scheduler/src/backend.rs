@@ -137,4 +137,12 @@ pub trait Backend: Send + Sync + 'static {
     fn release(&self, payload: Self::Payload) {
         drop(payload);
     }
+
+    /// Called right after an action was issued, under the queue's issue lock, with the resources
+    /// it keeps until it completes: a resource that needs to know it is now in the queue's issue
+    /// order (CUDA: a use of stream-ordered memory, which a later free on the same stream is
+    /// ordered after) can be told here. The default does nothing.
+    fn issued(&self, resources: &[crate::Resource]) {
+        let _ = resources;
+    }
 }

@@ -565,6 +565,9 @@ impl<B: Backend> Shared<B> {
         let issued = self.call_backend(&mut state.local, &device_waits, body.payload_mut());
         let checked = self.backend.checks_completion(body.payload());
         if let Ok(event) = &issued {
+            if !body.resources.is_empty() {
+                self.backend.issued(&body.resources);
+            }
             // Work that is checked when it completes signals only from the completion side.
             if !checked {
                 let ordered = self.backend.orders(event);

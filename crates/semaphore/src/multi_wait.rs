@@ -174,8 +174,9 @@ fn spin_on_events<E: DeviceEvent>(
             return Spun::Nothing;
         }
         if watch.busy(events, now) {
-            // Another thread advancing or failing a semaphore (the completion thread, a host
-            // signal) still ends the wait at once.
+            // Another thread advancing or failing a semaphore whose event is queried here (the
+            // completion thread, a host signal) still ends the wait at once; a change to an
+            // entry with no event yet is seen at the next round.
             let next = now.checked_add(pace).map_or(until, |t| t.min(until));
             if hold_back(list, events, next) {
                 return Spun::Changed;

@@ -260,20 +260,27 @@ fn a_wait_holds_its_queries_back_while_the_device_is_busy() {
     });
 }
 
+/// A semaphore with value 1 recorded on an event of a busy device, whose waits hold their
+/// queries back for 5 s at a time.
+fn held_back_semaphore() -> (Sem, FlagEvent) {
+    let s = Sem::with_options(
+        0,
+        SemaphoreOptions::new()
+            .with_event_spin(Duration::from_secs(20))
+            .with_busy_query_pace(Duration::from_secs(5)),
+    );
+    let e = FlagEvent::on_busy_device();
+    s.record_device_signal(1, e.clone()).unwrap();
+    (s, e)
+}
+
 /// A value reached by someone else (the completion thread, a host signal) ends a held-back wait
 /// at once, without waiting out the pace; new device signals recorded meanwhile (more of the busy
 /// device's work) do not.
 #[test]
 fn a_held_back_wait_ends_when_the_value_is_reached() {
     bounded(LONG, || {
-        let s = Sem::with_options(
-            0,
-            SemaphoreOptions::new()
-                .with_event_spin(Duration::from_secs(20))
-                .with_busy_query_pace(Duration::from_secs(5)),
-        );
-        let e = FlagEvent::on_busy_device();
-        s.record_device_signal(1, e.clone()).unwrap();
+        let (s, e) = held_back_semaphore();
         let s2 = s.clone();
         let advancer = thread::spawn(move || {
             for value in 2..50 {
@@ -301,14 +308,7 @@ fn a_held_back_wait_ends_when_the_value_is_reached() {
 fn a_held_back_wait_ends_on_a_failure_and_on_a_signal() {
     for fail in [true, false] {
         bounded(LONG, move || {
-            let s = Sem::with_options(
-                0,
-                SemaphoreOptions::new()
-                    .with_event_spin(Duration::from_secs(20))
-                    .with_busy_query_pace(Duration::from_secs(5)),
-            );
-            let e = FlagEvent::on_busy_device();
-            s.record_device_signal(1, e.clone()).unwrap();
+            let (s, _event) = held_back_semaphore();
             let s2 = s.clone();
             let other = thread::spawn(move || {
                 thread::sleep(Duration::from_millis(20));

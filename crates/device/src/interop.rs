@@ -34,7 +34,7 @@ use cuhal_sys::{
 
 use crate::error::{Error, Result};
 use crate::event_pool::CudaEvent;
-use crate::memory::{AllocationUse, allocation_of};
+use crate::memory::{AllocationUse, use_of};
 use crate::{Device, Semaphore};
 
 /// A callback run once when cuhal no longer uses something it was lent.
@@ -426,17 +426,9 @@ impl ExportedBuffer {
     /// Lends `buffer`'s memory. A stream-ordered allocation that `Queue::dealloca` released is
     /// [`Error::Deallocated`].
     pub fn new(buffer: &Arc<Buffer>) -> Result<Self> {
-        let lent = match allocation_of(buffer) {
-            Some(allocation) => Some(Arc::new(allocation.begin_use().ok_or(
-                Error::Deallocated {
-                    what: "exported buffer",
-                },
-            )?)),
-            None => None,
-        };
         Ok(Self {
             buffer: Arc::clone(buffer),
-            _lent: lent,
+            _lent: use_of(buffer, "exported buffer")?.map(Arc::new),
         })
     }
 

@@ -230,9 +230,9 @@ impl Drop for PooledBlock {
 ///
 /// Its memory outlives every queued use: each queue operation or command buffer submission that
 /// uses it holds an `AllocationUse` until the work completed or failed (a host copy through its
-/// buffer, for the copy), `Queue::dealloca` marks it released (new uses are refused from then
-/// on), and the free happens, at the dealloca's issue, in stream order if no use is left, else
-/// when the last use ends.
+/// buffer, for the copy; a loan, while lent), `Queue::dealloca` marks it released (new uses are
+/// refused from then on), and the free happens, at the dealloca's issue, in stream order if every
+/// use left was issued on its stream before it, else when the last use ends.
 pub struct Allocation {
     context: Arc<PrimaryContext>,
     ptr: CUdeviceptr,
@@ -356,8 +356,8 @@ impl Allocation {
         !self.released.swap(true, Ordering::AcqRel)
     }
 
-    /// A use by work about to be queued (or a host copy), or `None` once released.
-    pub(crate) fn begin_use(self: &Arc<Self>) -> Option<AllocationUse> {
+    /// A use by work about to be queued (or a host copy, or a loan), or `None` once released.
+    pub(crate) fn begin_use(self: Arc<Self>) -> Option<AllocationUse> {
         let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
         // Checked under the lock that the dealloca's issue takes: a release that this check
         // misses is made before its dealloca is submitted, so that issue sees this use.
@@ -365,8 +365,9 @@ impl Allocation {
             return None;
         }
         uses.count += 1;
+        drop(uses);
         Some(AllocationUse {
-            allocation: self.clone(),
+            allocation: self,
             issued_on: AtomicUsize::new(0),
         })
     }
@@ -412,16 +413,22 @@ pub(crate) fn allocation_of(buffer: &Buffer) -> Option<Arc<Allocation>> {
         .and_then(|keeper| Arc::clone(keeper).downcast::<Allocation>().ok())
 }
 
+/// A use of the stream-ordered allocation behind `buffer`, if it is one (`None` if not):
+/// [`Error::Deallocated`] (naming `what`) once `Queue::dealloca` released it.
+pub(crate) fn use_of(buffer: &Buffer, what: &'static str) -> Result<Option<AllocationUse>, Error> {
+    allocation_of(buffer)
+        .map(|allocation| allocation.begin_use().ok_or(Error::Deallocated { what }))
+        .transpose()
+}
+
 /// Adds to `resources` a use of the stream-ordered allocation behind `buffer`, if it is one, for
-/// work about to be queued: [`Error::Deallocated`] (naming `what`) once `Queue::dealloca`
-/// released it.
+/// work about to be queued (see [`use_of`]).
 pub(crate) fn use_allocation(
     buffer: &Buffer,
     what: &'static str,
     resources: &mut cuhal_scheduler::Resources,
 ) -> Result<(), Error> {
-    if let Some(allocation) = allocation_of(buffer) {
-        let used = allocation.begin_use().ok_or(Error::Deallocated { what })?;
+    if let Some(used) = use_of(buffer, what)? {
         resources.push(Arc::new(used));
     }
     Ok(())
@@ -433,7 +440,7 @@ pub(crate) struct HostCopies(pub(crate) Arc<Allocation>);
 
 impl cuhal_command::HostAccess for HostCopies {
     fn begin_host_access(&self) -> Option<Box<dyn Send>> {
-        self.0
+        Arc::clone(&self.0)
             .begin_use()
             .map(|used| Box::new(used) as Box<dyn Send>)
     }

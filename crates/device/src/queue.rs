@@ -213,17 +213,6 @@ impl Queue {
         if buffer.context().raw() != self.context.raw() {
             return Err(Error::WrongDevice { what });
         }
-        self.track_use(buffer, what, resources)
-    }
-
-    /// Records a use of `buffer` by work about to be queued here, if `Queue::alloca` made it
-    /// (refused once `Queue::dealloca` released it).
-    fn track_use(
-        &self,
-        buffer: &Arc<Buffer>,
-        what: &'static str,
-        resources: &mut Resources,
-    ) -> Result<()> {
         use_allocation(buffer, what, resources)
     }
 
@@ -376,7 +365,7 @@ impl Queue {
                 } else {
                     // Another device's buffer only gets into a command buffer of this device
                     // through a peer copy (`copy_peer`), which checked it when it was recorded.
-                    self.track_use(buffer, "command buffer's peer buffer", &mut resources)?;
+                    use_allocation(buffer, "command buffer's peer buffer", &mut resources)?;
                 }
             }
             for entry in table {
@@ -496,7 +485,7 @@ impl Queue {
         let mut resources = Resources::new();
         for (range, what) in [(source, "peer copy source"), (target, "peer copy target")] {
             match range.buffer() {
-                Some(buffer) if foreign(range) => self.track_use(buffer, what, &mut resources)?,
+                Some(buffer) if foreign(range) => use_allocation(buffer, what, &mut resources)?,
                 _ => self.check_range(range, what, &mut resources)?,
             }
         }

@@ -716,21 +716,22 @@ impl<B: Backend> Shared<B> {
                 // power of two would otherwise make new slots (and grow both lists) for a
                 // backlog within it.
                 let doubling = state.boxes.max(MIN_NEW_BOXES);
-                let more = match state.reserve.len() {
-                    0 => doubling,
-                    left => doubling.min(left),
+                let reserved = state.reserve.len();
+                let more = if reserved > 0 {
+                    doubling.min(reserved)
+                } else {
+                    doubling
                 };
                 state.boxes += more;
                 // Every slot in rotation may be in either list at once: room for all of them
                 // (within the capacity made at start, this allocates nothing).
                 state.spare.reserve(state.boxes);
                 returned.reserve(state.boxes);
-                let from_reserve = more.min(state.reserve.len());
-                let at = state.reserve.len() - from_reserve;
-                state.spare.extend(state.reserve.drain(at..));
-                state
-                    .spare
-                    .extend((from_reserve..more).map(|_| Spare::new()));
+                if reserved > 0 {
+                    state.spare.extend(state.reserve.drain(reserved - more..));
+                } else {
+                    state.spare.extend((0..more).map(|_| Spare::new()));
+                }
             }
         }
         // Refilled above when it was empty.

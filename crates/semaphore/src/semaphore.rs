@@ -213,6 +213,13 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.shared.changes.store(changes + 1, Ordering::Release);
     }
 
+    /// Notes an advance to `value` (called under the lock, after `State::advance`): the value's
+    /// mirror, then the change count.
+    fn advanced(&self, value: u64) {
+        self.shared.value.store(value, Ordering::Release);
+        self.changed();
+    }
+
     /// A counter that moves whenever the semaphore advances, records a device signal or fails
     /// (read without the lock, for spinning waiters).
     pub(crate) fn changes(&self) -> u64 {
@@ -311,8 +318,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                 });
             }
             state.advance(value, &mut wake, None);
-            self.shared.value.store(value, Ordering::Release);
-            self.changed();
+            self.advanced(value);
         }
         wake.run(self.id());
         Ok(())
@@ -346,8 +352,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                 return Ok(());
             }
             state.advance(value, &mut wake, released);
-            self.shared.value.store(value, Ordering::Release);
-            self.changed();
+            self.advanced(value);
         }
         wake.run(self.id());
         Ok(())

@@ -9,8 +9,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::DeviceOptions;
 use cuhal_command::BufferRange;
-use cuhal_scheduler::QueueOptions;
 use smallvec::SmallVec;
 
 /// Vectors a queue keeps for reuse: as many as submissions with tables were ever in flight at
@@ -22,7 +22,7 @@ const POOLED_TABLES: usize = 1024;
 /// submissions that nobody waited for hold their tables at once, even when each was waited for
 /// on the host (bench case 11's pool grew from 4 to 8 and from 8 to 16 inside its measured
 /// window); a pool that starts at a gather batch is past that at its first growth.
-const MIN_NEW_TABLES: usize = QueueOptions::DEFAULT_GATHER_BATCH;
+const MIN_NEW_TABLES: usize = DeviceOptions::DEFAULT_COMPLETION_GATHER_BATCH;
 
 /// Spare table storage of one queue.
 #[derive(Default)]

@@ -96,14 +96,16 @@ pub struct DeviceOptions {
     /// `QueueOptions::with_completion_gather`; the push that makes
     /// [`completion_gather_batch`](Self::completion_gather_batch) wait ends the gather early):
     /// fewer, larger batches, so fewer event queries contending for the driver's lock with the
-    /// submitting threads and less CPU per submission. Host waiters are not held up
-    /// (they poll the events they wait for themselves). Default
+    /// submitting threads and less CPU per submission. Host waiters are not held up: they poll
+    /// the events they wait for themselves, and one that outlasts `host_wait_spin` and parks
+    /// ends the gather of the queue whose work it waits for. Default
     /// [`DEFAULT_COMPLETION_GATHER`](Self::DEFAULT_COMPLETION_GATHER); zero: retire whatever has
     /// finished as soon as it is seen.
     pub completion_gather: Duration,
     /// How many finished submissions end a gather early (see
     /// `QueueOptions::with_gather_batch`): larger batches cost the completion thread fewer
-    /// wake-ups per submission and keep more completion events in flight.
+    /// wake-ups per submission and keep more completion events in flight. Default
+    /// [`DEFAULT_COMPLETION_GATHER_BATCH`](Self::DEFAULT_COMPLETION_GATHER_BATCH).
     pub completion_gather_batch: usize,
     /// How long a host semaphore wait polls a recorded device event before parking.
     pub host_wait_spin: Duration,
@@ -137,12 +139,16 @@ impl DeviceOptions {
     /// The default [`busy_query_pace`](Self::busy_query_pace), chosen by bench case 14 on the
     /// H200 (figures in `docs/decisions/semaphore.md`).
     pub const DEFAULT_BUSY_QUERY_PACE: Duration = Duration::from_micros(10);
-    /// The default [`completion_gather`](Self::completion_gather): the scheduler's suggested
-    /// gather. `cuhal bench` cases 1 and 9 run with and without it in the same process; on the
-    /// H200 it lowered process CPU per chained submission and the across-queues tail in every
-    /// run (figures in the scheduler's decision record, "Completion gathering").
-    pub const DEFAULT_COMPLETION_GATHER: Duration = QueueOptions::SUGGESTED_COMPLETION_GATHER;
-    /// The scheduler's suggested gather (now the default).
+    /// The default [`completion_gather`](Self::completion_gather), with
+    /// [`DEFAULT_COMPLETION_GATHER_BATCH`](Self::DEFAULT_COMPLETION_GATHER_BATCH): twice the
+    /// scheduler's suggestion. `cuhal bench` case 1 runs this, the scheduler's 400 us with
+    /// batches of 128, and no gather side by side in one process; the choice and its figures are
+    /// in the scheduler's decision record ("Completion gathering").
+    pub const DEFAULT_COMPLETION_GATHER: Duration = Duration::from_micros(800);
+    /// The default [`completion_gather_batch`](Self::completion_gather_batch).
+    pub const DEFAULT_COMPLETION_GATHER_BATCH: usize = 256;
+    /// The scheduler's suggested gather (400 us), this crate's default until bench case 1 chose
+    /// [`DEFAULT_COMPLETION_GATHER`](Self::DEFAULT_COMPLETION_GATHER).
     pub const SUGGESTED_COMPLETION_GATHER: Duration = QueueOptions::SUGGESTED_COMPLETION_GATHER;
     /// The default [`reserved_events`](Self::reserved_events): eight gather batches. A queue
     /// that gathers holds up to about three batches' completion events at once (one handed
@@ -151,7 +157,7 @@ impl DeviceOptions {
     /// with a host wait every 250 submissions, reached 256 events in flight and grew the pool
     /// by 256 inside its measured window. Reserving them up front keeps the pool from growing
     /// (one allocation and one `cuEventCreate` per new event) in the middle of a steady flow.
-    pub const DEFAULT_RESERVED_EVENTS: usize = 8 * QueueOptions::DEFAULT_GATHER_BATCH;
+    pub const DEFAULT_RESERVED_EVENTS: usize = 8 * Self::DEFAULT_COMPLETION_GATHER_BATCH;
 }
 
 impl Default for DeviceOptions {
@@ -168,7 +174,7 @@ impl Default for DeviceOptions {
             completion_poll_interval: Duration::from_micros(1),
             completion_nap: Duration::from_micros(500),
             completion_gather: Self::DEFAULT_COMPLETION_GATHER,
-            completion_gather_batch: QueueOptions::DEFAULT_GATHER_BATCH,
+            completion_gather_batch: Self::DEFAULT_COMPLETION_GATHER_BATCH,
             host_wait_spin: Duration::from_micros(200),
             busy_query_pace: Self::DEFAULT_BUSY_QUERY_PACE,
             reserved_events: Self::DEFAULT_RESERVED_EVENTS,

@@ -16,13 +16,15 @@
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crossbeam_utils::CachePadded;
+use cuhal_scheduler::CompletionNudge;
 use cuhal_semaphore::slot_pool::{FreeList, HandleCount};
 use cuhal_semaphore::{DeviceEvent, Failure};
 use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, Event, PrimaryContext};
 
+use crate::backend::CudaBackend;
 use crate::error::Error;
 use crate::lost::Lost;
 use crate::submissions::Submissions;
@@ -55,6 +57,9 @@ struct PoolShared {
     counts: CachePadded<Counts>,
     /// Every slot ever created; freed with the pool.
     all: Mutex<Vec<NonNull<Slot>>>,
+    /// Hurries the completion side of the queue that records these events, for a host thread
+    /// about to park on one of them (set once the queue exists).
+    nudge: OnceLock<CompletionNudge<CudaBackend>>,
 }
 
 /// What the issuing side reads and writes on every take, apart from the lists.
@@ -120,6 +125,7 @@ impl TimepointEventPool {
                     created: AtomicUsize::new(0),
                 }),
                 all: Mutex::new(Vec::with_capacity(reserve.max(16))),
+                nudge: OnceLock::new(),
             }),
         };
         let events: Vec<CudaEvent> = (0..reserve)
@@ -127,6 +133,12 @@ impl TimepointEventPool {
             .collect::<Result<_, _>>()?;
         drop(events);
         Ok(pool)
+    }
+
+    /// Tells the pool which queue's completion side to hurry when a host thread is about to
+    /// park on one of its events ([`DeviceEvent::awaited`]). The first call wins.
+    pub(crate) fn set_nudge(&self, nudge: CompletionNudge<CudaBackend>) {
+        let _ = self.shared.nudge.set(nudge);
     }
 
     /// Takes a free event, creating one if none is free.
@@ -335,6 +347,14 @@ impl DeviceEvent for CudaEvent {
     /// The issues of every queue of the event's device.
     fn submissions(&self) -> u64 {
         self.pool().submissions.total()
+    }
+
+    /// Ends the gather of the completion thread of the queue that recorded the event: only its
+    /// advance wakes a parked host thread.
+    fn awaited(&self) {
+        if let Some(nudge) = self.pool().nudge.get() {
+            nudge.nudge();
+        }
     }
 }
 

@@ -108,6 +108,7 @@ impl Queue {
         let trace = trace
             .filter(|t| t.verbosity() != Verbosity::Off)
             .map(Arc::new);
+        let pool = events.clone();
         let backend = CudaBackend::new(
             context.clone(),
             events,
@@ -126,6 +127,7 @@ impl Queue {
         )
         .map_err(|e| lost.filter(e))?;
         let inner = cuhal_scheduler::Queue::new(backend, options)?;
+        pool.set_nudge(inner.completion_nudge());
         let trigger = inner.loss_trigger();
         lost.add_queue(Box::new(move |failure| trigger.trigger(failure)));
         let collect = trace.clone().map(|trace| {

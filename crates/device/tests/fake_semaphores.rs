@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cuhal::{Failure, FillPattern};
+use cuhal::{DeviceOptions, Failure, FillPattern};
 use fake_support::*;
 
 #[test]
@@ -156,4 +156,46 @@ fn a_device_event_counts_the_issues_of_every_queue() {
     assert_eq!(event.submissions() - before, 4);
     fake.set_timing(Duration::ZERO, Duration::ZERO);
     wait(&done, 1);
+}
+
+/// A host wait that outlasts its spin parks, and only the queue's completion side wakes it: its
+/// park ends the completion thread's gather, so the wait returns when the work is done, not a
+/// gather later. The gather here (20 s) is far longer than the work (300 ms).
+#[test]
+fn a_parked_host_wait_ends_the_completion_gather() {
+    let (fake, _driver, device) = open(
+        "parked-wait",
+        DeviceOptions {
+            completion_gather: Duration::from_secs(20),
+            host_wait_spin: Duration::from_millis(1),
+            ..queues(1)
+        },
+    );
+    let queue = device.queue(0);
+    let buffer = device.create_buffer(256).unwrap();
+    let mut cb = queue.create_command_buffer().unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U32(5)).unwrap();
+    let cb = cb.end().unwrap();
+    let done = device.create_semaphore(0);
+    // A first submission retired, so the completion thread is gathering when the next arrives.
+    queue.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    wait(&done, 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while queue.stats().completed < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first submission never retired"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    fake.set_timing(Duration::from_millis(300), Duration::ZERO);
+    let start = std::time::Instant::now();
+    queue.execute(&[], &[(&done, 2)], &[&cb]).unwrap();
+    done.wait(2, Duration::from_secs(15)).unwrap();
+    let waited = start.elapsed();
+    fake.set_timing(Duration::ZERO, Duration::ZERO);
+    assert!(
+        waited < Duration::from_secs(5),
+        "the parked wait took {waited:?} for 300 ms of work"
+    );
 }

@@ -129,6 +129,14 @@ impl<B: Backend> Body<B> {
         }
     }
 
+    /// Whether a host thread is parked on one of the signal semaphores now: only the completion
+    /// side's advance wakes it, so its completion must be seen soon.
+    pub(crate) fn has_parked_waiters(&self) -> bool {
+        self.signals
+            .iter()
+            .any(|(semaphore, _)| semaphore.has_waiters())
+    }
+
     /// Fails every signal semaphore with `failure` (the first failure of each wins).
     pub(crate) fn fail_signals(&self, failure: &Failure) {
         for (semaphore, _) in &self.signals {

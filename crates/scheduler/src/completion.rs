@@ -14,7 +14,9 @@
 //! the backend to block at once: host waiters poll recorded events themselves, so values seen on
 //! the host lag only while nobody waits for them. A queue that gathers (`completion_gather`) goes
 //! further: a batch nobody needs whose newest work is still running is not waited for but kept
-//! for the next round, which retires it first ([`may_defer`]). With nothing to retire it looks
+//! for the next round, which retires it first ([`may_defer`]). A host thread that parks on such
+//! work ends the gather ([`CompletionNudge`](crate::CompletionNudge)), since only this thread's
+//! advance wakes it. With nothing to retire it looks
 //! for work for the queue's `idle_spin`, then parks, so an idle queue burns no core. Nothing
 //! here runs inside a driver callback.
 
@@ -44,17 +46,19 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
     // retired first in the next round (see `may_defer`).
     let mut deferred: VecDeque<Finished<B>> = VecDeque::with_capacity(shared.options.capacity);
     loop {
-        shared.take_finished(&mut batch);
+        // An urgent round (a parked host waiter, work only this thread can see done) neither
+        // defers nor gathers: the waiter may need any of the actions, not only the newest.
+        let urgent = shared.take_finished(&mut batch);
         if !batch.is_empty() || !deferred.is_empty() {
             let mut wanted = false;
             if !deferred.is_empty() {
-                wanted |= retire_batch(&shared, &mut deferred, &mut scratch);
+                wanted |= retire_batch(&shared, &mut deferred, &mut scratch, urgent);
             }
             if !batch.is_empty() {
-                if may_defer(&shared, &batch) {
+                if !urgent && may_defer(&shared, &batch) {
                     std::mem::swap(&mut deferred, &mut batch);
                 } else {
-                    wanted |= retire_batch(&shared, &mut batch, &mut scratch);
+                    wanted |= retire_batch(&shared, &mut batch, &mut scratch, urgent);
                 }
             }
             if !wanted {
@@ -88,9 +92,10 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
 }
 
 /// After a batch nobody waited for: sleeps for the queue's `completion_gather` (or until woken by
-/// a submitter that needs room, by work only this thread can complete, or by the push that makes
-/// the queue's `gather_batch` actions wait), so that the next batch holds the actions of many
-/// submissions instead of one or two. Skipped when enough actions already wait, or once the worker is done
+/// a submitter that needs room, by work only this thread can complete or that a host thread
+/// parked on, by a host thread about to park on this queue's work (`Shared::hurry_completion`),
+/// or by the push that makes the queue's `gather_batch` actions wait), so that the next batch
+/// holds the actions of many submissions instead of one or two. Skipped when enough actions already wait, or once the worker is done
 /// (shutdown drains at once).
 fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     let gather = shared.options.completion_gather;
@@ -163,11 +168,12 @@ struct Scratch<B: Backend> {
 }
 
 /// Retires every action of `batch` (which it leaves empty); returns whether somebody needed its
-/// newest action's completion (see [`wanted`]).
+/// newest action's completion (see [`wanted`]), as they do in an `urgent` round.
 fn retire_batch<B: Backend>(
     shared: &Shared<B>,
     batch: &mut VecDeque<Finished<B>>,
     scratch: &mut Scratch<B>,
+    urgent: bool,
 ) -> bool {
     let side = &shared.completion_side;
     side.batches.fetch_add(1, Ordering::Relaxed);
@@ -192,7 +198,7 @@ fn retire_batch<B: Backend>(
         else {
             unreachable!("found as issued")
         };
-        let spin = if wanted(shared, body, *checked) {
+        let spin = if urgent || wanted(shared, body, *checked) {
             newest_wanted = true;
             shared.options.completion_spin
         } else {
@@ -311,10 +317,7 @@ fn retire_batch<B: Backend>(
 /// on completion (it recorded no device signal, so nobody else can poll it).
 fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>, checked: bool) -> bool {
     shared.room_waiters.load(Ordering::Relaxed) > 0
-        || body
-            .signals
-            .iter()
-            .any(|(semaphore, _)| semaphore.has_waiters())
+        || body.has_parked_waiters()
         || shared.options.eager_completion
         || checked
 }

@@ -84,7 +84,7 @@ pub use backend::{Backend, ThreadRole};
 pub use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
 pub use error::Error;
 pub use options::QueueOptions;
-pub use queue::{LossTrigger, Queue, QueueStats};
+pub use queue::{CompletionNudge, LossTrigger, Queue, QueueStats};
 pub use spin::spin_until;
 
 /// The README's examples, compiled (and run where they need no GPU) as doctests.

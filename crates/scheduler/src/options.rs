@@ -25,8 +25,9 @@ impl QueueOptions {
     pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(100);
     /// Default [`completion_gather`](Self::with_completion_gather): none. A backend whose
     /// completion waits are cheap and do not contend with its issue (the host backend) gains
-    /// nothing from gathering; cuhal's CUDA device queues use
-    /// [`SUGGESTED_COMPLETION_GATHER`](Self::SUGGESTED_COMPLETION_GATHER).
+    /// nothing from gathering; cuhal's CUDA device queues gather (800 us with batches of 256 by
+    /// default, twice [`SUGGESTED_COMPLETION_GATHER`](Self::SUGGESTED_COMPLETION_GATHER) and
+    /// [`DEFAULT_GATHER_BATCH`](Self::DEFAULT_GATHER_BATCH), chosen by bench case 1).
     pub const DEFAULT_COMPLETION_GATHER: Duration = Duration::ZERO;
     /// A gather for devices whose completion queries contend with the issue (a CUDA event query
     /// takes the driver's lock): a fast submitter (a chained 1-dispatch submission every 1-3 us
@@ -80,13 +81,17 @@ impl QueueOptions {
     /// nobody waited for (no host thread parked on its signals, no submitter waiting for room,
     /// [`eager_completion`](Self::with_eager_completion) off), before it takes the next: it
     /// sleeps meanwhile, and is woken early by a submitter that needs room, by work only it
-    /// can complete (work checked on completion), or by the push that makes
+    /// can complete (work checked on completion) or that signals a semaphore a host thread is
+    /// parked on, by a [`CompletionNudge`](crate::CompletionNudge), or by the push that makes
     /// [`gather_batch`](Self::with_gather_batch) actions wait.
     /// Without it (the default), a queue fed faster than the completion thread wakes retires a
     /// batch of one or two actions every few microseconds:
     /// one event query (the driver's lock, which the submitter needs), one semaphore lock and
     /// one pool return per action, on a core that never rests. Zero: no gathering. Host waiters
-    /// are not held up, as they poll the events they wait for themselves.
+    /// are not held up: they poll the events they wait for themselves, and one that outlasts
+    /// its spin and parks ends the gather, through its event if the backend passes
+    /// [`DeviceEvent::awaited`](cuhal_semaphore::DeviceEvent::awaited) on to the queue's
+    /// [`CompletionNudge`](crate::CompletionNudge) (else it waits out up to one gather).
     pub fn with_completion_gather(mut self, gather: Duration) -> Self {
         self.completion_gather = gather;
         self

@@ -71,6 +71,37 @@ impl<B: Backend> LossTrigger<B> {
     }
 }
 
+/// Hurries a queue's completion side from outside it: a backend whose events know their queue
+/// calls [`nudge`](CompletionNudge::nudge) from [`DeviceEvent::awaited`](cuhal_semaphore::DeviceEvent::awaited),
+/// when a host thread is about to park on a value the queue's issued work reaches. A queue that
+/// gathers completions ([`QueueOptions::with_completion_gather`](crate::QueueOptions::with_completion_gather))
+/// then ends its gather and retires that work as soon as it completes, instead of up to a
+/// gather later. Holds the queue weakly; does nothing once it is gone.
+pub struct CompletionNudge<B: Backend>(std::sync::Weak<Shared<B>>);
+
+impl<B: Backend> CompletionNudge<B> {
+    /// Ends the completion thread's gather, now or before its next one begins. Never blocks on
+    /// anything but the queue's hand-over lock (held for a few instructions), takes no
+    /// semaphore lock and makes at most one wake-up, so it may be called from a host wait.
+    pub fn nudge(&self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.hurry_completion();
+        }
+    }
+}
+
+impl<B: Backend> Clone for CompletionNudge<B> {
+    fn clone(&self) -> Self {
+        CompletionNudge(self.0.clone())
+    }
+}
+
+impl<B: Backend> fmt::Debug for CompletionNudge<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CompletionNudge")
+    }
+}
+
 impl<B: Backend> Clone for LossTrigger<B> {
     fn clone(&self) -> Self {
         LossTrigger(self.0.clone())
@@ -205,6 +236,12 @@ impl<B: Backend> Queue<B> {
     /// A handle that can lose this queue from anywhere (see [`LossTrigger`]).
     pub fn loss_trigger(&self) -> LossTrigger<B> {
         LossTrigger(Arc::downgrade(&self.shared))
+    }
+
+    /// A handle that hurries this queue's completion side from anywhere (see
+    /// [`CompletionNudge`]).
+    pub fn completion_nudge(&self) -> CompletionNudge<B> {
+        CompletionNudge(Arc::downgrade(&self.shared))
     }
 
     /// The failure that lost the queue, if it is lost.

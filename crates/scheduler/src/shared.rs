@@ -137,8 +137,9 @@ pub(crate) struct Shared<B: Backend> {
     /// waited for): only work that needs that thread wakes it then. Beside `completion_parked`,
     /// read by every issue, changed once per batch.
     pub(crate) completion_gathering: AtomicBool,
-    /// Finished actions in `finished` whose completion only the completion thread can see (work
-    /// checked on completion): they end a gather. Changed under the `finished` lock.
+    /// Finished actions in `finished` that must not wait out a gather (work checked on
+    /// completion, work a host thread parked on), and hurries from parking host threads
+    /// (`hurry_completion`): they end a gather. Changed under the `finished` lock.
     pub(crate) urgent: AtomicUsize,
     /// Submitters waiting for room (backpressure), and where they wait.
     pub(crate) room_waiters: AtomicUsize,
@@ -653,19 +654,26 @@ impl<B: Backend> Shared<B> {
 
     /// Hands `finished` to the completion thread.
     fn push_finished(&self, finished: Finished<B>) {
-        // Work checked on completion signals only from the completion thread: nobody else can
-        // poll for it, so it must not wait out a gather.
-        let urgent = matches!(finished, Finished::Issued { checked: true, .. })
-            && !self.options.completion_gather.is_zero();
+        let gathers = !self.options.completion_gather.is_zero();
         let wake = {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
+            // Work checked on completion signals only from the completion thread: nobody else
+            // can poll for it, so it must not wait out a gather. Nor must work that a host thread
+            // parked on (a wait that parked before this signal was recorded had no event to
+            // nudge the queue through, see `hurry_completion`). Looked at under this lock: a
+            // waiter that registers after this look nudges after it, and its nudge meets this
+            // action in the list.
+            let urgent = gathers
+                && match &finished {
+                    Finished::Issued { checked: true, .. } => true,
+                    Finished::Issued { body, .. } => body.has_parked_waiters(),
+                    Finished::Failed { .. } => false,
+                };
             queue.push_back(finished);
             let len = queue.len();
             self.finished_len.store(len, Ordering::Release);
             if urgent {
-                // Written under this lock only: no locked add needed.
-                let urgent = self.urgent.load(Ordering::Relaxed);
-                self.urgent.store(urgent + 1, Ordering::Relaxed);
+                self.count_urgent();
             }
             // Only a parked completion thread needs the wake (a syscall), or a gathering one for
             // urgent work or once a full batch waits (one wake per batch); one that is retiring
@@ -683,6 +691,34 @@ impl<B: Backend> Shared<B> {
         if wake {
             self.completion.unpark();
         }
+    }
+
+    /// Ends the completion thread's gather (see `completion::gather`), now or before it begins:
+    /// a host thread is about to park on a value this queue's issued work reaches, and only the
+    /// completion side's advance wakes a parked thread. The next round retires what was handed
+    /// over or deferred, polling fast for the parked waiter (`completion::wanted`). Counts as
+    /// urgent work, under the hand-over list's lock, so it meets the gather's last look exactly
+    /// as `push_finished` does.
+    pub(crate) fn hurry_completion(&self) {
+        if self.options.completion_gather.is_zero() {
+            // Nothing sleeps between batches: a parked waiter is always "wanted" at once.
+            return;
+        }
+        let wake = {
+            let _queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
+            self.count_urgent();
+            self.completion_gathering.load(Ordering::Relaxed)
+        };
+        if wake {
+            self.completion.unpark();
+        }
+    }
+
+    /// One more reason for the completion thread's next round not to gather; called with the
+    /// `finished` lock held, under which alone `urgent` changes (so no locked add is needed).
+    fn count_urgent(&self) {
+        let urgent = self.urgent.load(Ordering::Relaxed);
+        self.urgent.store(urgent + 1, Ordering::Relaxed);
     }
 
     /// The completion thread's last look before it sleeps, having raised `completion_parked`
@@ -754,11 +790,18 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Moves every finished action into `batch` (empty, its capacity kept), oldest first.
-    pub(crate) fn take_finished(&self, batch: &mut VecDeque<Finished<B>>) {
+    /// Returns whether the round is urgent (see `count_urgent`): one of them must not wait out a
+    /// gather, or a host thread parked on this queue's work since the last take. Such a round
+    /// retires what it has at once, polls fast, and does not gather after it.
+    pub(crate) fn take_finished(&self, batch: &mut VecDeque<Finished<B>>) -> bool {
         let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
         std::mem::swap(&mut *queue, batch);
         self.finished_len.store(0, Ordering::Release);
-        self.urgent.store(0, Ordering::Relaxed);
+        let urgent = self.urgent.load(Ordering::Relaxed) > 0;
+        if urgent {
+            self.urgent.store(0, Ordering::Relaxed);
+        }
+        urgent
     }
 
     /// Marks the queue lost (the first failure wins) and wakes the worker to fail what is pending.

@@ -1,6 +1,7 @@
 //! Completion gathering: after a batch nobody waited for, the completion thread sleeps for the
 //! queue's `completion_gather` so that the next batch holds many actions; a submitter that needs
-//! room, work only the completion thread can finish and shutdown all end the sleep early.
+//! room, work only the completion thread can finish, work a host thread parked on, a nudge (a
+//! host thread about to park) and shutdown all end the sleep early.
 
 mod support;
 
@@ -229,4 +230,102 @@ fn a_gathering_queue_defers_running_work_instead_of_waiting_for_it() {
     assert_eq!(waits_on_running_work(Duration::from_secs(1)), 0);
     // The control: without gathering, the completion side waits for that work.
     assert!(waits_on_running_work(Duration::ZERO) >= 1);
+}
+
+#[test]
+fn a_nudge_ends_a_gather() {
+    let (queue, signal) = gathering_queue(QueueOptions::new("nudge"));
+    submit(&queue, &signal, 2, 1);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        queue.stats().completed,
+        1,
+        "one action waits out the gather"
+    );
+    let start = Instant::now();
+    queue.completion_nudge().nudge();
+    eventually("the nudged action retired", || queue.stats().completed == 2);
+    let took = start.elapsed();
+    assert!(took < SOON, "the nudged gather went on for {took:?}");
+}
+
+/// A queue whose work runs until the test completes it, with a 20 s gather.
+fn running_queue(label: &str) -> (Queue<Checked>, Semaphore<FlagEvent>) {
+    let queue = Queue::new(
+        Checked::new(false),
+        QueueOptions::new(label).with_completion_gather(Duration::from_secs(20)),
+    )
+    .unwrap();
+    (queue, Semaphore::<FlagEvent>::new(0))
+}
+
+fn complete(queue: &Queue<Checked>, id: u64) {
+    queue.backend().inner.find(id).unwrap().event.complete();
+}
+
+#[test]
+fn a_nudge_retires_deferred_work_when_it_completes() {
+    let (queue, signal) = running_queue("nudge-deferred");
+    submit(&queue, &signal, 1, 0);
+    // Taken at once, its work running and nobody waiting: deferred, and a 20 s gather begins.
+    thread::sleep(Duration::from_millis(50));
+    // The nudge comes first (a waiter parks while the work runs), the completion after.
+    queue.completion_nudge().nudge();
+    thread::sleep(Duration::from_millis(50));
+    let start = Instant::now();
+    complete(&queue, 0);
+    eventually("the deferred action retired", || {
+        queue.stats().completed == 1
+    });
+    let took = start.elapsed();
+    assert!(took < SOON, "the deferred action waited {took:?}");
+}
+
+/// A nudge for an older action whose batch's newest action nobody waits for: the round it ends
+/// must retire the batch, waiting for its running work, not defer it and gather again (the
+/// parked waiter may need the older action, which the deferral would hold up for a gather).
+#[test]
+fn a_nudged_round_does_not_defer_its_batch() {
+    let queue = Queue::new(
+        Checked::new(false),
+        QueueOptions::new("nudge-batch").with_completion_gather(Duration::from_secs(2)),
+    )
+    .unwrap();
+    let first = Semaphore::<FlagEvent>::new(0);
+    submit(&queue, &first, 1, 0);
+    complete(&queue, 0);
+    // Retired (at once, or a gather later if it was taken still running); the thread then
+    // gathers, nobody having waited.
+    eventually("the first action retired", || queue.stats().completed == 1);
+    let second = Semaphore::<FlagEvent>::new(0);
+    submit(&queue, &first, 2, 1);
+    submit(&queue, &second, 1, 2);
+    let waits_before = queue.backend().waited_on_running.load(Ordering::SeqCst);
+    queue.completion_nudge().nudge();
+    thread::sleep(Duration::from_millis(50));
+    complete(&queue, 1);
+    complete(&queue, 2);
+    eventually("both actions retired", || queue.stats().completed == 3);
+    assert_eq!(
+        queue.backend().waited_on_running.load(Ordering::SeqCst) - waits_before,
+        1,
+        "the nudged round waited for its running batch instead of deferring it"
+    );
+}
+
+#[test]
+fn work_a_host_thread_parked_on_ends_a_gather() {
+    let (queue, signal) = gathering_queue(QueueOptions::new("parked"));
+    let waiter = {
+        let signal = signal.clone();
+        thread::spawn(move || {
+            let start = Instant::now();
+            signal.wait(2, SOON * 2).map(|()| start.elapsed())
+        })
+    };
+    // Parked before the signal is recorded: no event to tell, so the push must end the gather.
+    eventually("the waiter parked", || signal.waiter_count() == 1);
+    submit(&queue, &signal, 2, 1);
+    let waited = waiter.join().unwrap().unwrap();
+    assert!(waited < SOON, "the parked waiter waited {waited:?}");
 }

@@ -35,6 +35,15 @@ pub trait DeviceEvent: Clone + Send + Sync + 'static {
     fn submissions(&self) -> u64 {
         0
     }
+
+    /// A host thread is about to park until the work before this event is done: whoever
+    /// retires that work should look for its completion now, not at its own pace (a completion
+    /// side that gathers batches sleeps between them, and a parked waiter is woken only by the
+    /// advance it makes). A backend whose completion side sleeps between batches passes it on
+    /// (the scheduler's `CompletionNudge`). Called once per park, after the waiter registered
+    /// and with no semaphore lock held; must not block (a panic is caught and ignored). The
+    /// default does nothing.
+    fn awaited(&self) {}
 }
 
 /// The event type of a host-only semaphore: it has no values, so no device signal can be recorded.

@@ -523,7 +523,10 @@ impl<E: DeviceEvent> Semaphore<E> {
     }
 
     /// Registers a parked waiter for `value`. Returns its slot and whether `value` is already
-    /// reached (then it is only woken by a failure), or the failure.
+    /// reached (then it is only woken by a failure), or the failure. The device-signal
+    /// timepoint the waiter needs, if one is recorded, is told it is awaited
+    /// ([`DeviceEvent::awaited`]) once the lock is let go: the registration, which the
+    /// completion side reads as "somebody waits", comes first.
     pub(crate) fn register_waiter(
         &self,
         value: u64,
@@ -540,6 +543,20 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.shared
             .parked
             .store(state.waiters.len(), Ordering::Relaxed);
+        let awaited = if reached {
+            None
+        } else {
+            state
+                .timepoints
+                .at_least(value)
+                .map(|(_, event)| event.clone())
+        };
+        drop(state);
+        if let Some(event) = awaited {
+            // A panicking event must not unwind past the registration: the waiter's slot would
+            // never be removed, and the semaphore would look waited on for ever.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| event.awaited()));
+        }
         Ok((slot, reached))
     }
 

@@ -38,6 +38,7 @@ struct Flag {
     error: Mutex<Option<Failure>>,
     has_error: AtomicBool,
     queries: AtomicUsize,
+    awaited: AtomicUsize,
     counter: Option<LiveCounter>,
     /// What [`DeviceEvent::submissions`] reports, if the event stands for one of a device that
     /// is being submitted to all the time ([`FlagEvent::on_busy_device`]).
@@ -74,6 +75,7 @@ impl FlagEvent {
             error: Mutex::new(None),
             has_error: AtomicBool::new(false),
             queries: AtomicUsize::new(0),
+            awaited: AtomicUsize::new(0),
             counter,
             submissions,
         }))
@@ -101,6 +103,11 @@ impl FlagEvent {
     /// How many times [`DeviceEvent::query`] was called on this event (all clones).
     pub fn query_count(&self) -> usize {
         self.0.queries.load(Ordering::Relaxed)
+    }
+
+    /// How many times a host waiter parking for it called [`DeviceEvent::awaited`] (all clones).
+    pub fn awaited_count(&self) -> usize {
+        self.0.awaited.load(Ordering::Relaxed)
     }
 
     /// Number of live clones of this event, this one included.
@@ -137,6 +144,10 @@ impl DeviceEvent for FlagEvent {
             .submissions
             .as_ref()
             .map_or(0, |count| count.fetch_add(2, Ordering::Relaxed))
+    }
+
+    fn awaited(&self) {
+        self.0.awaited.fetch_add(1, Ordering::Relaxed);
     }
 }
 

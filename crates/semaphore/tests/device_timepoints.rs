@@ -205,6 +205,60 @@ fn event_spin_is_bounded_then_the_waiter_parks() {
     });
 }
 
+/// A waiter that parks tells the event of the timepoint it needs (the smallest recorded value at
+/// least its own) that it is awaited, so a completion side that sleeps between batches can look
+/// now; the events of other timepoints hear nothing, nor does anything when the value is pending
+/// with no timepoint recorded for it.
+#[test]
+fn a_parking_waiter_tells_the_event_it_needs_that_it_is_awaited() {
+    bounded(LONG, || {
+        let s = Sem::with_options(
+            0,
+            SemaphoreOptions::new().with_event_spin(Duration::from_micros(100)),
+        );
+        let (e2, e4, e6) = (FlagEvent::new(), FlagEvent::new(), FlagEvent::new());
+        s.record_device_signal(2, e2.clone()).unwrap();
+        s.record_device_signal(4, e4.clone()).unwrap();
+        s.record_device_signal(6, e6.clone()).unwrap();
+        let park_until_told = |value: u64| {
+            let s2 = s.clone();
+            let waiter = thread::spawn(move || s2.wait(value, Timeout::Infinite));
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while s.waiter_count() == 0 {
+                assert!(Instant::now() < deadline, "the waiter never parked");
+                thread::sleep(Duration::from_millis(1));
+            }
+            waiter
+        };
+        let waiter = park_until_told(3);
+        // Told just after the registration that `park_until_told` saw; at least once (a
+        // spurious wake-up parks it again).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while e4.awaited_count() == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the parked waiter's timepoint never heard of it"
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!((e2.awaited_count(), e6.awaited_count()), (0, 0));
+        s.signal(4).unwrap();
+        waiter.join().unwrap().unwrap();
+
+        let told = e4.awaited_count();
+        let waiter = park_until_told(7);
+        // Whatever it would tell, it tells right after registering.
+        thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            (e4.awaited_count(), e6.awaited_count()),
+            (told, 0),
+            "no timepoint at or above 7: nobody to tell"
+        );
+        s.signal(7).unwrap();
+        waiter.join().unwrap().unwrap();
+    });
+}
+
 /// How many times a wait queried an event that completes 20 ms after the wait began, how late
 /// after the completion the wait returned, and how long it waited.
 fn queries_of_a_20_ms_wait(event: FlagEvent, pace: Duration) -> (usize, Duration, Duration) {

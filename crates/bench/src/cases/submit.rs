@@ -30,11 +30,15 @@
 //!
 //! The process's heap allocations are counted over each side's measured turns (and its
 //! threads' settling after them); the floor's count checks the instrument (it must be 0). Both
-//! forms also run cuhal without completion gathering (`completion_gather` zero: the completion
-//! thread retires whatever has finished as soon as it sees it, instead of letting a batch gather
-//! after one nobody waited for), and with gather batches of 256 and an 800 us gather instead of 128
-//! and 400 us, and the same-queue form with `eager_completion` (the completion thread polls every
-//! batch whether or not anybody waits), all reported for comparison.
+//! forms also run, for comparison: cuhal without completion gathering (`completion_gather` zero:
+//! the completion thread retires whatever has finished as soon as it sees it, instead of letting
+//! a batch gather after one nobody waited for); with the scheduler's suggested gather (batches of
+//! 128, a 400 us gather) instead of the device's (256, 800 us); with the completion side deferred
+//! past the turn (a 6 ms gather, batches of 4,096: the completion thread defers the turn's first
+//! action and retires the rest while the side settles, so no retirement meets the measured
+//! submissions, which shows what the submitting thread costs alone); and, in the same-queue form,
+//! with `eager_completion` (the completion thread polls every batch whether or not anybody
+//! waits).
 
 use std::time::Duration;
 
@@ -63,10 +67,18 @@ const TURN: usize = 8 * BATCH;
 /// Events the floor cycles through, as an event pool would.
 const RING: usize = 64;
 
-/// The gather batch of the comparison rows with larger batches.
-const BIG_BATCH: usize = 256;
-/// The gather of the comparison rows with larger batches.
-const BIG_GATHER: Duration = Duration::from_micros(800);
+/// The gather batch of the comparison rows with the scheduler's suggested gather (the device
+/// queues' default until this case chose larger batches).
+const SMALL_BATCH: usize = cuhal_scheduler::QueueOptions::DEFAULT_GATHER_BATCH;
+/// The gather of those rows.
+const SHORT_GATHER: Duration = DeviceOptions::SUGGESTED_COMPLETION_GATHER;
+
+/// The gather of the comparison rows whose completion waits until the turn is over: longer than
+/// a turn (2,000 submissions at 1 to 3 us), so the completion thread retires a turn's work while
+/// the bench waits for the side to settle, not while it submits.
+const TURN_GATHER: Duration = Duration::from_millis(6);
+/// Their gather batch, and the actions they may have in flight: more than a turn submits.
+const TURN_BATCH: usize = 4_096;
 
 /// The device queues' default gather, in microseconds (for the labels of the rows without it).
 const GATHER_US: u128 = DeviceOptions::DEFAULT_COMPLETION_GATHER.as_micros();
@@ -137,13 +149,26 @@ fn variants(form: Form) -> Vec<(String, DeviceOptions)> {
         ),
         (
             format!(
-                "gather batches of {BIG_BATCH} and a {} us gather (default {} and {GATHER_US} us; for comparison)",
-                BIG_GATHER.as_micros(),
+                "gather batches of {SMALL_BATCH} and a {} us gather (default {} and {GATHER_US} us; for comparison)",
+                SHORT_GATHER.as_micros(),
                 DeviceOptions::default().completion_gather_batch
             ),
             DeviceOptions {
-                completion_gather_batch: BIG_BATCH,
-                completion_gather: BIG_GATHER,
+                completion_gather_batch: SMALL_BATCH,
+                completion_gather: SHORT_GATHER,
+                ..DeviceOptions::default()
+            },
+        ),
+        (
+            format!(
+                "completion deferred past the turn ({} ms gather, batches of {TURN_BATCH}; for comparison)",
+                TURN_GATHER.as_millis()
+            ),
+            DeviceOptions {
+                completion_gather_batch: TURN_BATCH,
+                completion_gather: TURN_GATHER,
+                max_in_flight: 2 * TURN_BATCH,
+                reserved_events: 2 * TURN_BATCH,
                 ..DeviceOptions::default()
             },
         ),

@@ -192,3 +192,48 @@ fn fresh_window(max_in_flight: usize) -> u64 {
         },
     )
 }
+
+/// Bench case 9's pattern: a chain of steps alternating between two queues, all submitted
+/// pending (each waits for the step before, on the other queue), then released by one host
+/// signal, which issues the whole chain on the signalling thread. Returns the allocations
+/// `chains` chains made after `warm` chains warmed the queues up.
+fn released_chains(device: &Device, warm: u64, chains: u64) -> u64 {
+    const STEPS: u64 = 100;
+    let cbs: Vec<_> = (0..2).map(|q| command_buffer(device, q)).collect();
+    let host = device.create_semaphore(0);
+    let chain = device.create_semaphore(0);
+    for c in 0..warm + chains {
+        if c == warm {
+            retired(device, 2);
+            GLOBAL.start();
+        }
+        for i in 0..STEPS {
+            let q = (i % 2) as usize;
+            let value = c * STEPS + i;
+            let waits = if i == 0 {
+                [(&host, c + 1)]
+            } else {
+                [(&chain, value)]
+            };
+            device
+                .queue(q)
+                .execute(&waits, &[(&chain, value + 1)], &[&cbs[q]])
+                .unwrap();
+        }
+        host.signal(c + 1).unwrap();
+        wait(&chain, (c + 1) * STEPS);
+        retired(device, 2);
+    }
+    GLOBAL.stop()
+}
+
+#[test]
+fn released_chains_allocate_nothing_once_warm() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_fake, _driver, device) = open("alloc-released", queues(2));
+    let allocations = released_chains(&device, 20, 200);
+    assert_eq!(
+        allocations, 0,
+        "allocations over 200 released chains of 100 steps"
+    );
+}

@@ -16,9 +16,8 @@
 //! further: a batch nobody needs whose newest work is still running is not waited for but kept
 //! for the next round, which retires it first ([`may_defer`]). A host thread that parks on such
 //! work ends the gather ([`CompletionNudge`](crate::CompletionNudge)), since only this thread's
-//! advance wakes it. With nothing to retire it looks
-//! for work for the queue's `idle_spin`, then parks, so an idle queue burns no core. Nothing
-//! here runs inside a driver callback.
+//! advance wakes it. With nothing to retire it looks for work for the queue's `idle_spin`, then
+//! parks, so an idle queue burns no core. Nothing here runs inside a driver callback.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -95,8 +94,8 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
 /// a submitter that needs room, by work only this thread can complete or that a host thread
 /// parked on, by a host thread about to park on this queue's work (`Shared::hurry_completion`),
 /// or by the push that makes the queue's `gather_batch` actions wait), so that the next batch
-/// holds the actions of many submissions instead of one or two. Skipped when enough actions already wait, or once the worker is done
-/// (shutdown drains at once).
+/// holds the actions of many submissions instead of one or two. Skipped when enough actions
+/// already wait, or once the worker is done (shutdown drains at once).
 fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     let gather = shared.options.completion_gather;
     if gather.is_zero()

@@ -71,12 +71,13 @@ impl<B: Backend> LossTrigger<B> {
     }
 }
 
-/// Hurries a queue's completion side from outside it: a backend whose events know their queue
-/// calls [`nudge`](CompletionNudge::nudge) from [`DeviceEvent::awaited`](cuhal_semaphore::DeviceEvent::awaited),
-/// when a host thread is about to park on a value the queue's issued work reaches. A queue that
-/// gathers completions ([`QueueOptions::with_completion_gather`](crate::QueueOptions::with_completion_gather))
-/// then ends its gather and retires that work as soon as it completes, instead of up to a
-/// gather later. Holds the queue weakly; does nothing once it is gone.
+/// Hurries a queue's completion side from outside it. A backend whose events know their queue
+/// calls [`nudge`](CompletionNudge::nudge) from
+/// [`DeviceEvent::awaited`](cuhal_semaphore::DeviceEvent::awaited), when a host thread is about
+/// to park on a value the queue's issued work reaches; a queue that gathers completions
+/// ([`QueueOptions::with_completion_gather`](crate::QueueOptions::with_completion_gather)) then
+/// ends its gather and retires that work as soon as it completes, instead of up to a gather
+/// later. Holds the queue weakly; does nothing once it is gone.
 pub struct CompletionNudge<B: Backend>(std::sync::Weak<Shared<B>>);
 
 impl<B: Backend> CompletionNudge<B> {

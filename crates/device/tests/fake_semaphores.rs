@@ -199,3 +199,39 @@ fn a_parked_host_wait_ends_the_completion_gather() {
         "the parked wait took {waited:?} for 300 ms of work"
     );
 }
+
+/// A pipelined wait: the host submits step 2 and step 3 (300 ms each on the model GPU), then waits
+/// for step 2. Its wait outlasts the spin and parks; the completion side retires both steps as one
+/// batch, waiting for the newest, step 3. The wait must still return when step 2 is done, not
+/// when step 3 is: it looks at its own event again while parked.
+#[test]
+fn a_wait_for_earlier_work_returns_before_later_work_completes() {
+    let (fake, _driver, device) = open(
+        "pipelined-wait",
+        DeviceOptions {
+            host_wait_spin: Duration::from_millis(1),
+            ..queues(1)
+        },
+    );
+    let queue = device.queue(0);
+    let buffer = device.create_buffer(256).unwrap();
+    let mut cb = queue.create_command_buffer().unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U32(5)).unwrap();
+    let cb = cb.end().unwrap();
+    let done = device.create_semaphore(0);
+    queue.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    wait(&done, 1);
+    fake.set_timing(Duration::from_millis(300), Duration::ZERO);
+    let start = std::time::Instant::now();
+    queue.execute(&[], &[(&done, 2)], &[&cb]).unwrap();
+    queue.execute(&[], &[(&done, 3)], &[&cb]).unwrap();
+    done.wait(2, Duration::from_secs(15)).unwrap();
+    let first = start.elapsed();
+    done.wait(3, Duration::from_secs(15)).unwrap();
+    let second = start.elapsed();
+    fake.set_timing(Duration::ZERO, Duration::ZERO);
+    assert!(
+        first < Duration::from_millis(500) && second >= Duration::from_millis(550),
+        "step 2 seen done after {first:?}, step 3 after {second:?} (300 ms each)"
+    );
+}

@@ -3,7 +3,10 @@
 //! The loop: check every entry under its lock (a failure ends the wait); if not satisfied, query the
 //! recorded device events of the unsatisfied entries for a bounded time, advancing (or failing) a
 //! semaphore whose event completed (or errored); then register this thread's parker on every entry,
-//! re-checking under each lock, park until woken or the deadline, deregister, and start over.
+//! re-checking under each lock, park until woken or the deadline, deregister, and start over. A
+//! wait with events to query parks for a while only ([`REPOLL_FIRST`] at first, doubling up to
+//! [`REPOLL_MAX`]) and queries them again when it wakes: whoever would wake it may be waiting for
+//! newer work than this wait needs.
 
 use std::time::{Duration, Instant};
 
@@ -46,6 +49,17 @@ pub fn wait_any<E: DeviceEvent>(
 ) -> Result<usize, Error> {
     wait_list(list, Mode::Any, timeout.into().deadline())
 }
+
+/// How long a wait with device events to query parks at first before it queries them again; each
+/// later park lasts twice as long, up to [`REPOLL_MAX`]. A parked thread is woken by the advance
+/// that reaches its value, and a completion side that retires in batches makes that advance when
+/// the newest work of its batch completes: a wait for the previous submission while the next one
+/// runs (a pipelined loop) would otherwise return only when the next one is done.
+pub(crate) const REPOLL_FIRST: Duration = Duration::from_micros(50);
+/// The longest a wait with device events to query stays parked between two looks at them: about
+/// a thousand wake-ups and event queries a second at most, for a wait that sees its event
+/// complete at most this late.
+pub(crate) const REPOLL_MAX: Duration = Duration::from_millis(1);
 
 /// A recorded device-signal timepoint an unsatisfied entry may be brought up to: `(entry, value, event)`.
 type Pending<E> = SmallVec<[(usize, u64, E); 4]>;
@@ -267,11 +281,13 @@ pub(crate) fn wait_list<E: DeviceEvent>(
     // The spin budget is spent once per wait call, however often the wait wakes.
     let mut spin_until: Option<Instant> = None;
     let mut parker: Option<ThreadParker> = None;
+    let mut repoll = REPOLL_FIRST;
     loop {
         if let Outcome::Done(index) = check_all(list, mode, &mut events)? {
             return Ok(index);
         }
-        if !events.is_empty() {
+        let queried = !events.is_empty();
+        if queried {
             let until = *spin_until.get_or_insert_with(|| {
                 let now = Instant::now();
                 now.checked_add(spin_budget(list, &events)).unwrap_or(now)
@@ -303,7 +319,18 @@ pub(crate) fn wait_list<E: DeviceEvent>(
             return Err(Error::Timeout);
         }
         let parker = parker.get_or_insert_with(ThreadParker::take);
-        if let Some(index) = park_once(list, mode, parker, deadline)? {
+        // With events to query, wake to query them again (see `REPOLL_FIRST`).
+        let wake = if queried {
+            let at = Instant::now().checked_add(repoll);
+            repoll = (repoll * 2).min(REPOLL_MAX);
+            match (at, deadline) {
+                (Some(at), Some(deadline)) => Some(at.min(deadline)),
+                (at, deadline) => at.or(deadline),
+            }
+        } else {
+            deadline
+        };
+        if let Some(index) = park_once(list, mode, parker, wake)? {
             return Ok(index);
         }
     }

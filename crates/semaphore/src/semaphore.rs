@@ -388,7 +388,9 @@ impl<E: DeviceEvent> Semaphore<E> {
     ///
     /// If a device signal for a value `>= value` is recorded, the wait first queries its event for a
     /// bounded time ([`SemaphoreOptions::event_spin`]); on completion it advances the semaphore to
-    /// that timepoint itself, on a query error it fails the semaphore with it. Then it parks.
+    /// that timepoint itself, on a query error it fails the semaphore with it. Then it parks,
+    /// waking to query the event again after 50 us, then after twice as long each time, up to
+    /// every 1 ms: the advance that would wake it may wait for newer work than this wait needs.
     pub fn wait(&self, value: u64, timeout: impl Into<Timeout>) -> Result<(), Error> {
         wait_list(&[(self, value)], Mode::All, timeout.into().deadline()).map(|_| ())
     }

@@ -306,7 +306,8 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         )
         .note(format!(
             "the default wait spins {} us on the event, then parks until the completion \
-             side sees the GEMM end; the compared rows spin like the floor",
+             side sees the GEMM end (or its own look at the event, 50 us to 1 ms apart, \
+             does); the compared rows spin like the floor",
             DeviceOptions::default().host_wait_spin.as_micros()
         )),
     );

@@ -180,22 +180,30 @@ fn host_wait_spins_on_the_event_then_sees_it_complete() {
     });
 }
 
+/// A semaphore whose waits query events for `spin`.
+fn spinning(spin: Duration) -> Sem {
+    Sem::with_options(0, SemaphoreOptions::new().with_event_spin(spin))
+}
+
+/// A thread waiting for `value` on `s`, once it has parked (its spin over).
+fn parked_waiter(s: &Sem, value: u64) -> thread::JoinHandle<Result<(), Error>> {
+    let s2 = s.clone();
+    let waiter = thread::spawn(move || s2.wait(value, Timeout::Infinite));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.waiter_count() == 0 {
+        assert!(Instant::now() < deadline, "the waiter never parked");
+        thread::sleep(Duration::from_millis(1));
+    }
+    waiter
+}
+
 #[test]
 fn event_spin_is_bounded_then_the_waiter_parks() {
     bounded(LONG, || {
-        let s = Sem::with_options(
-            0,
-            SemaphoreOptions::new().with_event_spin(Duration::from_millis(2)),
-        );
+        let s = spinning(Duration::from_millis(2));
         let e = FlagEvent::new();
         s.record_device_signal(1, e.clone()).unwrap();
-        let s2 = s.clone();
-        let waiter = thread::spawn(move || s2.wait(1, Timeout::Infinite));
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while s.waiter_count() == 0 {
-            assert!(Instant::now() < deadline, "the waiter never parked");
-            thread::sleep(Duration::from_millis(1));
-        }
+        let waiter = parked_waiter(&s, 1);
         let queries = e.query_count();
         assert!(queries >= 1);
         thread::sleep(Duration::from_millis(30));
@@ -216,19 +224,10 @@ fn event_spin_is_bounded_then_the_waiter_parks() {
 #[test]
 fn a_parked_waiter_sees_its_event_complete_by_itself() {
     bounded(LONG, || {
-        let s = Sem::with_options(
-            0,
-            SemaphoreOptions::new().with_event_spin(Duration::from_micros(100)),
-        );
+        let s = spinning(Duration::from_micros(100));
         let e = FlagEvent::new();
         s.record_device_signal(1, e.clone()).unwrap();
-        let s2 = s.clone();
-        let waiter = thread::spawn(move || s2.wait(1, Timeout::Infinite));
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while s.waiter_count() == 0 {
-            assert!(Instant::now() < deadline, "the waiter never parked");
-            thread::sleep(Duration::from_millis(1));
-        }
+        let waiter = parked_waiter(&s, 1);
         // Parked a while: its re-query period has grown to the most it gets.
         thread::sleep(Duration::from_millis(20));
         let completed = Instant::now();
@@ -254,27 +253,14 @@ fn a_parked_waiter_sees_its_event_complete_by_itself() {
 #[test]
 fn a_parking_waiter_tells_the_event_it_needs_that_it_is_awaited() {
     bounded(LONG, || {
-        let s = Sem::with_options(
-            0,
-            SemaphoreOptions::new().with_event_spin(Duration::from_micros(100)),
-        );
+        let s = spinning(Duration::from_micros(100));
         let (e2, e4, e6) = (FlagEvent::new(), FlagEvent::new(), FlagEvent::new());
         s.record_device_signal(2, e2.clone()).unwrap();
         s.record_device_signal(4, e4.clone()).unwrap();
         s.record_device_signal(6, e6.clone()).unwrap();
-        let park_until_told = |value: u64| {
-            let s2 = s.clone();
-            let waiter = thread::spawn(move || s2.wait(value, Timeout::Infinite));
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while s.waiter_count() == 0 {
-                assert!(Instant::now() < deadline, "the waiter never parked");
-                thread::sleep(Duration::from_millis(1));
-            }
-            waiter
-        };
-        let waiter = park_until_told(3);
-        // Told just after the registration that `park_until_told` saw; at least once (a
-        // spurious wake-up parks it again).
+        let waiter = parked_waiter(&s, 3);
+        // Told just after the registration that `parked_waiter` saw; at least once (it parks
+        // again after each look at its event).
         let deadline = Instant::now() + Duration::from_secs(5);
         while e4.awaited_count() == 0 {
             assert!(
@@ -288,7 +274,7 @@ fn a_parking_waiter_tells_the_event_it_needs_that_it_is_awaited() {
         waiter.join().unwrap().unwrap();
 
         let told = e4.awaited_count();
-        let waiter = park_until_told(7);
+        let waiter = parked_waiter(&s, 7);
         // Whatever it would tell, it tells right after registering.
         thread::sleep(Duration::from_millis(20));
         assert_eq!(

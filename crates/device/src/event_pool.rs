@@ -349,8 +349,8 @@ impl DeviceEvent for CudaEvent {
         self.pool().submissions.total()
     }
 
-    /// Ends the gather of the completion thread of the queue that recorded the event: only its
-    /// advance wakes a parked host thread.
+    /// Ends the gather of the completion thread of the queue that recorded the event: its
+    /// advance is what wakes a parked host thread soonest.
     fn awaited(&self) {
         if let Some(nudge) = self.pool().nudge.get() {
             nudge.nudge();

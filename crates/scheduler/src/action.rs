@@ -129,8 +129,8 @@ impl<B: Backend> Body<B> {
         }
     }
 
-    /// Whether a host thread is parked on one of the signal semaphores now: only the completion
-    /// side's advance wakes it, so its completion must be seen soon.
+    /// Whether a host thread is parked on one of the signal semaphores now: the completion side's
+    /// advance is what wakes it, so its completion must be seen soon.
     pub(crate) fn has_parked_waiters(&self) -> bool {
         self.signals
             .iter()

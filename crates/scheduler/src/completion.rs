@@ -15,8 +15,8 @@
 //! the host lag only while nobody waits for them. A queue that gathers (`completion_gather`) goes
 //! further: a batch nobody needs whose newest work is still running is not waited for but kept
 //! for the next round, which retires it first ([`may_defer`]). A host thread that parks on such
-//! work ends the gather ([`CompletionNudge`](crate::CompletionNudge)), since only this thread's
-//! advance wakes it. With nothing to retire it looks for work for the queue's `idle_spin`, then
+//! work ends the gather ([`CompletionNudge`](crate::CompletionNudge)): this thread's advance is
+//! what wakes it (its own looks at its event come 50 us to 1 ms apart). With nothing to retire it looks for work for the queue's `idle_spin`, then
 //! parks, so an idle queue burns no core. Nothing here runs inside a driver callback.
 
 use std::collections::VecDeque;

@@ -694,8 +694,9 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Ends the completion thread's gather (see `completion::gather`), now or before it begins:
-    /// a host thread is about to park on a value this queue's issued work reaches, and only the
-    /// completion side's advance wakes a parked thread. The next round retires what was handed
+    /// a host thread is about to park on a value this queue's issued work reaches, and the
+    /// completion side's advance is what wakes it (its own looks at its event are 50 us to 1 ms
+    /// apart). The next round retires what was handed
     /// over or deferred, polling fast for the parked waiter (`completion::wanted`). Counts as
     /// urgent work, under the hand-over list's lock, so it meets the gather's last look exactly
     /// as `push_finished` does.

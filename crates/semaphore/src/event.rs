@@ -38,11 +38,13 @@ pub trait DeviceEvent: Clone + Send + Sync + 'static {
 
     /// A host thread is about to park until the work before this event is done: whoever
     /// retires that work should look for its completion now, not at its own pace (a completion
-    /// side that gathers batches sleeps between them, and a parked waiter is woken only by the
-    /// advance it makes). A backend whose completion side sleeps between batches passes it on
-    /// (the scheduler's `CompletionNudge`). Called once per park, after the waiter registered
-    /// and with no semaphore lock held; must not block (a panic is caught and ignored). The
-    /// default does nothing.
+    /// side that gathers batches sleeps between them, and the advance it makes is what wakes a
+    /// parked waiter; the waiter's own looks at the event come 50 us to 1 ms apart). A backend
+    /// whose completion side sleeps between batches passes it on (the scheduler's
+    /// `CompletionNudge`). Called at a wait's first park with events to query, after the waiter
+    /// registered, under the lock of the semaphore whose timepoint this is: it must not block or
+    /// use that semaphore, and may take only locks never held while a semaphore's is taken (a
+    /// panic is caught and ignored). The default does nothing.
     fn awaited(&self) {}
 }
 

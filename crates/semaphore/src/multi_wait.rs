@@ -159,7 +159,8 @@ fn spin_on_events<E: DeviceEvent>(
     until: Instant,
 ) -> Spun {
     let pace = query_pace(list, events);
-    let mut watch = Watch::new(events, pace);
+    // Made for a second round only: a parked wait's look at its events (one round) makes none.
+    let mut watch: Option<Watch> = None;
     loop {
         let mut spun = Spun::Nothing;
         for (index, at, event) in events {
@@ -187,7 +188,10 @@ fn spin_on_events<E: DeviceEvent>(
         if now >= until {
             return Spun::Nothing;
         }
-        if watch.busy(events, now) {
+        if watch
+            .get_or_insert_with(|| Watch::new(events, pace))
+            .busy(events, now)
+        {
             // Another thread advancing or failing a semaphore whose event is queried here (the
             // completion thread, a host signal) still ends the wait at once; a change to an
             // entry with no event yet is seen at the next round.
@@ -282,6 +286,9 @@ pub(crate) fn wait_list<E: DeviceEvent>(
     let mut spin_until: Option<Instant> = None;
     let mut parker: Option<ThreadParker> = None;
     let mut repoll = REPOLL_FIRST;
+    // Only the first park with events to query tells them they are awaited
+    // (`DeviceEvent::awaited`): the parks after it end in this wait's own looks at them.
+    let mut told = false;
     loop {
         if let Outcome::Done(index) = check_all(list, mode, &mut events)? {
             return Ok(index);
@@ -330,7 +337,9 @@ pub(crate) fn wait_list<E: DeviceEvent>(
         } else {
             deadline
         };
-        if let Some(index) = park_once(list, mode, parker, wake)? {
+        let tell = !told;
+        told |= queried;
+        if let Some(index) = park_once(list, mode, parker, wake, tell)? {
             return Ok(index);
         }
     }
@@ -343,13 +352,14 @@ fn park_once<E: DeviceEvent>(
     mode: Mode,
     parker: &ThreadParker,
     deadline: Option<Instant>,
+    tell: bool,
 ) -> Result<Option<usize>, Error> {
     let unparker = parker.parker().unparker();
     let mut slots: SmallVec<[usize; 8]> = SmallVec::new();
     let mut outcome = Ok(None);
     let mut all_reached = true;
     for (index, (semaphore, value)) in list.iter().enumerate() {
-        match semaphore.register_waiter(*value, unparker) {
+        match semaphore.register_waiter(*value, unparker, tell) {
             Ok((slot, reached)) => {
                 slots.push(slot);
                 if reached && mode == Mode::Any {

@@ -525,14 +525,17 @@ impl<E: DeviceEvent> Semaphore<E> {
     }
 
     /// Registers a parked waiter for `value`. Returns its slot and whether `value` is already
-    /// reached (then it is only woken by a failure), or the failure. The device-signal
-    /// timepoint the waiter needs, if one is recorded, is told it is awaited
-    /// ([`DeviceEvent::awaited`]) once the lock is let go: the registration, which the
-    /// completion side reads as "somebody waits", comes first.
+    /// reached (then it is only woken by a failure), or the failure. If `tell`, the
+    /// device-signal timepoint the waiter needs, if one is recorded, is told it is awaited
+    /// ([`DeviceEvent::awaited`]) right after the registration, which the completion side reads
+    /// as "somebody waits". Told under the lock, through the timepoint's own handle: a clone made
+    /// to tell it after the lock would be a handle to the event that nothing accounts for while
+    /// it lives.
     pub(crate) fn register_waiter(
         &self,
         value: u64,
         unparker: &Unparker,
+        tell: bool,
     ) -> Result<(usize, bool), Failure> {
         let mut state = self.lock();
         if let Some(failure) = &state.failure {
@@ -545,16 +548,10 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.shared
             .parked
             .store(state.waiters.len(), Ordering::Relaxed);
-        let awaited = if reached {
-            None
-        } else {
-            state
-                .timepoints
-                .at_least(value)
-                .map(|(_, event)| event.clone())
-        };
-        drop(state);
-        if let Some(event) = awaited {
+        if tell
+            && !reached
+            && let Some((_, event)) = state.timepoints.at_least(value)
+        {
             // A panicking event must not unwind past the registration: the waiter's slot would
             // never be removed, and the semaphore would look waited on for ever.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| event.awaited()));

@@ -5,7 +5,8 @@
 //! crossbeam's `Parker` has no loom counterpart; under loom it is a token under a `Mutex` with a
 //! `Condvar`, which has the same contract (an unpark before the park is kept; one token at most).
 //! loom has no time, so under loom a timed park with a non-zero timeout parks until unparked: the
-//! models only use untimed waits.
+//! models only use untimed waits (and waits without event queries, since a wait with events to
+//! query parks for a while only, to look at them again).
 
 #[cfg(not(loom))]
 pub(crate) use crossbeam_utils::sync::{Parker, Unparker};

@@ -398,6 +398,26 @@ fn run_sequential(initial: Vec<u64>, ops: Vec<Op>) {
                     let known = known_failures.lock().unwrap().clone();
                     let _ = tx.send(outcome(result, |i| i, &known));
                 });
+                // Until it has registered on every entry (or is satisfied at once), a later
+                // operation would race with its first look, which a wait-any reads one entry at a
+                // time: a value raised between two entries makes it report a later one.
+                if model.check(&list, all).is_none() && !list.is_empty() {
+                    let registered = || sems.iter().map(Sem::waiter_count).sum::<usize>();
+                    let target = parked
+                        .iter()
+                        .filter(|p| !p.done)
+                        .map(|p| p.list.len())
+                        .sum::<usize>()
+                        + list.len();
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while registered() < target {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "a waiter never parked"
+                        );
+                        thread::yield_now();
+                    }
+                }
                 parked.push(Parked {
                     list,
                     all,

@@ -116,3 +116,41 @@ fn steady_state_operations_do_not_allocate() {
     assert_eq!(allocations() - before, 0, "allocations in 49 parked waits");
     signaller.join().unwrap();
 }
+
+/// A wait that parks with events to query looks at them again now and then: those looks
+/// allocate nothing either (four semaphores, one event each, all awaited at once).
+#[test]
+fn a_parked_wait_that_looks_at_its_events_again_does_not_allocate() {
+    let sems: Vec<Semaphore<FlagEvent>> = (0..4).map(|_| Semaphore::new(0)).collect();
+    let wait_round = |round: u64| {
+        let events: Vec<FlagEvent> = (0..4).map(|_| FlagEvent::new()).collect();
+        for (sem, event) in sems.iter().zip(&events) {
+            sem.record_device_signal(round, event.clone()).unwrap();
+        }
+        let completer = {
+            let events = events.clone();
+            thread::spawn(move || {
+                // Long enough for the waiter to spin, park and look again several times.
+                thread::sleep(Duration::from_millis(5));
+                for event in &events {
+                    event.complete();
+                }
+            })
+        };
+        let list: Vec<(&Semaphore<FlagEvent>, u64)> = sems.iter().map(|s| (s, round)).collect();
+        let before = allocations();
+        wait_all(&list, Timeout::Infinite).unwrap();
+        let made = allocations() - before;
+        completer.join().unwrap();
+        made
+    };
+    // Warm up: the thread's parker, the semaphores' rings and slabs.
+    wait_round(1);
+    for round in 2..6 {
+        assert_eq!(
+            wait_round(round),
+            0,
+            "allocations in parked wait round {round}"
+        );
+    }
+}

@@ -271,7 +271,8 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     // The host waits like the floor's: `cuStreamSynchronize` spins for the whole batch, so the
     // cuhal rows wait on a semaphore whose event spin outlasts it. The device's default wait
     // (spin `host_wait_spin`, then park until the completion side, which naps between polls,
-    // sees the last collective end) adds up to a nap to every batch: at 64 MiB, batches of 10
+    // or the waiter's own look at its event, 50 us to 1 ms apart, sees the last collective end)
+    // adds up to a nap to every batch: at 64 MiB, batches of 10
     // collectives of ~0.3 ms, that alone is a few percent of bus bandwidth that is not the
     // collectives' time.
     let done = Semaphore::with_options(0, SemaphoreOptions::new().with_event_spin(WAIT));
@@ -615,7 +616,7 @@ fn peer_copy(env: &Env<'_>, devices: &[Device], report: &mut Report) -> Result<(
         "13",
         format!(
             "peer copy 256 MiB, Queue::copy_peer waited on with the device's default semaphore \
-             (spin, then park until the completion side sees the batch end), for comparison \
+             (spin, then park until the batch end is seen), for comparison \
              ({:.1} GB/s)",
             PEER_COPY as f64 / parked_t.median
         ),

@@ -281,7 +281,8 @@ impl<E: DeviceEvent> Semaphore<E> {
     fn lock(&self) -> MutexGuard<'_, State<E>> {
         #[cfg(feature = "lock-stats")]
         self.shared.locks.fetch_add(1, Ordering::Relaxed);
-        // Nothing user-supplied runs under the lock, so a poisoned lock still guards a consistent state.
+        // Nothing user-supplied runs under the lock but `DeviceEvent::awaited`, whose panics are
+        // caught, so a poisoned lock still guards a consistent state.
         self.shared
             .state
             .lock()
@@ -289,6 +290,12 @@ impl<E: DeviceEvent> Semaphore<E> {
     }
 
     /// The current value, or `Err(Failed)` once the semaphore has failed.
+    ///
+    /// The value as last advanced, with no device query: a device-signal timepoint counts once
+    /// somebody saw its event complete (a waiter, or a completion side that retires in batches
+    /// and, while nobody waits, may do so a gather later). To poll the device itself, wait with
+    /// [`Timeout::Immediate`]: that queries the awaited timepoint's event once and brings the
+    /// value up if it completed.
     pub fn query(&self) -> Result<u64, Error> {
         let state = self.lock();
         match &state.failure {

@@ -537,3 +537,20 @@ fn a_wait_that_sees_its_event_complete_returns_with_the_value_advanced() {
         "the waiter advanced to the timepoint"
     );
 }
+
+/// `query` is the value as last advanced, with no device query; a wait with an immediate
+/// timeout is the poll of the device: it queries the awaited timepoint's event once and brings
+/// the value up when it completed.
+#[test]
+fn an_immediate_wait_polls_the_device_where_a_query_does_not() {
+    let s = Sem::new(0);
+    let e = FlagEvent::new();
+    s.record_device_signal(3, e.clone()).unwrap();
+    assert!(matches!(s.wait(2, Timeout::Immediate), Err(Error::Timeout)));
+    e.complete();
+    assert_eq!(s.query().unwrap(), 0, "nobody has seen the event complete");
+    let queries = e.query_count();
+    s.wait(2, Timeout::Immediate).unwrap();
+    assert_eq!(e.query_count(), queries + 1, "one look at the event");
+    assert_eq!(s.query().unwrap(), 3, "brought up to the timepoint");
+}

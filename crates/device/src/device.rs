@@ -107,7 +107,9 @@ pub struct DeviceOptions {
     /// wake-ups per submission and keep more completion events in flight. Default
     /// [`DEFAULT_COMPLETION_GATHER_BATCH`](Self::DEFAULT_COMPLETION_GATHER_BATCH).
     pub completion_gather_batch: usize,
-    /// How long a host semaphore wait polls a recorded device event before parking.
+    /// How long a host semaphore wait polls a recorded device event before parking. Parked, it
+    /// still looks at the event now and then (50 us to 1 ms apart), and its park ends the gather
+    /// of the queue whose work it waits for.
     pub host_wait_spin: Duration,
     /// While this device's queues keep issuing work (two issues or more within this time), a
     /// host wait on one of its events queries the event at most once per this time, watching

@@ -24,7 +24,6 @@ use cuhal_semaphore::slot_pool::{FreeList, HandleCount};
 use cuhal_semaphore::{DeviceEvent, Failure};
 use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CUevent, Event, PrimaryContext};
 
-use crate::backend::CudaBackend;
 use crate::error::Error;
 use crate::lost::Lost;
 use crate::submissions::Submissions;
@@ -59,7 +58,7 @@ struct PoolShared {
     all: Mutex<Vec<NonNull<Slot>>>,
     /// Hurries the completion side of the queue that records these events, for a host thread
     /// about to park on one of them (set once the queue exists).
-    nudge: OnceLock<CompletionNudge<CudaBackend>>,
+    nudge: OnceLock<CompletionNudge>,
 }
 
 /// What the issuing side reads and writes on every take, apart from the lists.
@@ -137,7 +136,7 @@ impl TimepointEventPool {
 
     /// Tells the pool which queue's completion side to hurry when a host thread is about to
     /// park on one of its events ([`DeviceEvent::awaited`]). The first call wins.
-    pub(crate) fn set_nudge(&self, nudge: CompletionNudge<CudaBackend>) {
+    pub(crate) fn set_nudge(&self, nudge: CompletionNudge) {
         let _ = self.shared.nudge.set(nudge);
     }
 

@@ -16,8 +16,9 @@
 //! further: a batch nobody needs whose newest work is still running is not waited for but kept
 //! for the next round, which retires it first ([`may_defer`]). A host thread that parks on such
 //! work ends the gather ([`CompletionNudge`](crate::CompletionNudge)): this thread's advance is
-//! what wakes it (its own looks at its event come 50 us to 1 ms apart). With nothing to retire it looks for work for the queue's `idle_spin`, then
-//! parks, so an idle queue burns no core. Nothing here runs inside a driver callback.
+//! what wakes it (its own looks at its event come 50 us to 1 ms apart). With nothing to retire
+//! it looks for work for the queue's `idle_spin`, then parks, so an idle queue burns no core.
+//! Nothing here runs inside a driver callback.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -92,7 +93,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
 
 /// After a batch nobody waited for: sleeps for the queue's `completion_gather` (or until woken by
 /// a submitter that needs room, by work only this thread can complete or that a host thread
-/// parked on, by a host thread about to park on this queue's work (`Shared::hurry_completion`),
+/// parked on, by a host thread about to park on this queue's work (`Hurry`),
 /// or by the push that makes the queue's `gather_batch` actions wait), so that the next batch
 /// holds the actions of many submissions instead of one or two. Skipped when enough actions
 /// already wait, or once the worker is done (shutdown drains at once).
@@ -109,14 +110,19 @@ fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     // thread can have (a loom timed park would wait for an unpark that may never come).
     #[cfg(not(loom))]
     {
-        shared.completion_gathering.store(true, Ordering::Relaxed);
+        shared.hurry.gathering.store(true, Ordering::SeqCst);
         // Under the list's lock, as `push_finished` reads `gathering`: either the pusher of work
-        // that needs this thread sees `gathering` and wakes it, or this sees that work.
+        // that needs this thread sees `gathering` and wakes it, or this sees that work. And
+        // after `gathering` is raised, as a hurry raises `hurried` before it reads `gathering`
+        // (see `Hurry`): either it unparks this thread, or this sees it hurried.
         let (waiting, urgent) = shared.finished_waiting();
-        if urgent == 0 && waiting < shared.options.gather_batch {
+        if urgent == 0
+            && waiting < shared.options.gather_batch
+            && !shared.hurry.hurried.load(Ordering::SeqCst)
+        {
             parker.park_timeout(gather);
         }
-        shared.completion_gathering.store(false, Ordering::Relaxed);
+        shared.hurry.gathering.store(false, Ordering::Relaxed);
     }
     #[cfg(loom)]
     let _ = parker;

@@ -9,7 +9,7 @@ use crate::action::{Cleanups, Resources};
 use crate::backend::{Backend, ThreadRole};
 use crate::error::Error;
 use crate::options::QueueOptions;
-use crate::shared::{Issuer, Shared};
+use crate::shared::{Hurry, Issuer, Shared};
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Ordering, Parker, mpsc};
 use crate::{completion, worker};
@@ -78,26 +78,21 @@ impl<B: Backend> LossTrigger<B> {
 /// ([`QueueOptions::with_completion_gather`](crate::QueueOptions::with_completion_gather)) then
 /// ends its gather and retires that work as soon as it completes, instead of up to a gather
 /// later. Holds the queue weakly; does nothing once it is gone.
-pub struct CompletionNudge<B: Backend>(std::sync::Weak<Shared<B>>);
+#[derive(Clone)]
+pub struct CompletionNudge(std::sync::Weak<Hurry>);
 
-impl<B: Backend> CompletionNudge<B> {
-    /// Ends the completion thread's gather, now or before its next one begins. Never blocks on
-    /// anything but the queue's hand-over lock (held for a few instructions), takes no
-    /// semaphore lock and makes at most one wake-up, so it may be called from a host wait.
+impl CompletionNudge {
+    /// Ends the completion thread's gather, now or before its next one begins. Takes no lock,
+    /// never blocks and makes at most one wake-up, so it may be called from a host wait, under a
+    /// semaphore's lock; it holds nothing of the queue but the flags it sets.
     pub fn nudge(&self) {
-        if let Some(shared) = self.0.upgrade() {
-            shared.hurry_completion();
+        if let Some(hurry) = self.0.upgrade() {
+            hurry.hurry();
         }
     }
 }
 
-impl<B: Backend> Clone for CompletionNudge<B> {
-    fn clone(&self) -> Self {
-        CompletionNudge(self.0.clone())
-    }
-}
-
-impl<B: Backend> fmt::Debug for CompletionNudge<B> {
+impl fmt::Debug for CompletionNudge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("CompletionNudge")
     }
@@ -241,8 +236,8 @@ impl<B: Backend> Queue<B> {
 
     /// A handle that hurries this queue's completion side from anywhere (see
     /// [`CompletionNudge`]).
-    pub fn completion_nudge(&self) -> CompletionNudge<B> {
-        CompletionNudge(Arc::downgrade(&self.shared))
+    pub fn completion_nudge(&self) -> CompletionNudge {
+        CompletionNudge(Arc::downgrade(&self.shared.hurry))
     }
 
     /// The failure that lost the queue, if it is lost.

@@ -133,13 +133,15 @@ pub(crate) struct Shared<B: Backend> {
     /// whether to wake the thread, so it has a line of its own that changes only when the
     /// thread parks or wakes, not with every retired batch.
     pub(crate) completion_parked: CachePadded<AtomicBool>,
-    /// Whether the completion thread is gathering a batch (a timed sleep after a batch nobody
-    /// waited for): only work that needs that thread wakes it then. Beside `completion_parked`,
-    /// read by every issue, changed once per batch.
-    pub(crate) completion_gathering: AtomicBool,
+    /// Whether the completion thread is gathering, and whether a parking host thread hurried it:
+    /// in an allocation of its own, so that a hurry from outside ([`CompletionNudge`]) holds
+    /// nothing else of the queue alive.
+    ///
+    /// [`CompletionNudge`]: crate::CompletionNudge
+    pub(crate) hurry: Arc<Hurry>,
     /// Finished actions in `finished` that must not wait out a gather (work checked on
-    /// completion, work a host thread parked on), and hurries from parking host threads
-    /// (`hurry_completion`): they end a gather. Changed under the `finished` lock.
+    /// completion, work a host thread parked on): they end a gather. Changed under the
+    /// `finished` lock.
     pub(crate) urgent: AtomicUsize,
     /// Submitters waiting for room (backpressure), and where they wait.
     pub(crate) room_waiters: AtomicUsize,
@@ -269,7 +271,7 @@ impl<B: Backend> Shared<B> {
                 returned: Mutex::new(Vec::with_capacity(capacity)),
                 notifier: Notifier::new(worker, capacity),
                 listener,
-                completion,
+                completion: completion.clone(),
                 lost: Once::new(),
                 shutdown: AtomicBool::new(false),
                 worker_done: AtomicBool::new(false),
@@ -287,7 +289,11 @@ impl<B: Backend> Shared<B> {
                     parks: StatU64::new(0),
                 }),
                 completion_parked: CachePadded::new(AtomicBool::new(false)),
-                completion_gathering: AtomicBool::new(false),
+                hurry: Arc::new(Hurry {
+                    gathering: AtomicBool::new(false),
+                    hurried: AtomicBool::new(false),
+                    completion,
+                }),
                 urgent: AtomicUsize::new(0),
                 room_waiters: AtomicUsize::new(0),
                 room: (Mutex::new(()), Condvar::new()),
@@ -660,9 +666,9 @@ impl<B: Backend> Shared<B> {
             // Work checked on completion signals only from the completion thread: nobody else
             // can poll for it, so it must not wait out a gather. Nor must work that a host thread
             // parked on (a wait that parked before this signal was recorded had no event to
-            // nudge the queue through, see `hurry_completion`). Looked at under this lock: a
-            // waiter that registers after this look nudges after it, and its nudge meets this
-            // action in the list.
+            // nudge the queue through, see `Hurry`). Looked at under this lock: a waiter that
+            // registers after this look hurries after it, and the take that sees the hurry (it
+            // reads it under this lock) finds this action in the list.
             let urgent = gathers
                 && match &finished {
                     Finished::Issued { checked: true, .. } => true,
@@ -683,33 +689,11 @@ impl<B: Backend> Shared<B> {
             // this sees its flag.
             self.completion_parked.load(Ordering::Relaxed)
                 || ((urgent || len == self.options.gather_batch)
-                    && self.completion_gathering.load(Ordering::Relaxed))
+                    && self.hurry.gathering.load(Ordering::Relaxed))
         };
         let side = &*self.issue_side;
         side.pushed
             .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        if wake {
-            self.completion.unpark();
-        }
-    }
-
-    /// Ends the completion thread's gather (see `completion::gather`), now or before it begins:
-    /// a host thread is about to park on a value this queue's issued work reaches, and the
-    /// completion side's advance is what wakes it (its own looks at its event are 50 us to 1 ms
-    /// apart). The next round retires what was handed
-    /// over or deferred, polling fast for the parked waiter (`completion::wanted`). Counts as
-    /// urgent work, under the hand-over list's lock, so it meets the gather's last look exactly
-    /// as `push_finished` does.
-    pub(crate) fn hurry_completion(&self) {
-        if self.options.completion_gather.is_zero() {
-            // Nothing sleeps between batches: a parked waiter is always "wanted" at once.
-            return;
-        }
-        let wake = {
-            let _queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
-            self.count_urgent();
-            self.completion_gathering.load(Ordering::Relaxed)
-        };
         if wake {
             self.completion.unpark();
         }
@@ -791,9 +775,9 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Moves every finished action into `batch` (empty, its capacity kept), oldest first.
-    /// Returns whether the round is urgent (see `count_urgent`): one of them must not wait out a
-    /// gather, or a host thread parked on this queue's work since the last take. Such a round
-    /// retires what it has at once, polls fast, and does not gather after it.
+    /// Returns whether the round is urgent (see `count_urgent`, [`Hurry`]): one of them must not
+    /// wait out a gather, or a host thread parked on this queue's work since the last take. Such
+    /// a round retires what it has at once, polls fast, and does not gather after it.
     pub(crate) fn take_finished(&self, batch: &mut VecDeque<Finished<B>>) -> bool {
         let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
         std::mem::swap(&mut *queue, batch);
@@ -802,13 +786,46 @@ impl<B: Backend> Shared<B> {
         if urgent {
             self.urgent.store(0, Ordering::Relaxed);
         }
-        urgent
+        // Taken under the list's lock: a hurry consumed here came from a waiter registered
+        // before it, so an action pushed after this take (not in `batch`) sees that waiter
+        // (`push_finished` looks under this lock) and is urgent itself.
+        let hurried = self.hurry.hurried.load(Ordering::Relaxed)
+            && self.hurry.hurried.swap(false, Ordering::AcqRel);
+        drop(queue);
+        urgent || hurried
     }
 
     /// Marks the queue lost (the first failure wins) and wakes the worker to fail what is pending.
     pub(crate) fn mark_lost(&self, failure: &Failure) {
         if self.lost.set(failure.clone()) {
             self.notifier.wake();
+        }
+    }
+}
+
+/// What a host thread about to park on a queue's work needs to end that queue's gather (see
+/// `completion::gather`): the completion side's advance is what wakes a parked thread (its own
+/// looks at its event come 50 us to 1 ms apart). Flags and an unparker only, so a hurry takes
+/// no lock (it is made under a semaphore's lock) and, holding the last handle to this, drops
+/// nothing but this.
+pub(crate) struct Hurry {
+    /// The completion thread is gathering (a timed park after a batch nobody waited for). Set
+    /// before the gather's last look, read by every push under the hand-over lock and by a
+    /// hurry against `hurried` (each sets its own flag, then reads the other's, both
+    /// sequentially consistent: one of them sees the other).
+    pub(crate) gathering: AtomicBool,
+    /// A host thread parked on this queue's work since the completion thread's last take.
+    pub(crate) hurried: AtomicBool,
+    /// The completion thread's unparker.
+    completion: Unparker,
+}
+
+impl Hurry {
+    /// Ends the completion thread's gather, now or before it begins; its next round is urgent.
+    pub(crate) fn hurry(&self) {
+        self.hurried.store(true, Ordering::SeqCst);
+        if self.gathering.load(Ordering::SeqCst) {
+            self.completion.unpark();
         }
     }
 }

@@ -41,10 +41,12 @@ pub trait DeviceEvent: Clone + Send + Sync + 'static {
     /// side that gathers batches sleeps between them, and the advance it makes is what wakes a
     /// parked waiter; the waiter's own looks at the event come 50 us to 1 ms apart). A backend
     /// whose completion side sleeps between batches passes it on (the scheduler's
-    /// `CompletionNudge`). Called at a wait's first park with events to query, after the waiter
-    /// registered, under the lock of the semaphore whose timepoint this is: it must not block or
-    /// use that semaphore, and may take only locks never held while a semaphore's is taken (a
-    /// panic is caught and ignored). The default does nothing.
+    /// `CompletionNudge`, which sets two flags and may unpark a thread). Called at the first
+    /// park of a wait that finds a timepoint to tell (and not at its later parks, which end in
+    /// its own looks at the event), after the waiter registered, under the lock of the
+    /// semaphore whose timepoint this is: it must not block or use that semaphore, and may take
+    /// only locks never held while a semaphore's is taken (a panic is caught and ignored). The
+    /// default does nothing.
     fn awaited(&self) {}
 }
 

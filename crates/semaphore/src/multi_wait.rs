@@ -286,8 +286,8 @@ pub(crate) fn wait_list<E: DeviceEvent>(
     let mut spin_until: Option<Instant> = None;
     let mut parker: Option<ThreadParker> = None;
     let mut repoll = REPOLL_FIRST;
-    // Only the first park with events to query tells them they are awaited
-    // (`DeviceEvent::awaited`): the parks after it end in this wait's own looks at them.
+    // Awaited events are told so (`DeviceEvent::awaited`) at the parks until one that told
+    // some: the parks after it end in this wait's own looks at its events.
     let mut told = false;
     loop {
         if let Outcome::Done(index) = check_all(list, mode, &mut events)? {
@@ -337,9 +337,7 @@ pub(crate) fn wait_list<E: DeviceEvent>(
         } else {
             deadline
         };
-        let tell = !told;
-        told |= queried;
-        if let Some(index) = park_once(list, mode, parker, wake, tell)? {
+        if let Some(index) = park_once(list, mode, parker, wake, &mut told)? {
             return Ok(index);
         }
     }
@@ -347,19 +345,22 @@ pub(crate) fn wait_list<E: DeviceEvent>(
 
 /// Registers on every entry, parks unless a registration shows the wait satisfied, deregisters.
 /// `Ok(Some(index))`: satisfied during registration. `Ok(None)`: woken (or timed out); check again.
+/// Unless `told`, each registration tells the entry's awaited event, and `told` is set if one
+/// was told.
 fn park_once<E: DeviceEvent>(
     list: &[(&Semaphore<E>, u64)],
     mode: Mode,
     parker: &ThreadParker,
     deadline: Option<Instant>,
-    tell: bool,
+    told: &mut bool,
 ) -> Result<Option<usize>, Error> {
+    let tell = !*told;
     let unparker = parker.parker().unparker();
     let mut slots: SmallVec<[usize; 8]> = SmallVec::new();
     let mut outcome = Ok(None);
     let mut all_reached = true;
     for (index, (semaphore, value)) in list.iter().enumerate() {
-        match semaphore.register_waiter(*value, unparker, tell) {
+        match semaphore.register_waiter(*value, unparker, tell, told) {
             Ok((slot, reached)) => {
                 slots.push(slot);
                 if reached && mode == Mode::Any {

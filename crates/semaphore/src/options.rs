@@ -35,14 +35,16 @@ impl SemaphoreOptions {
     }
 
     /// Host waits query a recorded device event for at most `budget` (per wait call) before they
-    /// park. `Duration::ZERO` still queries each event once, which costs about as much as a
-    /// `cuEventQuery`.
+    /// park; parked, they wake to query it again, 50 us after parking and then twice as long each
+    /// time, up to every 1 ms. `Duration::ZERO` still queries each event once, which costs about
+    /// as much as a `cuEventQuery`.
     pub const fn with_event_spin(mut self, budget: Duration) -> Self {
         self.event_spin = Some(budget);
         self
     }
 
-    /// Host waits never query device events: they only park until the value is signalled.
+    /// Host waits never query device events: they only park until the value is signalled (or
+    /// advanced, or failed), and never wake to look at an event.
     pub const fn without_event_queries(mut self) -> Self {
         self.event_spin = None;
         self

@@ -535,7 +535,7 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// reached (then it is only woken by a failure), or the failure. If `tell`, the
     /// device-signal timepoint the waiter needs, if one is recorded, is told it is awaited
     /// ([`DeviceEvent::awaited`]) right after the registration, which the completion side reads
-    /// as "somebody waits". Told under the lock, through the timepoint's own handle: a clone made
+    /// as "somebody waits", and `told` is set. Told under the lock, through the timepoint's own handle: a clone made
     /// to tell it after the lock would be a handle to the event that nothing accounts for while
     /// it lives.
     pub(crate) fn register_waiter(
@@ -543,6 +543,7 @@ impl<E: DeviceEvent> Semaphore<E> {
         value: u64,
         unparker: &Unparker,
         tell: bool,
+        told: &mut bool,
     ) -> Result<(usize, bool), Failure> {
         let mut state = self.lock();
         if let Some(failure) = &state.failure {
@@ -562,6 +563,7 @@ impl<E: DeviceEvent> Semaphore<E> {
             // A panicking event must not unwind past the registration: the waiter's slot would
             // never be removed, and the semaphore would look waited on for ever.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| event.awaited()));
+            *told = true;
         }
         Ok((slot, reached))
     }

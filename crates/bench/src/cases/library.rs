@@ -17,8 +17,9 @@
 //! - the host waits alike: the floor spins in `cuEventSynchronize` for the whole GEMM, so the
 //!   compared cuhal rows wait on a semaphore whose event spin outlasts it. The device's default
 //!   wait (spin [`DeviceOptions::host_wait_spin`], then park until the completion side sees the
-//!   event, or the waiter's own look at it, 50 us to 1 ms apart, does) is a row of its own: on work longer than the spin it adds the completion side's
-//!   latency, which is not the library's time;
+//!   event, or the waiter's own look at it, 50 us to 1 ms apart, does) is a row of its own: on
+//!   work longer than the spin it adds the completion side's latency, which is not the
+//!   library's time;
 //! - the handle keeps the case's workspace on every stream (the loader sets it again after each
 //!   `cublasSetStream`, which resets it) and the stream is set only when it changes.
 //!

@@ -87,6 +87,11 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
                 parker.park();
             }
             shared.completion_parked.store(false, Ordering::Relaxed);
+            // Every push that saw `parked` raised before it was lowered unparked this thread:
+            // the first woke it, the others left a token that would end its next gather at
+            // once. What they pushed is in the list, which this thread reads next; drop the
+            // token.
+            parker.park_timeout(Duration::ZERO);
         }
     }
 }

@@ -298,7 +298,7 @@ fn spawn<B: Backend>(
                 let _ = bound.send(Err((role, failure)));
                 if role == ThreadRole::Worker {
                     thread_shared.worker_done.store(true, Ordering::Release);
-                    thread_shared.completion.unpark();
+                    thread_shared.hurry.completion.unpark();
                     return;
                 }
             } else {
@@ -325,7 +325,7 @@ impl<B: Backend> Drop for Queue<B> {
         {
             let _ = worker.join();
         }
-        self.shared.completion.unpark();
+        self.shared.hurry.completion.unpark();
         if let Some(completion) = self.completion.take()
             && completion.thread().id() != this
         {

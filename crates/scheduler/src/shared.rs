@@ -122,7 +122,6 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) notifier: Notifier,
     /// What the semaphores call: a weak handle back to this state.
     pub(crate) listener: Arc<dyn Listener>,
-    pub(crate) completion: Unparker,
     /// The backend failure that lost the queue; set once.
     pub(crate) lost: Once<Failure>,
     pub(crate) shutdown: AtomicBool,
@@ -271,7 +270,6 @@ impl<B: Backend> Shared<B> {
                 returned: Mutex::new(Vec::with_capacity(capacity)),
                 notifier: Notifier::new(worker, capacity),
                 listener,
-                completion: completion.clone(),
                 lost: Once::new(),
                 shutdown: AtomicBool::new(false),
                 worker_done: AtomicBool::new(false),
@@ -386,7 +384,7 @@ impl<B: Backend> Shared<B> {
             return;
         }
         self.room_waiters.fetch_add(1, Ordering::SeqCst);
-        self.completion.unpark();
+        self.hurry.completion.unpark();
         let (lock, condvar) = &self.room;
         let mut room = lock.lock().unwrap_or_else(PoisonError::into_inner);
         while full() {
@@ -679,7 +677,9 @@ impl<B: Backend> Shared<B> {
             let len = queue.len();
             self.finished_len.store(len, Ordering::Release);
             if urgent {
-                self.count_urgent();
+                // Written under this lock only: no locked add needed.
+                let urgent = self.urgent.load(Ordering::Relaxed);
+                self.urgent.store(urgent + 1, Ordering::Relaxed);
             }
             // Only a parked completion thread needs the wake (a syscall), or a gathering one for
             // urgent work or once a full batch waits (one wake per batch); one that is retiring
@@ -695,19 +695,12 @@ impl<B: Backend> Shared<B> {
         side.pushed
             .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if wake {
-            self.completion.unpark();
+            self.hurry.completion.unpark();
         }
     }
 
-    /// One more reason for the completion thread's next round not to gather; called with the
-    /// `finished` lock held, under which alone `urgent` changes (so no locked add is needed).
-    fn count_urgent(&self) {
-        let urgent = self.urgent.load(Ordering::Relaxed);
-        self.urgent.store(urgent + 1, Ordering::Relaxed);
-    }
-
     /// The completion thread's last look before it sleeps, having raised `completion_parked`
-    /// or `completion_gathering`: how many finished actions wait, and how many of them are
+    /// or `hurry.gathering`: how many finished actions wait, and how many of them are
     /// urgent, read under the lock that `push_finished` reads the flags under.
     pub(crate) fn finished_waiting(&self) -> (usize, usize) {
         let queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
@@ -775,7 +768,7 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Moves every finished action into `batch` (empty, its capacity kept), oldest first.
-    /// Returns whether the round is urgent (see `count_urgent`, [`Hurry`]): one of them must not
+    /// Returns whether the round is urgent (see `urgent`, [`Hurry`]): one of them must not
     /// wait out a gather, or a host thread parked on this queue's work since the last take. Such
     /// a round retires what it has at once, polls fast, and does not gather after it.
     pub(crate) fn take_finished(&self, batch: &mut VecDeque<Finished<B>>) -> bool {
@@ -816,8 +809,8 @@ pub(crate) struct Hurry {
     pub(crate) gathering: AtomicBool,
     /// A host thread parked on this queue's work since the completion thread's last take.
     pub(crate) hurried: AtomicBool,
-    /// The completion thread's unparker.
-    completion: Unparker,
+    /// The completion thread's unparker (the queue's one handle to it).
+    pub(crate) completion: Unparker,
 }
 
 impl Hurry {

@@ -35,7 +35,7 @@ impl<B: Backend> Drop for Done<'_, B> {
             shared.fail_all_pending(&mut state, &failure);
         }
         shared.worker_done.store(true, Ordering::Release);
-        shared.completion.unpark();
+        shared.hurry.completion.unpark();
     }
 }
 

@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 
 use crate::error::Error;
 use crate::event::DeviceEvent;
+use crate::options::SemaphoreOptions;
 use crate::semaphore::{Check, Semaphore};
 use crate::timeout::Timeout;
 use crate::traffic::Traffic;
@@ -140,12 +141,19 @@ impl Watch {
     }
 }
 
+/// The options of the entries that have an event to query.
+fn event_options<'a, E: DeviceEvent>(
+    list: &'a [(&Semaphore<E>, u64)],
+    events: &'a Pending<E>,
+) -> impl Iterator<Item = SemaphoreOptions> + 'a {
+    events.iter().map(|(index, _, _)| list[*index].0.options())
+}
+
 /// The pace of queries while the devices are busy: the smallest among the entries with an event
 /// (zero, no pacing, if any of them asks for none).
 fn query_pace<E: DeviceEvent>(list: &[(&Semaphore<E>, u64)], events: &Pending<E>) -> Duration {
-    events
-        .iter()
-        .map(|(index, _, _)| list[*index].0.options().busy_query_pace())
+    event_options(list, events)
+        .map(|options| options.busy_query_pace())
         .min()
         .unwrap_or(Duration::ZERO)
 }
@@ -209,9 +217,8 @@ fn spin_on_events<E: DeviceEvent>(
 
 /// The largest event-spin budget among the entries that have an event to query.
 fn spin_budget<E: DeviceEvent>(list: &[(&Semaphore<E>, u64)], events: &Pending<E>) -> Duration {
-    events
-        .iter()
-        .filter_map(|(index, _, _)| list[*index].0.options().event_spin())
+    event_options(list, events)
+        .filter_map(|options| options.event_spin())
         .max()
         .unwrap_or(Duration::ZERO)
 }

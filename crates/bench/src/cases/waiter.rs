@@ -155,26 +155,52 @@ impl Floor {
     ) -> Result<()> {
         let api = &*self.api;
         let (stream, exec) = (self.stream.raw(), self.exec.raw());
-        for i in range {
+        let one = |i: usize| {
             let event = self.events[i % RING].raw();
-            let t0 = self.clock.now_ns();
             // SAFETY: a live executable graph, stream and event of the current context.
             let launched = unsafe { cu!(api, cuGraphLaunch(exec, stream)) };
             // SAFETY: as above.
             let recorded = unsafe { cu!(api, cuEventRecord(event, stream)) };
-            let t1 = self.clock.now_ns();
             launched?;
             recorded?;
-            beside.latest.store(i as u64 + 1, Ordering::Release);
-            if i >= warm {
-                times.push((t1 - t0) as f64);
-            }
-            if (i + 1) % BATCH == 0 {
-                self.stream.synchronize()?;
-            }
+            Ok(())
+        };
+        let drain = |_| Ok(self.stream.synchronize()?);
+        timed_chain(self.clock, range, warm, times, beside, one, drain)
+    }
+}
+
+/// Submissions `range`, each by `one(i)` timed alone (pushed to `times` from `warm` on) and then
+/// announced to the thread beside; every `BATCH` and at the end, `drain(newest)` waits for the
+/// GPU, untimed (`newest`: the last submission's number plus one).
+fn timed_chain(
+    clock: crate::clock::Clock,
+    range: std::ops::Range<usize>,
+    warm: usize,
+    times: &mut Vec<f64>,
+    beside: &Beside,
+    mut one: impl FnMut(usize) -> Result<()>,
+    mut drain: impl FnMut(u64) -> Result<()>,
+) -> Result<()> {
+    let mut newest = None;
+    for i in range {
+        let t0 = clock.now_ns();
+        let result = one(i);
+        let t1 = clock.now_ns();
+        result?;
+        let n = i as u64 + 1;
+        beside.latest.store(n, Ordering::Release);
+        if i >= warm {
+            times.push((t1 - t0) as f64);
         }
-        self.stream.synchronize()?;
-        Ok(())
+        if (i + 1) % BATCH == 0 {
+            drain(n)?;
+        }
+        newest = Some(n);
+    }
+    match newest {
+        Some(n) => drain(n),
+        None => Ok(()),
     }
 }
 
@@ -231,30 +257,18 @@ impl Cuhal {
         beside: &Beside,
     ) -> Result<()> {
         let queue = self.hal.device.queue(0);
-        let mut last = None;
-        for i in range {
+        let one = |i: usize| {
             let value = i as u64;
-            let t0 = self.clock.now_ns();
-            let result = queue.execute(
-                &[(&self.semaphore, value)],
-                &[(&self.semaphore, value + 1)],
-                &[&self.cb],
-            );
-            let t1 = self.clock.now_ns();
-            result.context("case 14 cuhal: Queue::execute")?;
-            beside.latest.store(value + 1, Ordering::Release);
-            if i >= warm {
-                times.push((t1 - t0) as f64);
-            }
-            if (i + 1) % BATCH == 0 {
-                wait(&self.semaphore, value + 1)?;
-            }
-            last = Some(value + 1);
-        }
-        if let Some(last) = last {
-            wait(&self.semaphore, last)?;
-        }
-        Ok(())
+            queue
+                .execute(
+                    &[(&self.semaphore, value)],
+                    &[(&self.semaphore, value + 1)],
+                    &[&self.cb],
+                )
+                .context("case 14 cuhal: Queue::execute")
+        };
+        let drain = |newest| wait(&self.semaphore, newest);
+        timed_chain(self.clock, range, warm, times, beside, one, drain)
     }
 }
 

@@ -80,6 +80,8 @@ const LOOM_PACKAGES: &[&str] = &["cuhal-semaphore", "cuhal-scheduler"];
 /// The loom step: every model of the concurrency core, each explored up to two preemptions (as
 /// tokio and crossbeam bound theirs), in a target directory of its own so that `--cfg loom` does
 /// not invalidate the main build. Each model prints its name and how many interleavings it ran.
+/// The models run optimized but without the release profile's whole-program optimization, which
+/// would link every model binary as one unit for nothing a model measures.
 fn loom_step() -> std::process::Command {
     let mut args = vec!["test", "--release", "--locked"];
     for package in LOOM_PACKAGES {
@@ -88,6 +90,8 @@ fn loom_step() -> std::process::Command {
     args.extend(["--test", "loom_*", "--", "--nocapture", "--test-threads=1"]);
     let mut cmd = cargo(args);
     cmd.env("RUSTFLAGS", "--cfg loom")
+        .env("CARGO_PROFILE_RELEASE_LTO", "false")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
         .env("LOOM_MAX_PREEMPTIONS", "2")
         .env(
             "CARGO_TARGET_DIR",

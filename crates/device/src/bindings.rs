@@ -2,10 +2,10 @@
 //! submission.
 //!
 //! `Queue::execute_with_bindings` copies each command buffer's table (cheap `BufferRange`
-//! clones: an `Arc` each) into one vector per submission, which keeps the bound buffers
+//! clones: an `Arc` each) into one boxed vector per submission, which keeps the bound buffers
 //! alive until the action completes or fails, whatever the caller does with theirs. The
-//! vectors come from, and go back to, a small per-queue pool, so a warm queue allocates
-//! nothing for tables of any size.
+//! boxes come from, and go back to, a small per-queue pool, so a warm queue allocates
+//! nothing for tables of any size, and a payload carries its tables in one word.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -13,12 +13,12 @@ use crate::DeviceOptions;
 use cuhal_command::BufferRange;
 use smallvec::SmallVec;
 
-/// Vectors a queue keeps for reuse: as many as submissions with tables were ever in flight at
-/// once, up to this; past it they are freed when they complete.
+/// Table storages a queue keeps for reuse: as many as submissions with tables were ever in
+/// flight at once, up to this; past it they are freed when they complete.
 const POOLED_TABLES: usize = 1024;
 
-/// The fewest vectors made at once when the pool has none to give: a gather batch (the device
-/// queues' default). A queue retires lazily, so in steady state up to a gather batch of
+/// The fewest table storages made at once when the pool has none to give: a gather batch (the
+/// device queues' default). A queue retires lazily, so in steady state up to a gather batch of
 /// submissions that nobody waited for hold their tables at once, even when each was waited for
 /// on the host (bench case 11's pool grew from 4 to 8 and from 8 to 16 inside its measured
 /// window); a pool that starts at a gather batch is past that at its first growth.
@@ -32,21 +32,35 @@ pub(crate) struct TablePool {
 
 #[derive(Default)]
 struct Spare {
-    tables: Vec<Vec<BufferRange>>,
-    /// Vectors made, ever (up to `POOLED_TABLES` are kept).
+    /// Boxes, not values: a payload holds the box, so the recycled allocation is the box.
+    #[allow(clippy::vec_box)]
+    tables: Vec<Box<Tables>>,
+    /// Storage made, ever (up to `POOLED_TABLES` are kept).
     made: usize,
 }
 
+/// The storage of one submission's tables, boxed so that a payload carries one word for them
+/// (a payload is moved a few times between `Queue::execute` and its slot, and past 128 bytes
+/// each move is a `memcpy` call).
+struct Tables {
+    ranges: Vec<BufferRange>,
+    /// `(start, end)` in `ranges` per command buffer, in submission order.
+    spans: SmallVec<[(u32, u32); 4]>,
+    /// Where the storage goes back to; `None` while it is spare (a spare holding its pool
+    /// would keep the pool alive through the pool itself).
+    pool: Option<Arc<TablePool>>,
+}
+
 impl TablePool {
-    /// A vector with room for `len` ranges, if the one handed out has it (tables of a queue
+    /// Storage with room for `len` ranges, if the one handed out has it (tables of a queue
     /// mostly keep their size). When none is spare, as many are made at once as were made
     /// before (at least `MIN_NEW_TABLES`): the number of submissions with tables in flight
-    /// follows how far the completion side lags, and growing one vector at each new high-water
+    /// follows how far the completion side lags, and growing by one at each new high-water
     /// mark would make every new mark an allocation.
-    fn take(&self, len: usize) -> Vec<BufferRange> {
+    fn take(&self, len: usize) -> Box<Tables> {
         let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(table) = spare.tables.pop() {
-            return table;
+        if let Some(tables) = spare.tables.pop() {
+            return tables;
         }
         let more = spare
             .made
@@ -57,38 +71,40 @@ impl TablePool {
         let kept = spare.made.min(POOLED_TABLES);
         spare.tables.reserve(kept);
         for _ in 1..more {
-            spare.tables.push(Vec::with_capacity(len));
+            spare.tables.push(Tables::with_capacity(len));
         }
-        Vec::with_capacity(len)
+        Tables::with_capacity(len)
     }
 
-    fn give(&self, mut ranges: Vec<BufferRange>) {
-        ranges.clear();
+    fn give(&self, mut tables: Box<Tables>) {
+        tables.ranges.clear();
+        tables.spans.clear();
         let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
         if spare.tables.len() < POOLED_TABLES {
-            spare.tables.push(ranges);
+            spare.tables.push(tables);
         }
+    }
+}
+
+impl Tables {
+    fn with_capacity(len: usize) -> Box<Self> {
+        Box::new(Tables {
+            ranges: Vec::with_capacity(len),
+            spans: SmallVec::new(),
+            pool: None,
+        })
     }
 }
 
 /// Every binding table of one submission: the ranges back to back, and where each command
 /// buffer's table starts and ends. Holds the ranges' buffers until dropped (when the action
 /// completes or fails), then returns its storage to the queue's pool.
-pub(crate) struct BindingTables {
-    ranges: Vec<BufferRange>,
-    /// `(start, end)` in `ranges` per command buffer, in submission order.
-    spans: SmallVec<[(u32, u32); 4]>,
-    pool: Option<Arc<TablePool>>,
-}
+pub(crate) struct BindingTables(Option<Box<Tables>>);
 
 impl BindingTables {
     /// No tables: every command buffer of the submission gets an empty one.
     pub(crate) fn none() -> Self {
-        Self {
-            ranges: Vec::new(),
-            spans: SmallVec::new(),
-            pool: None,
-        }
+        Self(None)
     }
 
     /// Copies `tables` (one per command buffer) into storage from `pool`.
@@ -97,24 +113,24 @@ impl BindingTables {
         tables: impl Iterator<Item = &'a [BufferRange]> + Clone,
     ) -> Self {
         let len = tables.clone().map(<[BufferRange]>::len).sum();
-        let mut ranges = pool.take(len);
-        let mut spans = SmallVec::new();
+        let mut storage = pool.take(len);
         for table in tables {
-            let start = ranges.len() as u32;
-            ranges.extend_from_slice(table);
-            spans.push((start, ranges.len() as u32));
+            let start = storage.ranges.len() as u32;
+            storage.ranges.extend_from_slice(table);
+            let end = storage.ranges.len() as u32;
+            storage.spans.push((start, end));
         }
-        Self {
-            ranges,
-            spans,
-            pool: Some(Arc::clone(pool)),
-        }
+        storage.pool = Some(Arc::clone(pool));
+        Self(Some(storage))
     }
 
     /// The table of the `index`th command buffer (empty when none was given).
     pub(crate) fn table(&self, index: usize) -> &[BufferRange] {
-        match self.spans.get(index) {
-            Some(&(start, end)) => &self.ranges[start as usize..end as usize],
+        let Some(storage) = &self.0 else {
+            return &[];
+        };
+        match storage.spans.get(index) {
+            Some(&(start, end)) => &storage.ranges[start as usize..end as usize],
             None => &[],
         }
     }
@@ -122,17 +138,23 @@ impl BindingTables {
 
 impl Drop for BindingTables {
     fn drop(&mut self) {
-        if let Some(pool) = self.pool.take() {
-            pool.give(std::mem::take(&mut self.ranges));
+        if let Some(mut storage) = self.0.take()
+            && let Some(pool) = storage.pool.take()
+        {
+            pool.give(storage);
         }
     }
 }
 
 impl std::fmt::Debug for BindingTables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (tables, ranges) = self
+            .0
+            .as_ref()
+            .map_or((0, 0), |s| (s.spans.len(), s.ranges.len()));
         f.debug_struct("BindingTables")
-            .field("tables", &self.spans.len())
-            .field("ranges", &self.ranges.len())
+            .field("tables", &tables)
+            .field("ranges", &ranges)
             .finish()
     }
 }

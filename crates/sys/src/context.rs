@@ -76,6 +76,7 @@ impl PrimaryContext {
     /// so, which makes the next call on this thread free; if it already is, nothing happens. cuhal
     /// uses this wherever it may run on a thread it does not own (submissions, drops);
     /// [`PrimaryContext::bind`] is for cuhal's own threads.
+    #[inline]
     pub fn enter(&self) -> Result<ContextGuard, Error> {
         let mut current: CUcontext = std::ptr::null_mut();
         // SAFETY: `current` is a valid out-pointer.
@@ -86,7 +87,15 @@ impl PrimaryContext {
                 _not_send: std::marker::PhantomData,
             });
         }
-        if r.is_success() && current.is_null() {
+        self.enter_other(r.is_success() && current.is_null())
+    }
+
+    /// [`PrimaryContext::enter`] when the context is not current already: made current on a
+    /// thread without one (`unbound`), pushed otherwise. Out of line: submissions find their
+    /// context current.
+    #[cold]
+    fn enter_other(&self, unbound: bool) -> Result<ContextGuard, Error> {
+        if unbound {
             // SAFETY: `self.context` is a live retained primary context.
             unsafe { crate::cu!(self.api, cuCtxSetCurrent(self.context)) }?;
             return Ok(ContextGuard {
@@ -173,6 +182,7 @@ pub struct ContextGuard {
 }
 
 impl Drop for ContextGuard {
+    #[inline]
     fn drop(&mut self) {
         if let Some(api) = &self.pushed {
             let mut popped: CUcontext = std::ptr::null_mut();

@@ -96,6 +96,7 @@ impl Stream {
     ///
     /// # Safety
     /// `event` must be a live event.
+    #[inline]
     pub unsafe fn wait_raw_event(&self, event: CUevent) -> Result<(), Error> {
         // SAFETY: a live stream; the caller vouches for the event.
         unsafe {
@@ -113,6 +114,7 @@ impl Stream {
     ///
     /// # Safety
     /// `event` must be a live event.
+    #[inline]
     pub unsafe fn record_raw_event(&self, event: CUevent) -> Result<(), Error> {
         // SAFETY: a live stream; the caller vouches for the event.
         unsafe { cu!(self.context.api(), cuEventRecord(event, self.raw)) }

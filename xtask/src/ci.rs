@@ -195,7 +195,8 @@ pub fn run() -> Result<()> {
     let mut cmd = loom_step();
     let shown = display(&cmd);
     eprintln!(
-        "xtask ci: [{total}/{total}] RUSTFLAGS=\"--cfg loom\" LOOM_MAX_PREEMPTIONS=2 \
+        "xtask ci: [{total}/{total}] RUSTFLAGS=\"--cfg loom\" CARGO_PROFILE_RELEASE_LTO=false \
+         CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 LOOM_MAX_PREEMPTIONS=2 \
          CARGO_TARGET_DIR=target/loom {shown}"
     );
     let started = std::time::Instant::now();

@@ -30,11 +30,10 @@ use crate::submissions::IssueCount;
 
 /// The work of one queue operation (crate-private: `Queue` checks every payload it builds, and
 /// issuing one unchecked could make the driver touch memory it must not).
-// `Execute` is the largest variant and payloads live in the scheduler's recycled action storage,
-// which holds the largest variant's size for every action; the traced submission's details and
-// the binding tables are boxed (recycled boxes) so that every action moves less: a payload is
-// moved a few times on its way into its slot, and a move past 128 bytes is a `memcpy` call.
-#[allow(clippy::large_enum_variant)]
+// Payloads live in the scheduler's recycled action storage, which holds the largest variant's size
+// for every action, and are moved a few times on their way into it: past 128 bytes each move is a
+// `memcpy` call. So what only some submissions carry is boxed (recycled boxes, no allocation once
+// warm): the traced submission's details and the binding tables of `Execute`.
 pub(crate) enum Payload {
     /// Nothing but the ordering: a barrier, a signal-only submission, a host call's slot.
     Nop,

@@ -10,12 +10,13 @@ use cuhal_sys::{DeviceInfo, DriverApi, PrimaryContext};
 use cuhal_trace::{CuptiChoice, Sink, TraceConfig, TraceContext, Verbosity};
 
 use crate::Semaphore;
+use crate::backend::Polling;
 use crate::error::{Error, Result};
 use crate::event_pool::TimepointEventPool;
 use crate::lost::Lost;
 use crate::memory::{BufferMemory, MemoryPool};
 use crate::queue::{CommandBufferMode, Queue, QueueSetup};
-use crate::submissions::Submissions;
+use crate::submissions::{IssueCount, Submissions};
 
 /// The loaded CUDA driver.
 #[derive(Clone, Debug)]
@@ -343,11 +344,16 @@ impl Device {
                     .with_gather_batch(options.completion_gather_batch)
                     .with_capacity(queue_capacity(&options)),
                 events,
-                index,
+                issues: IssueCount {
+                    submissions: shared.submissions.clone(),
+                    queue: index,
+                },
                 priority: options.queue_priorities.get(index).copied().unwrap_or(0),
-                poll_interval: options.completion_poll_interval,
-                busy_query_pace: options.busy_query_pace,
-                completion_nap: options.completion_nap,
+                polling: Polling {
+                    interval: options.completion_poll_interval,
+                    busy_pace: options.busy_query_pace,
+                    nap: options.completion_nap,
+                },
                 mode: options.command_buffer_mode,
                 patch_method: options.patch_method,
                 trace,

@@ -283,12 +283,15 @@ impl AllocationUse {
     /// dealloca issued on `stream` after it).
     pub(crate) fn issued(&self, stream: CUstream) {
         let stream = stream as usize;
+        if stream == 0 {
+            return;
+        }
         let mut uses = self
             .allocation
             .uses
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if stream == 0 || self.issued_on.load(Ordering::Relaxed) != 0 {
+        if self.issued_on.load(Ordering::Relaxed) != 0 {
             return;
         }
         self.issued_on.store(stream, Ordering::Relaxed);

@@ -5,7 +5,6 @@
 //! until it completes or fails, so callers may drop their handles at once.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use cuhal_command::{
     Buffer, BufferRange, CommandBuffer, CommandEncoder, DeferredCommandBuffer, FillPattern,
@@ -53,17 +52,12 @@ pub(crate) struct QueueSetup {
     pub(crate) options: QueueOptions,
     /// The queue's own completion and timepoint events.
     pub(crate) events: TimepointEventPool,
-    /// The queue's index on its device.
-    pub(crate) index: usize,
+    /// The queue's count among its device's issues.
+    pub(crate) issues: IssueCount,
     /// The stream's priority (lower runs first).
     pub(crate) priority: i32,
-    /// The completion thread's pause between event queries.
-    pub(crate) poll_interval: Duration,
-    /// Its pause instead while the device's queues keep issuing (`DeviceOptions::busy_query_pace`).
-    pub(crate) busy_query_pace: Duration,
-    /// How long a completion wait nobody needs soon polls with thread sleeps before it sleeps
-    /// on the device.
-    pub(crate) completion_nap: Duration,
+    /// How the completion side polls.
+    pub(crate) polling: Polling,
     /// How command buffers are built.
     pub(crate) mode: CommandBufferMode,
     /// How graph command buffers with slots are patched.
@@ -93,11 +87,9 @@ impl Queue {
         let QueueSetup {
             options,
             events,
-            index,
+            issues,
             priority,
-            poll_interval,
-            busy_query_pace,
-            completion_nap,
+            polling,
             mode,
             patch_method,
             trace,
@@ -113,16 +105,9 @@ impl Queue {
             context.clone(),
             events,
             lost.clone(),
-            IssueCount {
-                submissions: device.submissions.clone(),
-                queue: index,
-            },
+            issues,
             priority,
-            Polling {
-                interval: poll_interval,
-                busy_pace: busy_query_pace,
-                nap: completion_nap,
-            },
+            polling,
             trace.clone(),
         )
         .map_err(|e| lost.filter(e))?;

@@ -92,11 +92,62 @@ fn with_waiter(
     Ok(beside.returns.load(Ordering::Relaxed))
 }
 
+/// One side of the case: what it submits and how it waits for the GPU between batches (the
+/// thread beside it waits through the side's own `waiter`).
+trait Side {
+    /// Submission `i` (timed).
+    fn submit(&self, i: usize) -> Result<()>;
+    /// Waits, untimed, until the GPU is done with every submission up to `newest` (the last
+    /// one's number plus one).
+    fn drain(&self, newest: u64) -> Result<()>;
+    /// After a turn, untimed.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A turn of `side`: submissions `range`, each timed alone (pushed to `times` from `warm` on)
+/// and then announced to the thread beside, which calls `wait_for(n)` for the newest `n`; every
+/// `BATCH` and at the end, the side drains, untimed. Returns how many waits that thread
+/// completed.
+fn turn(
+    side: &impl Side,
+    wait_for: impl FnMut(u64) -> Result<()> + Send,
+    clock: crate::clock::Clock,
+    range: std::ops::Range<usize>,
+    warm: usize,
+    times: &mut Vec<f64>,
+) -> Result<u64> {
+    let waits = with_waiter(wait_for, |beside| {
+        let mut newest = None;
+        for i in range {
+            let t0 = clock.now_ns();
+            let result = side.submit(i);
+            let t1 = clock.now_ns();
+            result?;
+            let n = i as u64 + 1;
+            beside.latest.store(n, Ordering::Release);
+            if i >= warm {
+                times.push((t1 - t0) as f64);
+            }
+            if (i + 1) % BATCH == 0 {
+                side.drain(n)?;
+            }
+            newest = Some(n);
+        }
+        match newest {
+            Some(n) => side.drain(n),
+            None => Ok(()),
+        }
+    })?;
+    side.settle()?;
+    Ok(waits)
+}
+
 /// The raw side: one stream, a ring of spinning events, the step graph.
 struct Floor {
     api: std::sync::Arc<cuhal_sys::DriverApi>,
     context: std::sync::Arc<cuhal_sys::PrimaryContext>,
-    clock: crate::clock::Clock,
     stream: Stream,
     events: Vec<Event>,
     exec: GraphExec,
@@ -117,7 +168,6 @@ impl Floor {
         Ok(Self {
             api: gpu.ctx.api().clone(),
             context: gpu.ctx.clone(),
-            clock: env.clock,
             stream: Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?,
             events: (0..RING)
                 .map(|_| Event::new(&gpu.ctx, SyncMode::Spin.flags()))
@@ -127,87 +177,42 @@ impl Floor {
         })
     }
 
-    /// Submissions `range`, their times pushed to `times` from `warm` on; a thread beside waits.
-    fn turn(
-        &mut self,
-        range: std::ops::Range<usize>,
-        warm: usize,
-        times: &mut Vec<f64>,
-    ) -> Result<u64> {
+    /// What the thread beside does: `cuEventSynchronize` on the newest submission's event.
+    fn waiter(&self) -> impl FnMut(u64) -> Result<()> + Send + '_ {
         let (api, events, context) = (&*self.api, &self.events, &self.context);
-        let wait_for = |latest: u64| {
+        move |latest| {
             // Current on the waiting thread from its first call on.
             let _bound = context.enter()?;
             let event = &events[(latest as usize - 1) % RING];
             // SAFETY: a live event of the current context.
             unsafe { cu!(api, cuEventSynchronize(event.raw())) }?;
             Ok(())
-        };
-        with_waiter(wait_for, |beside| self.submit(range, warm, times, beside))
-    }
-
-    fn submit(
-        &self,
-        range: std::ops::Range<usize>,
-        warm: usize,
-        times: &mut Vec<f64>,
-        beside: &Beside,
-    ) -> Result<()> {
-        let api = &*self.api;
-        let (stream, exec) = (self.stream.raw(), self.exec.raw());
-        let one = |i: usize| {
-            let event = self.events[i % RING].raw();
-            // SAFETY: a live executable graph, stream and event of the current context.
-            let launched = unsafe { cu!(api, cuGraphLaunch(exec, stream)) };
-            // SAFETY: as above.
-            let recorded = unsafe { cu!(api, cuEventRecord(event, stream)) };
-            launched?;
-            recorded?;
-            Ok(())
-        };
-        let drain = |_| Ok(self.stream.synchronize()?);
-        timed_chain(self.clock, range, warm, times, beside, one, drain)
+        }
     }
 }
 
-/// Submissions `range`, each by `one(i)` timed alone (pushed to `times` from `warm` on) and then
-/// announced to the thread beside; every `BATCH` and at the end, `drain(newest)` waits for the
-/// GPU, untimed (`newest`: the last submission's number plus one).
-fn timed_chain(
-    clock: crate::clock::Clock,
-    range: std::ops::Range<usize>,
-    warm: usize,
-    times: &mut Vec<f64>,
-    beside: &Beside,
-    mut one: impl FnMut(usize) -> Result<()>,
-    mut drain: impl FnMut(u64) -> Result<()>,
-) -> Result<()> {
-    let mut newest = None;
-    for i in range {
-        let t0 = clock.now_ns();
-        let result = one(i);
-        let t1 = clock.now_ns();
-        result?;
-        let n = i as u64 + 1;
-        beside.latest.store(n, Ordering::Release);
-        if i >= warm {
-            times.push((t1 - t0) as f64);
-        }
-        if (i + 1) % BATCH == 0 {
-            drain(n)?;
-        }
-        newest = Some(n);
+impl Side for Floor {
+    fn submit(&self, i: usize) -> Result<()> {
+        let api = &*self.api;
+        let (stream, exec) = (self.stream.raw(), self.exec.raw());
+        let event = self.events[i % RING].raw();
+        // SAFETY: a live executable graph, stream and event of the current context.
+        let launched = unsafe { cu!(api, cuGraphLaunch(exec, stream)) };
+        // SAFETY: as above.
+        let recorded = unsafe { cu!(api, cuEventRecord(event, stream)) };
+        launched?;
+        recorded?;
+        Ok(())
     }
-    match newest {
-        Some(n) => drain(n),
-        None => Ok(()),
+
+    fn drain(&self, _newest: u64) -> Result<()> {
+        Ok(self.stream.synchronize()?)
     }
 }
 
 /// A cuhal side: a device of one queue, the step command buffer, one semaphore for the chain.
 struct Cuhal {
     hal: Hal,
-    clock: crate::clock::Clock,
     cb: std::sync::Arc<dyn cuhal::CommandBuffer>,
     semaphore: cuhal::Semaphore,
     counter: StepCounter,
@@ -225,50 +230,43 @@ impl Cuhal {
         let semaphore = hal.semaphore();
         Ok(Self {
             hal,
-            clock: env.clock,
             cb,
             semaphore,
             counter,
         })
     }
 
-    fn turn(
-        &mut self,
-        range: std::ops::Range<usize>,
-        warm: usize,
-        times: &mut Vec<f64>,
-    ) -> Result<u64> {
+    /// What the thread beside does: `Semaphore::wait` for the newest submission's signal.
+    fn waiter(&self) -> impl FnMut(u64) -> Result<()> + Send + '_ {
         let semaphore = &self.semaphore;
-        let wait_for = |latest: u64| {
+        move |latest| {
             semaphore
                 .wait(latest, WAIT)
                 .with_context(|| format!("case 14: waiting for {latest}"))
-        };
-        let waits = with_waiter(wait_for, |beside| self.submit(range, warm, times, beside))?;
-        self.hal.settle("case 14 cuhal")?;
-        Ok(waits)
+        }
+    }
+}
+
+impl Side for Cuhal {
+    fn submit(&self, i: usize) -> Result<()> {
+        let value = i as u64;
+        self.hal
+            .device
+            .queue(0)
+            .execute(
+                &[(&self.semaphore, value)],
+                &[(&self.semaphore, value + 1)],
+                &[&self.cb],
+            )
+            .context("case 14 cuhal: Queue::execute")
     }
 
-    fn submit(
-        &self,
-        range: std::ops::Range<usize>,
-        warm: usize,
-        times: &mut Vec<f64>,
-        beside: &Beside,
-    ) -> Result<()> {
-        let queue = self.hal.device.queue(0);
-        let one = |i: usize| {
-            let value = i as u64;
-            queue
-                .execute(
-                    &[(&self.semaphore, value)],
-                    &[(&self.semaphore, value + 1)],
-                    &[&self.cb],
-                )
-                .context("case 14 cuhal: Queue::execute")
-        };
-        let drain = |newest| wait(&self.semaphore, newest);
-        timed_chain(self.clock, range, warm, times, beside, one, drain)
+    fn drain(&self, newest: u64) -> Result<()> {
+        wait(&self.semaphore, newest)
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.hal.settle("case 14 cuhal")
     }
 }
 
@@ -305,8 +303,11 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     let samples = in_turns::<5>(total.div_ceil(TURN), n, |round, side, times| {
         let range = round * TURN..((round + 1) * TURN).min(total);
         let waits = match side {
-            0 => floor.turn(range, warm, times)?,
-            k => sides[k - 1].turn(range, warm, times)?,
+            0 => turn(&floor, floor.waiter(), env.clock, range, warm, times)?,
+            k => {
+                let cuhal = &sides[k - 1];
+                turn(cuhal, cuhal.waiter(), env.clock, range, warm, times)?
+            }
         };
         returns[side] += waits;
         Ok(())

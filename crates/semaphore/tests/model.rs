@@ -161,9 +161,11 @@ impl Model {
         None
     }
 
-    /// An immediate host wait: check; query the events of the unreached entries one round at a
-    /// time (event queries only on semaphores below QUIET), applying what they say, until a round
-    /// changes nothing.
+    /// An immediate host wait: check; query the events of the unreached entries in list order
+    /// (event queries only on semaphores below QUIET) up to the first that completed or failed,
+    /// apply what it says and check again, until a round changes nothing. One at a time, as the
+    /// wait does: the first failure ends a wait, so an event of a later entry that failed too is
+    /// not looked at, and its semaphore is not failed by this wait.
     fn wait(&mut self, list: &[(usize, u64)], all: bool) -> Outcome {
         if list.is_empty() {
             return if all { Outcome::Ok(0) } else { Outcome::Empty };
@@ -180,16 +182,12 @@ impl Model {
             let mut changed = false;
             for (s, tv, e) in round {
                 match self.events[e] {
-                    ModelEvent::Pending => {}
-                    ModelEvent::Complete => {
-                        self.advance(s, tv);
-                        changed = true;
-                    }
-                    ModelEvent::Error(f) => {
-                        self.fail(s, f);
-                        changed = true;
-                    }
+                    ModelEvent::Pending => continue,
+                    ModelEvent::Complete => self.advance(s, tv),
+                    ModelEvent::Error(f) => self.fail(s, f),
                 }
+                changed = true;
+                break;
             }
             if !changed {
                 return Outcome::Timeout;

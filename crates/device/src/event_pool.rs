@@ -171,6 +171,10 @@ impl TimepointEventPool {
             .counts
             .stashed
             .store(stash.0.len(), Ordering::Relaxed);
+        if let Some(next) = stash.0.last() {
+            // The next submission's event: the completion thread gave it back last.
+            cuhal_semaphore::prefetch::for_write(next.as_ptr());
+        }
         self.handed_out(taken)
     }
 

@@ -346,13 +346,13 @@ impl Queue {
                 .bindings()
                 .check(table, self.context.raw())
                 .map_err(Error::Command)?;
+            // The recorder checked every buffer's device (another device's only gets in through
+            // a peer copy, `copy_peer`). What can change since is whether the memory is still
+            // there, and only memory with a keeper can go while the buffer lives: a
+            // stream-ordered allocation that `Queue::dealloca` released.
             for buffer in command_buffer.buffers() {
-                if buffer.context().raw() == self.context.raw() {
-                    self.check_buffer(buffer, "command buffer's buffer", &mut resources)?;
-                } else {
-                    // Another device's buffer only gets into a command buffer of this device
-                    // through a peer copy (`copy_peer`), which checked it when it was recorded.
-                    use_allocation(buffer, "command buffer's peer buffer", &mut resources)?;
+                if buffer.keeper().is_some() {
+                    use_allocation(buffer, "command buffer's buffer", &mut resources)?;
                 }
             }
             for entry in table {

@@ -183,6 +183,13 @@ impl<B: Backend> Spare<B> {
         Spare(Box::new(Body::empty()))
     }
 
+    /// Warms the slot's cache lines for the submission that fills it next (see
+    /// [`cuhal_semaphore::prefetch`]): the completion thread emptied it last.
+    #[inline]
+    pub(crate) fn prefetch(&self) {
+        cuhal_semaphore::prefetch::for_write(&*self.0);
+    }
+
     /// Writes an action into the slot: its signals (cloned handles), payload, resources and
     /// cleanups; its waits are added only if it goes pending ([`Boxed::own_waits`]).
     #[inline]

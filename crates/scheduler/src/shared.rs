@@ -674,6 +674,10 @@ impl<B: Backend> Shared<B> {
                     Finished::Failed { .. } => false,
                 };
             queue.push_back(finished);
+            if let Some(last) = queue.back() {
+                // The completion thread read the next slot last, in its previous batch.
+                cuhal_semaphore::prefetch::after(last);
+            }
             let len = queue.len();
             self.finished_len.store(len, Ordering::Release);
             if urgent {
@@ -749,11 +753,11 @@ impl<B: Backend> Shared<B> {
             }
         }
         // Refilled above when it was empty.
-        state
-            .spare
-            .pop()
-            .unwrap_or_else(Spare::new)
-            .fill(signals, payload, resources, cleanups)
+        let spare = state.spare.pop().unwrap_or_else(Spare::new);
+        if let Some(next) = state.spare.last() {
+            next.prefetch();
+        }
+        spare.fill(signals, payload, resources, cleanups)
     }
 
     /// Gives the body slots a batch emptied back to the issue side (`spares` is left empty, its

@@ -71,6 +71,10 @@
 //!                       .query_count(), .clone_count(), .ptr_eq(&other)         impl DeviceEvent
 //! ```
 //!
+//! Two modules serve the pools built on top: [`slot_pool`] (the handle counts and free list of a
+//! pool of slots) and [`prefetch`] (warming a recycled slot before it is written: the crate's one
+//! `unsafe` block, a hint instruction; all else is safe code).
+//!
 //! Listener notifications and event drops happen after the semaphore's lock is released; no two
 //! semaphore locks are ever held at once, and no event is queried under a lock. Dropping a semaphore
 //! drops its listeners without notifying them (whoever listens should hold the semaphore) and releases
@@ -91,7 +95,7 @@
 //! wait_all(&[(&a, 1), (&a, 2)], Duration::ZERO).unwrap();
 //! ```
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod error;
 mod event;
@@ -99,6 +103,7 @@ mod failure;
 mod listener;
 mod multi_wait;
 mod options;
+pub mod prefetch;
 mod semaphore;
 pub mod slot_pool;
 mod sync;

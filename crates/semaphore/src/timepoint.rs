@@ -61,6 +61,10 @@ impl<E: DeviceEvent> Timepoints<E> {
         // Values are almost always recorded in increasing order: append without a search.
         if self.list.back().is_none_or(|(v, _)| *v <= value) {
             self.list.push_back((value, event));
+            if let Some(last) = self.list.back() {
+                // The completion side drained that part of the ring last.
+                crate::prefetch::after(last);
+            }
             return;
         }
         let at = self.list.partition_point(|(v, _)| *v <= value);

@@ -349,10 +349,16 @@ impl Queue {
             // The recorder checked every buffer's device (another device's only gets in through
             // a peer copy, `copy_peer`). What can change since is whether the memory is still
             // there, and only memory with a keeper can go while the buffer lives: a
-            // stream-ordered allocation that `Queue::dealloca` released.
+            // stream-ordered allocation that `Queue::dealloca` released. (`use_allocation`
+            // looks for the keeper too; this look is the fast path past every other buffer.)
             for buffer in command_buffer.buffers() {
                 if buffer.keeper().is_some() {
-                    use_allocation(buffer, "command buffer's buffer", &mut resources)?;
+                    let what = if buffer.context().raw() == self.context.raw() {
+                        "command buffer's buffer"
+                    } else {
+                        "command buffer's peer buffer"
+                    };
+                    use_allocation(buffer, what, &mut resources)?;
                 }
             }
             for entry in table {

@@ -6,28 +6,32 @@
 //! the other core's cache, and the taker stalls on each in turn when it writes it: a cross-core
 //! transfer, for every line, on every submission. A submitter that knows which slot it takes next
 //! asks for its lines one submission ahead, and the driver calls in between hide the transfers.
-//! On the H200's host this took bench case 1 from 1.21-1.26x of the raw driver to 1.18-1.20x
-//! (`docs/benchmarks.md`).
+//! On the H200's host this took bench case 1's mean from 1.22x-1.26x of the raw driver to
+//! 1.18x-1.21x on one queue (`docs/benchmarks.md`).
 
-/// Asks the CPU to bring every cache line of `*slot` to this core, ready to be written, and
-/// returns at once. A hint only: it never faults and changes nothing, whatever `slot` points
+/// Asks the CPU to bring every cache line that `*slot` touches to this core, ready to be written,
+/// and returns at once. A hint only: it never faults and changes nothing, whatever `slot` points
 /// at (dangling or null included), and does nothing on architectures other than x86-64.
 #[inline(always)]
 #[allow(unsafe_code)]
 pub fn for_write<T>(slot: *const T) {
     #[cfg(target_arch = "x86_64")]
     {
-        let start = slot.cast::<u8>();
+        let size = std::mem::size_of::<T>();
+        // From the line the slot starts in (a slot need not be aligned to a line) to its end.
+        let into_line = slot.addr() % 64;
+        let first = slot.cast::<u8>().wrapping_sub(into_line);
+        let end = into_line + size;
         let mut offset = 0;
-        while offset < std::mem::size_of::<T>() {
+        while offset < end {
             // SAFETY: `prefetchw` never faults, whatever the address, and changes no memory
-            // (`readonly`), no register but its operand and no flag; the address is never
-            // dereferenced (`wrapping_add`). A CPU without the instruction runs it as a no-op
-            // (it is in the reserved hint space).
+            // (`readonly`), no register and no flag (its operand is only read); the address is
+            // never dereferenced (`wrapping_add`). x86-64 CPUs that do not report PRFCHW run
+            // its opcode (0F 0D) as a no-op.
             unsafe {
                 std::arch::asm!(
                     "prefetchw [{0}]",
-                    in(reg) start.wrapping_add(offset),
+                    in(reg) first.wrapping_add(offset),
                     options(nostack, preserves_flags, readonly)
                 );
             }

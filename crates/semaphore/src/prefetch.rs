@@ -13,33 +13,51 @@
 /// and returns at once. A hint only: it never faults and changes nothing, whatever `slot` points
 /// at (dangling or null included), and does nothing on architectures other than x86-64.
 #[inline(always)]
-#[allow(unsafe_code)]
 pub fn for_write<T>(slot: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let size = std::mem::size_of::<T>();
-        // From the line the slot starts in (a slot need not be aligned to a line) to its end.
-        let into_line = slot.addr() % 64;
-        let first = slot.cast::<u8>().wrapping_sub(into_line);
-        let end = into_line + size;
+    let size = std::mem::size_of::<T>();
+    let bytes = slot.cast::<u8>();
+    // Which of the three forms applies is known from the type alone, so the others compile away.
+    if std::mem::align_of::<T>() >= 64 {
+        // Starts a line: one hint per line, a constant count.
         let mut offset = 0;
-        while offset < end {
-            // SAFETY: `prefetchw` never faults, whatever the address, and changes no memory
-            // (`readonly`), no register and no flag (its operand is only read); the address is
-            // never dereferenced (`wrapping_add`). x86-64 CPUs that do not report PRFCHW run
-            // its opcode (0F 0D) as a no-op.
-            unsafe {
-                std::arch::asm!(
-                    "prefetchw [{0}]",
-                    in(reg) first.wrapping_add(offset),
-                    options(nostack, preserves_flags, readonly)
-                );
-            }
+        while offset < size {
+            line(bytes.wrapping_add(offset));
+            offset += 64;
+        }
+    } else if size <= 64 {
+        // At most two lines: the first byte's and the last's (the same line twice costs a hint).
+        line(bytes);
+        line(bytes.wrapping_add(size.saturating_sub(1)));
+    } else {
+        // From the line the slot starts in to its end.
+        let into_line = slot.addr() % 64;
+        let first = bytes.wrapping_sub(into_line);
+        let mut offset = 0;
+        while offset < into_line + size {
+            line(first.wrapping_add(offset));
             offset += 64;
         }
     }
+}
+
+/// `prefetchw` of the line that holds `address`.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn line(address: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetchw` never faults, whatever the address, and changes no memory
+    // (`readonly`), no register and no flag (its operand is only read); the address is never
+    // dereferenced (the callers make it with `wrapping_add`). x86-64 CPUs that do not report
+    // PRFCHW run its opcode (0F 0D) as a no-op.
+    unsafe {
+        std::arch::asm!(
+            "prefetchw [{0}]",
+            in(reg) address,
+            options(nostack, preserves_flags, readonly)
+        );
+    }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = slot;
+    let _ = address;
 }
 
 /// [`for_write`] for the `T` stored right after `last`: the slot a ring or a vector writes
@@ -66,5 +84,17 @@ mod tests {
             for_write(address as *const [u8; 256]);
         }
         for_write(std::ptr::NonNull::<u64>::dangling().as_ptr());
+        // Each form: a type aligned to lines, a small one, a large unaligned one.
+        #[repr(align(64))]
+        struct Lines([u8; 130]);
+        let lines = Lines([3; 130]);
+        for_write(&lines);
+        for_write(&lines.0[1]);
+        after(&lines.0[129]);
+        assert!(lines.0.iter().all(|b| *b == 3));
+        for address in [0usize, usize::MAX & !63] {
+            for_write(address as *const Lines);
+            for_write(address as *const u32);
+        }
     }
 }

@@ -46,13 +46,24 @@ where
     cmd
 }
 
-/// A command line as the user would type it, for messages.
+/// A command line as the user would type it, for messages: the environment it sets first.
 pub fn display(cmd: &Command) -> String {
-    let mut s = Path::new(cmd.get_program())
-        .file_name()
-        .unwrap_or(cmd.get_program())
-        .to_string_lossy()
-        .into_owned();
+    let mut s = String::new();
+    for (key, value) in cmd.get_envs() {
+        let Some(value) = value else { continue };
+        let value = value.to_string_lossy();
+        if value.contains(char::is_whitespace) {
+            s.push_str(&format!("{}=\"{value}\" ", key.to_string_lossy()));
+        } else {
+            s.push_str(&format!("{}={value} ", key.to_string_lossy()));
+        }
+    }
+    s.push_str(
+        &Path::new(cmd.get_program())
+            .file_name()
+            .unwrap_or(cmd.get_program())
+            .to_string_lossy(),
+    );
     for arg in cmd.get_args() {
         s.push(' ');
         s.push_str(&arg.to_string_lossy());
@@ -174,6 +185,18 @@ pub fn build_executables(mut cmd: Command) -> Result<Vec<Executable>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_shows_the_environment_it_sets() {
+        let mut cmd = Command::new("/usr/bin/cargo");
+        cmd.args(["doc", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings")
+            .env("LOOM_MAX_PREEMPTIONS", "2");
+        assert_eq!(
+            display(&cmd),
+            "LOOM_MAX_PREEMPTIONS=2 RUSTDOCFLAGS=\"-D warnings\" cargo doc --no-deps"
+        );
+    }
 
     #[test]
     fn test_artifact_line_yields_its_executable() {

@@ -187,18 +187,14 @@ pub fn run() -> Result<()> {
     let doc = STEPS.len() + 1;
     let mut cmd = doc_step();
     let shown = display(&cmd);
-    eprintln!("xtask ci: [{doc}/{total}] RUSTDOCFLAGS=\"-D warnings\" {shown}");
+    eprintln!("xtask ci: [{doc}/{total}] {shown}");
     let st = status(&mut cmd)?;
     if !st.success() {
         bail!("step {doc}/{total} `{shown}` failed ({st}); later steps were not run");
     }
     let mut cmd = loom_step();
     let shown = display(&cmd);
-    eprintln!(
-        "xtask ci: [{total}/{total}] RUSTFLAGS=\"--cfg loom\" CARGO_PROFILE_RELEASE_LTO=false \
-         CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 LOOM_MAX_PREEMPTIONS=2 \
-         CARGO_TARGET_DIR=target/loom {shown}"
-    );
+    eprintln!("xtask ci: [{total}/{total}] {shown}");
     let started = std::time::Instant::now();
     let st = status(&mut cmd)?;
     if !st.success() {

@@ -674,10 +674,8 @@ impl<B: Backend> Shared<B> {
                     Finished::Failed { .. } => false,
                 };
             queue.push_back(finished);
-            if let Some(last) = queue.back() {
-                // The completion thread read the next slot last, in its previous batch.
-                cuhal_semaphore::prefetch::after(last);
-            }
+            // The completion thread read the next slot last, in its previous batch.
+            cuhal_semaphore::prefetch::next_slot(&queue);
             let len = queue.len();
             self.finished_len.store(len, Ordering::Release);
             if urgent {

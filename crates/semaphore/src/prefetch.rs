@@ -61,24 +61,29 @@ fn line(address: *const u8) {
     let _ = address;
 }
 
-/// [`for_write`] for the `T` stored right after `last`: the slot a ring or a vector writes
-/// next, if `last` is its last element and it has room. Where it wraps or is full that is memory
-/// of no use, or no memory at all: the hint is then wasted, nothing more.
+/// [`for_write`] for the slot that `ring`'s next `push_back` writes: the one after its last
+/// element, if it has room there. Where it wraps or is full that is memory of no use, or no
+/// memory at all: the hint is then wasted, nothing more.
 #[inline(always)]
-pub fn after<T>(last: &T) {
-    for_write(std::ptr::from_ref(last).wrapping_add(1));
+pub fn next_slot<T>(ring: &std::collections::VecDeque<T>) {
+    if let Some(last) = ring.back() {
+        for_write(std::ptr::from_ref(last).wrapping_add(1));
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{after, for_write};
+    use std::collections::VecDeque;
+
+    use super::{for_write, next_slot};
 
     /// The hint runs on memory of any kind and changes none of it.
     #[test]
     fn a_prefetch_changes_nothing_and_never_faults() {
-        let slots = [[7u8; 200]; 3];
+        let slots = VecDeque::from([[7u8; 200]; 3]);
         for_write(&slots[1]);
-        after(&slots[2]);
+        next_slot(&slots);
+        next_slot(&VecDeque::<u8>::new());
         assert!(slots.iter().all(|slot| slot.iter().all(|b| *b == 7)));
         // Null, dangling, unmapped and the top of the address space: no fault.
         for address in [0usize, 8, 0x1000, usize::MAX - 4096, usize::MAX & !63] {
@@ -91,7 +96,7 @@ mod tests {
         let lines = Lines([3; 130]);
         for_write(&lines);
         for_write(&lines.0[1]);
-        after(&lines.0[129]);
+        for_write(&lines.0[129]);
         assert!(lines.0.iter().all(|b| *b == 3));
         for address in [0usize, usize::MAX & !63] {
             for_write(address as *const Lines);

@@ -61,10 +61,8 @@ impl<E: DeviceEvent> Timepoints<E> {
         // Values are almost always recorded in increasing order: append without a search.
         if self.list.back().is_none_or(|(v, _)| *v <= value) {
             self.list.push_back((value, event));
-            if let Some(last) = self.list.back() {
-                // The completion side drained that part of the ring last.
-                crate::prefetch::after(last);
-            }
+            // The completion side drained that part of the ring last.
+            crate::prefetch::next_slot(&self.list);
             return;
         }
         let at = self.list.partition_point(|(v, _)| *v <= value);

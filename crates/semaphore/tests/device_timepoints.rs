@@ -185,6 +185,16 @@ fn spinning(spin: Duration) -> Sem {
     Sem::with_options(0, SemaphoreOptions::new().with_event_spin(spin))
 }
 
+/// A semaphore whose waits query events for `spin`, a device signal for 1 recorded on it, and
+/// a thread waiting for 1, once it has parked.
+fn parked_on_an_event(spin: Duration) -> (Sem, FlagEvent, thread::JoinHandle<Result<(), Error>>) {
+    let s = spinning(spin);
+    let e = FlagEvent::new();
+    s.record_device_signal(1, e.clone()).unwrap();
+    let waiter = parked_waiter(&s, 1);
+    (s, e, waiter)
+}
+
 /// A thread waiting for `value` on `s`, once it has parked (its spin over).
 fn parked_waiter(s: &Sem, value: u64) -> thread::JoinHandle<Result<(), Error>> {
     let s2 = s.clone();
@@ -200,10 +210,7 @@ fn parked_waiter(s: &Sem, value: u64) -> thread::JoinHandle<Result<(), Error>> {
 #[test]
 fn event_spin_is_bounded_then_the_waiter_parks() {
     bounded(LONG, || {
-        let s = spinning(Duration::from_millis(2));
-        let e = FlagEvent::new();
-        s.record_device_signal(1, e.clone()).unwrap();
-        let waiter = parked_waiter(&s, 1);
+        let (s, e, waiter) = parked_on_an_event(Duration::from_millis(2));
         let queries = e.query_count();
         assert!(queries >= 1);
         let parked = Instant::now();
@@ -228,10 +235,7 @@ fn event_spin_is_bounded_then_the_waiter_parks() {
 #[test]
 fn a_parked_waiter_sees_its_event_complete_by_itself() {
     bounded(LONG, || {
-        let s = spinning(Duration::from_micros(100));
-        let e = FlagEvent::new();
-        s.record_device_signal(1, e.clone()).unwrap();
-        let waiter = parked_waiter(&s, 1);
+        let (s, e, waiter) = parked_on_an_event(Duration::from_micros(100));
         // Parked a while: its re-query period has grown to the most it gets.
         thread::sleep(Duration::from_millis(20));
         let completed = Instant::now();

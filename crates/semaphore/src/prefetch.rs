@@ -7,7 +7,7 @@
 //! transfer, for every line, on every submission. A submitter that knows which slot it takes next
 //! asks for its lines one submission ahead, and the driver calls in between hide the transfers.
 //! On the H200's host this took bench case 1's mean from 1.20x-1.26x of the raw driver to
-//! 1.18x-1.21x on one queue, and from 1.21x-1.28x to 1.17x-1.22x across two
+//! 1.18x-1.21x on one queue, and from 1.18x-1.28x to 1.17x-1.23x across two
 //! (`docs/benchmarks.md`).
 
 /// Asks the CPU to bring every cache line that `*slot` touches to this core, ready to be written,

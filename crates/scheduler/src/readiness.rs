@@ -4,8 +4,16 @@
 //! recorded, wait on the device; otherwise the action stays pending on that semaphore. A wait
 //! never moves backwards (a device-waitable value becomes reached, or the semaphore fails), so
 //! waits before the first pending one need not be looked at again until the action is issued.
+//!
+//! The wait whose semaphore fired the action's listener is answered by the notification where it
+//! can ([`Hint`]): the semaphore said what it did (reached a value, or recorded a device signal and
+//! handed over its event), so the look at it (its lock and a search of its timepoints) is
+//! skipped. A chain's next step, made ready by the step before it recording its signal, is issued
+//! that way.
 
-use cuhal_semaphore::{DeviceEvent, Error as SemaphoreError, Failure, Semaphore, WaitPoint};
+use cuhal_semaphore::{
+    DeviceEvent, Error as SemaphoreError, Failure, Notice, Semaphore, SemaphoreId, WaitPoint,
+};
 
 use crate::action::{EventList, SemaphoreList};
 
@@ -27,16 +35,71 @@ pub(crate) struct Collect<'a, E> {
     pub(crate) ordered: &'a dyn Fn(&E) -> bool,
 }
 
+/// What a semaphore's notification said it did (see [`Notice`]), kept with the notified key until
+/// the action it names is looked at.
+pub(crate) enum Hint<E> {
+    /// Nothing to go by: look at the semaphore.
+    None,
+    /// The semaphore reached the value.
+    Reached(SemaphoreId, u64),
+    /// The semaphore recorded a device signal for the value, on the event.
+    Recorded(SemaphoreId, u64, E),
+}
+
+impl<E: DeviceEvent> Hint<E> {
+    /// The hint a notice gives (taking the recorded event's handle, if it is still there).
+    #[inline]
+    pub(crate) fn from_notice(semaphore: SemaphoreId, notice: Notice<'_>) -> Self {
+        match notice {
+            Notice::Reached(value) => Hint::Reached(semaphore, value),
+            Notice::Recorded { value, event } => {
+                match event.downcast_mut::<Option<E>>().and_then(Option::take) {
+                    Some(event) => Hint::Recorded(semaphore, value, event),
+                    None => Hint::None,
+                }
+            }
+            Notice::Changed => Hint::None,
+        }
+    }
+
+    /// What the wait for `value` on `semaphore` needs, if this hint answers for it: it came from
+    /// that semaphore, for `value` or higher, and the semaphore has not failed since (a failure
+    /// must fail the action, as a look would find). `None`: look at the semaphore.
+    #[inline]
+    pub(crate) fn point_for(self, semaphore: &Semaphore<E>, value: u64) -> Option<WaitPoint<E>> {
+        let (id, point) = match self {
+            Hint::Reached(id, reached) if reached >= value => (id, WaitPoint::Reached),
+            Hint::Recorded(id, recorded, event) if recorded >= value => (
+                id,
+                WaitPoint::Device {
+                    value: recorded,
+                    event,
+                },
+            ),
+            _ => return None,
+        };
+        (id == semaphore.id() && !semaphore.has_failed()).then_some(point)
+    }
+}
+
 /// Examines `waits[from..]`. With `device_waits`, collects the event of every device-waitable wait
 /// that `ordered` (the backend's [`orders`](crate::Backend::orders)) does not accept (the caller
 /// is about to issue; then `from` is 0); without, any recorded device signal will do and no
 /// event is collected.
+///
+/// The wait at `skip`, if any, is not looked at: a [`Hint`] answered for it (and its event, if
+/// it needs one, is collected already).
 pub(crate) fn examine<E: DeviceEvent>(
     waits: &SemaphoreList<E>,
     from: usize,
     device_waits: Option<Collect<'_, E>>,
+    skip: Option<usize>,
 ) -> Readiness {
-    examine_borrowed(waits.iter().map(|(s, v)| (s, *v)), from, device_waits)
+    // Nothing left to look at (a chain's step, whose one wait the hint answered).
+    if from + usize::from(skip == Some(from)) >= waits.len() {
+        return Readiness::Ready;
+    }
+    examine_skipping(waits.iter().map(|(s, v)| (s, *v)), from, device_waits, skip)
 }
 
 /// [`examine`] over borrowed waits: the submission's own list, before any of it is cloned (an
@@ -44,9 +107,21 @@ pub(crate) fn examine<E: DeviceEvent>(
 pub(crate) fn examine_borrowed<'a, E: DeviceEvent + 'a>(
     waits: impl Iterator<Item = (&'a Semaphore<E>, u64)>,
     from: usize,
+    device_waits: Option<Collect<'_, E>>,
+) -> Readiness {
+    examine_skipping(waits, from, device_waits, None)
+}
+
+fn examine_skipping<'a, E: DeviceEvent + 'a>(
+    waits: impl Iterator<Item = (&'a Semaphore<E>, u64)>,
+    from: usize,
     mut device_waits: Option<Collect<'_, E>>,
+    skip: Option<usize>,
 ) -> Readiness {
     for (index, (semaphore, value)) in waits.enumerate().skip(from) {
+        if skip == Some(index) {
+            continue;
+        }
         let point = match device_waits.as_ref() {
             Some(collect) => semaphore.wait_point_ordered(value, collect.ordered),
             None => semaphore.wait_point_ordered(value, |_| true),
@@ -64,4 +139,46 @@ pub(crate) fn examine_borrowed<'a, E: DeviceEvent + 'a>(
         }
     }
     Readiness::Ready
+}
+
+#[cfg(test)]
+mod tests {
+    use cuhal_semaphore::testing::FlagEvent;
+    use cuhal_semaphore::{Failure, Semaphore, WaitPoint};
+
+    use super::Hint;
+
+    /// A hint answers only for a wait on the semaphore it came from, for a value it covers, while
+    /// that semaphore has not failed; otherwise the wait is looked at (`None`).
+    #[test]
+    fn a_hint_answers_only_for_its_own_semaphore_while_it_has_not_failed() {
+        let (s, other) = (Semaphore::<FlagEvent>::new(0), Semaphore::new(0));
+        let event = FlagEvent::new();
+        let recorded = || Hint::Recorded(s.id(), 5, event.clone());
+        match recorded().point_for(&s, 5) {
+            Some(WaitPoint::Device { value: 5, event: e }) => assert!(e.ptr_eq(&event)),
+            _ => panic!("a recorded signal at the waited value answers with its event"),
+        }
+        assert!(
+            recorded().point_for(&s, 3).is_some(),
+            "below the recorded value"
+        );
+        assert!(
+            recorded().point_for(&s, 6).is_none(),
+            "above the recorded value"
+        );
+        assert!(
+            recorded().point_for(&other, 5).is_none(),
+            "another semaphore"
+        );
+        assert!(matches!(
+            Hint::Reached(s.id(), 4).point_for(&s, 4),
+            Some(WaitPoint::Reached)
+        ));
+        assert!(Hint::Reached(s.id(), 4).point_for(&s, 5).is_none());
+        assert!(Hint::<FlagEvent>::None.point_for(&s, 0).is_none());
+        s.fail(Failure::msg("failed since the notice"));
+        assert!(recorded().point_for(&s, 5).is_none(), "failed since");
+        assert!(Hint::Reached(s.id(), 4).point_for(&s, 4).is_none());
+    }
 }

@@ -24,15 +24,15 @@ use std::sync::{Arc, PoisonError, TryLockError, Weak};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use cuhal_semaphore::{Failure, Listener, Semaphore, SemaphoreId};
+use cuhal_semaphore::{Failure, Listener, Notice, Semaphore, SemaphoreId, WaitPoint};
 
 use crate::action::{Boxed, Cleanups, EventList, Finished, Resources, Spare};
 use crate::backend::Backend;
 use crate::error::Error;
-use crate::notifier::Notifier;
+use crate::notifier::{Notified, Notifier};
 use crate::options::QueueOptions;
 use crate::pending::{PendingList, Waiting};
-use crate::readiness::{Collect, Readiness, examine, examine_borrowed};
+use crate::readiness::{Collect, Hint, Readiness, examine, examine_borrowed};
 use crate::sync::{
     AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Once, Ordering, StatBool,
     StatU64, Unparker, thread_local,
@@ -47,7 +47,7 @@ pub(crate) struct State<B: Backend> {
     pub(crate) issued_on_signal: u64,
     /// The notification keys being handled, swapped with the notifier's list (both keep their
     /// capacity, so draining allocates nothing).
-    keys: Vec<u64>,
+    keys: Vec<Notified<B::Event>>,
     /// Empty body slots for the next submissions (see [`Boxed`]).
     spare: Vec<Spare<B>>,
     /// Body slots in rotation: every one is spare, returned, or holds a live action.
@@ -119,7 +119,7 @@ pub(crate) struct Shared<B: Backend> {
     /// them all at once when its own spares run out. Each list's capacity covers every slot, so
     /// moving slots between them allocates nothing.
     pub(crate) returned: Mutex<Vec<Spare<B>>>,
-    pub(crate) notifier: Notifier,
+    pub(crate) notifier: Notifier<B::Event>,
     /// What the semaphores call: a weak handle back to this state.
     pub(crate) listener: Arc<dyn Listener>,
     /// The backend failure that lost the queue; set once.
@@ -197,9 +197,13 @@ fn thread_token() -> usize {
 struct QueueListener<B: Backend>(Weak<Shared<B>>);
 
 impl<B: Backend> Listener for QueueListener<B> {
-    fn notify(&self, _semaphore: SemaphoreId, key: u64) {
+    fn notify(&self, semaphore: SemaphoreId, key: u64) {
+        self.notice(semaphore, key, Notice::Changed);
+    }
+
+    fn notice(&self, semaphore: SemaphoreId, key: u64, notice: Notice<'_>) {
         if let Some(shared) = self.0.upgrade() {
-            shared.on_listener(key);
+            shared.on_listener(key, Hint::from_notice(semaphore, notice));
         }
     }
 }
@@ -328,9 +332,9 @@ impl<B: Backend> Shared<B> {
     /// thread that changed it, when the issue lock is free; recorded for the holder when this
     /// thread holds it (an issue here recorded the signal); recorded for the worker, which is
     /// woken, when another thread holds it.
-    fn on_listener(&self, key: u64) {
+    fn on_listener(&self, key: u64, hint: Hint<B::Event>) {
         if self.issue_side.holder.load(Ordering::Relaxed) == thread_token() {
-            self.notifier.push(key);
+            self.notifier.push(key, hint);
             return;
         }
         let state = match self.state.try_lock() {
@@ -338,13 +342,13 @@ impl<B: Backend> Shared<B> {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => {
                 // The holder may already be past its last look at the notifications.
-                self.notifier.push(key);
+                self.notifier.push(key, hint);
                 self.notifier.wake();
                 return;
             }
         };
         let mut guard = self.guard(state, Issuer::Signaller);
-        self.on_notify(&mut guard, key, Issuer::Signaller);
+        self.on_notify(&mut guard, key, hint, Issuer::Signaller);
         self.pump(&mut guard, Issuer::Signaller);
     }
 
@@ -353,8 +357,8 @@ impl<B: Backend> Shared<B> {
         while self.notifier.has_keys() {
             let mut keys = std::mem::take(&mut state.keys);
             self.notifier.take(&mut keys);
-            for key in keys.drain(..) {
-                self.on_notify(state, key, issuer);
+            for (key, hint) in keys.drain(..) {
+                self.on_notify(state, key, hint, issuer);
             }
             state.keys = keys;
             self.pump(state, issuer);
@@ -450,7 +454,7 @@ impl<B: Backend> Shared<B> {
             }
         } else {
             body.own_waits(waits);
-            match examine(&body.waits, 0, None) {
+            match examine(&body.waits, 0, None, None) {
                 Readiness::Ready => {
                     state.pending.push_back(body, Waiting::Ready);
                     // The actions ahead may be ready too, waiting for the worker: issue them here.
@@ -475,7 +479,14 @@ impl<B: Backend> Shared<B> {
     /// Looks again at the action `key` names, whose awaited semaphore changed. The head of the
     /// list is issued right here if it is ready (its waits looked at once, not once to find it
     /// ready and again to issue it); any other action is only marked ready, to be issued in order.
-    pub(crate) fn on_notify(&self, state: &mut State<B>, key: u64, issuer: Issuer) {
+    /// The wait it listened on is answered by `hint` where that can (see [`Hint`]).
+    pub(crate) fn on_notify(
+        &self,
+        state: &mut State<B>,
+        key: u64,
+        hint: Hint<B::Event>,
+        issuer: Issuer,
+    ) {
         let Some(slot) = state.pending.find(key) else {
             return; // issued, failed, or removed since: a stale notification
         };
@@ -483,15 +494,20 @@ impl<B: Backend> Shared<B> {
         let Waiting::Listening { index, .. } = pending.waiting else {
             return;
         };
+        let (semaphore, value) = &pending.body.waits[index];
+        let known = hint.point_for(semaphore, *value);
         if state.pending.head() == Some(slot) {
             let body = state.pending.remove(slot).body;
-            if let Some((body, index)) = self.issue_if_ready(state, body, issuer) {
+            let known = known.map(|point| (index, point));
+            if let Some((body, index)) = self.issue_if_ready(state, body, known, issuer) {
                 self.pend_at_head(state, body, index);
             }
             return;
         }
         let pending = state.pending.get_mut(slot);
-        match examine(&pending.body.waits, index, None) {
+        // The waits before `index` were looked at before, and the hint may answer for `index`.
+        let from = index + usize::from(known.is_some());
+        match examine(&pending.body.waits, from, None, None) {
             Readiness::Ready => pending.waiting = Waiting::Ready,
             Readiness::Blocked(index) => {
                 let (semaphore, value) = &pending.body.waits[index];
@@ -509,7 +525,7 @@ impl<B: Backend> Shared<B> {
     pub(crate) fn pump(&self, state: &mut State<B>, issuer: Issuer) {
         while let Some(slot) = state.pending.ready_head() {
             let body = state.pending.remove(slot).body;
-            if let Some((body, index)) = self.issue_if_ready(state, body, issuer) {
+            if let Some((body, index)) = self.issue_if_ready(state, body, None, issuer) {
                 // Waits never move backwards, so a conforming semaphore only gets here from
                 // `on_notify`'s look at the head; waiting again is the answer either way.
                 self.pend_at_head(state, body, index);
@@ -526,9 +542,9 @@ impl<B: Backend> Shared<B> {
         state.pending.get_mut(slot).waiting = Waiting::Listening { index, token };
     }
 
-    /// Looks at every wait of `body` and issues it if each is reached or device-waitable (or
-    /// fails it if a wait semaphore failed); gives it back, with the index of the first wait that
-    /// is neither, otherwise.
+    /// Looks at every wait of `body` (but the one `known` answers for) and issues it if each is
+    /// reached or device-waitable (or fails it if a wait semaphore failed); gives it back, with
+    /// the index of the first wait that is neither, otherwise.
     ///
     /// Each wait's semaphore lock is taken for its look, and each signal's for its record after
     /// the backend's issue: an action that waits on a semaphore it also signals (a chain: wait
@@ -539,15 +555,25 @@ impl<B: Backend> Shared<B> {
         &self,
         state: &mut State<B>,
         body: Boxed<B>,
+        known: Option<(usize, WaitPoint<B::Event>)>,
         issuer: Issuer,
     ) -> Option<(Boxed<B>, usize)> {
         let mut device_waits = EventList::new();
+        let skip = known.map(|(index, point)| {
+            // Stream order may already give the known device signal, as a look would find.
+            if let WaitPoint::Device { event, .. } = point
+                && !self.backend.orders(&event)
+            {
+                device_waits.push(event);
+            }
+            index
+        });
         let ordered = |event: &B::Event| self.backend.orders(event);
         let collect = Collect {
             events: &mut device_waits,
             ordered: &ordered,
         };
-        match examine(&body.waits, 0, Some(collect)) {
+        match examine(&body.waits, 0, Some(collect), skip) {
             Readiness::Ready => self.issue_ready(state, body, device_waits, issuer),
             Readiness::Failed(failure) => self.fail_unissued(body, failure),
             Readiness::Blocked(index) => return Some((body, index)),

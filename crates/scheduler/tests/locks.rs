@@ -4,9 +4,11 @@
 //! and not while the backend issues (a driver call under it would make the completion side and
 //! every other queue wait for the driver); on a backend whose stream orders its own events, a
 //! chain on one queue skips the look (stream order satisfies the wait) unless the semaphore
-//! failed. A pending submission released by a host signal looks at its wait once more, not
-//! twice. Actions that name several semaphores, in opposite list
-//! orders on two threads, do not deadlock.
+//! failed. A pending submission released by a semaphore's change needs no look at the wait that
+//! change answered: the notification says what the semaphore did (a host signal's value, a
+//! recorded device signal's event), so a chain released by one host signal takes the chain
+//! semaphore's lock once per step, for its record. Actions that name several semaphores, in
+//! opposite list orders on two threads, do not deadlock.
 
 mod support;
 
@@ -234,7 +236,7 @@ fn a_chained_wait_on_a_failed_semaphore_fails_even_when_stream_order_would_satis
 }
 
 #[test]
-fn a_submission_released_by_a_host_signal_looks_at_its_wait_once() {
+fn a_submission_released_by_a_host_signal_needs_no_look_at_its_wait() {
     let (gate, out) = (
         Semaphore::<FlagEvent>::new(0),
         Semaphore::<FlagEvent>::new(0),
@@ -257,14 +259,81 @@ fn a_submission_released_by_a_host_signal_looks_at_its_wait_once() {
         assert_eq!(queue.stats().pending, 0, "issued inside the signal");
         assert_eq!(
             (gate.lock_count() - g, out.lock_count() - o),
-            (2, 1),
-            "value {value}: the signal's own lock and one look at the wait; one record"
+            (1, 1),
+            "value {value}: the signal's own lock, and no look at the wait; one record"
         );
     }
     assert_eq!(queue.stats().issued_on_signal, 10);
     no_lock_held_during_issue(&queues, 10);
     complete_all(&queues);
     out.wait(10, Duration::from_secs(5)).unwrap();
+}
+
+/// A chain across two queues, every step pending (step 0 on a gate, step `i` on the chain's value
+/// `i`), released by one host signal: each step is issued on the signalling thread as the step
+/// before records its signal, waits on the device for exactly that step's event (handed over by
+/// the record's notification), and the chain semaphore's lock is taken once per step, for the
+/// record alone.
+#[test]
+fn a_chain_released_by_a_host_signal_issues_each_step_on_the_event_its_notice_handed_over() {
+    let (gate, chain) = (
+        Semaphore::<FlagEvent>::new(0),
+        Semaphore::<FlagEvent>::new(0),
+    );
+    let queues = held_queues(2, &[&gate, &chain]);
+    const STEPS: u64 = 20;
+    for i in 0..STEPS {
+        let wait = if i == 0 { (&gate, 1) } else { (&chain, i) };
+        queues[i as usize % 2]
+            .submit(
+                &[wait],
+                &[(&chain, i + 1)],
+                Script::id(i),
+                Resources::new(),
+                Cleanups::new(),
+            )
+            .unwrap();
+    }
+    let before = chain.lock_count();
+    gate.signal(1).unwrap();
+    assert_eq!(
+        chain.lock_count() - before,
+        STEPS,
+        "one lock per step, for its record: no step looked at its wait"
+    );
+    let mut issued: Vec<(u64, Vec<FlagEvent>, FlagEvent)> = queues
+        .iter()
+        .flat_map(|q| {
+            q.backend()
+                .inner
+                .issued
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|i| (i.id, i.device_waits.clone(), i.event.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    issued.sort_by_key(|(id, _, _)| *id);
+    assert_eq!(
+        issued.len() as u64,
+        STEPS,
+        "every step issued inside the signal"
+    );
+    for step in 1..STEPS as usize {
+        let (_, waits, _) = &issued[step];
+        assert!(
+            waits.len() == 1 && waits[0].ptr_eq(&issued[step - 1].2),
+            "step {step} waited on {} events, not on step {}'s",
+            waits.len(),
+            step - 1
+        );
+    }
+    let signalled: u64 = queues.iter().map(|q| q.stats().issued_on_signal).sum();
+    assert_eq!(signalled, STEPS);
+    no_lock_held_during_issue(&queues, STEPS);
+    complete_all(&queues);
+    chain.wait(STEPS, Duration::from_secs(5)).unwrap();
 }
 
 /// Two threads, each chaining actions that wait on both semaphores and signal both, listed in

@@ -63,7 +63,9 @@
 //!   has_failed() -> bool                         (without the lock)
 //!   listen(value, &Arc<dyn Listener>, key: u64) -> ListenToken      cancel_listen(ListenToken)
 //!   listener_count() / timepoint_count() / waiter_count() -> usize   (diagnostics)
-//! trait Listener: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64); }
+//! trait Listener: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64);
+//!                                fn notice(&self, semaphore, key, Notice) { notify(..) } }
+//! enum Notice<'a> { Reached(u64), Recorded { value, event: &'a mut dyn Any /* Option<E> */ }, Changed }
 //! wait_all(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<(), Error>
 //! wait_any(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<usize, Error>
 //! testing::LiveCounter  ::new(), .live() -> usize
@@ -116,7 +118,7 @@ mod waiter;
 pub use error::Error;
 pub use event::{DeviceEvent, NoEvent};
 pub use failure::Failure;
-pub use listener::{ListenToken, Listener};
+pub use listener::{ListenToken, Listener, Notice};
 pub use multi_wait::{wait_all, wait_any};
 pub use options::SemaphoreOptions;
 pub use semaphore::{Semaphore, SemaphoreId};

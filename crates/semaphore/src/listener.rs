@@ -22,6 +22,37 @@ pub trait Listener: Send + Sync {
     /// The semaphore `semaphore` reached the listened value, recorded a device signal for a value
     /// at least that high, or failed. `key` is the key given to `listen`.
     fn notify(&self, semaphore: SemaphoreId, key: u64);
+
+    /// [`notify`](Self::notify), with what the semaphore did: a listener that would look at the
+    /// semaphore next (a scheduler about to issue the action it held back) can act on the
+    /// notice instead, without taking the semaphore's lock and searching its timepoints. The
+    /// semaphore calls this one; the default drops the notice and calls `notify`.
+    fn notice(&self, semaphore: SemaphoreId, key: u64, notice: Notice<'_>) {
+        let _ = notice;
+        self.notify(semaphore, key);
+    }
+}
+
+/// What a semaphore did when it fired a listener (see [`Listener::notice`]), as of that moment:
+/// the semaphore may have moved on since. A value reached stays reached, and a recorded device
+/// signal stays recorded until its value is reached, but the semaphore may also have failed
+/// since, which a listener that acts on a notice asks [`has_failed`](crate::Semaphore::has_failed).
+pub enum Notice<'a> {
+    /// The value reached this. A listener that listened for a higher value was fired by a
+    /// recorded device signal at least that high, not by this value.
+    Reached(u64),
+    /// A device signal was recorded for the listened value or higher.
+    Recorded {
+        /// The recorded value.
+        value: u64,
+        /// An `Option<E>`, for the semaphore's event type `E`, holding a handle to the signal's
+        /// event that one listener may take (`downcast_mut::<Option<E>>()`, then `take()`);
+        /// listeners fired after it find `None`.
+        event: &'a mut dyn std::any::Any,
+    },
+    /// The semaphore failed, or the listened condition held when the listener was registered:
+    /// look at the semaphore.
+    Changed,
 }
 
 /// Identifies a registered listener, to [`cancel`](crate::Semaphore::cancel_listen) it.

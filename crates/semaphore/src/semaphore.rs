@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use crate::error::Error;
 use crate::event::DeviceEvent;
 use crate::failure::Failure;
-use crate::listener::{Due, FIRED_SLOT, ListenToken, Listener, Listeners};
+use crate::listener::{Due, FIRED_SLOT, ListenToken, Listener, Listeners, Notice};
 use crate::multi_wait::{Mode, wait_list};
 use crate::options::SemaphoreOptions;
 use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, Unparker};
@@ -116,8 +116,13 @@ impl<E: DeviceEvent> State<E> {
             wake.released.push(event);
             (Ok(()), false)
         } else {
-            self.timepoints.insert(value, event);
             self.listeners.take_due(value, &mut wake.due);
+            if !wake.due.is_empty() {
+                // A handle for a listener (see `Notice::Recorded`): the one that takes it needs
+                // no look at the timepoints for it.
+                wake.told = Told::Recorded(value, Some(event.clone()));
+            }
+            self.timepoints.insert(value, event);
             (Ok(()), true)
         }
     }
@@ -131,6 +136,7 @@ impl<E: DeviceEvent> State<E> {
         self.waiters.take_reached(value, &mut wake.unparkers);
         let threshold = self.listen_threshold();
         self.listeners.take_due(threshold, &mut wake.due);
+        wake.told = Told::Reached(value);
     }
 }
 
@@ -140,14 +146,25 @@ pub(crate) struct Wake<E> {
     unparkers: SmallVec<[Unparker; 8]>,
     due: SmallVec<[Due; 8]>,
     released: SmallVec<[E; 8]>,
+    /// What the due listeners are told.
+    told: Told<E>,
 }
 
-impl<E> Wake<E> {
+/// What a change tells the listeners it fires (see [`Notice`]).
+enum Told<E> {
+    Changed,
+    Reached(u64),
+    /// The recorded value, and a handle to its event for one listener to take.
+    Recorded(u64, Option<E>),
+}
+
+impl<E: 'static> Wake<E> {
     fn new() -> Self {
         Wake {
             unparkers: SmallVec::new(),
             due: SmallVec::new(),
             released: SmallVec::new(),
+            told: Told::Changed,
         }
     }
 
@@ -159,11 +176,20 @@ impl<E> Wake<E> {
             unparker.unpark();
         }
         for (listener, key) in self.due.drain(..) {
+            let notice = match &mut self.told {
+                Told::Changed => Notice::Changed,
+                Told::Reached(value) => Notice::Reached(*value),
+                Told::Recorded(value, event) => Notice::Recorded {
+                    value: *value,
+                    event,
+                },
+            };
             // A panicking listener must not cost the others their notification (a scheduler
             // waiting for one would wait for ever); its panic is contained here.
-            let notify = std::panic::AssertUnwindSafe(|| listener.notify(id, key));
+            let notify = std::panic::AssertUnwindSafe(|| listener.notice(id, key, notice));
             let _ = std::panic::catch_unwind(notify);
         }
+        self.told = Told::Changed;
         self.released.clear();
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{bounded, failure};
 use cuhal_semaphore::testing::FlagEvent;
-use cuhal_semaphore::{Listener, Semaphore, SemaphoreId};
+use cuhal_semaphore::{Listener, Notice, Semaphore, SemaphoreId};
 
 type Sem = Semaphore<FlagEvent>;
 
@@ -188,4 +188,79 @@ fn many_listeners_fire_in_one_signal_and_storage_is_reused() {
         .collect();
     expected.sort();
     assert_eq!(keys, expected, "each listener exactly once");
+}
+
+/// What a listener was told.
+#[derive(Debug)]
+enum Told {
+    Reached(u64),
+    /// The recorded value, and the event it took, if one was left.
+    Recorded(u64, Option<FlagEvent>),
+    Changed,
+}
+
+#[derive(Default)]
+struct Noticing(Mutex<Vec<(u64, Told)>>);
+
+impl Listener for Noticing {
+    fn notify(&self, _semaphore: SemaphoreId, key: u64) {
+        self.0.lock().unwrap().push((key, Told::Changed));
+    }
+
+    fn notice(&self, _semaphore: SemaphoreId, key: u64, notice: Notice<'_>) {
+        let told = match notice {
+            Notice::Reached(value) => Told::Reached(value),
+            Notice::Recorded { value, event } => {
+                let slot = event
+                    .downcast_mut::<Option<FlagEvent>>()
+                    .expect("an Option of the semaphore's event type");
+                Told::Recorded(value, slot.take())
+            }
+            Notice::Changed => Told::Changed,
+        };
+        self.0.lock().unwrap().push((key, told));
+    }
+}
+
+impl Noticing {
+    fn take(&self) -> Vec<(u64, Told)> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// A recorded device signal hands a handle to its event to the first listener it fires (the
+/// others find none, and the semaphore keeps its own), an advance tells the value reached, and a
+/// failure tells only that something changed, as does a listener due when it registers.
+#[test]
+fn a_notice_tells_what_the_semaphore_did() {
+    let s = Sem::new(0);
+    let n = Arc::new(Noticing::default());
+    let l: Arc<dyn Listener> = n.clone();
+    s.listen(2, &l, 1);
+    s.listen(1, &l, 2);
+    let event = FlagEvent::new();
+    s.record_device_signal(2, event.clone()).unwrap();
+    match &n.take()[..] {
+        // Smallest value first: key 2 (listening for 1) takes the event, key 1 finds none.
+        [
+            (2, Told::Recorded(2, Some(taken))),
+            (1, Told::Recorded(2, None)),
+        ] => {
+            assert!(taken.ptr_eq(&event));
+        }
+        other => panic!("told {other:?}"),
+    }
+    assert!(s.device_wait_event(2).is_some_and(|e| e.ptr_eq(&event)));
+
+    s.listen(2, &l, 3); // the signal at 2 is recorded: due at once
+    s.listen(5, &l, 4);
+    s.signal(5).unwrap();
+    assert!(matches!(
+        &n.take()[..],
+        [(3, Told::Changed), (4, Told::Reached(5))]
+    ));
+
+    s.listen(9, &l, 5);
+    s.fail(failure("gone"));
+    assert!(matches!(&n.take()[..], [(5, Told::Changed)]));
 }

@@ -26,7 +26,8 @@ pub trait Listener: Send + Sync {
     /// [`notify`](Self::notify), with what the semaphore did: a listener that would look at the
     /// semaphore next (a scheduler about to issue the action it held back) can act on the
     /// notice instead, without taking the semaphore's lock and searching its timepoints. The
-    /// semaphore calls this one; the default drops the notice and calls `notify`.
+    /// semaphore calls this one for every change it makes (a listener due when it registers gets
+    /// `notify`); the default drops the notice and calls `notify`.
     fn notice(&self, semaphore: SemaphoreId, key: u64, notice: Notice<'_>) {
         let _ = notice;
         self.notify(semaphore, key);
@@ -50,8 +51,7 @@ pub enum Notice<'a> {
         /// listeners fired after it find `None`.
         event: &'a mut dyn std::any::Any,
     },
-    /// The semaphore failed, or the listened condition held when the listener was registered:
-    /// look at the semaphore.
+    /// The semaphore failed: look at it.
     Changed,
 }
 

@@ -9,7 +9,7 @@ use crate::readiness::Hint;
 use crate::sync::{AtomicBool, Mutex, Ordering, Unparker};
 
 /// A notified key, and what its semaphore said.
-pub(crate) type Notified<E> = (u64, Hint<E>);
+pub(crate) type Notified<E> = (u64, Option<Hint<E>>);
 
 pub(crate) struct Notifier<E> {
     /// Keys of actions whose awaited semaphore changed. Swapped with the holder's own buffer, so
@@ -41,7 +41,7 @@ impl<E> Notifier<E> {
     }
 
     /// Records a key for the next holder of the issue lock (or the worker, if woken).
-    pub(crate) fn push(&self, key: u64, hint: Hint<E>) {
+    pub(crate) fn push(&self, key: u64, hint: Option<Hint<E>>) {
         let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         keys.push((key, hint));
         self.any.store(true, Ordering::SeqCst);

@@ -36,30 +36,33 @@ pub(crate) struct Collect<'a, E> {
 }
 
 /// What a semaphore's notification said it did (see [`Notice`]), kept with the notified key until
-/// the action it names is looked at.
-pub(crate) enum Hint<E> {
-    /// Nothing to go by: look at the semaphore.
-    None,
-    /// The semaphore reached the value.
-    Reached(SemaphoreId, u64),
-    /// The semaphore recorded a device signal for the value, on the event.
-    Recorded(SemaphoreId, u64, E),
+/// the action it names is looked at: the point a look would find for a wait up to `value`.
+pub(crate) struct Hint<E> {
+    semaphore: SemaphoreId,
+    /// The value reached, or the recorded device signal's.
+    value: u64,
+    /// `Reached`, or `Device` on the recorded signal's event.
+    point: WaitPoint<E>,
 }
 
 impl<E: DeviceEvent> Hint<E> {
-    /// The hint a notice gives (taking the recorded event's handle, if it is still there).
+    /// The hint a notice gives, if any: none for a bare change, nor for a recorded signal whose
+    /// event an earlier listener took.
     #[inline]
-    pub(crate) fn from_notice(semaphore: SemaphoreId, notice: Notice<'_>) -> Self {
-        match notice {
-            Notice::Reached(value) => Hint::Reached(semaphore, value),
+    pub(crate) fn from_notice(semaphore: SemaphoreId, notice: Notice<'_>) -> Option<Self> {
+        let (value, point) = match notice {
+            Notice::Reached(value) => (value, WaitPoint::Reached),
             Notice::Recorded { value, event } => {
-                match event.downcast_mut::<Option<E>>().and_then(Option::take) {
-                    Some(event) => Hint::Recorded(semaphore, value, event),
-                    None => Hint::None,
-                }
+                let event = event.downcast_mut::<Option<E>>()?.take()?;
+                (value, WaitPoint::Device { value, event })
             }
-            Notice::Changed => Hint::None,
-        }
+            Notice::Changed => return None,
+        };
+        Some(Hint {
+            semaphore,
+            value,
+            point,
+        })
     }
 
     /// What the wait for `value` on `semaphore` needs, if this hint answers for it: it came from
@@ -67,18 +70,8 @@ impl<E: DeviceEvent> Hint<E> {
     /// must fail the action, as a look would find). `None`: look at the semaphore.
     #[inline]
     pub(crate) fn point_for(self, semaphore: &Semaphore<E>, value: u64) -> Option<WaitPoint<E>> {
-        let (id, point) = match self {
-            Hint::Reached(id, reached) if reached >= value => (id, WaitPoint::Reached),
-            Hint::Recorded(id, recorded, event) if recorded >= value => (
-                id,
-                WaitPoint::Device {
-                    value: recorded,
-                    event,
-                },
-            ),
-            _ => return None,
-        };
-        (id == semaphore.id() && !semaphore.has_failed()).then_some(point)
+        (self.semaphore == semaphore.id() && self.value >= value && !semaphore.has_failed())
+            .then_some(self.point)
     }
 }
 
@@ -144,7 +137,7 @@ fn examine_skipping<'a, E: DeviceEvent + 'a>(
 #[cfg(test)]
 mod tests {
     use cuhal_semaphore::testing::FlagEvent;
-    use cuhal_semaphore::{Failure, Semaphore, WaitPoint};
+    use cuhal_semaphore::{Failure, Notice, Semaphore, WaitPoint};
 
     use super::Hint;
 
@@ -154,7 +147,15 @@ mod tests {
     fn a_hint_answers_only_for_its_own_semaphore_while_it_has_not_failed() {
         let (s, other) = (Semaphore::<FlagEvent>::new(0), Semaphore::new(0));
         let event = FlagEvent::new();
-        let recorded = || Hint::Recorded(s.id(), 5, event.clone());
+        let recorded = || {
+            let mut handed_over = Some(event.clone());
+            let notice = Notice::Recorded {
+                value: 5,
+                event: &mut handed_over,
+            };
+            Hint::from_notice(s.id(), notice).expect("a recorded signal's hint")
+        };
+        let reached = |value| Hint::from_notice(s.id(), Notice::Reached(value)).unwrap();
         match recorded().point_for(&s, 5) {
             Some(WaitPoint::Device { value: 5, event: e }) => assert!(e.ptr_eq(&event)),
             _ => panic!("a recorded signal at the waited value answers with its event"),
@@ -172,13 +173,13 @@ mod tests {
             "another semaphore"
         );
         assert!(matches!(
-            Hint::Reached(s.id(), 4).point_for(&s, 4),
+            reached(4).point_for(&s, 4),
             Some(WaitPoint::Reached)
         ));
-        assert!(Hint::Reached(s.id(), 4).point_for(&s, 5).is_none());
-        assert!(Hint::<FlagEvent>::None.point_for(&s, 0).is_none());
+        assert!(reached(4).point_for(&s, 5).is_none());
+        assert!(Hint::<FlagEvent>::from_notice(s.id(), Notice::Changed).is_none());
         s.fail(Failure::msg("failed since the notice"));
         assert!(recorded().point_for(&s, 5).is_none(), "failed since");
-        assert!(Hint::Reached(s.id(), 4).point_for(&s, 4).is_none());
+        assert!(reached(4).point_for(&s, 4).is_none());
     }
 }

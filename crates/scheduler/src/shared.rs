@@ -332,7 +332,7 @@ impl<B: Backend> Shared<B> {
     /// thread that changed it, when the issue lock is free; recorded for the holder when this
     /// thread holds it (an issue here recorded the signal); recorded for the worker, which is
     /// woken, when another thread holds it.
-    fn on_listener(&self, key: u64, hint: Hint<B::Event>) {
+    fn on_listener(&self, key: u64, hint: Option<Hint<B::Event>>) {
         if self.issue_side.holder.load(Ordering::Relaxed) == thread_token() {
             self.notifier.push(key, hint);
             return;
@@ -484,7 +484,7 @@ impl<B: Backend> Shared<B> {
         &self,
         state: &mut State<B>,
         key: u64,
-        hint: Hint<B::Event>,
+        hint: Option<Hint<B::Event>>,
         issuer: Issuer,
     ) {
         let Some(slot) = state.pending.find(key) else {
@@ -495,7 +495,7 @@ impl<B: Backend> Shared<B> {
             return;
         };
         let (semaphore, value) = &pending.body.waits[index];
-        let known = hint.point_for(semaphore, *value);
+        let known = hint.and_then(|hint| hint.point_for(semaphore, *value));
         if state.pending.head() == Some(slot) {
             let body = state.pending.remove(slot).body;
             let known = known.map(|point| (index, point));
@@ -559,16 +559,16 @@ impl<B: Backend> Shared<B> {
         issuer: Issuer,
     ) -> Option<(Boxed<B>, usize)> {
         let mut device_waits = EventList::new();
+        let ordered = |event: &B::Event| self.backend.orders(event);
         let skip = known.map(|(index, point)| {
             // Stream order may already give the known device signal, as a look would find.
             if let WaitPoint::Device { event, .. } = point
-                && !self.backend.orders(&event)
+                && !ordered(&event)
             {
                 device_waits.push(event);
             }
             index
         });
-        let ordered = |event: &B::Event| self.backend.orders(event);
         let collect = Collect {
             events: &mut device_waits,
             ordered: &ordered,

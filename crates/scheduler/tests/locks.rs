@@ -128,19 +128,34 @@ fn no_lock_held_during_issue(queues: &[Queue<Probing>], issues: u64) {
     }
 }
 
-/// Submits step `i` of a chain on `chain` (wait for `i`, signal `i + 1`) to queue `i % n`;
-/// returns how often the step took the chain's lock.
-fn chain_step(queues: &[Queue<Probing>], chain: &Semaphore<FlagEvent>, i: u64) -> u64 {
-    let before = chain.lock_count();
-    queues[i as usize % queues.len()]
+/// Submits action `id` to `queue`: one wait, one signal.
+fn submit(
+    queue: &Queue<Probing>,
+    wait: (&Semaphore<FlagEvent>, u64),
+    signal: (&Semaphore<FlagEvent>, u64),
+    id: u64,
+) {
+    queue
         .submit(
-            &[(chain, i)],
-            &[(chain, i + 1)],
-            Script::id(i),
+            &[wait],
+            &[signal],
+            Script::id(id),
             Resources::new(),
             Cleanups::new(),
         )
         .unwrap();
+}
+
+/// Submits step `i` of a chain on `chain` (wait for `i`, signal `i + 1`) to queue `i % n`;
+/// returns how often the step took the chain's lock.
+fn chain_step(queues: &[Queue<Probing>], chain: &Semaphore<FlagEvent>, i: u64) -> u64 {
+    let before = chain.lock_count();
+    submit(
+        &queues[i as usize % queues.len()],
+        (chain, i),
+        (chain, i + 1),
+        i,
+    );
     chain.lock_count() - before
 }
 
@@ -208,20 +223,9 @@ fn a_chained_wait_on_a_failed_semaphore_fails_even_when_stream_order_would_satis
     let out = Semaphore::<FlagEvent>::new(0);
     let queues = queues_of(1, &[&chain, &out], true);
     let queue = &queues[0];
-    let submit = |wait: u64, signal: (&Semaphore<FlagEvent>, u64), id: u64| {
-        queue
-            .submit(
-                &[(&chain, wait)],
-                &[signal],
-                Script::id(id),
-                Resources::new(),
-                Cleanups::new(),
-            )
-            .unwrap();
-    };
-    submit(0, (&chain, 1), 0);
+    submit(queue, (&chain, 0), (&chain, 1), 0);
     chain.fail(Failure::msg("upstream failure"));
-    submit(1, (&out, 1), 1);
+    submit(queue, (&chain, 1), (&out, 1), 1);
     assert_eq!(
         queue.backend().issues.load(Ordering::Relaxed),
         1,
@@ -244,15 +248,7 @@ fn a_submission_released_by_a_host_signal_needs_no_look_at_its_wait() {
     let queues = held_queues(1, &[&gate, &out]);
     let queue = &queues[0];
     for value in 1..=10 {
-        queue
-            .submit(
-                &[(&gate, value)],
-                &[(&out, value)],
-                Script::id(value),
-                Resources::new(),
-                Cleanups::new(),
-            )
-            .unwrap();
+        submit(queue, (&gate, value), (&out, value), value);
         assert_eq!(queue.stats().pending, 1);
         let (g, o) = (gate.lock_count(), out.lock_count());
         gate.signal(value).unwrap();
@@ -282,17 +278,9 @@ fn a_chain_released_by_a_host_signal_issues_each_step_on_the_event_its_notice_ha
     );
     let queues = held_queues(2, &[&gate, &chain]);
     const STEPS: u64 = 20;
-    for i in 0..STEPS {
-        let wait = if i == 0 { (&gate, 1) } else { (&chain, i) };
-        queues[i as usize % 2]
-            .submit(
-                &[wait],
-                &[(&chain, i + 1)],
-                Script::id(i),
-                Resources::new(),
-                Cleanups::new(),
-            )
-            .unwrap();
+    submit(&queues[0], (&gate, 1), (&chain, 1), 0);
+    for i in 1..STEPS {
+        chain_step(&queues, &chain, i);
     }
     let before = chain.lock_count();
     gate.signal(1).unwrap();

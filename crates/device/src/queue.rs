@@ -263,10 +263,30 @@ impl Queue {
         self.check_alive()?;
         self.inner
             .submit(waits, signals, payload, resources, cleanups)
-            .map_err(|e| match self.lost.get() {
-                Some(failure) => Error::Lost(failure.clone()),
-                None => Error::Queue(e),
-            })
+            .map_err(|e| self.queue_error(e))
+    }
+
+    /// [`submit`](Self::submit) with the parts written straight into the scheduler's slot
+    /// (see [`cuhal_scheduler::Queue::submit_with`]): the path of every execute.
+    #[inline]
+    fn submit_with(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        fill: impl FnOnce(&mut Resources, &mut Cleanups) -> Payload,
+    ) -> Result<()> {
+        self.check_alive()?;
+        self.inner
+            .submit_with(waits, signals, fill)
+            .map_err(|e| self.queue_error(e))
+    }
+
+    /// A scheduler error as this queue reports it: the loss's own failure once it is lost.
+    fn queue_error(&self, error: cuhal_scheduler::Error) -> Error {
+        match self.lost.get() {
+            Some(failure) => Error::Lost(failure.clone()),
+            None => Error::Queue(error),
+        }
     }
 
     /// Executes `command_buffers` in order once every wait is reached, then signals.
@@ -367,29 +387,33 @@ impl Queue {
             any_table |= !table.is_empty();
             command_buffers.push(Arc::clone(command_buffer));
         }
-        let mut cleanups = Cleanups::new();
-        if let Some(collect) = &self.collect {
-            cleanups.push(Cleanup::shared(collect));
-        }
         let bindings = if any_table {
             BindingTables::copy(&self.tables, (0..count).map(|i| nth(i).1))
         } else {
             BindingTables::none()
         };
-        let payload = Payload::Execute {
-            command_buffers,
-            bindings,
-            // What the tracer shows of the submission; its zones are collected on the
-            // completion side, by the queue's one cleanup.
-            trace: self.trace.as_ref().map(|_| {
-                self.inner.backend().boxed_info(SubmissionInfo::new(
-                    waits.iter().map(|(s, v)| (s.id().get(), *v)),
-                    signals.iter().map(|(s, v)| (s.id().get(), *v)),
-                ))
-            }),
-            completion: None,
-        };
-        self.submit(waits, signals, payload, resources, cleanups)
+        // What the tracer shows of the submission; its zones are collected on the completion
+        // side, by the queue's one cleanup.
+        let trace = self.trace.as_ref().map(|_| {
+            self.inner.backend().boxed_info(SubmissionInfo::new(
+                waits.iter().map(|(s, v)| (s.id().get(), *v)),
+                signals.iter().map(|(s, v)| (s.id().get(), *v)),
+            ))
+        });
+        self.submit_with(waits, signals, |slot_resources, slot_cleanups| {
+            if !resources.is_empty() {
+                slot_resources.extend(resources.drain(..));
+            }
+            if let Some(collect) = &self.collect {
+                slot_cleanups.push(Cleanup::shared(collect));
+            }
+            Payload::Execute {
+                command_buffers: std::mem::take(&mut command_buffers),
+                bindings,
+                trace,
+                completion: None,
+            }
+        })
     }
 
     /// Signals once every wait is reached: orders nothing else.

@@ -190,23 +190,20 @@ impl<B: Backend> Spare<B> {
         cuhal_semaphore::prefetch::for_write(&*self.0);
     }
 
-    /// Writes an action into the slot: its signals (cloned handles), payload, resources and
-    /// cleanups; its waits are added only if it goes pending ([`Boxed::own_waits`]).
+    /// Writes an action into the slot: its signals (cloned handles), then what `fill` adds to
+    /// the slot's (empty) resources and cleanups, and the payload it returns; its waits are
+    /// added only if it goes pending ([`Boxed::own_waits`]).
     #[inline]
     pub(crate) fn fill(
         mut self,
         signals: &[(&Semaphore<B::Event>, u64)],
-        payload: B::Payload,
-        resources: Resources,
-        cleanups: Cleanups,
+        fill: impl FnOnce(&mut Resources, &mut Cleanups) -> B::Payload,
     ) -> Boxed<B> {
         let body = &mut *self.0;
         for (semaphore, value) in signals {
             body.signals.push(((*semaphore).clone(), *value));
         }
-        body.payload = Some(payload);
-        body.resources = resources;
-        body.cleanups = cleanups;
+        body.payload = Some(fill(&mut body.resources, &mut body.cleanups));
         Boxed(self.0)
     }
 }

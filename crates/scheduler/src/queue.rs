@@ -214,17 +214,38 @@ impl<B: Backend> Queue<B> {
         resources: Resources,
         cleanup: Cleanups,
     ) -> Result<(), Error> {
+        self.submit_with(waits, signals, move |slot_resources, slot_cleanups| {
+            *slot_resources = resources;
+            *slot_cleanups = cleanup;
+            payload
+        })
+    }
+
+    /// [`submit`](Self::submit), with the action's parts written straight into the slot that
+    /// carries it to the completion side: `fill` gets the slot's resources and cleanups (empty)
+    /// to add to, and returns the payload. A submission's payload, resources and cleanups (a few
+    /// hundred bytes) are then written once, where `submit`'s are moved on the way.
+    ///
+    /// `fill` runs under the queue's issue lock, so it should only move what the caller has
+    /// ready. On a lost queue it is not called, and it is dropped (with what it owns) after the
+    /// lock is let go. A panic in it reaches the caller with nothing queued (the slot it was
+    /// filling is dropped), and the queue stays usable.
+    #[inline]
+    pub fn submit_with(
+        &self,
+        waits: &[(&Semaphore<B::Event>, u64)],
+        signals: &[(&Semaphore<B::Event>, u64)],
+        fill: impl FnOnce(&mut Resources, &mut Cleanups) -> B::Payload,
+    ) -> Result<(), Error> {
         self.shared.wait_for_room();
         let mut state = self.shared.lock_issue(Issuer::Submitter);
         if let Some(error) = self.shared.lost_error() {
             // Dropped outside the lock: a resource's Drop may do anything, even submit.
             drop(state);
-            drop((payload, resources, cleanup));
+            drop(fill);
             return Err(error);
         }
-        let body = self
-            .shared
-            .boxed(&mut state, signals, payload, resources, cleanup);
+        let body = self.shared.boxed(&mut state, signals, fill);
         self.shared.enqueue(&mut state, body, waits);
         Ok(())
     }

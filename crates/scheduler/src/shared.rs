@@ -746,9 +746,7 @@ impl<B: Backend> Shared<B> {
         &self,
         state: &mut State<B>,
         signals: &[(&Semaphore<B::Event>, u64)],
-        payload: B::Payload,
-        resources: Resources,
-        cleanups: Cleanups,
+        fill: impl FnOnce(&mut Resources, &mut Cleanups) -> B::Payload,
     ) -> Boxed<B> {
         if state.spare.is_empty() {
             let mut returned = self.returned.lock().unwrap_or_else(PoisonError::into_inner);
@@ -781,7 +779,7 @@ impl<B: Backend> Shared<B> {
         if let Some(next) = state.spare.last() {
             next.prefetch();
         }
-        spare.fill(signals, payload, resources, cleanups)
+        spare.fill(signals, fill)
     }
 
     /// Gives the body slots a batch emptied back to the issue side (`spares` is left empty, its

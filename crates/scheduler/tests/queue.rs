@@ -547,3 +547,131 @@ fn a_host_wait_on_a_device_signal_sees_the_event_directly() {
     done.wait(1, WAIT).unwrap();
     assert!(event.query().unwrap());
 }
+
+/// `submit_with` writes an action's parts straight into a recycled slot: `fill` runs once, on the
+/// submitting thread, and always finds the slot's lists empty (the completion side emptied them,
+/// whatever the action before left there); what it adds is released and run like `submit`'s.
+#[test]
+fn submit_with_fills_an_emptied_slot_whose_parts_are_released_like_submits() {
+    let queue = host::queue(QueueOptions::new("in-place")).unwrap();
+    let done = HostSemaphore::new(0);
+    let drops = Arc::new(AtomicUsize::new(0));
+    let cleanups_run = Arc::new(AtomicUsize::new(0));
+    let fills = AtomicUsize::new(0);
+    let submitter = thread::current().id();
+    let mut expected = 0;
+    for value in 1..=300u64 {
+        // Every third action spills its resources, so slots come back with heap lists too.
+        let count = if value % 3 == 0 { 70 } else { 2 };
+        expected += count;
+        queue
+            .submit_with(&[], &[(&done, value)], |resources, cleanups| {
+                assert!(resources.is_empty() && cleanups.is_empty(), "a used slot");
+                assert_eq!(thread::current().id(), submitter);
+                fills.fetch_add(1, Ordering::SeqCst);
+                resources.extend((0..count).map(|_| tracked(&drops)));
+                let run = cleanups_run.clone();
+                cleanups.push(Cleanup::once(move |outcome| {
+                    assert!(outcome.is_ok());
+                    run.fetch_add(1, Ordering::SeqCst);
+                }));
+                HostPayload::Nop
+            })
+            .unwrap();
+        if value % 50 == 0 {
+            done.wait(value, WAIT).unwrap();
+        }
+    }
+    done.wait(300, WAIT).unwrap();
+    assert_eq!(fills.load(Ordering::SeqCst), 300);
+    eventually("all retired", || queue.stats().completed == 300);
+    eventually("every cleanup run", || {
+        cleanups_run.load(Ordering::SeqCst) == 300
+    });
+    eventually("every resource dropped", || {
+        drops.load(Ordering::SeqCst) == expected
+    });
+}
+
+/// On a lost queue `submit_with` fails without calling `fill`, and drops it (with what it owns)
+/// only after letting go of the issue lock: a drop that submits to the same queue gets its own
+/// `Lost` instead of blocking on the lock.
+#[test]
+fn submit_with_on_a_lost_queue_drops_fill_uncalled_outside_the_issue_lock() {
+    struct SubmitsOnDrop {
+        queue: Arc<host::HostQueue>,
+        answered: Arc<AtomicUsize>,
+    }
+    impl Drop for SubmitsOnDrop {
+        fn drop(&mut self) {
+            // From another thread, so that a held lock shows as a timeout, not a hang here.
+            let queue = self.queue.clone();
+            let (send, receive) = std::sync::mpsc::channel();
+            thread::spawn(move || {
+                let lost = matches!(
+                    queue.submit(
+                        &[],
+                        &[],
+                        HostPayload::Nop,
+                        Resources::new(),
+                        Cleanups::new()
+                    ),
+                    Err(Error::Lost { .. })
+                );
+                let _ = send.send(lost);
+            });
+            if receive.recv_timeout(Duration::from_secs(2)) == Ok(true) {
+                self.answered.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+    let queue = Arc::new(host::queue(QueueOptions::new("lost-in-place")).unwrap());
+    let failure = Failure::msg("the device's context is lost");
+    queue.loss_trigger().trigger(&failure);
+    let answered = Arc::new(AtomicUsize::new(0));
+    let guard = SubmitsOnDrop {
+        queue: queue.clone(),
+        answered: answered.clone(),
+    };
+    let called = AtomicUsize::new(0);
+    let counted = &called;
+    let fill = move |_: &mut Resources, _: &mut Cleanups| {
+        let _owned = &guard;
+        counted.fetch_add(1, Ordering::SeqCst);
+        HostPayload::Nop
+    };
+    match queue.submit_with(&[], &[], fill) {
+        Err(Error::Lost { failure: lost, .. }) => assert!(lost.ptr_eq(&failure)),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert_eq!(called.load(Ordering::SeqCst), 0, "fill is not called");
+    assert_eq!(
+        answered.load(Ordering::SeqCst),
+        1,
+        "the drop's own submit got Lost, so the lock was not held"
+    );
+}
+
+/// A `fill` that panics costs its slot and nothing else: the panic reaches the submitter, no
+/// action is queued, and the queue takes the next submission as before.
+#[test]
+fn a_panicking_fill_leaves_the_queue_usable() {
+    let queue = host::queue(QueueOptions::new("panicking-fill")).unwrap();
+    let done = HostSemaphore::new(0);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        queue.submit_with(&[], &[(&done, 1)], |_, _| -> HostPayload {
+            panic!("a fill that fails")
+        })
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(queue.stats().submitted, 0, "nothing was queued");
+    assert!(queue.lost().is_none());
+    for value in 1..=3 {
+        let (r, c) = none();
+        queue
+            .submit(&[], &[(&done, value)], HostPayload::Nop, r, c)
+            .unwrap();
+    }
+    done.wait(3, WAIT).unwrap();
+    eventually("all retired", || queue.stats().completed == 3);
+}

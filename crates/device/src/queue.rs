@@ -401,8 +401,12 @@ impl Queue {
             ))
         });
         self.submit_with(waits, signals, |slot_resources, slot_cleanups| {
-            if !resources.is_empty() {
+            if slot_resources.spilled() {
                 slot_resources.extend(resources.drain(..));
+            } else if !resources.is_empty() {
+                // The slot's list is empty and inline: take the whole list, with its heap if
+                // it spilled, rather than moving the entries one by one.
+                std::mem::swap(slot_resources, &mut resources);
             }
             if let Some(collect) = &self.collect {
                 slot_cleanups.push(Cleanup::shared(collect));

@@ -262,6 +262,52 @@ fn dealloca_frees_only_after_every_queued_use() {
 
 /// A driver without `cuGraphAddEventRecordNode` (needed only to trace inside graphs) still
 /// opens; asking for graph tracing is a typed error naming the symbol.
+/// An execute whose command buffer uses more stream-ordered allocations than a submission keeps
+/// inline holds every one of them until it completes: deallocas queued meanwhile free nothing
+/// early, each time the queue's slots are reused.
+#[test]
+fn an_execute_holds_every_one_of_many_allocations_it_uses() {
+    let (fake, _driver, device) = open("dealloca-many", queues(2));
+    let (q0, q1) = (device.queue(0), device.queue(1));
+    for round in 1..=3u64 {
+        let ready = device.create_semaphore(0);
+        let buffers: Vec<_> = (0..6)
+            .map(|_| q0.alloca(&[], &[(&ready, 1)], 256).unwrap())
+            .collect();
+        wait(&ready, 1);
+        let allocated = live(&fake).device_allocations;
+        let mut cb = q1.create_command_buffer().unwrap();
+        for buffer in &buffers {
+            cb.fill(&buffer.whole(), FillPattern::U8(7)).unwrap();
+        }
+        let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+        let (gate, done, freed) = (
+            device.create_semaphore(0),
+            device.create_semaphore(0),
+            device.create_semaphore(0),
+        );
+        q1.execute(&[(&gate, 1)], &[(&done, 1)], &[&cb]).unwrap();
+        for (value, buffer) in (1..).zip(&buffers) {
+            q0.dealloca(&[], &[(&freed, value)], buffer).unwrap();
+        }
+        wait(&freed, 6);
+        assert_eq!(
+            live(&fake).device_allocations,
+            allocated,
+            "round {round}: every allocation outlives the execute queued before its dealloca"
+        );
+        gate.signal(1).unwrap();
+        wait(&done, 1);
+        settle(q1);
+        assert_eq!(
+            live(&fake).device_allocations,
+            allocated - 6,
+            "round {round}: the allocations go once the execute is done"
+        );
+    }
+    assert!(q0.lost().is_none() && q1.lost().is_none());
+}
+
 #[test]
 fn a_driver_without_graph_event_nodes_opens_and_refuses_graph_tracing_by_name() {
     let (_fake, driver) = load_with("no-event-node", |fake| {

@@ -13,7 +13,8 @@
 //! 1. [`Queue::submit`] takes the waits, the signals, the payload, the resources to keep alive
 //!    and the cleanup callbacks. All of it lives inline (smallvec) in a heap slot of the queue,
 //!    written once and recycled when the action is released; only the slot's pointer moves from
-//!    then on, and steady state allocates nothing.
+//!    then on, and steady state allocates nothing. [`Queue::submit_with`] lets the caller write
+//!    the payload, resources and cleanups into the slot itself, instead of moving them in.
 //! 2. Readiness, per wait: a reached value is dropped; a value whose device-signal event is
 //!    already recorded (some issued action will signal it) becomes a device wait, with no host
 //!    round trip; otherwise the action is pending, and a one-shot listener on that one semaphore

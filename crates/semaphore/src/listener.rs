@@ -204,16 +204,43 @@ impl Listeners {
         self.sweep();
     }
 
+    /// The one listener due at `threshold`, taken, when it is the only one: the ring's front is
+    /// live and due, and neither the ring's next place nor the heap's smallest is (the common
+    /// case of a chain, one listener for each value it signals). `None` when none is due or more
+    /// may be, for [`take_due`](Self::take_due) to sort out.
+    pub(crate) fn take_only_due(&mut self, threshold: u64) -> Option<Due> {
+        let &(value, seq, slot) = self.in_order.front()?;
+        let next_due = |place: Option<&Place>| place.is_some_and(|&(v, _, _)| v <= threshold);
+        if value > threshold
+            || next_due(self.in_order.get(1))
+            || next_due(self.out_of_order.peek().map(|Reverse(place)| place))
+            || !live(&self.entries, slot, seq)
+        {
+            return None;
+        }
+        self.in_order.pop_front();
+        let entry = self.entries.remove(slot);
+        self.sweep();
+        Some((entry.listener, entry.key))
+    }
+
     /// Drops the places of cancelled listeners once they outnumber the live ones (by
     /// `STALE_SLACK`), in place: both lists keep their capacity (and the ring its order).
+    #[inline]
     fn sweep(&mut self) {
         if self.places() > 2 * self.entries.len() + STALE_SLACK {
-            let entries = &self.entries;
-            self.in_order
-                .retain(|&(_, seq, slot)| live(entries, slot, seq));
-            self.out_of_order
-                .retain(|&Reverse((_, seq, slot))| live(entries, slot, seq));
+            self.sweep_now();
         }
+    }
+
+    /// The sweep itself, out of line: every firing checks for it, few sweep.
+    #[cold]
+    fn sweep_now(&mut self) {
+        let entries = &self.entries;
+        self.in_order
+            .retain(|&(_, seq, slot)| live(entries, slot, seq));
+        self.out_of_order
+            .retain(|&Reverse((_, seq, slot))| live(entries, slot, seq));
     }
 
     /// Places held, live or not.
@@ -264,6 +291,8 @@ mod tests {
         /// Cancels the `n`th token handed out (modulo their number): live, fired or cancelled.
         Cancel(usize),
         TakeDue(u64),
+        /// Takes the one listener due, if it is the only one (see `take_only_due`).
+        TakeOnlyDue(u64),
         TakeAll,
     }
 
@@ -272,6 +301,7 @@ mod tests {
             4 => (0u64..30).prop_map(Op::Insert),
             2 => any::<usize>().prop_map(Op::Cancel),
             2 => (0u64..30).prop_map(Op::TakeDue),
+            2 => (0u64..30).prop_map(Op::TakeOnlyDue),
             1 => Just(Op::TakeAll),
         ]
     }
@@ -346,6 +376,18 @@ mod tests {
                         prop_assert_eq!(got, want_keys);
                         model.retain(|(v, _)| *v > threshold);
                         prop_assert!(!listeners.any_due(threshold));
+                    }
+                    Op::TakeOnlyDue(threshold) => {
+                        let mut want: Vec<(u64, u64)> =
+                            model.iter().copied().filter(|(v, _)| *v <= threshold).collect();
+                        want.sort();
+                        // It may decline (then nothing changes), but what it takes is the one
+                        // listener due, and only when it is the only one.
+                        if let Some((_, key)) = listeners.take_only_due(threshold) {
+                            prop_assert_eq!(want.len(), 1);
+                            prop_assert_eq!(key, want[0].1);
+                            model.retain(|(_, k)| *k != key);
+                        }
                     }
                     Op::TakeAll => {
                         let mut due: SmallVec<[Due; 4]> = SmallVec::new();

@@ -434,12 +434,33 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// `<= value`. `Err(Failed)` (and the event dropped) once failed.
     pub fn record_device_signal(&self, value: u64, event: E) -> Result<(), Error> {
         let mut state = self.lock();
-        if state.failure.is_none() && value > state.value && !state.listeners.any_due(value) {
-            // The common case, a chain's next value with nobody listening for it: nothing to
-            // wake, notify or release afterwards.
-            state.timepoints.insert(value, event);
-            self.changed();
-            return Ok(());
+        if state.failure.is_none() && value > state.value {
+            if !state.listeners.any_due(value) {
+                // The common case, a chain's next value with nobody listening for it: nothing to
+                // wake, notify or release afterwards.
+                state.timepoints.insert(value, event);
+                self.changed();
+                return Ok(());
+            }
+            if let Some((listener, key)) = state.listeners.take_only_due(value) {
+                // A chain's released step: one listener, told what `State::record_device_signal`
+                // and `Wake::run` would tell it, without their lists.
+                let mut handed = Some(event.clone());
+                state.timepoints.insert(value, event);
+                self.changed();
+                drop(state);
+                let id = self.id();
+                let notice = Notice::Recorded {
+                    value,
+                    event: &mut handed,
+                };
+                // Contained as in `Wake::run`; the listener and an untaken handle drop here,
+                // outside the lock.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    listener.notice(id, key, notice)
+                }));
+                return Ok(());
+            }
         }
         let mut wake = Wake::new();
         let (result, changed) = state.record_device_signal(value, event, &mut wake);

@@ -264,3 +264,85 @@ fn a_notice_tells_what_the_semaphore_did() {
     s.fail(failure("gone"));
     assert!(matches!(&n.take()[..], [(5, Told::Changed)]));
 }
+
+/// A record that fires one listener tells it what a record that fires several tells its first
+/// (the value, and a handle to the event), whatever the order of registration, a cancelled
+/// listener in front, or several due at once; the semaphore keeps its own handle each time.
+#[test]
+fn a_record_that_fires_one_listener_tells_it_what_the_first_of_many_is_told() {
+    let s = Sem::new(0);
+    let n = Arc::new(Noticing::default());
+    let l: Arc<dyn Listener> = n.clone();
+    let recorded = |value: u64| {
+        let event = FlagEvent::new();
+        s.record_device_signal(value, event.clone()).unwrap();
+        assert!(s.device_wait_event(value).is_some_and(|e| e.ptr_eq(&event)));
+        event
+    };
+    let took = |told: &Told, value: u64, event: &FlagEvent| matches!(told, Told::Recorded(v, Some(e)) if *v == value && e.ptr_eq(event));
+
+    // In order of value: each record fires the one listener due.
+    s.listen(3, &l, 1);
+    s.listen(5, &l, 2);
+    let e3 = recorded(3);
+    assert!(matches!(&n.take()[..], [(1, told)] if took(told, 3, &e3)));
+    assert_eq!(s.listener_count(), 1);
+    let e5 = recorded(5);
+    assert!(matches!(&n.take()[..], [(2, told)] if took(told, 5, &e5)));
+
+    // One registered below the last: the smaller fires first, alone.
+    s.listen(9, &l, 3);
+    s.listen(8, &l, 4);
+    let e8 = recorded(8);
+    assert!(matches!(&n.take()[..], [(4, told)] if took(told, 8, &e8)));
+    let e9 = recorded(9);
+    assert!(matches!(&n.take()[..], [(3, told)] if took(told, 9, &e9)));
+    // Both due: the one registered below fires first.
+    s.listen(11, &l, 9);
+    s.listen(10, &l, 10);
+    let e11 = recorded(11);
+    match &n.take()[..] {
+        [(10, first), (9, Told::Recorded(11, None))] if took(first, 11, &e11) => {}
+        other => panic!("told {other:?}"),
+    }
+
+    // A cancelled listener in front is skipped.
+    let cancelled = s.listen(12, &l, 5);
+    s.listen(13, &l, 6);
+    s.cancel_listen(cancelled);
+    let e13 = recorded(13);
+    assert!(matches!(&n.take()[..], [(6, told)] if took(told, 13, &e13)));
+
+    // Two due at once: the first takes the event, the second finds none.
+    s.listen(20, &l, 7);
+    s.listen(21, &l, 8);
+    let e21 = recorded(21);
+    match &n.take()[..] {
+        [(7, first), (8, Told::Recorded(21, None))] if took(first, 21, &e21) => {}
+        other => panic!("told {other:?}"),
+    }
+    assert_eq!(s.listener_count(), 0);
+}
+
+/// A listener that panics when a record fires it alone costs nothing else: the record is kept
+/// and reported done, and the next listener is fired as usual.
+#[test]
+fn a_panicking_listener_fired_alone_by_a_record_is_contained() {
+    struct Panics;
+    impl Listener for Panics {
+        fn notify(&self, _semaphore: SemaphoreId, _key: u64) {
+            panic!("a listener that fails");
+        }
+    }
+    let s = Sem::new(0);
+    let panics: Arc<dyn Listener> = Arc::new(Panics);
+    let (r, l) = record();
+    s.listen(1, &panics, 1);
+    s.listen(2, &l, 2);
+    let event = FlagEvent::new();
+    s.record_device_signal(1, event.clone()).unwrap();
+    assert!(s.device_wait_event(1).is_some_and(|e| e.ptr_eq(&event)));
+    s.record_device_signal(2, FlagEvent::new()).unwrap();
+    assert_eq!(r.keys(), vec![2]);
+    assert_eq!(s.listener_count(), 0);
+}

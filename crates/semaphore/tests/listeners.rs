@@ -297,14 +297,20 @@ fn a_record_that_fires_one_listener_tells_it_what_the_first_of_many_is_told() {
     assert!(matches!(&n.take()[..], [(4, told)] if took(told, 8, &e8)));
     let e9 = recorded(9);
     assert!(matches!(&n.take()[..], [(3, told)] if took(told, 9, &e9)));
-    // Both due: the one registered below fires first.
+    // Two due at once: the first (smallest value) takes the event, the second finds none.
+    let both_due = |value: u64, first_key: u64, second_key: u64| {
+        let event = recorded(value);
+        match &n.take()[..] {
+            [(k1, first), (k2, Told::Recorded(v, None))]
+                if (*k1, *k2, *v) == (first_key, second_key, value)
+                    && took(first, value, &event) => {}
+            other => panic!("told {other:?}"),
+        }
+    };
+    // One of them registered below the other: it fires first.
     s.listen(11, &l, 9);
     s.listen(10, &l, 10);
-    let e11 = recorded(11);
-    match &n.take()[..] {
-        [(10, first), (9, Told::Recorded(11, None))] if took(first, 11, &e11) => {}
-        other => panic!("told {other:?}"),
-    }
+    both_due(11, 10, 9);
 
     // A cancelled listener in front is skipped.
     let cancelled = s.listen(12, &l, 5);
@@ -313,14 +319,10 @@ fn a_record_that_fires_one_listener_tells_it_what_the_first_of_many_is_told() {
     let e13 = recorded(13);
     assert!(matches!(&n.take()[..], [(6, told)] if took(told, 13, &e13)));
 
-    // Two due at once: the first takes the event, the second finds none.
+    // Both in order of value.
     s.listen(20, &l, 7);
     s.listen(21, &l, 8);
-    let e21 = recorded(21);
-    match &n.take()[..] {
-        [(7, first), (8, Told::Recorded(21, None))] if took(first, 21, &e21) => {}
-        other => panic!("told {other:?}"),
-    }
+    both_due(21, 7, 8);
     assert_eq!(s.listener_count(), 0);
 }
 

@@ -401,11 +401,10 @@ impl Queue {
             ))
         });
         self.submit_with(waits, signals, |slot_resources, slot_cleanups| {
-            if slot_resources.spilled() {
-                slot_resources.extend(resources.drain(..));
-            } else if !resources.is_empty() {
-                // The slot's list is empty and inline: take the whole list, with its heap if
-                // it spilled, rather than moving the entries one by one.
+            if !resources.is_empty() {
+                // The whole list, with its heap if it spilled, rather than its entries one by
+                // one; the slot's emptied list (and any heap it kept) comes back in its place and
+                // drops with it, after the lock is let go.
                 std::mem::swap(slot_resources, &mut resources);
             }
             if let Some(collect) = &self.collect {

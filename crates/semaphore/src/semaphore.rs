@@ -184,14 +184,19 @@ impl<E: 'static> Wake<E> {
                     event,
                 },
             };
-            // A panicking listener must not cost the others their notification (a scheduler
-            // waiting for one would wait for ever); its panic is contained here.
-            let notify = std::panic::AssertUnwindSafe(|| listener.notice(id, key, notice));
-            let _ = std::panic::catch_unwind(notify);
+            tell(&*listener, id, key, notice);
         }
         self.told = Told::Changed;
         self.released.clear();
     }
+}
+
+/// Calls a listener that a change fired, once the lock is let go. A panicking listener must not
+/// cost the others their notification (a scheduler waiting for one would wait for ever), so its
+/// panic is contained here.
+fn tell(listener: &dyn Listener, id: SemaphoreId, key: u64, notice: Notice<'_>) {
+    let notify = std::panic::AssertUnwindSafe(|| listener.notice(id, key, notice));
+    let _ = std::panic::catch_unwind(notify);
 }
 
 /// A check of one wait entry, taken under the lock.
@@ -454,11 +459,8 @@ impl<E: DeviceEvent> Semaphore<E> {
                     value,
                     event: &mut handed,
                 };
-                // Contained as in `Wake::run`; the listener and an untaken handle drop here,
-                // outside the lock.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    listener.notice(id, key, notice)
-                }));
+                // The listener and an untaken handle drop here, outside the lock.
+                tell(&*listener, id, key, notice);
                 return Ok(());
             }
         }

@@ -31,7 +31,10 @@
 //!    somebody needs the answer, else blocking, or, on a queue that gathers, keeping a batch whose
 //!    work still runs for its next round), advances each signal semaphore once on the host, runs
 //!    the cleanup callbacks (where tracing is collected), then releases the resources and gives
-//!    the payloads back to the backend. Nothing runs inside a driver callback.
+//!    the payloads back to the backend. Nothing runs inside a driver callback. A thread that
+//!    issues a burst (a chain across queues that one host signal released) wakes a parked
+//!    completion thread when the burst ends, not at its first hand-over, unless the work is
+//!    urgent or a full gather batch waits.
 //! 5. Failure: a failed wait semaphore fails the action and every one of its signal semaphores with
 //!    the same [`Failure`]. A backend error fails that action and loses the queue: pending actions
 //!    fail with it and every later submit returns [`Error::Lost`]. Cleanups run and resources are
@@ -64,6 +67,7 @@
 
 mod action;
 mod backend;
+mod burst;
 mod completion;
 mod error;
 pub mod host;

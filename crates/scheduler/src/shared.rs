@@ -28,6 +28,7 @@ use cuhal_semaphore::{Failure, Listener, Notice, Semaphore, SemaphoreId, WaitPoi
 
 use crate::action::{Boxed, Cleanups, EventList, Finished, Resources, Spare};
 use crate::backend::Backend;
+use crate::burst;
 use crate::error::Error;
 use crate::notifier::{Notified, Notifier};
 use crate::options::QueueOptions;
@@ -238,6 +239,7 @@ impl<B: Backend> Drop for IssueGuard<'_, B> {
             shared.issue_side.holder.store(0, Ordering::Release);
             drop(state);
         }
+        burst::leave();
     }
 }
 
@@ -318,6 +320,7 @@ impl<B: Backend> Shared<B> {
     }
 
     fn guard<'a>(&'a self, state: MutexGuard<'a, State<B>>, issuer: Issuer) -> IssueGuard<'a, B> {
+        burst::enter();
         self.issue_side
             .holder
             .store(thread_token(), Ordering::Relaxed);
@@ -387,6 +390,9 @@ impl<B: Backend> Shared<B> {
         if !full() || COMPLETION_THREAD.with(std::cell::Cell::get) {
             return;
         }
+        // Other queues' completion threads whose wakes this thread held back (a listener that
+        // submits, called inside a burst) are not left parked while it waits.
+        burst::wake_held();
         self.room_waiters.fetch_add(1, Ordering::SeqCst);
         self.hurry.completion.unpark();
         let (lock, condvar) = &self.room;
@@ -685,7 +691,7 @@ impl<B: Backend> Shared<B> {
     /// Hands `finished` to the completion thread.
     fn push_finished(&self, finished: Finished<B>) {
         let gathers = !self.options.completion_gather.is_zero();
-        let wake = {
+        let (wake, may_wait) = {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             // Work checked on completion signals only from the completion thread: nobody else
             // can poll for it, so it must not wait out a gather. Nor must work that a host thread
@@ -715,14 +721,17 @@ impl<B: Backend> Shared<B> {
             // `parked` (or `gathering`) before its last look at the list, which it takes under
             // this lock too (see `Shared::finished_waiting`), so either it sees this item or
             // this sees its flag.
-            self.completion_parked.load(Ordering::Relaxed)
+            let wake = self.completion_parked.load(Ordering::Relaxed)
                 || ((urgent || len == self.options.gather_batch)
-                    && self.hurry.gathering.load(Ordering::Relaxed))
+                    && self.hurry.gathering.load(Ordering::Relaxed));
+            // A parked thread's wake for work nobody needs yet may wait for the end of this
+            // thread's burst (see `burst`), unless a full batch waits.
+            (wake, !urgent && len < self.options.gather_batch)
         };
         let side = &*self.issue_side;
         side.pushed
             .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        if wake {
+        if wake && !(may_wait && burst::hold_wake(&self.hurry)) {
             self.hurry.completion.unpark();
         }
     }

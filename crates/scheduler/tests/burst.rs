@@ -1,0 +1,252 @@
+//! A burst (one thread issuing what its own issues made ready, a chain across queues released by
+//! one host signal) wakes a parked completion thread when it ends, not at its first hand-over,
+//! unless a full gather batch waits or a host thread is parked on the work.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use cuhal_scheduler::{Backend, Cleanups, Failure, Queue, QueueOptions, QueueStats, Resources};
+use cuhal_semaphore::Semaphore;
+use cuhal_semaphore::testing::FlagEvent;
+
+use support::{Script, Scripted, eventually};
+
+/// Scripted work, completed at issue; the issue of action `HOLD` tells the test it began and
+/// then waits until the test lets it go, holding the burst open.
+struct Holding {
+    inner: Scripted,
+    began: SyncSender<()>,
+    go: Mutex<Receiver<()>>,
+}
+
+const HOLD: u64 = 1_000;
+
+impl Backend for Holding {
+    type Event = FlagEvent;
+    type Payload = Script;
+    type IssueLocal = ();
+
+    fn issue(
+        &self,
+        _local: &mut (),
+        device_waits: &[FlagEvent],
+        payload: &mut Script,
+    ) -> Result<FlagEvent, Failure> {
+        if payload.id == HOLD {
+            self.began.send(()).unwrap();
+            self.go.lock().unwrap().recv().unwrap();
+        }
+        self.inner.issue(&mut (), device_waits, payload)
+    }
+
+    fn issue_local(&self) {}
+
+    fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
+        self.inner.wait_event(event, spin)
+    }
+
+    fn release(&self, payload: Script) {
+        self.inner.release(payload);
+    }
+}
+
+/// Two queues whose backends hold the burst at `HOLD`: the test's ends of their channels.
+struct Pair {
+    queues: [Arc<Queue<Holding>>; 2],
+    began: [Receiver<()>; 2],
+    go: [SyncSender<()>; 2],
+}
+
+fn pair(options: impl Fn(&str) -> QueueOptions) -> Pair {
+    let mut queues = Vec::new();
+    let mut began = Vec::new();
+    let mut go = Vec::new();
+    for label in ["burst-0", "burst-1"] {
+        let (began_tx, began_rx) = sync_channel(1);
+        let (go_tx, go_rx) = sync_channel(1);
+        let backend = Holding {
+            inner: Scripted::new(true),
+            began: began_tx,
+            go: Mutex::new(go_rx),
+        };
+        queues.push(Arc::new(Queue::new(backend, options(label)).unwrap()));
+        began.push(began_rx);
+        go.push(go_tx);
+    }
+    let queues: [Arc<Queue<Holding>>; 2] = queues.try_into().ok().unwrap();
+    let began: [Receiver<()>; 2] = began.try_into().ok().unwrap();
+    let go: [SyncSender<()>; 2] = go.try_into().ok().unwrap();
+    Pair { queues, began, go }
+}
+
+/// Submits `steps` dependent actions alternating between the queues, the first waiting for
+/// `gate` to reach 1 and step `i` signalling `chain` to `i + 1`; the last one is `HOLD`. Then
+/// waits until both completion threads are parked.
+fn pend_chain(pair: &Pair, gate: &Semaphore<FlagEvent>, chain: &Semaphore<FlagEvent>, steps: u64) {
+    pend_chain_with(pair, gate, chain, steps, None);
+}
+
+/// [`pend_chain`], step 1 also signalling `side` to 1.
+fn pend_chain_with(
+    pair: &Pair,
+    gate: &Semaphore<FlagEvent>,
+    chain: &Semaphore<FlagEvent>,
+    steps: u64,
+    side: Option<&Semaphore<FlagEvent>>,
+) {
+    for i in 0..steps {
+        let wait = if i == 0 { (gate, 1) } else { (chain, i) };
+        let id = if i == steps - 1 { HOLD } else { i };
+        let mut signals = vec![(chain, i + 1)];
+        if let (1, Some(side)) = (i, side) {
+            signals.push((side, 1));
+        }
+        pair.queues[(i % 2) as usize]
+            .submit(
+                &[wait],
+                &signals,
+                Script::id(id),
+                Resources::new(),
+                Cleanups::new(),
+            )
+            .unwrap();
+    }
+    eventually("both completion threads parked", || {
+        pair.queues.iter().all(|q| q.stats().completion_parked)
+    });
+}
+
+/// Releases the chain on another thread and waits until its burst reached `HOLD`, on queue
+/// `(steps - 1) % 2`, then a while longer.
+fn release_until_held(
+    pair: &Pair,
+    gate: &Semaphore<FlagEvent>,
+    steps: u64,
+) -> thread::JoinHandle<()> {
+    let signaller = {
+        let gate = gate.clone();
+        thread::spawn(move || gate.signal(1).unwrap())
+    };
+    pair.began[((steps - 1) % 2) as usize]
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the burst reached the held step");
+    // A woken completion thread would have taken and retired its batch by now.
+    thread::sleep(Duration::from_millis(50));
+    signaller
+}
+
+fn stats(pair: &Pair) -> [QueueStats; 2] {
+    [pair.queues[0].stats(), pair.queues[1].stats()]
+}
+
+/// Actions each queue's completion thread released so far. (Not `stats`, which takes the issue
+/// lock that the held burst holds.)
+fn released(pair: &Pair) -> [usize; 2] {
+    [0, 1].map(|q| {
+        pair.queues[q]
+            .backend()
+            .inner
+            .released
+            .load(Ordering::SeqCst)
+    })
+}
+
+#[test]
+fn a_chain_released_by_one_signal_wakes_the_completion_threads_when_it_is_issued() {
+    let pair = pair(|label| QueueOptions::new(label).with_idle_spin(Duration::ZERO));
+    let (gate, chain) = (Semaphore::new(0), Semaphore::new(0));
+    let steps = 20;
+    pend_chain(&pair, &gate, &chain, steps);
+    let before = stats(&pair);
+    let signaller = release_until_held(&pair, &gate, steps);
+    let during = released(&pair);
+    // Let go of the burst before any check, so that a failed one does not leave it held.
+    pair.go[((steps - 1) % 2) as usize].send(()).unwrap();
+    signaller.join().unwrap();
+    assert_eq!(during, [0, 0], "released during the burst");
+    // The burst's end woke both threads.
+    eventually("every step retired", || {
+        stats(&pair).iter().map(QueueStats::retired).sum::<u64>() == steps
+    });
+    for (queue, (now, before)) in stats(&pair).iter().zip(&before).enumerate() {
+        assert_eq!(
+            now.issued_on_signal,
+            steps / 2,
+            "queue {queue}: steps the burst issued"
+        );
+        // Woken once, at the burst's end.
+        assert_eq!(now.retire_batches, 1, "queue {queue}: batches");
+        assert!(
+            now.completion_parks >= before.completion_parks,
+            "queue {queue}"
+        );
+    }
+    assert_eq!(chain.query().unwrap(), steps);
+}
+
+#[test]
+fn a_full_gather_batch_wakes_the_completion_thread_during_a_burst() {
+    let batch = 4;
+    let pair = pair(|label| {
+        QueueOptions::new(label)
+            .with_idle_spin(Duration::ZERO)
+            .with_gather_batch(batch)
+    });
+    let (gate, chain) = (Semaphore::new(0), Semaphore::new(0));
+    // Nine steps handed over on each queue before the held one: more than two batches each.
+    let steps = 20;
+    pend_chain(&pair, &gate, &chain, steps);
+    let signaller = release_until_held(&pair, &gate, steps);
+    let during = released(&pair);
+    pair.go[((steps - 1) % 2) as usize].send(()).unwrap();
+    signaller.join().unwrap();
+    for (queue, released) in during.iter().enumerate() {
+        assert!(
+            *released >= batch,
+            "queue {queue}: {released} released during the burst, with batches of {batch}"
+        );
+    }
+    eventually("every step retired", || {
+        stats(&pair).iter().map(QueueStats::retired).sum::<u64>() == steps
+    });
+}
+
+#[test]
+fn work_a_host_thread_is_parked_on_wakes_the_completion_thread_during_a_burst() {
+    let pair = pair(|label| {
+        QueueOptions::new(label)
+            .with_idle_spin(Duration::ZERO)
+            .with_completion_gather(Duration::from_secs(20))
+    });
+    let (gate, chain, side) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+    let steps = 20;
+    pend_chain_with(&pair, &gate, &chain, steps, Some(&side));
+    // Parked on `side` beyond what step 1 signals: step 1's hand-over finds a host thread
+    // parked on its signal, so it is urgent and queue 1's completion thread is woken for it
+    // while the burst is held.
+    let waiter = {
+        let side = side.clone();
+        thread::spawn(move || side.wait(2, Duration::from_secs(10)))
+    };
+    eventually("the host waiter parked", || side.has_waiters());
+    let signaller = release_until_held(&pair, &gate, steps);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while released(&pair)[1] == 0 && std::time::Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let during = released(&pair);
+    side.signal(2).unwrap();
+    waiter.join().unwrap().unwrap();
+    pair.go[((steps - 1) % 2) as usize].send(()).unwrap();
+    signaller.join().unwrap();
+    assert!(during[1] >= 1, "queue 1 released nothing during the burst");
+    assert_eq!(during[0], 0, "queue 0 released during the burst");
+    eventually("every step retired", || {
+        stats(&pair).iter().map(QueueStats::retired).sum::<u64>() == steps
+    });
+}

@@ -55,11 +55,13 @@ impl Backend for Holding {
     }
 }
 
-/// Two queues whose backends hold the burst at `HOLD`: the test's ends of their channels.
+/// Two queues whose backends hold the burst at `HOLD`: the test's ends of their channels. `go`
+/// drops first, so a test that fails while the burst is held lets it go (its `recv` fails) before
+/// the queues shut down.
 struct Pair {
-    queues: [Arc<Queue<Holding>>; 2],
-    began: [Receiver<()>; 2],
     go: [SyncSender<()>; 2],
+    began: [Receiver<()>; 2],
+    queues: [Arc<Queue<Holding>>; 2],
 }
 
 fn pair(options: impl Fn(&str) -> QueueOptions) -> Pair {
@@ -81,7 +83,7 @@ fn pair(options: impl Fn(&str) -> QueueOptions) -> Pair {
     let queues: [Arc<Queue<Holding>>; 2] = queues.try_into().ok().unwrap();
     let began: [Receiver<()>; 2] = began.try_into().ok().unwrap();
     let go: [SyncSender<()>; 2] = go.try_into().ok().unwrap();
-    Pair { queues, began, go }
+    Pair { go, began, queues }
 }
 
 /// Submits `steps` dependent actions alternating between the queues, the first waiting for

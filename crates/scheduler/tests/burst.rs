@@ -10,50 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use cuhal_scheduler::{Backend, Cleanups, Failure, Queue, QueueOptions, QueueStats, Resources};
+use cuhal_scheduler::{Cleanups, Queue, QueueOptions, QueueStats, Resources};
 use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 
 use support::{Script, Scripted, eventually};
 
-/// Scripted work, completed at issue; the issue of action `HOLD` tells the test it began and
-/// then waits until the test lets it go, holding the burst open.
-struct Holding {
-    inner: Scripted,
-    began: SyncSender<()>,
-    go: Mutex<Receiver<()>>,
-}
-
+/// The issue of this action tells the test it began and then waits until the test lets it go,
+/// holding the burst open.
 const HOLD: u64 = 1_000;
-
-impl Backend for Holding {
-    type Event = FlagEvent;
-    type Payload = Script;
-    type IssueLocal = ();
-
-    fn issue(
-        &self,
-        _local: &mut (),
-        device_waits: &[FlagEvent],
-        payload: &mut Script,
-    ) -> Result<FlagEvent, Failure> {
-        if payload.id == HOLD {
-            self.began.send(()).unwrap();
-            self.go.lock().unwrap().recv().unwrap();
-        }
-        self.inner.issue(&mut (), device_waits, payload)
-    }
-
-    fn issue_local(&self) {}
-
-    fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
-        self.inner.wait_event(event, spin)
-    }
-
-    fn release(&self, payload: Script) {
-        self.inner.release(payload);
-    }
-}
 
 /// Two queues whose backends hold the burst at `HOLD`: the test's ends of their channels. `go`
 /// drops first, so a test that fails while the burst is held lets it go (its `recv` fails) before
@@ -61,7 +26,7 @@ impl Backend for Holding {
 struct Pair {
     go: [SyncSender<()>; 2],
     began: [Receiver<()>; 2],
-    queues: [Arc<Queue<Holding>>; 2],
+    queues: [Arc<Queue<Scripted>>; 2],
 }
 
 fn pair(options: impl Fn(&str) -> QueueOptions) -> Pair {
@@ -71,16 +36,19 @@ fn pair(options: impl Fn(&str) -> QueueOptions) -> Pair {
     for label in ["burst-0", "burst-1"] {
         let (began_tx, began_rx) = sync_channel(1);
         let (go_tx, go_rx) = sync_channel(1);
-        let backend = Holding {
-            inner: Scripted::new(true),
-            began: began_tx,
-            go: Mutex::new(go_rx),
-        };
+        let go_rx = Mutex::new(go_rx);
+        // Scripted work, completed at issue.
+        let backend = Scripted::with_on_issue(true, move |script| {
+            if script.id == HOLD {
+                began_tx.send(()).unwrap();
+                go_rx.lock().unwrap().recv().unwrap();
+            }
+        });
         queues.push(Arc::new(Queue::new(backend, options(label)).unwrap()));
         began.push(began_rx);
         go.push(go_tx);
     }
-    let queues: [Arc<Queue<Holding>>; 2] = queues.try_into().ok().unwrap();
+    let queues: [Arc<Queue<Scripted>>; 2] = queues.try_into().ok().unwrap();
     let began: [Receiver<()>; 2] = began.try_into().ok().unwrap();
     let go: [SyncSender<()>; 2] = go.try_into().ok().unwrap();
     Pair { go, began, queues }
@@ -149,13 +117,7 @@ fn stats(pair: &Pair) -> [QueueStats; 2] {
 /// Actions each queue's completion thread released so far. (Not `stats`, which takes the issue
 /// lock that the held burst holds.)
 fn released(pair: &Pair) -> [usize; 2] {
-    [0, 1].map(|q| {
-        pair.queues[q]
-            .backend()
-            .inner
-            .released
-            .load(Ordering::SeqCst)
-    })
+    [0, 1].map(|q| pair.queues[q].backend().released.load(Ordering::SeqCst))
 }
 
 #[test]

@@ -38,6 +38,9 @@ impl Script {
     }
 }
 
+/// What a [`Scripted`] backend calls at the start of every issue.
+pub type OnIssue = Box<dyn Fn(&Script) + Send + Sync>;
+
 /// A backend whose events are `FlagEvent`s the test completes (or that complete at issue), and
 /// which records every issue.
 pub struct Scripted {
@@ -45,6 +48,8 @@ pub struct Scripted {
     pub live: LiveCounter,
     pub auto_complete: bool,
     pub released: AtomicUsize,
+    /// Called at the start of every issue (a test that holds an issue open, say).
+    pub on_issue: Option<OnIssue>,
 }
 
 impl Scripted {
@@ -54,6 +59,18 @@ impl Scripted {
             live: LiveCounter::new(),
             auto_complete,
             released: AtomicUsize::new(0),
+            on_issue: None,
+        }
+    }
+
+    /// As [`Scripted::new`], calling `on_issue` at the start of every issue.
+    pub fn with_on_issue(
+        auto_complete: bool,
+        on_issue: impl Fn(&Script) + Send + Sync + 'static,
+    ) -> Self {
+        Scripted {
+            on_issue: Some(Box::new(on_issue)),
+            ..Scripted::new(auto_complete)
         }
     }
 
@@ -82,6 +99,9 @@ impl Backend for Scripted {
         device_waits: &[FlagEvent],
         payload: &mut Script,
     ) -> Result<FlagEvent, Failure> {
+        if let Some(on_issue) = &self.on_issue {
+            on_issue(payload);
+        }
         if let Some(failure) = payload.fail_issue.clone() {
             return Err(failure);
         }

@@ -15,6 +15,8 @@
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::shared::Hurry;
 use crate::sync::thread_local;
 
@@ -22,16 +24,20 @@ use crate::sync::thread_local;
 thread_local! {
     /// Issue locks this thread holds now, and whether it holds back a wake.
     static BURST: Burst = const { Burst { depth: Cell::new(0), held: Cell::new(false) } };
-    /// The completion threads whose wakes this thread holds back, each once.
-    static HELD: RefCell<Vec<Arc<Hurry>>> = const { RefCell::new(Vec::new()) };
+    /// The completion threads whose wakes this thread holds back, each once. Inline, so that a
+    /// thread's first held wake allocates nothing either.
+    static HELD: RefCell<Held> = RefCell::new(Held::new());
 }
 
 // The same under loom, whose macro takes no `const` initialiser (each loom thread has its own).
 #[cfg(loom)]
 thread_local! {
     static BURST: Burst = Burst { depth: Cell::new(0), held: Cell::new(false) };
-    static HELD: RefCell<Vec<Arc<Hurry>>> = RefCell::new(Vec::new());
+    static HELD: RefCell<Held> = RefCell::new(Held::new());
 }
+
+/// Room for the queues of a burst across eight before the list spills (and keeps its spill).
+type Held = SmallVec<[Arc<Hurry>; 8]>;
 
 struct Burst {
     depth: Cell<usize>,

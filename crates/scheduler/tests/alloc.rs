@@ -1,7 +1,8 @@
 //! No heap allocation per action in steady state: a counting global allocator sees zero
 //! allocations over 10,000 submissions after warm-up, on the host backend, with every kind of
 //! wait (reached, device wait across queues, pending then issued by the worker), resources and
-//! cleanups. Its own test binary (no harness), so nothing else allocates while it counts.
+//! cleanups; nor in a fresh thread's first burst. Its own test binary (no harness), so nothing
+//! else allocates while it counts.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -131,6 +132,69 @@ impl Pipeline {
     }
 }
 
+/// A chain across both queues, pending on a gate, released by a thread that never issued
+/// before, while both completion threads are parked: its burst holds back their wakes (see the
+/// scheduler's `burst` module) until it ends. Returns the allocations from the release to the
+/// burst's end.
+fn first_burst_of_a_fresh_thread(pipeline: &Pipeline) -> usize {
+    let gate = HostSemaphore::new(0);
+    let chain = HostSemaphore::new(0);
+    const STEPS: u64 = 16;
+    let pend = |round: u64| {
+        for i in 0..STEPS {
+            let step = round * STEPS + i;
+            let wait = if i == 0 {
+                (&gate, round + 1)
+            } else {
+                (&chain, step)
+            };
+            let queue = if i % 2 == 0 { &pipeline.a } else { &pipeline.b };
+            queue
+                .submit(
+                    &[wait],
+                    &[(&chain, step + 1)],
+                    HostPayload::Nop,
+                    Resources::new(),
+                    Cleanups::new(),
+                )
+                .unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !(pipeline.a.stats().completion_parked && pipeline.b.stats().completion_parked) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the completion threads did not park"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    // Warm-up, released by this thread: the chain semaphore's timepoint list grows to the
+    // chain's length once.
+    pend(0);
+    gate.signal(1).unwrap();
+    chain.wait(STEPS, Duration::from_secs(10)).unwrap();
+    pend(1);
+    let go = Arc::new(AtomicBool::new(false));
+    let signaller = {
+        let (go, gate) = (go.clone(), gate.clone());
+        std::thread::spawn(move || {
+            while !go.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            gate.signal(2).unwrap();
+            // Off the count once the burst is over (the thread's end frees, and may allocate).
+            COUNTING.store(false, Ordering::SeqCst);
+        })
+    };
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    go.store(true, Ordering::SeqCst);
+    signaller.join().unwrap();
+    let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
+    chain.wait(2 * STEPS, Duration::from_secs(10)).unwrap();
+    allocations
+}
+
 fn main() {
     let mut pipeline = Pipeline {
         a: host::queue(QueueOptions::new("alloc-a")).unwrap(),
@@ -196,6 +260,12 @@ fn main() {
     );
     assert!(stats.1.issued_on_submit > 0, "the fast path was exercised");
     assert_eq!(allocations, 0, "steady state must not allocate");
+    let first_burst = first_burst_of_a_fresh_thread(&pipeline);
+    println!("alloc: a fresh thread's first burst, {first_burst} allocations");
+    assert_eq!(
+        first_burst, 0,
+        "a burst's held-back wakes must not allocate"
+    );
     drop(pipeline);
     println!("alloc: ok");
 }

@@ -185,7 +185,9 @@ fn work_a_host_thread_is_parked_on_wakes_the_completion_thread_during_a_burst() 
     let pair = pair(|label| {
         QueueOptions::new(label)
             .with_idle_spin(Duration::ZERO)
-            .with_completion_gather(Duration::from_secs(20))
+            // Gathering, so that a hand-over can be urgent; short, so that what the burst
+            // handed a gathering thread afterwards retires within the test's patience.
+            .with_completion_gather(Duration::from_millis(100))
     });
     let (gate, chain, side) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
     let steps = 20;

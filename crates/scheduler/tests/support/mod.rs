@@ -155,10 +155,22 @@ pub fn tracked(drops: &Arc<AtomicUsize>) -> Resource {
 }
 
 /// Polls `done` for up to five seconds.
-pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+pub fn eventually(what: &str, done: impl FnMut() -> bool) {
+    assert!(
+        within(Duration::from_secs(5), done),
+        "timed out waiting for: {what}"
+    );
+}
+
+/// Polls `done` for up to `limit`; whether it came true (for a test that must tidy up before it
+/// asserts).
+pub fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
     while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        if Instant::now() >= deadline {
+            return false;
+        }
         thread::sleep(Duration::from_millis(1));
     }
+    true
 }

@@ -138,16 +138,23 @@ fn released(pair: &Pair) -> [usize; 2] {
     [0, 1].map(|q| pair.queues[q].backend().released.load(Ordering::SeqCst))
 }
 
+/// A chain of `steps` pended, released until its last step holds the burst, and let go: what
+/// each queue released while it was held, and the chain's semaphore. The burst is let go before
+/// any check, so that a failed one does not leave it held.
+fn released_while_held(pair: &Pair, steps: u64) -> ([usize; 2], Semaphore<FlagEvent>) {
+    let (gate, chain) = (Semaphore::new(0), Semaphore::new(0));
+    pend_chain(pair, &gate, &chain, steps);
+    let signaller = release_until_held(pair, &gate, steps);
+    let during = released(pair);
+    let_go(pair, steps, signaller);
+    (during, chain)
+}
+
 #[test]
 fn a_chain_released_by_one_signal_wakes_the_completion_threads_when_it_is_issued() {
     let pair = pair(|label| QueueOptions::new(label).with_idle_spin(Duration::ZERO));
-    let (gate, chain) = (Semaphore::new(0), Semaphore::new(0));
     let steps = 20;
-    pend_chain(&pair, &gate, &chain, steps);
-    let signaller = release_until_held(&pair, &gate, steps);
-    let during = released(&pair);
-    // Let go of the burst before any check, so that a failed one does not leave it held.
-    let_go(&pair, steps, signaller);
+    let (during, chain) = released_while_held(&pair, steps);
     assert_eq!(during, [0, 0], "released during the burst");
     // The burst's end woke both threads.
     all_retire(&pair, steps);
@@ -171,13 +178,9 @@ fn a_full_gather_batch_wakes_the_completion_thread_during_a_burst() {
             .with_idle_spin(Duration::ZERO)
             .with_gather_batch(batch)
     });
-    let (gate, chain) = (Semaphore::new(0), Semaphore::new(0));
     // Nine steps handed over on each queue before the held one: more than two batches each.
     let steps = 20;
-    pend_chain(&pair, &gate, &chain, steps);
-    let signaller = release_until_held(&pair, &gate, steps);
-    let during = released(&pair);
-    let_go(&pair, steps, signaller);
+    let (during, _) = released_while_held(&pair, steps);
     for (queue, released) in during.iter().enumerate() {
         assert!(
             *released >= batch,

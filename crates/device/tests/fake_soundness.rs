@@ -260,8 +260,6 @@ fn dealloca_frees_only_after_every_queued_use() {
     assert_eq!(live(&fake), Counts::default());
 }
 
-/// A driver without `cuGraphAddEventRecordNode` (needed only to trace inside graphs) still
-/// opens; asking for graph tracing is a typed error naming the symbol.
 /// An execute whose command buffer uses more stream-ordered allocations than a submission keeps
 /// inline holds every one of them until it completes: deallocas queued meanwhile free nothing
 /// early, each time the queue's slots are reused.
@@ -308,6 +306,8 @@ fn an_execute_holds_every_one_of_many_allocations_it_uses() {
     assert!(q0.lost().is_none() && q1.lost().is_none());
 }
 
+/// A driver without `cuGraphAddEventRecordNode` (needed only to trace inside graphs) still
+/// opens; asking for graph tracing is a typed error naming the symbol.
 #[test]
 fn a_driver_without_graph_event_nodes_opens_and_refuses_graph_tracing_by_name() {
     let (_fake, driver) = load_with("no-event-node", |fake| {

@@ -13,6 +13,8 @@ use cuhal_scheduler::host::{self, HostPayload, HostQueue, HostSemaphore};
 use cuhal_scheduler::{Cleanup, Cleanups, Failure, Outcome, QueueOptions, Resource, Resources};
 use smallvec::smallvec;
 
+mod support;
+
 struct Counting;
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
@@ -159,14 +161,12 @@ fn first_burst_of_a_fresh_thread(pipeline: &Pipeline) -> usize {
                 )
                 .unwrap();
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !(pipeline.a.stats().completion_parked && pipeline.b.stats().completion_parked) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the completion threads did not park"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let parked =
+            || pipeline.a.stats().completion_parked && pipeline.b.stats().completion_parked;
+        assert!(
+            support::within(Duration::from_secs(10), parked),
+            "the completion threads did not park"
+        );
     };
     // Warm-up, released by this thread: the chain semaphore's timepoint list grows to the
     // chain's length once.

@@ -23,11 +23,31 @@ impl AlignedBytes {
     pub(crate) fn push(&mut self, bytes: &[u8], align: usize) -> usize {
         debug_assert!(align.is_power_of_two() && align <= MAX_ALIGN);
         let offset = self.len.next_multiple_of(align);
-        let end = offset + bytes.len();
+        self.grow_to(offset + bytes.len());
+        self.write_at(offset, bytes)
+    }
+
+    /// As [`Self::push`] for bytes whose size the caller gave: `None`, with nothing appended,
+    /// when the host has no memory for them (or the size overflows).
+    pub(crate) fn try_push(&mut self, bytes: &[u8], align: usize) -> Option<usize> {
+        debug_assert!(align.is_power_of_two() && align <= MAX_ALIGN);
+        let offset = self.len.next_multiple_of(align);
+        let end = offset.checked_add(bytes.len())?;
+        let more = end.div_ceil(16).saturating_sub(self.chunks.len());
+        self.chunks.try_reserve(more).ok()?;
+        self.grow_to(end);
+        Some(self.write_at(offset, bytes))
+    }
+
+    fn grow_to(&mut self, end: usize) {
         let chunks = end.div_ceil(16);
         if chunks > self.chunks.len() {
             self.chunks.resize(chunks, Chunk::default());
         }
+    }
+
+    fn write_at(&mut self, offset: usize, bytes: &[u8]) -> usize {
+        let end = offset + bytes.len();
         self.as_mut_slice_to(end)[offset..end].copy_from_slice(bytes);
         self.len = end;
         offset
@@ -72,22 +92,27 @@ pub(crate) struct StableArena {
 impl StableArena {
     const BLOCK: usize = 64 * 1024;
 
-    /// Copies `bytes` into the arena and returns the copy's stable address.
-    pub(crate) fn copy(&mut self, bytes: &[u8]) -> *const u8 {
+    /// Copies `bytes` into the arena and returns the copy's stable address, or `None` when the
+    /// host has no memory for a new block (the caller gives the size, so this is fallible).
+    pub(crate) fn copy(&mut self, bytes: &[u8]) -> Option<*const u8> {
         let fits = self
             .blocks
             .last()
             .is_some_and(|b| b.len() - self.used >= bytes.len());
         if !fits {
-            self.blocks
-                .push(vec![0u8; bytes.len().max(Self::BLOCK)].into_boxed_slice());
+            let size = bytes.len().max(Self::BLOCK);
+            let mut block = Vec::new();
+            block.try_reserve_exact(size).ok()?;
+            self.blocks.try_reserve(1).ok()?;
+            block.resize(size, 0u8);
+            self.blocks.push(block.into_boxed_slice());
             self.used = 0;
         }
         let block = self.blocks.last_mut().expect("a block was just ensured");
         let dst = &mut block[self.used..self.used + bytes.len()];
         dst.copy_from_slice(bytes);
         self.used += bytes.len();
-        dst.as_ptr()
+        Some(dst.as_ptr())
     }
 
     /// Total bytes reserved.
@@ -122,12 +147,12 @@ mod tests {
     #[test]
     fn stable_arena_addresses_never_move() {
         let mut arena = StableArena::default();
-        let first = arena.copy(&[7; 100]);
+        let first = arena.copy(&[7; 100]).unwrap();
         let mut later = Vec::new();
         for i in 0..50u8 {
-            later.push((arena.copy(&[i; 5000]), i));
+            later.push((arena.copy(&[i; 5000]).unwrap(), i));
         }
-        let big = arena.copy(&[9; 200_000]);
+        let big = arena.copy(&[9; 200_000]).unwrap();
         // SAFETY: every pointer came from `copy` and the arena is alive and not mutated.
         unsafe {
             assert_eq!(std::slice::from_raw_parts(first, 100), &[7; 100][..]);

@@ -24,6 +24,7 @@ use std::fmt;
 use cuhal_sys::{CUcontext, CUdeviceptr};
 use smallvec::SmallVec;
 
+use crate::error::out_of_host_memory;
 use crate::range::check_no_overlap;
 use crate::{ArgSlot, BufferRange, Error};
 
@@ -32,6 +33,14 @@ use crate::{ArgSlot, BufferRange, Error};
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BindingError {
+    /// A command buffer created with more binding slots than a table may have
+    /// ([`MAX_BINDING_CAPACITY`]).
+    CapacityTooLarge {
+        /// The capacity asked for.
+        capacity: u32,
+        /// The largest capacity allowed.
+        max: u32,
+    },
     /// A slot at or past the command buffer's binding capacity (0 for a command buffer
     /// created without one).
     SlotOutOfCapacity {
@@ -109,6 +118,11 @@ pub enum BindingError {
 impl fmt::Display for BindingError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            BindingError::CapacityTooLarge { capacity, max } => write!(
+                f,
+                "a binding capacity of {capacity} slots is more than a binding table may have \
+                 ({max})"
+            ),
             BindingError::SlotOutOfCapacity { slot, capacity } => write!(
                 f,
                 "binding slot {slot} is outside the command buffer's binding capacity of \
@@ -246,13 +260,22 @@ impl Operand {
     }
 }
 
+/// The most binding slots a command buffer may have. Every submission checks its table entry by
+/// entry, so a table is meant to be small (runtimes bind tens of buffers per dispatch); 65,536
+/// entries are 2 MiB of ranges checked per submission, far past any use, and keep a capacity
+/// given by mistake (`u32::MAX`) a typed error instead of a table nobody can pass.
+pub const MAX_BINDING_CAPACITY: u32 = 1 << 16;
+
 /// What a command buffer recorded about its binding slots, checked against each table.
+///
+/// Its storage grows with the slots the commands name, never with the declared capacity.
 #[derive(Clone, Debug, Default)]
 pub struct BindingLayout {
     capacity: u32,
-    /// Per slot below `capacity`: the largest `offset + length` used (`None`: unused).
+    /// Per slot named so far (`slot < extents.len() <= capacity`): the largest
+    /// `offset + length` used (`None`: unused).
     extents: Vec<Option<usize>>,
-    /// Per slot: the largest fill element size used on it (1 when none).
+    /// Per slot named so far: the largest fill element size used on it (1 when none).
     alignments: Vec<u8>,
     /// Copies with a slot operand: checked for overlap once the table is known.
     copies: Vec<(Operand, Operand, usize)>,
@@ -275,14 +298,20 @@ impl BindingLayout {
         &NO_BINDINGS
     }
 
-    pub(crate) fn with_capacity(capacity: u32) -> Self {
-        Self {
-            capacity,
-            extents: vec![None; capacity as usize],
-            alignments: vec![1; capacity as usize],
-            copies: Vec::new(),
-            needed: 0,
+    /// An empty layout for slots below `capacity`; more than [`MAX_BINDING_CAPACITY`] is an
+    /// error. Nothing is allocated until a command names a slot.
+    pub(crate) fn with_capacity(capacity: u32) -> Result<Self, Error> {
+        if capacity > MAX_BINDING_CAPACITY {
+            return Err(BindingError::CapacityTooLarge {
+                capacity,
+                max: MAX_BINDING_CAPACITY,
+            }
+            .into());
         }
+        Ok(Self {
+            capacity,
+            ..Self::default()
+        })
     }
 
     /// The binding capacity the command buffer was created with.
@@ -305,21 +334,30 @@ impl BindingLayout {
         self.extents.get(slot as usize).copied().flatten()
     }
 
-    /// Checks that `slot` exists, without recording anything.
-    fn check_slot(&self, slot: u32) -> Result<(), Error> {
-        if slot < self.capacity {
-            Ok(())
-        } else {
-            Err(BindingError::SlotOutOfCapacity {
+    /// Checks that `slot` exists and makes room to note its use, without recording anything:
+    /// the notes after the command is encoded then cannot fail.
+    fn check_slot(&mut self, slot: u32) -> Result<(), Error> {
+        if slot >= self.capacity {
+            return Err(BindingError::SlotOutOfCapacity {
                 slot,
                 capacity: self.capacity,
             }
-            .into())
+            .into());
         }
+        let len = slot as usize + 1;
+        if let Some(more) = len.checked_sub(self.extents.len()).filter(|&n| n > 0) {
+            let bytes = more * (size_of::<Option<usize>>() + size_of::<u8>());
+            let room = self.extents.try_reserve(more);
+            room.and_then(|()| self.alignments.try_reserve(more))
+                .map_err(|_| out_of_host_memory("binding layout", bytes))?;
+            self.extents.resize(len, None);
+            self.alignments.resize(len, 1);
+        }
+        Ok(())
     }
 
     /// Checks a range's slot (if it has one) before a command is recorded.
-    pub(crate) fn check_range(&self, range: &BufferRange) -> Result<(), Error> {
+    pub(crate) fn check_range(&mut self, range: &BufferRange) -> Result<(), Error> {
         match range.binding_slot() {
             Some(slot) => self.check_slot(slot),
             None => Ok(()),
@@ -327,7 +365,7 @@ impl BindingLayout {
     }
 
     /// Checks the slots kernel arguments name.
-    pub(crate) fn check_args(&self, bindings: &[ArgBinding]) -> Result<(), Error> {
+    pub(crate) fn check_args(&mut self, bindings: &[ArgBinding]) -> Result<(), Error> {
         bindings.iter().try_for_each(|b| self.check_slot(b.slot))
     }
 
@@ -534,10 +572,11 @@ mod tests {
     }
 
     fn layout() -> BindingLayout {
-        let mut l = BindingLayout::with_capacity(4);
+        let mut l = BindingLayout::with_capacity(4).unwrap();
         let a = BufferRange::slot(0, 16, 64).unwrap();
         let b = BufferRange::slot(2, 0, 32).unwrap();
         l.check_range(&a).unwrap();
+        l.check_range(&b).unwrap();
         l.use_range(&a, 4);
         l.use_range(&b, 1);
         l.use_copy(&b, &BufferRange::slot(0, 0, 32).unwrap());
@@ -546,7 +585,7 @@ mod tests {
 
     #[test]
     fn extents_and_needed_slots_follow_the_recording() {
-        let l = layout();
+        let mut l = layout();
         assert_eq!(l.extent(0), Some(80));
         assert_eq!(l.extent(1), None);
         assert_eq!(l.extent(2), Some(32));
@@ -559,6 +598,35 @@ mod tests {
                 capacity: 4
             }))
         );
+    }
+
+    #[test]
+    fn a_capacity_past_the_limit_is_an_error_and_storage_follows_the_slots_named() {
+        for capacity in [MAX_BINDING_CAPACITY + 1, u32::MAX] {
+            assert_eq!(
+                BindingLayout::with_capacity(capacity).unwrap_err(),
+                Error::Binding(BindingError::CapacityTooLarge {
+                    capacity,
+                    max: MAX_BINDING_CAPACITY
+                })
+            );
+        }
+        let mut l = BindingLayout::with_capacity(MAX_BINDING_CAPACITY).unwrap();
+        assert_eq!(l.extents.capacity() + l.alignments.capacity(), 0);
+        let range = BufferRange::slot(3, 0, 8).unwrap();
+        l.check_range(&range).unwrap();
+        l.use_range(&range, 1);
+        assert_eq!((l.extents.len(), l.alignments.len()), (4, 4));
+        assert!(
+            l.extents.capacity() < 64,
+            "grown to {}",
+            l.extents.capacity()
+        );
+        assert_eq!(l.slots_used(), 4);
+        // The highest slot: storage for every slot below it, and nothing past.
+        let last = BufferRange::slot(MAX_BINDING_CAPACITY - 1, 0, 8).unwrap();
+        l.check_range(&last).unwrap();
+        assert_eq!(l.extents.len(), MAX_BINDING_CAPACITY as usize);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, PrimaryContext};
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
 use crate::binding::{Operand, with_bound_args};
+use crate::error::out_of_host_memory;
 use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes};
 use crate::recorder::{CommandZone, Encoder, Recorded, Recorder};
@@ -191,7 +192,10 @@ impl DeferredEncoder {
         };
         // The packed block keeps its internal layout (each value aligned) because it starts at
         // an offset aligned to the largest alignment the builder uses.
-        let base = self.bytes.push(args.bytes(), MAX_ALIGN);
+        let base = self
+            .bytes
+            .try_push(args.bytes(), MAX_ALIGN)
+            .ok_or_else(|| out_of_host_memory("kernel arguments", args.bytes().len()))?;
         let first_arg = u32::try_from(self.arg_offsets.len()).map_err(|_| too_big())?;
         let mut offsets = Vec::with_capacity(args.len());
         for slot in args.slots() {
@@ -256,7 +260,10 @@ impl Encoder for DeferredEncoder {
     }
 
     fn update(&mut self, target: Operand, data: &[u8], zone: CommandZone) -> Result<(), Error> {
-        let offset = self.bytes.push(data, 1);
+        let offset = self
+            .bytes
+            .try_push(data, 1)
+            .ok_or_else(|| out_of_host_memory("update's bytes", data.len()))?;
         self.bind(zone, target, Operand::Address(0), BoundArgs::default());
         self.push(
             zone,
@@ -395,7 +402,7 @@ impl DeferredCommandBuffer {
         capacity: u32,
     ) -> Result<Self, Error> {
         let mut this = Self::begin(Some(Arc::clone(context)), zones)?;
-        this.recorder.set_binding_capacity(capacity);
+        this.recorder.set_binding_capacity(capacity)?;
         Ok(this)
     }
 

@@ -34,6 +34,14 @@ pub enum Error {
         /// What was empty (`"buffer"`, `"fill"`, `"update"`, `"copy"`).
         what: &'static str,
     },
+    /// The host had no memory for something whose size the caller gave (inline update bytes,
+    /// kernel arguments, a binding layout): nothing was recorded.
+    OutOfHostMemory {
+        /// What needed the memory.
+        what: &'static str,
+        /// Bytes asked for.
+        bytes: usize,
+    },
     /// A host buffer is used by queued device work (a queue read writes into it until the read
     /// completes): reading it now would race with the device's writes. Wait for the work first.
     HostBufferBusy,
@@ -311,6 +319,9 @@ impl fmt::Display for Error {
                 "the buffer's memory was released by its owner (a dealloca): the handle may no \
                  longer reach it"
             ),
+            Error::OutOfHostMemory { what, bytes } => {
+                write!(f, "the host has no memory for the {what} ({bytes} bytes)")
+            }
             Error::HostBufferBusy => write!(
                 f,
                 "the host buffer is used by queued device work: wait for that work (the signal \
@@ -510,4 +521,9 @@ impl std::error::Error for Error {
             _ => self.cuda().map(|e| e as _),
         }
     }
+}
+
+/// The error for a host allocation of `bytes` that failed for `what`.
+pub(crate) fn out_of_host_memory(what: &'static str, bytes: usize) -> Error {
+    Error::OutOfHostMemory { what, bytes }
 }

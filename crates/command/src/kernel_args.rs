@@ -13,6 +13,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
+use crate::error::out_of_host_memory;
 use crate::{ArgBinding, Buffer, BufferRange, Error};
 
 mod sealed {
@@ -229,17 +230,26 @@ impl KernelArgs {
                 reason: "an argument of zero bytes",
             });
         }
-        self.push_slot(bytes, align);
+        // The caller gives the size: a host without the memory is an error, not an abort.
+        let offset = self
+            .bytes
+            .try_push(bytes, align)
+            .ok_or_else(|| out_of_host_memory("kernel arguments", bytes.len()))?;
+        self.note_slot(offset, bytes.len());
         Ok(self)
     }
 
     fn push_slot(&mut self, bytes: &[u8], align: usize) {
         let offset = self.bytes.push(bytes, align);
+        self.note_slot(offset, bytes.len());
+    }
+
+    fn note_slot(&mut self, offset: usize, size: usize) {
         // Sizes past u32 saturate; such arguments are refused at dispatch (the driver takes at
         // most 32,764 bytes of them).
         self.slots.push(ArgSlot {
             offset: u32::try_from(offset).unwrap_or(u32::MAX),
-            size: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+            size: u32::try_from(size).unwrap_or(u32::MAX),
         });
     }
 

@@ -124,7 +124,7 @@ mod stream_work;
 pub use stream_ops::fill as enqueue_fill;
 mod trace_hook;
 
-pub use binding::{ArgBinding, BindingError, BindingLayout};
+pub use binding::{ArgBinding, BindingError, BindingLayout, MAX_BINDING_CAPACITY};
 pub use buffer::{Buffer, HostAccess, HostBuffer, HostBufferUse, WorkDone};
 pub use deferred::{DeferredCommandBuffer, DeferredExec};
 pub use error::Error;

@@ -647,9 +647,11 @@ impl<E: Encoder> Recorder<E> {
         self.encoder.as_mut()
     }
 
-    /// Lets the commands recorded from now on name slots below `capacity`.
-    pub(crate) fn set_binding_capacity(&mut self, capacity: u32) {
-        self.layout = BindingLayout::with_capacity(capacity);
+    /// Lets the commands recorded from now on name slots below `capacity` (at most
+    /// [`MAX_BINDING_CAPACITY`](crate::MAX_BINDING_CAPACITY)).
+    pub(crate) fn set_binding_capacity(&mut self, capacity: u32) -> Result<(), Error> {
+        self.layout = BindingLayout::with_capacity(capacity)?;
+        Ok(())
     }
 
     /// What the commands use of each binding slot.

@@ -11,6 +11,7 @@ use cuhal_sys::{CUevent, CUstream, PrimaryContext};
 
 use crate::arena::StableArena;
 use crate::binding::Operand;
+use crate::error::out_of_host_memory;
 use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::AttributePath;
 use crate::recorder::{CommandZone, Encoder, Recorded, Recorder};
@@ -76,7 +77,10 @@ impl Encoder for StreamEncoder {
     fn update(&mut self, target: Operand, data: &[u8], zone: CommandZone) -> Result<(), Error> {
         let target = target.address("a stream command buffer")?;
         self.around(zone, |this| {
-            let source = this.host_bytes.copy(data);
+            let source = this
+                .host_bytes
+                .copy(data)
+                .ok_or_else(|| out_of_host_memory("update's bytes", data.len()))?;
             // SAFETY: `source` holds `data.len()` bytes that live as long as this command
             // buffer; the target range was checked and is retained.
             unsafe {

@@ -114,8 +114,8 @@ pub use cuhal_command::{
     ArgSlot, BindingError, BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind,
     CommandBufferState, CommandEncoder, CommandRecorder, DeferredCommandBuffer, DeferredExec,
     DevicePtr, Dispatch, Executable, FillPattern, Function, FunctionAttributes, GraphCommandBuffer,
-    GraphExec, HostBuffer, KernelArg, KernelArgs, LaunchAttributes, PatchMethod, StreamWork,
-    StreamWorkError, StreamWorkFn, WorkRange,
+    GraphExec, HostBuffer, KernelArg, KernelArgs, LaunchAttributes, MAX_BINDING_CAPACITY,
+    PatchMethod, StreamWork, StreamWorkError, StreamWorkFn, WorkRange,
 };
 pub use cuhal_semaphore::{Failure, Timeout};
 pub use cuhal_sys::{LinkKind, NcclDataType, NcclRedOp, PeerLink};

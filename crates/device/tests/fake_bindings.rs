@@ -562,3 +562,51 @@ fn a_failed_patch_fails_its_submission_and_the_command_buffer_still_runs_elsewhe
     );
     a.check(&device, device.queue(1), "after the failed patch");
 }
+
+/// A binding capacity no table can reach is a typed error in every mode, not an allocation of
+/// the whole declared table (`u32::MAX` slots once aborted the process); the largest allowed
+/// capacity costs nothing until slots are named, and the queue keeps working.
+#[test]
+fn a_capacity_past_the_limit_is_a_typed_error() {
+    let (_fake, _driver, device) = open("bind-capacity", fake_support::queues(1));
+    let q = device.queue(0);
+    for mode in [CommandBufferMode::Graph, CommandBufferMode::Deferred] {
+        for capacity in [cuhal::MAX_BINDING_CAPACITY + 1, u32::MAX] {
+            match q.create_command_buffer_as(mode, capacity) {
+                Err(Error::Command(cuhal_command::Error::Binding(e))) => assert_eq!(
+                    e,
+                    BindingError::CapacityTooLarge {
+                        capacity,
+                        max: cuhal::MAX_BINDING_CAPACITY
+                    },
+                    "{mode:?}"
+                ),
+                Err(other) => panic!("{mode:?}, capacity {capacity}: {other:?}"),
+                Ok(_) => panic!("{mode:?}, capacity {capacity}: accepted"),
+            }
+        }
+    }
+    for mode in [CommandBufferMode::Graph, CommandBufferMode::Deferred] {
+        let mut cb = q
+            .create_command_buffer_as(mode, cuhal::MAX_BINDING_CAPACITY)
+            .unwrap();
+        let buffer = device.create_buffer(BYTES).unwrap();
+        cb.fill(
+            &BufferRange::slot(cuhal::MAX_BINDING_CAPACITY - 1, 0, BYTES).unwrap(),
+            FillPattern::U32(FILL),
+        )
+        .unwrap();
+        let cb = cb.end().unwrap();
+        let mut table = vec![buffer.range(0, BYTES).unwrap(); cuhal::MAX_BINDING_CAPACITY as usize];
+        table[0] = buffer.range(0, 4).unwrap();
+        let s = device.create_semaphore(0);
+        q.execute_with_bindings(&[], &[(&s, 1)], &[(&cb, &table)])
+            .unwrap();
+        s.wait(1, TIMEOUT).unwrap();
+        assert_eq!(
+            words(&read(&device, q, &buffer.range(0, BYTES).unwrap())),
+            vec![FILL; N],
+            "{mode:?}"
+        );
+    }
+}

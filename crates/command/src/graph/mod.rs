@@ -26,6 +26,7 @@ use smallvec::SmallVec;
 
 use crate::arena::StableArena;
 use crate::binding::{Operand, SlotList, add_slot};
+use crate::error::out_of_host_memory;
 use crate::indirect::{self, Indirect, IndirectLaunch};
 use crate::launch::{
     AttributePath, add_kernel_node, kernel_node_params, set_kernel_node_attributes,
@@ -73,8 +74,6 @@ pub(crate) struct GraphEncoder {
     /// Device memory standing in for slots in memset and memcpy nodes until the first table
     /// (the driver wants real memory of the context there); the largest is last.
     placeholders: Vec<Arc<Buffer>>,
-    /// Binding slots (set before anything is recorded).
-    slots: u32,
     /// The node of the last command added (before its FINE zone's end event).
     last_command: Option<CUgraphNode>,
     /// The copy kernel slot copies and updates run as, loaded at the first one.
@@ -173,7 +172,6 @@ impl GraphEncoder {
             node_priority: false,
             patches: Vec::new(),
             placeholders: Vec::new(),
-            slots: 0,
             last_command: None,
             copy_kernel: None,
             staged: Vec::new(),
@@ -463,7 +461,10 @@ impl Encoder for GraphEncoder {
         }
         // The node reads the host bytes at every launch: copy them into storage whose address
         // is fixed for as long as the graph exists.
-        let source = self.host_bytes.copy(data);
+        let source = self
+            .host_bytes
+            .copy(data)
+            .ok_or_else(|| out_of_host_memory("update's bytes", data.len()))?;
         let params = CUDA_MEMCPY3D {
             srcMemoryType: CU_MEMORYTYPE_HOST,
             srcHost: source.cast(),
@@ -651,7 +652,8 @@ impl Encoder for GraphEncoder {
         pool.set_patcher(patcher);
         // SAFETY: the graph is complete and not used by any other thread (recording holds
         // `&mut self`); the patch nodes are its nodes; the context is current.
-        let exec = unsafe { pool.first_of(api, self.graph, &self.patches, self.slots as usize) }?;
+        let exec =
+            unsafe { pool.first_of(api, self.graph, &self.patches, slots_named(&self.patches)) }?;
         if self.device_updatable {
             // Nodes updated from inside the graph need it uploaded before the first launch, and
             // such a graph is instantiated once: its launches share that executable.
@@ -788,10 +790,7 @@ impl GraphCommandBuffer {
         capacity: u32,
     ) -> Result<Self, Error> {
         let mut this = Self::new(context, zones)?;
-        this.recorder.set_binding_capacity(capacity);
-        if let Some(encoder) = this.recorder.encoder_mut() {
-            encoder.slots = capacity;
-        }
+        this.recorder.set_binding_capacity(capacity)?;
         Ok(this)
     }
 
@@ -866,6 +865,17 @@ impl fmt::Debug for GraphCommandBuffer {
 /// instantiated then, up to [`GraphExec::set_executable_limit`] of them; only past that do
 /// launches share the least recently used one ([`GraphExec::shared_launches`]).
 ///
+/// One past the highest slot any of `patches` names: the slots an executable tracks (a table
+/// may be longer; its further entries patch nothing).
+fn slots_named(patches: &[PatchNode]) -> usize {
+    patches
+        .iter()
+        .flat_map(|p| p.slots.iter())
+        .map(|&slot| slot as usize + 1)
+        .max()
+        .unwrap_or(0)
+}
+
 /// Recorded [`with_bindings`](GraphCommandBuffer::with_bindings), it has slots, and each launch
 /// takes a binding table ([`GraphExec::launch_with_bindings`]): only the nodes whose slots are
 /// bound elsewhere than at that executable's last launch are patched.

@@ -269,6 +269,48 @@ fn an_invalidated_first_capture_leaves_the_command_buffer_whole() {
     );
 }
 
+/// A `cuStreamEndCapture` that fails without ending the capture (here, refused before the
+/// driver did anything) leaves nothing behind: the scratch graph is destroyed once, the stream
+/// is out of capture (the next capture on it works), and the command buffer keeps recording.
+#[test]
+fn a_failed_capture_end_leaks_no_graph_and_leaves_the_stream_usable() {
+    let (fake, _driver, device) = open("stream-work-end", options(CommandBufferMode::Graph));
+    let q = device.queue(0);
+    let a = device.create_buffer(64).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut cb = q.create_command_buffer().unwrap();
+    cb.fill(&a.whole(), FillPattern::U8(1)).unwrap();
+    let graphs = fake.counts().graphs;
+    fake.fail_calls(
+        cu_name!(cuStreamEndCapture),
+        1,
+        1,
+        cuhal_fake_driver::status::INVALID_VALUE,
+    );
+    let e = cb
+        .stream_work(&[a.whole()], fill_then_copy(3, &calls))
+        .unwrap_err();
+    fake.clear_faults();
+    assert!(
+        matches!(&e, Error::Capture { cuda: Some(c), work: None }
+            if c.result() == Some(CUresult::ERROR_INVALID_VALUE)),
+        "{e:?}"
+    );
+    assert_eq!(
+        fake.counts().graphs,
+        graphs,
+        "the scratch graph was destroyed"
+    );
+    assert_eq!(cb.state(), CommandBufferState::Recording);
+    cb.stream_work(&[a.whole()], fill_then_copy(5, &calls))
+        .unwrap();
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+    let done = device.create_semaphore(0);
+    q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    wait(&done, 1);
+    assert_eq!(u32s(&read(&device, q, &a.whole())), [5; 16]);
+}
+
 #[test]
 fn graph_capture_needs_cuda_12_3() {
     // A driver older than 12.3 has no cuStreamBeginCaptureToGraph.

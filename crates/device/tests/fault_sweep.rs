@@ -85,6 +85,9 @@ fn workload(driver: &Driver) -> Outcome {
         ))?;
         graph.barrier()?;
         graph.copy(&a.range(0, N / 2)?, &b.range(N / 2, N / 2)?)?;
+        // Stream work captured into the graph (begin, the closure's call, end): a refused
+        // capture is an error like any other, and leaves neither a graph nor a capturing stream.
+        graph.stream_work(&[c.range(512, 256)?], zero_fill())?;
         let graph: Arc<dyn CommandBuffer> = graph.end()?;
         q0.execute(&[(&s, 1)], &[(&s, 2)], &[&graph])?;
 
@@ -120,6 +123,22 @@ fn workload(driver: &Driver) -> Outcome {
     let _ = run(&mut out);
     drop(device);
     out
+}
+
+/// Stream work that zeroes its one range (`cuMemsetD8Async` on the stream it is handed).
+fn zero_fill() -> Arc<cuhal::StreamWorkFn> {
+    Arc::new(|on: &cuhal::StreamWork<'_>| {
+        let range = on.ranges()[0];
+        // SAFETY: the range is live device memory the command buffer retains; the stream is the
+        // one handed to the closure.
+        unsafe {
+            cuhal_sys::cu!(
+                on.context().api(),
+                cuMemsetD8Async(range.ptr, 0, range.len, on.stream())
+            )
+        }?;
+        Ok(())
+    })
 }
 
 /// Panics anywhere in the process (the queues' threads included).

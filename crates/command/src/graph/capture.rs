@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use cuhal_sys::{
-    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CUgraph, CUgraphExec, CUgraphNode, DriverApi,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CUgraph, CUgraphExec, CUgraphNode, CUresult, DriverApi,
     PrimaryContext, Stream, cu,
 };
 use smallvec::SmallVec;
@@ -47,6 +47,39 @@ impl Drop for Captured {
 pub(super) fn destroy_graph(api: &DriverApi, graph: CUgraph) {
     // SAFETY: `graph` is a live graph created by the caller and not used afterwards.
     let _ = unsafe { cu!(api, cuGraphDestroy(graph)) };
+}
+
+/// Whether a failed `cuStreamEndCapture` ended the capture and destroyed the graph captured
+/// into: an invalidated or unjoined capture ends all the same and takes the graph with it, also
+/// one handed to `cuStreamBeginCaptureToGraph`.
+fn ends_capture_and_graph(result: Option<CUresult>) -> bool {
+    matches!(
+        result,
+        Some(CUresult::ERROR_STREAM_CAPTURE_INVALIDATED | CUresult::ERROR_STREAM_CAPTURE_UNJOINED)
+    )
+}
+
+/// Cleans up after a `cuStreamEndCapture` that failed for another reason (the driver may not
+/// have ended the capture): ends it once more, so the stream is out of capture mode, and
+/// destroys the scratch graph once, whoever hands it back. The stream not capturing any more
+/// (`CUDA_ERROR_ILLEGAL_STATE`) means the graph was left to us; any other failure of the second
+/// end (a lost context) leaves the graph to the context's teardown, since destroying a graph a
+/// stream may still capture into is not allowed.
+///
+/// # Safety
+/// The context is current; `stream` is live; `scratch` is the graph its capture began with,
+/// not used by the caller afterwards.
+unsafe fn abandon_capture(api: &DriverApi, stream: &Stream, scratch: CUgraph) {
+    let mut returned: CUgraph = std::ptr::null_mut();
+    // SAFETY: as the caller guarantees; `returned` is a valid out-pointer.
+    let again = unsafe { cu!(api, cuStreamEndCapture(stream.raw(), &mut returned)) };
+    match again {
+        Ok(()) if !returned.is_null() => destroy_graph(api, returned),
+        Ok(()) => destroy_graph(api, scratch),
+        Err(e) if ends_capture_and_graph(e.result()) => {}
+        Err(e) if e.result() == Some(CUresult::ERROR_ILLEGAL_STATE) => destroy_graph(api, scratch),
+        Err(_) => {}
+    }
 }
 
 /// Captures `work` over `ranges` on `stream` into a new graph.
@@ -108,10 +141,17 @@ pub(super) unsafe fn capture(
     // SAFETY: the stream is capturing (begun above); `captured` is a valid out-pointer. The
     // capture is ended whatever the closure did, so the stream is usable again.
     let ended = unsafe { cu!(api, cuStreamEndCapture(stream.raw(), &mut captured)) };
-    if ended.is_err() {
-        // A failed end (an invalidated capture) took the scratch graph with it.
+    if let Err(e) = ended {
+        if !captured.is_null() {
+            // Handed back with the error: ours to destroy.
+            destroy_graph(api, captured);
+        } else if !ends_capture_and_graph(e.result()) {
+            // SAFETY: the context is current, `stream` is live, `scratch` is the graph it was
+            // capturing into and is not used afterwards.
+            unsafe { abandon_capture(api, stream, scratch) };
+        }
         return Err(Error::Capture {
-            cuda: ended.err(),
+            cuda: Some(e),
             work: outcome.err(),
         });
     }

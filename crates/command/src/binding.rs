@@ -260,11 +260,10 @@ impl Operand {
     }
 }
 
-/// The most binding slots a command buffer may have. Every submission checks its table entry by
-/// entry, so a table is meant to be small (runtimes bind tens of buffers per dispatch); 65,536
-/// entries are 2 MiB of ranges checked per submission, far past any use, and keep a capacity
-/// given by mistake (`u32::MAX`) a typed error instead of a table nobody can pass.
-pub const MAX_BINDING_CAPACITY: u32 = 1 << 16;
+/// The most binding slots a command buffer may have: about a million. A layout's storage and a
+/// submission's checks grow with the slots the commands name, not with this bound, so it only
+/// keeps a capacity no table could reach (`u32::MAX` given by mistake) a typed error at creation.
+pub const MAX_BINDING_CAPACITY: u32 = 1 << 20;
 
 /// What a command buffer recorded about its binding slots, checked against each table.
 ///

@@ -311,6 +311,63 @@ fn a_failed_capture_end_leaks_no_graph_and_leaves_the_stream_usable() {
     assert_eq!(u32s(&read(&device, q, &a.whole())), [5; 16]);
 }
 
+/// Stream work that calls back into its own queue at replay (through a weak handle to the
+/// device, as a library holding on to its runtime would): reading the queue's counters works, a
+/// submission is refused with a typed error instead of waiting forever for the issue lock its
+/// own thread holds, and the queue keeps working afterwards.
+#[test]
+fn stream_work_that_calls_back_into_its_queue_is_refused_not_deadlocked() {
+    let (_fake, _driver, device) =
+        open("stream-work-reenter", options(CommandBufferMode::Deferred));
+    let device = Arc::new(device);
+    let weak = Arc::downgrade(&device);
+    let a = device.create_buffer(64).unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let work: Arc<StreamWorkFn> = {
+        let seen = Arc::clone(&seen);
+        Arc::new(move |_on: &StreamWork<'_>| {
+            let Some(device) = weak.upgrade() else {
+                return Ok(());
+            };
+            let q = device.queue(0);
+            let stats = q.stats();
+            let inner = device.create_semaphore(0);
+            let submitted = q.execute(&[], &[(&inner, 1)], &[]);
+            seen.lock().unwrap().push((stats.submitted, submitted));
+            Ok(())
+        })
+    };
+    let q = device.queue(0);
+    let mut cb = q.create_command_buffer().unwrap();
+    cb.stream_work(&[a.whole()], work).unwrap();
+    cb.fill(&a.whole(), FillPattern::U8(6)).unwrap();
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+    let done = device.create_semaphore(0);
+    q.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    wait(&done, 1);
+    q.execute(&[(&done, 1)], &[(&done, 2)], &[&cb]).unwrap();
+    wait(&done, 2);
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(seen.len(), 2, "one call per replay");
+    for (submitted, result) in seen {
+        assert!(submitted <= 2, "{submitted}");
+        assert!(
+            matches!(
+                result,
+                Err(cuhal::Error::Queue(
+                    cuhal_scheduler::Error::Reentrant { .. }
+                ))
+            ),
+            "{result:?}"
+        );
+    }
+    // The queue keeps working.
+    q.fill(&[(&done, 2)], &[(&done, 3)], &a.whole(), FillPattern::U8(9))
+        .unwrap();
+    wait(&done, 3);
+    assert!(read(&device, q, &a.whole()).iter().all(|&v| v == 9));
+}
+
 #[test]
 fn graph_capture_needs_cuda_12_3() {
     // A driver older than 12.3 has no cuStreamBeginCaptureToGraph.

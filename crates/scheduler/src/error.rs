@@ -44,6 +44,13 @@ pub enum Error {
         /// The operating system's error.
         error: Arc<std::io::Error>,
     },
+    /// A submission from inside this queue's own issue (a backend callback, such as a deferred
+    /// replay's stream work, that calls back into the queue): it would wait for the issue lock
+    /// its own thread holds. Nothing was queued, and the queue keeps working.
+    Reentrant {
+        /// The queue's label.
+        queue: Arc<str>,
+    },
 }
 
 impl Error {
@@ -78,6 +85,11 @@ impl fmt::Display for Error {
                     "queue `{queue}`: cannot start the {role:?} thread: {error}"
                 )
             }
+            Error::Reentrant { queue } => write!(
+                f,
+                "a submission to queue `{queue}` from inside its own issue (stream work or another \
+                 callback of the queue's backend) is refused: it would wait for itself"
+            ),
         }
     }
 }
@@ -87,7 +99,7 @@ impl std::error::Error for Error {
         match self {
             Error::Lost { failure, .. } | Error::Bind { failure, .. } => Some(failure),
             Error::Spawn { error, .. } => Some(&**error),
-            Error::ShutDown { .. } => None,
+            Error::ShutDown { .. } | Error::Reentrant { .. } => None,
         }
     }
 }

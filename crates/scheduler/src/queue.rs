@@ -237,6 +237,11 @@ impl<B: Backend> Queue<B> {
         signals: &[(&Semaphore<B::Event>, u64)],
         fill: impl FnOnce(&mut Resources, &mut Cleanups) -> B::Payload,
     ) -> Result<(), Error> {
+        if self.shared.issuing_here() {
+            return Err(Error::Reentrant {
+                queue: self.shared.label.clone(),
+            });
+        }
         self.shared.wait_for_room();
         let mut state = self.shared.lock_issue(Issuer::Submitter);
         if let Some(error) = self.shared.lost_error() {
@@ -278,14 +283,15 @@ impl<B: Backend> Queue<B> {
 
     /// The queue's counters.
     pub fn stats(&self) -> QueueStats {
-        let state = self.shared.lock_state();
+        let issue = &self.shared.issue_side.published;
+        let read = |counter: &crate::sync::StatU64| counter.load(Ordering::Relaxed);
         let side = &self.shared.completion_side;
         QueueStats {
-            submitted: state.submitted,
-            pending: state.pending.len(),
-            issued_on_submit: state.issued_on_submit,
-            issued_by_worker: state.issued_by_worker,
-            issued_on_signal: state.issued_on_signal,
+            submitted: read(&issue.submitted),
+            pending: read(&issue.pending) as usize,
+            issued_on_submit: read(&issue.issued_on_submit),
+            issued_by_worker: read(&issue.issued_by_worker),
+            issued_on_signal: read(&issue.issued_on_signal),
             completed: side.completed.load(Ordering::Acquire),
             failed: side.failed.load(Ordering::Acquire),
             retire_batches: side.batches.load(Ordering::Relaxed),

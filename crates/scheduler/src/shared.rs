@@ -90,6 +90,31 @@ pub(crate) struct IssueSide {
     pub(crate) retired_seen: AtomicU64,
     /// A token of the thread holding `state` through an [`IssueGuard`] (0: none).
     pub(crate) holder: AtomicUsize,
+    /// `State`'s counters as the last holder of the issue lock left them: what
+    /// [`Queue::stats`](crate::Queue::stats) reads, so it never waits for the lock (and works
+    /// from inside a backend's issue, where the lock is this thread's own).
+    pub(crate) published: Published,
+}
+
+/// `State`'s counters, copied out at the end of every hold of the issue lock.
+#[derive(Default)]
+pub(crate) struct Published {
+    pub(crate) submitted: StatU64,
+    pub(crate) pending: StatU64,
+    pub(crate) issued_on_submit: StatU64,
+    pub(crate) issued_by_worker: StatU64,
+    pub(crate) issued_on_signal: StatU64,
+}
+
+impl Published {
+    fn publish<B: Backend>(&self, state: &State<B>) {
+        let set = |to: &StatU64, value: u64| to.store(value, Ordering::Relaxed);
+        set(&self.submitted, state.submitted);
+        set(&self.pending, state.pending.len() as u64);
+        set(&self.issued_on_submit, state.issued_on_submit);
+        set(&self.issued_by_worker, state.issued_by_worker);
+        set(&self.issued_on_signal, state.issued_on_signal);
+    }
 }
 
 /// The completion side's counters, written once per retired batch.
@@ -236,6 +261,7 @@ impl<B: Backend> Drop for IssueGuard<'_, B> {
         let shared = self.shared;
         if let Some(mut state) = self.state.take() {
             shared.drain(&mut state, self.issuer);
+            shared.issue_side.published.publish(&state);
             shared.issue_side.holder.store(0, Ordering::Release);
             drop(state);
         }
@@ -283,6 +309,7 @@ impl<B: Backend> Shared<B> {
                     pushed: AtomicU64::new(0),
                     retired_seen: AtomicU64::new(0),
                     holder: AtomicUsize::new(0),
+                    published: Published::default(),
                 }),
                 completion_side: CachePadded::new(CompletionSide {
                     retired: AtomicU64::new(0),
@@ -307,16 +334,17 @@ impl<B: Backend> Shared<B> {
         })
     }
 
-    /// The state, for reading counters: not an issue lock (nothing is drained when it drops).
-    pub(crate) fn lock_state(&self) -> MutexGuard<'_, State<B>> {
-        // Backend calls under the lock are caught, so a poisoned lock still guards consistent state.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Takes the issue lock, waiting for it.
     pub(crate) fn lock_issue(&self, issuer: Issuer) -> IssueGuard<'_, B> {
-        let state = self.lock_state();
+        // Backend calls under the lock are caught, so a poisoned lock still guards consistent state.
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         self.guard(state, issuer)
+    }
+
+    /// Whether this thread holds the issue lock: it is inside this queue's backend issue (a
+    /// deferred replay's stream work, say), and waiting for the lock would wait for itself.
+    pub(crate) fn issuing_here(&self) -> bool {
+        self.issue_side.holder.load(Ordering::Relaxed) == thread_token()
     }
 
     fn guard<'a>(&'a self, state: MutexGuard<'a, State<B>>, issuer: Issuer) -> IssueGuard<'a, B> {

@@ -31,7 +31,10 @@ pub type StreamWorkError = Box<dyn StdError + Send + Sync + 'static>;
 
 /// A stream-work closure: enqueue work on [`StreamWork::stream`], using the addresses in
 /// [`StreamWork::ranges`]. It must only enqueue (no synchronization: under capture the driver
-/// refuses it, and elsewhere it would stall the queue), and it may run on any thread.
+/// refuses it, and elsewhere it would stall the queue), and it may run on any thread. A deferred
+/// replay calls it while its queue issues: a submission to that queue from inside it is refused
+/// with the scheduler's `Error::Reentrant`, and a host wait inside it for work of that queue
+/// would wait for itself (use a timeout).
 pub type StreamWorkFn = dyn Fn(&StreamWork<'_>) -> Result<(), StreamWorkError> + Send + Sync;
 
 /// One device range a stream-work command names, as the closure sees it.

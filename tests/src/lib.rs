@@ -14,6 +14,8 @@
 //! - [`kernels`]: the test kernels, hand-written PTX that the driver compiles at load time,
 //!   so building the suite needs no CUDA toolkit; [`hopper_kernels`]: the `sm_90` kernels of the
 //!   launch-attribute and indirect-dispatch tests.
+//! - [`skip`]: how a test that cannot run on the machine it finds says so, so that the bundle's
+//!   `run` counts it as skipped rather than passed.
 
 pub mod command_support;
 pub use cuhal_bench::cublas;
@@ -21,4 +23,5 @@ pub mod device_support;
 pub mod gpu;
 pub mod hopper_kernels;
 pub mod kernels;
+pub mod skip;
 pub mod trace_support;

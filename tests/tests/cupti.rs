@@ -108,9 +108,7 @@ fn open_with_cupti(options: DeviceOptions) -> Option<Device> {
     match driver().open(ordinal(), options) {
         Ok(device) => Some(device),
         Err(e) if matches!(e.cupti(), Some(CuptiError::SubscriberTaken)) => {
-            report(&format!(
-                "skipped: CUPTI is held by another subscriber ({e})"
-            ));
+            cuhal_gpu_tests::skip::skip(&format!("CUPTI is held by another subscriber ({e})"));
             None
         }
         Err(e) => panic!("cannot open CUDA device {} with CUPTI: {e}", ordinal()),

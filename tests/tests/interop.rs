@@ -819,14 +819,14 @@ fn bad_foreign_pointers_are_typed_errors() {
 }
 
 /// Memory of another device is refused, naming both devices. Needs two GPUs: with fewer it says
-/// "skipped: needs 2 GPUs" and passes (the fake driver's test covers the check on CPU).
+/// reports itself skipped (the fake driver's test covers the check on CPU).
 #[test]
 #[ignore = "needs two CUDA GPUs (cargo xtask gpu-test)"]
 fn another_devices_pointer_is_refused() {
     let driver = cuhal::Driver::load().expect("the CUDA driver loads");
     let count = driver.devices().expect("devices").len();
     if count < 2 {
-        println!("skipped: needs 2 GPUs ({count} found)");
+        cuhal_gpu_tests::skip::skip(&format!("needs 2 GPUs ({count} found)"));
         return;
     }
     let devices = driver

@@ -1,5 +1,6 @@
 //! GPU suite: several GPUs in one process (and two processes). Every test needs two GPUs and
-//! says "skipped: needs 2 GPUs" (and passes) on a machine with fewer; the NCCL tests also need
+//! reports itself skipped (`cuhal_gpu_tests::skip`, counted as skipped by the bundle's `run`) on
+//! a machine with fewer; the NCCL tests also need
 //! NCCL (`CUHAL_NCCL_LIBRARY` or `libnccl.so.2` on the loader's path) and set
 //! `NCCL_NVLS_ENABLE=0` (NVLink multicast off) before NCCL is loaded.
 
@@ -19,7 +20,7 @@ fn two_gpus() -> Option<(Driver, Vec<Device>)> {
     let driver = Driver::load().expect("the CUDA driver loads");
     let count = driver.devices().expect("devices").len();
     if count < 2 {
-        println!("skipped: needs 2 GPUs ({count} found)");
+        cuhal_gpu_tests::skip::skip(&format!("needs 2 GPUs ({count} found)"));
         return None;
     }
     let devices = driver

@@ -2,7 +2,8 @@
 //! that has a GPU but no cargo.
 //!
 //! ```text
-//! DIR/run          runs bin/cuhal info, bin/cuhal demo, then each test binary; ends "N passed, N failed"
+//! DIR/run          runs bin/cuhal info, bin/cuhal demo, then each test binary; ends
+//!                  "N passed, N failed, N skipped"
 //!                  (`run --sanitize memcheck|racecheck|synccheck|initcheck` runs them under
 //!                  compute-sanitizer and reports each binary's error count)
 //! DIR/bench        runs bin/cuhal bench "$@"
@@ -221,7 +222,7 @@ mod tests {
         let out = run_bundle(&dir, &["one", "two"]);
         assert_eq!(
             last_line(&out),
-            "7 passed, 0 failed",
+            "7 passed, 0 failed, 0 skipped",
             "info, demo (1) and 6 tests"
         );
         assert!(out.status.success());
@@ -234,8 +235,35 @@ mod tests {
         fake(&dir, "one", OK_3, 0);
         fake(&dir, "two", FAIL_1_OF_2, 101);
         let out = run_bundle(&dir, &["one", "two"]);
-        assert_eq!(last_line(&out), "5 passed, 1 failed");
+        assert_eq!(last_line(&out), "5 passed, 1 failed, 0 skipped");
         assert!(!out.status.success());
+    }
+
+    #[test]
+    fn tests_that_note_a_skip_count_as_skipped_not_passed() {
+        let dir = scratch("bundle-skip");
+        fake(&dir, "cuhal", "driver 13.0", 0);
+        // Two of "one"'s three tests note a skip (one of them twice) in the log `run` names,
+        // as `cuhal_gpu_tests::skip` does; libtest still reports all three as passed.
+        write_script(
+            &dir.join("bin/one"),
+            &format!(
+                "#!/usr/bin/env bash
+printf 'multi::a\tneeds 2 GPUs (1 found)\n' >>\"$CUHAL_SKIP_LOG\"
+printf 'multi::b\tneeds 2 GPUs\nmulti::b\tagain\n' >>\"$CUHAL_SKIP_LOG\"
+cat <<'OUT'
+{OK_3}
+OUT
+"
+            ),
+        )
+        .unwrap();
+        fake(&dir, "two", OK_3, 0);
+        let out = run_bundle(&dir, &["one", "two"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(last_line(&out), "5 passed, 0 failed, 2 skipped", "{text}");
+        assert!(text.contains("one: 2 skipped on this machine"), "{text}");
+        assert!(out.status.success(), "a skip is no failure");
     }
 
     #[test]
@@ -245,7 +273,7 @@ mod tests {
         fake(&dir, "one", "running 1 test\ntest a ... ", 139);
         fake(&dir, "two", OK_3, 0);
         let out = run_bundle(&dir, &["one", "two"]);
-        assert_eq!(last_line(&out), "4 passed, 1 failed");
+        assert_eq!(last_line(&out), "4 passed, 1 failed, 0 skipped");
         assert!(!out.status.success());
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("one exited with status 139"), "{text}");
@@ -259,7 +287,7 @@ mod tests {
         let out = run_bundle(&dir, &["one"]);
         assert_eq!(
             last_line(&out),
-            "3 passed, 2 failed",
+            "3 passed, 2 failed, 0 skipped",
             "info and demo both fail"
         );
         assert!(!out.status.success());
@@ -276,7 +304,7 @@ mod tests {
         );
         fake(&dir, "one", OK_3, 0);
         let out = run_bundle(&dir, &["one"]);
-        assert_eq!(last_line(&out), "3 passed, 1 failed");
+        assert_eq!(last_line(&out), "3 passed, 1 failed, 0 skipped");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("cuhal demo did not use the GPU"), "{text}");
     }
@@ -287,7 +315,7 @@ mod tests {
         fake(&dir, "cuhal", "driver 13.0", 0);
         fake(&dir, "one", "hello", 0);
         let out = run_bundle(&dir, &["one"]);
-        assert_eq!(last_line(&out), "1 passed, 1 failed");
+        assert_eq!(last_line(&out), "1 passed, 1 failed, 0 skipped");
         assert!(!out.status.success());
     }
 
@@ -313,7 +341,7 @@ mod tests {
             text.contains("args: --include-ignored --test-threads=1 fill"),
             "{text}"
         );
-        assert_eq!(last_line(&out), "2 passed, 0 failed");
+        assert_eq!(last_line(&out), "2 passed, 0 failed, 0 skipped");
     }
 
     #[test]
@@ -337,7 +365,7 @@ mod tests {
         );
         assert_eq!(size, size_of(&dir).unwrap());
         let out = Command::new(dir.join("run")).output().unwrap();
-        assert_eq!(last_line(&out), "4 passed, 0 failed");
+        assert_eq!(last_line(&out), "4 passed, 0 failed, 0 skipped");
     }
 
     #[test]
@@ -418,7 +446,9 @@ exit $status
         assert!(!text.contains("three exited"), "{text}");
         assert!(text.contains("memcheck cuhal-demo: 0 errors"), "{text}");
         assert!(text.contains("memcheck: 1 errors in total"), "{text}");
-        assert_eq!(last_line(&out), "10 passed, 1 failed", "{text}");
+        // The 4 tests of "one" left out under the tool count as skipped (libtest's own count,
+        // which the stand-in prints as it is, leaves them out).
+        assert_eq!(last_line(&out), "10 passed, 1 failed, 4 skipped", "{text}");
         assert!(!out.status.success());
 
         let out = Command::new("bash")

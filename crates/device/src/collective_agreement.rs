@@ -93,19 +93,18 @@ pub(super) fn check_agreement(ranks: &[Rank], parts: &[CollectivePart<'_>]) -> R
         let Some((other, partner)) = ranks.iter().zip(parts).find(|(r, _)| r.rank == to) else {
             continue;
         };
-        let paired = matches!(
-            (part.collective, partner.collective),
-            (Collective::Send { .. }, Collective::Recv { .. })
-                | (Collective::Recv { .. }, Collective::Send { .. })
-        );
         let (a, b) = ((rank.rank, part), (other.rank, partner));
-        if !paired {
-            return Err(mismatch(
-                (a.0, PartField::Kind(part.collective)),
-                (b.0, PartField::Kind(partner.collective)),
-            ));
-        }
-        let back = peer(partner.collective).unwrap_or(rank.rank);
+        // The peer the partner names, if it is the other direction.
+        let back = match (part.collective, partner.collective) {
+            (Collective::Send { .. }, Collective::Recv { peer })
+            | (Collective::Recv { .. }, Collective::Send { peer }) => peer,
+            _ => {
+                return Err(mismatch(
+                    (a.0, PartField::Kind(part.collective)),
+                    (b.0, PartField::Kind(partner.collective)),
+                ));
+            }
+        };
         if back != rank.rank {
             return Err(mismatch(
                 (a.0, PartField::Peer(to)),

@@ -330,3 +330,36 @@ fn ranks_of_two_processes_that_disagree_fail_in_nccl() {
         }
     });
 }
+
+/// A send's local peer must receive from the sender, not from another rank.
+#[test]
+fn a_receive_from_another_rank_than_the_sender_is_refused() {
+    let (fake, driver) = fake_support::load("agree-peer");
+    fake.set_device_count(3);
+    let devices = driver.open_all(cuhal::DeviceOptions::default()).unwrap();
+    let nccl = cuhal::Nccl::load(Some(fake.path().to_path_buf())).unwrap();
+    let comm = communicator(&nccl, &devices);
+    let x: Vec<_> = devices
+        .iter()
+        .map(|d| d.create_buffer(16).unwrap().whole())
+        .collect();
+    let part = |collective, rank: usize| {
+        let (send, recv) = match collective {
+            Collective::Send { .. } => (Some(&x[rank]), None),
+            _ => (None, Some(&x[rank])),
+        };
+        CollectivePart::new(collective, F32, 4, send, recv)
+    };
+    let error = comm
+        .submit(&[
+            part(Collective::Send { peer: 1 }, 0),
+            part(Collective::Recv { peer: 2 }, 1),
+            part(Collective::Send { peer: 1 }, 2),
+        ])
+        .unwrap_err();
+    assert_eq!(
+        mismatch_of(error),
+        (0, PartField::Peer(1), 1, PartField::Peer(2))
+    );
+    assert_eq!(comm.stats().submitted, 0, "nothing reached the queue");
+}

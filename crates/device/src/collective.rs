@@ -59,8 +59,11 @@ use crate::memory::use_allocation;
 use crate::queue::SemaphoreValues;
 use crate::submissions::Submissions;
 
+#[path = "collective_agreement.rs"]
+mod agreement;
 #[path = "collective_set.rs"]
 mod set;
+pub use agreement::PartField;
 pub use set::CollectiveCommandBuffers;
 
 /// The NCCL library, loaded at run time.
@@ -860,7 +863,9 @@ impl Communicator {
 
     /// Submits one collective: `parts[i]` is local rank `i`'s (see the module documentation).
     /// Every rank's part runs once all waits of all parts are reached or device-waitable; every
-    /// signal is signalled when every part completed.
+    /// signal is signalled when every part completed. Parts that disagree (another collective,
+    /// count, data type, reduction or root; a send whose local peer does not receive it) are
+    /// refused with [`Error::CollectiveMismatch`] before anything is submitted.
     pub fn submit(&self, parts: &[CollectivePart<'_>]) -> Result<()> {
         if let Some(failure) = self.comms.failure.get() {
             return Err(Error::Lost(failure.clone()));
@@ -872,6 +877,7 @@ impl Communicator {
                 self.comms.ranks.len()
             )));
         }
+        agreement::check_agreement(&self.comms.ranks, parts)?;
         let mut rank_parts = SmallVec::new();
         let mut waits: SmallVec<[(&Semaphore, u64); 8]> = SmallVec::new();
         let mut signals: SmallVec<[(&Semaphore, u64); 8]> = SmallVec::new();

@@ -264,6 +264,7 @@ impl CollectiveCommandBuffers {
                 comms.ranks.len()
             )));
         }
+        super::agreement::check_agreement(&comms.ranks, parts)?;
         let mut ranges: SmallVec<[SmallVec<[BufferRange; 2]>; 2]> = SmallVec::new();
         for (rank, part) in comms.ranks.iter().zip(parts) {
             if !part.waits.is_empty() || !part.signals.is_empty() {

@@ -47,6 +47,20 @@ pub enum Error {
         /// Whether it was waiting to be issued (inside NCCL) or to complete on the devices.
         stage: &'static str,
     },
+    /// The local ranks' parts of one collective disagree (on what they do, the element count,
+    /// data type, reduction, root or a send's pairing): nothing was issued, no semaphore was
+    /// signalled or failed, and the communicator goes on working. Each value is that rank's
+    /// value of the first field that differs (see [`crate::PartField`]).
+    CollectiveMismatch {
+        /// The rank (of the communicator) whose part the other's is compared with.
+        rank: i32,
+        /// Its value.
+        value: crate::PartField,
+        /// The rank whose part differs.
+        other_rank: i32,
+        /// Its value (of the same field).
+        other_value: crate::PartField,
+    },
     /// A buffer, command buffer or host buffer given to a queue belongs to another device.
     WrongDevice {
         /// What it was (e.g. "fill target", "command buffer").
@@ -197,6 +211,17 @@ impl fmt::Display for Error {
                 f,
                 "a collective was still {stage} after the communicator's timeout of {timeout:?} \
                  (a peer never arrived?); the communicator was aborted"
+            ),
+            Error::CollectiveMismatch {
+                rank,
+                value,
+                other_rank,
+                other_value,
+            } => write!(
+                f,
+                "the parts of a collective disagree on the {}: rank {rank} has {value}, rank \
+                 {other_rank} has {other_value}; nothing was issued",
+                value.name()
             ),
             Error::WrongDevice { what } => write!(
                 f,

@@ -99,7 +99,7 @@ mod wait;
 
 pub use collective::{
     Collective, CollectiveCommandBuffers, CollectivePart, Communicator, CommunicatorOptions, Nccl,
-    UniqueId,
+    PartField, UniqueId,
 };
 pub use device::{Device, DeviceOptions, Driver, MAX_RESERVED_EVENTS};
 pub use error::{Error, Result, cuda_of_failure};

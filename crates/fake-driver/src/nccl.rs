@@ -20,6 +20,11 @@
 //! to back, works as on GPUs; a program that waits on the host between those launches hangs, as
 //! it would there, until the rendezvous limit fails it.
 //!
+//! The ranks of a round must agree on each collective (call, count, data type, reduction,
+//! root), as NCCL's debug checks want: a round whose ranks disagree computes nothing and fails
+//! for every rank with `ncclInvalidUsage` (the message in `ncclGetLastError`), where real NCCL
+//! would compute garbage or hang.
+//!
 //! Limits of the model: every rank of a communicator takes part in every round (send/recv pair
 //! within a round); `ncclFloat16`/`ncclBfloat16` are refused; a group may not mix captured and
 //! uncaptured streams.
@@ -331,6 +336,74 @@ fn sends_len(sends: &[(u64, usize)], size: usize) -> usize {
     sends.first().map_or(0, |&(_, count)| count * size)
 }
 
+/// What every rank's part of one collective must agree on, as NCCL's debug checks compare it:
+/// the call, element count, data type, reduction and root (the buffers are each rank's own).
+#[derive(Debug, PartialEq, Eq)]
+struct Signature {
+    call: &'static str,
+    count: usize,
+    datatype: c_int,
+    op: Option<c_int>,
+    root: Option<c_int>,
+}
+
+impl Part {
+    /// The part's [`Signature`]; `None` for a send or receive (paired by `run_round` instead).
+    fn signature(&self) -> Option<Signature> {
+        let (call, count, datatype, op, root) = match *self {
+            Part::AllReduce {
+                count, dtype, op, ..
+            } => ("ncclAllReduce", count, dtype, Some(op), None),
+            Part::AllGather { count, dtype, .. } => ("ncclAllGather", count, dtype, None, None),
+            Part::ReduceScatter {
+                count, dtype, op, ..
+            } => ("ncclReduceScatter", count, dtype, Some(op), None),
+            Part::Broadcast {
+                count, dtype, root, ..
+            } => ("ncclBroadcast", count, dtype, None, Some(root)),
+            Part::Reduce {
+                count,
+                dtype,
+                op,
+                root,
+                ..
+            } => ("ncclReduce", count, dtype, Some(op), Some(root)),
+            Part::Send { .. } | Part::Recv { .. } => return None,
+        };
+        Some(Signature {
+            call,
+            count,
+            datatype,
+            op,
+            root,
+        })
+    }
+}
+
+/// Where the ranks of a round disagree on one of its collectives (the `i`th of each rank's
+/// posts, sends and receives aside), as a message for `ncclGetLastError`: the round then fails
+/// with `ncclInvalidUsage` and computes nothing.
+fn disagreement(posts: &[Vec<Part>]) -> Option<CString> {
+    let signatures: Vec<Vec<Signature>> = posts
+        .iter()
+        .map(|parts| parts.iter().filter_map(Part::signature).collect())
+        .collect();
+    let (first, others) = signatures.split_first()?;
+    for (rank, theirs) in others.iter().enumerate() {
+        let differs = first.iter().zip(theirs).position(|(a, b)| a != b);
+        if let Some(i) = differs {
+            let message = format!(
+                "rank {}'s collective {i} of the round disagrees with rank 0's: {:?} against {:?}",
+                rank + 1,
+                theirs[i],
+                first[i]
+            );
+            return Some(CString::new(message).unwrap_or_default());
+        }
+    }
+    None
+}
+
 /// Runs one round: `posts[rank]` is what each rank posted.
 fn run_round(posts: &[Vec<Part>]) -> Result<(), c_int> {
     let nranks = posts.len();
@@ -499,13 +572,22 @@ fn post(comm: usize, parts: Vec<Part>) -> Status {
     round.posts[rank] = Some(parts);
     if round.posts.iter().all(Option::is_some) {
         let posts: Vec<Vec<Part>> = round.posts.iter().flatten().cloned().collect();
+        let disagreement = disagreement(&posts);
         // A panic (a bug of the fake) must still end the round for every rank.
-        let result = match std::panic::catch_unwind(|| run_round(&posts)) {
-            Ok(Ok(())) => 0,
-            Ok(Err(code)) => code,
-            Err(_) => INTERNAL_ERROR,
+        let result = match &disagreement {
+            Some(_) => INVALID_USAGE,
+            None => match std::panic::catch_unwind(|| run_round(&posts)) {
+                Ok(Ok(())) => 0,
+                Ok(Err(code)) => code,
+                Err(_) => INTERNAL_ERROR,
+            },
         };
         round.result = Some(result);
+        if let Some(message) = disagreement {
+            for c in s.comms.values_mut().filter(|c| c.clique == key.0) {
+                c.last_error = message.clone();
+            }
+        }
         condvar.notify_all();
     }
     let deadline = Instant::now() + RENDEZVOUS_LIMIT;

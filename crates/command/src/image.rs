@@ -59,9 +59,10 @@ const SHT_NOBITS: u64 = 8;
 ///
 /// - a cubin (64-bit little-endian ELF): the ELF header, the program and section header tables,
 ///   and every segment and section they declare;
-/// - a fatbin: its header and declared size, and every entry's header and payload inside that
-///   size; an uncompressed cubin entry as a cubin inside its payload; fatbins that follow it
-///   (see the module documentation of the layout);
+/// - a fatbin: its header and declared size, and every entry's header (at least 64 bytes) and
+///   payload inside that size; an uncompressed cubin entry as a cubin inside its payload, a
+///   compressed entry for its extent only; and likewise each further fatbin that follows it
+///   (after zero padding to 8 bytes, starting with the fatbin magic);
 /// - anything else is taken as PTX text, which the driver reads up to a NUL byte: the slice must
 ///   contain one.
 ///

@@ -24,14 +24,17 @@
 //!   0x18 u16 minor, 0x1a u16 major   the PTX ISA or binary version
 //!   0x1c u32 arch         the SM architecture, e.g. 90
 //!   0x20 u32 obj name offset, 0x24 u32 obj name length
-//!   0x28 u64 flags        0x1000 / 0x2000: compressed payload
+//!   0x28 u64 flags        0x1000 / 0x2000 (0x8000 in some readings): compressed payload
 //!   0x30 u64 (zero), 0x38 u64 decompressed size
 //! ```
 //!
 //! Entries follow each other without gaps and fill `fatSize` exactly; there is no terminator.
 //! Every entry's header and payload must lie inside the container's declared size (which must
-//! lie inside the slice); an uncompressed ELF entry is checked as a cubin of its own, inside its
-//! payload; a compressed entry only for its extent (and its compressed size inside it).
+//! lie inside the slice); an uncompressed cubin entry whose payload is an ELF image is checked as
+//! a cubin of its own, inside its payload; a compressed entry only for its extent (and its
+//! compressed size inside it). A cubin entry that is neither flagged compressed nor an ELF image
+//! (a compression this reader does not know) is checked for its extent only: nothing reads it as
+//! an ELF without the ELF magic.
 //!
 //! Several fatbins may follow each other (as in a `.nv_fatbin` section): after a container's
 //! declared end, zero padding up to an 8-byte boundary is skipped and, if the next bytes are the
@@ -50,8 +53,9 @@ const ENTRY_HEADER_BYTES: u64 = 64;
 pub(crate) const ENTRY_KIND_ELF: u16 = 2;
 /// Entry kind of a PTX payload (`FATBIN_KIND_PTX`).
 pub(crate) const ENTRY_KIND_PTX: u16 = 1;
-/// Entry flags that mark a compressed payload (`FATBIN_FLAG_COMPRESS`, `..._COMPRESS2`).
-const ENTRY_FLAGS_COMPRESSED: u64 = 0x1000 | 0x2000;
+/// Entry flags that mark a compressed payload (`FATBIN_FLAG_COMPRESS`, `..._COMPRESS2`, and the
+/// bit some readers of zstd-compressed fatbins name).
+const ENTRY_FLAGS_COMPRESSED: u64 = 0x1000 | 0x2000 | 0x8000;
 /// Section type of a section that occupies no bytes of the file (`.bss`).
 const SHT_NOBITS: u64 = 8;
 
@@ -163,10 +167,7 @@ fn fatbin_container<'a>(
             if compressed_size > payload {
                 return Err("a compressed fatbin entry's data passes its payload");
             }
-        } else if kind == ENTRY_KIND_ELF {
-            if !bytes.starts_with(&ELF_MAGIC) {
-                return Err("an uncompressed cubin entry of a fatbin is not an ELF image");
-            }
+        } else if kind == ENTRY_KIND_ELF && bytes.starts_with(&ELF_MAGIC) {
             check_elf(bytes)?;
         }
         entries.push(FatbinEntry {
@@ -339,7 +340,10 @@ mod tests {
         );
         // Compressed, it is checked only for its extent.
         assert_eq!(check_image(&fatbin(ENTRY_KIND_ELF, 0x2000, &elf)), Ok(()));
-        // An ELF entry that is not an ELF.
-        assert!(check_image(&fatbin(ENTRY_KIND_ELF, 0, b"not an elf")).is_err());
+        // A cubin entry that is no ELF (compressed in a way the flags do not say): its extent.
+        assert_eq!(
+            check_image(&fatbin(ENTRY_KIND_ELF, 0, b"\x28\xb5\x2f\xfd...")),
+            Ok(())
+        );
     }
 }

@@ -311,7 +311,12 @@ fn fatbin_parameter_layouts(image: &[u8]) -> Option<ParameterLayouts> {
     for entry in crate::image::fatbin_entries(image).ok()? {
         let layouts = match (entry.kind, entry.compressed) {
             (ENTRY_KIND_ELF, false) => cubin_parameter_layouts(entry.payload)?,
-            (ENTRY_KIND_PTX, false) => ptx_image_layouts(entry.payload),
+            (ENTRY_KIND_PTX, false) => {
+                // Text the reader cannot take (compressed in a way the flags do not say): the
+                // driver may read it, this reader cannot.
+                let text = entry.payload.split(|&b| b == 0).next().unwrap_or_default();
+                ptx_parameter_layouts(std::str::from_utf8(text).ok()?)
+            }
             _ => return None,
         };
         for (name, layout) in layouts {

@@ -208,7 +208,7 @@ fn escapes(image: &[u8]) -> bool {
             let kind = u16_at(image, entry).unwrap() as u16;
             let flags = u64_at(image, entry + 0x28);
             if kind == KIND_ELF
-                && flags.is_some_and(|f| f & 0x3000 == 0)
+                && flags.is_some_and(|f| f & 0xb000 == 0)
                 && image[start..stop].starts_with(b"\x7fELF")
                 && elf_tables_escape(&image[start..stop])
             {

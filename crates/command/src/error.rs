@@ -109,6 +109,13 @@ pub enum Error {
         /// The kernel.
         function: String,
     },
+    /// A layout was stated for a kernel whose parameters neither the driver nor its module image
+    /// declares, so nothing can check it: a wrong one would make the driver read past the
+    /// arguments. Only [`crate::Function::with_parameter_sizes_unchecked`] (`unsafe`) takes it.
+    UnverifiableParameters {
+        /// The kernel.
+        function: String,
+    },
     /// The driver could not load a module; `log` is the JIT compiler's error log.
     ModuleLoad {
         /// The driver's error.
@@ -426,6 +433,12 @@ impl fmt::Display for Error {
                 "kernel `{function}`: the driver cannot report its parameters (it needs CUDA \
                  12.4 for that); state them with Function::with_parameter_sizes before \
                  dispatching it"
+            ),
+            Error::UnverifiableParameters { function } => write!(
+                f,
+                "kernel `{function}`: neither the driver nor its module image says what \
+                 parameters it takes, so a stated layout cannot be checked; state it with the \
+                 unsafe Function::with_parameter_sizes_unchecked"
             ),
             Error::ModuleLoad { source, log } => {
                 write!(f, "module load failed: {source}")?;

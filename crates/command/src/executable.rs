@@ -14,7 +14,9 @@ use cuhal_sys::{
     CUfunction_attribute, CUmodule, Module, PrimaryContext, cu,
 };
 
+use crate::image::check_image;
 use crate::launch::LaunchCapabilities;
+use crate::param_count::ImageParameters;
 use crate::{Error, KernelArgs};
 
 /// A loaded module (`cuModuleLoadDataEx`).
@@ -23,9 +25,10 @@ use crate::{Error, KernelArgs};
 #[derive(Clone)]
 pub struct Executable {
     module: Arc<Module>,
-    /// Each kernel's parameter count as the loaded image states it (see `param_count.rs`): lets
-    /// a driver without `cuFuncGetParamCount` be asked for exactly the parameters there are.
-    parameter_counts: Arc<[(String, usize)]>,
+    /// What the loaded image says of each kernel's parameters (see `param_count.rs`): lets a
+    /// driver without `cuFuncGetParamCount` be asked for exactly the parameters there are, and is
+    /// what a layout the caller states is checked against where the driver cannot report one.
+    parameters: Arc<[(String, ImageParameters)]>,
 }
 
 impl Executable {
@@ -34,7 +37,7 @@ impl Executable {
     pub fn load_ptx(context: &Arc<PrimaryContext>, ptx: &str) -> Result<Self, Error> {
         Ok(Self {
             module: Arc::new(Module::load_ptx(context, ptx)?),
-            parameter_counts: crate::param_count::ptx_parameter_counts(ptx).into(),
+            parameters: crate::param_count::ptx_parameter_layouts(ptx).into(),
         })
     }
 
@@ -48,7 +51,7 @@ impl Executable {
         check_image(image).map_err(|reason| Error::BadImage { reason })?;
         Ok(Self {
             module: Arc::new(Module::load_cubin(context, image)?),
-            parameter_counts: crate::param_count::image_parameter_counts(image).into(),
+            parameters: crate::param_count::image_parameter_layouts(image).into(),
         })
     }
 
@@ -67,7 +70,7 @@ impl Executable {
         let module = context.resident_module(key, |context| Module::load_cubin(context, image))?;
         Ok(Self {
             module: Arc::new(module),
-            parameter_counts: crate::param_count::image_parameter_counts(image).into(),
+            parameters: crate::param_count::image_parameter_layouts(image).into(),
         })
     }
 
@@ -86,13 +89,20 @@ impl Executable {
         self.module.context()
     }
 
-    /// How many parameters the kernel `name` takes, as the loaded image states it (`None` for a
-    /// fatbin, or a name the image reader did not find).
+    /// How many parameters the kernel `name` takes, as the loaded image states it (`None` where
+    /// it does not: a name the image reader did not find, a fatbin with compressed entries, a
+    /// cubin without the kernel's `.nv.info` records).
     pub fn parameter_count(&self, name: &str) -> Option<usize> {
-        self.parameter_counts
+        self.image_parameters(name)
+            .map(|parameters| parameters.count)
+    }
+
+    /// What the loaded image says of the parameters of the kernel `name`.
+    fn image_parameters(&self, name: &str) -> Option<&ImageParameters> {
+        self.parameters
             .iter()
             .find(|(kernel, _)| kernel == name)
-            .map(|&(_, count)| count)
+            .map(|(_, parameters)| parameters)
     }
 
     /// Looks up a kernel by its (mangled) name and reads its attributes.
@@ -124,6 +134,16 @@ impl Executable {
         };
         let max_dynamic_shared = get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?;
         let capabilities = crate::launch::read_capabilities(api, context, raw)?;
+        let image = self.image_parameters(name);
+        let parameters = parameter_sizes(api, raw, image.map(|image| image.count));
+        // The driver's report where it has one, else the image's.
+        let declared = match &parameters {
+            Some(sizes) => Some(ImageParameters {
+                count: sizes.len(),
+                sizes: Some(sizes.to_vec()),
+            }),
+            None => image.cloned(),
+        };
         Ok(Function {
             inner: Arc::new(FunctionInner {
                 module: Arc::clone(&self.module),
@@ -132,7 +152,8 @@ impl Executable {
                 attributes,
                 max_dynamic_shared: AtomicU32::new(max_dynamic_shared),
                 raise: Mutex::new(()),
-                parameters: parameter_sizes(api, raw, self.parameter_count(name)),
+                parameters,
+                declared,
                 capabilities,
             }),
         })
@@ -177,94 +198,12 @@ struct FunctionInner {
     raise: Mutex<()>,
     /// What the device and driver allow for launch attributes.
     capabilities: LaunchCapabilities,
-    /// Each parameter's size in bytes, when the driver can say (CUDA 12.4 and later).
+    /// Each parameter's size in bytes, when the driver can say (CUDA 12.4 and later) or the
+    /// caller stated them: what dispatches are checked against.
     parameters: Option<Box<[usize]>>,
-}
-
-/// ELF identification: magic, 64-bit class, little-endian data.
-const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
-/// A fatbin's magic number (`FATBIN_MAGIC` in `fatbinary.h`), little-endian.
-const FATBIN_MAGIC: u32 = 0xba55_ed50;
-/// Section type of a section that occupies no bytes of the file (`.bss`).
-const SHT_NOBITS: u64 = 8;
-
-/// Checks that everything a driver reads of a module image lies inside `image`:
-///
-/// - a cubin (64-bit little-endian ELF): the ELF header, the program and section header tables,
-///   and every segment and section they declare;
-/// - a fatbin: its header and the payload size it declares;
-/// - anything else is taken as PTX text, which the driver reads up to a NUL byte: the slice must
-///   contain one.
-pub fn check_image(image: &[u8]) -> Result<(), &'static str> {
-    fn u16_at(image: &[u8], at: usize) -> Option<u64> {
-        Some(u16::from_le_bytes(image.get(at..at + 2)?.try_into().ok()?) as u64)
-    }
-    fn u32_at(image: &[u8], at: usize) -> Option<u64> {
-        Some(u32::from_le_bytes(image.get(at..at + 4)?.try_into().ok()?) as u64)
-    }
-    fn u64_at(image: &[u8], at: usize) -> Option<u64> {
-        Some(u64::from_le_bytes(image.get(at..at + 8)?.try_into().ok()?))
-    }
-    /// `offset + count * size <= len`, without overflow.
-    fn inside(len: usize, offset: u64, count: u64, size: u64) -> bool {
-        count
-            .checked_mul(size)
-            .and_then(|bytes| bytes.checked_add(offset))
-            .is_some_and(|end| end <= len as u64)
-    }
-    let len = image.len();
-    if image.starts_with(&ELF_MAGIC) {
-        const TRUNCATED: &str = "the ELF header is cut short";
-        if image.get(4) != Some(&2) || image.get(5) != Some(&1) {
-            return Err("not a 64-bit little-endian ELF image (a cubin)");
-        }
-        let phoff = u64_at(image, 0x20).ok_or(TRUNCATED)?;
-        let shoff = u64_at(image, 0x28).ok_or(TRUNCATED)?;
-        let ehsize = u16_at(image, 0x34).ok_or(TRUNCATED)?;
-        let phentsize = u16_at(image, 0x36).ok_or(TRUNCATED)?;
-        let phnum = u16_at(image, 0x38).ok_or(TRUNCATED)?;
-        let shentsize = u16_at(image, 0x3a).ok_or(TRUNCATED)?;
-        let shnum = u16_at(image, 0x3c).ok_or(TRUNCATED)?;
-        if !inside(len, 0, 1, ehsize.max(64)) {
-            return Err(TRUNCATED);
-        }
-        if phnum > 0 && (phentsize < 0x38 || !inside(len, phoff, phnum, phentsize)) {
-            return Err("the ELF program headers lie past the end of the image");
-        }
-        if shnum > 0 && (shentsize < 0x40 || !inside(len, shoff, shnum, shentsize)) {
-            return Err("the ELF section headers lie past the end of the image");
-        }
-        for i in 0..phnum {
-            let at = (phoff + i * phentsize) as usize;
-            let offset = u64_at(image, at + 0x08).ok_or(TRUNCATED)?;
-            let size = u64_at(image, at + 0x20).ok_or(TRUNCATED)?;
-            if !inside(len, offset, 1, size) {
-                return Err("an ELF segment lies past the end of the image");
-            }
-        }
-        for i in 0..shnum {
-            let at = (shoff + i * shentsize) as usize;
-            let kind = u32_at(image, at + 0x04).ok_or(TRUNCATED)?;
-            let offset = u64_at(image, at + 0x18).ok_or(TRUNCATED)?;
-            let size = u64_at(image, at + 0x20).ok_or(TRUNCATED)?;
-            if kind != SHT_NOBITS && !inside(len, offset, 1, size) {
-                return Err("an ELF section lies past the end of the image");
-            }
-        }
-        return Ok(());
-    }
-    if u32_at(image, 0) == Some(FATBIN_MAGIC as u64) {
-        let header = u16_at(image, 6).ok_or("the fatbin header is cut short")?;
-        let payload = u64_at(image, 8).ok_or("the fatbin header is cut short")?;
-        if header < 16 || !inside(len, header, 1, payload) {
-            return Err("the fatbin's declared size passes the end of the image");
-        }
-        return Ok(());
-    }
-    if !image.contains(&0) {
-        return Err("neither an ELF nor a fatbin image, and PTX text without a terminating NUL");
-    }
-    Ok(())
+    /// What the driver reports of the parameters or, where it cannot, what the module image
+    /// declares: what a stated layout is checked against. `None`: neither says.
+    declared: Option<ImageParameters>,
 }
 
 /// The sizes of `function`'s parameters through `cuFuncGetParamInfo`, or `None` if the driver
@@ -382,35 +321,74 @@ impl Function {
     }
 
     /// This kernel with its parameters stated by the caller: each parameter's size in bytes, in
-    /// order. Needed to dispatch it where the driver cannot report them (before CUDA 12.4);
-    /// where it can, the stated sizes must match what it reports. The returned function has its
-    /// own copy of the dynamic shared memory setting.
+    /// order. Needed to dispatch it where the driver cannot report them (before CUDA 12.4).
+    ///
+    /// The stated layout must agree with what the driver reports or, where it cannot, with what
+    /// the module image declares: the parameter count always, and each size where the image gives
+    /// it (a PTX `.param`'s type, a cubin's `EIATTR_KPARAM_INFO` records); a disagreement is an
+    /// [`Error::ArgumentMismatch`]. Where neither the driver nor the image says (a fatbin with
+    /// compressed entries, a cubin without the kernel's `.nv.info` records), nothing could catch
+    /// a wrong layout, and this is an [`Error::UnverifiableParameters`]: such a layout can only be
+    /// stated through the `unsafe`
+    /// [`with_parameter_sizes_unchecked`](Self::with_parameter_sizes_unchecked).
+    ///
+    /// The returned function has its own copy of the dynamic shared memory setting.
     pub fn with_parameter_sizes(&self, sizes: &[usize]) -> Result<Function, Error> {
+        self.stated(sizes, true)
+    }
+
+    /// As [`with_parameter_sizes`](Self::with_parameter_sizes), but a layout that neither the
+    /// driver nor the module image can check is taken on the caller's word; what either does say
+    /// is still checked.
+    ///
+    /// # Safety
+    ///
+    /// `sizes` must be the kernel's parameters exactly: as many entries as the kernel takes
+    /// parameters, each the size in bytes of the parameter at that index. Dispatches of the
+    /// returned function are checked against `sizes` alone, and the driver reads as many argument
+    /// bytes as the kernel really takes, so a wrong layout makes it read past the arguments a
+    /// dispatch passes.
+    pub unsafe fn with_parameter_sizes_unchecked(
+        &self,
+        sizes: &[usize],
+    ) -> Result<Function, Error> {
+        self.stated(sizes, false)
+    }
+
+    /// This kernel with the stated layout `sizes`, checked against what the driver or the image
+    /// declares; `verified`: refused where neither declares anything.
+    fn stated(&self, sizes: &[usize], verified: bool) -> Result<Function, Error> {
         if sizes.iter().sum::<usize>() > MAX_PARAMETER_BYTES {
             return Err(Error::BadKernelArgument {
                 reason: "more than 32,764 bytes of kernel parameters",
             });
         }
-        if let Some(reported) = self.parameter_sizes() {
-            let found = sizes.len();
-            if found != reported.len() {
-                return Err(Error::ArgumentMismatch {
+        let inner = &self.inner;
+        let mismatch = |index, expected, found| Error::ArgumentMismatch {
+            function: self.name().to_owned(),
+            index,
+            expected,
+            found,
+        };
+        match &inner.declared {
+            None if verified => {
+                return Err(Error::UnverifiableParameters {
                     function: self.name().to_owned(),
-                    index: None,
-                    expected: reported.len(),
-                    found,
                 });
             }
-            if let Some(index) = (0..found).find(|&i| sizes[i] != reported[i]) {
-                return Err(Error::ArgumentMismatch {
-                    function: self.name().to_owned(),
-                    index: Some(index),
-                    expected: reported[index],
-                    found: sizes[index],
-                });
+            None => {}
+            Some(declared) => {
+                if sizes.len() != declared.count {
+                    return Err(mismatch(None, declared.count, sizes.len()));
+                }
+                if let Some(expected) = &declared.sizes {
+                    let differs = (0..sizes.len()).find(|&i| sizes[i] != expected[i]);
+                    if let Some(index) = differs {
+                        return Err(mismatch(Some(index), expected[index], sizes[index]));
+                    }
+                }
             }
         }
-        let inner = &self.inner;
         Ok(Function {
             inner: Arc::new(FunctionInner {
                 module: Arc::clone(&inner.module),
@@ -423,6 +401,7 @@ impl Function {
                 raise: Mutex::new(()),
                 capabilities: inner.capabilities,
                 parameters: Some(sizes.into()),
+                declared: inner.declared.clone(),
             }),
         })
     }
@@ -602,45 +581,6 @@ pub(crate) fn validate_dispatch(
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn images_are_checked_against_their_declared_extent() {
-        use super::check_image;
-        // A minimal 64-bit ELF header with one section header table entry right after it.
-        let mut elf = vec![0u8; 64 + 64];
-        elf[..4].copy_from_slice(b"\x7fELF");
-        elf[4] = 2;
-        elf[5] = 1;
-        elf[0x28..0x30].copy_from_slice(&64u64.to_le_bytes());
-        elf[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
-        elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
-        elf[0x3c..0x3e].copy_from_slice(&1u16.to_le_bytes());
-        assert_eq!(check_image(&elf), Ok(()));
-        // The section claims bytes past the end.
-        let mut far = elf.clone();
-        far[64 + 0x18..64 + 0x20].copy_from_slice(&100u64.to_le_bytes());
-        far[64 + 0x20..64 + 0x28].copy_from_slice(&100u64.to_le_bytes());
-        assert!(check_image(&far).is_err());
-        // ... unless it occupies no file bytes.
-        far[64 + 4..64 + 8].copy_from_slice(&8u32.to_le_bytes());
-        assert_eq!(check_image(&far), Ok(()));
-        // The header table itself is cut off; offsets that overflow.
-        assert!(check_image(&elf[..100]).is_err());
-        let mut wrap = elf.clone();
-        wrap[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(check_image(&wrap).is_err());
-        assert!(check_image(&elf[..20]).is_err());
-        let mut fat = vec![0u8; 16 + 32];
-        fat[..4].copy_from_slice(&0xba55_ed50u32.to_le_bytes());
-        fat[6..8].copy_from_slice(&16u16.to_le_bytes());
-        fat[8..16].copy_from_slice(&32u64.to_le_bytes());
-        assert_eq!(check_image(&fat), Ok(()));
-        fat[8..16].copy_from_slice(&33u64.to_le_bytes());
-        assert!(check_image(&fat).is_err());
-        assert_eq!(check_image(b".version 8.0\0"), Ok(()));
-        assert!(check_image(b".version 8.0").is_err());
-        assert!(check_image(b"").is_err());
-    }
-
     use super::*;
 
     #[test]

@@ -112,6 +112,7 @@ mod deferred;
 mod error;
 mod executable;
 mod graph;
+mod image;
 mod indirect;
 mod kernel_args;
 mod launch;
@@ -128,11 +129,12 @@ pub use binding::{ArgBinding, BindingError, BindingLayout, MAX_BINDING_CAPACITY}
 pub use buffer::{Buffer, HostAccess, HostBuffer, HostBufferUse, WorkDone};
 pub use deferred::{DeferredCommandBuffer, DeferredExec};
 pub use error::Error;
-pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};
+pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES};
 pub use graph::{
     BINDINGS_HELPER, DEFAULT_EXECUTABLE_LIMIT, DEVICE_PATCH_MIN_NODES, DEVICE_PATCH_RING,
     GraphCommandBuffer, GraphExec, PatchMethod,
 };
+pub use image::check_image;
 pub use indirect::{INDIRECT_COUNT_BYTES, INDIRECT_HELPER, INDIRECT_HELPER_DIR_ENV};
 pub use kernel_args::{ArgSlot, DevicePtr, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};

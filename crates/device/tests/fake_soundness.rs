@@ -344,8 +344,8 @@ fn a_driver_without_graph_event_nodes_opens_and_refuses_graph_tracing_by_name() 
         .expect("stream tracing needs no graph event node");
 }
 
-/// A cubin whose headers declare more bytes than the slice holds never reaches the driver,
-/// which would read past the slice's end (it takes the image without a length).
+/// A cubin or fatbin whose headers declare more bytes than the slice holds never reaches the
+/// driver, which would read past the slice's end (it takes the image without a length).
 #[test]
 fn a_truncated_cubin_is_refused_before_the_driver_reads_it() {
     let (fake, _driver, device) = open("cubin", queues(1));
@@ -358,8 +358,17 @@ fn a_truncated_cubin_is_refused_before_the_driver_reads_it() {
     elf[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
     elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
     elf[0x3c..0x3e].copy_from_slice(&16u16.to_le_bytes());
+    // A fatbin whose size fits the slice but whose one entry declares a payload past it.
+    let mut fatbin = [0u8; 16 + 64 + 8];
+    fatbin[..4].copy_from_slice(&0xba55_ed50u32.to_le_bytes());
+    fatbin[4..6].copy_from_slice(&1u16.to_le_bytes());
+    fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
+    fatbin[8..16].copy_from_slice(&72u64.to_le_bytes());
+    fatbin[16..18].copy_from_slice(&1u16.to_le_bytes()); // PTX
+    fatbin[20..24].copy_from_slice(&64u32.to_le_bytes());
+    fatbin[24..32].copy_from_slice(&4096u64.to_le_bytes());
     let before = fake.calls(cu_name!(cuModuleLoadDataEx));
-    for image in [&elf[..], b".version 8.0 no terminator"] {
+    for image in [&elf[..], b".version 8.0 no terminator", &fatbin[..]] {
         match cuhal::Executable::load_cubin(device.context(), image) {
             Err(cuhal_command::Error::BadImage { .. }) => {}
             other => panic!("expected BadImage, got {other:?}"),
@@ -451,6 +460,193 @@ fn short_of(buffer: &Arc<cuhal::Buffer>) -> cuhal::KernelArgs {
     cuhal::KernelArgs::new()
         .with_range(&buffer.whole())
         .with(2u32)
+}
+
+/// Where the driver cannot report a kernel's parameters (CUDA 12.0 to 12.3), a stated layout is
+/// checked against the PTX's own `.param` list: a one-parameter layout for a three-parameter
+/// kernel would let a one-argument dispatch reach `cuLaunchKernel`, which would read two
+/// arguments that were never passed. The right layout is taken and its dispatch runs.
+#[test]
+fn a_stated_layout_must_agree_with_the_kernels_ptx() {
+    use cuhal::{Dispatch, KernelArgs};
+    use cuhal_command::Error as CommandError;
+
+    // A 12.3 driver: neither `cuFuncGetParamInfo` (12.4) nor `cuFuncGetParamCount` (13.0).
+    let (fake, driver) = load_with("stated-ptx", |fake| fake.set_driver_version(12030));
+    let device = driver.open(0, queues(1)).unwrap();
+    let scale = device.load_ptx(PTX).unwrap().function("scale").unwrap();
+    assert_eq!(scale.parameter_sizes(), None);
+    match scale.with_parameter_sizes(&[4]) {
+        Err(CommandError::ArgumentMismatch {
+            function,
+            index: None,
+            expected: 3,
+            found: 1,
+        }) => assert_eq!(function, "scale"),
+        other => panic!("expected ArgumentMismatch, got {other:?}"),
+    }
+    // The sizes too: `n` is a `.u32`.
+    assert!(matches!(
+        scale.with_parameter_sizes(&[8, 4, 8]),
+        Err(CommandError::ArgumentMismatch {
+            index: Some(2),
+            expected: 4,
+            found: 8,
+            ..
+        })
+    ));
+    // What the image says is checked on the unchecked path as well.
+    // SAFETY: refused before anything could use it.
+    let unchecked = unsafe { scale.with_parameter_sizes_unchecked(&[4]) };
+    assert!(matches!(
+        unchecked,
+        Err(CommandError::ArgumentMismatch { index: None, .. })
+    ));
+
+    let stated = scale.with_parameter_sizes(&[8, 4, 4]).unwrap();
+    let buffer = device.create_buffer(1024).unwrap();
+    let one = KernelArgs::new().with_range(&buffer.whole());
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    assert!(matches!(
+        cb.dispatch(&Dispatch::new(&stated, [1, 1, 1], [32, 1, 1], &one)),
+        Err(CommandError::ArgumentMismatch { index: None, .. })
+    ));
+    let args = one.with(2u32).with(256u32);
+    cb.dispatch(&Dispatch::new(&stated, [1, 1, 1], [32, 1, 1], &args))
+        .unwrap();
+    let cb = cb.end().unwrap();
+    let done = device.create_semaphore(0);
+    device.queue(0).execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    wait(&done, 1);
+    assert_eq!(fake.launches("scale"), 1);
+}
+
+/// A cubin with one kernel, `k`, that the fake driver loads: the fake reads every image as text
+/// up to its first NUL and takes the names after `.entry` as its kernels, so the ELF
+/// identification's padding bytes spell `.entry k` (nothing else reads them). `info`: the
+/// records of its `.nv.info.k` section; `None`: no such section, so the image does not say what
+/// parameters `k` takes.
+fn cubin_for_the_fake(info: Option<&[u8]>) -> Vec<u8> {
+    let strtab: &[u8] = b"\0.shstrtab\0.nv.info.k\0";
+    let mut image = vec![0u8; 0x40];
+    image[..6].copy_from_slice(b"\x7fELF\x02\x01");
+    image[6..14].copy_from_slice(b".entry k");
+    let strtab_at = image.len();
+    image.extend_from_slice(strtab);
+    let info_at = image.len();
+    image.extend_from_slice(info.unwrap_or_default());
+    let shoff = image.len();
+    let sections: u16 = if info.is_some() { 3 } else { 2 };
+    image[0x28..0x30].copy_from_slice(&(shoff as u64).to_le_bytes());
+    image[0x34..0x36].copy_from_slice(&0x40u16.to_le_bytes());
+    image[0x3a..0x3c].copy_from_slice(&0x40u16.to_le_bytes());
+    image[0x3c..0x3e].copy_from_slice(&sections.to_le_bytes());
+    image[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
+    let header = |name: u32, offset: usize, size: usize| {
+        let mut h = vec![0u8; 0x40];
+        h[..4].copy_from_slice(&name.to_le_bytes());
+        h[0x18..0x20].copy_from_slice(&(offset as u64).to_le_bytes());
+        h[0x20..0x28].copy_from_slice(&(size as u64).to_le_bytes());
+        h
+    };
+    image.extend(header(0, 0, 0));
+    image.extend(header(1, strtab_at, strtab.len()));
+    if let Some(info) = info {
+        image.extend(header(11, info_at, info.len()));
+    }
+    image
+}
+
+/// `EIATTR_KPARAM_INFO` records (format `EIFMT_SVAL`, 12 bytes: index, ordinal, offset, and the
+/// size in bits 18..32 of the last word) for parameters of `sizes`, in order.
+fn kparam_records(sizes: &[u32]) -> Vec<u8> {
+    let mut records = Vec::new();
+    let mut offset = 0u16;
+    for (ordinal, &size) in sizes.iter().enumerate() {
+        records.extend([0x04, 0x17, 12, 0]);
+        records.extend(0u32.to_le_bytes());
+        records.extend((ordinal as u16).to_le_bytes());
+        records.extend(offset.to_le_bytes());
+        records.extend((size << 18 | 0x1f << 12).to_le_bytes());
+        offset += size as u16;
+    }
+    records
+}
+
+/// A cubin's parameters on a driver that cannot report them: its `.nv.info` records check a
+/// stated layout as PTX does; without them nothing can, so the safe path refuses the layout and
+/// only the unsafe one takes it (and its dispatch runs).
+#[test]
+fn a_stated_layout_for_a_cubin_is_checked_where_the_image_says_and_unsafe_where_not() {
+    use cuhal::{Dispatch, KernelArgs};
+    use cuhal_command::Error as CommandError;
+
+    // A 12.3 driver: neither `cuFuncGetParamInfo` (12.4) nor `cuFuncGetParamCount` (13.0).
+    let (fake, driver) = load_with("stated-cubin", |fake| fake.set_driver_version(12030));
+    let device = driver.open(0, queues(1)).unwrap();
+    let buffer = device.create_buffer(1024).unwrap();
+    let run = |k: &cuhal::Function, args: &KernelArgs| {
+        let mut cb = device.queue(0).create_command_buffer().unwrap();
+        cb.dispatch(&Dispatch::new(k, [1, 1, 1], [32, 1, 1], args))
+            .unwrap();
+        let cb = cb.end().unwrap();
+        let done = device.create_semaphore(0);
+        device.queue(0).execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+        wait(&done, 1);
+    };
+
+    // The image says: (u64, u32).
+    let module = device
+        .load_cubin(&cubin_for_the_fake(Some(&kparam_records(&[8, 4]))))
+        .unwrap();
+    assert_eq!(module.parameter_count("k"), Some(2));
+    let k = module.function("k").unwrap();
+    assert!(matches!(
+        k.with_parameter_sizes(&[4]),
+        Err(CommandError::ArgumentMismatch {
+            index: None,
+            expected: 2,
+            found: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        k.with_parameter_sizes(&[8, 8]),
+        Err(CommandError::ArgumentMismatch { index: Some(1), .. })
+    ));
+    let stated = k.with_parameter_sizes(&[8, 4]).unwrap();
+    run(
+        &stated,
+        &KernelArgs::new().with_range(&buffer.whole()).with(1u32),
+    );
+    assert_eq!(fake.launches("k"), 1);
+    drop((stated, k, module));
+
+    // The image says nothing of `k`.
+    let module = device.load_cubin(&cubin_for_the_fake(None)).unwrap();
+    assert_eq!(module.parameter_count("k"), None);
+    let k = module.function("k").unwrap();
+    let one = KernelArgs::new().with_range(&buffer.whole());
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    assert!(matches!(
+        cb.dispatch(&Dispatch::new(&k, [1, 1, 1], [32, 1, 1], &one)),
+        Err(CommandError::UnknownParameters { .. })
+    ));
+    drop(cb);
+    match k.with_parameter_sizes(&[8]) {
+        Err(e @ CommandError::UnverifiableParameters { .. }) => {
+            assert!(
+                e.to_string().contains("with_parameter_sizes_unchecked"),
+                "{e}"
+            );
+        }
+        other => panic!("expected UnverifiableParameters, got {other:?}"),
+    }
+    // SAFETY: `k` takes one 8-byte parameter, as the test's own image was built to say (the fake
+    // reads no arguments of a kernel it does not run).
+    let stated = unsafe { k.with_parameter_sizes_unchecked(&[8]) }.unwrap();
+    run(&stated, &one);
+    assert_eq!(fake.launches("k"), 2);
 }
 
 /// In both command buffer modes.

@@ -241,7 +241,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                     timepoints: Timepoints::new(),
                     waiters: Waiters::new(),
                     listeners: Listeners::new(),
-                    wakers: Listeners::new(),
+                    wakers: Listeners::empty(),
                 }),
                 changes: AtomicU64::new(0),
                 value: AtomicU64::new(initial),

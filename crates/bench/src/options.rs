@@ -33,6 +33,8 @@ pub enum Case {
     Collectives,
     /// 14: case 1's submissions while another thread waits on the host for the newest.
     Waiter,
+    /// 15: from a kernel's end to a task awaiting `wait_async` resuming.
+    WaitAsync,
 }
 
 impl Case {
@@ -40,7 +42,7 @@ impl Case {
     /// (its raw floor and FINE tracing load it), every later launch of the process costs more,
     /// even after its activity is disabled (on the H200, case 14's floor took 4.8 us a
     /// submission after case 6 against 2.4 to 3.3 us without it).
-    pub const ALL: [Case; 14] = [
+    pub const ALL: [Case; 15] = [
         Case::Submit,
         Case::Wake,
         Case::Dependency,
@@ -54,6 +56,7 @@ impl Case {
         Case::Pdl,
         Case::Collectives,
         Case::Waiter,
+        Case::WaitAsync,
         Case::Tracing,
     ];
 
@@ -74,6 +77,7 @@ impl Case {
             Case::Pdl => "12",
             Case::Collectives => "13",
             Case::Waiter => "14",
+            Case::WaitAsync => "15",
         }
     }
 
@@ -94,6 +98,7 @@ impl Case {
             Case::Pdl => "pdl",
             Case::Collectives => "collectives",
             Case::Waiter => "waiter",
+            Case::WaitAsync => "wait-async",
         }
     }
 

@@ -39,6 +39,11 @@
 //! # Ok::<(), cuhal::Error>(())
 //! ```
 //!
+//! Async code awaits the same semaphores without blocking a thread: [`Semaphore::wait_async`]
+//! (and [`wait_semaphores_async`] for several) returns a `Future` for any executor, woken by the
+//! queue's completion side when the value is reached, or with the device's failure when it is
+//! lost (`examples/tokio_service.rs` serves many tasks that way).
+//!
 //! Safe code cannot skip the checks a [`Queue`] makes: the scheduler backend that issues work
 //! and its payload type are private (an unchecked payload could make the driver write any
 //! memory), so this does not compile:
@@ -108,7 +113,7 @@ pub use interop::{ExportedBuffer, ExportedEvent, ForeignEvent, PointerInfo, Rele
 pub use lost::DeviceLost;
 pub use memory::Allocation;
 pub use queue::{BoundCommandBuffer, CommandBufferMode, Queue, SemaphoreValues};
-pub use wait::{WaitMode, wait_semaphores};
+pub use wait::{WaitMode, WaitSemaphores, wait_semaphores, wait_semaphores_async};
 
 pub use cuhal_command::{
     ArgSlot, BindingError, BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind,
@@ -117,7 +122,7 @@ pub use cuhal_command::{
     GraphExec, HostBuffer, KernelArg, KernelArgs, LaunchAttributes, MAX_BINDING_CAPACITY,
     PatchMethod, StreamWork, StreamWorkError, StreamWorkFn, WorkRange,
 };
-pub use cuhal_semaphore::{Failure, Timeout};
+pub use cuhal_semaphore::{Failure, Timeout, Wait};
 pub use cuhal_sys::{LinkKind, NcclDataType, NcclRedOp, PeerLink};
 pub use cuhal_trace::{CuptiChoice, JsonSink, MemorySink, Sink, Verbosity};
 

@@ -35,6 +35,12 @@
 //! - **Listeners**: [`Semaphore::listen`] registers a one-shot [`Listener`], fired outside the lock
 //!   when the value reaches `v`, a device signal `>= v` is recorded, or the semaphore fails; this is
 //!   how a scheduler re-examines only the work waiting on a semaphore that changed.
+//! - **Futures**: [`Semaphore::wait_async`], [`wait_all_async`] and [`wait_any_async`] return
+//!   `Future`s for any executor (std's `Future`, `Waker` and `Poll` only). A pending future's
+//!   waker is a listener fired only when the value is reached or the semaphore fails, woken by
+//!   whichever thread advances it; a later poll's waker replaces the earlier one, and dropping
+//!   the future unregisters it. See the `future` module's source for the no-lost-wake-up
+//!   argument.
 //!
 //! # Public API (what the scheduler and device crates call)
 //!
@@ -55,6 +61,7 @@
 //!   signal(value) -> Result<(), Error>          advance_to(value) -> Result<(), Error>
 //!   fail(Failure)                               failure() -> Option<Failure>
 //!   wait(value, impl Into<Timeout>) -> Result<(), Error>
+//!   wait_async(value) -> Wait<E>                 impl Future<Output = Result<(), Error>> + 'static
 //!   record_device_signal(value, event: E) -> Result<(), Error>
 //!   device_wait_event(value) -> Option<E>
 //!   wait_point(value) -> Result<WaitPoint<E>, Error>   WaitPoint::{Reached, Device { value, event }, Pending}
@@ -62,12 +69,15 @@
 //!                                                (an event `ordered` accepts answers Reached, no handle)
 //!   has_failed() -> bool                         (without the lock)
 //!   listen(value, &Arc<dyn Listener>, key: u64) -> ListenToken      cancel_listen(ListenToken)
+//!   has_waiters() -> bool                        (a parked host waiter or a pending future; without the lock)
 //!   listener_count() / timepoint_count() / waiter_count() -> usize   (diagnostics)
 //! trait Listener: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64);
 //!                                fn notice(&self, semaphore, key, Notice) { notify(..) } }
 //! enum Notice<'a> { Reached(u64), Recorded { value, event: &'a mut dyn Any /* Option<E> */ }, Changed }
 //! wait_all(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<(), Error>
 //! wait_any(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<usize, Error>
+//! wait_all_async(&[(&Semaphore<E>, u64)]) -> WaitAll<E>   impl Future<Output = Result<(), Error>>
+//! wait_any_async(&[(&Semaphore<E>, u64)]) -> WaitAny<E>   impl Future<Output = Result<usize, Error>>
 //! testing::LiveCounter  ::new(), .live() -> usize
 //! testing::FlagEvent    ::new(), ::counted(&LiveCounter), ::on_busy_device(), .complete(), .fail(Failure), .is_complete(),
 //!                       .query_count(), .clone_count(), .ptr_eq(&other)         impl DeviceEvent
@@ -102,6 +112,7 @@
 mod error;
 mod event;
 mod failure;
+mod future;
 mod listener;
 mod multi_wait;
 mod options;
@@ -118,6 +129,7 @@ mod waiter;
 pub use error::Error;
 pub use event::{DeviceEvent, NoEvent};
 pub use failure::Failure;
+pub use future::{Wait, WaitAll, WaitAny, wait_all_async, wait_any_async};
 pub use listener::{ListenToken, Listener, Notice};
 pub use multi_wait::{wait_all, wait_any};
 pub use options::SemaphoreOptions;

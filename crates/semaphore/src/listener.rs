@@ -120,6 +120,17 @@ impl Listeners {
         }
     }
 
+    /// A list with no storage until its first listener: for one most semaphores never use (the
+    /// futures' list), so that creating a semaphore costs no allocation for it.
+    pub(crate) fn empty() -> Self {
+        Listeners {
+            entries: Slab::new(),
+            in_order: VecDeque::new(),
+            out_of_order: BinaryHeap::new(),
+            next_seq: 0,
+        }
+    }
+
     pub(crate) fn insert(
         &mut self,
         value: u64,

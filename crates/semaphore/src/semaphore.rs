@@ -53,8 +53,9 @@ struct Shared<E: DeviceEvent> {
     /// queries while the device is busy watches it, not `changes`, which every recorded device
     /// signal moves too.
     value: AtomicU64,
-    /// Parked host waiters registered now (mirrors `State::waiters`, readable without the lock):
-    /// tells a completion side whether anybody is waiting for an answer.
+    /// Parked host waiters and pending futures registered now (mirrors `State::waiters` and
+    /// `State::wakers`, readable without the lock): tells a completion side whether anybody is
+    /// waiting for an answer.
     parked: AtomicUsize,
     /// Whether the semaphore has failed (mirrors `State::failure`, readable without the lock).
     failed: AtomicBool,
@@ -69,9 +70,17 @@ struct State<E: DeviceEvent> {
     timepoints: Timepoints<E>,
     waiters: Waiters,
     listeners: Listeners,
+    /// The listeners of pending futures (see `future.rs`): fired only by the value reaching
+    /// theirs, or a failure, never by a recorded device signal (a future resolves on the value).
+    wakers: Listeners,
 }
 
 impl<E: DeviceEvent> State<E> {
+    /// Parked waiters and pending futures: what `Shared::parked` mirrors.
+    fn waiting(&self) -> usize {
+        self.waiters.len() + self.wakers.len()
+    }
+
     /// The highest value a listener can be satisfied by: the value, or a recorded device signal above it.
     fn listen_threshold(&self) -> u64 {
         self.timepoints
@@ -127,7 +136,9 @@ impl<E: DeviceEvent> State<E> {
         }
     }
 
-    fn advance(&mut self, value: u64, wake: &mut Wake<E>, released: Option<&mut Vec<E>>) {
+    /// Advances to `value`; returns whether it fired a pending future's listener (the count of
+    /// those waiting changed).
+    fn advance(&mut self, value: u64, wake: &mut Wake<E>, released: Option<&mut Vec<E>>) -> bool {
         self.value = value;
         match released {
             Some(released) => self.timepoints.release_through_into(value, released),
@@ -136,7 +147,12 @@ impl<E: DeviceEvent> State<E> {
         self.waiters.take_reached(value, &mut wake.unparkers);
         let threshold = self.listen_threshold();
         self.listeners.take_due(threshold, &mut wake.due);
+        let wakers = self.wakers.len();
+        if wakers > 0 {
+            self.wakers.take_due(value, &mut wake.due);
+        }
         wake.told = Told::Reached(value);
+        self.wakers.len() != wakers
     }
 }
 
@@ -225,6 +241,7 @@ impl<E: DeviceEvent> Semaphore<E> {
                     timepoints: Timepoints::new(),
                     waiters: Waiters::new(),
                     listeners: Listeners::new(),
+                    wakers: Listeners::empty(),
                 }),
                 changes: AtomicU64::new(0),
                 value: AtomicU64::new(initial),
@@ -251,6 +268,12 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.changed();
     }
 
+    /// Mirrors the number of parked waiters and pending futures in `Shared::parked` (called
+    /// under the lock, after a change to either).
+    fn note_waiting(&self, state: &State<E>) {
+        self.shared.parked.store(state.waiting(), Ordering::Relaxed);
+    }
+
     /// A counter that moves whenever the semaphore advances, records a device signal or fails
     /// (read without the lock, for spinning waiters).
     pub(crate) fn changes(&self) -> u64 {
@@ -263,9 +286,10 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.shared.value.load(Ordering::Acquire) >= value || self.has_failed()
     }
 
-    /// Whether a host thread is parked waiting on this semaphore now (read without the lock). A
-    /// completion side polls fast for such a waiter; a waiter that is still spinning on a device
-    /// event does not need it.
+    /// Whether a host thread is parked waiting on this semaphore now, or a pending future
+    /// ([`wait_async`](Self::wait_async)) is registered on it (read without the lock). A
+    /// completion side polls fast for such a waiter, whose wake-up its advance is; a waiter that
+    /// is still spinning on a device event does not need it.
     pub fn has_waiters(&self) -> bool {
         self.shared.parked.load(Ordering::Relaxed) > 0
     }
@@ -355,8 +379,11 @@ impl<E: DeviceEvent> Semaphore<E> {
                     requested: value,
                 });
             }
-            state.advance(value, &mut wake, None);
+            let woke = state.advance(value, &mut wake, None);
             self.advanced(value);
+            if woke {
+                self.note_waiting(&state);
+            }
         }
         wake.run(self.id());
         Ok(())
@@ -389,8 +416,11 @@ impl<E: DeviceEvent> Semaphore<E> {
             if value <= state.value {
                 return Ok(());
             }
-            state.advance(value, &mut wake, released);
+            let woke = state.advance(value, &mut wake, released);
             self.advanced(value);
+            if woke {
+                self.note_waiting(&state);
+            }
         }
         wake.run(self.id());
         Ok(())
@@ -410,6 +440,8 @@ impl<E: DeviceEvent> Semaphore<E> {
             state.timepoints.release_all(&mut wake.released);
             state.waiters.take_all(&mut wake.unparkers);
             state.listeners.take_all(&mut wake.due);
+            state.wakers.take_all(&mut wake.due);
+            self.note_waiting(&state);
             self.changed();
         }
         wake.run(self.id());
@@ -547,9 +579,11 @@ impl<E: DeviceEvent> Semaphore<E> {
         drop(removed);
     }
 
-    /// Number of registered listeners (diagnostics and tests).
+    /// Number of registered listeners (diagnostics and tests): those of [`listen`](Self::listen)
+    /// and those of pending futures ([`wait_async`](Self::wait_async) and the multi-waits).
     pub fn listener_count(&self) -> usize {
-        self.lock().listeners.len()
+        let state = self.lock();
+        state.listeners.len() + state.wakers.len()
     }
 
     /// Number of recorded device-signal timepoints still held (diagnostics and tests).
@@ -602,9 +636,7 @@ impl<E: DeviceEvent> Semaphore<E> {
         let slot = state
             .waiters
             .insert(if reached { FAILURE_ONLY } else { value }, unparker);
-        self.shared
-            .parked
-            .store(state.waiters.len(), Ordering::Relaxed);
+        self.note_waiting(&state);
         if tell
             && !reached
             && let Some((_, event)) = state.timepoints.at_least(value)
@@ -620,9 +652,65 @@ impl<E: DeviceEvent> Semaphore<E> {
     pub(crate) fn remove_waiter(&self, slot: usize) {
         let mut state = self.lock();
         state.waiters.remove(slot);
-        self.shared
-            .parked
-            .store(state.waiters.len(), Ordering::Relaxed);
+        self.note_waiting(&state);
+    }
+
+    /// Registers a pending future's listener for `value` (see `future.rs`): fired once, outside
+    /// the lock, when the value reaches `value` or the semaphore fails, and not by a recorded
+    /// device signal. `None` when either already holds: nothing is registered and nothing
+    /// called. The device-signal timepoint the value waits for, if one is recorded, is told it
+    /// is awaited ([`DeviceEvent::awaited`]), so that a completion side that gathers lazily
+    /// retires it promptly; one recorded later finds [`has_waiters`](Self::has_waiters) true.
+    pub(crate) fn listen_reached(
+        &self,
+        value: u64,
+        listener: &std::sync::Arc<dyn Listener>,
+        key: u64,
+    ) -> Option<ListenToken> {
+        let mut state = self.lock();
+        if state.failure.is_some() || state.value >= value {
+            return None;
+        }
+        let (slot, seq) = state.wakers.insert(value, listener, key);
+        self.note_waiting(&state);
+        if let Some((_, event)) = state.timepoints.at_least(value) {
+            // As in `register_waiter`: a panicking event must not unwind past the registration.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| event.awaited()));
+        }
+        Some(ListenToken {
+            semaphore: self.id(),
+            slot,
+            seq,
+        })
+    }
+
+    /// Cancels a listener [`listen_reached`](Self::listen_reached) registered; does nothing if
+    /// it fired or was cancelled.
+    pub(crate) fn cancel_reached(&self, token: ListenToken) {
+        if token.semaphore != self.id() {
+            return;
+        }
+        let removed = {
+            let mut state = self.lock();
+            let removed = state.wakers.cancel(token.slot, token.seq);
+            if removed.is_some() {
+                self.note_waiting(&state);
+            }
+            removed
+        };
+        // The listener may hold the last clone of a waker: dropped unlocked.
+        drop(removed);
+    }
+
+    /// The failure, if the semaphore failed, else whether the value has reached `value`: read
+    /// without the lock unless the semaphore failed (then the lock, for the failure).
+    pub(crate) fn reached(&self, value: u64) -> Result<bool, Failure> {
+        if self.has_failed()
+            && let Some(failure) = self.failure()
+        {
+            return Err(failure);
+        }
+        Ok(self.shared.value.load(Ordering::Acquire) >= value)
     }
 }
 

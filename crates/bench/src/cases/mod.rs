@@ -15,6 +15,7 @@ pub mod scheduler;
 pub mod signal;
 pub mod submit;
 pub mod tracing;
+pub mod wait_async;
 pub mod waiter;
 pub mod wake;
 

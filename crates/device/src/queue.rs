@@ -79,6 +79,8 @@ pub struct Queue {
     collect: Option<SharedCleanup>,
     /// Storage for the binding tables of submissions in flight.
     tables: Arc<TablePool>,
+    /// The device's events for records on other runtimes' streams ([`Queue::wait_stream`]).
+    stream_records: TimepointEventPool,
 }
 
 impl Queue {
@@ -130,7 +132,14 @@ impl Queue {
             trace,
             collect,
             tables: Arc::default(),
+            stream_records: device.stream_records.clone(),
         })
+    }
+
+    /// The queue's device's primary context (its raw handle tells whether another runtime's
+    /// stream or memory belongs to the same context).
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.context
     }
 
     /// The queue's label.
@@ -160,11 +169,6 @@ impl Queue {
 
     fn check_alive(&self) -> Result<()> {
         self.lost.check()
-    }
-
-    /// The queue's context.
-    pub(crate) fn context(&self) -> &Arc<PrimaryContext> {
-        &self.context
     }
 
     /// Fails when the queue's device is lost.
@@ -686,6 +690,33 @@ impl Queue {
             Resources::new(),
             Cleanups::new(),
         )
+    }
+
+    /// Makes the queue wait, on the device, for everything enqueued so far on `stream`, another
+    /// runtime's stream of this device's context, then signals: the stream half of
+    /// [`Queue::wait_event`].
+    ///
+    /// One driver call here, `cuEventRecord` of an event of the device's own on `stream` (now,
+    /// whatever the waits); then the operation is a [`Queue::wait_event`] on that event, which
+    /// the queue releases once the operation completes. The event is taken from a pool, so a
+    /// warm device creates none.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this device's context (or null, the legacy default
+    /// stream) for the duration of the call. A stream of another context is refused by the
+    /// driver (`CUDA_ERROR_INVALID_HANDLE`); a destroyed one is undefined behaviour, as for
+    /// any driver call.
+    pub unsafe fn wait_stream(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        stream: CUstream,
+    ) -> Result<()> {
+        self.lost.check()?;
+        // SAFETY: forwarded caller contract: `stream` is live and of this context.
+        let event = unsafe { crate::interop::record_on_stream(&self.stream_records, stream) }
+            .map_err(|e| self.lost.filter(e))?;
+        self.wait_event(waits, signals, &event)
     }
 
     /// Runs `call` on the host once every wait is reached and everything submitted earlier to

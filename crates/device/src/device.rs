@@ -237,10 +237,6 @@ pub(crate) struct DeviceShared {
     /// Events for exported timepoints that need no recording (each queue's completion and
     /// timepoint events come from its own pool).
     pub(crate) events: TimepointEventPool,
-    /// Events that [`Queue::wait_stream`] records on other runtimes' streams: a pool of their
-    /// own, so that an event whose foreign record may still be pending (its wait failed before
-    /// issue) is never handed out as one that waits for nothing.
-    pub(crate) stream_records: TimepointEventPool,
     /// Whether a sticky error lost the device.
     pub(crate) lost: Arc<Lost>,
     /// Each queue's issues, which host waits and completion threads watch (`submissions.rs`).
@@ -294,15 +290,11 @@ impl Device {
         let events =
             TimepointEventPool::new(context.clone(), 0, lost.clone(), submissions.clone(), false)
                 .map_err(|e| lost.filter(e))?;
-        let stream_records =
-            TimepointEventPool::new(context.clone(), 0, lost.clone(), submissions.clone(), false)
-                .map_err(|e| lost.filter(e))?;
         let memory = Arc::new(MemoryPool::new(context.clone()).map_err(|e| lost.filter(e))?);
         let buffers = BufferMemory::new(memory.clone()).map_err(|e| lost.filter(e))?;
         let shared = DeviceShared {
             context,
             events,
-            stream_records,
             lost,
             submissions,
             memory,

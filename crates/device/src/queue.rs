@@ -79,8 +79,6 @@ pub struct Queue {
     collect: Option<SharedCleanup>,
     /// Storage for the binding tables of submissions in flight.
     tables: Arc<TablePool>,
-    /// The device's events for records on other runtimes' streams ([`Queue::wait_stream`]).
-    stream_records: TimepointEventPool,
 }
 
 impl Queue {
@@ -132,7 +130,6 @@ impl Queue {
             trace,
             collect,
             tables: Arc::default(),
-            stream_records: device.stream_records.clone(),
         })
     }
 
@@ -696,10 +693,12 @@ impl Queue {
     /// runtime's stream of this device's context, then signals: the stream half of
     /// [`Queue::wait_event`].
     ///
-    /// One driver call here, `cuEventRecord` of an event of the device's own on `stream` (now,
-    /// whatever the waits); then the operation is a [`Queue::wait_event`] on that event, which
-    /// the queue releases once the operation completes. The event is taken from a pool, so a
-    /// warm device creates none.
+    /// One driver call here, `cuEventRecord` on `stream` (now, whatever the waits) of an event
+    /// of the queue's own pool; then the operation is a [`Queue::wait_event`] on that event,
+    /// which goes back to the pool once the operation completes, so a warm queue creates none.
+    /// The pool's events serve as the queue's completion events too: each is recorded again on
+    /// the queue's stream before it stands for anything there, so a foreign record still
+    /// pending (the operation failed before its wait was enqueued) is never mistaken for one.
     ///
     /// # Safety
     /// `stream` must be a live stream of this device's context (or null, the legacy default
@@ -714,8 +713,9 @@ impl Queue {
     ) -> Result<()> {
         self.lost.check()?;
         // SAFETY: forwarded caller contract: `stream` is live and of this context.
-        let event = unsafe { crate::interop::record_on_stream(&self.stream_records, stream) }
-            .map_err(|e| self.lost.filter(e))?;
+        let event =
+            unsafe { crate::interop::record_on_stream(self.inner.backend().events(), stream) }
+                .map_err(|e| self.lost.filter(e))?;
         self.wait_event(waits, signals, &event)
     }
 

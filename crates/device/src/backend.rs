@@ -140,6 +140,12 @@ const NAP_STEP: Duration = Duration::from_micros(20);
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl CudaBackend {
+    /// The queue's own event pool, which [`Queue::wait_stream`](crate::Queue::wait_stream) also
+    /// records on other runtimes' streams (see there why that is sound).
+    pub(crate) fn events(&self) -> &TimepointEventPool {
+        &self.events
+    }
+
     /// Creates the queue's `CU_STREAM_NON_BLOCKING` stream (with `priority`, lower is higher).
     pub(crate) fn new(
         context: Arc<PrimaryContext>,

@@ -11,7 +11,11 @@
 //!   on the device, for a [`ForeignEvent`] the other runtime recorded on its stream;
 //! - ordering out: [`Device::export_timepoint`] turns a semaphore value into a `CUevent` a
 //!   foreign stream can wait on with `cuStreamWaitEvent` ([`ExportedEvent`]), valid until the
-//!   foreign side drops it.
+//!   foreign side drops it;
+//! - streams, both ways, one driver call each: [`Queue::wait_stream`](crate::Queue::wait_stream)
+//!   makes a queue operation wait for everything enqueued so far on a foreign stream (one
+//!   `cuEventRecord` on it), and [`Device::stream_wait_value`] makes a foreign stream wait for
+//!   a semaphore value (one `cuStreamWaitEvent`).
 //!
 //! Neither direction needs a host round trip: the only host wait is
 //! [`Device::export_timepoint`]'s, which waits for the signalling work to be *issued* (its event
@@ -29,11 +33,11 @@ use cuhal_sys::{
     CU_MEMORYTYPE_DEVICE, CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CUcontext, CUdeviceptr, CUevent, CUpointer_attribute,
-    CUresult, PrimaryContext, cu,
+    CUresult, CUstream, PrimaryContext, cu,
 };
 
 use crate::error::{Error, Result};
-use crate::event_pool::CudaEvent;
+use crate::event_pool::{CudaEvent, TimepointEventPool};
 use crate::memory::{AllocationUse, use_of};
 use crate::{Device, Semaphore};
 
@@ -273,6 +277,73 @@ impl Device {
             }
         }
     }
+}
+
+impl Device {
+    /// Makes `stream`, another runtime's stream, wait on the device until `semaphore` reaches
+    /// `value`, with no host round trip: the stream half of [`Device::export_timepoint`].
+    ///
+    /// - value already reached: nothing to wait for, and no driver call;
+    /// - a signal of a value `>= value` already issued on a queue: one driver call,
+    ///   `cuStreamWaitEvent(stream, completion event, 0)`;
+    /// - not issued yet: waits on the host until it is issued, up to `timeout`, as
+    ///   [`Device::export_timepoint`] does ([`Error::Semaphore`] with `Timeout`), then as above.
+    ///
+    /// A failed semaphore is its failure. CUDA captures the event's state at the call, so
+    /// nothing needs to be kept afterwards.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream (of any context: CUDA lets a stream wait on an event of
+    /// another device) for the duration of the call, or null (the legacy default stream of the
+    /// context current on this thread).
+    pub unsafe fn stream_wait_value(
+        &self,
+        stream: CUstream,
+        semaphore: &Semaphore,
+        value: u64,
+        timeout: impl Into<Timeout>,
+    ) -> Result<()> {
+        let wait_on = |event: CUevent| {
+            let api = self.context().api();
+            // SAFETY: the event is live (its handle is held by the caller of this closure), and
+            // the caller guarantees `stream` is.
+            unsafe { cu!(api, cuStreamWaitEvent(stream, event, 0)) }
+                .map_err(|e| self.shared.lost.filter(e.into()))
+        };
+        match semaphore.wait_point(value)? {
+            WaitPoint::Reached => Ok(()),
+            WaitPoint::Device { event, .. } => wait_on(event.raw()),
+            WaitPoint::Pending => {
+                let exported = self.export_timepoint(semaphore, value, timeout)?;
+                match exported.signal_value() {
+                    // Reached while waiting for the issue.
+                    None => Ok(()),
+                    Some(_) => wait_on(exported.raw()),
+                }
+            }
+        }
+    }
+}
+
+/// Records an event of `pool` on `stream`, another runtime's stream (one driver call,
+/// `cuEventRecord`), and hands it over as a [`ForeignEvent`] that gives the event back to the
+/// pool when its last holder drops it.
+///
+/// # Safety
+/// `stream` must be a live stream of the pool's context (or null) for the duration of the call.
+pub(crate) unsafe fn record_on_stream(
+    pool: &TimepointEventPool,
+    stream: CUstream,
+) -> Result<Arc<ForeignEvent>> {
+    let event = pool.acquire()?;
+    let raw = event.raw();
+    let api = event.context().api();
+    // SAFETY: `event` holds `raw` live; the caller guarantees `stream` is live and of the
+    // event's context (the driver refuses another context's stream).
+    unsafe { cu!(api, cuEventRecord(raw, stream)) }?;
+    // SAFETY: the release callback owns the pooled handle, so `raw` stays a live event until it
+    // runs.
+    Ok(unsafe { ForeignEvent::from_raw(raw, Some(Box::new(move || drop(event)))) })
 }
 
 fn deadline(timeout: Timeout) -> Option<Instant> {

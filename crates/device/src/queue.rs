@@ -133,6 +133,12 @@ impl Queue {
         })
     }
 
+    /// The queue's device's primary context (its raw handle tells whether another runtime's
+    /// stream or memory belongs to the same context).
+    pub fn context(&self) -> &Arc<PrimaryContext> {
+        &self.context
+    }
+
     /// The queue's label.
     pub fn label(&self) -> &str {
         self.inner.label()
@@ -160,11 +166,6 @@ impl Queue {
 
     fn check_alive(&self) -> Result<()> {
         self.lost.check()
-    }
-
-    /// The queue's context.
-    pub(crate) fn context(&self) -> &Arc<PrimaryContext> {
-        &self.context
     }
 
     /// Fails when the queue's device is lost.
@@ -686,6 +687,36 @@ impl Queue {
             Resources::new(),
             Cleanups::new(),
         )
+    }
+
+    /// Makes the queue wait, on the device, for everything enqueued so far on `stream`, another
+    /// runtime's stream of this device's context, then signals: the stream half of
+    /// [`Queue::wait_event`].
+    ///
+    /// One driver call here, `cuEventRecord` on `stream` (now, whatever the waits) of an event
+    /// of the queue's own pool; then the operation is a [`Queue::wait_event`] on that event,
+    /// which goes back to the pool once the operation completes, so a warm queue creates none.
+    /// The pool's events serve as the queue's completion events too: each is recorded again on
+    /// the queue's stream before it stands for anything there, so a foreign record still
+    /// pending (the operation failed before its wait was enqueued) is never mistaken for one.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this device's context (or null, the legacy default
+    /// stream) for the duration of the call. A stream of another context is refused by the
+    /// driver (`CUDA_ERROR_INVALID_HANDLE`); a destroyed one is undefined behaviour, as for
+    /// any driver call.
+    pub unsafe fn wait_stream(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        stream: CUstream,
+    ) -> Result<()> {
+        self.lost.check()?;
+        // SAFETY: forwarded caller contract: `stream` is live and of this context.
+        let event =
+            unsafe { crate::interop::record_on_stream(self.inner.backend().events(), stream) }
+                .map_err(|e| self.lost.filter(e))?;
+        self.wait_event(waits, signals, &event)
     }
 
     /// Runs `call` on the host once every wait is reached and everything submitted earlier to

@@ -346,3 +346,223 @@ fn timepoints_export_as_events_a_foreign_stream_waits_on() {
     let e = device.export_timepoint(&failed, 1, TIMEOUT).unwrap_err();
     assert!(e.to_string().contains("upstream failed"), "{e}");
 }
+
+/// The driver calls a stream crossing can make (completion-side queries and sleeps aside,
+/// which depend on timing): each is counted per crossing.
+const CROSSING_CALLS: [&str; 7] = [
+    cu_name!(cuEventRecord),
+    cu_name!(cuStreamWaitEvent),
+    cu_name!(cuEventCreate),
+    cu_name!(cuCtxGetCurrent),
+    cu_name!(cuCtxSetCurrent),
+    cu_name!(cuCtxPushCurrent),
+    cu_name!(cuCtxPopCurrent),
+];
+
+/// The calls of [`CROSSING_CALLS`] made by `f` (which waits for what it needs), per name.
+fn calls_of(
+    fake: &cuhal_fake_driver::harness::FakeDriver,
+    f: impl FnOnce(),
+) -> Vec<(&'static str, u64)> {
+    let before: Vec<u64> = CROSSING_CALLS.iter().map(|n| fake.calls(n)).collect();
+    f();
+    CROSSING_CALLS
+        .iter()
+        .zip(before)
+        .map(|(n, b)| (*n, fake.calls(n) - b))
+        .filter(|(_, d)| *d != 0)
+        .collect()
+}
+
+#[test]
+fn a_queue_waits_for_a_foreign_stream_with_one_record() {
+    let (fake, _driver, device) = open("interop-wait-stream", queues(1));
+    let foreign = Foreign::new(&device);
+    let q = device.queue(0);
+    let s = device.create_semaphore(0);
+    // Warm: the device's pool of stream records gets its event, the queue its completion one.
+    // SAFETY: `foreign.stream` is a live stream of the device's context.
+    unsafe { q.wait_stream(&[], &[(&s, 1)], foreign.stream.raw()) }.unwrap();
+    wait(&s, 1);
+    settle(q);
+
+    // A plain wait on a foreign event: the queue's own calls (the wait, its completion record).
+    foreign.record();
+    // SAFETY: the event outlives every operation waiting on it (`foreign` drops last).
+    let event = unsafe { ForeignEvent::from_raw(foreign.event.raw(), None) };
+    let plain = calls_of(&fake, || {
+        q.wait_event(&[], &[(&s, 2)], &event).unwrap();
+        wait(&s, 2);
+        settle(q);
+    });
+    // The stream crossing: the same, and one record on the foreign stream.
+    let crossing = calls_of(&fake, || {
+        // SAFETY: as above.
+        unsafe { q.wait_stream(&[], &[(&s, 3)], foreign.stream.raw()) }.unwrap();
+        wait(&s, 3);
+        settle(q);
+    });
+    let record = cu_name!(cuEventRecord);
+    let mut expected = plain.clone();
+    expected
+        .iter_mut()
+        .find(|(n, _)| *n == record)
+        .expect("the queue records its completion")
+        .1 += 1;
+    assert_eq!(crossing, expected, "plain wait: {plain:?}");
+    assert_eq!(
+        crossing
+            .iter()
+            .find(|(n, _)| *n == cu_name!(cuStreamWaitEvent)),
+        Some(&(cu_name!(cuStreamWaitEvent), 1)),
+        "{crossing:?}"
+    );
+    // The recorded event went back to the pool: another crossing creates none.
+    let again = calls_of(&fake, || {
+        // SAFETY: as above.
+        unsafe { q.wait_stream(&[], &[(&s, 4)], foreign.stream.raw()) }.unwrap();
+        wait(&s, 4);
+        settle(q);
+    });
+    assert_eq!(again, crossing);
+}
+
+#[test]
+fn a_foreign_stream_waits_for_a_semaphore_value_with_one_call() {
+    let (fake, _driver, device) = open("interop-stream-wait", queues(1));
+    let foreign = Foreign::new(&device);
+    let q = device.queue(0);
+    let s = device.create_semaphore(0);
+    let stream = foreign.stream.raw();
+
+    // Reached already: nothing to wait for, no driver call at all.
+    s.signal(1).unwrap();
+    let reached = calls_of(&fake, || {
+        // SAFETY: `stream` is live for every call below (`foreign` drops last).
+        unsafe { device.stream_wait_value(stream, &s, 1, TIMEOUT) }.unwrap()
+    });
+    assert_eq!(reached, vec![]);
+
+    // Issued and still running (launches stay in flight until `finish_work`): one wait, on
+    // the submission's completion event, and nothing else.
+    let buffer = device.create_buffer(256).unwrap();
+    let mut cb = q.create_command_buffer().unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U32(7)).unwrap();
+    let cb: Arc<dyn cuhal::CommandBuffer> = cb.end().unwrap();
+    fake.set_timing(Duration::from_secs(3600), Duration::from_micros(2));
+    q.execute(&[], &[(&s, 2)], &[&cb]).unwrap();
+    assert!(matches!(
+        s.wait_point(2).unwrap(),
+        cuhal_semaphore::WaitPoint::Device { .. }
+    ));
+    let issued = calls_of(&fake, || {
+        // SAFETY: as above.
+        unsafe { device.stream_wait_value(stream, &s, 2, TIMEOUT) }.unwrap()
+    });
+    // The work is let go before any assertion, so that a failing one does not leave the
+    // device's drop waiting for it.
+    fake.set_timing(Duration::ZERO, Duration::ZERO);
+    fake.finish_work();
+    wait(&s, 2);
+    assert_eq!(issued, vec![(cu_name!(cuStreamWaitEvent), 1)]);
+
+    // Not issued: times out on the host, enqueuing nothing.
+    let gate = device.create_semaphore(0);
+    q.barrier(&[(&gate, 1)], &[(&s, 3)]).unwrap();
+    let timed_out = calls_of(&fake, || {
+        // SAFETY: as above.
+        let e = unsafe { device.stream_wait_value(stream, &s, 3, Duration::from_millis(20)) }
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Semaphore(cuhal_semaphore::Error::Timeout)),
+            "{e:?}"
+        );
+    });
+    assert_eq!(timed_out, vec![]);
+    gate.signal(1).unwrap();
+    wait(&s, 3);
+
+    // A failed semaphore is its failure.
+    let failed = device.create_semaphore(0);
+    failed.fail(cuhal::Failure::msg("upstream failed"));
+    // SAFETY: as above.
+    let e = unsafe { device.stream_wait_value(stream, &failed, 1, TIMEOUT) }.unwrap_err();
+    assert!(e.to_string().contains("upstream failed"), "{e}");
+    settle(q);
+}
+
+/// Both crossings in a row, with device work that takes time: a foreign stream waits for a
+/// queue's work, and a queue operation on another queue waits for the foreign stream. The
+/// operation's signal comes only once the first queue's work is done, which holds only if the
+/// foreign stream waited for it and the record was made on the foreign stream.
+#[test]
+fn stream_crossings_order_device_work_both_ways() {
+    let (fake, _driver, device) = open("interop-stream-order", queues(3));
+    let foreign = Foreign::new(&device);
+    let idle = Foreign::new(&device);
+    let buffer = device.create_buffer(256).unwrap();
+    let mut cb = device.queue(0).create_command_buffer().unwrap();
+    cb.fill(&buffer.whole(), FillPattern::U32(7)).unwrap();
+    let cb: Arc<dyn cuhal::CommandBuffer> = cb.end().unwrap();
+    let (a, b, c) = (
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+        device.create_semaphore(0),
+    );
+    // Launches stay in flight until `finish_work`.
+    fake.set_timing(Duration::from_secs(3600), Duration::from_micros(2));
+    device.queue(0).execute(&[], &[(&a, 1)], &[&cb]).unwrap();
+    // SAFETY: both foreign streams are live until the end of the test.
+    unsafe {
+        device
+            .stream_wait_value(foreign.stream.raw(), &a, 1, TIMEOUT)
+            .unwrap();
+        device
+            .queue(1)
+            .wait_stream(&[], &[(&b, 1)], foreign.stream.raw())
+            .unwrap();
+        // The control: a stream that waited for nothing lets its waiter through at once.
+        device
+            .queue(2)
+            .wait_stream(&[], &[(&c, 1)], idle.stream.raw())
+            .unwrap();
+    }
+    wait(&c, 1);
+    std::thread::sleep(Duration::from_millis(50));
+    let held = (a.query().unwrap(), b.query().unwrap());
+    // Let the work go before asserting (a failing assertion must not leave it held).
+    fake.set_timing(Duration::ZERO, Duration::ZERO);
+    fake.finish_work();
+    wait(&a, 1);
+    wait(&b, 1);
+    assert_eq!(
+        held,
+        (0, 0),
+        "the foreign stream's waiter ran before the queue's work"
+    );
+    for q in device.queues() {
+        settle(q);
+    }
+}
+
+#[test]
+fn a_stream_of_another_device_is_refused_by_the_driver() {
+    let (fake, driver) = load("interop-stream-other");
+    fake.set_device_count(2);
+    let device = driver.open(0, queues(1)).unwrap();
+    let other = driver.open(1, queues(1)).unwrap();
+    let theirs = Foreign::new(&other);
+    let s = device.create_semaphore(0);
+    // SAFETY: a live stream, of the other device's context: the record is refused.
+    let e = unsafe {
+        device
+            .queue(0)
+            .wait_stream(&[], &[(&s, 1)], theirs.stream.raw())
+    }
+    .unwrap_err();
+    assert!(e.to_string().contains(cu_name!(cuEventRecord)), "{e}");
+    // Nothing was queued: the semaphore neither advanced nor failed, and the queue works.
+    assert_eq!(s.query().unwrap(), 0);
+    device.queue(0).barrier(&[], &[(&s, 1)]).unwrap();
+    wait(&s, 1);
+}

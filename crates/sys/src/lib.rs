@@ -45,9 +45,9 @@
 //!
 //! ## Owned objects
 //!
-//! [`Stream`], [`Event`] and [`Module`] (with the JIT's logs) own their driver object: created
-//! with the context made current, destroyed on drop on any thread, keeping the
-//! [`PrimaryContext`] alive meanwhile. Every crate above uses them rather than wrapping the raw
+//! [`Stream`], [`Event`], [`Module`] (with the JIT's logs) and [`MappedHostMemory`] own their
+//! driver object: created with the context made current, destroyed on drop on any thread,
+//! keeping the [`PrimaryContext`] alive meanwhile. Every crate above uses them rather than wrapping the raw
 //! handles again.
 //!
 //! ```no_run
@@ -79,6 +79,7 @@ mod call;
 mod context;
 mod error;
 mod info;
+mod mapped;
 mod nccl;
 mod objects;
 mod result;
@@ -90,6 +91,7 @@ pub use error::{Error, LoadAttempt, format_cuda_version};
 pub use info::{
     DeviceInfo, LinkKind, PeerLink, device_count, device_info, devices, peer_link, topology,
 };
+pub use mapped::MappedHostMemory;
 pub use nccl::{
     NCCL_DEFAULT_LIBRARIES, NCCL_IN_PROGRESS, NCCL_LIBRARY_ENV, NCCL_MIN_VERSION, NCCL_SUCCESS,
     NcclApi, NcclComm, NcclDataType, NcclError, NcclRedOp, NcclResult, NcclUniqueId,

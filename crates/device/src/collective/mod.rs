@@ -59,9 +59,7 @@ use crate::memory::use_allocation;
 use crate::queue::SemaphoreValues;
 use crate::submissions::Submissions;
 
-#[path = "collective_agreement.rs"]
 mod agreement;
-#[path = "collective_set.rs"]
 mod set;
 pub use agreement::PartField;
 pub use set::CollectiveCommandBuffers;

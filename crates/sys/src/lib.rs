@@ -40,8 +40,10 @@
 //!   that speaks of a call without making it (tests steering a fake driver, messages).
 //!
 //! A new driver function is one line in the table of `api.rs` (its signature from `cuda.h`);
-//! calls to it then need nothing else. No other crate of cuhal writes a driver function's name
-//! as a string.
+//! calls to it then need nothing else. NCCL's table ([`NcclApi`]) is called the same way:
+//! [`nccl!`]`(api, ncclX(args))` is `Result<(), NcclError>` naming `ncclX`, and [`nccl_name!`] is
+//! the name alone. No other crate of cuhal writes a driver or NCCL function's name as a string
+//! (a test of xtask reads every crate's string literals to keep it so).
 //!
 //! ## Owned objects
 //!

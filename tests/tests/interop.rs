@@ -644,10 +644,7 @@ fn capture_into_a_graph_contract() {
     let new_graph = || {
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is current.
-        api.check("cuGraphCreate", unsafe {
-            (api.cuGraphCreate)(&mut graph, 0)
-        })
-        .unwrap();
+        unsafe { cuhal_sys::cu!(api, cuGraphCreate(&mut graph, 0)) }.unwrap();
         graph
     };
     let count_of = |graph: CUgraph| {
@@ -666,9 +663,12 @@ fn capture_into_a_graph_contract() {
 
     let mut root: CUgraphNode = std::ptr::null_mut();
     // SAFETY: valid out-pointer, live graph, no dependencies.
-    api.check("cuGraphAddEmptyNode", unsafe {
-        (api.cuGraphAddEmptyNode)(&mut root, graph, std::ptr::null(), 0)
-    })
+    unsafe {
+        cuhal_sys::cu!(
+            api,
+            cuGraphAddEmptyNode(&mut root, graph, std::ptr::null(), 0)
+        )
+    }
     .unwrap();
     // Captures a memset into `graph` (after `deps`), then the forbidden synchronize if asked.
     let capture = |graph: CUgraph, deps: &[CUgraphNode], with_sync: bool| {
@@ -708,8 +708,7 @@ fn capture_into_a_graph_contract() {
     let (again_began, again_ended, again_graph, _, _) = capture(other, &[], false);
     let other_count = count_of(other);
     // SAFETY: `other` is live and ours (`graph` is already destroyed by the driver).
-    api.check("cuGraphDestroy", unsafe { (api.cuGraphDestroy)(other) })
-        .unwrap();
+    unsafe { cuhal_sys::cu!(api, cuGraphDestroy(other)) }.unwrap();
 
     assert_eq!(empty_count, (CUresult::SUCCESS, 0));
     assert_eq!(empty_list, CUresult::ERROR_INVALID_VALUE);
@@ -910,7 +909,7 @@ fn forbidden_calls_in_a_capture_are_refused_and_leave_nothing() {
         })
     };
     let forbidden: [(&str, Forbidden); 3] = [
-        ("cuMemAlloc", |on| {
+        (cuhal_sys::cu_name!(cuMemAlloc), |on| {
             let api = on.context().api();
             let mut ptr = 0;
             // SAFETY: valid out-pointer; freed at once if the driver allows it.
@@ -921,11 +920,11 @@ fn forbidden_calls_in_a_capture_are_refused_and_leave_nothing() {
             }
             r
         }),
-        ("cuCtxSynchronize", |on| {
+        (cuhal_sys::cu_name!(cuCtxSynchronize), |on| {
             // SAFETY: no arguments.
             unsafe { (on.context().api().cuCtxSynchronize)() }
         }),
-        ("cuStreamQuery", |on| {
+        (cuhal_sys::cu_name!(cuStreamQuery), |on| {
             // SAFETY: the stream is live.
             unsafe { (on.context().api().cuStreamQuery)(on.stream()) }
         }),

@@ -12,6 +12,8 @@ mod bench;
 mod bundle;
 mod cargo;
 mod ci;
+#[cfg(test)]
+mod ffi_names;
 mod gpu_test;
 
 use std::path::PathBuf;

@@ -13,16 +13,14 @@
 //! submission completes ([`crate::CommandBuffer::check_completed`]) and fails the submission with
 //! [`Error::IndirectCountOutOfRange`].
 
-use std::ffi::c_void;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 use cuhal_sys::{
     CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
-    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE,
-    CU_STREAM_NON_BLOCKING, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode, CUstream, DriverApi,
-    PrimaryContext, Stream, cu,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, CU_STREAM_NON_BLOCKING, CUdeviceptr, CUgraph, CUgraphExec,
+    CUgraphNode, CUstream, DriverApi, MappedHostMemory, PrimaryContext, Stream, cu,
 };
 
 use crate::launch::{add_kernel_node, make_device_updatable, set_kernel_node_attributes};
@@ -100,75 +98,16 @@ pub(crate) fn helper_function(
     Executable::load_cubin_resident(context, HELPER_MODULE, &image)?.function(name)
 }
 
-/// Four `u32`s of pinned host memory mapped into the device: the failure record.
-struct Status {
-    context: Arc<PrimaryContext>,
-    host: *mut u32,
-    device: CUdeviceptr,
-}
-
-impl Status {
-    fn new(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
-        let api = context.api();
-        let _bound = context.enter()?;
-        let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer; 16 bytes of mapped, portable pinned memory.
-        unsafe {
-            cu!(
-                api,
-                cuMemHostAlloc(
-                    &mut host,
-                    16,
-                    CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE
-                )
-            )
-        }?;
-        let mut this = Self {
-            context: Arc::clone(context),
-            host: host.cast(),
-            device: 0,
-        };
-        // SAFETY: 16 writable bytes just allocated; nothing reads them yet.
-        unsafe { std::ptr::write_bytes(this.host, 0, 4) };
-        let mut device: CUdeviceptr = 0;
-        // SAFETY: `host` is mapped pinned memory of this context; flags must be 0.
-        unsafe { cu!(api, cuMemHostGetDevicePointer(&mut device, host, 0)) }?;
-        this.device = device;
-        Ok(this)
-    }
-
-    fn word(&self, i: usize) -> &AtomicU32 {
-        debug_assert!(i < 4);
-        // SAFETY: the allocation holds four aligned u32s for as long as `self` lives; the device
-        // writes them only with plain stores and atomics, which an AtomicU32 view tolerates.
-        unsafe { AtomicU32::from_ptr(self.host.add(i)) }
-    }
-}
-
-impl Drop for Status {
-    fn drop(&mut self) {
-        if let Ok(_bound) = self.context.enter() {
-            // SAFETY: allocated in `new`, freed once; no work that writes it is in flight (the
-            // command buffer that owns it outlives its submissions).
-            let _ = unsafe { cu!(self.context.api(), cuMemFreeHost(self.host.cast())) };
-        }
-    }
-}
-
 /// The indirect-dispatch state of one command buffer: the helper kernel, the failure record and
 /// what each indirect dispatch was checked against.
 pub(crate) struct Indirect {
     helper: Function,
-    status: Status,
+    /// Four `u32`s of mapped host memory: the failure record the helper writes.
+    status: MappedHostMemory,
     max_grid: [u32; 3],
     /// The cluster shape of each indirect dispatch (1s without clusters), by index.
     clusters: Vec<[u32; 3]>,
 }
-
-// SAFETY: the raw status pointer is only read and written through atomics; the rest is Send.
-unsafe impl Send for Indirect {}
-// SAFETY: as above.
-unsafe impl Sync for Indirect {}
 
 impl Indirect {
     /// Loads the helper for `context`'s device and allocates the failure record. A driver
@@ -188,7 +127,7 @@ impl Indirect {
         let max = |a| context.attribute(a).map(|v| v.max(1) as u32);
         Ok(Self {
             helper,
-            status: Status::new(context)?,
+            status: MappedHostMemory::new(context, 16)?,
             max_grid: [
                 max(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
                 max(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
@@ -283,7 +222,7 @@ pub(crate) fn add_fragment(
         .with(cluster[0])
         .with(cluster[1])
         .with(cluster[2])
-        .with(indirect.status.device)
+        .with(indirect.status.device_ptr())
         .with(launch.index);
     let helper = add_kernel_node(api, graph, deps, &indirect.helper, [1; 3], [1; 3], 0, &args)?;
     // SAFETY: both are nodes of `graph`; the one-element arrays are locals.

@@ -704,3 +704,73 @@ fn collective_buffers_are_checked_and_held_like_queue_operations() {
     gate.signal(1).unwrap();
     wait(&done, 1);
 }
+
+/// The group rule (`collective::group`): the per-rank calls stop at the first that fails, the
+/// group is ended all the same, once, and the failure is that call's.
+#[test]
+fn a_failed_rank_call_stops_the_group_which_is_still_ended() {
+    use cuhal_sys::nccl_name;
+    let (fake, devices, nccl) = setup("nccl-group-rule");
+    let comm = communicator(&nccl, &devices);
+    let a = devices[0].create_buffer(16).unwrap();
+    let b = devices[1].create_buffer(16).unwrap();
+    let done = devices[0].create_semaphore(0);
+    let calls = |name| fake.calls(name);
+    let before = [
+        calls(nccl_name!(ncclGroupStart)),
+        calls(nccl_name!(ncclGroupEnd)),
+        calls(nccl_name!(ncclAllReduce)),
+    ];
+    fake.fail(nccl_name!(ncclAllReduce), 4);
+    let s = [(&done, 1)];
+    let f = NcclDataType::F32;
+    comm.submit(&[
+        CollectivePart::all_reduce(&a.whole(), &a.whole(), 4, f, NcclRedOp::Sum).signals(&s),
+        CollectivePart::all_reduce(&b.whole(), &b.whole(), 4, f, NcclRedOp::Sum),
+    ])
+    .unwrap();
+    let failure = failure_of(&done, 1).to_string();
+    fake.clear_faults();
+    assert!(failure.contains(nccl_name!(ncclAllReduce)), "{failure}");
+    let after = [
+        calls(nccl_name!(ncclGroupStart)),
+        calls(nccl_name!(ncclGroupEnd)),
+        calls(nccl_name!(ncclAllReduce)),
+    ];
+    assert_eq!(after[0] - before[0], 1, "one group started");
+    assert_eq!(after[1] - before[1], 1, "and ended, after the failed call");
+    assert_eq!(
+        after[2] - before[2],
+        1,
+        "rank 1's call is not made after rank 0's failed"
+    );
+}
+
+/// The join's group follows the same rule: a failed `ncclCommInitRank` stops the ranks' inits,
+/// the group is ended, and the join fails with that call's error.
+#[test]
+fn a_failed_init_stops_the_join_whose_group_is_still_ended() {
+    use cuhal_sys::nccl_name;
+    let (fake, devices, nccl) = setup("nccl-join-rule");
+    let before = [
+        fake.calls(nccl_name!(ncclGroupEnd)),
+        fake.calls(nccl_name!(ncclCommInitRank)),
+    ];
+    fake.fail(nccl_name!(ncclCommInitRank), 4);
+    let error = Communicator::local(
+        &nccl,
+        &[&devices[0], &devices[1]],
+        CommunicatorOptions::default(),
+    )
+    .unwrap_err();
+    fake.clear_faults();
+    assert!(
+        matches!(&error, Error::Nccl(cuhal_sys::NcclError::Call { call, .. })
+            if *call == nccl_name!(ncclCommInitRank)),
+        "{error:?}"
+    );
+    assert_eq!(fake.calls(nccl_name!(ncclGroupEnd)) - before[0], 1);
+    assert_eq!(fake.calls(nccl_name!(ncclCommInitRank)) - before[1], 1);
+    // Nothing was left half-made: a communicator joins afterwards.
+    communicator(&nccl, &devices);
+}

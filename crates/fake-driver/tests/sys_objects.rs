@@ -178,3 +178,48 @@ fn a_compile_error_carries_the_jit_log() {
     ));
     assert_eq!(fake.counts().modules, 0);
 }
+
+#[test]
+fn mapped_host_memory_is_zeroed_shared_with_the_device_and_freed_on_drop() {
+    let (fake, context) = open("sys-mapped");
+    let before = fake.counts().host_allocations;
+    let mapped = MappedHostMemory::new(&context, 16).unwrap();
+    assert_eq!(fake.counts().host_allocations, before + 1);
+    assert_eq!(mapped.len(), 16);
+    assert!(!mapped.is_empty());
+    // The fake's device sees host memory at its host address.
+    assert_eq!(mapped.device_ptr(), mapped.host_ptr().addr() as u64);
+    assert!(
+        (0..4).all(|i| mapped.word(i).load(std::sync::atomic::Ordering::Relaxed) == 0),
+        "not zeroed"
+    );
+    mapped
+        .word(3)
+        .store(7, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: byte 12 lies inside the allocation; nothing else accesses it meanwhile.
+    assert_eq!(unsafe { mapped.host_ptr().add(12).read() }, 7);
+    drop(mapped);
+    assert_eq!(fake.counts().host_allocations, before);
+}
+
+#[test]
+fn mapped_host_memory_whose_device_address_fails_is_freed() {
+    let (fake, context) = open("sys-mapped-fail");
+    let before = fake.counts().host_allocations;
+    fake.fail(cu_name!(cuMemHostGetDevicePointer), status::INVALID_VALUE);
+    let error = MappedHostMemory::new(&context, 8).unwrap_err();
+    assert!(
+        matches!(&error, Error::Cuda { call, .. } if *call == cu_name!(cuMemHostGetDevicePointer)),
+        "{error:?}"
+    );
+    fake.clear_faults();
+    assert_eq!(fake.counts().host_allocations, before);
+}
+
+#[test]
+#[should_panic(expected = "word 4 of a mapped allocation of 16 bytes")]
+fn a_mapped_word_past_the_end_is_refused() {
+    let (_fake, context) = open("sys-mapped-bounds");
+    let mapped = MappedHostMemory::new(&context, 16).unwrap();
+    let _ = mapped.word(4);
+}

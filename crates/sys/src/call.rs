@@ -79,3 +79,61 @@ macro_rules! cu_name {
         ::core::stringify!($name)
     }};
 }
+
+/// Calls a function of an [`NcclApi`](crate::NcclApi) table and checks its result, naming the
+/// function once: NCCL's counterpart of [`cu!`](crate::cu).
+///
+/// `nccl!(api, ncclX(args...))` calls the table's entry `ncclX` with `args` and returns
+/// `Result<(), cuhal_sys::NcclError>`: `Ok(())` for `ncclSuccess`, else an
+/// [`NcclError::Call`](crate::NcclError::Call) whose `call` is `"ncclX"`, with NCCL's words for
+/// the result ([`NcclApi::check_call`](crate::NcclApi::check_call)). A name the table lacks does
+/// not compile. `api` is any expression that dereferences to an `NcclApi`, evaluated once.
+///
+/// The call is `unsafe` (the caller upholds the function's contract from NCCL's documentation),
+/// so the macro is used inside an `unsafe` block whose `// SAFETY:` comment says why the
+/// arguments are valid:
+///
+/// ```no_run
+/// # fn f(api: &cuhal_sys::NcclApi) -> Result<(), cuhal_sys::NcclError> {
+/// // SAFETY: group calls take no arguments; the group is ended right after.
+/// unsafe { cuhal_sys::nccl!(api, ncclGroupStart()) }?;
+/// // SAFETY: ends the group started above.
+/// unsafe { cuhal_sys::nccl!(api, ncclGroupEnd()) }
+/// # }
+/// ```
+#[macro_export]
+macro_rules! nccl {
+    ($api:expr, $name:ident ( $($arg:expr),* $(,)? )) => {{
+        let api: &$crate::NcclApi = &$api;
+        api.check_call(::core::stringify!($name), (api.$name)($($arg),*))
+    }};
+}
+
+/// The name of a function of the [`NcclApi`](crate::NcclApi) table, as a `&'static str`,
+/// checked at compile time: `nccl_name!(ncclAllReduce)` is `"ncclAllReduce"`. With a literal
+/// after it, the literal is appended: `nccl_name!(ncclCommGetAsyncError, " (asynchronous
+/// error)")`, for an error that a call reported rather than returned.
+///
+/// For code that speaks of a call without making it (errors built by hand, tests steering the
+/// fake NCCL, messages).
+///
+/// ```
+/// assert_eq!(cuhal_sys::nccl_name!(ncclAllReduce), "ncclAllReduce");
+/// assert_eq!(cuhal_sys::nccl_name!(ncclGroupEnd, " (late)"), "ncclGroupEnd (late)");
+/// ```
+///
+/// A function the table lacks is a compile error:
+///
+/// ```compile_fail
+/// let _ = cuhal_sys::nccl_name!(ncclAllToAll);
+/// ```
+#[macro_export]
+macro_rules! nccl_name {
+    ($name:ident $(, $suffix:literal)?) => {{
+        // Never called: it only makes the compiler check that the table has the entry.
+        let _ = |api: &$crate::NcclApi| {
+            let _ = &api.$name;
+        };
+        ::core::concat!(::core::stringify!($name) $(, $suffix)?)
+    }};
+}

@@ -148,24 +148,27 @@ mod tests {
     #[test]
     fn messages_name_what_failed() {
         let e = Error::Cuda {
-            call: "cuMemAlloc",
+            call: crate::cu_name!(cuMemAlloc),
             result: CUresult::ERROR_OUT_OF_MEMORY,
             name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
             description: "out of memory".into(),
         };
         assert_eq!(
             e.to_string(),
-            "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"
+            format!(
+                "{} failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory",
+                crate::cu_name!(cuMemAlloc)
+            )
         );
         assert!(!e.is_sticky());
 
         let e = Error::MissingSymbol {
-            symbol: "cuGraphLaunch",
+            symbol: crate::cu_name!(cuGraphLaunch),
             library: "libcuda.so.1".into(),
             driver_version: Some(11040),
         };
         let text = e.to_string();
-        assert!(text.contains("cuGraphLaunch"), "{text}");
+        assert!(text.contains(crate::cu_name!(cuGraphLaunch)), "{text}");
         assert!(text.contains("CUDA 11.4"), "{text}");
 
         let e = Error::LibraryNotFound {

@@ -160,18 +160,19 @@ pub fn peer_link(api: &DriverApi, source: i32, destination: i32) -> Result<PeerL
     let handle = |ordinal| -> Result<CUdevice, Error> {
         let mut device: CUdevice = 0;
         // SAFETY: `device` is a valid out-pointer.
-        api.check("cuDeviceGet", unsafe {
-            (api.cuDeviceGet)(&mut device, ordinal)
-        })?;
+        unsafe { crate::cu!(api, cuDeviceGet(&mut device, ordinal)) }?;
         Ok(device)
     };
     let (from, to) = (handle(source)?, handle(destination)?);
     let attribute = |attribute| -> Result<i32, Error> {
         let mut value: c_int = 0;
         // SAFETY: `value` is a valid out-pointer; both devices are valid handles.
-        api.check("cuDeviceGetP2PAttribute", unsafe {
-            (api.cuDeviceGetP2PAttribute)(&mut value, attribute, from, to)
-        })?;
+        unsafe {
+            crate::cu!(
+                api,
+                cuDeviceGetP2PAttribute(&mut value, attribute, from, to)
+            )
+        }?;
         Ok(value)
     };
     Ok(PeerLink {

@@ -40,14 +40,16 @@
 //!   that speaks of a call without making it (tests steering a fake driver, messages).
 //!
 //! A new driver function is one line in the table of `api.rs` (its signature from `cuda.h`);
-//! calls to it then need nothing else. No other crate of cuhal writes a driver function's name
-//! as a string.
+//! calls to it then need nothing else. NCCL's table ([`NcclApi`]) is called the same way:
+//! [`nccl!`]`(api, ncclX(args))` is `Result<(), NcclError>` naming `ncclX`, and [`nccl_name!`] is
+//! the name alone. No other crate of cuhal writes a driver or NCCL function's name as a string
+//! (a test of xtask reads every crate's string literals to keep it so).
 //!
 //! ## Owned objects
 //!
-//! [`Stream`], [`Event`] and [`Module`] (with the JIT's logs) own their driver object: created
-//! with the context made current, destroyed on drop on any thread, keeping the
-//! [`PrimaryContext`] alive meanwhile. Every crate above uses them rather than wrapping the raw
+//! [`Stream`], [`Event`], [`Module`] (with the JIT's logs) and [`MappedHostMemory`] own their
+//! driver object: created with the context made current, destroyed on drop on any thread,
+//! keeping the [`PrimaryContext`] alive meanwhile. Every crate above uses them rather than wrapping the raw
 //! handles again.
 //!
 //! ```no_run
@@ -79,6 +81,7 @@ mod call;
 mod context;
 mod error;
 mod info;
+mod mapped;
 mod nccl;
 mod objects;
 mod result;
@@ -90,6 +93,7 @@ pub use error::{Error, LoadAttempt, format_cuda_version};
 pub use info::{
     DeviceInfo, LinkKind, PeerLink, device_count, device_info, devices, peer_link, topology,
 };
+pub use mapped::MappedHostMemory;
 pub use nccl::{
     NCCL_DEFAULT_LIBRARIES, NCCL_IN_PROGRESS, NCCL_LIBRARY_ENV, NCCL_MIN_VERSION, NCCL_SUCCESS,
     NcclApi, NcclComm, NcclDataType, NcclError, NcclRedOp, NcclResult, NcclUniqueId,

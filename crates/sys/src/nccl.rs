@@ -339,6 +339,19 @@ impl NcclApi {
         Err(unsafe { self.error(call, result, comm) })
     }
 
+    /// `Ok(())` for `ncclSuccess`, else an [`NcclError::Call`] with NCCL's name for the result
+    /// and the calling thread's last error message; what [`nccl!`](crate::nccl) checks with.
+    ///
+    /// No communicator is passed for the message: NCCL keeps its last error per thread and
+    /// ignores the communicator `ncclGetLastError` takes (documented as unused, may be null),
+    /// and a call that failed because another thread aborted the communicator meanwhile must not
+    /// hand NCCL the freed handle.
+    #[inline]
+    pub fn check_call(&self, call: &'static str, result: NcclResult) -> Result<(), NcclError> {
+        // SAFETY: a null communicator is always valid for `check`.
+        unsafe { self.check(call, result, std::ptr::null_mut()) }
+    }
+
     /// Builds the [`NcclError::Call`] for a failed `call`.
     ///
     /// # Safety

@@ -113,10 +113,7 @@ impl Raw {
         let mut comms: [NcclComm; 2] = [std::ptr::null_mut(); 2];
         let list = [devices[0].info().ordinal, devices[1].info().ordinal];
         // SAFETY: room for two handles; a list of two device ordinals.
-        let r = unsafe { (api.ncclCommInitAll)(comms.as_mut_ptr(), 2, list.as_ptr()) };
-        if r != cuhal_sys::NCCL_SUCCESS {
-            bail!("ncclCommInitAll failed ({r})");
-        }
+        unsafe { cuhal_sys::nccl!(api, ncclCommInitAll(comms.as_mut_ptr(), 2, list.as_ptr())) }?;
         let streams = [
             Stream::new(devices[0].context(), CU_STREAM_NON_BLOCKING)?,
             Stream::new(devices[1].context(), CU_STREAM_NON_BLOCKING)?,

@@ -8,9 +8,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use cuhal_sys::CUcontext;
-use cuhal_trace::cupti::ffi::{self, CUptiResult, CuptiApi};
+use cuhal_trace::cupti;
+use cuhal_trace::cupti::ffi::{self, CuptiApi};
 use cuhal_trace::cupti::{BUFFER_BYTES, CuptiLibrary};
 
 /// The kinds cuhal's FINE tracing enables.
@@ -75,13 +76,6 @@ unsafe extern "C" fn completed(
     }
 }
 
-fn check(call: &str, result: CUptiResult) -> Result<()> {
-    if result != ffi::CUPTI_SUCCESS {
-        bail!("{call} failed: {}", ffi::result_name(result));
-    }
-    Ok(())
-}
-
 /// CUPTI's activity kinds on, through raw calls, until dropped.
 pub struct RawCupti {
     api: CuptiApi,
@@ -96,15 +90,11 @@ impl RawCupti {
         // The library is never unloaded (see `CuptiLibrary`), so the entry points stay valid.
         let api = *API.get_or_init(|| api);
         // SAFETY: both callbacks are plain functions that live forever.
-        check("cuptiActivityRegisterCallbacks", unsafe {
-            (api.cuptiActivityRegisterCallbacks)(requested, completed)
-        })?;
+        unsafe { cupti!(api, cuptiActivityRegisterCallbacks(requested, completed)) }?;
         let raw = Self { api };
         for kind in KINDS {
             // SAFETY: a plain activity kind; `raw`'s drop disables it again.
-            check("cuptiActivityEnable", unsafe {
-                (api.cuptiActivityEnable)(kind)
-            })?;
+            unsafe { cupti!(api, cuptiActivityEnable(kind)) }?;
         }
         Ok(raw)
     }
@@ -112,9 +102,8 @@ impl RawCupti {
     /// `cuptiActivityFlushAll(0)`: hands back every buffer with completed records.
     pub fn flush(&self) -> Result<()> {
         // SAFETY: a plain call.
-        check("cuptiActivityFlushAll", unsafe {
-            (self.api.cuptiActivityFlushAll)(0)
-        })
+        unsafe { cupti!(self.api, cuptiActivityFlushAll(0)) }?;
+        Ok(())
     }
 
     /// Records counted so far (all raw sessions of the process).

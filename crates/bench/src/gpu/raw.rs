@@ -12,9 +12,9 @@ use std::sync::atomic::AtomicU32;
 
 use anyhow::{Context as _, Result, bail};
 use cuhal_sys::{
-    CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_MEMHOSTALLOC_DEVICEMAP,
-    CU_MEMHOSTALLOC_PORTABLE, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUfunction, CUgraph,
-    CUgraphExec, CUgraphNode, CUstream, DriverApi, PrimaryContext, cu,
+    CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr,
+    CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUstream, DriverApi, MappedHostMemory,
+    PrimaryContext, cu,
 };
 
 /// How an event's host waits behave.
@@ -113,70 +113,29 @@ impl Drop for DeviceWords {
 /// Pinned host memory mapped into the device's address space: `u32` flags the GPU writes and a
 /// host thread watches.
 pub struct MappedFlags {
-    ctx: Arc<PrimaryContext>,
-    host: *mut c_void,
-    device: CUdeviceptr,
+    memory: MappedHostMemory,
     count: usize,
 }
-
-// SAFETY: the memory is plain pinned host memory, only accessed through atomics; the handle
-// values are only read after construction.
-unsafe impl Send for MappedFlags {}
-// SAFETY: as above.
-unsafe impl Sync for MappedFlags {}
 
 impl MappedFlags {
     /// Allocates `count` zeroed flags.
     pub fn new(ctx: &Arc<PrimaryContext>, count: usize) -> Result<Self> {
-        let api = ctx.api();
-        let bytes = count.max(1) * 4;
-        let mut host = std::ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer.
-        unsafe {
-            cu!(
-                api,
-                cuMemHostAlloc(
-                    &mut host,
-                    bytes,
-                    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
-                )
-            )
-        }?;
-        let mut this = Self {
-            ctx: ctx.clone(),
-            host,
-            device: 0,
+        Ok(Self {
+            memory: MappedHostMemory::new(ctx, count.max(1) * 4)?,
             count,
-        };
-        // SAFETY: `host` points to `bytes` writable bytes that no device work uses yet.
-        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
-        let mut device = 0;
-        // SAFETY: `host` came from cuMemHostAlloc with DEVICEMAP; flags must be 0.
-        unsafe { cu!(api, cuMemHostGetDevicePointer(&mut device, host, 0)) }?;
-        this.device = device;
-        Ok(this)
+        })
     }
 
     /// The device address of flag `i`.
     pub fn device(&self, i: usize) -> CUdeviceptr {
         assert!(i < self.count);
-        self.device + 4 * i as u64
+        self.memory.device_ptr() + 4 * i as u64
     }
 
     /// Flag `i`, as the host sees it.
     pub fn flag(&self, i: usize) -> &AtomicU32 {
         assert!(i < self.count);
-        // SAFETY: in bounds of the allocation, 4-byte aligned (pinned allocations are page
-        // aligned), valid for the life of `self`; the GPU only stores whole aligned words.
-        unsafe { &*self.host.cast::<AtomicU32>().add(i) }
-    }
-}
-
-impl Drop for MappedFlags {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind();
-        // SAFETY: a live pinned allocation, freed once.
-        let _ = unsafe { cu!(self.ctx.api(), cuMemFreeHost(self.host)) };
+        self.memory.word(i)
     }
 }
 

@@ -15,11 +15,11 @@
 
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 use cuhal_sys::{
-    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUDA_KERNEL_NODE_PARAMS, CUdeviceptr,
-    CUgraph, CUgraphExec, CUgraphNode, DriverApi, PrimaryContext, cu,
+    CUDA_KERNEL_NODE_PARAMS, CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode, DriverApi,
+    MappedHostMemory, PrimaryContext, cu,
 };
 
 use super::pool::{PatchKind, PatchNode};
@@ -149,7 +149,7 @@ impl DevicePatcher {
         flags: u64,
     ) -> Result<(CUgraphExec, DeviceSide), Error> {
         let api = self.context.api();
-        let ring = Mapped::new(&self.context, ring_bytes(self.capacity))?;
+        let ring = new_ring(&self.context, ring_bytes(self.capacity))?;
         let mut clone: CUgraph = std::ptr::null_mut();
         // SAFETY: valid out-pointer; `graph` is live and complete (the caller's contract).
         unsafe { cu!(optional: api, cuGraphClone(&mut clone, graph)) }?;
@@ -196,9 +196,9 @@ impl DevicePatcher {
         count: u32,
         values: &mut HelperArgs,
     ) -> CUDA_KERNEL_NODE_PARAMS {
-        values.patches = side.ring.device + list_offset(side.capacity, slot) as u64;
+        values.patches = side.ring.device_ptr() + list_offset(side.capacity, slot) as u64;
         values.count = count;
-        values.done = side.ring.device + (slot * 4) as u64;
+        values.done = side.ring.device_ptr() + (slot * 4) as u64;
         let threads = count.div_ceil(32).clamp(1, HELPER_MAX_THREADS / 32) * 32;
         kernel_node_params(
             &self.helper,
@@ -242,7 +242,9 @@ pub(crate) struct DeviceSide {
     helper: CUgraphNode,
     /// Whether the helper node is enabled in the executable.
     enabled: bool,
-    ring: Mapped,
+    /// The ring of patch lists, its done words first; dropped after the executable that reads
+    /// it (freeing waits for its launches).
+    ring: MappedHostMemory,
     capacity: usize,
     /// The next list to use.
     next: usize,
@@ -307,9 +309,9 @@ impl DeviceSide {
         }
         // The helper, pointed at list 0 with no patch until a launch sets it.
         let mut args = HelperArgs {
-            patches: self.ring.device + list_offset(self.capacity, 0) as u64,
+            patches: self.ring.device_ptr() + list_offset(self.capacity, 0) as u64,
             count: 0,
-            done: self.ring.device,
+            done: self.ring.device_ptr(),
         };
         let mut pointers = args.pointers();
         let params = kernel_node_params(helper, [1, 1, 1], [32, 1, 1], 0, pointers.as_mut_ptr());
@@ -355,7 +357,7 @@ impl DeviceSide {
         Some(ListWriter {
             // SAFETY: the list lies inside the ring (`ring_bytes`); nothing reads it until the
             // launch this list is written for.
-            at: unsafe { self.ring.host.add(base) },
+            at: unsafe { self.ring.host_ptr().add(base) },
             capacity: self.capacity,
             count: 0,
             device_nodes: &self.device_nodes,
@@ -452,7 +454,7 @@ impl Drop for DeviceSide {
         if self.exec.is_null() && self.clone.is_null() {
             return;
         }
-        let context = Arc::clone(&self.ring.context);
+        let context = Arc::clone(self.ring.context());
         if let Ok(_bound) = context.enter() {
             // SAFETY: the context is current; an executable still here was never handed out.
             unsafe { self.destroy(context.api()) };
@@ -525,62 +527,11 @@ impl ListWriter<'_> {
     }
 }
 
-/// Pinned host memory mapped into the device, zeroed but for the done words (1: free).
-struct Mapped {
-    context: Arc<PrimaryContext>,
-    host: *mut u8,
-    device: CUdeviceptr,
-}
-
-impl Mapped {
-    fn new(context: &Arc<PrimaryContext>, bytes: usize) -> Result<Self, Error> {
-        let api = context.api();
-        let _bound = context.enter()?;
-        let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer; mapped, portable pinned memory.
-        unsafe {
-            cu!(
-                api,
-                cuMemHostAlloc(
-                    &mut host,
-                    bytes,
-                    CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE
-                )
-            )
-        }?;
-        let mut this = Self {
-            context: Arc::clone(context),
-            host: host.cast(),
-            device: 0,
-        };
-        // SAFETY: `bytes` writable bytes just allocated; nothing reads them yet.
-        unsafe { std::ptr::write_bytes(this.host, 0, bytes) };
-        for slot in 0..DEVICE_PATCH_RING {
-            this.word(slot).store(1, Ordering::Relaxed);
-        }
-        let mut device: CUdeviceptr = 0;
-        // SAFETY: `host` is mapped pinned memory of this context; flags must be 0.
-        unsafe { cu!(api, cuMemHostGetDevicePointer(&mut device, host, 0)) }?;
-        this.device = device;
-        Ok(this)
+/// The ring's pinned host memory mapped into the device, zeroed but for the done words (1: free).
+fn new_ring(context: &Arc<PrimaryContext>, bytes: usize) -> Result<MappedHostMemory, Error> {
+    let ring = MappedHostMemory::new(context, bytes)?;
+    for slot in 0..DEVICE_PATCH_RING {
+        ring.word(slot).store(1, Ordering::Relaxed);
     }
-
-    /// The done word of list `slot`.
-    fn word(&self, slot: usize) -> &AtomicU32 {
-        debug_assert!(slot < DEVICE_PATCH_RING);
-        // SAFETY: the allocation starts with DEVICE_PATCH_RING aligned u32s (page-aligned base)
-        // for as long as `self` lives; the device writes them with plain stores, which an
-        // AtomicU32 view tolerates.
-        unsafe { AtomicU32::from_ptr(self.host.cast::<u32>().add(slot)) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        if let Ok(_bound) = self.context.enter() {
-            // SAFETY: allocated in `new`, freed once; the executable that reads it was destroyed
-            // first (its launches complete before `cuMemFreeHost` returns: the call waits).
-            let _ = unsafe { cu!(self.context.api(), cuMemFreeHost(self.host.cast())) };
-        }
-    }
+    Ok(ring)
 }

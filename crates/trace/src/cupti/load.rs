@@ -82,15 +82,15 @@ impl CuptiLibrary {
 
     fn resolve(library: &'static Library, path: String) -> Result<Self, CuptiError> {
         macro_rules! symbol {
-            ($name:literal) => {{
+            ($name:ident) => {{
                 // SAFETY: the symbol is given the type of the CuptiApi field it fills, which is
                 // its C declaration in the CUPTI headers; `library` is never unloaded, so the
                 // pointer stays valid.
-                match unsafe { library.get(concat!($name, "\0").as_bytes()) } {
+                match unsafe { library.get(concat!(stringify!($name), "\0").as_bytes()) } {
                     Ok(symbol) => *symbol,
                     Err(_) => {
                         return Err(CuptiError::MissingSymbol {
-                            symbol: $name,
+                            symbol: stringify!($name),
                             library: path,
                         });
                     }
@@ -98,18 +98,18 @@ impl CuptiLibrary {
             }};
         }
         let api = CuptiApi {
-            cuptiSubscribe: symbol!("cuptiSubscribe"),
-            cuptiUnsubscribe: symbol!("cuptiUnsubscribe"),
-            cuptiEnableCallback: symbol!("cuptiEnableCallback"),
-            cuptiActivityRegisterCallbacks: symbol!("cuptiActivityRegisterCallbacks"),
-            cuptiActivityEnable: symbol!("cuptiActivityEnable"),
-            cuptiActivityDisable: symbol!("cuptiActivityDisable"),
-            cuptiActivityFlushAll: symbol!("cuptiActivityFlushAll"),
-            cuptiActivityGetNextRecord: symbol!("cuptiActivityGetNextRecord"),
-            cuptiActivityGetNumDroppedRecords: symbol!("cuptiActivityGetNumDroppedRecords"),
-            cuptiGetTimestamp: symbol!("cuptiGetTimestamp"),
-            cuptiGetGraphNodeId: symbol!("cuptiGetGraphNodeId"),
-            cuptiGetResultString: symbol!("cuptiGetResultString"),
+            cuptiSubscribe: symbol!(cuptiSubscribe),
+            cuptiUnsubscribe: symbol!(cuptiUnsubscribe),
+            cuptiEnableCallback: symbol!(cuptiEnableCallback),
+            cuptiActivityRegisterCallbacks: symbol!(cuptiActivityRegisterCallbacks),
+            cuptiActivityEnable: symbol!(cuptiActivityEnable),
+            cuptiActivityDisable: symbol!(cuptiActivityDisable),
+            cuptiActivityFlushAll: symbol!(cuptiActivityFlushAll),
+            cuptiActivityGetNextRecord: symbol!(cuptiActivityGetNextRecord),
+            cuptiActivityGetNumDroppedRecords: symbol!(cuptiActivityGetNumDroppedRecords),
+            cuptiGetTimestamp: symbol!(cuptiGetTimestamp),
+            cuptiGetGraphNodeId: symbol!(cuptiGetGraphNodeId),
+            cuptiGetResultString: symbol!(cuptiGetResultString),
         };
         Ok(Self {
             api,

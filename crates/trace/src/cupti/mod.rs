@@ -10,10 +10,13 @@
 //! - [`records`] reads the versioned record structs by their stable prefixes ([`ffi`]).
 //! - [`ClockMap`] puts CUPTI times on the trace clock.
 //! - [`fake`] is a CUPTI in host memory for CI.
+//! - [`cupti!`](crate::cupti!) calls an entry point and checks it, naming it once, as
+//!   `cuhal_sys::cu!` does the driver's; [`cupti_name!`](crate::cupti_name!) is the name alone.
 //!
 //! When CUPTI cannot be had, [`CuptiError`] says why: the library is missing, or another
 //! profiler holds CUPTI's one subscriber.
 
+mod call;
 mod error;
 pub mod fake;
 pub mod ffi;

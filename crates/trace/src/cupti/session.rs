@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::ffi::{CStr, c_char, c_void};
+use std::ffi::c_void;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 use cuhal_sys::{CUcontext, CUgraphNode};
 
 use super::error::CuptiError;
-use super::ffi::{self, CUptiResult, CuptiApi};
+use super::ffi::{self, CuptiApi};
 use super::load::CuptiLibrary;
 use super::records::{self, Activity};
 use crate::clock;
@@ -339,30 +339,15 @@ impl CuptiSession {
         Ok(session)
     }
 
-    fn check(api: &CuptiApi, call: &'static str, result: CUptiResult) -> Result<(), CuptiError> {
-        if result == ffi::CUPTI_SUCCESS {
-            return Ok(());
-        }
-        let mut text: *const c_char = std::ptr::null();
-        // SAFETY: `text` is a valid out-pointer; CUPTI returns a static string or leaves it null.
-        let description = unsafe {
-            if (api.cuptiGetResultString)(result, &mut text) == ffi::CUPTI_SUCCESS
-                && !text.is_null()
-            {
-                CStr::from_ptr(text).to_string_lossy().into_owned()
-            } else {
-                String::new()
-            }
-        };
-        Err(CuptiError::call(call, result, description))
-    }
-
     fn start(api: CuptiApi, library: Option<CuptiLibrary>) -> Result<Self, CuptiError> {
         let mut subscriber: ffi::CUpti_SubscriberHandle = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the callback is a plain function that lives forever.
-        Self::check(&api, "cuptiSubscribe", unsafe {
-            (api.cuptiSubscribe)(&mut subscriber, on_callback, std::ptr::null_mut())
-        })?;
+        unsafe {
+            crate::cupti!(
+                api,
+                cuptiSubscribe(&mut subscriber, on_callback, std::ptr::null_mut())
+            )
+        }?;
         *lock(&CALLBACK_API) = Some(api);
         *lock(&CLONES) = Some(HashMap::new());
         let session = Self {
@@ -387,19 +372,25 @@ impl CuptiSession {
         let subscriber = self.subscriber as ffi::CUpti_SubscriberHandle;
         for id in ffi::cbid::LAUNCHES {
             // SAFETY: a live subscriber and a driver-API callback id.
-            Self::check(api, "cuptiEnableCallback", unsafe {
-                (api.cuptiEnableCallback)(1, subscriber, ffi::CUPTI_CB_DOMAIN_DRIVER_API, id)
-            })?;
+            unsafe {
+                crate::cupti!(
+                    api,
+                    cuptiEnableCallback(1, subscriber, ffi::CUPTI_CB_DOMAIN_DRIVER_API, id)
+                )
+            }?;
         }
         // SAFETY: as above, for the resource domain.
-        Self::check(api, "cuptiEnableCallback", unsafe {
-            (api.cuptiEnableCallback)(
-                1,
-                subscriber,
-                ffi::CUPTI_CB_DOMAIN_RESOURCE,
-                ffi::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+        unsafe {
+            crate::cupti!(
+                api,
+                cuptiEnableCallback(
+                    1,
+                    subscriber,
+                    ffi::CUPTI_CB_DOMAIN_RESOURCE,
+                    ffi::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+                )
             )
-        })?;
+        }?;
         {
             let mut free = lock(&BUFFERS.free);
             while BUFFERS.allocated.load(Ordering::Relaxed) < PREALLOCATED_BUFFERS {
@@ -408,14 +399,15 @@ impl CuptiSession {
             }
         }
         // SAFETY: both callbacks are plain functions that live forever.
-        Self::check(api, "cuptiActivityRegisterCallbacks", unsafe {
-            (api.cuptiActivityRegisterCallbacks)(buffer_requested, buffer_completed)
-        })?;
+        unsafe {
+            crate::cupti!(
+                api,
+                cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed)
+            )
+        }?;
         for kind in KINDS {
             // SAFETY: a plain activity kind.
-            Self::check(api, "cuptiActivityEnable", unsafe {
-                (api.cuptiActivityEnable)(kind)
-            })?;
+            unsafe { crate::cupti!(api, cuptiActivityEnable(kind)) }?;
         }
         Ok(())
     }
@@ -424,8 +416,7 @@ impl CuptiSession {
     pub fn timestamp(&self) -> Result<u64, CuptiError> {
         let mut t = 0u64;
         // SAFETY: valid out-pointer.
-        let r = unsafe { (self.api.cuptiGetTimestamp)(&mut t) };
-        Self::check(&self.api, "cuptiGetTimestamp", r)?;
+        unsafe { crate::cupti!(self.api, cuptiGetTimestamp(&mut t)) }?;
         Ok(t)
     }
 
@@ -469,9 +460,7 @@ impl CuptiSession {
     pub unsafe fn graph_node_id(&self, node: CUgraphNode) -> Result<u64, CuptiError> {
         let mut id = 0u64;
         // SAFETY: valid out-pointer; the caller vouches for the node.
-        Self::check(&self.api, "cuptiGetGraphNodeId", unsafe {
-            (self.api.cuptiGetGraphNodeId)(node, &mut id)
-        })?;
+        unsafe { crate::cupti!(self.api, cuptiGetGraphNodeId(node, &mut id)) }?;
         Ok(id)
     }
 
@@ -489,9 +478,7 @@ impl CuptiSession {
     pub fn flush(&self) -> Result<usize, CuptiError> {
         // SAFETY: a plain call; completed buffers come back through `buffer_completed` on this
         // thread before it returns.
-        Self::check(&self.api, "cuptiActivityFlushAll", unsafe {
-            (self.api.cuptiActivityFlushAll)(0)
-        })?;
+        unsafe { crate::cupti!(self.api, cuptiActivityFlushAll(0)) }?;
         Ok(self.parse_filled())
     }
 

@@ -181,10 +181,7 @@ fn graph_records_map_from_the_clone_to_the_node_cuhal_added() {
     assert!(
         matches!(
             err,
-            CuptiError::Call {
-                call: "cuptiGetGraphNodeId",
-                ..
-            }
+            CuptiError::Call { call, .. } if call == crate::cupti_name!(cuptiGetGraphNodeId)
         ),
         "{err:?}"
     );

@@ -47,7 +47,12 @@ use cuhal_command::{
 };
 use smallvec::SmallVec;
 
-use super::{CollectivePart, CollectivePayload, Comms, Communicator, checked, nccl_call};
+use super::agreement::check_agreement;
+use super::backend::CollectivePayload;
+use super::comms::Comms;
+use super::communicator::Communicator;
+use super::group::group;
+use super::part::{Collective, CollectivePart, check_part, nccl_call};
 use crate::error::{Error, Result};
 use crate::memory::use_allocation;
 use crate::queue::{CommandBufferMode, Queue, SemaphoreValues};
@@ -95,7 +100,7 @@ impl SetBuffers {
 /// per-rank commands ([`CollectiveCommandBuffers::rank`]) and collectives over every rank
 /// ([`CollectiveCommandBuffers::collective`]). Submit it with [`Communicator::execute`] any
 /// number of times once [`ended`](CollectiveCommandBuffers::end). See the module documentation
-/// of `collective_set.rs` (in the crate's docs: docs/decisions/device.md) for why this cannot
+/// of `collective/set.rs` (in the crate's docs: docs/decisions/device.md) for why this cannot
 /// deadlock.
 pub struct CollectiveCommandBuffers {
     /// Recording: the buffers; ended: taken.
@@ -129,13 +134,7 @@ impl Drop for ScopeGuard<'_> {
 
 /// What a recorded part does: the collective, element type, count, and whether it has a send
 /// and a receive buffer (the stream work's ranges are the present ones, in that order).
-type Shape = (
-    super::Collective,
-    cuhal_sys::NcclDataType,
-    usize,
-    bool,
-    bool,
-);
+type Shape = (Collective, cuhal_sys::NcclDataType, usize, bool, bool);
 
 /// What the innermost closure sees: each rank's capturing stream and its ranges' addresses.
 type Seen = SmallVec<[(cuhal_sys::CUstream, SmallVec<[WorkRange; 2]>); 2]>;
@@ -264,7 +263,7 @@ impl CollectiveCommandBuffers {
                 comms.ranks.len()
             )));
         }
-        super::agreement::check_agreement(&comms.ranks, parts)?;
+        check_agreement(&comms.ranks, parts)?;
         let mut ranges: SmallVec<[SmallVec<[BufferRange; 2]>; 2]> = SmallVec::new();
         for (rank, part) in comms.ranks.iter().zip(parts) {
             if !part.waits.is_empty() || !part.signals.is_empty() {
@@ -272,7 +271,7 @@ impl CollectiveCommandBuffers {
                     "a recorded collective takes its waits and signals from each submission".into(),
                 ));
             }
-            super::check_part(&comms, rank, part)?;
+            check_part(&comms, rank, part)?;
             ranges.push(part.send.iter().chain(&part.recv).cloned().collect());
         }
         // Which of a part's ranges is the send and which the receive buffer.
@@ -307,35 +306,21 @@ impl CollectiveCommandBuffers {
                     if comms.lock().aborted {
                         return Err("the communicator was aborted".into());
                     }
-                    // SAFETY: no arguments; the group is ended below.
-                    let started = unsafe { (api.ncclGroupStart)() };
-                    checked(api, "ncclGroupStart", started)?;
-                    let mut first_error = None;
-                    for ((rank, shape), (stream, ranges)) in
-                        comms.ranks.iter().zip(&shapes).zip(seen.iter())
-                    {
+                    let ranks = comms.ranks.iter().zip(&shapes).zip(seen.iter());
+                    group(api, ranks, |((rank, shape), (stream, ranges))| {
                         let (send, recv) = addresses(shape, ranges);
                         // SAFETY: the communicator is live (not aborted just above; only the
                         // watchdog aborts while a call is under way, and then this closure's
-                        // error ends the recording);
-                        // the ranges were checked above and the command buffer retains their
-                        // buffers; the stream is the rank's capturing stream.
-                        let called = unsafe {
+                        // error ends the recording); the ranges were checked above and the
+                        // command buffer retains their buffers; the stream is the rank's
+                        // capturing stream.
+                        unsafe {
                             nccl_call(
                                 api, rank.comm, shape.0, shape.1, shape.2, send, recv, *stream,
                             )
-                        };
-                        if let Err(e) = called {
-                            first_error = Some(e);
-                            break;
                         }
-                    }
-                    // SAFETY: ends the group started above.
-                    let ended = checked(api, "ncclGroupEnd", unsafe { (api.ncclGroupEnd)() });
-                    match first_error {
-                        Some(e) => Err(Box::new(e)),
-                        None => ended.map_err(|e| Box::new(e) as _),
-                    }
+                    })
+                    .map_err(|e| Box::new(e) as _)
                 };
                 let mut seen = Seen::new();
                 capture_nested(&mut self.recording, &ranges, &mut seen, &last)?;
@@ -474,28 +459,14 @@ impl SetBuffers {
                         break;
                     }
                     // Every rank's part of the collective, in one group.
-                    let api = &comms.api;
-                    // SAFETY: no arguments; the group is ended below.
-                    let started = unsafe { (api.ncclGroupStart)() };
-                    checked(api, "ncclGroupStart", started)?;
-                    let mut first_error = None;
-                    for (i, (rank, cb)) in comms.ranks.iter().zip(buffers).enumerate() {
-                        let at = from[i];
+                    let ranks = comms.ranks.iter().zip(buffers).zip(from.iter_mut());
+                    group(&comms.api, ranks, |((rank, cb), from)| -> Result<()> {
+                        let at = *from;
+                        *from = at + 1;
                         // SAFETY: as above; the command replayed is the rank's collective.
-                        let replayed =
-                            unsafe { cb.replay_commands(rank.stream.raw(), &[], at..at + 1) };
-                        from[i] = at + 1;
-                        if let Err(e) = replayed {
-                            first_error = Some(Error::from(e));
-                            break;
-                        }
-                    }
-                    // SAFETY: ends the group started above, also after a failed call.
-                    let ended = checked(api, "ncclGroupEnd", unsafe { (api.ncclGroupEnd)() });
-                    if let Some(error) = first_error {
-                        return Err(error);
-                    }
-                    ended?;
+                        unsafe { cb.replay_commands(rank.stream.raw(), &[], at..at + 1) }?;
+                        Ok(())
+                    })?;
                 }
             }
         }

@@ -12,7 +12,8 @@ use std::fmt;
 
 use cuhal_sys::{NcclDataType, NcclRedOp};
 
-use super::{Collective, CollectivePart, Rank};
+use super::comms::Rank;
+use super::part::{Collective, CollectivePart};
 use crate::error::{Error, Result};
 
 /// One field of a rank's [`CollectivePart`] with that rank's value, as

@@ -106,29 +106,42 @@
 //! ```
 
 mod arena;
+mod barrier_groups;
 mod binding;
 mod buffer;
+mod command_recorder;
 mod deferred;
+mod dispatch;
+mod encoder;
 mod error;
 mod executable;
+mod fill_pattern;
+mod forward_recording;
 mod graph;
 mod indirect;
 mod kernel_args;
 mod launch;
 mod param_count;
 mod range;
+mod recorded;
 mod recorder;
+mod retained;
+mod state;
 mod stream;
 mod stream_ops;
 mod stream_work;
 pub use stream_ops::fill as enqueue_fill;
 mod trace_hook;
+mod zone_hooks;
 
 pub use binding::{ArgBinding, BindingError, BindingLayout, MAX_BINDING_CAPACITY};
 pub use buffer::{Buffer, HostAccess, HostBuffer, HostBufferUse, WorkDone};
+pub use command_recorder::CommandRecorder;
 pub use deferred::{DeferredCommandBuffer, DeferredExec};
+pub use dispatch::Dispatch;
 pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};
+pub use fill_pattern::FillPattern;
 pub use graph::{
     BINDINGS_HELPER, DEFAULT_EXECUTABLE_LIMIT, DEVICE_PATCH_MIN_NODES, DEVICE_PATCH_RING,
     GraphCommandBuffer, GraphExec, PatchMethod,
@@ -138,8 +151,8 @@ pub use kernel_args::{ArgSlot, DevicePtr, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};
 pub use param_count::{ParameterCounts, cubin_parameter_counts, ptx_parameter_counts};
 pub use range::BufferRange;
-use recorder::Recorded;
-pub use recorder::{CommandBufferState, CommandRecorder, Dispatch, FillPattern};
+use recorded::Recorded;
+pub use state::CommandBufferState;
 pub use stream::StreamCommandBuffer;
 pub use stream_work::{StreamWork, StreamWorkError, StreamWorkFn, WorkError, WorkRange};
 pub use trace_hook::{CommandTiming, Verbosity, ZoneInfo, ZoneRecorder};

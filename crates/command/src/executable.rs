@@ -14,7 +14,7 @@ use cuhal_sys::{
     CUfunction_attribute, CUmodule, Module, PrimaryContext, cu,
 };
 
-use crate::launch::LaunchCapabilities;
+use crate::capabilities::LaunchCapabilities;
 use crate::{Error, KernelArgs};
 
 /// A loaded module (`cuModuleLoadDataEx`).
@@ -123,7 +123,7 @@ impl Executable {
             binary_version: get(CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
         };
         let max_dynamic_shared = get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?;
-        let capabilities = crate::launch::read_capabilities(api, context, raw)?;
+        let capabilities = crate::capabilities::read_capabilities(api, context, raw)?;
         Ok(Function {
             inner: Arc::new(FunctionInner {
                 module: Arc::clone(&self.module),

@@ -109,6 +109,7 @@ mod arena;
 mod barrier_groups;
 mod binding;
 mod buffer;
+mod capabilities;
 mod command_recorder;
 mod deferred;
 mod dispatch;

@@ -108,10 +108,13 @@
 mod arena;
 mod barrier_groups;
 mod binding;
+mod binding_error;
+mod bounds;
 mod buffer;
 mod capabilities;
 mod command_recorder;
 mod deferred;
+mod device_ptr;
 mod dispatch;
 mod encoder;
 mod error;
@@ -133,12 +136,15 @@ mod stream_ops;
 mod stream_work;
 pub use stream_ops::fill as enqueue_fill;
 mod trace_hook;
+mod work_error;
 mod zone_hooks;
 
-pub use binding::{ArgBinding, BindingError, BindingLayout, MAX_BINDING_CAPACITY};
+pub use binding::{BindingLayout, MAX_BINDING_CAPACITY};
+pub use binding_error::BindingError;
 pub use buffer::{Buffer, HostAccess, HostBuffer, HostBufferUse, WorkDone};
 pub use command_recorder::CommandRecorder;
 pub use deferred::{DeferredCommandBuffer, DeferredExec};
+pub use device_ptr::DevicePtr;
 pub use dispatch::Dispatch;
 pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES, check_image};
@@ -148,15 +154,16 @@ pub use graph::{
     GraphCommandBuffer, GraphExec, PatchMethod,
 };
 pub use indirect::{INDIRECT_COUNT_BYTES, INDIRECT_HELPER, INDIRECT_HELPER_DIR_ENV};
-pub use kernel_args::{ArgSlot, DevicePtr, KernelArg, KernelArgs};
+pub use kernel_args::{ArgBinding, ArgSlot, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};
 pub use param_count::{ParameterCounts, cubin_parameter_counts, ptx_parameter_counts};
 pub use range::BufferRange;
 use recorded::Recorded;
 pub use state::CommandBufferState;
 pub use stream::StreamCommandBuffer;
-pub use stream_work::{StreamWork, StreamWorkError, StreamWorkFn, WorkError, WorkRange};
+pub use stream_work::{StreamWork, StreamWorkFn, WorkRange};
 pub use trace_hook::{CommandTiming, Verbosity, ZoneInfo, ZoneRecorder};
+pub use work_error::{StreamWorkError, WorkError};
 
 use std::sync::Arc;
 

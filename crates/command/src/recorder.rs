@@ -9,7 +9,8 @@ use std::sync::Arc;
 use cuhal_sys::{CUcontext, CUgraphNode, PrimaryContext};
 
 use crate::barrier_groups::Groups;
-use crate::binding::{BindingError, BindingLayout, Operand};
+use crate::binding::{BindingLayout, Operand};
+use crate::binding_error::BindingError;
 use crate::encoder::Encoder;
 use crate::executable::{validate_arguments, validate_dispatch};
 use crate::indirect::{INDIRECT_COUNT_BYTES, Indirect, IndirectLaunch};

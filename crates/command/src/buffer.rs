@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use cuhal_sys::{CUdeviceptr, PrimaryContext};
 
 use crate::Error;
-use crate::range::{BufferRange, check_range};
+use crate::bounds::check_range;
 
 /// Device memory: an allocation of its own (`cuMemAlloc`, freed when the last `Arc` goes), or
 /// memory owned by something else that the buffer keeps alive (see [`Buffer::from_raw`]).
@@ -142,16 +142,6 @@ impl Buffer {
     /// The context the memory belongs to.
     pub fn context(&self) -> &Arc<PrimaryContext> {
         &self.context
-    }
-
-    /// The whole buffer as a range.
-    pub fn whole(self: &Arc<Self>) -> BufferRange {
-        BufferRange::of_buffer(self, 0, self.len).expect("the whole buffer is in bounds")
-    }
-
-    /// `length` bytes at `offset`; checked against the buffer's length.
-    pub fn range(self: &Arc<Self>, offset: usize, length: usize) -> Result<BufferRange, Error> {
-        BufferRange::of_buffer(self, offset, length)
     }
 
     /// Copies `data` into the buffer at `offset` and returns when the bytes are on the device

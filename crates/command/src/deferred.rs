@@ -14,12 +14,15 @@ use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, PrimaryContext};
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
 use crate::binding::{Operand, with_bound_args};
+use crate::encoder::Encoder;
 use crate::error::out_of_host_memory;
 use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::{AttributePath, LaunchAttributes};
-use crate::recorder::{CommandZone, Encoder, Recorded, Recorder};
+use crate::recorded::Recorded;
+use crate::recorder::Recorder;
 use crate::stream_ops::{self, LaunchShape};
 use crate::stream_work::{self, StreamWork, StreamWorkFn};
+use crate::zone_hooks::CommandZone;
 use crate::{
     ArgBinding, ArgSlot, BindingLayout, BufferRange, CommandBuffer, CommandBufferKind,
     CommandEncoder, CommandRecorder, Dispatch, Error, FillPattern, KernelArgs, ZoneRecorder,
@@ -452,7 +455,7 @@ impl DeferredCommandBuffer {
     }
 }
 
-crate::recorder::forward_recording!(DeferredCommandBuffer);
+crate::forward_recording::forward_recording!(DeferredCommandBuffer);
 
 impl CommandEncoder for DeferredCommandBuffer {
     fn kind(&self) -> CommandBufferKind {

@@ -540,3 +540,9 @@ impl std::error::Error for Error {
 pub(crate) fn out_of_host_memory(what: &'static str, bytes: usize) -> Error {
     Error::OutOfHostMemory { what, bytes }
 }
+
+impl From<crate::BindingError> for Error {
+    fn from(e: crate::BindingError) -> Self {
+        Error::Binding(e)
+    }
+}

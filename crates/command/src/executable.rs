@@ -14,8 +14,8 @@ use cuhal_sys::{
     CUfunction_attribute, CUmodule, Module, PrimaryContext, cu,
 };
 
+use crate::capabilities::LaunchCapabilities;
 use crate::image::check_image;
-use crate::launch::LaunchCapabilities;
 use crate::param_count::ImageParameters;
 use crate::{Error, KernelArgs};
 
@@ -133,7 +133,7 @@ impl Executable {
             binary_version: get(CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
         };
         let max_dynamic_shared = get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?;
-        let capabilities = crate::launch::read_capabilities(api, context, raw)?;
+        let capabilities = crate::capabilities::read_capabilities(api, context, raw)?;
         let image = self.image_parameters(name);
         let parameters = parameter_sizes(api, raw, image.map(|image| image.count));
         // The driver's report where it has one, else the image's.

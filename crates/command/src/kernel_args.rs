@@ -7,14 +7,13 @@
 //! demand. Values are copied in, so the caller's variables need not outlive the builder.
 
 use std::ffi::c_void;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
 use crate::error::out_of_host_memory;
-use crate::{ArgBinding, Buffer, BufferRange, Error};
+use crate::{Buffer, BufferRange, DevicePtr, Error};
 
 mod sealed {
     pub trait Sealed {}
@@ -36,82 +35,24 @@ kernel_arg!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 impl<T: KernelArg, const N: usize> sealed::Sealed for [T; N] {}
 impl<T: KernelArg, const N: usize> KernelArg for [T; N] {}
 
-/// The device address of a `T` array: a `T*` kernel parameter, eight bytes as the kernel ABI
-/// passes pointers. The type says what the kernel reads there; [`DevicePtr::null`] is the
-/// null pointer kernels take for an absent optional input (a bias, a mask).
-///
-/// A `DevicePtr` holds no reference to the memory: [`KernelArgs::push_range`] (which keeps the
-/// buffer alive) or [`BufferRange::ptr`] are how a buffer's address becomes an argument.
-///
-/// ```
-/// # use cuhal_command::{DevicePtr, KernelArgs};
-/// let bias = DevicePtr::<f32>::null();
-/// assert!(bias.is_null());
-/// let mut args = KernelArgs::new();
-/// args.push(bias).push(16u32);
-/// assert_eq!(args.slots()[0].size, 8);
-/// assert_eq!(&args.bytes()[..8], &[0; 8]);
-/// ```
-#[repr(transparent)]
-pub struct DevicePtr<T> {
-    address: u64,
-    // `fn() -> T`: no ownership of a `T`, and `Send`/`Sync` whatever `T` is (it is an address).
-    points_to: PhantomData<fn() -> T>,
-}
-
-impl<T> DevicePtr<T> {
-    /// The null pointer.
-    pub const fn null() -> Self {
-        Self::from_address(0)
-    }
-
-    /// The pointer at device address `address` (from another library, or an offset into a
-    /// buffer the caller keeps alive).
-    pub const fn from_address(address: u64) -> Self {
-        Self {
-            address,
-            points_to: PhantomData,
-        }
-    }
-
-    /// The device address.
-    pub const fn address(self) -> u64 {
-        self.address
-    }
-
-    /// Whether this is the null pointer.
-    pub const fn is_null(self) -> bool {
-        self.address == 0
-    }
-}
-
-impl<T> Clone for DevicePtr<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for DevicePtr<T> {}
-impl<T> PartialEq for DevicePtr<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.address == other.address
-    }
-}
-impl<T> Eq for DevicePtr<T> {}
-impl<T> std::fmt::Debug for DevicePtr<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "DevicePtr<{}>({:#x})",
-            std::any::type_name::<T>(),
-            self.address
-        )
-    }
-}
-
 // A `DevicePtr` is one `u64` (`repr(transparent)` over it, the marker is zero-sized): no
 // padding, no host pointer.
 impl<T: 'static> sealed::Sealed for DevicePtr<T> {}
 impl<T: 'static> KernelArg for DevicePtr<T> {}
+
+/// A kernel argument that is the address of a slot's binding plus an offset.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ArgBinding {
+    /// Index of the argument in its [`KernelArgs`](crate::KernelArgs).
+    pub arg: u32,
+    /// The slot.
+    pub slot: u32,
+    /// Bytes from the start of the binding.
+    pub offset: u64,
+    /// Bytes from `offset` the kernel may reach (0 when only the address is known): the
+    /// binding must be at least `offset + length` long.
+    pub length: u64,
+}
 
 /// Where one argument lives inside [`KernelArgs::bytes`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -106,11 +106,21 @@
 //! ```
 
 mod arena;
+mod barrier_groups;
 mod binding;
+mod binding_error;
+mod bounds;
 mod buffer;
+mod capabilities;
+mod command_recorder;
 mod deferred;
+mod device_ptr;
+mod dispatch;
+mod encoder;
 mod error;
 mod executable;
+mod fill_pattern;
+mod forward_recording;
 mod graph;
 mod image;
 mod indirect;
@@ -118,33 +128,44 @@ mod kernel_args;
 mod launch;
 mod param_count;
 mod range;
+mod recorded;
 mod recorder;
+mod retained;
+mod state;
 mod stream;
 mod stream_ops;
 mod stream_work;
 pub use stream_ops::fill as enqueue_fill;
 mod trace_hook;
+mod work_error;
+mod zone_hooks;
 
-pub use binding::{ArgBinding, BindingError, BindingLayout, MAX_BINDING_CAPACITY};
+pub use binding::{BindingLayout, MAX_BINDING_CAPACITY};
+pub use binding_error::BindingError;
 pub use buffer::{Buffer, HostAccess, HostBuffer, HostBufferUse, WorkDone};
+pub use command_recorder::CommandRecorder;
 pub use deferred::{DeferredCommandBuffer, DeferredExec};
+pub use device_ptr::DevicePtr;
+pub use dispatch::Dispatch;
 pub use error::Error;
 pub use executable::{Executable, Function, FunctionAttributes, MAX_PARAMETER_BYTES};
+pub use fill_pattern::FillPattern;
 pub use graph::{
     BINDINGS_HELPER, DEFAULT_EXECUTABLE_LIMIT, DEVICE_PATCH_MIN_NODES, DEVICE_PATCH_RING,
     GraphCommandBuffer, GraphExec, PatchMethod,
 };
 pub use image::check_image;
 pub use indirect::{INDIRECT_COUNT_BYTES, INDIRECT_HELPER, INDIRECT_HELPER_DIR_ENV};
-pub use kernel_args::{ArgSlot, DevicePtr, KernelArg, KernelArgs};
+pub use kernel_args::{ArgBinding, ArgSlot, KernelArg, KernelArgs};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};
 pub use param_count::{ParameterCounts, cubin_parameter_counts, ptx_parameter_counts};
 pub use range::BufferRange;
-use recorder::Recorded;
-pub use recorder::{CommandBufferState, CommandRecorder, Dispatch, FillPattern};
+use recorded::Recorded;
+pub use state::CommandBufferState;
 pub use stream::StreamCommandBuffer;
-pub use stream_work::{StreamWork, StreamWorkError, StreamWorkFn, WorkError, WorkRange};
+pub use stream_work::{StreamWork, StreamWorkFn, WorkRange};
 pub use trace_hook::{CommandTiming, Verbosity, ZoneInfo, ZoneRecorder};
+pub use work_error::{StreamWorkError, WorkError};
 
 use std::sync::Arc;
 

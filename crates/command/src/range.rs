@@ -8,22 +8,8 @@ use std::sync::Arc;
 
 use cuhal_sys::CUdeviceptr;
 
+use crate::bounds::check_range;
 use crate::{Buffer, Error};
-
-/// Checks that `[offset, offset + length)` lies inside `capacity` bytes.
-pub(crate) fn check_range(offset: usize, length: usize, capacity: usize) -> Result<(), Error> {
-    let end = offset
-        .checked_add(length)
-        .ok_or(Error::RangeOverflow { offset, length })?;
-    if end > capacity {
-        return Err(Error::OutOfBounds {
-            offset,
-            length,
-            capacity,
-        });
-    }
-    Ok(())
-}
 
 /// Checks that a command's range is not empty.
 pub(crate) fn check_non_empty(what: &'static str, length: usize) -> Result<(), Error> {
@@ -268,6 +254,18 @@ impl fmt::Debug for BufferRange {
             .field("owned", &self.owner.is_some())
             .field("slot", &self.slot)
             .finish()
+    }
+}
+
+impl Buffer {
+    /// The whole buffer as a range.
+    pub fn whole(self: &Arc<Self>) -> BufferRange {
+        BufferRange::of_buffer(self, 0, self.len()).expect("the whole buffer is in bounds")
+    }
+
+    /// `length` bytes at `offset`; checked against the buffer's length.
+    pub fn range(self: &Arc<Self>, offset: usize, length: usize) -> Result<BufferRange, Error> {
+        BufferRange::of_buffer(self, offset, length)
     }
 }
 

@@ -11,12 +11,15 @@ use cuhal_sys::{CUevent, CUstream, PrimaryContext};
 
 use crate::arena::StableArena;
 use crate::binding::Operand;
+use crate::encoder::Encoder;
 use crate::error::out_of_host_memory;
 use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
 use crate::launch::AttributePath;
-use crate::recorder::{CommandZone, Encoder, Recorded, Recorder};
+use crate::recorded::Recorded;
+use crate::recorder::Recorder;
 use crate::stream_ops::{self, LaunchShape};
 use crate::stream_work::{self, StreamWork, StreamWorkFn};
+use crate::zone_hooks::CommandZone;
 use crate::{CommandRecorder, Dispatch, Error, FillPattern, ZoneRecorder};
 
 pub(crate) struct StreamEncoder {
@@ -251,7 +254,7 @@ impl StreamCommandBuffer {
     }
 }
 
-crate::recorder::forward_recording!(StreamCommandBuffer);
+crate::forward_recording::forward_recording!(StreamCommandBuffer);
 
 impl fmt::Debug for StreamCommandBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

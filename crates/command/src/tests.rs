@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use cuhal_sys::{CUevent, CUevent_st};
 
 use crate::deferred::Op;
-use crate::recorder::CommandZone;
 use crate::stream_ops::LaunchShape;
+use crate::zone_hooks::CommandZone;
 use crate::*;
 
 fn raw(base: u64, capacity: usize) -> BufferRange {
@@ -210,7 +210,7 @@ fn deferred_arena_encodes_each_command_compactly() {
 
 #[test]
 fn deferred_dispatch_arguments_are_frozen_in_the_arena() {
-    use crate::recorder::Encoder;
+    use crate::encoder::Encoder;
     let mut enc = crate::deferred::DeferredEncoder::default();
     enc.update(
         crate::binding::Operand::Address(0x1000),

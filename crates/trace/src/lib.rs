@@ -67,11 +67,12 @@ mod pool;
 pub mod query_ids;
 pub mod sink;
 mod submission;
+mod thread;
 pub mod timebase;
 
 pub use backend::{CudaEvents, EventBackend};
 pub use context::{CuptiChoice, DropCounts, FineSource, TraceConfig, TraceContext, TraceStats};
-pub use cpu_zone::{CpuZone, thread_id};
+pub use cpu_zone::CpuZone;
 pub use error::Error;
 pub use hook::{Verbosity, ZoneInfo, ZoneRecorder};
 pub use list::ZoneList;
@@ -83,6 +84,7 @@ pub use sink::{
     NullSink, Sink, SubmissionDetails, TrackId,
 };
 pub use submission::{INLINE_SEMAPHORES, IssueStep, StreamBefore, SubmissionInfo};
+pub use thread::thread_id;
 #[cfg(test)]
 mod tests;
 

@@ -26,13 +26,16 @@ use smallvec::SmallVec;
 
 use crate::arena::StableArena;
 use crate::binding::{Operand, SlotList, add_slot};
+use crate::encoder::Encoder;
 use crate::error::out_of_host_memory;
 use crate::indirect::{self, Indirect, IndirectLaunch};
 use crate::launch::{
     AttributePath, add_kernel_node, kernel_node_params, set_kernel_node_attributes,
 };
-use crate::recorder::{CommandZone, Encoder, Recorded, Recorder};
+use crate::recorded::Recorded;
+use crate::recorder::Recorder;
 use crate::stream_work::{self, StreamWorkFn};
+use crate::zone_hooks::CommandZone;
 use crate::{
     BindingLayout, Buffer, BufferRange, CommandBuffer, CommandBufferKind, CommandEncoder,
     CommandRecorder, Dispatch, Error, Executable, FillPattern, Function, KernelArgs, ZoneRecorder,
@@ -833,7 +836,7 @@ impl GraphCommandBuffer {
     }
 }
 
-crate::recorder::forward_recording!(GraphCommandBuffer);
+crate::forward_recording::forward_recording!(GraphCommandBuffer);
 
 impl CommandEncoder for GraphCommandBuffer {
     fn kind(&self) -> CommandBufferKind {

@@ -28,8 +28,8 @@ use std::sync::Mutex;
 use super::{DropReason, Sink, SubmissionDetails, TrackId};
 use crate::Error;
 use crate::clock;
-use crate::cpu_zone::thread_id;
 use crate::lock::lock;
+use crate::thread::thread_id;
 
 /// The thread id of GPU track 0 in the JSON file.
 const GPU_TID_BASE: u64 = 1_000_000;

@@ -4,8 +4,8 @@ use std::sync::Mutex;
 
 use super::{DropReason, Sink, SubmissionDetails, TrackId};
 use crate::Error;
-use crate::cpu_zone::thread_id;
 use crate::lock::lock;
+use crate::thread::thread_id;
 
 /// One call a [`MemorySink`] received.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub enum MemoryRecord {
     Cpu {
         /// The zone's name.
         name: String,
-        /// The thread ([`crate::cpu_zone::thread_id`]).
+        /// The thread ([`crate::thread_id`]).
         thread: u64,
         /// Trace-clock nanoseconds.
         begin_ns: u64,

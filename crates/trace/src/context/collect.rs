@@ -1,0 +1,248 @@
+//! Collection: [`CollectState`], the one collector's state, and the walk through the pending
+//! queue that turns completed lists into zones for the sink (in submission order, keeping what
+//! is not complete, reporting drops). Calibration and activity matching are its helpers; a
+//! queue submission's own collection is in `submission`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+use smallvec::SmallVec;
+
+use super::calibration::CALIBRATION_TRIES;
+use super::pending::{Outcome, Pending, Times};
+use super::shared::Shared;
+use crate::list::{ListState, Record};
+use crate::lock::lock;
+use crate::pool::Ev;
+use crate::sink::DropReason;
+use crate::timebase::Calibration;
+
+/// The time of the `End` that closes the zone enclosing record `at`, if it has one.
+fn enclosing_end(records: &[Record], times: &[u64], at: usize) -> Option<u64> {
+    let mut depth = 0i32;
+    for (record, &ns) in records.iter().zip(times).skip(at + 1) {
+        match record {
+            Record::Begin { .. } => depth += 1,
+            Record::End { .. } if depth == 0 => return Some(ns),
+            Record::End { .. } => depth -= 1,
+            Record::Command { .. } => {}
+        }
+    }
+    None
+}
+
+/// State of the (one at a time) collector.
+pub(crate) struct CollectState {
+    /// Candidate base events; a calibration records each and keeps the tightest bracket.
+    pub(crate) bases: [Ev; CALIBRATION_TRIES],
+    /// The base event of the current calibration.
+    pub(crate) base: Ev,
+    pub(crate) calibration: Calibration,
+    /// A calibration failed half-way: the base may have been re-recorded, so `calibration`
+    /// must not be used until a new one succeeds.
+    pub(crate) calibration_broken: bool,
+    /// Entries being collected now; reused.
+    pub(crate) work: VecDeque<Pending>,
+    /// Entries to put back; reused.
+    pub(crate) retry: Vec<Pending>,
+    /// Timestamps of one list's records; reused.
+    pub(crate) times: Vec<u64>,
+    /// Begin and end of each activity-timed command of one list (`None`: no record); reused.
+    pub(crate) command_times: Vec<Option<(u64, u64)>>,
+    /// One list's launch ids, sorted; reused.
+    pub(crate) launch_ids: Vec<u32>,
+    /// The arrived records of one list's launches: (key, index into the arrived records),
+    /// sorted; reused.
+    pub(crate) candidates: Vec<(u64, usize)>,
+    /// Which of `candidates` a command took; reused.
+    pub(crate) used: Vec<bool>,
+    /// Indices of the records matched to one list's commands; reused.
+    pub(crate) matched: Vec<usize>,
+    /// Indices of the records to remove, highest first; reused.
+    pub(crate) taken: Vec<usize>,
+    /// Whether this collection flushed CUPTI already.
+    pub(crate) flushed: bool,
+    /// CUPTI's clock mapped onto the backend's host clock.
+    pub(crate) cupti_clock: Option<crate::cupti::ClockMap>,
+    /// Drops already handed to the sink, per reason.
+    pub(crate) reported: [u64; DropReason::ALL.len()],
+    /// When the last submission collected completed: the earliest the next one on the same
+    /// stream can have started (trace clock).
+    pub(crate) last_end_ns: u64,
+}
+
+impl Shared {
+    /// Collects every queued submission whose events have all completed, in submission order,
+    /// and reports new drops. Returns the number of zones handed to the sink.
+    pub(crate) fn collect(&self) -> u64 {
+        let mut cs = lock(&self.collect);
+        {
+            let mut pending = lock(&self.pending);
+            std::mem::swap(&mut *pending, &mut cs.work);
+        }
+        let mut zones = 0;
+        if !cs.work.is_empty() {
+            let bound = self.backend.enter();
+            let stale = cs.calibration_broken
+                || cs
+                    .calibration
+                    .is_stale(self.backend.now_ns(), self.rebase_after_ns);
+            let ready = bound.is_ok() && (!stale || self.calibrate(&mut cs).is_ok());
+            // CUPTI is flushed only when a list's events completed and its records are not in yet
+            // (at most once per collection), not on every collection: a flush costs far more
+            // than a look at the records already delivered.
+            cs.flushed = false;
+            if let Some(session) = &self.cupti {
+                let now = self.backend.now_ns();
+                let stale = cs.cupti_clock.is_none_or(|c| {
+                    now.saturating_sub(c.taken_at_ns) > crate::cupti::REBASE_AFTER_NS
+                });
+                if stale && let Ok(map) = session.calibrate_against(|| self.backend.now_ns()) {
+                    cs.cupti_clock = Some(map);
+                }
+            }
+            while let Some(entry) = cs.work.pop_front() {
+                let outcome = if ready {
+                    self.collect_entry(&mut cs, &entry, &mut zones)
+                } else {
+                    self.give_up(&entry, DropReason::EventError)
+                };
+                match outcome {
+                    // Dropping the entry may return the list's events to the pool.
+                    Outcome::Done => drop(entry),
+                    Outcome::NotReady => cs.retry.push(entry),
+                }
+            }
+            if !cs.retry.is_empty() {
+                // Back in front of anything queued meanwhile, in their original order.
+                let mut pending = lock(&self.pending);
+                while let Some(entry) = cs.retry.pop() {
+                    pending.push_front(entry);
+                }
+            }
+        }
+        self.counters
+            .zones_collected
+            .fetch_add(zones, Ordering::Relaxed);
+        self.report_drops(&mut cs);
+        zones
+    }
+
+    pub(crate) fn give_up(&self, entry: &Pending, reason: DropReason) -> Outcome {
+        match entry {
+            Pending::List { list, generation } => {
+                let state = lock(&list.state);
+                if state.submissions == *generation {
+                    self.count_dropped(reason, state.timed_zones);
+                } else {
+                    self.count_dropped(DropReason::Superseded, state.timed_zones);
+                }
+            }
+            Pending::Submission(index) => self.give_up_submission(*index, reason),
+        }
+        Outcome::Done
+    }
+
+    fn collect_entry(&self, cs: &mut CollectState, entry: &Pending, zones: &mut u64) -> Outcome {
+        match entry {
+            Pending::List { list, generation } => {
+                let mut state = lock(&list.state);
+                if state.submissions != *generation {
+                    // Submitted again since: the events now time the later submission, which
+                    // reports them.
+                    self.count_dropped(DropReason::Superseded, state.timed_zones);
+                    return Outcome::Done;
+                }
+                match self.list_times(cs, &state, false) {
+                    Times::Ready => {}
+                    Times::NotReady => return Outcome::NotReady,
+                    Times::Failed => {
+                        self.count_dropped(DropReason::EventError, state.timed_zones);
+                        return Outcome::Done;
+                    }
+                }
+                if self.activity_pending(cs, &mut state) {
+                    return Outcome::NotReady;
+                }
+                self.emit_list(cs, &mut state, (0, u64::MAX), zones);
+                Outcome::Done
+            }
+            Pending::Submission(index) => self.collect_submission(cs, *index, zones),
+        }
+    }
+
+    /// Hands the zones of `state` to the sink, with the times `list_times` and
+    /// `activity_pending` found; activity-timed commands are kept within `outer` (the zone
+    /// enclosing the list) as well as their own enclosing zone.
+    pub(crate) fn emit_list(
+        &self,
+        cs: &mut CollectState,
+        state: &mut ListState,
+        outer: (u64, u64),
+        zones: &mut u64,
+    ) {
+        if state.commands > 0 && cs.command_times.is_empty() {
+            self.count_dropped(DropReason::ActivityMissing, u64::from(state.commands));
+        }
+        let mut open: SmallVec<[u64; 8]> = SmallVec::new();
+        let mut latest = 0u64;
+        let mut command = 0usize;
+        let mut activity_zones = 0u64;
+        for (i, (record, &ns)) in state.records.iter().zip(&cs.times).enumerate() {
+            match record {
+                Record::Begin { name, .. } => {
+                    latest = latest.max(ns);
+                    self.sink.gpu_zone_begin(self.track, name, ns);
+                    open.push(ns);
+                }
+                Record::End { .. } => {
+                    latest = latest.max(ns);
+                    self.sink.gpu_zone_end(self.track, ns);
+                    open.pop();
+                    *zones += 1;
+                }
+                Record::Command { name, .. } => {
+                    let Some(&times) = cs.command_times.get(command) else {
+                        continue;
+                    };
+                    command += 1;
+                    let Some((begin, end)) = times else {
+                        self.count_dropped(DropReason::ActivityMissing, 1);
+                        continue;
+                    };
+                    // Event and activity times come from two calibrations: keep the command
+                    // inside its enclosing zone so viewers nest it.
+                    let floor = open.last().copied().unwrap_or(outer.0);
+                    let ceiling = enclosing_end(&state.records, &cs.times, i).unwrap_or(outer.1);
+                    let begin = begin.clamp(floor, ceiling.max(floor));
+                    let end = end.clamp(begin, ceiling.max(begin));
+                    latest = latest.max(end);
+                    self.sink.gpu_zone_begin(self.track, name, begin);
+                    self.sink.gpu_zone_end(self.track, end);
+                    *zones += 1;
+                    activity_zones += 1;
+                }
+            }
+        }
+        // Zones never ended when submitted are closed at the list's last time, so the sink's
+        // nesting stays balanced.
+        for _ in 0..open.len() {
+            self.sink.gpu_zone_end(self.track, latest);
+            *zones += 1;
+        }
+        self.counters
+            .activity_zones
+            .fetch_add(activity_zones, Ordering::Relaxed);
+    }
+
+    pub(crate) fn report_drops(&self, cs: &mut CollectState) {
+        for (i, reason) in DropReason::ALL.iter().enumerate() {
+            let now = self.counters.dropped[i].load(Ordering::Relaxed);
+            if now > cs.reported[i] {
+                self.sink
+                    .zones_dropped(self.track, *reason, now - cs.reported[i]);
+                cs.reported[i] = now;
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! [`Shared`]: the state a context shares with its zone lists and submissions (backend,
+//! sink track, event pool, submission slots, pending queue, collector state, counters). Its
+//! behaviour is spread by concept: `collect`, `calibration`, `activity`, and `submission`.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::collect::CollectState;
+use super::fine_source::FineSource;
+use super::pending::Pending;
+use super::stats::{Counters, DropCounts};
+use crate::backend::EventBackend;
+use crate::cupti::CuptiSession;
+use crate::hook::Verbosity;
+use crate::list::ListInner;
+use crate::lock::lock;
+use crate::pool::TimingEventPool;
+use crate::sink::{DropReason, Sink, TrackId};
+
+pub(crate) struct Shared {
+    pub(crate) backend: Arc<dyn EventBackend>,
+    pub(crate) sink: Arc<dyn Sink>,
+    pub(crate) track: TrackId,
+    /// The track's (queue's) name.
+    pub(crate) name: String,
+    /// Storage of the submissions in flight, recycled.
+    pub(crate) slots: crate::submission::Slots,
+    /// Submissions traced so far (their ordinals).
+    pub(crate) ordinals: AtomicU64,
+    pub(crate) verbosity: Verbosity,
+    pub(crate) pool: TimingEventPool,
+    pub(crate) names: Mutex<HashSet<Arc<str>>>,
+    pub(crate) pending: Mutex<VecDeque<Pending>>,
+    pub(crate) collect: Mutex<CollectState>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) rebase_after_ns: u64,
+    pub(crate) counters: Counters,
+    /// The CUPTI session FINE command zones are timed from, if any.
+    pub(crate) cupti: Option<Arc<CuptiSession>>,
+    pub(crate) fine_source: FineSource,
+    pub(crate) cupti_unavailable: Option<&'static str>,
+}
+
+impl Shared {
+    pub(crate) fn intern(&self, name: &str) -> Arc<str> {
+        let mut names = lock(&self.names);
+        if let Some(n) = names.get(name) {
+            return n.clone();
+        }
+        let n: Arc<str> = Arc::from(name);
+        names.insert(n.clone());
+        n
+    }
+
+    pub(crate) fn count_dropped(&self, reason: DropReason, count: u64) {
+        self.counters.dropped[DropCounts::index(reason)].fetch_add(count, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn enqueue(&self, list: Arc<ListInner>, generation: u64) {
+        lock(&self.pending).push_back(Pending::List { list, generation });
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let bases = lock(&self.collect).bases;
+        if let Ok(_bound) = self.backend.enter() {
+            for base in bases {
+                // SAFETY: the base events were created by this backend and are destroyed once,
+                // here.
+                unsafe { self.backend.destroy_event(base.0) };
+            }
+        }
+    }
+}

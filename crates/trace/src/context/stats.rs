@@ -1,0 +1,76 @@
+//! [`TraceStats`] and [`DropCounts`]: a snapshot of a context's counters, and [`Counters`],
+//! the atomics collection and zone lists count into. [`TraceContext::stats`](super::TraceContext::stats)
+//! turns the one into the other.
+
+use std::sync::atomic::AtomicU64;
+
+use super::fine_source::FineSource;
+use crate::hook::Verbosity;
+use crate::sink::DropReason;
+
+/// Zone counts per [`DropReason`].
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DropCounts(pub(crate) [u64; DropReason::ALL.len()]);
+
+impl DropCounts {
+    pub(crate) fn index(reason: DropReason) -> usize {
+        DropReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0)
+    }
+
+    /// Zones dropped for `reason`.
+    pub fn get(&self, reason: DropReason) -> u64 {
+        self.0[Self::index(reason)]
+    }
+
+    /// Zones dropped for any reason.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// A snapshot of a tracing context's counters.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceStats {
+    /// The context's verbosity.
+    pub verbosity: Verbosity,
+    /// Timing events created (they live until the context and its lists are gone).
+    pub events_created: usize,
+    /// Timing events on the free list.
+    pub events_free: usize,
+    /// Times the driver refused to create an event (the pool then stops growing).
+    pub event_create_failures: u64,
+    /// Zones that got events.
+    pub zones_recorded: u64,
+    /// Zones handed to the sink.
+    pub zones_collected: u64,
+    /// Zones not shown, by reason.
+    pub dropped: DropCounts,
+    /// Submissions waiting for collection.
+    pub pending_submissions: usize,
+    /// Calibrations taken (the first one included).
+    pub calibrations: u64,
+    /// Half the host-time bracket of the current calibration, in nanoseconds.
+    pub calibration_uncertainty_ns: u64,
+    /// Where FINE command zones get their times.
+    pub fine_source: FineSource,
+    /// Why CUPTI is not used, when FINE fell back to events ("library not found", ...).
+    pub cupti_unavailable: Option<&'static str>,
+    /// Command zones timed from CUPTI activity records and handed to the sink.
+    pub activity_zones: u64,
+    /// Submission slots made so far: they are recycled, so this stops growing once the number
+    /// of submissions in flight does.
+    pub submission_slots: usize,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) zones_recorded: AtomicU64,
+    pub(crate) zones_collected: AtomicU64,
+    pub(crate) dropped: [AtomicU64; DropReason::ALL.len()],
+    pub(crate) calibrations: AtomicU64,
+    pub(crate) uncertainty_ns: AtomicU64,
+    pub(crate) activity_zones: AtomicU64,
+}

@@ -1,7 +1,7 @@
 //! A Llama-architecture decoder on cuhal, its CPU half: Hugging Face's `config.json` and
 //! `.safetensors` read and checked ([`LlamaConfig`], [`ModelFiles`], [`Weights`]), a writer of
 //! random models of a given shape ([`write_random_model`]), and an f32 reference of the
-//! model's math on the CPU ([`reference`]).
+//! model's math on the CPU ([`reference`](mod@reference)).
 //!
 //! ```no_run
 //! use cuhal_decoder::{LlamaConfig, reference::Model, write_random_model};

@@ -25,7 +25,7 @@ usage: cuhal-decoder [--random-model DIR [--config small|1b] [--seed N]]
   --cpu-reference      run the f32 reference on the CPU and print the greedy tokens
 
 Without --cpu-reference the model runs on the GPU; with no GPU the command says so and exits
-with status 2.";
+with status 2. Usage errors exit with 64, other errors with 1.";
 
 /// The parsed command line.
 #[derive(Debug, Default)]
@@ -72,14 +72,35 @@ fn parse_args(mut raw: impl Iterator<Item = String>) -> anyhow::Result<Args> {
             other => bail!("unknown argument {other:?}\n\n{USAGE}"),
         }
     }
-    if args.config.is_some() && args.random_model.is_none() {
-        bail!("--config chooses the shape of --random-model; give --random-model DIR too");
+    if let Some(name) = &args.config {
+        if args.random_model.is_none() {
+            bail!("--config chooses the shape of --random-model; give --random-model DIR too");
+        }
+        if LlamaConfig::preset(name).is_none() {
+            bail!("--config {name:?}: expected small or 1b");
+        }
+    }
+    if args.random_model.is_none() && args.model.is_none() && !args.help {
+        bail!("give --model DIR (or --random-model DIR to write one)\n\n{USAGE}");
     }
     Ok(args)
 }
 
+/// Exit status of a usage error (`EX_USAGE`), as the `cuhal` command: never 2, which says
+/// "no GPU".
+const EXIT_USAGE: u8 = 64;
+/// Exit status when no GPU is available.
+const EXIT_NO_GPU: u8 = 2;
+
 fn main() -> ExitCode {
-    match run() {
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("cuhal-decoder: {error:#}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match run(&args) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("cuhal-decoder: {error:#}");
@@ -88,8 +109,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> anyhow::Result<ExitCode> {
-    let args = parse_args(std::env::args().skip(1))?;
+fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.help {
         println!("{USAGE}");
         return Ok(ExitCode::SUCCESS);
@@ -155,13 +175,11 @@ fn run() -> anyhow::Result<ExitCode> {
 
     match cuhal::Driver::load().and_then(|driver| driver.devices()) {
         Ok(devices) if !devices.is_empty() => {
-            eprintln!(
-                "cuhal-decoder: the GPU path is not built yet; --cpu-reference runs the model on the CPU"
-            );
+            bail!("the GPU path is not built yet; --cpu-reference runs the model on the CPU")
         }
         Ok(_) => eprintln!("cuhal-decoder: no GPU available (the driver reports no device)"),
         Err(error) => eprintln!("cuhal-decoder: no GPU available: {error}"),
     }
     eprintln!("(--cpu-reference runs the f32 reference on the CPU)");
-    Ok(ExitCode::from(2))
+    Ok(ExitCode::from(EXIT_NO_GPU))
 }

@@ -148,5 +148,12 @@ fn write_file(path: &Path, tensors: &[RandomTensor]) -> Result<()> {
     .map_err(|e| Error::Write {
         path: path.to_path_buf(),
         reason: e.to_string(),
-    })
+    })?;
+    // The serializer writes a temporary file (created private to its owner) and renames it;
+    // give the model the permissions of an ordinary new file, those of config.json beside it.
+    let config_path = path.with_file_name(CONFIG_FILE);
+    let permissions = std::fs::metadata(&config_path)
+        .map_err(|e| Error::io(&config_path, e))?
+        .permissions();
+    std::fs::set_permissions(path, permissions).map_err(|e| Error::io(path, e))
 }

@@ -344,3 +344,21 @@ fn truncated_and_corrupted_files_are_typed_errors_never_panics() {
         "{refused} of {header_flips} header flips refused"
     );
 }
+
+#[test]
+fn the_weights_file_has_the_permissions_of_the_config() {
+    let dir = ScratchDir::new("permissions");
+    write_random_model_sharded(dir.path(), &tiny_config(), 1, 2).unwrap();
+    let config = std::fs::metadata(dir.path().join("config.json"))
+        .unwrap()
+        .permissions();
+    for shard in [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ] {
+        let shard = std::fs::metadata(dir.path().join(shard))
+            .unwrap()
+            .permissions();
+        assert_eq!(shard, config);
+    }
+}

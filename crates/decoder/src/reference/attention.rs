@@ -16,6 +16,9 @@ pub struct AttentionShape {
 /// head_dim]`, at least `start + rows` positions): query head `h` reads key/value head
 /// `h / (heads / kv_heads)`, position `p` sees positions `0..=p`, scores scaled by
 /// `1/sqrt(head_dim)`. Returns `[rows, heads * head_dim]`.
+///
+/// Panics if the slices are shorter than the shape says, or `kv_heads` does not divide
+/// `heads` (the model checks both before calling).
 pub fn attention(
     queries: &[f32],
     rows: usize,

@@ -1,8 +1,10 @@
 //! The element-wise and matrix operations of the reference, in f32.
 
-/// The dot product of two equally long slices, with eight partial sums so that the compiler
-/// vectorizes it.
+/// The dot product of two slices (over the shorter one's length), with eight partial sums so
+/// that the compiler vectorizes it.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
     let mut lanes = [0.0f32; 8];
     let chunks = a.len() / 8;
     for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
@@ -18,7 +20,8 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `y = x W^T` for `rows` rows of `x` (`[rows, in]`) and a weight `w` stored `[out, in]`
-/// (Hugging Face's `nn.Linear` layout); returns `[rows, out]`.
+/// (Hugging Face's `nn.Linear` layout); returns `[rows, out]`. `x` must hold `rows` rows of
+/// `w.len() / out` elements (panics otherwise).
 pub fn matmul(x: &[f32], rows: usize, w: &[f32], out: usize) -> Vec<f32> {
     let inner = w.len() / out.max(1);
     let mut y = vec![0.0; rows * out];

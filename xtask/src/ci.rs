@@ -46,7 +46,8 @@ const STEPS: &[&[&str]] = &[
     // Every library crate packs, and each packed crate builds on its own from its tarball (the
     // unpublished workspace crates it depends on come from cargo's local overlay of the
     // workspace). Test-only and internal packages (`publish = false`) are left out: nobody
-    // depends on them, and verifying them would rebuild the GPU suite, the bench and the CLI.
+    // depends on them, and verifying them would rebuild the GPU suite, the bench, the CLI and the
+    // decoder.
     &[
         "package",
         "--workspace",
@@ -55,6 +56,8 @@ const STEPS: &[&[&str]] = &[
         "cuhal-bench",
         "--exclude",
         "cuhal-cli",
+        "--exclude",
+        "cuhal-decoder",
         "--exclude",
         "cuhal-fake-driver",
         "--exclude",

@@ -26,9 +26,10 @@ const CRATES: &[&str] = &[
 const KNOWN_CYCLES: &[(&str, &[&str], &str)] = &[
     (
         "sys",
-        &["api", "call", "error"],
-        "the `cu!` macro (call) takes a DriverApi (api); loading the api calls through the \
-         macro and reports errors that name api's LIBRARY_ENV",
+        &["api", "call", "error", "nccl"],
+        "the `cu!` and `nccl!` macros (call) take a DriverApi (api) or an NcclApi (nccl); \
+         loading either calls through the macros and reports errors that name the loaders' \
+         environment variables",
     ),
     (
         "sys",
@@ -45,12 +46,14 @@ const KNOWN_CYCLES: &[(&str, &[&str], &str)] = &[
     (
         "scheduler",
         &["action", "backend"],
-        "the scheduler is being rebuilt; its sources are left as they are until then",
+        "an action carries the backend's payload, and the backend's `issued` takes the \
+         action's resources: the engine-room rebuild moves `Resource` below both",
     ),
     (
         "scheduler",
         &["burst", "shared"],
-        "the scheduler is being rebuilt; its sources are left as they are until then",
+        "the burst holds the queues' `Hurry` handles from `shared`, which enters and leaves \
+         the burst: the explicit burst of the engine-room rebuild removes the module",
     ),
     (
         "trace",

@@ -28,7 +28,7 @@
 //!    that ran longer itself) and a time's step stays under 0.5 us at any uptime (IREE measured from one start-up base: a 0.25 ms step after an
 //!    hour). The arithmetic lives in [`timebase`].
 //! 5. At FINE, commands are timed from CUPTI's activity records when CUPTI can be had
-//!    ([`cupti`], [`CuptiChoice`]): no events around them, so no extra graph nodes; the
+//!    ([`mod@cupti`], [`CuptiChoice`]): no events around them, so no extra graph nodes; the
 //!    launches of each issue are captured and matched to the records at collection. Without
 //!    CUPTI, FINE falls back to events and says so ([`TraceStats::cupti_unavailable`]).
 //! 6. Sinks: [`MemorySink`] for tests, [`JsonSink`] for Chrome/Perfetto trace-event JSON, and

@@ -90,6 +90,14 @@ impl CompletionNudge {
             hurry.hurry();
         }
     }
+
+    /// Whether a nudge came since the completion thread last took its finished work: somebody
+    /// now waits for work it may be napping on, so a backend's nap should poll instead.
+    pub fn is_hurried(&self) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|hurry| hurry.hurried.load(Ordering::Acquire))
+    }
 }
 
 impl fmt::Debug for CompletionNudge {

@@ -45,10 +45,7 @@ fn nvcc_images_pass_the_image_check() {
 #[test]
 fn parameter_counts_read_from_nvcc_images_are_the_kernels_own() {
     let cubin = image("kernels.sm_90.cubin");
-    assert_eq!(
-        cubin_parameter_counts(&cubin).map(sorted),
-        Some(expected())
-    );
+    assert_eq!(cubin_parameter_counts(&cubin).map(sorted), Some(expected()));
     let ptx = String::from_utf8(image("kernels.compute_80.ptx")).unwrap();
     assert_eq!(sorted(ptx_parameter_counts(&ptx)), expected());
 }

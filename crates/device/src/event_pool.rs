@@ -365,7 +365,10 @@ impl CudaEvent {
     /// Whether a waiter nudged the completion side of the queue that recorded this event since
     /// it last took its finished work (see [`CompletionNudge::is_hurried`]).
     pub(crate) fn is_hurried(&self) -> bool {
-        self.pool().nudge.get().is_some_and(CompletionNudge::is_hurried)
+        self.pool()
+            .nudge
+            .get()
+            .is_some_and(CompletionNudge::is_hurried)
     }
 }
 

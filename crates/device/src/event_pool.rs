@@ -15,9 +15,8 @@
 //! slot's own counter, not a counter every event of the device shares.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use cuhal_scheduler::CompletionNudge;
@@ -60,10 +59,6 @@ struct PoolShared {
     /// Hurries the completion side of the queue that records these events, for a host thread
     /// about to park on one of them (set once the queue exists).
     nudge: OnceLock<CompletionNudge>,
-    /// The thread that naps on these events (the queue's completion thread, the first to nap),
-    /// and whether it is napping now: a waiter's nudge unparks it, so the nap ends at once.
-    napper: OnceLock<std::thread::Thread>,
-    napping: AtomicBool,
 }
 
 /// What the issuing side reads and writes on every take, apart from the lists.
@@ -130,8 +125,6 @@ impl TimepointEventPool {
                 }),
                 all: Mutex::new(Vec::with_capacity(reserve.max(16))),
                 nudge: OnceLock::new(),
-                napper: OnceLock::new(),
-                napping: AtomicBool::new(false),
             }),
         };
         let events: Vec<CudaEvent> = (0..reserve)
@@ -362,16 +355,8 @@ impl DeviceEvent for CudaEvent {
     /// Ends the gather of the completion thread of the queue that recorded the event: its
     /// advance is what wakes a parked host thread soonest.
     fn awaited(&self) {
-        let pool = self.pool();
-        if let Some(nudge) = pool.nudge.get() {
+        if let Some(nudge) = self.pool().nudge.get() {
             nudge.nudge();
-        }
-        // After the nudge (sequentially consistent both ways, as in `nap`): either the napper
-        // sees the nudge before it parks, or this sees it napping and unparks it.
-        if pool.napping.load(Ordering::SeqCst)
-            && let Some(napper) = pool.napper.get()
-        {
-            napper.unpark();
         }
     }
 }
@@ -384,24 +369,6 @@ impl CudaEvent {
             .nudge
             .get()
             .is_some_and(CompletionNudge::is_hurried)
-    }
-
-    /// Sleeps up to `step` while nobody waits for this event's queue: parked, so that a waiter
-    /// arriving meanwhile ([`DeviceEvent::awaited`]) ends the nap at once instead of after the
-    /// step (a thread sleep of 20 us lasts 50 us or more). Only the pool's napper (the first
-    /// thread to nap on it, its queue's completion thread) parks; any other thread sleeps.
-    pub(crate) fn nap(&self, step: Duration) {
-        let pool = self.pool();
-        let current = std::thread::current();
-        if pool.napper.get_or_init(|| current.clone()).id() != current.id() {
-            std::thread::sleep(step);
-            return;
-        }
-        pool.napping.store(true, Ordering::SeqCst);
-        if !self.is_hurried() {
-            std::thread::park_timeout(step);
-        }
-        pool.napping.store(false, Ordering::SeqCst);
     }
 }
 

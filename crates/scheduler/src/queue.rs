@@ -96,7 +96,7 @@ impl CompletionNudge {
     pub fn is_hurried(&self) -> bool {
         self.0
             .upgrade()
-            .is_some_and(|hurry| hurry.hurried.load(Ordering::SeqCst))
+            .is_some_and(|hurry| hurry.hurried.load(Ordering::Acquire))
     }
 }
 

@@ -11,7 +11,7 @@
 
 use std::ffi::c_void;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cuhal_cudarc::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cuhal::{BufferRange, CommandBufferMode};
 use cuhal_cudarc::SliceLoan;
 use cuhal_gpu_tests::device_support::*;

@@ -43,6 +43,8 @@ mod error;
 mod slice;
 mod stream;
 
+/// The cudarc this crate is built against: a program that has no cudarc of its own uses this one.
+pub use cudarc;
 pub use error::{Error, Result};
 pub use slice::SliceLoan;
 pub use stream::{DeviceExt, QueueExt, cudarc_event};

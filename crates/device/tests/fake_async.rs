@@ -13,7 +13,6 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use cuhal::{DeviceOptions, FillPattern, Semaphore, WaitMode, wait_semaphores_async};
-use cuhal_sys::cu_name;
 use fake_support::*;
 
 /// Counts its wakes, and unparks a thread blocked in [`block_on`] if it has one.
@@ -205,22 +204,8 @@ fn a_pending_future_ends_the_completion_gather() {
 #[test]
 fn a_lost_device_fails_every_pending_future() {
     let (fake, _driver, device) = open("async-lost", queues(2));
-    let (q0, q1) = (device.queue(0), device.queue(1));
-    let a = device.create_buffer(256).unwrap();
-    // The work that will fault waits for `go`; behind it and on the other queue, work waits
-    // for a semaphore nobody will signal.
-    let (go, gate) = (device.create_semaphore(0), device.create_semaphore(0));
-    let (s, p0, p1) = (
-        device.create_semaphore(0),
-        device.create_semaphore(0),
-        device.create_semaphore(0),
-    );
-    q0.fill(&[(&go, 1)], &[(&s, 1)], &a.whole(), FillPattern::U8(3))
-        .unwrap();
-    q0.fill(&[(&gate, 1)], &[(&p0, 1)], &a.whole(), FillPattern::U8(1))
-        .unwrap();
-    q1.fill(&[(&gate, 1)], &[(&p1, 1)], &a.whole(), FillPattern::U8(2))
-        .unwrap();
+    let scene = stage_loss(&device);
+    let (s, p0, p1) = (&scene.s, &scene.p0, &scene.p1);
 
     let (counter, waker) = counting();
     let mut singles: Vec<_> = [&s, &p0, &p1, &s]
@@ -240,12 +225,7 @@ fn a_lost_device_fails_every_pending_future() {
         thread::spawn(move || block_on(wait))
     };
 
-    // The GPU faults: from now on every event query reports an illegal address.
-    fake.fail(
-        cu_name!(cuEventQuery),
-        cuhal_fake_driver::status::ILLEGAL_ADDRESS,
-    );
-    go.signal(1).unwrap();
+    scene.fault(&fake);
     woken(&counter, singles.len() + 2);
     let lost = device.lost().expect("the device is lost");
     let cuda = cuhal::cuda_of_failure(&lost).expect("a driver error");

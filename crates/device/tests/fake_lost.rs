@@ -13,31 +13,12 @@ fn an_injected_sticky_error_loses_the_device() {
     let (fake, driver) = load("lost");
     let device = driver.open(0, queues(2)).unwrap();
     let (q0, q1) = (device.queue(0), device.queue(1));
-    let a = device.create_buffer(256).unwrap();
-
-    // The work that will fault waits for `go`; behind it (a queue issues in order) and on the
-    // other queue, work waits for a semaphore nobody will signal.
-    let (go, gate) = (device.create_semaphore(0), device.create_semaphore(0));
-    let (s, p0, p1) = (
-        device.create_semaphore(0),
-        device.create_semaphore(0),
-        device.create_semaphore(0),
-    );
-    q0.fill(&[(&go, 1)], &[(&s, 1)], &a.whole(), FillPattern::U8(3))
-        .unwrap();
-    q0.fill(&[(&gate, 1)], &[(&p0, 1)], &a.whole(), FillPattern::U8(1))
-        .unwrap();
-    q1.fill(&[(&gate, 1)], &[(&p1, 1)], &a.whole(), FillPattern::U8(2))
-        .unwrap();
+    let scene = stage_loss(&device);
+    let (a, s, p0, p1) = (&scene.buffer, &scene.s, &scene.p0, &scene.p1);
     assert_eq!(q0.stats().pending + q1.stats().pending, 3);
 
-    // The GPU faults: from now on every event query reports an illegal address.
-    fake.fail(
-        cu_name!(cuEventQuery),
-        cuhal_fake_driver::status::ILLEGAL_ADDRESS,
-    );
-    go.signal(1).unwrap();
-    let failure = failure_of(&s, 1);
+    scene.fault(&fake);
+    let failure = failure_of(s, 1);
     let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
     assert_eq!(
         cuda.result(),
@@ -100,7 +81,7 @@ fn an_injected_sticky_error_loses_the_device() {
 
     // Shutting down a lost device neither hangs nor leaks.
     fake.clear_faults();
-    drop((a, device));
+    drop((scene, device));
     assert_eq!(live(&fake), Counts::default());
 }
 
@@ -119,7 +100,7 @@ fn a_failed_fill_fails_its_signal_with_the_drivers_error() {
     let s = device.create_semaphore(0);
     q.fill(&[], &[(&s, 1)], &a.whole(), FillPattern::U32(9))
         .ok();
-    let failure = failure_of(&s, 1);
+    let failure = failure_of(s, 1);
     let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
     assert_eq!(
         cuda.result(),

@@ -262,3 +262,56 @@ pub fn upload(device: &Device, values: &[f32]) -> (std::sync::Arc<cuhal::Buffer>
         .unwrap();
     (buffer, written)
 }
+
+/// Work staged to see a device lost, on a device of two or more queues: on queue 0 a fill of
+/// `buffer` waiting for `go` (signalling `s`), and behind it (a queue issues in order) and on
+/// queue 1 fills waiting for a semaphore nobody signals (signalling `p0` and `p1`).
+pub struct LossScene {
+    pub buffer: std::sync::Arc<cuhal::Buffer>,
+    pub go: Semaphore,
+    pub s: Semaphore,
+    pub p0: Semaphore,
+    pub p1: Semaphore,
+    _gate: Semaphore,
+}
+
+/// Stages a [`LossScene`] on `device`'s queues 0 and 1.
+pub fn stage_loss(device: &Device) -> LossScene {
+    let (q0, q1) = (device.queue(0), device.queue(1));
+    let buffer = device.create_buffer(256).unwrap();
+    let semaphore = || device.create_semaphore(0);
+    let (go, gate, s, p0, p1) = (
+        semaphore(),
+        semaphore(),
+        semaphore(),
+        semaphore(),
+        semaphore(),
+    );
+    let fill = cuhal::FillPattern::U8;
+    q0.fill(&[(&go, 1)], &[(&s, 1)], &buffer.whole(), fill(3))
+        .unwrap();
+    q0.fill(&[(&gate, 1)], &[(&p0, 1)], &buffer.whole(), fill(1))
+        .unwrap();
+    q1.fill(&[(&gate, 1)], &[(&p1, 1)], &buffer.whole(), fill(2))
+        .unwrap();
+    LossScene {
+        buffer,
+        go,
+        s,
+        p0,
+        p1,
+        _gate: gate,
+    }
+}
+
+impl LossScene {
+    /// The GPU faults: from now on every event query reports an illegal address; then the
+    /// first fill goes.
+    pub fn fault(&self, fake: &FakeDriver) {
+        fake.fail(
+            cuhal_sys::cu_name!(cuEventQuery),
+            cuhal_fake_driver::status::ILLEGAL_ADDRESS,
+        );
+        self.go.signal(1).unwrap();
+    }
+}

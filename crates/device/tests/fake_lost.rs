@@ -100,7 +100,7 @@ fn a_failed_fill_fails_its_signal_with_the_drivers_error() {
     let s = device.create_semaphore(0);
     q.fill(&[], &[(&s, 1)], &a.whole(), FillPattern::U32(9))
         .ok();
-    let failure = failure_of(s, 1);
+    let failure = failure_of(&s, 1);
     let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
     assert_eq!(
         cuda.result(),

@@ -11,9 +11,9 @@
 
 use std::ffi::c_void;
 
-use cuhal_cudarc::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cuhal::{BufferRange, CommandBufferMode};
 use cuhal_cudarc::SliceLoan;
+use cuhal_cudarc::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cuhal_gpu_tests::device_support::*;
 use cuhal_gpu_tests::gpu::{Gpu, Module, Rng, arg, seed};
 use cuhal_sys::cu;

@@ -212,8 +212,8 @@ fn a_lost_device_fails_every_pending_future() {
         .into_iter()
         .map(|semaphore| semaphore.wait_async(1))
         .collect();
-    let mut all = wait_semaphores_async(WaitMode::All, &[(&p0, 1), (&p1, 1)]);
-    let mut any = wait_semaphores_async(WaitMode::Any, &[(&p0, 1), (&p1, 1)]);
+    let mut all = wait_semaphores_async(WaitMode::All, &[(p0, 1), (p1, 1)]);
+    let mut any = wait_semaphores_async(WaitMode::Any, &[(p0, 1), (p1, 1)]);
     for wait in &mut singles {
         assert!(poll_with(wait, &waker).is_pending());
     }

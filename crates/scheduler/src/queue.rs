@@ -291,7 +291,7 @@ impl<B: Backend> Queue<B> {
 
     /// The queue's counters.
     pub fn stats(&self) -> QueueStats {
-        let issue = &self.shared.issue_side.published;
+        let issue = &self.shared.issue_side.counters;
         let read = |counter: &crate::sync::StatU64| counter.load(Ordering::Relaxed);
         let side = &self.shared.completion_side;
         QueueStats {

@@ -42,10 +42,6 @@ use crate::sync::{
 /// Everything under the issue lock.
 pub(crate) struct State<B: Backend> {
     pub(crate) pending: PendingList<B>,
-    pub(crate) submitted: u64,
-    pub(crate) issued_on_submit: u64,
-    pub(crate) issued_by_worker: u64,
-    pub(crate) issued_on_signal: u64,
     /// The notification keys being handled, swapped with the notifier's list (both keep their
     /// capacity, so draining allocates nothing).
     keys: Vec<Notified<B::Event>>,
@@ -90,31 +86,27 @@ pub(crate) struct IssueSide {
     pub(crate) retired_seen: AtomicU64,
     /// A token of the thread holding `state` through an [`IssueGuard`] (0: none).
     pub(crate) holder: AtomicUsize,
-    /// `State`'s counters as the last holder of the issue lock left them: what
-    /// [`Queue::stats`](crate::Queue::stats) reads, so it never waits for the lock (and works
-    /// from inside a backend's issue, where the lock is this thread's own).
-    pub(crate) published: Published,
+    /// The counters [`Queue::stats`](crate::Queue::stats) reads, written by the holder of the
+    /// issue lock: stats never waits for the lock (and works from inside a backend's issue,
+    /// where the lock is this thread's own).
+    pub(crate) counters: IssueCounters,
 }
 
-/// `State`'s counters, copied out at the end of every hold of the issue lock.
+/// The issue side's counters. Each is written only by the holder of the issue lock, so an
+/// increment is a plain load and store.
 #[derive(Default)]
-pub(crate) struct Published {
+pub(crate) struct IssueCounters {
     pub(crate) submitted: StatU64,
+    /// The pending list's length when the issue lock was last let go.
     pub(crate) pending: StatU64,
     pub(crate) issued_on_submit: StatU64,
     pub(crate) issued_by_worker: StatU64,
     pub(crate) issued_on_signal: StatU64,
 }
 
-impl Published {
-    fn publish<B: Backend>(&self, state: &State<B>) {
-        let set = |to: &StatU64, value: u64| to.store(value, Ordering::Relaxed);
-        set(&self.submitted, state.submitted);
-        set(&self.pending, state.pending.len() as u64);
-        set(&self.issued_on_submit, state.issued_on_submit);
-        set(&self.issued_by_worker, state.issued_by_worker);
-        set(&self.issued_on_signal, state.issued_on_signal);
-    }
+/// Adds one to a counter that only the issue lock's holder writes.
+fn bump(counter: &StatU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 /// The completion side's counters, written once per retired batch.
@@ -261,7 +253,12 @@ impl<B: Backend> Drop for IssueGuard<'_, B> {
         let shared = self.shared;
         if let Some(mut state) = self.state.take() {
             shared.drain(&mut state, self.issuer);
-            shared.issue_side.published.publish(&state);
+            let pending = state.pending.len() as u64;
+            shared
+                .issue_side
+                .counters
+                .pending
+                .store(pending, Ordering::Relaxed);
             shared.issue_side.holder.store(0, Ordering::Release);
             drop(state);
         }
@@ -286,10 +283,6 @@ impl<B: Backend> Shared<B> {
                 options,
                 state: CachePadded::new(Mutex::new(State {
                     pending: PendingList::with_capacity(capacity),
-                    submitted: 0,
-                    issued_on_submit: 0,
-                    issued_by_worker: 0,
-                    issued_on_signal: 0,
                     keys: Vec::with_capacity(capacity),
                     spare: Vec::with_capacity(capacity),
                     boxes: 0,
@@ -309,7 +302,7 @@ impl<B: Backend> Shared<B> {
                     pushed: AtomicU64::new(0),
                     retired_seen: AtomicU64::new(0),
                     holder: AtomicUsize::new(0),
-                    published: Published::default(),
+                    counters: IssueCounters::default(),
                 }),
                 completion_side: CachePadded::new(CompletionSide {
                     retired: AtomicU64::new(0),
@@ -464,7 +457,7 @@ impl<B: Backend> Shared<B> {
         mut body: Boxed<B>,
         waits: &[(&Semaphore<B::Event>, u64)],
     ) {
-        state.submitted += 1;
+        bump(&self.issue_side.counters.submitted);
         if state.pending.is_empty() {
             if state.ordered(waits) {
                 self.issue_ready(state, body, EventList::new(), Issuer::Submitter);
@@ -680,9 +673,9 @@ impl<B: Backend> Shared<B> {
         match issued {
             Ok(event) => {
                 match issuer {
-                    Issuer::Submitter => state.issued_on_submit += 1,
-                    Issuer::Worker => state.issued_by_worker += 1,
-                    Issuer::Signaller => state.issued_on_signal += 1,
+                    Issuer::Submitter => bump(&self.issue_side.counters.issued_on_submit),
+                    Issuer::Worker => bump(&self.issue_side.counters.issued_by_worker),
+                    Issuer::Signaller => bump(&self.issue_side.counters.issued_on_signal),
                 }
                 self.push_finished(Finished::Issued {
                     body,

@@ -11,6 +11,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer, HostBufferUse};
+use cuhal_recycle::Recycled;
 use cuhal_scheduler::{Backend, ThreadRole};
 use cuhal_semaphore::{Failure, Traffic};
 use cuhal_sys::{
@@ -116,9 +117,15 @@ pub(crate) struct CudaBackend {
     /// Boxes for traced submissions' details (`Payload::Execute::trace`), given back when their
     /// actions are released: traced submissions allocate nothing once warm. (Boxes, not
     /// values: a payload holds the box, so the recycled allocation is the box itself.)
-    #[allow(clippy::vec_box)]
-    infos: std::sync::Mutex<Vec<Box<SubmissionInfo>>>,
+    infos: std::sync::Mutex<InfoBoxes>,
 }
+
+/// The fewest info boxes a queue's list of spare ones makes room for: it doubles from there.
+const MIN_INFO_BOXES: usize = 16;
+
+/// Spare boxes for traced submissions' details.
+#[allow(clippy::vec_box)]
+type InfoBoxes = Recycled<Vec<Box<SubmissionInfo>>, MIN_INFO_BOXES>;
 
 /// How a queue's completion side polls a completion event.
 pub(crate) struct Polling {
@@ -171,7 +178,7 @@ impl CudaBackend {
             issues,
             trace,
             untraced: std::sync::atomic::AtomicBool::new(false),
-            infos: std::sync::Mutex::new(Vec::new()),
+            infos: std::sync::Mutex::new(InfoBoxes::new()),
         })
     }
 

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::DeviceOptions;
 use cuhal_command::BufferRange;
+use cuhal_recycle::Recycled;
 use smallvec::SmallVec;
 
 /// Table storages a queue keeps for reuse: as many as submissions with tables were ever in
@@ -18,7 +19,7 @@ use smallvec::SmallVec;
 const POOLED_TABLES: usize = 1024;
 
 /// The fewest table storages made at once when the pool has none to give: a gather batch (the
-/// device queues' default). A queue retires lazily, so in steady state up to a gather batch of
+/// device queues' default); the storages made double from there ([`Recycled::grown`]). A queue retires lazily, so in steady state up to a gather batch of
 /// submissions that nobody waited for hold their tables at once, even when each was waited for
 /// on the host (bench case 11's pool grew from 4 to 8 and from 8 to 16 inside its measured
 /// window); a pool that starts at a gather batch is past that at its first growth.
@@ -33,19 +34,25 @@ pub(crate) struct TablePool {
 #[derive(Default)]
 struct Spare {
     /// Boxes, not values: a payload holds the box, so the recycled allocation is the box.
-    #[allow(clippy::vec_box)]
-    tables: Vec<Box<Tables>>,
+    tables: SpareTables,
     /// Storage made, ever (up to `POOLED_TABLES` are kept).
     made: usize,
 }
+
+/// A list of spare table storages.
+#[allow(clippy::vec_box)]
+type SpareTables = Recycled<Vec<Box<Tables>>, MIN_NEW_TABLES>;
+
+/// The room a storage's list of ranges takes when it first grows (then doubled, and kept).
+const MIN_RANGES: usize = 16;
 
 /// The storage of one submission's tables, boxed so that a payload carries one word for them
 /// (a payload is moved a few times between `Queue::execute` and its slot, and past 128 bytes
 /// each move is a `memcpy` call).
 struct Tables {
-    ranges: Vec<BufferRange>,
+    ranges: Recycled<Vec<BufferRange>, MIN_RANGES>,
     /// `(start, end)` in `ranges` per command buffer, in submission order.
-    spans: SmallVec<[(u32, u32); 4]>,
+    spans: Recycled<SmallVec<[(u32, u32); 4]>, MIN_RANGES>,
     /// Where the storage goes back to; `None` while it is spare (a spare holding its pool
     /// would keep the pool alive through the pool itself).
     pool: Option<Arc<TablePool>>,
@@ -62,17 +69,16 @@ impl TablePool {
         if let Some(tables) = spare.tables.pop() {
             return tables;
         }
-        let more = spare
-            .made
-            .max(MIN_NEW_TABLES)
-            .min(POOLED_TABLES.saturating_sub(spare.made))
+        let made = spare.made;
+        let more = (SpareTables::grown(made) - made)
+            .min(POOLED_TABLES.saturating_sub(made))
             .max(1);
         spare.made += more;
         let kept = spare.made.min(POOLED_TABLES);
-        spare.tables.reserve(kept);
-        for _ in 1..more {
-            spare.tables.push(Tables::with_capacity(len));
-        }
+        spare.tables.reserve_total(kept);
+        spare
+            .tables
+            .refill(more - 1, || Some(Tables::with_capacity(len)));
         Tables::with_capacity(len)
     }
 
@@ -89,8 +95,8 @@ impl TablePool {
 impl Tables {
     fn with_capacity(len: usize) -> Box<Self> {
         Box::new(Tables {
-            ranges: Vec::with_capacity(len),
-            spans: SmallVec::new(),
+            ranges: Recycled::with_capacity(len),
+            spans: Recycled::new(),
             pool: None,
         })
     }
@@ -116,7 +122,7 @@ impl BindingTables {
         let mut storage = pool.take(len);
         for table in tables {
             let start = storage.ranges.len() as u32;
-            storage.ranges.extend_from_slice(table);
+            storage.ranges.extend(table.iter().cloned());
             let end = storage.ranges.len() as u32;
             storage.spans.push((start, end));
         }

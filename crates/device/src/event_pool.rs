@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crossbeam_utils::CachePadded;
+use cuhal_recycle::Recycled;
 use cuhal_scheduler::CompletionNudge;
 use cuhal_semaphore::slot_pool::{FreeList, HandleCount};
 use cuhal_semaphore::{DeviceEvent, Failure};
@@ -28,8 +29,11 @@ use crate::error::Error;
 use crate::lost::Lost;
 use crate::submissions::Submissions;
 
-/// The fewest events a pool creates when it runs out.
+/// The fewest events a pool creates when it runs out: the events made double from there.
 const MIN_GROWTH: usize = 16;
+
+/// A list of slots of a pool, which grows (the slots made with it) as [`Recycled`] does.
+type SlotList = Recycled<Vec<NonNull<Slot>>, MIN_GROWTH>;
 
 /// One event of the pool, at a fixed address for the pool's lifetime, on a cache line of its own:
 /// the issuing side takes and counts one slot while the completion side gives back another, and
@@ -55,7 +59,7 @@ struct PoolShared {
     /// the completion side for every event it gives back.
     counts: CachePadded<Counts>,
     /// Every slot ever created; freed with the pool.
-    all: Mutex<Vec<NonNull<Slot>>>,
+    all: Mutex<SlotList>,
     /// Hurries the completion side of the queue that records these events, for a host thread
     /// about to park on one of them (set once the queue exists).
     nudge: OnceLock<CompletionNudge>,
@@ -79,7 +83,7 @@ unsafe impl Sync for PoolShared {}
 /// Free events that a queue's issuing side took from its pool's free list in one go
 /// ([`TimepointEventPool::acquire_via`]), kept with the queue's issue state: the issuing side
 /// takes from here without a lock, and refills it once it runs dry.
-pub(crate) struct EventStash(Vec<NonNull<Slot>>);
+pub(crate) struct EventStash(SlotList);
 
 // SAFETY: the pointers name free slots of a pool (Sync, see PoolShared); the stash only moves
 // them between free lists, under the issue lock of the one queue that holds it.
@@ -88,7 +92,7 @@ unsafe impl Send for EventStash {}
 impl EventStash {
     /// An empty stash with room for `capacity` events.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
-        EventStash(Vec::with_capacity(capacity))
+        EventStash(SlotList::with_capacity(capacity))
     }
 }
 
@@ -118,12 +122,12 @@ impl TimepointEventPool {
                 lost,
                 submissions,
                 flags: if timed { 0 } else { CU_EVENT_DISABLE_TIMING },
-                free: FreeList::with_capacity(reserve.max(16)),
+                free: FreeList::with_capacity(reserve.max(MIN_GROWTH)),
                 counts: CachePadded::new(Counts {
                     stashed: AtomicUsize::new(0),
                     created: AtomicUsize::new(0),
                 }),
-                all: Mutex::new(Vec::with_capacity(reserve.max(16))),
+                all: Mutex::new(SlotList::with_capacity(reserve.max(MIN_GROWTH))),
                 nudge: OnceLock::new(),
             }),
         };
@@ -158,10 +162,7 @@ impl TimepointEventPool {
         let shared = &self.shared;
         // The stash and the free list swap their storage: the stash must hold every slot, as
         // the free list can (grown here if other takers grew the pool meanwhile).
-        let total = self.created();
-        if stash.0.capacity() < total {
-            stash.0.reserve(total - stash.0.len());
-        }
+        stash.0.reserve_total(self.created());
         // SAFETY: every slot on the free list and in the stash belongs to this pool, which
         // outlives it (we hold the Arc).
         let taken = shared
@@ -171,10 +172,8 @@ impl TimepointEventPool {
             .counts
             .stashed
             .store(stash.0.len(), Ordering::Relaxed);
-        if let Some(next) = stash.0.last() {
-            // The next submission's event: the completion thread gave it back last.
-            cuhal_semaphore::prefetch::for_write(next.as_ptr());
-        }
+        // The next submission's event: the completion thread gave it back last.
+        stash.0.prefetch_last(|next| next.as_ptr());
         self.handed_out(taken)
     }
 
@@ -192,14 +191,15 @@ impl TimepointEventPool {
     }
 
     /// Creates events when none is free: as many as the pool holds already (at least
-    /// [`MIN_GROWTH`]), one handed out at once and the rest put on the free list. Growing by
-    /// doubling makes growth rare (a handful of times over a pool's life, however the number in
+    /// [`MIN_GROWTH`], see [`Recycled::grown`]), one handed out at once and the rest put on the
+    /// free list. Growing by doubling makes growth rare (a handful of times over a pool's life, however the number in
     /// flight creeps up), so a steady state that reaches a new high-water mark now and then does
     /// not allocate (and create an event) at each new mark.
     #[cold]
     fn grow(&self) -> Result<NonNull<Slot>, Error> {
         let shared = &self.shared;
-        let count = self.created().max(MIN_GROWTH);
+        let created = self.created();
+        let count = SlotList::grown(created) - created;
         let first = self.create_slot()?;
         let mut spare = Vec::with_capacity(count - 1);
         for _ in 1..count {
@@ -211,7 +211,7 @@ impl TimepointEventPool {
         }
         let mut all = shared.all.lock().unwrap_or_else(PoisonError::into_inner);
         all.push(first);
-        all.extend_from_slice(&spare);
+        all.extend(spare.iter().copied());
         // Keep the free list able to hold every slot, so releasing never allocates (the stash
         // catches up at its next take, as the two swap their storage).
         let capacity = all.len();

@@ -10,7 +10,9 @@ use cuhal_command::{
     Buffer, BufferRange, CommandBuffer, CommandEncoder, DeferredCommandBuffer, FillPattern,
     GraphCommandBuffer, HostBuffer, PatchMethod,
 };
-use cuhal_scheduler::{Cleanup, Cleanups, Outcome, QueueOptions, QueueStats, Resources};
+use cuhal_scheduler::{
+    Cleanup, Cleanups, Outcome, QueueOptions, QueueStats, Resources, SlotCleanups, SlotResources,
+};
 use cuhal_semaphore::Failure;
 use cuhal_sys::{CUstream, PrimaryContext};
 use cuhal_trace::{SubmissionInfo, TraceContext, Verbosity};
@@ -274,7 +276,7 @@ impl Queue {
         &self,
         waits: &SemaphoreValues<'_>,
         signals: &SemaphoreValues<'_>,
-        fill: impl FnOnce(&mut Resources, &mut Cleanups) -> Payload,
+        fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> Payload,
     ) -> Result<()> {
         self.check_alive()?;
         self.inner
@@ -406,7 +408,7 @@ impl Queue {
                 // The whole list, with its heap if it spilled, rather than its entries one by
                 // one; the slot's emptied list (and any heap it kept) comes back in its place and
                 // drops with it, after the lock is let go.
-                std::mem::swap(slot_resources, &mut resources);
+                slot_resources.swap_storage(&mut resources);
             }
             if let Some(collect) = &self.collect {
                 slot_cleanups.push(Cleanup::shared(collect));

@@ -5,6 +5,7 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use cuhal_recycle::Recycled;
 use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
 use smallvec::SmallVec;
 
@@ -29,6 +30,21 @@ pub type Resources = SmallVec<[Resource; INLINE_RESOURCES]>;
 
 /// The cleanup callbacks of one action.
 pub type Cleanups = SmallVec<[Cleanup; INLINE_CLEANUPS]>;
+
+/// The room a slot's list takes when it first spills past its inline room; it doubles from
+/// there, and the slot keeps it for every later action ([`Recycled`]).
+pub const SPILLED_ENTRIES: usize = 16;
+
+/// The resources of the action a recycled slot carries: [`Resources`] whose storage the slot
+/// keeps, spilled or not, for the next action ([`Queue::submit_with`](crate::Queue::submit_with)
+/// fills it).
+pub type SlotResources = Recycled<Resources, SPILLED_ENTRIES>;
+
+/// The cleanups of the action a recycled slot carries (see [`SlotResources`]).
+pub type SlotCleanups = Recycled<Cleanups, SPILLED_ENTRIES>;
+
+/// The waits or the signals of the action a recycled slot carries (see [`SlotResources`]).
+pub(crate) type SlotSemaphores<E> = Recycled<SemaphoreList<E>, SPILLED_ENTRIES>;
 
 /// How an action ended, as its cleanup callbacks see it.
 pub type Outcome<'a> = Result<(), &'a Failure>;
@@ -88,28 +104,28 @@ impl fmt::Debug for Cleanup {
 pub(crate) type EventList<E> = SmallVec<[E; INLINE_SEMAPHORES]>;
 
 /// One action's contents, from submission to release, in a slot that the queue recycles (see
-/// [`Boxed`]). The semaphore lists stay in the slot when it is emptied, so a submission writes
-/// only the entries it has; the payload, resources and cleanups are moved in whole.
+/// [`Boxed`]). Its lists stay in the slot when it is emptied, with any storage they spilled to,
+/// so a submission writes only the entries it has; the payload is moved in whole.
 /// Slots start on cache lines of their own: the issuing side fills one while the completion side
 /// empties another.
 #[repr(align(64))]
 pub(crate) struct Body<B: Backend> {
-    pub(crate) waits: SemaphoreList<B::Event>,
-    pub(crate) signals: SemaphoreList<B::Event>,
+    pub(crate) waits: SlotSemaphores<B::Event>,
+    pub(crate) signals: SlotSemaphores<B::Event>,
     /// `None` only while the slot is spare.
     payload: Option<B::Payload>,
-    pub(crate) resources: Resources,
-    pub(crate) cleanups: Cleanups,
+    pub(crate) resources: SlotResources,
+    pub(crate) cleanups: SlotCleanups,
 }
 
 impl<B: Backend> Body<B> {
     fn empty() -> Self {
         Body {
-            waits: SemaphoreList::new(),
-            signals: SemaphoreList::new(),
+            waits: Recycled::new(),
+            signals: Recycled::new(),
             payload: None,
-            resources: Resources::new(),
-            cleanups: Cleanups::new(),
+            resources: Recycled::new(),
+            cleanups: Recycled::new(),
         }
     }
 
@@ -173,21 +189,17 @@ pub(crate) struct Boxed<B: Backend>(Box<Body<B>>);
 /// An empty slot for a body, kept by the queue for the next submission.
 pub(crate) struct Spare<B: Backend>(Box<Body<B>>);
 
-/// A slot list that grew past this many entries (a submission with that many resources, say)
-/// is given back to the allocator when the slot is emptied, not kept for every later one.
-const KEPT_CAPACITY: usize = 64;
-
 impl<B: Backend> Spare<B> {
     /// A new slot (allocates).
     pub(crate) fn new() -> Self {
         Spare(Box::new(Body::empty()))
     }
 
-    /// Warms the slot's cache lines for the submission that fills it next (see
-    /// [`cuhal_semaphore::prefetch`]): the completion thread emptied it last.
+    /// Where the slot's body lies: what a pool of spares warms for the submission that fills it
+    /// next ([`Recycled::pop_warm`]), for the completion thread emptied it last.
     #[inline]
-    pub(crate) fn prefetch(&self) {
-        cuhal_semaphore::prefetch::for_write(&*self.0);
+    pub(crate) fn body(&self) -> *const Body<B> {
+        &raw const *self.0
     }
 
     /// Writes an action into the slot: its signals (cloned handles), then what `fill` adds to
@@ -197,7 +209,7 @@ impl<B: Backend> Spare<B> {
     pub(crate) fn fill(
         mut self,
         signals: &[(&Semaphore<B::Event>, u64)],
-        fill: impl FnOnce(&mut Resources, &mut Cleanups) -> B::Payload,
+        fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
     ) -> Boxed<B> {
         let body = &mut *self.0;
         for (semaphore, value) in signals {
@@ -232,6 +244,7 @@ impl<B: Backend> Boxed<B> {
         }
         // Each list pops an entry before dropping it, so a clear that a panicking drop cut short
         // is simply resumed.
+        // Their storage stays, spilled or not, for the slot's next action.
         while catch_unwind(AssertUnwindSafe(|| {
             body.resources.clear();
             body.waits.clear();
@@ -239,21 +252,10 @@ impl<B: Backend> Boxed<B> {
         }))
         .is_err()
         {}
-        trim(&mut body.resources);
-        trim(&mut body.waits);
-        trim(&mut body.signals);
-        trim(&mut body.cleanups);
         if let Some(payload) = body.payload.take() {
             let _ = catch_unwind(AssertUnwindSafe(|| release(payload)));
         }
         Spare(slot)
-    }
-}
-
-/// Frees an emptied list's heap storage if it grew past [`KEPT_CAPACITY`].
-fn trim<A: smallvec::Array>(list: &mut SmallVec<A>) {
-    if list.capacity() > KEPT_CAPACITY {
-        *list = SmallVec::new();
     }
 }
 

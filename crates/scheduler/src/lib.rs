@@ -83,7 +83,7 @@ mod worker;
 
 pub use action::{
     Cleanup, Cleanups, INLINE_CLEANUPS, INLINE_RESOURCES, INLINE_SEMAPHORES, Outcome, Resource,
-    Resources, SemaphoreList,
+    Resources, SPILLED_ENTRIES, SemaphoreList, SlotCleanups, SlotResources,
 };
 pub use backend::{Backend, ThreadRole};
 pub use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cuhal_semaphore::{Failure, Semaphore};
 
-use crate::action::{Cleanups, Resources};
+use crate::action::{Cleanups, Resources, SlotCleanups, SlotResources};
 use crate::backend::{Backend, ThreadRole};
 use crate::error::Error;
 use crate::options::QueueOptions;
@@ -223,8 +223,10 @@ impl<B: Backend> Queue<B> {
         cleanup: Cleanups,
     ) -> Result<(), Error> {
         self.submit_with(waits, signals, move |slot_resources, slot_cleanups| {
-            *slot_resources = resources;
-            *slot_cleanups = cleanup;
+            // Entry by entry, into the storage the slot kept: the lists given here may drop with
+            // their heap, the slot's stays.
+            slot_resources.extend(resources);
+            slot_cleanups.extend(cleanup);
             payload
         })
     }
@@ -243,7 +245,7 @@ impl<B: Backend> Queue<B> {
         &self,
         waits: &[(&Semaphore<B::Event>, u64)],
         signals: &[(&Semaphore<B::Event>, u64)],
-        fill: impl FnOnce(&mut Resources, &mut Cleanups) -> B::Payload,
+        fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
     ) -> Result<(), Error> {
         if self.shared.issuing_here() {
             return Err(Error::Reentrant {

@@ -24,9 +24,10 @@ use std::sync::{Arc, PoisonError, TryLockError, Weak};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+use cuhal_recycle::Recycled;
 use cuhal_semaphore::{Failure, Listener, Notice, Semaphore, SemaphoreId, WaitPoint};
 
-use crate::action::{Boxed, Cleanups, EventList, Finished, Resources, Spare};
+use crate::action::{Boxed, EventList, Finished, SlotCleanups, SlotResources, Spare};
 use crate::backend::Backend;
 use crate::burst;
 use crate::error::Error;
@@ -46,7 +47,7 @@ pub(crate) struct State<B: Backend> {
     /// capacity, so draining allocates nothing).
     keys: Vec<Notified<B::Event>>,
     /// Empty body slots for the next submissions (see [`Boxed`]).
-    spare: Vec<Spare<B>>,
+    spare: Spares<B>,
     /// Body slots in rotation: every one is spare, returned, or holds a live action.
     boxes: usize,
     /// Body slots made when the queue started (its `capacity`) and not in rotation yet: a
@@ -131,12 +132,12 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) state: CachePadded<Mutex<State<B>>>,
     /// Issued (or failed) actions in issue order, for the completion thread. Preallocated; the
     /// completion thread swaps the whole list out, so it takes this lock once per batch.
-    pub(crate) finished: Mutex<VecDeque<Finished<B>>>,
+    pub(crate) finished: Mutex<Recycled<VecDeque<Finished<B>>, MIN_NEW_BOXES>>,
     pub(crate) finished_len: AtomicUsize,
     /// Body slots the completion side emptied, given back once per batch; the issue side takes
     /// them all at once when its own spares run out. Each list's capacity covers every slot, so
     /// moving slots between them allocates nothing.
-    pub(crate) returned: Mutex<Vec<Spare<B>>>,
+    pub(crate) returned: Mutex<Spares<B>>,
     pub(crate) notifier: Notifier<B::Event>,
     /// What the semaphores call: a weak handle back to this state.
     pub(crate) listener: Arc<dyn Listener>,
@@ -167,8 +168,11 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) worker_parked: StatBool,
 }
 
-/// The fewest body slots made at once when a queue runs out.
+/// The fewest body slots made at once when a queue runs out: the rotation doubles from there.
 const MIN_NEW_BOXES: usize = 16;
+
+/// A list of empty body slots, which grows (the slots in rotation with it) as [`Recycled`] does.
+pub(crate) type Spares<B> = Recycled<Vec<Spare<B>>, MIN_NEW_BOXES>;
 
 /// Who is issuing, for the statistics.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -284,15 +288,15 @@ impl<B: Backend> Shared<B> {
                 state: CachePadded::new(Mutex::new(State {
                     pending: PendingList::with_capacity(capacity),
                     keys: Vec::with_capacity(capacity),
-                    spare: Vec::with_capacity(capacity),
+                    spare: Spares::with_capacity(capacity),
                     boxes: 0,
                     reserve: (0..capacity).map(|_| Spare::new()).collect(),
                     local,
                     last_signal: None,
                 })),
-                finished: Mutex::new(VecDeque::with_capacity(capacity)),
+                finished: Mutex::new(Recycled::with_capacity(capacity)),
                 finished_len: AtomicUsize::new(0),
-                returned: Mutex::new(Vec::with_capacity(capacity)),
+                returned: Mutex::new(Spares::with_capacity(capacity)),
                 notifier: Notifier::new(worker, capacity),
                 listener,
                 lost: Once::new(),
@@ -726,9 +730,9 @@ impl<B: Backend> Shared<B> {
                     Finished::Issued { body, .. } => body.has_parked_waiters(),
                     Finished::Failed { .. } => false,
                 };
-            queue.push_back(finished);
+            queue.push(finished);
             // The completion thread read the next slot last, in its previous batch.
-            cuhal_semaphore::prefetch::next_slot(&queue);
+            queue.prefetch_next_push();
             let len = queue.len();
             self.finished_len.store(len, Ordering::Release);
             if urgent {
@@ -776,7 +780,7 @@ impl<B: Backend> Shared<B> {
         &self,
         state: &mut State<B>,
         signals: &[(&Semaphore<B::Event>, u64)],
-        fill: impl FnOnce(&mut Resources, &mut Cleanups) -> B::Payload,
+        fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
     ) -> Boxed<B> {
         if state.spare.is_empty() {
             let mut returned = self.returned.lock().unwrap_or_else(PoisonError::into_inner);
@@ -785,30 +789,23 @@ impl<B: Backend> Shared<B> {
                 // Doubling, but never past the reserve while it lasts: a capacity that is not a
                 // power of two would otherwise make new slots (and grow both lists) for a
                 // backlog within it.
-                let doubling = state.boxes.max(MIN_NEW_BOXES);
-                let reserved = state.reserve.len();
-                let more = if reserved > 0 {
-                    doubling.min(reserved)
-                } else {
-                    doubling
-                };
+                let mut more = Spares::<B>::grown(state.boxes) - state.boxes;
+                let reserve = &mut state.reserve;
+                if !reserve.is_empty() {
+                    more = more.min(reserve.len());
+                }
                 state.boxes += more;
                 // Every slot in rotation may be in either list at once: room for all of them
                 // (within the capacity made at start, this allocates nothing).
-                state.spare.reserve(state.boxes);
-                returned.reserve(state.boxes);
-                if reserved > 0 {
-                    state.spare.extend(state.reserve.drain(reserved - more..));
-                } else {
-                    state.spare.extend((0..more).map(|_| Spare::new()));
-                }
+                returned.reserve_total(state.boxes);
+                state.spare.reserve_total(state.boxes);
+                state
+                    .spare
+                    .refill(more, || Some(reserve.pop().unwrap_or_else(Spare::new)));
             }
         }
-        // Refilled above when it was empty.
-        let spare = state.spare.pop().unwrap_or_else(Spare::new);
-        if let Some(next) = state.spare.last() {
-            next.prefetch();
-        }
+        // Refilled above when it was empty; the next one is warmed for the next submission.
+        let spare = state.spare.pop_warm(Spare::body).unwrap_or_else(Spare::new);
         spare.fill(signals, fill)
     }
 
@@ -829,7 +826,7 @@ impl<B: Backend> Shared<B> {
     /// a round retires what it has at once, polls fast, and does not gather after it.
     pub(crate) fn take_finished(&self, batch: &mut VecDeque<Finished<B>>) -> bool {
         let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
-        std::mem::swap(&mut *queue, batch);
+        queue.swap_storage(batch);
         self.finished_len.store(0, Ordering::Release);
         let urgent = self.urgent.load(Ordering::Relaxed) > 0;
         if urgent {

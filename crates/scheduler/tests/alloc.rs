@@ -1,7 +1,8 @@
 //! No heap allocation per action in steady state: a counting global allocator sees zero
 //! allocations over 10,000 submissions after warm-up, on the host backend, with every kind of
 //! wait (reached, device wait across queues, pending then issued by the worker), resources and
-//! cleanups; nor in a fresh thread's first burst. Its own test binary (no harness), so nothing
+//! cleanups; nor in a fresh thread's first burst; nor for actions whose lists spill far past
+//! their inline room (the slots keep what they spilled to). Its own test binary (no harness), so nothing
 //! else allocates while it counts.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -266,6 +267,50 @@ fn main() {
         first_burst, 0,
         "a burst's held-back wakes must not allocate"
     );
+    let spilled = spilled_lists(&pipeline);
+    println!("alloc: actions with spilled lists, {spilled} allocations");
+    assert_eq!(
+        spilled, 0,
+        "a slot must keep the storage its lists spilled to"
+    );
     drop(pipeline);
     println!("alloc: ok");
+}
+
+/// Actions with 100 resources, cleanups and signals each, written in place (`submit_with`), one
+/// queue: after a warm-up of every slot, the allocations of 1,000 more (every slot's lists
+/// spilled once and kept that storage).
+fn spilled_lists(pipeline: &Pipeline) -> usize {
+    const ENTRIES: usize = 100;
+    let semaphores: Vec<HostSemaphore> = (0..ENTRIES).map(|_| HostSemaphore::new(0)).collect();
+    let mut signals: Vec<(&HostSemaphore, u64)> = semaphores.iter().map(|s| (s, 0)).collect();
+    let mut value = 0;
+    let mut submit = |count: u64| {
+        for _ in 0..count {
+            value += 1;
+            for signal in &mut signals {
+                signal.1 = value;
+            }
+            pipeline
+                .a
+                .submit_with(&[], &signals, |resources, cleanups| {
+                    resources.extend((0..ENTRIES).map(|_| pipeline.resource.clone()));
+                    cleanups.extend((0..ENTRIES).map(|_| Cleanup::call(cleanup, 0)));
+                    HostPayload::Nop
+                })
+                .unwrap();
+            // Polled, not waited for: what a parked wait costs is not this test's subject.
+            while semaphores[0].query().unwrap() < value {
+                std::thread::yield_now();
+            }
+        }
+    };
+    // Every slot in rotation (up to the queue's capacity, and the earlier phases' high-water
+    // mark) spills once.
+    submit(3000);
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    submit(1000);
+    COUNTING.store(false, Ordering::SeqCst);
+    ALLOCATIONS.load(Ordering::SeqCst) - before
 }

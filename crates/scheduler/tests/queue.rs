@@ -8,7 +8,9 @@ use std::thread;
 use std::time::Duration;
 
 use cuhal_scheduler::host::{self, HostPayload, HostSemaphore};
-use cuhal_scheduler::{Cleanup, Cleanups, Error, Failure, Queue, QueueOptions, Resources};
+use cuhal_scheduler::{
+    Cleanup, Cleanups, Error, Failure, Queue, QueueOptions, Resources, SlotCleanups, SlotResources,
+};
 use cuhal_semaphore::testing::FlagEvent;
 use cuhal_semaphore::{DeviceEvent, Error as SemaphoreError, Semaphore};
 use smallvec::smallvec;
@@ -635,7 +637,7 @@ fn submit_with_on_a_lost_queue_drops_fill_uncalled_outside_the_issue_lock() {
     };
     let called = AtomicUsize::new(0);
     let counted = &called;
-    let fill = move |_: &mut Resources, _: &mut Cleanups| {
+    let fill = move |_: &mut SlotResources, _: &mut SlotCleanups| {
         let _owned = &guard;
         counted.fetch_add(1, Ordering::SeqCst);
         HostPayload::Nop

@@ -83,9 +83,9 @@
 //!                       .query_count(), .clone_count(), .ptr_eq(&other)         impl DeviceEvent
 //! ```
 //!
-//! Two modules serve the pools built on top: [`slot_pool`] (the handle counts and free list of a
-//! pool of slots) and [`prefetch`] (warming a recycled slot before it is written: the crate's one
-//! `unsafe` block, a hint instruction; all else is safe code).
+//! One module serves the pools built on top: [`slot_pool`] (the handle counts and free list of a
+//! pool of slots). The crate is safe code; its reused storage (the timepoint rings) follows
+//! `cuhal-recycle`'s policy.
 //!
 //! Listener notifications and event drops happen after the semaphore's lock is released; no two
 //! semaphore locks are ever held at once, and no event is queried under a lock. Dropping a semaphore
@@ -107,7 +107,7 @@
 //! wait_all(&[(&a, 1), (&a, 2)], Duration::ZERO).unwrap();
 //! ```
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod event;
@@ -116,7 +116,6 @@ mod future;
 mod listener;
 mod multi_wait;
 mod options;
-pub mod prefetch;
 mod semaphore;
 pub mod slot_pool;
 mod sync;

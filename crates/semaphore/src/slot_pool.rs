@@ -8,6 +8,8 @@
 
 use std::sync::PoisonError;
 
+use cuhal_recycle::Recycled;
+
 use crate::sync::{AtomicUsize, Mutex, Ordering, fence};
 
 /// How many handles refer to one slot; zero while the slot is free.
@@ -94,13 +96,13 @@ impl<T> FreeList<T> {
     /// and the threads giving slots back seldom meet on it. `local` must hold free slots only
     /// (taken here), and have room for every slot of the pool, as the free list does (see
     /// [`reserve_total`](Self::reserve_total)): the two swap their storage.
-    pub fn take_via<'a>(
+    pub fn take_via<'a, const START: usize>(
         &self,
-        local: &mut Vec<T>,
+        local: &mut Recycled<Vec<T>, START>,
         count: impl FnOnce(&T) -> &'a HandleCount,
     ) -> Option<T> {
         if local.is_empty() {
-            std::mem::swap(local, &mut *self.lock());
+            local.swap_storage(&mut self.lock());
         }
         let slot = local.pop()?;
         count(&slot).claim();

@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 
+use cuhal_recycle::Recycled;
 use smallvec::SmallVec;
 
 use crate::event::DeviceEvent;
@@ -30,10 +31,11 @@ pub enum WaitPoint<E> {
 /// the semaphore's lock, which submitters need too. A list that shifted what remains on every
 /// release moved up to a whole window of in-flight timepoints each time.
 ///
-/// The first record makes room for [`INITIAL_TIMEPOINTS`] at once; a semaphore that only the host
-/// signals never allocates any.
+/// The first record makes room for [`INITIAL_TIMEPOINTS`] at once, and the ring doubles from
+/// there and keeps its room ([`Recycled`]); a semaphore that only the host signals never
+/// allocates any.
 pub(crate) struct Timepoints<E> {
-    list: VecDeque<(u64, E)>,
+    list: Recycled<VecDeque<(u64, E)>, INITIAL_TIMEPOINTS>,
 }
 
 /// The room a ring makes at its first record. A value is reached only when the host retires the
@@ -50,19 +52,16 @@ pub(crate) const INITIAL_TIMEPOINTS: usize = 256;
 impl<E: DeviceEvent> Timepoints<E> {
     pub(crate) fn new() -> Self {
         Timepoints {
-            list: VecDeque::new(),
+            list: Recycled::new(),
         }
     }
 
     pub(crate) fn insert(&mut self, value: u64, event: E) {
-        if self.list.capacity() == 0 {
-            self.list.reserve(INITIAL_TIMEPOINTS);
-        }
         // Values are almost always recorded in increasing order: append without a search.
         if self.list.back().is_none_or(|(v, _)| *v <= value) {
-            self.list.push_back((value, event));
+            self.list.push((value, event));
             // The completion side drained that part of the ring last.
-            crate::prefetch::next_slot(&self.list);
+            self.list.prefetch_next_push();
             return;
         }
         let at = self.list.partition_point(|(v, _)| *v <= value);
@@ -220,5 +219,15 @@ mod tests {
             out.clear();
             previous = capacity;
         }
+        assert_eq!(previous, super::INITIAL_TIMEPOINTS);
+        // A deeper pile doubles the ring once, and a release keeps that room.
+        for _ in 0..super::INITIAL_TIMEPOINTS + 1 {
+            value += 1;
+            timepoints.insert(value, FlagEvent::new());
+        }
+        assert_eq!(timepoints.capacity(), 2 * super::INITIAL_TIMEPOINTS);
+        timepoints.release_through_into(value, &mut out);
+        assert_eq!(timepoints.len(), 0);
+        assert_eq!(timepoints.capacity(), 2 * super::INITIAL_TIMEPOINTS);
     }
 }

@@ -159,7 +159,7 @@ fn handles_dropped_while_another_thread_takes_via_its_own_list() {
             let taker = {
                 let pool = pool.clone();
                 thread::spawn(move || {
-                    let mut local = Vec::with_capacity(2);
+                    let mut local = cuhal_recycle::Recycled::<Vec<usize>, 2>::with_capacity(2);
                     let mut take_local = || {
                         let slot = pool.free.take_via(&mut local, |&slot| &pool.counts[slot])?;
                         Some(Handle {

@@ -1,4 +1,5 @@
 //! Cache-line prefetches for recycled storage: the crate's only unsafe code, one hint instruction.
+//! [`Recycled`](crate::Recycled) calls these itself; they are public for storage it does not hold.
 //!
 //! cuhal recycles what a submission writes (the scheduler's action slots, the device's completion
 //! events, the rings that hand work to the completion thread), and the thread that gives a slot
@@ -61,29 +62,20 @@ fn line(address: *const u8) {
     let _ = address;
 }
 
-/// [`for_write`] for the slot that `ring`'s next `push_back` writes: the one after its last
-/// element, if it has room there. Where it wraps or is full that is memory of no use, or no
-/// memory at all: the hint is then wasted, nothing more.
-#[inline(always)]
-pub fn next_slot<T>(ring: &std::collections::VecDeque<T>) {
-    if let Some(last) = ring.back() {
-        for_write(std::ptr::from_ref(last).wrapping_add(1));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
 
-    use super::{for_write, next_slot};
+    use super::for_write;
+    use crate::Storage;
 
     /// The hint runs on memory of any kind and changes none of it.
     #[test]
     fn a_prefetch_changes_nothing_and_never_faults() {
         let slots = VecDeque::from([[7u8; 200]; 3]);
         for_write(&slots[1]);
-        next_slot(&slots);
-        next_slot(&VecDeque::<u8>::new());
+        for_write(slots.next_slot());
+        for_write(VecDeque::<u8>::new().next_slot());
         assert!(slots.iter().all(|slot| slot.iter().all(|b| *b == 7)));
         // Null, dangling, unmapped and the top of the address space: no fault.
         for address in [0usize, 8, 0x1000, usize::MAX - 4096, usize::MAX & !63] {

@@ -224,6 +224,21 @@ impl<T, const START: usize> Recycled<Vec<T>, START> {
     pub fn drain(&mut self, range: impl RangeBounds<usize>) -> std::vec::Drain<'_, T> {
         self.storage.drain(range)
     }
+
+    /// Adds clones of `items` at the end, growing as [`push`](Self::push) does.
+    pub fn extend_from_slice(&mut self, items: &[T])
+    where
+        T: Clone,
+    {
+        self.reserve_total(self.storage.len().saturating_add(items.len()));
+        self.storage.extend_from_slice(items);
+    }
+
+    /// The items, to change in place (their number and the room stay).
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.storage
+    }
 }
 
 impl<A: Array, const START: usize> Recycled<SmallVec<A>, START> {

@@ -14,6 +14,7 @@ enum Op {
     Pop,
     Clear,
     Extend(u8),
+    ExtendFromSlice(u8),
     Refill(u8),
     ReserveTotal(u16),
 }
@@ -24,6 +25,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Pop),
         1 => Just(Op::Clear),
         1 => (0u8..40).prop_map(Op::Extend),
+        1 => (0u8..40).prop_map(Op::ExtendFromSlice),
         1 => (0u8..40).prop_map(Op::Refill),
         1 => (0u16..300).prop_map(Op::ReserveTotal),
     ]
@@ -35,8 +37,12 @@ fn doubled(start: usize, capacity: usize) -> usize {
 }
 
 /// Runs `ops` on a `Recycled<S, START>` and the model, checking after each.
-fn check<S, const START: usize>(ops: &[Op], spilled: fn(&S) -> bool)
-where
+/// `extend_slice` is the storage's own way of adding a slice, where it has one.
+fn check<S, const START: usize>(
+    ops: &[Op],
+    spilled: fn(&S) -> bool,
+    extend_slice: fn(&mut Recycled<S, START>, &[u16]),
+) where
     S: Storage<Item = u16> + std::fmt::Debug,
     for<'a> &'a S: IntoIterator<Item = &'a u16>,
 {
@@ -69,6 +75,11 @@ where
                 let items = (0..u16::from(n)).map(|i| i.wrapping_mul(7));
                 list.extend(items.clone());
                 model.extend(items);
+            }
+            Op::ExtendFromSlice(n) => {
+                let items: Vec<u16> = (0..u16::from(n)).map(|i| i ^ 0x55).collect();
+                extend_slice(&mut list, &items);
+                model.extend_from_slice(&items);
             }
             Op::Refill(n) => {
                 let mut next = 0u16;
@@ -114,24 +125,31 @@ where
     }
 }
 
+fn extend_by_items<S: Storage<Item = u16>, const START: usize>(
+    list: &mut Recycled<S, START>,
+    items: &[u16],
+) {
+    list.extend(items.iter().copied());
+}
+
 proptest! {
     #[test]
     fn a_vec_matches_the_model(ops in proptest::collection::vec(op(), 0..200)) {
-        check::<Vec<u16>, 16>(&ops, |_| false);
-        check::<Vec<u16>, 1>(&ops, |_| false);
-        check::<Vec<u16>, 0>(&ops, |_| false);
+        check::<Vec<u16>, 16>(&ops, |_| false, Recycled::extend_from_slice);
+        check::<Vec<u16>, 1>(&ops, |_| false, Recycled::extend_from_slice);
+        check::<Vec<u16>, 0>(&ops, |_| false, Recycled::extend_from_slice);
     }
 
     #[test]
     fn a_small_vec_matches_the_model_and_keeps_its_spill(ops in proptest::collection::vec(op(), 0..200)) {
-        check::<SmallVec<[u16; 4]>, 16>(&ops, SmallVec::spilled);
-        check::<SmallVec<[u16; 4]>, 3>(&ops, SmallVec::spilled);
+        check::<SmallVec<[u16; 4]>, 16>(&ops, SmallVec::spilled, extend_by_items);
+        check::<SmallVec<[u16; 4]>, 3>(&ops, SmallVec::spilled, extend_by_items);
     }
 
     #[test]
     fn a_ring_matches_the_model(ops in proptest::collection::vec(op(), 0..200)) {
-        check::<VecDeque<u16>, 256>(&ops, |_| false);
-        check::<VecDeque<u16>, 5>(&ops, |_| false);
+        check::<VecDeque<u16>, 256>(&ops, |_| false, extend_by_items);
+        check::<VecDeque<u16>, 5>(&ops, |_| false, extend_by_items);
     }
 }
 

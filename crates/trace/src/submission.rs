@@ -17,12 +17,13 @@
 //! the accuracy of each choice.
 //!
 //! Nothing here allocates per submission once warm: slots, their lists and the pending queue
-//! keep their capacity; a sink may allocate when it writes.
+//! keep their capacity ([`Recycled`]); a sink may allocate when it writes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cuhal_command::{CommandBuffer, CommandBufferKind};
+use cuhal_recycle::Recycled;
 use cuhal_sys::{CUevent, CUstream};
 use smallvec::SmallVec;
 
@@ -103,8 +104,8 @@ struct SlotBuffer {
     /// The list was issued again before this submission was collected, after its events
     /// completed: their times (and the launch ids) were kept here.
     snapped: bool,
-    times: Vec<u64>,
-    ids: Vec<u32>,
+    times: Recycled<Vec<u64>, MIN_ENTRIES>,
+    ids: Recycled<Vec<u32>, MIN_ENTRIES>,
     /// Collections this submission has waited for its CUPTI records after its events
     /// completed. Per submission, not per list: a list issued again before an earlier
     /// submission was collected must not inherit that submission's spent patience (it would
@@ -112,7 +113,14 @@ struct SlotBuffer {
     activity_waits: std::cell::Cell<u32>,
 }
 
-/// One submission in flight. Recycled: its vectors keep their capacity.
+/// The room a slot's list takes when it first grows: it doubles from there and is kept.
+const MIN_ENTRIES: usize = 4;
+
+/// The fewest submission slots made at once when none is free: the slots made double from
+/// there.
+const MIN_NEW_SLOTS: usize = 16;
+
+/// One submission in flight. Recycled: its lists keep their room.
 #[derive(Default)]
 pub(crate) struct Slot {
     ordinal: u64,
@@ -121,12 +129,12 @@ pub(crate) struct Slot {
     issuing_thread: u64,
     issue_begin_ns: u64,
     issue_end_ns: u64,
-    /// The first `count` are this submission's; the rest keep their capacity for reuse.
-    buffers: Vec<SlotBuffer>,
+    /// The first `count` are this submission's; the rest keep their lists for reuse.
+    buffers: Recycled<Vec<SlotBuffer>, MIN_ENTRIES>,
     count: usize,
-    labels: Vec<&'static str>,
+    labels: Recycled<Vec<&'static str>, MIN_ENTRIES>,
     /// The event between command buffers `i` and `i + 1` (`None`: the pool was empty).
-    boundaries: Vec<Option<Ev>>,
+    boundaries: Recycled<Vec<Option<Ev>>, MIN_ENTRIES>,
     /// The event recorded before the work when its start was not known otherwise.
     start: Option<Ev>,
     /// The stream waited on the device for other streams right before the work.
@@ -140,7 +148,7 @@ pub(crate) struct Slot {
     gpu_start_ns: u64,
     end_ns: u64,
     device_wait_ns: Option<u64>,
-    boundary_ns: Vec<u64>,
+    boundary_ns: Recycled<Vec<u64>, MIN_ENTRIES>,
 }
 
 impl Slot {
@@ -155,7 +163,7 @@ impl Slot {
         if self.count == self.buffers.len() {
             self.buffers.push(SlotBuffer::default());
         }
-        let buffer = &mut self.buffers[self.count];
+        let buffer = &mut self.buffers.as_mut_slice()[self.count];
         buffer.list = list;
         buffer.generation = generation;
         buffer.snapped = false;
@@ -179,7 +187,7 @@ impl Slot {
         self.info.waits.clear();
         self.info.signals.clear();
         self.info.thread_handle = None;
-        for buffer in &mut self.buffers[..self.count] {
+        for buffer in &mut self.buffers.as_mut_slice()[..self.count] {
             buffer.list = None;
             buffer.snapped = false;
         }
@@ -198,8 +206,8 @@ impl Slot {
 /// Recycled submission storage of one context.
 #[derive(Default)]
 pub(crate) struct Slots {
-    table: Mutex<Vec<Arc<Mutex<Slot>>>>,
-    free: Mutex<Vec<u32>>,
+    table: Mutex<Recycled<Vec<Arc<Mutex<Slot>>>, MIN_NEW_SLOTS>>,
+    free: Mutex<Recycled<Vec<u32>, MIN_NEW_SLOTS>>,
 }
 
 impl Slots {
@@ -211,16 +219,25 @@ impl Slots {
                 return (index, slot.clone());
             }
         }
+        self.grow()
+    }
+
+    /// Makes slots when none is free: as many as were made before (at least
+    /// [`MIN_NEW_SLOTS`], see [`Recycled::grown`]), one handed out and the rest put on the free
+    /// list, whose room then covers every slot, so releasing never allocates.
+    #[cold]
+    fn grow(&self) -> (u32, Arc<Mutex<Slot>>) {
         let mut table = lock(&self.table);
-        let slot = Arc::new(Mutex::new(Slot::default()));
-        table.push(slot.clone());
-        // Reserve the free list's room now, so releasing never allocates.
+        let first = table.len();
+        let more = Recycled::<Vec<Arc<Mutex<Slot>>>, MIN_NEW_SLOTS>::grown(first) - first;
+        table.refill(more, || Some(Arc::new(Mutex::new(Slot::default()))));
         let len = table.len();
+        let slot = table[first].clone();
         drop(table);
         let mut free = lock(&self.free);
-        let want = len.saturating_sub(free.len());
-        free.reserve(want);
-        ((len - 1) as u32, slot)
+        free.reserve_total(len);
+        free.extend((first + 1..len).map(|index| index as u32));
+        (first as u32, slot)
     }
 
     fn get(&self, index: u32) -> Option<Arc<Mutex<Slot>>> {
@@ -388,7 +405,7 @@ impl Shared {
             return; // collected meanwhile
         }
         let count = slot.count;
-        let Some(buffer) = slot.buffers[..count].iter_mut().find(|b| {
+        let Some(buffer) = slot.buffers.as_mut_slice()[..count].iter_mut().find(|b| {
             b.generation == generation && b.list.as_ref().is_some_and(|l| std::ptr::eq(&**l, list))
         }) else {
             return;
@@ -462,7 +479,7 @@ impl Shared {
             slot.boundary_ns.push(ns.unwrap_or(u64::MAX));
         }
         let mut next = end;
-        for ns in slot.boundary_ns.iter_mut().rev() {
+        for ns in slot.boundary_ns.as_mut_slice().iter_mut().rev() {
             if *ns == u64::MAX {
                 *ns = next;
             }
@@ -549,7 +566,7 @@ impl Shared {
         self.sink
             .submission_begin(self.track, "submission", slot.begin_ns, &details);
         let count = slot.count;
-        for (i, buffer) in slot.buffers[..count].iter_mut().enumerate() {
+        for (i, buffer) in slot.buffers.as_mut_slice()[..count].iter_mut().enumerate() {
             let begin = if i == 0 {
                 slot.gpu_start_ns
             } else {
@@ -684,7 +701,7 @@ impl Shared {
         } else if buffer.snapped {
             cs.times.clear();
             cs.times.extend_from_slice(&buffer.times);
-            std::mem::swap(&mut state.ids, &mut buffer.ids);
+            buffer.ids.swap_storage(&mut state.ids);
             true
         } else {
             self.count_dropped(DropReason::Superseded, state.timed_zones);
@@ -699,7 +716,7 @@ impl Shared {
         state.activity_waits = waits;
         self.emit_list(cs, state, outer, zones);
         if snapshot {
-            std::mem::swap(&mut state.ids, &mut buffer.ids);
+            buffer.ids.swap_storage(&mut state.ids);
         }
     }
 }
@@ -709,5 +726,43 @@ impl std::fmt::Debug for Slot {
         f.debug_struct("Slot")
             .field("ordinal", &self.ordinal)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MIN_NEW_SLOTS, Slots, lock};
+
+    /// Slots are made in doubling batches from `MIN_NEW_SLOTS` and handed out again once
+    /// released: a window of submissions in flight that comes back makes none, and the free
+    /// list always has room for every slot made (releasing never allocates).
+    #[test]
+    fn slots_double_from_the_start_and_are_reused() {
+        let slots = Slots::default();
+        let mut taken = Vec::new();
+        for made in [MIN_NEW_SLOTS, 2 * MIN_NEW_SLOTS, 4 * MIN_NEW_SLOTS] {
+            while taken.len() < made {
+                taken.push(slots.acquire().0);
+                assert_eq!(slots.created(), made);
+            }
+            assert!(lock(&slots.free).capacity() >= made);
+        }
+        let mut indices = taken.clone();
+        indices.sort_unstable();
+        indices.dedup();
+        assert_eq!(indices.len(), taken.len(), "a slot was handed out twice");
+        for round in 0..3 {
+            for index in taken.drain(..) {
+                slots.release(index);
+            }
+            while taken.len() < 4 * MIN_NEW_SLOTS {
+                taken.push(slots.acquire().0);
+            }
+            assert_eq!(
+                slots.created(),
+                4 * MIN_NEW_SLOTS,
+                "round {round} made slots"
+            );
+        }
     }
 }

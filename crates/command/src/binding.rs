@@ -17,9 +17,10 @@
 //!
 //! [`KernelArgs::push_binding`]: crate::KernelArgs::push_binding
 
-use std::cell::RefCell;
 use std::ffi::c_void;
+use std::sync::{Mutex, PoisonError};
 
+use cuhal_recycle::Recycled;
 use cuhal_sys::{CUcontext, CUdeviceptr};
 use smallvec::SmallVec;
 
@@ -311,64 +312,113 @@ impl BindingLayout {
 #[repr(C, align(16))]
 struct Unit([u8; 16]);
 
-/// Per-thread scratch for kernel arguments with substituted addresses: the driver copies
-/// argument values when a launch is enqueued or a node's parameters are set, so one buffer per
-/// thread is enough, and it stops growing after the largest argument list it has seen.
+/// The room an argument scratch's lists take when they first grow (then doubled, and kept).
+const MIN_ARG_ROOM: usize = 16;
+
+/// Scratch for kernel arguments with substituted addresses: the driver copies argument values
+/// when a launch is enqueued or a node's parameters are set, so one scratch per issuer at a time
+/// is enough (a graph executable holds one; replays of a deferred command buffer take one of
+/// its [`ArgScratches`]), and it stops growing after the largest argument list it has seen.
 #[derive(Default)]
-struct ArgScratch {
-    bytes: Vec<Unit>,
-    pointers: Vec<*mut c_void>,
+pub(crate) struct ArgScratch {
+    bytes: Recycled<Vec<Unit>, MIN_ARG_ROOM>,
+    /// The address of each argument in `bytes`, exposed: the `void**` the driver reads.
+    /// Addresses rather than pointers, so that the scratch can move between threads.
+    pointers: Recycled<Vec<usize>, MIN_ARG_ROOM>,
 }
 
-thread_local! {
-    static SCRATCH: RefCell<ArgScratch> = RefCell::new(ArgScratch::default());
+/// The argument scratches of one command buffer that several threads may replay at once: each
+/// replay takes one for its launches and gives it back after, so a warm command buffer replays
+/// without allocating, whatever thread replays it (a thread's first replay included).
+#[derive(Default)]
+pub(crate) struct ArgScratches(Mutex<Recycled<Vec<ArgScratch>, MIN_SCRATCHES>>);
+
+/// The room the list of spare scratches takes when it first grows: replays at once.
+const MIN_SCRATCHES: usize = 4;
+
+impl ArgScratches {
+    /// A spare scratch (a new one when none is spare), given back when the result drops.
+    pub(crate) fn take(&self) -> TakenScratch<'_> {
+        let spare = self.0.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        TakenScratch {
+            scratch: spare.unwrap_or_default(),
+            home: self,
+        }
+    }
+}
+
+/// A scratch taken from [`ArgScratches`], given back when dropped.
+pub(crate) struct TakenScratch<'a> {
+    scratch: ArgScratch,
+    home: &'a ArgScratches,
+}
+
+impl TakenScratch<'_> {
+    /// The scratch, for [`with_bound_args`].
+    pub(crate) fn scratch(&mut self) -> &mut ArgScratch {
+        &mut self.scratch
+    }
+}
+
+impl Drop for TakenScratch<'_> {
+    fn drop(&mut self) {
+        let scratch = std::mem::take(&mut self.scratch);
+        self.home
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(scratch);
+    }
 }
 
 /// Calls `use_args` with the `void**` of packed arguments `bytes` (laid out as `slots` say)
-/// whose bound arguments hold their slot's address in `table` plus their offset. Allocates only
-/// the first time a thread sees a longer argument list.
+/// whose bound arguments hold their slot's address in `table` plus their offset, written in
+/// `scratch`. Allocates only the first time `scratch` sees a longer argument list.
 pub(crate) fn with_bound_args<R>(
+    scratch: &mut ArgScratch,
     bytes: &[u8],
     slots: &[ArgSlot],
     bindings: &[ArgBinding],
     table: &[BufferRange],
     use_args: impl FnOnce(*mut *mut c_void) -> R,
 ) -> R {
-    SCRATCH.with(|scratch| {
-        // A re-entrant call (none exists today) gets a fresh scratch rather than a panic.
-        let mut fresh = ArgScratch::default();
-        let mut borrowed = scratch.try_borrow_mut();
-        let scratch = match borrowed.as_deref_mut() {
-            Ok(s) => s,
-            Err(_) => &mut fresh,
-        };
-        let units = bytes.len().div_ceil(16);
-        if scratch.bytes.len() < units {
-            scratch.bytes.resize(units, Unit::default());
-        }
-        let base = scratch.bytes.as_mut_ptr().cast::<u8>();
-        // SAFETY: `scratch.bytes` holds at least `bytes.len()` bytes, owned by this thread's
-        // scratch, which nothing else borrows now.
-        let buffer = unsafe { std::slice::from_raw_parts_mut(base, bytes.len()) };
-        buffer.copy_from_slice(bytes);
-        for b in bindings {
-            let slot = slots[b.arg as usize];
-            let address = table[b.slot as usize].device_ptr() + b.offset;
-            let at = slot.offset as usize;
-            buffer[at..at + 8].copy_from_slice(&address.to_ne_bytes());
-        }
-        scratch.pointers.clear();
-        scratch.pointers.extend(slots.iter().map(|s| {
-            // SAFETY: every slot lies inside `bytes`, so the offset stays inside `buffer`.
-            unsafe { base.add(s.offset as usize) }.cast::<c_void>()
-        }));
-        let pointers = if scratch.pointers.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            scratch.pointers.as_mut_ptr()
-        };
-        use_args(pointers)
-    })
+    let units = bytes.len().div_ceil(16);
+    if scratch.bytes.len() < units {
+        let more = units - scratch.bytes.len();
+        scratch
+            .bytes
+            .extend(std::iter::repeat_n(Unit::default(), more));
+    }
+    let base = scratch.bytes.as_mut_slice().as_mut_ptr().cast::<u8>();
+    // SAFETY: `scratch.bytes` holds at least `bytes.len()` bytes (units of plain bytes), and
+    // nothing else borrows it while `buffer` lives (`scratch` is borrowed mutably here).
+    let buffer = unsafe { std::slice::from_raw_parts_mut(base, bytes.len()) };
+    buffer.copy_from_slice(bytes);
+    for b in bindings {
+        let slot = slots[b.arg as usize];
+        let address = table[b.slot as usize].device_ptr() + b.offset;
+        let at = slot.offset as usize;
+        buffer[at..at + 8].copy_from_slice(&address.to_ne_bytes());
+    }
+    scratch.pointers.clear();
+    scratch.pointers.extend(
+        slots
+            .iter()
+            // Every slot lies inside `bytes`, so the address is inside `buffer`.
+            .map(|s| base.wrapping_add(s.offset as usize).expose_provenance()),
+    );
+    let pointers = if scratch.pointers.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        // An address and a pointer have one size and alignment: the driver reads the list as
+        // `void*`s, whose provenance `expose_provenance` kept.
+        scratch
+            .pointers
+            .as_mut_slice()
+            .as_mut_ptr()
+            .cast::<*mut c_void>()
+    };
+    use_args(pointers)
 }
 
 /// The slots a command's operands name, deduplicated (inline for up to four).
@@ -535,17 +585,108 @@ mod tests {
             .with_binding(1, 8)
             .with(9u64);
         let table = [raw(0x5000, 16), raw(0x9000, 64)];
-        let values = with_bound_args(args.bytes(), args.slots(), args.bindings(), &table, |p| {
-            // SAFETY: three pointers into the scratch, at values of the pushed types.
-            unsafe {
-                let p = std::slice::from_raw_parts(p, 3);
-                (
-                    *(p[0] as *const u32),
-                    *(p[1] as *const u64),
-                    *(p[2] as *const u64),
-                )
-            }
-        });
+        let mut scratch = ArgScratch::default();
+        let values = with_bound_args(
+            &mut scratch,
+            args.bytes(),
+            args.slots(),
+            args.bindings(),
+            &table,
+            |p| {
+                // SAFETY: three pointers into the scratch, at values of the pushed types.
+                unsafe {
+                    let p = std::slice::from_raw_parts(p, 3);
+                    (
+                        *(p[0] as *const u32),
+                        *(p[1] as *const u64),
+                        *(p[2] as *const u64),
+                    )
+                }
+            },
+        );
         assert_eq!(values, (7, 0x9008, 9));
+    }
+
+    /// A scratch keeps its room: a second call with the same arguments writes where the first
+    /// did, and a shorter list leaves the room as it was.
+    #[test]
+    fn a_scratch_is_reused_across_calls() {
+        let args = crate::KernelArgs::new().with_binding(0, 0).with([5u8; 40]);
+        let table = [raw(0x7000, 64)];
+        let mut scratch = ArgScratch::default();
+        let mut first = std::ptr::null_mut();
+        with_bound_args(
+            &mut scratch,
+            args.bytes(),
+            args.slots(),
+            args.bindings(),
+            &table,
+            |p| {
+                first = p;
+            },
+        );
+        let room = (scratch.bytes.capacity(), scratch.pointers.capacity());
+        let second = with_bound_args(
+            &mut scratch,
+            args.bytes(),
+            args.slots(),
+            args.bindings(),
+            &table,
+            |p| {
+                // SAFETY: two pointers into the scratch: the bound address, then the bytes.
+                unsafe {
+                    let p = std::slice::from_raw_parts(p, 2);
+                    assert_eq!(*(p[0] as *const u64), 0x7000);
+                    assert_eq!(*(p[1] as *const [u8; 40]), [5; 40]);
+                }
+                p
+            },
+        );
+        assert_eq!(first, second);
+        let short = crate::KernelArgs::new().with(1u32);
+        with_bound_args(
+            &mut scratch,
+            short.bytes(),
+            short.slots(),
+            &[],
+            &table,
+            |_| {},
+        );
+        assert_eq!(
+            (scratch.bytes.capacity(), scratch.pointers.capacity()),
+            room
+        );
+    }
+
+    /// Replays at once take distinct scratches; given back, they are taken again (with the room
+    /// they grew to) instead of new ones.
+    #[test]
+    fn scratches_are_lent_one_per_replay_and_kept() {
+        let scratches = ArgScratches::default();
+        let args = crate::KernelArgs::new().with([1u8; 100]).with_binding(0, 8);
+        let table = [raw(0x1000, 64)];
+        let mut a = scratches.take();
+        let mut b = scratches.take();
+        for taken in [&mut a, &mut b] {
+            with_bound_args(
+                taken.scratch(),
+                args.bytes(),
+                args.slots(),
+                args.bindings(),
+                &table,
+                |_| {},
+            );
+        }
+        assert_ne!(
+            a.scratch().bytes.as_ptr(),
+            b.scratch().bytes.as_ptr(),
+            "two replays share a scratch"
+        );
+        let grown = [a.scratch().bytes.as_ptr(), b.scratch().bytes.as_ptr()];
+        drop((a, b));
+        assert_eq!(scratches.0.lock().unwrap().len(), 2);
+        let mut again = scratches.take();
+        assert!(grown.contains(&again.scratch().bytes.as_ptr()));
+        assert!(again.scratch().bytes.capacity() >= 100 / 16);
     }
 }

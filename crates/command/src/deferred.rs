@@ -13,7 +13,7 @@ use std::sync::Arc;
 use cuhal_sys::{CUdeviceptr, CUevent, CUfunction, CUstream, PrimaryContext};
 
 use crate::arena::{AlignedBytes, MAX_ALIGN};
-use crate::binding::{Operand, with_bound_args};
+use crate::binding::{ArgScratches, Operand, with_bound_args};
 use crate::encoder::Encoder;
 use crate::error::out_of_host_memory;
 use crate::indirect::{Indirect, IndirectGraph, IndirectLaunch};
@@ -423,7 +423,11 @@ impl DeferredCommandBuffer {
     /// ended; an error (an unclosed debug group) leaves it recording.
     pub fn end(&mut self) -> Result<DeferredExec, Error> {
         let (encoder, recorded) = self.recorder.end()?;
-        Ok(DeferredExec { encoder, recorded })
+        Ok(DeferredExec {
+            encoder,
+            recorded,
+            scratches: ArgScratches::default(),
+        })
     }
 
     /// What the commands recorded so far use of each binding slot.
@@ -484,13 +488,16 @@ impl fmt::Debug for DeferredCommandBuffer {
 pub struct DeferredExec {
     encoder: DeferredEncoder,
     recorded: Recorded,
+    /// Where replays write kernel arguments with their slots' addresses.
+    scratches: ArgScratches,
 }
 
 // SAFETY: the raw pointers (function handles, events, argument pointers into the owned arena)
 // are only read: the arena no longer changes once ended; CUDA handles may be used from any
-// thread; the zone recorder is Send + Sync.
+// thread; the zone recorder is Send + Sync; the argument scratches are behind their lock.
 unsafe impl Send for DeferredExec {}
-// SAFETY: as above: every method takes `&self` and only reads.
+// SAFETY: as above: every method takes `&self` and only reads, apart from the scratches, taken
+// and given back under their lock.
 unsafe impl Sync for DeferredExec {}
 
 impl DeferredExec {
@@ -555,6 +562,8 @@ impl DeferredExec {
         // The slot operands of the ops before `start` are skipped (they are in op order).
         let first_bound = encoder.bound.partition_point(|b| (b.op as usize) < start);
         let mut bound = encoder.bound[first_bound..].iter().peekable();
+        // Taken at the first launch with bound arguments, given back when the replay ends.
+        let mut scratch = None;
         for (index, op) in encoder.ops[start..end]
             .iter()
             .enumerate()
@@ -602,7 +611,9 @@ impl DeferredExec {
                                 &encoder.bytes.as_slice()[block..block + a.block_len as usize];
                             let first_slot = a.first_slot as usize;
                             let first_binding = a.first_binding as usize;
+                            let scratch = scratch.get_or_insert_with(|| self.scratches.take());
                             with_bound_args(
+                                scratch.scratch(),
                                 bytes,
                                 &encoder.arg_slots[first_slot..first_slot + a.slots as usize],
                                 &encoder.arg_bindings

@@ -311,3 +311,65 @@ fn a_lag_of_up_to_a_gather_batch_after_a_quiet_start_allocates_nothing() {
         "allocations while the tables in flight grew from 2 to 60"
     );
 }
+
+/// A thread that never issued before makes a pending deferred replay with a table ready (its
+/// signal issues the replay, on that thread): once the command buffer is warm, the issue
+/// allocates nothing there, for the replay's argument scratch belongs to the command buffer, not
+/// to the thread. The thread first makes a replay without slots ready, which warms what any
+/// issuing thread sets up once (its parker, the driver's per-thread state).
+#[test]
+fn a_fresh_thread_issuing_a_warm_deferred_replay_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_fake, _driver, device, add) = open_fake("bind-alloc-fresh-thread");
+    let bound = deferred(&device, &add);
+    let (_buffers, table) = fresh(&device);
+    let target = device.create_buffer(BYTES).unwrap();
+    let plain: Arc<dyn CommandBuffer> = {
+        let mut cb = DeferredCommandBuffer::with_bindings(device.context(), None, 0).unwrap();
+        cb.fill(&target.whole(), FillPattern::U32(3)).unwrap();
+        Arc::new(cb.end().unwrap())
+    };
+    let queue = device.queue(0);
+    let (gate, done) = (device.create_semaphore(0), device.create_semaphore(0));
+    let mut value = 0;
+    // Both replays pending on the gate, one value each: the first signal issues the plain one,
+    // the second the bound one.
+    let mut pend = || {
+        value += 2;
+        queue
+            .execute(&[(&gate, value - 1)], &[(&done, value - 1)], &[&plain])
+            .unwrap();
+        queue
+            .execute_with_bindings(
+                &[(&gate, value)],
+                &[(&done, value)],
+                &[(&bound, table.as_slice())],
+            )
+            .unwrap();
+        value
+    };
+    for _ in 0..WARM / 4 {
+        let value = pend();
+        gate.signal(value - 1).unwrap();
+        gate.signal(value).unwrap();
+        wait(&done, value);
+    }
+    settle(queue);
+    let value = pend();
+    let allocations = std::thread::scope(|s| {
+        s.spawn(|| {
+            gate.signal(value - 1).unwrap();
+            wait(&done, value - 1);
+            GLOBAL.start();
+            gate.signal(value).unwrap();
+            GLOBAL.stop()
+        })
+        .join()
+        .unwrap()
+    });
+    wait(&done, value);
+    assert_eq!(
+        allocations, 0,
+        "a fresh thread's issue of a warm deferred replay with a table"
+    );
+}

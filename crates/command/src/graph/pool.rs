@@ -28,7 +28,7 @@ use cuhal_sys::{
 };
 
 use super::device_patch::{DevicePatcher, DeviceSide};
-use crate::binding::{Operand, SlotList, with_bound_args};
+use crate::binding::{ArgScratch, Operand, SlotList, with_bound_args};
 use crate::{ArgBinding, ArgSlot, BufferRange, Error};
 
 /// How many executables one graph command buffer may keep by default: one per stream that runs
@@ -87,6 +87,7 @@ impl PatchNode {
         node: CUgraphNode,
         context: CUcontext,
         table: &[BufferRange],
+        scratch: &mut ArgScratch,
     ) -> Result<(), Error> {
         match &self.kind {
             PatchKind::Memset { params, target } => {
@@ -109,13 +110,13 @@ impl PatchNode {
                 slots,
                 bindings,
             } => {
-                with_bound_args(bytes, slots, bindings, table, |pointers| {
+                with_bound_args(scratch, bytes, slots, bindings, table, |pointers| {
                     let params = CUDA_KERNEL_NODE_PARAMS {
                         kernelParams: pointers,
                         ..*params
                     };
-                    // SAFETY: as above; `pointers` holds one pointer per argument into this
-                    // thread's scratch, which the driver copies before returning.
+                    // SAFETY: as above; `pointers` holds one pointer per argument into the
+                    // executable's scratch, which the driver copies before returning.
                     unsafe { cu!(api, cuGraphExecKernelNodeSetParams(exec, node, &params)) }
                 })?;
             }
@@ -143,6 +144,8 @@ struct Executable {
     done: Option<Event>,
     /// Whether `done` was recorded after its last launch.
     done_recorded: bool,
+    /// Where host patches write kernel arguments with their slots' addresses.
+    scratch: ArgScratch,
 }
 
 impl Executable {
@@ -211,7 +214,9 @@ impl Executable {
                     if !matches!(node.kind, PatchKind::Kernel { .. }) && node.changed(changed) {
                         // SAFETY: forwarded contract; `side.node(i)` is the node's copy in the
                         // graph `exec` was instantiated from.
-                        unsafe { node.patch(api, exec, side.node(i), context, table) }?;
+                        unsafe {
+                            node.patch(api, exec, side.node(i), context, table, &mut self.scratch)
+                        }?;
                     }
                 }
                 // SAFETY: `exec` was instantiated from the side's clone; forwarded contract.
@@ -228,7 +233,7 @@ impl Executable {
             if node.changed(changed) {
                 let handle = self.device.as_ref().map_or(node.node, |side| side.node(i));
                 // SAFETY: forwarded contract; `handle` is a node of the graph `exec` came from.
-                unsafe { node.patch(api, exec, handle, context, table) }?;
+                unsafe { node.patch(api, exec, handle, context, table, &mut self.scratch) }?;
             }
         }
         Ok(())
@@ -362,6 +367,7 @@ impl ExecPool {
             device,
             done: None,
             done_recorded: false,
+            scratch: ArgScratch::default(),
         });
     }
 

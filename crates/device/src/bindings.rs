@@ -19,10 +19,11 @@ use smallvec::SmallVec;
 const POOLED_TABLES: usize = 1024;
 
 /// The fewest table storages made at once when the pool has none to give: a gather batch (the
-/// device queues' default); the storages made double from there ([`Recycled::grown`]). A queue retires lazily, so in steady state up to a gather batch of
-/// submissions that nobody waited for hold their tables at once, even when each was waited for
-/// on the host (bench case 11's pool grew from 4 to 8 and from 8 to 16 inside its measured
-/// window); a pool that starts at a gather batch is past that at its first growth.
+/// device queues' default); the storages made double from there ([`Recycled::grown`]). A queue
+/// retires lazily, so in steady state up to a gather batch of submissions that nobody waited for
+/// hold their tables at once, even when each was waited for on the host (bench case 11's pool
+/// grew from 4 to 8 and from 8 to 16 inside its measured window); a pool that starts at a
+/// gather batch is past that at its first growth.
 const MIN_NEW_TABLES: usize = DeviceOptions::DEFAULT_COMPLETION_GATHER_BATCH;
 
 /// Spare table storage of one queue.

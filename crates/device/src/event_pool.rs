@@ -192,9 +192,9 @@ impl TimepointEventPool {
 
     /// Creates events when none is free: as many as the pool holds already (at least
     /// [`MIN_GROWTH`], see [`Recycled::grown`]), one handed out at once and the rest put on the
-    /// free list. Growing by doubling makes growth rare (a handful of times over a pool's life, however the number in
-    /// flight creeps up), so a steady state that reaches a new high-water mark now and then does
-    /// not allocate (and create an event) at each new mark.
+    /// free list. Growing by doubling makes growth rare (a handful of times over a pool's life,
+    /// however the number in flight creeps up), so a steady state that reaches a new high-water
+    /// mark now and then does not allocate (and create an event) at each new mark.
     #[cold]
     fn grow(&self) -> Result<NonNull<Slot>, Error> {
         let shared = &self.shared;

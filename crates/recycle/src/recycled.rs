@@ -15,12 +15,16 @@ use crate::storage::Storage;
 ///   (or from its inline room) to `START`, then `2 * START`, `4 * START`... A list whose length
 ///   creeps up allocates a logarithmic number of times, and never for a few items at a time.
 /// - **Kept room**: emptying ([`clear`](Self::clear), [`pop`](Self::pop), `drain`) never gives
-///   room back, and a `SmallVec` that
-///   once spilled past its inline room keeps its heap storage: the next use of the same size
-///   allocates nothing. Only [`swap_storage`](Self::swap_storage) exchanges the storage whole.
+///   room back, and a `SmallVec` that once spilled past its inline room keeps its heap storage:
+///   the next use of the same size allocates nothing. Only [`swap_storage`](Self::swap_storage)
+///   exchanges the storage whole.
 /// - **Warm slots**: the slot the next push writes, or what the next pop hands out, can be
 ///   prefetched for writing ([`prefetch_next_push`](Self::prefetch_next_push),
 ///   [`pop_warm`](Self::pop_warm)), for lists that another core emptied last.
+///
+/// Every method that adds is `#[inline]` or generic, and the type is its list and nothing more
+/// (`START` is a const parameter): a push costs a compare of length and room before the list's
+/// own push.
 ///
 /// Reads go through [`Deref`](std::ops::Deref) to the list itself; every way of adding items
 /// goes through the growth above.

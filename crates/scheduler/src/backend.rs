@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use cuhal_semaphore::{DeviceEvent, Failure};
 
+use crate::resource::Resource;
+
 /// Which scheduler thread is starting, for [`Backend::bind_thread`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ThreadRole {
@@ -142,7 +144,7 @@ pub trait Backend: Send + Sync + 'static {
     /// it keeps until it completes: a resource that needs to know it is now in the queue's issue
     /// order (CUDA: a use of stream-ordered memory, which a later free on the same stream is
     /// ordered after) can be told here. The default does nothing.
-    fn issued(&self, resources: &[crate::Resource]) {
+    fn issued(&self, resources: &[Resource]) {
         let _ = resources;
     }
 }

@@ -29,12 +29,12 @@ use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
 
 use crate::action::{Body, Finished, Spare, upstream_failure};
 use crate::backend::Backend;
-use crate::shared::{COMPLETION_THREAD, Shared};
+use crate::shared::Shared;
 use crate::spin::spin_until;
 use crate::sync::{Ordering, Parker};
 
 pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
-    COMPLETION_THREAD.with(|c| c.set(true));
+    shared.completion_thread_started();
     let mut batch: VecDeque<Finished<B>> = VecDeque::with_capacity(shared.options.capacity);
     let mut scratch = Scratch {
         advanced: Vec::with_capacity(16),

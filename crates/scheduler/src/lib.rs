@@ -67,29 +67,35 @@
 
 mod action;
 mod backend;
-mod burst;
 mod completion;
 mod error;
+mod handover;
 pub mod host;
+mod hurry;
+mod issue;
+mod issue_lock;
+mod listen;
 mod notifier;
 mod options;
 mod pending;
 mod queue;
 mod readiness;
+mod resource;
+mod room;
 mod shared;
+mod slots;
 mod spin;
+mod state;
 mod sync;
 mod worker;
 
-pub use action::{
-    Cleanup, Cleanups, INLINE_CLEANUPS, INLINE_RESOURCES, INLINE_SEMAPHORES, Outcome, Resource,
-    Resources, SemaphoreList,
-};
+pub use action::{Cleanup, Cleanups, INLINE_CLEANUPS, INLINE_SEMAPHORES, Outcome, SemaphoreList};
 pub use backend::{Backend, ThreadRole};
 pub use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
 pub use error::Error;
 pub use options::QueueOptions;
 pub use queue::{CompletionNudge, LossTrigger, Queue, QueueStats};
+pub use resource::{INLINE_RESOURCES, Resource, Resources};
 pub use spin::spin_until;
 
 /// The README's examples, compiled (and run where they need no GPU) as doctests.

@@ -3,15 +3,19 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cuhal_semaphore::{Failure, Semaphore};
+use cuhal_semaphore::{Burst, Failure, Semaphore};
 
-use crate::action::{Cleanups, Resources};
+use crate::action::Cleanups;
 use crate::backend::{Backend, ThreadRole};
 use crate::error::Error;
+use crate::hurry::Hurry;
+use crate::issue_lock::Issuer;
+use crate::listen::QueueListener;
 use crate::options::QueueOptions;
-use crate::shared::{Hurry, Issuer, Shared};
+use crate::resource::Resources;
+use crate::shared::Shared;
 use crate::sync::thread::{self, JoinHandle};
-use crate::sync::{Ordering, Parker, mpsc};
+use crate::sync::{Ordering, Parker, mpsc, thread_key};
 use crate::{completion, worker};
 
 /// A snapshot of a queue's counters.
@@ -147,6 +151,7 @@ impl<B: Backend> Queue<B> {
             options,
             worker_parker.unparker().clone(),
             completion_parker.unparker().clone(),
+            QueueListener::shared,
         );
         let mut queue = Queue {
             shared: shared.clone(),
@@ -245,21 +250,30 @@ impl<B: Backend> Queue<B> {
         signals: &[(&Semaphore<B::Event>, u64)],
         fill: impl FnOnce(&mut Resources, &mut Cleanups) -> B::Payload,
     ) -> Result<(), Error> {
-        if self.shared.issuing_here() {
+        // A submission from inside this queue's issue (its `fill`, the backend's issue, a
+        // listener its failures fire) would wait for the lock its own thread holds.
+        let me = thread_key();
+        if self.shared.held_by(me) {
             return Err(Error::Reentrant {
                 queue: self.shared.label.clone(),
             });
         }
         self.shared.wait_for_room();
-        let mut state = self.shared.lock_issue(Issuer::Submitter);
+        // What the issue makes due (other queues' work its signals release) and the completion
+        // wake it holds back: run once the lock is let go.
+        let mut burst = Burst::new();
+        let mut guard = self.shared.lock_issue_as(me, Issuer::Submitter, &mut burst);
         if let Some(error) = self.shared.lost_error() {
             // Dropped outside the lock: a resource's Drop may do anything, even submit.
-            drop(state);
+            drop(guard);
             drop(fill);
             return Err(error);
         }
-        let body = self.shared.boxed(&mut state, signals, fill);
-        self.shared.enqueue(&mut state, body, waits);
+        let (state, burst_in) = guard.parts();
+        let body = self.shared.boxed(state, signals, fill);
+        self.shared.enqueue(state, burst_in, body, waits);
+        drop(guard);
+        burst.run();
         Ok(())
     }
 

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use common::{bounded, failure};
 use cuhal_semaphore::testing::FlagEvent;
-use cuhal_semaphore::{Listener, Notice, Semaphore, SemaphoreId};
+use cuhal_semaphore::{Burst, Listener, Notice, Semaphore, SemaphoreId};
 
 type Sem = Semaphore<FlagEvent>;
 
 #[derive(Default)]
 struct Record(Mutex<Vec<(SemaphoreId, u64)>>);
 
-impl Listener for Record {
+impl<E> Listener<E> for Record {
     fn notify(&self, semaphore: SemaphoreId, key: u64) {
         self.0.lock().unwrap().push((semaphore, key));
     }
@@ -27,9 +27,9 @@ impl Record {
     }
 }
 
-fn record() -> (Arc<Record>, Arc<dyn Listener>) {
+fn record() -> (Arc<Record>, Arc<dyn Listener<FlagEvent>>) {
     let r = Arc::new(Record::default());
-    let l: Arc<dyn Listener> = r.clone();
+    let l: Arc<dyn Listener<FlagEvent>> = r.clone();
     (r, l)
 }
 
@@ -126,11 +126,11 @@ fn cancel_works_and_stale_tokens_do_nothing() {
 /// under the lock.
 struct Reentrant {
     semaphore: Sem,
-    me: Mutex<Option<Arc<dyn Listener>>>,
+    me: Mutex<Option<Arc<dyn Listener<FlagEvent>>>>,
     fired: AtomicUsize,
 }
 
-impl Listener for Reentrant {
+impl<E> Listener<E> for Reentrant {
     fn notify(&self, semaphore: SemaphoreId, key: u64) {
         assert_eq!(semaphore, self.semaphore.id());
         self.fired.fetch_add(1, Ordering::SeqCst);
@@ -155,7 +155,7 @@ fn a_listener_may_call_back_into_the_semaphore() {
             me: Mutex::new(None),
             fired: AtomicUsize::new(0),
         });
-        let l: Arc<dyn Listener> = r.clone();
+        let l: Arc<dyn Listener<FlagEvent>> = r.clone();
         *r.me.lock().unwrap() = Some(l.clone());
         s.listen(1, &l, 1);
         s.signal(1).unwrap();
@@ -202,20 +202,21 @@ enum Told {
 #[derive(Default)]
 struct Noticing(Mutex<Vec<(u64, Told)>>);
 
-impl Listener for Noticing {
+impl Listener<FlagEvent> for Noticing {
     fn notify(&self, _semaphore: SemaphoreId, key: u64) {
         self.0.lock().unwrap().push((key, Told::Changed));
     }
 
-    fn notice(&self, _semaphore: SemaphoreId, key: u64, notice: Notice<'_>) {
+    fn notice(
+        &self,
+        _semaphore: SemaphoreId,
+        key: u64,
+        notice: Notice<'_, FlagEvent>,
+        _burst: &mut Burst<FlagEvent>,
+    ) {
         let told = match notice {
             Notice::Reached(value) => Told::Reached(value),
-            Notice::Recorded { value, event } => {
-                let slot = event
-                    .downcast_mut::<Option<FlagEvent>>()
-                    .expect("an Option of the semaphore's event type");
-                Told::Recorded(value, slot.take())
-            }
+            Notice::Recorded { value, event } => Told::Recorded(value, event.take()),
             Notice::Changed => Told::Changed,
         };
         self.0.lock().unwrap().push((key, told));
@@ -235,7 +236,7 @@ impl Noticing {
 fn a_notice_tells_what_the_semaphore_did() {
     let s = Sem::new(0);
     let n = Arc::new(Noticing::default());
-    let l: Arc<dyn Listener> = n.clone();
+    let l: Arc<dyn Listener<FlagEvent>> = n.clone();
     s.listen(2, &l, 1);
     s.listen(1, &l, 2);
     let event = FlagEvent::new();
@@ -272,7 +273,7 @@ fn a_notice_tells_what_the_semaphore_did() {
 fn a_record_that_fires_one_listener_tells_it_what_the_first_of_many_is_told() {
     let s = Sem::new(0);
     let n = Arc::new(Noticing::default());
-    let l: Arc<dyn Listener> = n.clone();
+    let l: Arc<dyn Listener<FlagEvent>> = n.clone();
     let recorded = |value: u64| {
         let event = FlagEvent::new();
         s.record_device_signal(value, event.clone()).unwrap();
@@ -331,13 +332,13 @@ fn a_record_that_fires_one_listener_tells_it_what_the_first_of_many_is_told() {
 #[test]
 fn a_panicking_listener_fired_alone_by_a_record_is_contained() {
     struct Panics;
-    impl Listener for Panics {
+    impl<E> Listener<E> for Panics {
         fn notify(&self, _semaphore: SemaphoreId, _key: u64) {
             panic!("a listener that fails");
         }
     }
     let s = Sem::new(0);
-    let panics: Arc<dyn Listener> = Arc::new(Panics);
+    let panics: Arc<dyn Listener<FlagEvent>> = Arc::new(Panics);
     let (r, l) = record();
     s.listen(1, &panics, 1);
     s.listen(2, &l, 2);

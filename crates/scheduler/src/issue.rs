@@ -210,7 +210,10 @@ impl<B: Backend> Shared<B> {
                 }
             }
         }
-        self.after_issue(state, burst, body, issued, device_waits, issuer, checked);
+        if let Some(failure) = self.after_issue(burst, body, issued, device_waits, issuer, checked)
+        {
+            self.fail_all_pending(state, burst, &failure);
+        }
     }
 
     /// The backend's issue, a panic in it counted as a failure.
@@ -229,18 +232,17 @@ impl<B: Backend> Shared<B> {
     /// After the backend's issue of an action (whose completion event is already recorded as
     /// the device-signal timepoint of its signal semaphores, under the issue lock, so timepoints
     /// are recorded in issue order, unless the work is `checked` on completion): hands it to the
-    /// completion thread, or on a backend error fails it and loses the queue.
-    #[allow(clippy::too_many_arguments)]
+    /// completion thread, or on a backend error fails it, loses the queue and returns the
+    /// failure, for the caller to fail everything pending with.
     fn after_issue(
         &self,
-        state: &mut State<B>,
         burst: &mut Burst<B::Event>,
         body: Boxed<B>,
         issued: Result<B::Event, Failure>,
         device_waits: EventList<B::Event>,
         issuer: Issuer,
         checked: bool,
-    ) {
+    ) -> Option<Failure> {
         match issued {
             Ok(event) => {
                 match issuer {
@@ -248,20 +250,19 @@ impl<B: Backend> Shared<B> {
                     Issuer::Worker => bump(&self.issue_side.counters.issued_by_worker),
                     Issuer::Signaller => bump(&self.issue_side.counters.issued_on_signal),
                 }
-                self.push_finished(
-                    Finished::Issued {
-                        body,
-                        event,
-                        device_waits,
-                        checked,
-                    },
-                    burst,
-                );
+                let finished = Finished::Issued {
+                    body,
+                    event,
+                    device_waits,
+                    checked,
+                };
+                self.push_finished(finished, burst);
+                None
             }
             Err(failure) => {
                 self.mark_lost(&failure);
                 self.fail_unissued(burst, body, failure.clone());
-                self.fail_all_pending(state, burst, &failure);
+                Some(failure)
             }
         }
     }

@@ -81,7 +81,7 @@
 //! trait Listener<E>: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64);
 //!                                   fn notice(&self, semaphore, key, Notice<E>, &mut Burst<E>) { notify(..) } }
 //! enum Notice<'a, E> { Reached(u64), Recorded { value, event: &'a mut Option<E> }, Changed }
-//! struct Burst<E>  ::new(), .run(), .hold_wake(&Waker), .is_empty(), .due()     (runs on drop)
+//! struct Burst<E>  ::new(), .run(), .hold_wake(&Waker), .is_empty()     (runs on drop)
 //! wait_all(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<(), Error>
 //! wait_any(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<usize, Error>
 //! wait_all_async(&[(&Semaphore<E>, u64)]) -> WaitAll<E>   impl Future<Output = Result<(), Error>>

@@ -143,11 +143,6 @@ impl<E> Burst<E> {
         self.fired.is_empty() && self.wakes.is_empty()
     }
 
-    /// The number of listeners it holds, not fired yet.
-    pub fn due(&self) -> usize {
-        self.fired.len()
-    }
-
     /// Adds a listener a change made due.
     pub(crate) fn push(
         &mut self,

@@ -349,3 +349,121 @@ fn a_panicking_listener_fired_alone_by_a_record_is_contained() {
     assert_eq!(r.keys(), vec![2]);
     assert_eq!(s.listener_count(), 0);
 }
+
+/// A record into a burst calls nobody: the listeners it made due wait in the burst, each with its
+/// notice (the first handed the event), until the burst runs. A failure into a burst does the
+/// same, telling only that something changed.
+#[test]
+fn a_record_or_failure_into_a_burst_fires_its_listeners_only_when_the_burst_runs() {
+    let s = Sem::new(0);
+    let n = Arc::new(Noticing::default());
+    let l: Arc<dyn Listener<FlagEvent>> = n.clone();
+    s.listen(1, &l, 1);
+    s.listen(2, &l, 2);
+    let event = FlagEvent::new();
+    let mut burst = Burst::new();
+    s.record_device_signal_into(2, event.clone(), &mut burst)
+        .unwrap();
+    assert!(n.take().is_empty(), "a listener ran inside the record");
+    assert!(!burst.is_empty());
+    burst.run();
+    assert!(burst.is_empty());
+    match &n.take()[..] {
+        [
+            (1, Told::Recorded(2, Some(taken))),
+            (2, Told::Recorded(2, None)),
+        ] => assert!(taken.ptr_eq(&event)),
+        other => panic!("told {other:?}"),
+    }
+
+    s.listen(3, &l, 3);
+    s.fail_into(failure("gone"), &mut burst);
+    assert!(n.take().is_empty(), "a listener ran inside the failure");
+    drop(burst); // a dropped burst runs what it holds
+    assert!(matches!(&n.take()[..], [(3, Told::Changed)]));
+}
+
+/// A listener fired from a burst that records a device signal itself, into the same burst, has
+/// its listeners fired by the burst's loop after it returns, not from inside its own call: a
+/// chain of 1,000 semaphores, each listener recording the next, fires every one at the depth of
+/// the first.
+#[test]
+fn a_burst_fires_a_chain_of_records_as_one_loop() {
+    const LINKS: usize = 1_000;
+
+    /// Records `next` at 1 when fired; notes how deep in the stack it ran.
+    struct Link {
+        next: Option<Sem>,
+        depths: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl Listener<FlagEvent> for Link {
+        fn notify(&self, _semaphore: SemaphoreId, _key: u64) {
+            unreachable!("fired from a burst, with a notice");
+        }
+
+        fn notice(
+            &self,
+            _semaphore: SemaphoreId,
+            _key: u64,
+            _notice: Notice<'_, FlagEvent>,
+            burst: &mut Burst<FlagEvent>,
+        ) {
+            let marker = 0u8;
+            let depth = std::hint::black_box(&marker) as *const u8 as usize;
+            self.depths.lock().unwrap().push(depth);
+            if let Some(next) = &self.next {
+                next.record_device_signal_into(1, FlagEvent::new(), burst)
+                    .unwrap();
+            }
+        }
+    }
+
+    let depths = Arc::new(Mutex::new(Vec::new()));
+    let sems: Vec<Sem> = (0..LINKS).map(|_| Sem::new(0)).collect();
+    for (i, s) in sems.iter().enumerate() {
+        let link: Arc<dyn Listener<FlagEvent>> = Arc::new(Link {
+            next: sems.get(i + 1).cloned(),
+            depths: depths.clone(),
+        });
+        s.listen(1, &link, i as u64);
+    }
+    sems[0].record_device_signal(1, FlagEvent::new()).unwrap();
+    let depths = depths.lock().unwrap();
+    assert_eq!(depths.len(), LINKS, "every link fired");
+    let spread = depths.iter().max().unwrap() - depths.iter().min().unwrap();
+    assert!(spread < 4096, "the links ran {spread} bytes of stack apart");
+}
+
+/// A burst owes each waker's wake once, however often it is held, and makes it when it runs.
+#[test]
+fn a_burst_makes_each_held_wake_once_when_it_runs() {
+    struct Count(AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    let (a, b) = (
+        Arc::new(Count(AtomicUsize::new(0))),
+        Arc::new(Count(AtomicUsize::new(0))),
+    );
+    let (wa, wb) = (
+        std::task::Waker::from(a.clone()),
+        std::task::Waker::from(b.clone()),
+    );
+    let mut burst = Burst::<FlagEvent>::new();
+    burst.hold_wake(&wa);
+    burst.hold_wake(&wb);
+    burst.hold_wake(&wa);
+    assert_eq!(a.0.load(Ordering::SeqCst), 0, "woken before the burst ran");
+    burst.run();
+    assert_eq!(
+        (a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst)),
+        (1, 1)
+    );
+    burst.run();
+    assert_eq!(a.0.load(Ordering::SeqCst), 1, "a wake made twice");
+}

@@ -120,7 +120,13 @@ fn on_the_fake_driver_the_gpu_path_generates_traces_and_dumps_logits() {
     assert!(stderr.contains("p99"), "{stderr}");
     // A zone per kernel: every layer's kernels are named in the trace.
     let json = std::fs::read_to_string(&trace).unwrap();
-    for zone in ["embed", "layer0.qkv", "layer1.attention", "lm_head", "argmax"] {
+    for zone in [
+        "embed",
+        "layer0.qkv",
+        "layer1.attention",
+        "lm_head",
+        "argmax",
+    ] {
         assert!(json.contains(zone), "{zone} missing from the trace");
     }
 
@@ -158,7 +164,9 @@ fn on_the_fake_driver_the_gpu_path_generates_traces_and_dumps_logits() {
     let bytes = std::fs::read(&logits).unwrap();
     assert_eq!(bytes.len(), 4 * config.vocab_size * 4);
     let model = Model::load(dir.path()).unwrap();
-    let expected = model.forward(&[3, 9, 27, 81], &mut model.new_cache()).unwrap();
+    let expected = model
+        .forward(&[3, 9, 27, 81], &mut model.new_cache())
+        .unwrap();
     let first = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     assert_eq!(first, expected.as_slice()[0]);
 }

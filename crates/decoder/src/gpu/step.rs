@@ -43,8 +43,10 @@ pub struct StepBuffers {
     pub act: Arc<Buffer>,
     /// The logits, `[batch][vocab]` f32.
     pub logits: Arc<Buffer>,
-    /// The key/value cache (from the queue's stream-ordered allocator): per layer, keys then
-    /// values, each `[batch][kv_heads][capacity][head_dim]` in the model's dtype.
+    /// The key/value cache, from the device's allocator (`Device::create_buffer`; a
+    /// `Queue::alloca` buffer would cost every submission of the step an allocation, the use
+    /// that keeps a stream-ordered allocation alive): per layer, keys then values, each
+    /// `[batch][kv_heads][capacity][head_dim]` in the model's dtype.
     pub cache: Arc<Buffer>,
     /// Bytes of one layer's keys (and of its values).
     pub cache_half: usize,
@@ -77,16 +79,16 @@ impl StepBuffers {
         let cache_len = 2 * cache_half * config.num_hidden_layers;
         let queue = device.queue(0);
         let ready = device.create_semaphore(0);
-        let cache = queue
-            .alloca(&[], &[(&ready, 1)], cache_len)
+        let cache = device
+            .create_buffer(cache_len)
             .map_err(Error::gpu("allocating the key/value cache"))?;
         let inv = f32s(inv_freq.len())?;
         let bytes: Vec<u8> = inv_freq.iter().flat_map(|f| f.to_ne_bytes()).collect();
         queue
-            .write(&[(&ready, 1)], &[(&ready, 2)], &inv.whole(), &bytes)
+            .write(&[], &[(&ready, 1)], &inv.whole(), &bytes)
             .map_err(Error::gpu("uploading the rotary frequencies"))?;
         ready
-            .wait(2, std::time::Duration::from_secs(60))
+            .wait(1, std::time::Duration::from_secs(60))
             .map_err(|e| Error::gpu("waiting for the decoder's buffers")(e.into()))?;
         Ok(StepBuffers {
             history: f32s(capacity * batch)?,

@@ -46,7 +46,7 @@ use crate::sync::{Ordering, Parker};
 
 /// How long the worker and completion threads look for new work before they park when their
 /// queue is empty: a parked thread takes 5.6 us (p50, H200 host) to wake, a spinning one a
-/// fraction of one (docs/decisions/scheduler.md, "Idle threads").
+/// fraction of one (docs/decisions/scheduler.md, "Spinning is bounded").
 pub const IDLE_SPIN: Duration = Duration::from_micros(100);
 
 /// The pause between two queries of a spinning (or hurried) wait: short enough that a
@@ -55,12 +55,13 @@ pub const POLL_INTERVAL: Duration = Duration::from_micros(1);
 
 /// The pause instead while the device's queues keep issuing (two issues within this time):
 /// every query takes the driver's lock those issues need; chosen by bench case 14 on the H200
-/// (docs/decisions/semaphore.md, "Busy query pace").
+/// (docs/decisions/semaphore.md, "Host waits on recorded device events").
 pub const BUSY_QUERY_PACE: Duration = Duration::from_micros(10);
 
 /// How long a wait nobody needs naps before it blocks on the device: blocking enqueues device
 /// work (a wait and a blocking-sync record) that made bench case 3's gap 2.3 us longer on the
-/// H200, while short work completes within the naps (docs/decisions/device.md, "Naps").
+/// H200, while short work completes within the naps (docs/decisions/device.md, "A completion
+/// nobody waits for naps").
 pub const NAP: Duration = Duration::from_micros(500);
 
 /// The longest sleep of one nap step: the kernel rounds it up (timer slack), so a nap costs a

@@ -214,6 +214,10 @@ fn nap_phase<B: Backend>(
             return Ok(true);
         }
         if now >= until {
+            // A hurry that came with the nap's last query still polls rather than blocks.
+            if shared.hurry.is_hurried() {
+                return poll(shared, event, deadline(Instant::now(), spin));
+            }
             return Ok(false);
         }
     }
@@ -287,16 +291,16 @@ pub(crate) fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     #[cfg(not(loom))]
     {
         let hurry = &shared.hurry;
-        hurry.gathering.store(true, Ordering::SeqCst);
+        let hurried = hurry.begin_gather();
         // Under the list's lock, as `push_finished` reads `gathering`: either the pusher of work
         // that needs this thread sees `gathering` and wakes it, or this sees that work. And
-        // after `gathering` is raised, as a hurry raises `hurried` before it reads `gathering`
-        // (see `Hurry`): either it unparks this thread, or this sees it hurried.
+        // after `gathering` is raised in the word a hurry raises its flag in (see `Hurry`):
+        // either it unparks this thread, or this sees it hurried.
         let (waiting, urgent) = shared.finished_waiting();
-        if urgent == 0 && waiting < options.batch() && !hurry.hurried.load(Ordering::SeqCst) {
+        if !hurried && urgent == 0 && waiting < options.batch() && !hurry.is_hurried() {
             parker.park_timeout(options.gather);
         }
-        hurry.gathering.store(false, Ordering::Relaxed);
+        hurry.end_gather();
     }
     #[cfg(loom)]
     let _ = parker;

@@ -744,7 +744,7 @@ impl<B: Backend> Shared<B> {
             // this lock too (see `Shared::finished_waiting`), so either it sees this item or
             // this sees its flag.
             let wake = self.completion_parked.load(Ordering::Relaxed)
-                || (len == batch && self.hurry.gathering.load(Ordering::Relaxed));
+                || (len == batch && self.hurry.gathering());
             // A parked thread's wake for work nobody needs yet may wait for the end of this
             // thread's burst (see `burst`), unless a full batch waits.
             (wake, urgent, !urgent && len < batch)

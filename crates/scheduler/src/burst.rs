@@ -87,7 +87,7 @@ pub(crate) fn wake_held() {
     HELD.with(|held| {
         // An unpark calls nothing back, so the list stays borrowed only for this loop.
         for hurry in held.borrow_mut().drain(..) {
-            hurry.completion.unpark();
+            hurry.wake();
         }
     });
 }

@@ -30,6 +30,7 @@ use crate::action::{Boxed, Cleanups, EventList, Finished, Resources, Spare};
 use crate::backend::Backend;
 use crate::burst;
 use crate::error::Error;
+pub(crate) use crate::hurry::Hurry;
 use crate::notifier::{Notified, Notifier};
 use crate::options::QueueOptions;
 use crate::pending::{PendingList, Waiting};
@@ -272,6 +273,7 @@ impl<B: Backend> Shared<B> {
         options: QueueOptions,
         worker: Unparker,
         completion: Unparker,
+        nap: Unparker,
     ) -> Arc<Self> {
         let capacity = options.capacity;
         let local = backend.issue_local();
@@ -313,11 +315,7 @@ impl<B: Backend> Shared<B> {
                     parks: StatU64::new(0),
                 }),
                 completion_parked: CachePadded::new(AtomicBool::new(false)),
-                hurry: Arc::new(Hurry {
-                    gathering: AtomicBool::new(false),
-                    hurried: AtomicBool::new(false),
-                    completion,
-                }),
+                hurry: Arc::new(Hurry::new(completion, nap)),
                 urgent: AtomicUsize::new(0),
                 room_waiters: AtomicUsize::new(0),
                 room: (Mutex::new(()), Condvar::new()),
@@ -415,7 +413,9 @@ impl<B: Backend> Shared<B> {
         // submits, called inside a burst) are not left parked while it waits.
         burst::wake_held();
         self.room_waiters.fetch_add(1, Ordering::SeqCst);
-        self.hurry.completion.unpark();
+        // Needed now: ends a gather or a nap, and wakes a parked completion thread.
+        self.hurry.hurry();
+        self.hurry.wake();
         let (lock, condvar) = &self.room;
         let mut room = lock.lock().unwrap_or_else(PoisonError::into_inner);
         while full() {
@@ -711,8 +711,9 @@ impl<B: Backend> Shared<B> {
 
     /// Hands `finished` to the completion thread.
     fn push_finished(&self, finished: Finished<B>) {
-        let gathers = !self.options.completion_gather.is_zero();
-        let (wake, may_wait) = {
+        let gathers = !self.options.completion.gather.is_zero();
+        let batch = self.options.completion.batch();
+        let (wake, urgent, may_wait) = {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             // Work checked on completion signals only from the completion thread: nobody else
             // can poll for it, so it must not wait out a gather. Nor must work that a host thread
@@ -743,17 +744,21 @@ impl<B: Backend> Shared<B> {
             // this lock too (see `Shared::finished_waiting`), so either it sees this item or
             // this sees its flag.
             let wake = self.completion_parked.load(Ordering::Relaxed)
-                || ((urgent || len == self.options.gather_batch)
-                    && self.hurry.gathering.load(Ordering::Relaxed));
+                || (len == batch && self.hurry.gathering());
             // A parked thread's wake for work nobody needs yet may wait for the end of this
             // thread's burst (see `burst`), unless a full batch waits.
-            (wake, !urgent && len < self.options.gather_batch)
+            (wake, urgent, !urgent && len < batch)
         };
         let side = &*self.issue_side;
         side.pushed
             .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        if urgent {
+            // Ends a gather or a nap at once (see `Hurry`): the pushed work is needed now. Raised
+            // after the count above: a gather that looked before it sees this hurry.
+            self.hurry.hurry();
+        }
         if wake && !(may_wait && burst::hold_wake(&self.hurry)) {
-            self.hurry.completion.unpark();
+            self.hurry.wake();
         }
     }
 
@@ -838,8 +843,7 @@ impl<B: Backend> Shared<B> {
         // Taken under the list's lock: a hurry consumed here came from a waiter registered
         // before it, so an action pushed after this take (not in `batch`) sees that waiter
         // (`push_finished` looks under this lock) and is urgent itself.
-        let hurried = self.hurry.hurried.load(Ordering::Relaxed)
-            && self.hurry.hurried.swap(false, Ordering::AcqRel);
+        let hurried = self.hurry.take();
         drop(queue);
         urgent || hurried
     }
@@ -848,33 +852,6 @@ impl<B: Backend> Shared<B> {
     pub(crate) fn mark_lost(&self, failure: &Failure) {
         if self.lost.set(failure.clone()) {
             self.notifier.wake();
-        }
-    }
-}
-
-/// What a host thread about to park on a queue's work needs to end that queue's gather (see
-/// `completion::gather`): the completion side's advance is what wakes a parked thread (its own
-/// looks at its event come 50 us to 1 ms apart). Flags and an unparker only, so a hurry takes
-/// no lock (it is made under a semaphore's lock) and, holding the last handle to this, drops
-/// nothing but this.
-pub(crate) struct Hurry {
-    /// The completion thread is gathering (a timed park after a batch nobody waited for). Set
-    /// before the gather's last look, read by every push under the hand-over lock and by a
-    /// hurry against `hurried` (each sets its own flag, then reads the other's, both
-    /// sequentially consistent: one of them sees the other).
-    pub(crate) gathering: AtomicBool,
-    /// A host thread parked on this queue's work since the completion thread's last take.
-    pub(crate) hurried: AtomicBool,
-    /// The completion thread's unparker (the queue's one handle to it).
-    pub(crate) completion: Unparker,
-}
-
-impl Hurry {
-    /// Ends the completion thread's gather, now or before it begins; its next round is urgent.
-    pub(crate) fn hurry(&self) {
-        self.hurried.store(true, Ordering::SeqCst);
-        if self.gathering.load(Ordering::SeqCst) {
-            self.completion.unpark();
         }
     }
 }

@@ -35,7 +35,7 @@ impl<B: Backend> Drop for Done<'_, B> {
             shared.fail_all_pending(&mut state, &failure);
         }
         shared.worker_done.store(true, Ordering::Release);
-        shared.hurry.completion.unpark();
+        shared.hurry.wake();
     }
 }
 
@@ -67,7 +67,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
                 break;
             }
         }
-        let idle = shared.options.idle_spin;
+        let idle = crate::policy::IDLE_SPIN;
         if !spin_until(idle, || {
             shared.notifier.has_keys()
                 || shared.shutdown.load(Ordering::Relaxed)

@@ -14,8 +14,9 @@ use crate::sync::Ordering;
 impl<B: Backend> Shared<B> {
     /// Hands `finished` to the completion thread.
     pub(crate) fn push_finished(&self, finished: Finished<B>, burst: &mut Burst<B::Event>) {
-        let gathers = !self.options.completion_gather.is_zero();
-        let (wake, may_wait) = {
+        let gathers = !self.options.completion.gather.is_zero();
+        let batch = self.options.completion.batch();
+        let (wake, urgent, may_wait) = {
             let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
             // Work checked on completion signals only from the completion thread: nobody else
             // can poll for it, so it must not wait out a gather. Nor must work that a host thread
@@ -46,15 +47,19 @@ impl<B: Backend> Shared<B> {
             // this lock too (see `Shared::finished_waiting`), so either it sees this item or
             // this sees its flag.
             let wake = self.completion_parked.load(Ordering::Relaxed)
-                || ((urgent || len == self.options.gather_batch)
-                    && self.hurry.gathering.load(Ordering::Relaxed));
+                || (len == batch && self.hurry.gathering());
             // A parked thread's wake for work nobody needs yet waits for the end of the issuing
             // loop (see `issue_lock`), unless a full batch waits.
-            (wake, !urgent && len < self.options.gather_batch)
+            (wake, urgent, !urgent && len < batch)
         };
         let side = &*self.issue_side;
         side.pushed
             .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        if urgent {
+            // Ends a gather or a nap at once (see `Hurry`): the pushed work is needed now. Raised
+            // after the count above: a gather that looked before it sees this hurry.
+            self.hurry.hurry();
+        }
         if wake {
             if may_wait {
                 burst.hold_wake(&self.completion_waker);
@@ -65,7 +70,7 @@ impl<B: Backend> Shared<B> {
     }
 
     /// The completion thread's last look before it sleeps, having raised `completion_parked`
-    /// or `hurry.gathering`: how many finished actions wait, and how many of them are
+    /// or begun a gather (`Hurry::begin_gather`): how many finished actions wait, and how many of them are
     /// urgent, read under the lock that `push_finished` reads the flags under.
     pub(crate) fn finished_waiting(&self) -> (usize, usize) {
         let queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
@@ -87,8 +92,7 @@ impl<B: Backend> Shared<B> {
         // Taken under the list's lock: a hurry consumed here came from a waiter registered
         // before it, so an action pushed after this take (not in `batch`) sees that waiter
         // (`push_finished` looks under this lock) and is urgent itself.
-        let hurried = self.hurry.hurried.load(Ordering::Relaxed)
-            && self.hurry.hurried.swap(false, Ordering::AcqRel);
+        let hurried = self.hurry.take();
         drop(queue);
         urgent || hurried
     }

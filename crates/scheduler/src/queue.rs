@@ -79,28 +79,20 @@ impl<B: Backend> LossTrigger<B> {
 /// calls [`nudge`](CompletionNudge::nudge) from
 /// [`DeviceEvent::awaited`](cuhal_semaphore::DeviceEvent::awaited), when a host thread is about
 /// to park on a value the queue's issued work reaches; a queue that gathers completions
-/// ([`QueueOptions::with_completion_gather`](crate::QueueOptions::with_completion_gather)) then
-/// ends its gather and retires that work as soon as it completes, instead of up to a gather
-/// later. Holds the queue weakly; does nothing once it is gone.
+/// ([`CompletionOptions::gather`](crate::CompletionOptions::gather)) then ends its gather, a
+/// completion thread napping on that work polls instead, and the work is retired as soon as it
+/// completes (see [`policy`](crate::policy)). Holds the queue weakly; does nothing once it is gone.
 #[derive(Clone)]
 pub struct CompletionNudge(std::sync::Weak<Hurry>);
 
 impl CompletionNudge {
-    /// Ends the completion thread's gather, now or before its next one begins. Takes no lock,
+    /// Ends the completion thread's gather or nap, now or before its next one begins. Takes no lock,
     /// never blocks and makes at most one wake-up, so it may be called from a host wait, under a
     /// semaphore's lock; it holds nothing of the queue but the flags it sets.
     pub fn nudge(&self) {
         if let Some(hurry) = self.0.upgrade() {
             hurry.hurry();
         }
-    }
-
-    /// Whether a nudge came since the completion thread last took its finished work: somebody
-    /// now waits for work it may be napping on, so a backend's nap should poll instead.
-    pub fn is_hurried(&self) -> bool {
-        self.0
-            .upgrade()
-            .is_some_and(|hurry| hurry.hurried.load(Ordering::Acquire))
     }
 }
 
@@ -146,11 +138,13 @@ impl<B: Backend> Queue<B> {
     pub fn new(backend: B, options: QueueOptions) -> Result<Self, Error> {
         let worker_parker = Parker::new();
         let completion_parker = Parker::new();
+        let nap_parker = Parker::new();
         let shared = Shared::new(
             backend,
             options,
             worker_parker.unparker().clone(),
             completion_parker.unparker().clone(),
+            nap_parker.unparker().clone(),
             QueueListener::shared,
         );
         let mut queue = Queue {
@@ -163,7 +157,7 @@ impl<B: Backend> Queue<B> {
             &shared,
             ThreadRole::Completion,
             bound_tx.clone(),
-            move |shared| completion::run(shared, completion_parker),
+            move |shared| completion::run(shared, completion_parker, nap_parker),
         )?);
         match spawn(&shared, ThreadRole::Worker, bound_tx, move |shared| {
             worker::run(shared, worker_parker)
@@ -347,7 +341,7 @@ fn spawn<B: Backend>(
                 let _ = bound.send(Err((role, failure)));
                 if role == ThreadRole::Worker {
                     thread_shared.worker_done.store(true, Ordering::Release);
-                    thread_shared.hurry.completion.unpark();
+                    thread_shared.hurry.wake();
                     return;
                 }
             } else {
@@ -374,7 +368,7 @@ impl<B: Backend> Drop for Queue<B> {
         {
             let _ = worker.join();
         }
-        self.shared.hurry.completion.unpark();
+        self.shared.hurry.wake();
         if let Some(completion) = self.completion.take()
             && completion.thread().id() != this
         {

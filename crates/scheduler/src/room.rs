@@ -40,7 +40,9 @@ impl<B: Backend> Shared<B> {
         // listener that submits, fired from a burst) stay held while it waits: the room it waits
         // for is made by this queue's completion thread alone, woken here.
         self.room_waiters.fetch_add(1, Ordering::SeqCst);
-        self.hurry.completion.unpark();
+        // Needed now: ends a gather or a nap, and wakes a parked completion thread.
+        self.hurry.hurry();
+        self.hurry.wake();
         let (lock, condvar) = &self.room;
         let mut room = lock.lock().unwrap_or_else(PoisonError::into_inner);
         while full() {

@@ -139,15 +139,12 @@ impl<B: Backend> Shared<B> {
         options: QueueOptions,
         worker: Unparker,
         completion: Unparker,
+        nap: Unparker,
         listener: impl FnOnce(Weak<Shared<B>>) -> Arc<dyn Listener<B::Event>>,
     ) -> Arc<Self> {
         let capacity = options.capacity;
         let local = backend.issue_local();
-        let hurry = Arc::new(Hurry {
-            gathering: AtomicBool::new(false),
-            hurried: AtomicBool::new(false),
-            completion,
-        });
+        let hurry = Arc::new(Hurry::new(completion, nap));
         let completion_waker = Waker::from(Arc::clone(&hurry));
         Arc::new_cyclic(|weak: &Weak<Shared<B>>| Shared {
             backend,

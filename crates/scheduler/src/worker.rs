@@ -40,7 +40,7 @@ impl<B: Backend> Drop for Done<'_, B> {
             burst.run();
         }
         shared.worker_done.store(true, Ordering::Release);
-        shared.hurry.completion.unpark();
+        shared.hurry.wake();
     }
 }
 
@@ -80,7 +80,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
                 break;
             }
         }
-        let idle = shared.options.idle_spin;
+        let idle = crate::policy::IDLE_SPIN;
         if !spin_until(idle, || {
             shared.notifier.has_keys()
                 || shared.shutdown.load(Ordering::Relaxed)

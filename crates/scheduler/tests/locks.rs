@@ -72,8 +72,12 @@ impl Backend for Probing {
                 .any(|issued| issued.event.ptr_eq(event))
     }
 
-    fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
-        self.inner.wait_event(event, spin)
+    fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
+        self.inner.query_event(event)
+    }
+
+    fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
+        self.inner.block_on_event(event)
     }
 
     fn release(&self, payload: Script) {

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
 use cuhal_scheduler::{
-    Backend, Cleanup, Cleanups, DeviceEvent, Error, Failure, Queue, QueueOptions, Resources,
+    Backend, Cleanup, Cleanups, CompletionOptions, DeviceEvent, Error, Failure, Queue,
+    QueueOptions, Resources,
 };
 use cuhal_semaphore::testing::{FlagEvent, LiveCounter};
 use cuhal_semaphore::{Error as SemaphoreError, Semaphore, SemaphoreOptions, Timeout};
@@ -94,7 +95,11 @@ impl Backend for Device {
 
     fn issue_local(&self) {}
 
-    fn wait_event(&self, event: &FlagEvent, _spin: Duration) -> Result<(), Failure> {
+    fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
+        event.query()
+    }
+
+    fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
         event.query()?;
         event.complete();
         Ok(())
@@ -110,8 +115,7 @@ fn queue() -> (Queue<Device>, Arc<Log>) {
     let log = Arc::new(Log::default());
     let options = QueueOptions::new("model")
         .with_capacity(4)
-        .with_completion_spin(Duration::ZERO)
-        .with_idle_spin(Duration::ZERO);
+        .with_completion(CompletionOptions::new().with_spin(Duration::ZERO));
     let queue = Queue::new(Device(log.clone()), options).expect("queue starts");
     (queue, log)
 }

@@ -9,6 +9,8 @@
 //! DIR/bench        runs bin/cuhal bench "$@"
 //! DIR/bin/cuhal
 //! DIR/bin/<test>   one per test target of cuhal-gpu-tests (e.g. bin/driver)
+//! DIR/bin/cuhal-decoder      the decoder binary (crates/decoder)
+//! DIR/decoder/compare.py     its comparison with transformers (crates/decoder/scripts)
 //! ```
 
 use std::fs;
@@ -85,6 +87,18 @@ pub fn write(dir: &Path, cuhal: &Path, tests: &[TestBinary]) -> Result<u64> {
 
     write_script(&dir.join("run"), &run_script(&names)?)?;
     write_script(&dir.join("bench"), BENCH_SCRIPT)?;
+    size_of(dir)
+}
+
+/// Adds the decoder to a bundle `write` made: its binary as `bin/cuhal-decoder` and its
+/// comparison script as `decoder/compare.py`. Returns the bundle's size in bytes.
+pub fn write_decoder(dir: &Path, decoder: &Path, compare: &Path) -> Result<u64> {
+    copy_binary(decoder, &dir.join("bin").join("cuhal-decoder"))?;
+    let scripts = dir.join("decoder");
+    fs::create_dir_all(&scripts).with_context(|| format!("creating {}", scripts.display()))?;
+    let script =
+        fs::read_to_string(compare).with_context(|| format!("reading {}", compare.display()))?;
+    write_script(&scripts.join("compare.py"), &script)?;
     size_of(dir)
 }
 

@@ -30,6 +30,24 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
     if let Some(dir) = &opts.bundle {
         let dir = from_root(dir);
         write_bundle(&dir, &cuhal, &tests)?;
+        let decoder = build_decoder()?;
+        let size = bundle::write_decoder(
+            &dir,
+            &decoder,
+            &from_root(std::path::Path::new("crates/decoder/scripts/compare.py")),
+        )?;
+        println!(
+            "bundle {}: {} with the decoder (bin/cuhal-decoder, decoder/compare.py)",
+            dir.display(),
+            bundle::human(size)
+        );
+        if size >= bundle::MAX_BYTES {
+            bail!(
+                "the bundle is {}, over the {} limit",
+                bundle::human(size),
+                bundle::human(bundle::MAX_BYTES)
+            );
+        }
         println!(
             "bundle ready: copy {} to the GPU machine and run its `run` ({} test binaries)",
             dir.display(),
@@ -101,6 +119,22 @@ pub fn build_cli() -> Result<PathBuf> {
     .find(|e| e.name == "cuhal" && !e.test)
     .map(|e| e.path)
     .context("`cargo build -p cuhal-cli` reported no `cuhal` executable")
+}
+
+/// Builds the `cuhal-decoder` binary in release mode and returns its path.
+fn build_decoder() -> Result<PathBuf> {
+    build_executables(cargo([
+        "build",
+        "--release",
+        "-p",
+        "cuhal-decoder",
+        "--bin",
+        "cuhal-decoder",
+    ]))?
+    .into_iter()
+    .find(|e| e.name == "cuhal-decoder" && !e.test)
+    .map(|e| e.path)
+    .context("`cargo build -p cuhal-decoder` reported no `cuhal-decoder` executable")
 }
 
 fn write_bundle(

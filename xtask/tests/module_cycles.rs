@@ -38,24 +38,6 @@ const KNOWN_CYCLES: &[(&str, &[&str], &str)] = &[
          PrimaryContext",
     ),
     (
-        "semaphore",
-        &["listener", "multi_wait", "semaphore"],
-        "the semaphore registers listeners and multi-waits in its state, and both reach into \
-         the semaphore's internals",
-    ),
-    (
-        "scheduler",
-        &["action", "backend"],
-        "an action carries the backend's payload, and the backend's `issued` takes the \
-         action's resources: the engine-room rebuild moves `Resource` below both",
-    ),
-    (
-        "scheduler",
-        &["burst", "shared"],
-        "the burst holds the queues' `Hurry` handles from `shared`, which enters and leaves \
-         the burst: the explicit burst of the engine-room rebuild removes the module",
-    ),
-    (
         "trace",
         &["context", "list", "submission"],
         "the context's shared state holds the pending zone lists and the submission slots, \

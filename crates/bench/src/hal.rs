@@ -47,30 +47,12 @@ pub struct Hal {
 impl Hal {
     /// Opens device 0 through cuhal with `options` and loads the kernels.
     ///
-    /// `CUHAL_BENCH_COMPLETION_SPIN_US` and `CUHAL_BENCH_HOST_WAIT_SPIN_US` override the two spin
-    /// budgets, `CUHAL_BENCH_POLL_INTERVAL_NS` the completion thread's pause between queries and
-    /// `CUHAL_BENCH_EAGER_COMPLETION=1` (or `0`) the completion policy, to measure the
-    /// trade-offs they make.
+    /// `CUHAL_BENCH_COMPLETION_SPIN_US` overrides the completion spin
+    /// ([`CompletionOptions::spin`](cuhal::CompletionOptions::spin)), to measure the trade-off it
+    /// makes; the policy's other timings are constants (`cuhal::completion_policy`).
     pub fn open(mut options: DeviceOptions) -> Result<Self> {
         if let Some(us) = env_micros("CUHAL_BENCH_COMPLETION_SPIN_US") {
-            options.completion_spin = us;
-        }
-        if let Some(ns) = std::env::var("CUHAL_BENCH_POLL_INTERVAL_NS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            options.completion_poll_interval = Duration::from_nanos(ns);
-        }
-        if let Some(us) = env_micros("CUHAL_BENCH_COMPLETION_NAP_US") {
-            options.completion_nap = us;
-        }
-        if let Some(us) = env_micros("CUHAL_BENCH_HOST_WAIT_SPIN_US") {
-            options.host_wait_spin = us;
-        }
-        match std::env::var("CUHAL_BENCH_EAGER_COMPLETION").as_deref() {
-            Ok("1") => options.eager_completion = true,
-            Ok("0") => options.eager_completion = false,
-            _ => {}
+            options.completion.spin = us;
         }
         let driver = Driver::load().context("cuhal: loading the driver")?;
         let device = driver.open(0, options).context("cuhal: opening device 0")?;

@@ -116,6 +116,19 @@ pub enum Error {
         /// What differs.
         reason: String,
     },
+    /// A cuhal call of the GPU path failed (the device, a queue, a buffer, a kernel).
+    Gpu {
+        /// What the decoder was doing.
+        context: &'static str,
+        /// What cuhal said.
+        source: cuhal::Error,
+    },
+    /// The prompts given to the GPU decoder do not fit its batch (a count other than the batch
+    /// size, an empty prompt, prompts of different lengths).
+    Prompt {
+        /// Why they are refused.
+        reason: String,
+    },
     /// The safetensors writer refused the tensors.
     Write {
         /// The file.
@@ -126,6 +139,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// A cuhal error met while doing `context`.
+    pub(crate) fn gpu(context: &'static str) -> impl FnOnce(cuhal::Error) -> Self {
+        move |source| Error::Gpu { context, source }
+    }
+
     /// An I/O error on `path`.
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
@@ -202,6 +220,8 @@ impl fmt::Display for Error {
             Error::CacheMismatch { reason } => {
                 write!(f, "the key/value cache does not fit the model: {reason}")
             }
+            Error::Gpu { context, source } => write!(f, "GPU: {context}: {source}"),
+            Error::Prompt { reason } => write!(f, "prompts refused: {reason}"),
             Error::Write { path, reason } => {
                 write!(f, "{}: writing safetensors: {reason}", path.display())
             }
@@ -213,6 +233,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Io { source, .. } => Some(source),
+            Error::Gpu { source, .. } => Some(source),
             _ => None,
         }
     }

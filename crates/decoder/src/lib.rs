@@ -1,7 +1,8 @@
 //! A Llama-architecture decoder on cuhal, its CPU half: Hugging Face's `config.json` and
 //! `.safetensors` read and checked ([`LlamaConfig`], [`ModelFiles`], [`Weights`]), a writer of
 //! random models of a given shape ([`write_random_model`]), and an f32 reference of the
-//! model's math on the CPU ([`reference`](mod@reference)).
+//! model's math on the CPU ([`reference`](mod@reference)); and its GPU half ([`gpu`]): kernels,
+//! weights on the device, and a [`gpu::Decoder`] that replays one recorded decode step per token.
 //!
 //! ```no_run
 //! use cuhal_decoder::{LlamaConfig, reference::Model, write_random_model};
@@ -19,6 +20,7 @@
 mod config;
 mod dtype;
 mod error;
+pub mod gpu;
 pub mod layout;
 pub mod reference;
 mod rng;

@@ -1,5 +1,5 @@
-//! `cuhal-decoder`: writes random Llama models and runs a model's greedy decoding, on the CPU
-//! with `--cpu-reference` (the GPU path is not built yet).
+//! `cuhal-decoder`: writes random Llama models and runs a model's greedy decoding on the GPU
+//! (one recorded decode step replayed per token), or on the CPU with `--cpu-reference`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,10 +9,13 @@ use anyhow::{Context, bail};
 use cuhal_decoder::reference::Model;
 use cuhal_decoder::{LlamaConfig, ModelFiles, write_random_model};
 
+mod gpu_run;
+
 const USAGE: &str = "\
 usage: cuhal-decoder [--random-model DIR [--config small|1b] [--seed N]]
-                     [--model DIR] [--prompt-tokens 1,2,3] [--tokens N] [--trace FILE]
-                     [--cpu-reference]
+                     [--model DIR] [--prompt-tokens 1,2,3] [--tokens N] [--batch B]
+                     [--trace FILE] [--cpu-reference]
+                     [--teacher-force FILE --dump-logits FILE]
 
   --random-model DIR   write config.json + model.safetensors of random weights to DIR
   --config NAME        the random model's shape: small (default) or 1b
@@ -21,8 +24,17 @@ usage: cuhal-decoder [--random-model DIR [--config small|1b] [--seed N]]
                        model.safetensors, or model.safetensors.index.json and its shards)
   --prompt-tokens LIST comma-separated token ids (default: the model's bos_token_id)
   --tokens N           how many tokens to generate (default 16)
-  --trace FILE         write a trace of the GPU's work to FILE (the GPU path)
+  --batch B            decode B sequences at once, each with the prompt (1 to 64; default 1)
+  --ahead N            decode steps submitted ahead of the last seen complete (default 8)
+  --read-every K       read the generated tokens back every K steps (default 32)
+  --kernel-image NAME  fatbin (default: cubins for sm_80/sm_90, PTX for later GPUs) or ptx
+                       (the compute_80 PTX, compiled by the driver)
+  --trace FILE         write a Perfetto trace of the GPU's work to FILE, a zone per kernel
   --cpu-reference      run the f32 reference on the CPU and print the greedy tokens
+  --teacher-force FILE run the comma- or space-separated token ids in FILE one position at a
+                       time and write every position's logits to --dump-logits FILE
+                       (little-endian f32, [position][vocab]); with --cpu-reference the CPU
+                       reference computes them
 
 Without --cpu-reference the model runs on the GPU; with no GPU the command says so and exits
 with status 2. Usage errors exit with 64, other errors with 1.";
@@ -38,6 +50,12 @@ struct Args {
     tokens: usize,
     trace: Option<PathBuf>,
     cpu_reference: bool,
+    batch: usize,
+    ahead: usize,
+    read_every: usize,
+    teacher_force: Option<PathBuf>,
+    dump_logits: Option<PathBuf>,
+    ptx: bool,
     help: bool,
 }
 
@@ -45,6 +63,9 @@ fn parse_args(mut raw: impl Iterator<Item = String>) -> anyhow::Result<Args> {
     let mut args = Args {
         seed: 1,
         tokens: 16,
+        batch: 1,
+        ahead: 8,
+        read_every: 32,
         ..Args::default()
     };
     while let Some(flag) = raw.next() {
@@ -68,6 +89,16 @@ fn parse_args(mut raw: impl Iterator<Item = String>) -> anyhow::Result<Args> {
             "--tokens" => args.tokens = value()?.parse().context("--tokens")?,
             "--trace" => args.trace = Some(value()?.into()),
             "--cpu-reference" => args.cpu_reference = true,
+            "--batch" => args.batch = value()?.parse().context("--batch")?,
+            "--ahead" => args.ahead = value()?.parse().context("--ahead")?,
+            "--read-every" => args.read_every = value()?.parse().context("--read-every")?,
+            "--teacher-force" => args.teacher_force = Some(value()?.into()),
+            "--dump-logits" => args.dump_logits = Some(value()?.into()),
+            "--kernel-image" => match value()?.as_str() {
+                "fatbin" => args.ptx = false,
+                "ptx" => args.ptx = true,
+                other => bail!("--kernel-image {other:?}: expected fatbin or ptx"),
+            },
             "-h" | "--help" => args.help = true,
             other => bail!("unknown argument {other:?}\n\n{USAGE}"),
         }
@@ -79,6 +110,9 @@ fn parse_args(mut raw: impl Iterator<Item = String>) -> anyhow::Result<Args> {
         if LlamaConfig::preset(name).is_none() {
             bail!("--config {name:?}: expected small or 1b");
         }
+    }
+    if args.teacher_force.is_some() != args.dump_logits.is_some() {
+        bail!("--teacher-force FILE and --dump-logits FILE go together");
     }
     if args.random_model.is_none() && args.model.is_none() && !args.help {
         bail!("give --model DIR (or --random-model DIR to write one)\n\n{USAGE}");
@@ -158,6 +192,17 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let model = Model::from_weights(&config, &files.weights()?);
         drop(files);
         let loaded = started.elapsed();
+        if let (Some(input), Some(output)) = (&args.teacher_force, &args.dump_logits) {
+            let tokens = gpu_run::read_tokens(input)?;
+            let logits = model.forward(&tokens, &mut model.new_cache())?;
+            gpu_run::write_logits(output, logits.as_slice())?;
+            eprintln!(
+                "cpu reference: logits of {} positions written to {}",
+                tokens.len(),
+                output.display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
         let started = Instant::now();
         let tokens = model.generate(&prompt, args.tokens, &mut model.new_cache())?;
         let ran = started.elapsed();
@@ -173,13 +218,33 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    match cuhal::Driver::load().and_then(|driver| driver.devices()) {
-        Ok(devices) if !devices.is_empty() => {
-            bail!("the GPU path is not built yet; --cpu-reference runs the model on the CPU")
-        }
-        Ok(_) => eprintln!("cuhal-decoder: no GPU available (the driver reports no device)"),
-        Err(error) => eprintln!("cuhal-decoder: no GPU available: {error}"),
+    let driver = match cuhal::Driver::load() {
+        Ok(driver) => driver,
+        Err(error) => return Ok(no_gpu(&format!(": {error}"))),
+    };
+    match driver.devices() {
+        Ok(devices) if !devices.is_empty() => {}
+        Ok(_) => return Ok(no_gpu(" (the driver reports no device)")),
+        Err(error) => return Ok(no_gpu(&format!(": {error}"))),
     }
+    let options = gpu_run::RunOptions {
+        prompt,
+        tokens: args.tokens,
+        batch: args.batch,
+        ahead: args.ahead,
+        read_every: args.read_every,
+        trace: args.trace.clone(),
+        teacher_force: args.teacher_force.clone(),
+        dump_logits: args.dump_logits.clone(),
+        ptx: args.ptx,
+    };
+    gpu_run::run(&driver, &files, &options)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Says that no GPU is available and returns the status that says so.
+fn no_gpu(why: &str) -> ExitCode {
+    eprintln!("cuhal-decoder: no GPU available{why}");
     eprintln!("(--cpu-reference runs the f32 reference on the CPU)");
-    Ok(ExitCode::from(EXIT_NO_GPU))
+    ExitCode::from(EXIT_NO_GPU)
 }

@@ -71,13 +71,104 @@ fn without_a_gpu_it_says_so_and_exits_2() {
     assert!(stderr.contains("--cpu-reference"), "{stderr}");
     assert!(out.stdout.is_empty());
 
-    // With a device (the fake driver's), the GPU path is named as not built yet: an error,
-    // not "no GPU".
+    // With a device (the fake driver's, which reads only PTX) the GPU path runs: the fatbin is
+    // not what it reads (it finds no kernel in it): an error naming the kernel, not "no GPU".
     let fake = cuhal_fake_driver::harness::FakeDriver::built_library().unwrap();
     let out = decoder(&["--model", path], fake.to_str().unwrap());
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("GPU path is not built yet"), "{stderr}");
+    assert!(stderr.contains("embed_f16"), "{stderr}");
+}
+
+#[test]
+fn on_the_fake_driver_the_gpu_path_generates_traces_and_dumps_logits() {
+    let dir = ScratchDir::new("cli-fake");
+    let config = tiny_config();
+    write_random_model(dir.path(), &config, 5).unwrap();
+    let path = dir.path().to_str().unwrap();
+    let fake = cuhal_fake_driver::harness::FakeDriver::built_library().unwrap();
+    let fake = fake.to_str().unwrap();
+    let trace = dir.path().join("trace.json");
+    let args = [
+        "--model",
+        path,
+        "--prompt-tokens",
+        "4,5,6",
+        "--tokens",
+        "5",
+        "--batch",
+        "2",
+        "--read-every",
+        "2",
+        "--kernel-image",
+        "ptx",
+        "--trace",
+        trace.to_str().unwrap(),
+    ];
+    let out = decoder(&args, fake);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // One line of 5 tokens per sequence (the fake runs no kernel: their values are whatever
+    // the fake's memory held).
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    for line in lines {
+        assert_eq!(line.split(',').count(), 5, "{line}");
+    }
+    assert!(stderr.contains("tokens/s"), "{stderr}");
+    assert!(stderr.contains("p99"), "{stderr}");
+    // A zone per kernel: every layer's kernels are named in the trace.
+    let json = std::fs::read_to_string(&trace).unwrap();
+    for zone in [
+        "embed",
+        "layer0.qkv",
+        "layer1.attention",
+        "lm_head",
+        "argmax",
+    ] {
+        assert!(json.contains(zone), "{zone} missing from the trace");
+    }
+
+    // Teacher forcing writes [position][vocab] f32 logits.
+    let tokens = dir.path().join("tokens.txt");
+    std::fs::write(&tokens, "3, 9 27\n81").unwrap();
+    let logits = dir.path().join("logits.f32");
+    let args = [
+        "--model",
+        path,
+        "--teacher-force",
+        tokens.to_str().unwrap(),
+        "--dump-logits",
+        logits.to_str().unwrap(),
+        "--kernel-image",
+        "ptx",
+    ];
+    let out = decoder(&args, fake);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let len = std::fs::metadata(&logits).unwrap().len() as usize;
+    assert_eq!(len, 4 * config.vocab_size * 4);
+
+    // The CPU reference dumps the same shape, with its own values.
+    let args = [
+        "--model",
+        path,
+        "--teacher-force",
+        tokens.to_str().unwrap(),
+        "--dump-logits",
+        logits.to_str().unwrap(),
+        "--cpu-reference",
+    ];
+    let out = decoder(&args, "/nonexistent/libcuda.so.1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bytes = std::fs::read(&logits).unwrap();
+    assert_eq!(bytes.len(), 4 * config.vocab_size * 4);
+    let model = Model::load(dir.path()).unwrap();
+    let expected = model
+        .forward(&[3, 9, 27, 81], &mut model.new_cache())
+        .unwrap();
+    let first = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    assert_eq!(first, expected.as_slice()[0]);
 }
 
 #[test]

@@ -333,7 +333,7 @@ fn main() {
     let launch = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(2);
     let cross = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(1);
     let gather = args.get(5).and_then(|a| a.parse().ok()).map_or(
-        DeviceOptions::default().completion_gather,
+        DeviceOptions::default().completion.gather,
         Duration::from_micros,
     );
     let fake = FakeDriver::private("profile").unwrap_or_else(|e| panic!("{e}"));
@@ -345,7 +345,7 @@ fn main() {
             0,
             DeviceOptions {
                 queues: 2,
-                completion_gather: gather,
+                completion: DeviceOptions::DEFAULT_COMPLETION.with_gather(gather),
                 ..DeviceOptions::default()
             },
         )

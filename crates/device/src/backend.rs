@@ -3,17 +3,16 @@
 //! `issue` enqueues, in order, a `cuStreamWaitEvent` per device wait (none for an event of this
 //! queue's own pool: it was recorded on this stream, whose order already waits for it), the
 //! payload, and one completion event from the queue's own pool, which the scheduler also records as the device-signal timepoint of every
-//! signal semaphore. `wait_event` runs on the queue's completion thread: it polls `cuEventQuery`
-//! for the queue's completion spin, and past it sleeps until the GPU's interrupt (see
+//! signal semaphore. The queue's completion thread queries those events (`cuEventQuery`) and,
+//! when the scheduler's completion policy says so, blocks on one until the GPU's interrupt (see
 //! `CudaBackend::sleep_until`). No driver callback is ever registered.
 
 use std::sync::{Arc, PoisonError};
-use std::time::{Duration, Instant};
 
 use cuhal_command::{BufferRange, CommandBuffer, FillPattern, HostBuffer, HostBufferUse};
 use cuhal_recycle::Recycled;
 use cuhal_scheduler::{Backend, ThreadRole};
-use cuhal_semaphore::{Failure, Traffic};
+use cuhal_semaphore::Failure;
 use cuhal_sys::{
     CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUstream, Event,
     PrimaryContext, Stream, cu,
@@ -102,11 +101,10 @@ pub(crate) struct CudaBackend {
     /// event on the device, then records `sleep_event`, a blocking-sync event.
     sleep_stream: Stream,
     sleep_event: Event,
-    /// Serializes sleepers: the scheduler has one (the completion thread), but `wait_event` is
-    /// public and the sleep event must not be recorded by one thread while another waits on it.
+    /// Serializes sleepers: the scheduler has one (the completion thread), but `block_on_event`
+    /// is public and the sleep event must not be recorded by one thread while another waits on
+    /// it.
     sleep_lock: std::sync::Mutex<()>,
-    /// How the completion side polls.
-    polling: Polling,
     /// This queue's count of issues, which host waits and completion threads watch.
     issues: IssueCount,
     /// The queue's tracing context, if it traces.
@@ -127,25 +125,6 @@ const MIN_INFO_BOXES: usize = 16;
 #[allow(clippy::vec_box)]
 type InfoBoxes = Recycled<Vec<Box<SubmissionInfo>>, MIN_INFO_BOXES>;
 
-/// How a queue's completion side polls a completion event.
-pub(crate) struct Polling {
-    /// The pause between two queries while it spins.
-    pub(crate) interval: Duration,
-    /// The pause instead while the device's queues keep issuing (`DeviceOptions::busy_query_pace`):
-    /// each query takes the driver's lock those issues need.
-    pub(crate) busy_pace: Duration,
-    /// How long a wait with a zero spin (nobody needs the completion soon) polls with thread
-    /// sleeps before `sleep_until` (see `DeviceOptions::completion_nap`).
-    pub(crate) nap: Duration,
-}
-
-/// The thread sleep between two queries while napping: the kernel rounds it up (timer slack),
-/// so a nap costs a wake-up every 50 to 100 us, not a core.
-const NAP_STEP: Duration = Duration::from_micros(20);
-
-/// A spin budget no wait outlasts (a century), for budgets too large for an `Instant`.
-const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 impl CudaBackend {
     /// The queue's own event pool, which [`Queue::wait_stream`](crate::Queue::wait_stream) also
     /// records on other runtimes' streams (see there why that is sound).
@@ -160,7 +139,6 @@ impl CudaBackend {
         lost: Arc<Lost>,
         issues: IssueCount,
         priority: i32,
-        polling: Polling,
         trace: Option<Arc<TraceContext>>,
     ) -> Result<Self, Error> {
         let stream = Stream::with_priority(&context, CU_STREAM_NON_BLOCKING, priority)?;
@@ -174,7 +152,6 @@ impl CudaBackend {
             sleep_stream,
             sleep_event,
             sleep_lock: std::sync::Mutex::new(()),
-            polling,
             issues,
             trace,
             untraced: std::sync::atomic::AtomicBool::new(false),
@@ -196,55 +173,6 @@ impl CudaBackend {
             }
             None => Box::new(info),
         }
-    }
-
-    /// Queries `event` every `polling.interval` (every `polling.busy_pace` while the device's
-    /// queues keep issuing) until it completes, fails, or `until` passes.
-    ///
-    /// The pause keeps this thread from hammering the driver: every query takes locks that the
-    /// threads submitting to the same context need too.
-    fn poll_until(&self, event: &CudaEvent, until: Instant) -> Result<bool, cuhal_sys::Error> {
-        let submissions = &self.issues.submissions;
-        let mut traffic = Traffic::new(submissions.total(), self.polling.busy_pace);
-        loop {
-            let now = Instant::now();
-            if now >= until {
-                return Ok(false);
-            }
-            let pause = if traffic.busy(submissions.total(), now) {
-                traffic.pace().max(self.polling.interval)
-            } else {
-                self.polling.interval
-            };
-            let next = now.checked_add(pause).map_or(until, |t| t.min(until));
-            while Instant::now() < next {
-                std::hint::spin_loop();
-            }
-            match event.query_raw() {
-                Ok(false) => {}
-                done => return done,
-            }
-        }
-    }
-
-    /// Queries `event` between short thread sleeps until it completes, fails, or `until` passes:
-    /// a wait that enqueues nothing on the device (unlike `sleep_until`).
-    ///
-    /// A waiter that arrives meanwhile (a future registering, a host thread parking) nudges
-    /// the queue: the rest of the window is then polled, as a wait somebody needs is, instead
-    /// of slept through in 20 us steps (a future's wake took 19 us over the floor that way).
-    fn nap_until(&self, event: &CudaEvent, until: Instant) -> Result<bool, cuhal_sys::Error> {
-        while Instant::now() < until {
-            if event.is_hurried() {
-                return self.poll_until(event, until);
-            }
-            std::thread::sleep(NAP_STEP);
-            match event.query_raw() {
-                Ok(false) => {}
-                done => return done,
-            }
-        }
-        Ok(false)
     }
 
     /// Sleeps until `event` completes, woken by the GPU's interrupt: the sleep stream waits for
@@ -584,35 +512,25 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn wait_event(&self, event: &CudaEvent, spin: Duration) -> Result<(), Failure> {
-        let mut outcome = event.query_raw();
-        if matches!(outcome, Ok(false)) {
-            let now = Instant::now();
-            // A spin too long to represent means "spin for ever".
-            let until = now.checked_add(spin).unwrap_or(now + FOREVER);
-            outcome = self.poll_until(event, until);
-        }
-        if matches!(outcome, Ok(false)) && spin.is_zero() && !self.polling.nap.is_zero() {
-            // Nobody needs this completion soon (the scheduler's lazy retirement). Blocking on
-            // the device now would put a wait on this event and a blocking-sync record on the
-            // sleep stream while other queues' work may be waiting on the same event: the one
-            // device-side change that lazy retirement brought to bench case 3, whose gap grew
-            // by 2.3 us on the H200. Short work completes within the naps; long work still ends
-            // up blocking below.
-            let now = Instant::now();
-            let until = now.checked_add(self.polling.nap).unwrap_or(now + FOREVER);
-            outcome = self.nap_until(event, until);
-        }
-        if matches!(outcome, Ok(false)) {
-            outcome = self.sleep_until(event);
-        }
-        match outcome {
+    fn query_event(&self, event: &CudaEvent) -> Result<bool, Failure> {
+        event
+            .query_raw()
+            .map_err(|e| self.lost.note(Error::from(e)))
+    }
+
+    fn block_on_event(&self, event: &CudaEvent) -> Result<(), Failure> {
+        match self.sleep_until(event) {
             Ok(true) => Ok(()),
             Ok(false) => Err(Failure::new(Error::EventNotComplete {
                 after: cuhal_sys::cu_name!(cuEventSynchronize),
             })),
             Err(e) => Err(self.lost.note(Error::from(e))),
         }
+    }
+
+    /// Every queue's issues on this device: queries take the driver's lock those issues need.
+    fn traffic(&self) -> u64 {
+        self.issues.submissions.total()
     }
 }
 

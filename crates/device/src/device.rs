@@ -4,13 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cuhal_command::{Buffer, Executable, HostBuffer, PatchMethod};
-use cuhal_scheduler::QueueOptions;
+use cuhal_scheduler::{CompletionOptions, QueueOptions, policy};
 use cuhal_semaphore::{Failure, SemaphoreOptions};
 use cuhal_sys::{DeviceInfo, DriverApi, PrimaryContext};
 use cuhal_trace::{CuptiChoice, Sink, TraceConfig, TraceContext, Verbosity};
 
 use crate::Semaphore;
-use crate::backend::Polling;
 use crate::error::{Error, Result};
 use crate::event_pool::TimepointEventPool;
 use crate::lost::Lost;
@@ -80,45 +79,10 @@ pub struct DeviceOptions {
     /// Where FINE command zones get their times: CUPTI's activity records when it can be had
     /// (the default), timing events otherwise.
     pub cupti: CuptiChoice,
-    /// How long a completion thread polls an event before blocking on it.
-    pub completion_spin: Duration,
-    /// How long the completion thread pauses between two queries of an event while it spins:
-    /// shorter sees completions sooner, longer leaves the driver to the submitting threads.
-    pub completion_poll_interval: Duration,
-    /// How long a completion thread that nobody waits on (no parked host waiter, no submitter
-    /// waiting for room; its spin is then zero) polls a completion event with short thread
-    /// sleeps before it blocks on the device's interrupt. That blocking enqueues a wait on the
-    /// event and a blocking-sync record on a stream of its own, device work that a short
-    /// dependency chain between queues should not have to share the GPU with; the naps enqueue
-    /// nothing. Zero: block on the device at once.
-    pub completion_nap: Duration,
-    /// How long a completion thread lets finished submissions gather after it retired a batch
-    /// that nobody waited for, before it takes the next (see
-    /// `QueueOptions::with_completion_gather`; the push that makes
-    /// [`completion_gather_batch`](Self::completion_gather_batch) wait ends the gather early):
-    /// fewer, larger batches, so fewer event queries contending for the driver's lock with the
-    /// submitting threads and less CPU per submission. Host waiters are not held up: they poll
-    /// the events they wait for themselves, and one that outlasts `host_wait_spin` and parks
-    /// ends the gather of the queue whose work it waits for. Default
-    /// [`DEFAULT_COMPLETION_GATHER`](Self::DEFAULT_COMPLETION_GATHER); zero: retire whatever has
-    /// finished as soon as it is seen.
-    pub completion_gather: Duration,
-    /// How many finished submissions end a gather early (see
-    /// `QueueOptions::with_gather_batch`): larger batches cost the completion thread fewer
-    /// wake-ups per submission and keep more completion events in flight. Default
-    /// [`DEFAULT_COMPLETION_GATHER_BATCH`](Self::DEFAULT_COMPLETION_GATHER_BATCH).
-    pub completion_gather_batch: usize,
-    /// How long a host semaphore wait polls a recorded device event before parking. Parked, it
-    /// still looks at the event now and then (50 us to 1 ms apart), and its park ends the gather
-    /// of the queue whose work it waits for.
-    pub host_wait_spin: Duration,
-    /// While this device's queues keep issuing work (two issues or more within this time), a
-    /// host wait on one of its events queries the event at most once per this time, watching
-    /// the semaphore in between, and so does a completion thread polling for a parked waiter:
-    /// every `cuEventQuery` takes the driver's lock those submissions need. Waits see completion
-    /// up to this late while submissions flow, and back to back otherwise. Zero: never hold
-    /// back. Default [`DEFAULT_BUSY_QUERY_PACE`](Self::DEFAULT_BUSY_QUERY_PACE).
-    pub busy_query_pace: Duration,
+    /// How the queues' completion threads spin and gather (see [`CompletionOptions`] and the
+    /// scheduler's completion [`policy`](cuhal_scheduler::policy)). Default
+    /// [`DEFAULT_COMPLETION`](Self::DEFAULT_COMPLETION).
+    pub completion: CompletionOptions,
     /// Events created up front in each queue's pool (a pool grows on demand). Default
     /// [`DEFAULT_RESERVED_EVENTS`](Self::DEFAULT_RESERVED_EVENTS).
     pub reserved_events: usize,
@@ -128,10 +92,6 @@ pub struct DeviceOptions {
     /// at least 256, at most `QueueOptions::MAX_CAPACITY`), so a backlog up to it allocates
     /// nothing.
     pub max_in_flight: usize,
-    /// Whether completion threads poll every completion for `completion_spin` even when no host
-    /// thread waits for it (see `QueueOptions::with_eager_completion`); off, they block at once
-    /// and host waiters poll the events they need themselves.
-    pub eager_completion: bool,
     /// How graph command buffers with binding slots give their executables new addresses: on
     /// the host per changed node, or on the device by a helper node when many kernel nodes
     /// change ([`PatchMethod::Auto`], the default).
@@ -139,20 +99,23 @@ pub struct DeviceOptions {
 }
 
 impl DeviceOptions {
-    /// The default [`busy_query_pace`](Self::busy_query_pace), chosen by bench case 14 on the
-    /// H200 (figures in `docs/decisions/semaphore.md`).
-    pub const DEFAULT_BUSY_QUERY_PACE: Duration = Duration::from_micros(10);
-    /// The default [`completion_gather`](Self::completion_gather), with
+    /// The default [`completion`](Self::completion): the scheduler's spin, a gather of
+    /// [`DEFAULT_COMPLETION_GATHER`](Self::DEFAULT_COMPLETION_GATHER) with batches of
+    /// [`DEFAULT_COMPLETION_GATHER_BATCH`](Self::DEFAULT_COMPLETION_GATHER_BATCH).
+    pub const DEFAULT_COMPLETION: CompletionOptions = CompletionOptions::new()
+        .with_gather(Self::DEFAULT_COMPLETION_GATHER)
+        .with_gather_batch(Self::DEFAULT_COMPLETION_GATHER_BATCH);
+    /// The default completion gather ([`CompletionOptions::gather`]), with
     /// [`DEFAULT_COMPLETION_GATHER_BATCH`](Self::DEFAULT_COMPLETION_GATHER_BATCH): twice the
     /// scheduler's suggestion. `cuhal bench` case 1 runs this, the scheduler's 400 us with
     /// batches of 128, and no gather side by side in one process; the choice and its figures are
     /// in the scheduler's decision record ("Completion gathering").
     pub const DEFAULT_COMPLETION_GATHER: Duration = Duration::from_micros(800);
-    /// The default [`completion_gather_batch`](Self::completion_gather_batch).
+    /// The default completion gather batch ([`CompletionOptions::gather_batch`]).
     pub const DEFAULT_COMPLETION_GATHER_BATCH: usize = 256;
     /// The scheduler's suggested gather (400 us), this crate's default until bench case 1 chose
     /// [`DEFAULT_COMPLETION_GATHER`](Self::DEFAULT_COMPLETION_GATHER).
-    pub const SUGGESTED_COMPLETION_GATHER: Duration = QueueOptions::SUGGESTED_COMPLETION_GATHER;
+    pub const SUGGESTED_COMPLETION_GATHER: Duration = CompletionOptions::SUGGESTED_GATHER;
     /// The default [`reserved_events`](Self::reserved_events): eight gather batches. A queue
     /// that gathers holds up to about three batches' completion events at once (one handed
     /// over, one deferred, one being retired), and the signal semaphores keep theirs until
@@ -173,16 +136,9 @@ impl Default for DeviceOptions {
             queue_priorities: Vec::new(),
             trace_sink: None,
             cupti: CuptiChoice::default(),
-            completion_spin: QueueOptions::DEFAULT_COMPLETION_SPIN,
-            completion_poll_interval: Duration::from_micros(1),
-            completion_nap: Duration::from_micros(500),
-            completion_gather: Self::DEFAULT_COMPLETION_GATHER,
-            completion_gather_batch: Self::DEFAULT_COMPLETION_GATHER_BATCH,
-            host_wait_spin: Duration::from_micros(200),
-            busy_query_pace: Self::DEFAULT_BUSY_QUERY_PACE,
+            completion: Self::DEFAULT_COMPLETION,
             reserved_events: Self::DEFAULT_RESERVED_EVENTS,
             max_in_flight: QueueOptions::DEFAULT_MAX_IN_FLIGHT,
-            eager_completion: false,
             patch_method: PatchMethod::default(),
         }
     }
@@ -197,16 +153,9 @@ impl std::fmt::Debug for DeviceOptions {
             .field("queue_tracing", &self.queue_tracing)
             .field("queue_priorities", &self.queue_priorities)
             .field("cupti", &self.cupti)
-            .field("completion_spin", &self.completion_spin)
-            .field("completion_poll_interval", &self.completion_poll_interval)
-            .field("completion_nap", &self.completion_nap)
-            .field("completion_gather", &self.completion_gather)
-            .field("completion_gather_batch", &self.completion_gather_batch)
-            .field("host_wait_spin", &self.host_wait_spin)
-            .field("busy_query_pace", &self.busy_query_pace)
+            .field("completion", &self.completion)
             .field("max_in_flight", &self.max_in_flight)
             .field("patch_method", &self.patch_method)
-            .field("eager_completion", &self.eager_completion)
             .finish_non_exhaustive()
     }
 }
@@ -337,11 +286,8 @@ impl Device {
             queue_events.push(events.clone());
             let setup = QueueSetup {
                 options: QueueOptions::new(label)
-                    .with_completion_spin(options.completion_spin)
+                    .with_completion(options.completion)
                     .with_max_in_flight(options.max_in_flight)
-                    .with_eager_completion(options.eager_completion)
-                    .with_completion_gather(options.completion_gather)
-                    .with_gather_batch(options.completion_gather_batch)
                     .with_capacity(queue_capacity(&options)),
                 events,
                 issues: IssueCount {
@@ -349,11 +295,6 @@ impl Device {
                     queue: index,
                 },
                 priority: options.queue_priorities.get(index).copied().unwrap_or(0),
-                polling: Polling {
-                    interval: options.completion_poll_interval,
-                    busy_pace: options.busy_query_pace,
-                    nap: options.completion_nap,
-                },
                 mode: options.command_buffer_mode,
                 patch_method: options.patch_method,
                 trace,
@@ -366,8 +307,8 @@ impl Device {
             info,
             queue_events,
             semaphore_options: SemaphoreOptions::new()
-                .with_event_spin(options.host_wait_spin)
-                .with_busy_query_pace(options.busy_query_pace),
+                .with_event_spin(policy::HOST_WAIT_SPIN)
+                .with_busy_query_pace(policy::BUSY_QUERY_PACE),
             peers: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -402,7 +343,7 @@ impl Device {
     }
 
     /// A timeline semaphore at `initial`, whose host waits spin on recorded device events for the
-    /// device's `host_wait_spin`.
+    /// `completion_policy::HOST_WAIT_SPIN`.
     pub fn create_semaphore(&self, initial: u64) -> Semaphore {
         Semaphore::with_options(initial, self.semaphore_options)
     }
@@ -509,6 +450,6 @@ impl std::fmt::Debug for Device {
 fn queue_capacity(options: &DeviceOptions) -> usize {
     options
         .max_in_flight
-        .min(options.completion_gather_batch.saturating_mul(8))
+        .min(options.completion.gather_batch.saturating_mul(8))
         .max(QueueOptions::DEFAULT_CAPACITY)
 }

@@ -361,17 +361,6 @@ impl DeviceEvent for CudaEvent {
     }
 }
 
-impl CudaEvent {
-    /// Whether a waiter nudged the completion side of the queue that recorded this event since
-    /// it last took its finished work (see [`CompletionNudge::is_hurried`]).
-    pub(crate) fn is_hurried(&self) -> bool {
-        self.pool()
-            .nudge
-            .get()
-            .is_some_and(CompletionNudge::is_hurried)
-    }
-}
-
 impl cuhal_command::WorkDone for CudaEvent {
     fn is_done(&self) -> bool {
         matches!(self.query_raw(), Ok(true))

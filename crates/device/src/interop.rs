@@ -265,7 +265,7 @@ impl Device {
             // fails), then look again.
             let notify = notify.get_or_insert_with(|| Arc::new(Notify::default()));
             notify.reset();
-            let listener: Arc<dyn Listener> = notify.clone();
+            let listener: Arc<dyn Listener<CudaEvent>> = notify.clone();
             let token = semaphore.listen(value, &listener, 0);
             let woken = notify.wait(deadline);
             semaphore.cancel_listen(token);
@@ -395,7 +395,7 @@ impl Notify {
     }
 }
 
-impl Listener for Notify {
+impl<E> Listener<E> for Notify {
     fn notify(&self, _semaphore: SemaphoreId, _key: u64) {
         *self.fired.lock().unwrap_or_else(PoisonError::into_inner) = true;
         self.wake.notify_all();

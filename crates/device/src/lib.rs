@@ -122,6 +122,7 @@ pub use cuhal_command::{
     GraphExec, HostBuffer, KernelArg, KernelArgs, LaunchAttributes, MAX_BINDING_CAPACITY,
     PatchMethod, StreamWork, StreamWorkError, StreamWorkFn, WorkRange,
 };
+pub use cuhal_scheduler::{CompletionOptions, policy as completion_policy};
 pub use cuhal_semaphore::{Failure, Timeout, Wait};
 pub use cuhal_sys::{LinkKind, NcclDataType, NcclRedOp, PeerLink};
 pub use cuhal_trace::{CuptiChoice, JsonSink, MemorySink, Sink, Verbosity};

@@ -19,7 +19,7 @@ use cuhal_trace::{SubmissionInfo, TraceContext, Verbosity};
 use smallvec::SmallVec;
 
 use crate::Semaphore;
-use crate::backend::{CudaBackend, Payload, Polling};
+use crate::backend::{CudaBackend, Payload};
 use crate::bindings::{BindingTables, TablePool};
 use crate::device::DeviceShared;
 use crate::error::{Error, Result};
@@ -50,7 +50,7 @@ type SharedCleanup = Arc<dyn Fn(Outcome<'_>) + Send + Sync>;
 
 /// One queue's own settings, beside what it shares with its device ([`DeviceShared`]).
 pub(crate) struct QueueSetup {
-    /// The scheduler's options (label, completion spin).
+    /// The scheduler's options (label, completion options, in-flight limit, capacity).
     pub(crate) options: QueueOptions,
     /// The queue's own completion and timepoint events.
     pub(crate) events: TimepointEventPool,
@@ -58,8 +58,6 @@ pub(crate) struct QueueSetup {
     pub(crate) issues: IssueCount,
     /// The stream's priority (lower runs first).
     pub(crate) priority: i32,
-    /// How the completion side polls.
-    pub(crate) polling: Polling,
     /// How command buffers are built.
     pub(crate) mode: CommandBufferMode,
     /// How graph command buffers with slots are patched.
@@ -91,7 +89,6 @@ impl Queue {
             events,
             issues,
             priority,
-            polling,
             mode,
             patch_method,
             trace,
@@ -109,7 +106,6 @@ impl Queue {
             lost.clone(),
             issues,
             priority,
-            polling,
             trace.clone(),
         )
         .map_err(|e| lost.filter(e))?;

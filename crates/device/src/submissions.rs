@@ -5,7 +5,7 @@
 //! A `cuEventQuery` takes the driver's lock that a thread launching work on the same device needs:
 //! on the H200 another thread's query every 2 us made each launch + record 0.55 us slower, and
 //! back-to-back queries (what a spinning wait does) 0.9 to 1.6 us. A wait that sees these counts
-//! move holds its queries back (`SemaphoreOptions::busy_query_pace`), and so does a completion
+//! move holds its queries back (`completion_policy::BUSY_QUERY_PACE`), and so does a completion
 //! thread polling for a parked waiter (`CudaBackend::wait_event`); both judge the counts with
 //! [`cuhal_semaphore::Traffic`].
 

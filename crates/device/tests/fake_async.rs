@@ -141,7 +141,7 @@ fn gathering_queue(
     let (fake, driver, device) = open(
         tag,
         DeviceOptions {
-            completion_gather: Duration::from_secs(20),
+            completion: DeviceOptions::DEFAULT_COMPLETION.with_gather(Duration::from_secs(20)),
             ..queues(1)
         },
     );

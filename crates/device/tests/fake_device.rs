@@ -341,7 +341,7 @@ fn dropping_the_device_frees_everything_it_made() {
 fn an_unbounded_window_opens_and_runs() {
     let options = DeviceOptions {
         max_in_flight: usize::MAX,
-        completion_gather_batch: usize::MAX,
+        completion: cuhal::CompletionOptions::new().with_gather_batch(usize::MAX),
         ..queues(1)
     };
     let (_fake, _driver, device) = open("unbounded-window", options);

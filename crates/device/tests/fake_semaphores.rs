@@ -126,7 +126,7 @@ fn host_calls_run_in_order_and_fail_every_downstream_signal() {
 
 /// A device's events report how many actions its queues have issued (every queue's, barriers
 /// included): what a host wait on one of them watches to tell whether its queries would contend
-/// with submissions (`DeviceOptions::busy_query_pace`; the pacing itself is tested in the
+/// with submissions (`completion_policy::BUSY_QUERY_PACE`; the pacing itself is tested in the
 /// semaphore crate).
 #[test]
 fn a_device_event_counts_the_issues_of_every_queue() {
@@ -178,8 +178,7 @@ fn slow_queue(
     let (fake, driver, device) = open(
         tag,
         DeviceOptions {
-            completion_gather: gather,
-            host_wait_spin: Duration::from_millis(1),
+            completion: DeviceOptions::DEFAULT_COMPLETION.with_gather(gather),
             ..queues(1)
         },
     );

@@ -6,9 +6,8 @@ mod fake_support;
 
 use cuhal_sys::cu_name;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use cuhal::{CommandBuffer, DeviceOptions, FillPattern};
+use cuhal::{CommandBuffer, FillPattern};
 use fake_support::*;
 
 #[test]
@@ -169,87 +168,4 @@ fn a_dependent_submission_after_an_issued_one_is_issued_on_submit() {
     }
     settle(q2);
     assert_eq!(q2.stats().issued_on_submit, ROUNDS);
-}
-
-/// `CUDA_ERROR_NOT_READY`: what the fake's `cuEventQuery` answers while work "runs".
-const NOT_READY: i32 = 600;
-
-/// Retiring work that nobody waits for (the lazy path, a zero spin) naps on the host: it
-/// enqueues nothing on the device, so the sleep stream's wait on the completion event and its
-/// blocking-sync record never compete with another queue's device wait on that event.
-#[test]
-fn a_lazy_completion_enqueues_no_device_work_while_it_naps() {
-    let (fake, _driver, device) = open(
-        "lazy-nap",
-        DeviceOptions {
-            // Without gathering, which would defer the running work instead of waiting for it.
-            completion_gather: Duration::ZERO,
-            completion_nap: Duration::from_secs(600),
-            ..queues(1)
-        },
-    );
-    let queue = device.queue(0);
-    let cb = fill_command_buffer(&device, queue);
-    let done = device.create_semaphore(0);
-    // Every query says "still running" until the faults are cleared.
-    fake.fail("cuEventQuery", NOT_READY);
-    let waits = fake.calls(cu_name!(cuStreamWaitEvent));
-    let records = fake.calls(cu_name!(cuEventRecord));
-    queue.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
-    // Let the completion thread find the action and query it a few times.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let queries = fake.calls(cu_name!(cuEventQuery));
-    while fake.calls(cu_name!(cuEventQuery)) < queries + 3 {
-        assert!(
-            Instant::now() < deadline,
-            "the completion thread never queried"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(
-        (
-            fake.calls(cu_name!(cuStreamWaitEvent)) - waits,
-            fake.calls(cu_name!(cuEventRecord)) - records
-        ),
-        (0, 1),
-        "only the submission's completion record: no sleep-stream work"
-    );
-    fake.clear_faults();
-    settle(queue);
-    assert_eq!(done.query().unwrap(), 1);
-    assert_eq!(fake.calls(cu_name!(cuStreamWaitEvent)) - waits, 0);
-    assert!(queue.lost().is_none());
-}
-
-/// With no naps, the same lazy completion blocks on the device at once: a wait on the event
-/// and a blocking-sync record on the sleep stream (what the naps avoid).
-#[test]
-fn without_naps_a_lazy_completion_sleeps_on_the_device() {
-    let (fake, _driver, device) = open(
-        "lazy-no-nap",
-        DeviceOptions {
-            // Without gathering, which would defer the running work instead of waiting for it.
-            completion_gather: Duration::ZERO,
-            completion_nap: Duration::ZERO,
-            ..queues(1)
-        },
-    );
-    let queue = device.queue(0);
-    let cb = fill_command_buffer(&device, queue);
-    let done = device.create_semaphore(0);
-    let waits = fake.calls(cu_name!(cuStreamWaitEvent));
-    let records = fake.calls(cu_name!(cuEventRecord));
-    // The completion thread's first query (nobody else queries) says "still running".
-    fake.fail_calls("cuEventQuery", 1, 1, NOT_READY);
-    queue.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
-    settle(queue);
-    assert_eq!(
-        (
-            fake.calls(cu_name!(cuStreamWaitEvent)) - waits,
-            fake.calls(cu_name!(cuEventRecord)) - records
-        ),
-        (1, 2),
-        "the sleep stream waited for the event and recorded the sleep event"
-    );
-    assert!(queue.lost().is_none());
 }

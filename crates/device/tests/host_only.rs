@@ -107,10 +107,10 @@ fn default_options_are_one_untraced_graph_queue() {
     assert_eq!(options.tracing, Verbosity::Off);
     assert!(options.trace_sink.is_none());
     assert_eq!(
-        options.completion_spin,
-        cuhal_scheduler::QueueOptions::DEFAULT_COMPLETION_SPIN
+        options.completion.spin,
+        cuhal::CompletionOptions::DEFAULT_SPIN
     );
-    assert!(options.host_wait_spin > Duration::ZERO);
+    assert!(options.completion.gather > Duration::ZERO);
     let text = format!("{options:?}");
     assert!(
         text.contains("queues: 1") && text.contains("Graph"),

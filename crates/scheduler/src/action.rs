@@ -1,32 +1,23 @@
 //! What one submission carries: waits, signals, payload, retained resources, cleanup callbacks.
 
-use std::any::Any;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use cuhal_recycle::Recycled;
-use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
+use cuhal_semaphore::{Burst, DeviceEvent, Failure, Semaphore};
 use smallvec::SmallVec;
 
 use crate::backend::Backend;
+use crate::resource::Resources;
 
 /// How many waits or signals an action holds inline before its list spills to the heap.
 pub const INLINE_SEMAPHORES: usize = 4;
-/// How many resources an action holds inline.
-pub const INLINE_RESOURCES: usize = 4;
 /// How many cleanup callbacks an action holds inline.
 pub const INLINE_CLEANUPS: usize = 2;
 
 /// A `(semaphore, value)` list: the waits or the signals of one action.
 pub type SemaphoreList<E> = SmallVec<[(Semaphore<E>, u64); INLINE_SEMAPHORES]>;
-
-/// Anything an action keeps alive until it completes or fails (buffers, command buffers, a
-/// tracing context). Cloning an `Arc` into the list allocates nothing.
-pub type Resource = Arc<dyn Any + Send + Sync>;
-
-/// The resources of one action.
-pub type Resources = SmallVec<[Resource; INLINE_RESOURCES]>;
 
 /// The cleanup callbacks of one action.
 pub type Cleanups = SmallVec<[Cleanup; INLINE_CLEANUPS]>;
@@ -157,6 +148,14 @@ impl<B: Backend> Body<B> {
     pub(crate) fn fail_signals(&self, failure: &Failure) {
         for (semaphore, _) in &self.signals {
             semaphore.fail(failure.clone());
+        }
+    }
+
+    /// [`fail_signals`](Self::fail_signals) under the issue lock: the listeners the failures
+    /// fire go into `burst`, fired once the lock is let go.
+    pub(crate) fn fail_signals_into(&self, failure: &Failure, burst: &mut Burst<B::Event>) {
+        for (semaphore, _) in &self.signals {
+            semaphore.fail_into(failure.clone(), burst);
         }
     }
 }

@@ -1,8 +1,8 @@
 //! [`Backend`]: the few operations a device gives the scheduler.
 
-use std::time::Duration;
-
 use cuhal_semaphore::{DeviceEvent, Failure};
+
+use crate::resource::Resource;
 
 /// Which scheduler thread is starting, for [`Backend::bind_thread`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,10 +27,11 @@ pub enum ThreadRole {
 ///   queue's completion thread advancing a value), or the queue's worker. A CUDA backend must
 ///   therefore make its context current inside `issue` (a cheap check of `cuCtxGetCurrent`)
 ///   rather than rely on [`bind_thread`](Backend::bind_thread) alone.
-/// - [`wait_event`](Backend::wait_event) is called only by the completion thread, in issue order:
-///   for the newest event of each batch of finished actions, and (unless
-///   [`STICKY_ERRORS`](Backend::STICKY_ERRORS)) with a zero spin for the earlier ones once the
-///   newest completed, or for each one when the newest reported an error.
+/// - [`query_event`](Backend::query_event) and [`block_on_event`](Backend::block_on_event) are
+///   called only by the completion thread, in issue order: for the newest event of each batch of
+///   finished actions, and (unless [`STICKY_ERRORS`](Backend::STICKY_ERRORS)) for the earlier
+///   ones once the newest completed, or for each one when the newest reported an error. When
+///   to query and when to block is the scheduler's [`policy`](crate::policy), not the backend's.
 /// - [`release`](Backend::release) is called on the completion thread once per action, after the
 ///   action completed or failed and after its cleanup callbacks ran, whether or not it was issued.
 /// - No method is ever called from inside a driver callback, and no scheduler lock that `issue`
@@ -38,7 +39,7 @@ pub enum ThreadRole {
 /// - `issue` runs under the queue's issue lock but with no semaphore lock held: the action's
 ///   waits are looked at before it and its signals recorded after it.
 ///
-/// Errors are [`Failure`]s: an error from `issue` or `wait_event` fails the action, fails its
+/// Errors are [`Failure`]s: an error from `issue`, `query_event` or `block_on_event` fails the action, fails its
 /// signal semaphores with that failure and marks the queue lost.
 pub trait Backend: Send + Sync + 'static {
     /// The device event: the completion of an issued action, and the device-signal timepoint of
@@ -91,14 +92,25 @@ pub trait Backend: Send + Sync + 'static {
     /// A new queue's [`IssueLocal`](Backend::IssueLocal).
     fn issue_local(&self) -> Self::IssueLocal;
 
-    /// Blocks until `event` completes (`Ok`) or reports a device error (`Err`). Poll the event for
-    /// at most `spin` (the queue's [`completion_spin`](crate::QueueOptions::completion_spin)) and
-    /// then block in whatever way the device blocks cheaply (CUDA: a blocking-sync event or
-    /// `cuEventSynchronize`).
+    /// Whether `event` completed (`Ok(true)`), is still running (`Ok(false)`) or reports a
+    /// device error (`Err`), without waiting (CUDA: `cuEventQuery`).
+    fn query_event(&self, event: &Self::Event) -> Result<bool, Failure>;
+
+    /// Blocks until `event` completes (`Ok`) or reports a device error (`Err`), in whatever way
+    /// the device blocks without burning a core (CUDA: a blocking-sync event that a stream of
+    /// its own records once `event` completed). The scheduler calls it only after its policy's
+    /// spin or nap ran out.
     ///
     /// Must return even when the device is lost (the CUDA driver does: every query of a context
     /// with a sticky error returns that error), or a dropped queue would wait forever.
-    fn wait_event(&self, event: &Self::Event, spin: Duration) -> Result<(), Failure>;
+    fn block_on_event(&self, event: &Self::Event) -> Result<(), Failure>;
+
+    /// A count of the work issued to the device so far, by all its queues (it only grows): while
+    /// it moves fast, the policy queries events less often, as each query may take a lock the
+    /// issuing threads need (CUDA: the driver's). The default: 0 (never busy).
+    fn traffic(&self) -> u64 {
+        0
+    }
 
     /// Called by the completion side for an action whose event completed without error and
     /// whose payload [`checks_completion`](Backend::checks_completion) (asked once, at issue),
@@ -142,7 +154,7 @@ pub trait Backend: Send + Sync + 'static {
     /// it keeps until it completes: a resource that needs to know it is now in the queue's issue
     /// order (CUDA: a use of stream-ordered memory, which a later free on the same stream is
     /// ordered after) can be told here. The default does nothing.
-    fn issued(&self, resources: &[crate::Resource]) {
+    fn issued(&self, resources: &[Resource]) {
         let _ = resources;
     }
 }

@@ -9,15 +9,8 @@
 //! are complete); when the newest event reports an error, the batch falls back to one wait per
 //! action, so that exactly the failed action (and what depends on it) fails.
 //!
-//! It polls fast (the queue's `completion_spin`) only while somebody needs the answer: a host
-//! thread parked on a semaphore the batch signals, a submitter waiting for room. Otherwise it asks
-//! the backend to block at once: host waiters poll recorded events themselves, so values seen on
-//! the host lag only while nobody waits for them. A queue that gathers (`completion_gather`) goes
-//! further: a batch nobody needs whose newest work is still running is not waited for but kept
-//! for the next round, which retires it first ([`may_defer`]). A host thread that parks on such
-//! work ends the gather ([`CompletionNudge`](crate::CompletionNudge)): this thread's advance is
-//! what wakes it (its own looks at its event come 50 us to 1 ms apart). With nothing to retire
-//! it looks for work for the queue's `idle_spin`, then parks, so an idle queue burns no core.
+//! When it looks and how it waits (spin, nap, block; gather, defer; who may hurry it) is the
+//! completion policy's ([`policy`](crate::policy)); this module does the retiring.
 //! Nothing here runs inside a driver callback.
 
 use std::collections::VecDeque;
@@ -25,16 +18,16 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
+use cuhal_semaphore::{Failure, Semaphore};
 
 use crate::action::{Body, Finished, Spare, upstream_failure};
 use crate::backend::Backend;
-use crate::shared::{COMPLETION_THREAD, Shared};
-use crate::spin::spin_until;
+use crate::policy::{self, Need};
+use crate::shared::Shared;
 use crate::sync::{Ordering, Parker};
 
-pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
-    COMPLETION_THREAD.with(|c| c.set(true));
+pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker, nap: Parker) {
+    shared.completion_thread_started();
     let mut batch: VecDeque<Finished<B>> = VecDeque::with_capacity(shared.options.capacity);
     let mut scratch = Scratch {
         advanced: Vec::with_capacity(16),
@@ -52,17 +45,17 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
         if !batch.is_empty() || !deferred.is_empty() {
             let mut wanted = false;
             if !deferred.is_empty() {
-                wanted |= retire_batch(&shared, &mut deferred, &mut scratch, urgent);
+                wanted |= retire_batch(&shared, &nap, &mut deferred, &mut scratch, urgent);
             }
             if !batch.is_empty() {
-                if !urgent && may_defer(&shared, &batch) {
+                if !urgent && policy::may_defer(&shared, &batch) {
                     std::mem::swap(&mut deferred, &mut batch);
                 } else {
-                    wanted |= retire_batch(&shared, &mut batch, &mut scratch, urgent);
+                    wanted |= retire_batch(&shared, &nap, &mut batch, &mut scratch, urgent);
                 }
             }
             if !wanted {
-                gather(&shared, &parker);
+                policy::gather(&shared, &parker);
             }
             continue;
         }
@@ -77,7 +70,7 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
             shared.finished_len.load(Ordering::Acquire) > 0
                 || shared.worker_done.load(Ordering::Acquire)
         };
-        if !spin_until(shared.options.idle_spin, ready) {
+        if !policy::idle_spin(ready) {
             let side = &shared.completion_side;
             shared.completion_parked.store(true, Ordering::Relaxed);
             // Under the list's lock, as `push_finished` reads `parked`: either the pusher sees
@@ -93,74 +86,6 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
             // token.
             parker.park_timeout(Duration::ZERO);
         }
-    }
-}
-
-/// After a batch nobody waited for: sleeps for the queue's `completion_gather` (or until woken by
-/// a submitter that needs room, by work only this thread can complete or that a host thread
-/// parked on, by a host thread about to park on this queue's work (`Hurry`),
-/// or by the push that makes the queue's `gather_batch` actions wait), so that the next batch
-/// holds the actions of many submissions instead of one or two. Skipped when enough actions
-/// already wait, or once the worker is done (shutdown drains at once).
-fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
-    let gather = shared.options.completion_gather;
-    if gather.is_zero()
-        || shared.finished_len.load(Ordering::Acquire) >= shared.options.gather_batch
-        || shared.room_waiters.load(Ordering::Relaxed) > 0
-        || shared.worker_done.load(Ordering::Acquire)
-    {
-        return;
-    }
-    // Under loom, which has no time, a gather that timed out at once is one of the runs the real
-    // thread can have (a loom timed park would wait for an unpark that may never come).
-    #[cfg(not(loom))]
-    {
-        shared.hurry.gathering.store(true, Ordering::SeqCst);
-        // Under the list's lock, as `push_finished` reads `gathering`: either the pusher of work
-        // that needs this thread sees `gathering` and wakes it, or this sees that work. And
-        // after `gathering` is raised, as a hurry raises `hurried` before it reads `gathering`
-        // (see `Hurry`): either it unparks this thread, or this sees it hurried.
-        let (waiting, urgent) = shared.finished_waiting();
-        if urgent == 0
-            && waiting < shared.options.gather_batch
-            && !shared.hurry.hurried.load(Ordering::SeqCst)
-        {
-            parker.park_timeout(gather);
-        }
-        shared.hurry.gathering.store(false, Ordering::Relaxed);
-    }
-    #[cfg(loom)]
-    let _ = parker;
-}
-
-/// Whether `batch` may wait for the next round instead of being retired now: the queue gathers
-/// (see [`gather`]) and is not shutting down, nobody needs the batch's newest action (see
-/// [`wanted`]), and its completion event has not completed yet (one query, no wait). Such a
-/// batch was mostly taken the moment its last action was handed over, so its newest work has
-/// barely started: waiting for it would cost a nap and a wake-up per batch, while one gather
-/// later it is done and the next round retires it (first, in issue order) without a wait.
-fn may_defer<B: Backend>(shared: &Shared<B>, batch: &VecDeque<Finished<B>>) -> bool {
-    if shared.options.completion_gather.is_zero() || shared.worker_done.load(Ordering::Acquire) {
-        return false;
-    }
-    let newest = batch.iter().rev().find_map(|f| match f {
-        Finished::Issued {
-            body,
-            event,
-            checked,
-            ..
-        } => Some((body, event, *checked)),
-        Finished::Failed { .. } => None,
-    });
-    match newest {
-        Some((body, event, checked)) => {
-            !wanted(shared, body, checked)
-                && matches!(
-                    catch_unwind(AssertUnwindSafe(|| event.query())),
-                    Ok(Ok(false))
-                )
-        }
-        None => false,
     }
 }
 
@@ -181,6 +106,7 @@ struct Scratch<B: Backend> {
 /// newest action's completion (see [`wanted`]), as they do in an `urgent` round.
 fn retire_batch<B: Backend>(
     shared: &Shared<B>,
+    nap: &Parker,
     batch: &mut VecDeque<Finished<B>>,
     scratch: &mut Scratch<B>,
     urgent: bool,
@@ -208,13 +134,13 @@ fn retire_batch<B: Backend>(
         else {
             unreachable!("found as issued")
         };
-        let spin = if urgent || wanted(shared, body, *checked) {
+        let need = if urgent || policy::wanted(shared, body, *checked) {
             newest_wanted = true;
-            shared.options.completion_spin
+            Need::Now
         } else {
-            Duration::ZERO
+            Need::Lazily
         };
-        wait(shared, event, spin)
+        policy::wait(shared, nap, event, need)
     });
     let ordered = matches!(newest_outcome, Some(Ok(()))) && B::STICKY_ERRORS;
 
@@ -241,10 +167,9 @@ fn retire_batch<B: Backend>(
                     newest_outcome.clone().unwrap_or(Ok(()))
                 } else if matches!(newest_outcome, Some(Ok(()))) {
                     // Complete (the newest is): read how it ended, without waiting.
-                    wait(shared, event, Duration::ZERO)
+                    policy::wait(shared, nap, event, Need::Lazily)
                 } else {
-                    let spin = shared.options.completion_spin;
-                    wait(shared, event, spin)
+                    policy::wait(shared, nap, event, Need::Now)
                 };
                 let result = match result {
                     Ok(()) if *checked => {
@@ -322,16 +247,6 @@ fn retire_batch<B: Backend>(
     newest_wanted
 }
 
-/// Whether someone needs this action's completion seen soon: a host thread parked on one of its
-/// signal semaphores, a submitter waiting for room, or anybody at all when its work is `checked`
-/// on completion (it recorded no device signal, so nobody else can poll it).
-fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>, checked: bool) -> bool {
-    shared.room_waiters.load(Ordering::Relaxed) > 0
-        || body.has_parked_waiters()
-        || shared.options.eager_completion
-        || checked
-}
-
 fn check_completed<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> Result<(), Failure> {
     catch_unwind(AssertUnwindSafe(|| {
         shared.backend.check_completed(body.payload())
@@ -339,14 +254,6 @@ fn check_completed<B: Backend>(shared: &Shared<B>, body: &Body<B>) -> Result<(),
     .unwrap_or_else(|_| {
         Err(Failure::msg(
             "the backend panicked while checking completed work",
-        ))
-    })
-}
-
-fn wait<B: Backend>(shared: &Shared<B>, event: &B::Event, spin: Duration) -> Result<(), Failure> {
-    catch_unwind(AssertUnwindSafe(|| shared.backend.wait_event(event, spin))).unwrap_or_else(|_| {
-        Err(Failure::msg(
-            "the backend panicked while waiting for a completion event",
         ))
     })
 }

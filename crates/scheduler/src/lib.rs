@@ -27,9 +27,9 @@
 //!    (no thread hand-off on the hot path); the queue's worker thread issues only those that
 //!    become ready later.
 //! 4. The queue's completion thread retires finished actions in batches, in issue order: it waits
-//!    for the newest completion event of a batch (polling for a bounded, configurable time while
-//!    somebody needs the answer, else blocking, or, on a queue that gathers, keeping a batch whose
-//!    work still runs for its next round), advances each signal semaphore once on the host, runs
+//!    for the newest completion event of a batch along the completion [`policy`] (polling for a
+//!    bounded, configurable time while somebody needs the answer, else napping, then blocking, or,
+//!    on a queue that gathers, keeping a batch whose work still runs for its next round), advances each signal semaphore once on the host, runs
 //!    the cleanup callbacks (where tracing is collected), then releases the resources and gives
 //!    the payloads back to the backend. Nothing runs inside a driver callback. A thread that
 //!    issues a burst (a chain across queues that one host signal released) wakes a parked
@@ -67,29 +67,43 @@
 
 mod action;
 mod backend;
-mod burst;
 mod completion;
 mod error;
+mod handover;
 pub mod host;
+mod hurry;
+mod issue;
+mod issue_lock;
+mod listen;
 mod notifier;
 mod options;
 mod pending;
+pub mod policy;
 mod queue;
 mod readiness;
+mod resource;
+mod room;
 mod shared;
+mod slots;
 mod spin;
+mod state;
 mod sync;
 mod worker;
 
 pub use action::{
-    Cleanup, Cleanups, INLINE_CLEANUPS, INLINE_RESOURCES, INLINE_SEMAPHORES, Outcome, Resource,
-    Resources, SPILLED_ENTRIES, SemaphoreList, SlotCleanups, SlotResources,
+    Cleanup, Cleanups, INLINE_CLEANUPS, INLINE_SEMAPHORES, Outcome, SPILLED_ENTRIES, SemaphoreList,
+    SlotCleanups, SlotResources,
 };
 pub use backend::{Backend, ThreadRole};
 pub use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
 pub use error::Error;
+/// The completion thread's hurry and nap, public for the loom models only.
+#[cfg(loom)]
+pub use hurry::Hurry;
 pub use options::QueueOptions;
+pub use policy::CompletionOptions;
 pub use queue::{CompletionNudge, LossTrigger, Queue, QueueStats};
+pub use resource::{INLINE_RESOURCES, Resource, Resources};
 pub use spin::spin_until;
 
 /// The README's examples, compiled (and run where they need no GPU) as doctests.

@@ -3,15 +3,19 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cuhal_semaphore::{Failure, Semaphore};
+use cuhal_semaphore::{Burst, Failure, Semaphore};
 
-use crate::action::{Cleanups, Resources, SlotCleanups, SlotResources};
+use crate::action::{Cleanups, SlotCleanups, SlotResources};
 use crate::backend::{Backend, ThreadRole};
 use crate::error::Error;
+use crate::hurry::Hurry;
+use crate::issue_lock::Issuer;
+use crate::listen::QueueListener;
 use crate::options::QueueOptions;
-use crate::shared::{Hurry, Issuer, Shared};
+use crate::resource::Resources;
+use crate::shared::Shared;
 use crate::sync::thread::{self, JoinHandle};
-use crate::sync::{Ordering, Parker, mpsc};
+use crate::sync::{Ordering, Parker, mpsc, thread_key};
 use crate::{completion, worker};
 
 /// A snapshot of a queue's counters.
@@ -75,28 +79,20 @@ impl<B: Backend> LossTrigger<B> {
 /// calls [`nudge`](CompletionNudge::nudge) from
 /// [`DeviceEvent::awaited`](cuhal_semaphore::DeviceEvent::awaited), when a host thread is about
 /// to park on a value the queue's issued work reaches; a queue that gathers completions
-/// ([`QueueOptions::with_completion_gather`](crate::QueueOptions::with_completion_gather)) then
-/// ends its gather and retires that work as soon as it completes, instead of up to a gather
-/// later. Holds the queue weakly; does nothing once it is gone.
+/// ([`CompletionOptions::gather`](crate::CompletionOptions::gather)) then ends its gather, a
+/// completion thread napping on that work polls instead, and the work is retired as soon as it
+/// completes (see [`policy`](crate::policy)). Holds the queue weakly; does nothing once it is gone.
 #[derive(Clone)]
 pub struct CompletionNudge(std::sync::Weak<Hurry>);
 
 impl CompletionNudge {
-    /// Ends the completion thread's gather, now or before its next one begins. Takes no lock,
+    /// Ends the completion thread's gather or nap, now or before its next one begins. Takes no lock,
     /// never blocks and makes at most one wake-up, so it may be called from a host wait, under a
     /// semaphore's lock; it holds nothing of the queue but the flags it sets.
     pub fn nudge(&self) {
         if let Some(hurry) = self.0.upgrade() {
             hurry.hurry();
         }
-    }
-
-    /// Whether a nudge came since the completion thread last took its finished work: somebody
-    /// now waits for work it may be napping on, so a backend's nap should poll instead.
-    pub fn is_hurried(&self) -> bool {
-        self.0
-            .upgrade()
-            .is_some_and(|hurry| hurry.hurried.load(Ordering::Acquire))
     }
 }
 
@@ -142,11 +138,14 @@ impl<B: Backend> Queue<B> {
     pub fn new(backend: B, options: QueueOptions) -> Result<Self, Error> {
         let worker_parker = Parker::new();
         let completion_parker = Parker::new();
+        let nap_parker = Parker::new();
         let shared = Shared::new(
             backend,
             options,
             worker_parker.unparker().clone(),
             completion_parker.unparker().clone(),
+            nap_parker.unparker().clone(),
+            QueueListener::shared,
         );
         let mut queue = Queue {
             shared: shared.clone(),
@@ -158,7 +157,7 @@ impl<B: Backend> Queue<B> {
             &shared,
             ThreadRole::Completion,
             bound_tx.clone(),
-            move |shared| completion::run(shared, completion_parker),
+            move |shared| completion::run(shared, completion_parker, nap_parker),
         )?);
         match spawn(&shared, ThreadRole::Worker, bound_tx, move |shared| {
             worker::run(shared, worker_parker)
@@ -247,21 +246,30 @@ impl<B: Backend> Queue<B> {
         signals: &[(&Semaphore<B::Event>, u64)],
         fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
     ) -> Result<(), Error> {
-        if self.shared.issuing_here() {
+        // A submission from inside this queue's issue (its `fill`, the backend's issue, a
+        // listener its failures fire) would wait for the lock its own thread holds.
+        let me = thread_key();
+        if self.shared.held_by(me) {
             return Err(Error::Reentrant {
                 queue: self.shared.label.clone(),
             });
         }
         self.shared.wait_for_room();
-        let mut state = self.shared.lock_issue(Issuer::Submitter);
+        // What the issue makes due (other queues' work its signals release) and the completion
+        // wake it holds back: run once the lock is let go.
+        let mut burst = Burst::new();
+        let mut guard = self.shared.lock_issue_as(me, Issuer::Submitter, &mut burst);
         if let Some(error) = self.shared.lost_error() {
             // Dropped outside the lock: a resource's Drop may do anything, even submit.
-            drop(state);
+            drop(guard);
             drop(fill);
             return Err(error);
         }
-        let body = self.shared.boxed(&mut state, signals, fill);
-        self.shared.enqueue(&mut state, body, waits);
+        let (state, burst_in) = guard.parts();
+        let body = self.shared.boxed(state, signals, fill);
+        self.shared.enqueue(state, burst_in, body, waits);
+        drop(guard);
+        burst.run();
         Ok(())
     }
 
@@ -335,7 +343,7 @@ fn spawn<B: Backend>(
                 let _ = bound.send(Err((role, failure)));
                 if role == ThreadRole::Worker {
                     thread_shared.worker_done.store(true, Ordering::Release);
-                    thread_shared.hurry.completion.unpark();
+                    thread_shared.hurry.wake();
                     return;
                 }
             } else {
@@ -362,7 +370,7 @@ impl<B: Backend> Drop for Queue<B> {
         {
             let _ = worker.join();
         }
-        self.shared.hurry.completion.unpark();
+        self.shared.hurry.wake();
         if let Some(completion) = self.completion.take()
             && completion.thread().id() != this
         {

@@ -49,11 +49,11 @@ impl<E: DeviceEvent> Hint<E> {
     /// The hint a notice gives, if any: none for a bare change, nor for a recorded signal whose
     /// event an earlier listener took.
     #[inline]
-    pub(crate) fn from_notice(semaphore: SemaphoreId, notice: Notice<'_>) -> Option<Self> {
+    pub(crate) fn from_notice(semaphore: SemaphoreId, notice: Notice<'_, E>) -> Option<Self> {
         let (value, point) = match notice {
             Notice::Reached(value) => (value, WaitPoint::Reached),
             Notice::Recorded { value, event } => {
-                let event = event.downcast_mut::<Option<E>>()?.take()?;
+                let event = event.take()?;
                 (value, WaitPoint::Device { value, event })
             }
             Notice::Changed => return None,

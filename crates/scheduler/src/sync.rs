@@ -3,7 +3,7 @@
 //! (`tests/loom_scheduler.rs`, built with `RUSTFLAGS="--cfg loom"`) can swap them for loom's
 //! checked versions. Normal builds get std's types and crossbeam's parker, unchanged.
 //!
-//! Under loom: threads, thread-locals, mutexes, condition variables, atomics and the channel are
+//! Under loom: threads, mutexes, condition variables, atomics and the channel are
 //! loom's; the parker is the semaphore crate's loom parker (crossbeam's has no loom counterpart);
 //! [`Once`] is a flag and a mutex around an `Option` (loom has no `OnceLock`). The host backend (`host/`) is
 //! not part of the models and stays on std's types in every build.
@@ -18,8 +18,6 @@ pub(crate) use std::sync::mpsc;
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::thread;
-#[cfg(not(loom))]
-pub(crate) use std::thread_local;
 
 #[cfg(loom)]
 pub(crate) use cuhal_semaphore::loom_sync::{Parker, Unparker};
@@ -31,8 +29,6 @@ pub(crate) use loom::sync::mpsc;
 pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::thread;
-#[cfg(loom)]
-pub(crate) use loom::thread_local;
 
 /// Counters and flags that only [`Queue::stats`](crate::Queue::stats) reads: no decision of the
 /// scheduler depends on them, so they are std's atomics in every build (under loom, modelling
@@ -113,4 +109,42 @@ impl<T: Clone> Once<T> {
             true
         }
     }
+}
+
+/// A number for the calling thread, the same at every call on it and different from that of
+/// every other thread of the process, never 0: its [`ThreadId`](std::thread::ThreadId) as a
+/// number, which an atomic can hold (an issue lock's holder, a queue's completion thread).
+/// `ThreadId::as_u64` is not stable, so the id is read through its `Hash`, which writes the one
+/// number it is (loom's, its parts, folded). `std::thread::current` clones a handle the thread
+/// already has: no allocation, no lock.
+pub(crate) fn thread_key() -> u64 {
+    use std::hash::{Hash, Hasher};
+
+    /// Keeps what a `Hash` writes, folded: a single number comes out as itself.
+    struct Fold(u64);
+
+    impl Hasher for Fold {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+
+        fn write(&mut self, bytes: &[u8]) {
+            for &byte in bytes {
+                self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+            }
+        }
+
+        fn write_u64(&mut self, n: u64) {
+            self.0 = self.0.rotate_left(29) ^ n;
+        }
+
+        fn write_usize(&mut self, n: usize) {
+            self.write_u64(n as u64);
+        }
+    }
+
+    let mut fold = Fold(0);
+    thread::current().id().hash(&mut fold);
+    // A thread's id is never 0 (std's is a `NonZeroU64`); loom's folded could be, in theory.
+    fold.finish().max(1)
 }

@@ -10,11 +10,12 @@
 
 use std::sync::Arc;
 
-use cuhal_semaphore::Failure;
+use cuhal_semaphore::{Burst, Failure};
 
 use crate::backend::Backend;
 use crate::error::Error;
-use crate::shared::{Issuer, Shared};
+use crate::issue_lock::Issuer;
+use crate::shared::Shared;
 use crate::spin::spin_until;
 use crate::sync::{Ordering, Parker, thread};
 
@@ -31,11 +32,15 @@ impl<B: Backend> Drop for Done<'_, B> {
                 shared.label
             ));
             shared.mark_lost(&failure);
-            let mut state = shared.lock_issue(Issuer::Worker);
-            shared.fail_all_pending(&mut state, &failure);
+            let mut burst = Burst::new();
+            let mut guard = shared.lock_issue(Issuer::Worker, &mut burst);
+            let (state, burst_in) = guard.parts();
+            shared.fail_all_pending(state, burst_in, &failure);
+            drop(guard);
+            burst.run();
         }
         shared.worker_done.store(true, Ordering::Release);
-        shared.hurry.completion.unpark();
+        shared.hurry.wake();
     }
 }
 
@@ -50,24 +55,32 @@ pub(crate) fn run<B: Backend>(shared: Arc<Shared<B>>, parker: Parker) {
             shared.lost.get()
         };
         if shared.notifier.has_keys() || lost.is_some() || shutdown {
-            // The guard handles the recorded notifications before it lets go of the lock.
-            let mut state = shared.lock_issue(Issuer::Worker);
+            // The guard handles the recorded notifications before it lets go of the lock; the
+            // burst, what the issues made due on other queues, runs after.
+            let mut burst = Burst::new();
+            let mut guard = shared.lock_issue(Issuer::Worker, &mut burst);
+            let (state, burst_in) = guard.parts();
             if let Some(failure) = lost {
-                shared.fail_all_pending(&mut state, &failure);
+                shared.fail_all_pending(state, burst_in, &failure);
                 lost_handled = true;
             }
-            shared.pump(&mut state, Issuer::Worker);
+            shared.pump(state, burst_in, Issuer::Worker);
+            drop(guard);
+            burst.run();
             if shutdown {
-                drop(state);
-                let mut state = shared.lock_issue(Issuer::Worker);
+                let mut burst = Burst::new();
+                let mut guard = shared.lock_issue(Issuer::Worker, &mut burst);
+                let (state, burst_in) = guard.parts();
                 let failure = Failure::new(Error::ShutDown {
                     queue: shared.label.clone(),
                 });
-                shared.fail_all_pending(&mut state, &failure);
+                shared.fail_all_pending(state, burst_in, &failure);
+                drop(guard);
+                burst.run();
                 break;
             }
         }
-        let idle = shared.options.idle_spin;
+        let idle = crate::policy::IDLE_SPIN;
         if !spin_until(idle, || {
             shared.notifier.has_keys()
                 || shared.shutdown.load(Ordering::Relaxed)

@@ -176,8 +176,12 @@ impl Backend for Sticky {
 
     fn issue_local(&self) {}
 
-    fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
-        self.0.wait_event(event, spin)
+    fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
+        self.0.query_event(event)
+    }
+
+    fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
+        self.0.block_on_event(event)
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use cuhal_scheduler::{Cleanups, Queue, QueueOptions, QueueStats, Resources};
+use cuhal_scheduler::{Cleanups, CompletionOptions, Queue, QueueOptions, QueueStats, Resources};
 use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 
@@ -152,7 +152,7 @@ fn released_while_held(pair: &Pair, steps: u64) -> ([usize; 2], Semaphore<FlagEv
 
 #[test]
 fn a_chain_released_by_one_signal_wakes_the_completion_threads_when_it_is_issued() {
-    let pair = pair(|label| QueueOptions::new(label).with_idle_spin(Duration::ZERO));
+    let pair = pair(|label| QueueOptions::new(label));
     let steps = 20;
     let (during, chain) = released_while_held(&pair, steps);
     assert_eq!(during, [0, 0], "released during the burst");
@@ -174,9 +174,7 @@ fn a_chain_released_by_one_signal_wakes_the_completion_threads_when_it_is_issued
 fn a_full_gather_batch_wakes_the_completion_thread_during_a_burst() {
     let batch = 4;
     let pair = pair(|label| {
-        QueueOptions::new(label)
-            .with_idle_spin(Duration::ZERO)
-            .with_gather_batch(batch)
+        QueueOptions::new(label).with_completion(CompletionOptions::new().with_gather_batch(batch))
     });
     // Nine steps handed over on each queue before the held one: more than two batches each.
     let steps = 20;
@@ -194,10 +192,9 @@ fn a_full_gather_batch_wakes_the_completion_thread_during_a_burst() {
 fn work_a_host_thread_is_parked_on_wakes_the_completion_thread_during_a_burst() {
     let pair = pair(|label| {
         QueueOptions::new(label)
-            .with_idle_spin(Duration::ZERO)
             // Gathering, so that a hand-over can be urgent; short, so that what the burst
             // handed a gathering thread afterwards retires within the test's patience.
-            .with_completion_gather(Duration::from_millis(100))
+            .with_completion(CompletionOptions::new().with_gather(Duration::from_millis(100)))
     });
     let (gate, chain, side) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
     let steps = 20;

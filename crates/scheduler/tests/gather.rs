@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cuhal_scheduler::{Backend, Cleanups, Failure, Queue, QueueOptions, Resources};
+use cuhal_scheduler::{
+    Backend, Cleanups, CompletionOptions, Failure, Queue, QueueOptions, Resources,
+};
 use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 
@@ -50,11 +52,15 @@ impl Backend for Checked {
 
     fn issue_local(&self) {}
 
-    fn wait_event(&self, event: &FlagEvent, spin: Duration) -> Result<(), Failure> {
+    fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
+        self.inner.query_event(event)
+    }
+
+    fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
         if !event.is_complete() {
             self.waited_on_running.fetch_add(1, Ordering::SeqCst);
         }
-        self.inner.wait_event(event, spin)
+        self.inner.block_on_event(event)
     }
 
     fn checks_completion(&self, payload: &Script) -> bool {
@@ -85,7 +91,9 @@ fn submit(queue: &Queue<Checked>, signal: &Semaphore<FlagEvent>, value: u64, id:
 /// One action retired (the completion thread is then gathering, if it gathers), then 20 more
 /// submitted 2 ms apart; returns how many batches retired those 20.
 fn batches_for_spaced_submissions(gather: Duration) -> u64 {
-    let queue = queue(QueueOptions::new("gather").with_completion_gather(gather));
+    let queue = queue(
+        QueueOptions::new("gather").with_completion(CompletionOptions::new().with_gather(gather)),
+    );
     let signal = Semaphore::<FlagEvent>::new(0);
     submit(&queue, &signal, 1, 0);
     eventually("the first action retired", || queue.stats().completed == 1);
@@ -112,7 +120,8 @@ fn a_batch_nobody_waited_for_lets_the_next_one_gather() {
 /// Submits one action and waits until it retired: the completion thread then sleeps in a
 /// 20 s gather.
 fn gathering_queue(options: QueueOptions) -> (Queue<Checked>, Semaphore<FlagEvent>) {
-    let queue = queue(options.with_completion_gather(Duration::from_secs(20)));
+    let completion = options.completion().with_gather(Duration::from_secs(20));
+    let queue = queue(options.with_completion(completion));
     let signal = Semaphore::<FlagEvent>::new(0);
     submit(&queue, &signal, 1, 0);
     eventually("the first action retired", || queue.stats().completed == 1);
@@ -167,7 +176,7 @@ fn shutdown_ends_a_gather() {
 /// With a gather of 20 s under way, `batch - 1` more actions wait without ending it, and the push
 /// of the `batch`th ends it.
 fn full_batch_ends_a_gather(options: QueueOptions) {
-    let batch = options.gather_batch() as u64;
+    let batch = options.completion().gather_batch as u64;
     let (queue, signal) = gathering_queue(options);
     for i in 1..batch {
         submit(&queue, &signal, i + 1, i);
@@ -191,8 +200,13 @@ fn full_batch_ends_a_gather(options: QueueOptions) {
 #[test]
 fn a_full_batch_ends_a_gather() {
     full_batch_ends_a_gather(QueueOptions::new("full"));
-    full_batch_ends_a_gather(QueueOptions::new("full-8").with_gather_batch(8));
-    full_batch_ends_a_gather(QueueOptions::new("full-200").with_gather_batch(200));
+    full_batch_ends_a_gather(
+        QueueOptions::new("full-8").with_completion(CompletionOptions::new().with_gather_batch(8)),
+    );
+    full_batch_ends_a_gather(
+        QueueOptions::new("full-200")
+            .with_completion(CompletionOptions::new().with_gather_batch(200)),
+    );
 }
 
 /// Five actions submitted at once, their work completed 20 ms later; returns how many times the
@@ -200,7 +214,7 @@ fn a_full_batch_ends_a_gather() {
 fn waits_on_running_work(gather: Duration) -> usize {
     let queue = Queue::new(
         Checked::new(false),
-        QueueOptions::new("defer").with_completion_gather(gather),
+        QueueOptions::new("defer").with_completion(CompletionOptions::new().with_gather(gather)),
     )
     .unwrap();
     let signal = Semaphore::<FlagEvent>::new(0);
@@ -253,7 +267,8 @@ fn a_nudge_ends_a_gather() {
 fn running_queue(label: &str) -> (Queue<Checked>, Semaphore<FlagEvent>) {
     let queue = Queue::new(
         Checked::new(false),
-        QueueOptions::new(label).with_completion_gather(Duration::from_secs(20)),
+        QueueOptions::new(label)
+            .with_completion(CompletionOptions::new().with_gather(Duration::from_secs(20))),
     )
     .unwrap();
     (queue, Semaphore::<FlagEvent>::new(0))
@@ -288,7 +303,8 @@ fn a_nudge_retires_deferred_work_when_it_completes() {
 fn a_nudged_round_does_not_defer_its_batch() {
     let queue = Queue::new(
         Checked::new(false),
-        QueueOptions::new("nudge-batch").with_completion_gather(Duration::from_secs(2)),
+        QueueOptions::new("nudge-batch")
+            .with_completion(CompletionOptions::new().with_gather(Duration::from_secs(2))),
     )
     .unwrap();
     let first = Semaphore::<FlagEvent>::new(0);

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
 use cuhal_scheduler::{
-    Backend, Cleanup, Cleanups, DeviceEvent, Error, Failure, Queue, QueueOptions, Resources,
+    Backend, Cleanup, Cleanups, CompletionOptions, DeviceEvent, Error, Failure, Queue,
+    QueueOptions, Resources,
 };
 use cuhal_semaphore::testing::{FlagEvent, LiveCounter};
 use cuhal_semaphore::{Error as SemaphoreError, Semaphore, SemaphoreOptions, Timeout};
@@ -94,7 +95,11 @@ impl Backend for Device {
 
     fn issue_local(&self) {}
 
-    fn wait_event(&self, event: &FlagEvent, _spin: Duration) -> Result<(), Failure> {
+    fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
+        event.query()
+    }
+
+    fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
         event.query()?;
         event.complete();
         Ok(())
@@ -110,8 +115,7 @@ fn queue() -> (Queue<Device>, Arc<Log>) {
     let log = Arc::new(Log::default());
     let options = QueueOptions::new("model")
         .with_capacity(4)
-        .with_completion_spin(Duration::ZERO)
-        .with_idle_spin(Duration::ZERO);
+        .with_completion(CompletionOptions::new().with_spin(Duration::ZERO));
     let queue = Queue::new(Device(log.clone()), options).expect("queue starts");
     (queue, log)
 }
@@ -330,5 +334,35 @@ fn shutdown_leaves_nothing_pending() {
             assert_eq!(signal.timepoint_count(), 0);
         }
         assert_eq!(a.listener_count(), 0);
+    });
+}
+
+/// The burst hands work across queues: X on queue P waits on `a` and signals `b`; Y on queue Q
+/// waits on `b` and signals `c`. The main thread signals `a`: it issues X under P's issue lock,
+/// whose record of `b` puts Y's listener into the signal's burst instead of calling it; once P's
+/// lock is let go the burst runs it, which try-locks Q and issues Y there, on the same thread,
+/// or (Q's lock taken) hands Y's key to Q's worker. Racing it, P's completion thread retires X
+/// and advances `b`, which fires Y's listener from that thread (if it is still registered): Q's
+/// lock then goes to one of them, and the other finds Y issued or hands over. Y is issued once,
+/// after X, and `c` is reached; the completion wake the burst held back is made (else the main
+/// thread, parked on `c`, waits for a completion thread nobody woke: loom reports the deadlock).
+/// Two queues are four threads: with the main thread, loom's limit.
+#[test]
+fn a_burst_hands_work_across_queues() {
+    model("scheduler::a_burst_hands_work_across_queues", || {
+        let ((p, p_log), (q, q_log)) = (queue(), queue());
+        let (a, b, c) = (semaphore(), semaphore(), semaphore());
+        submit(&p, &p_log, &[(&a, 1)], &[(&b, 1)], Work::Run(0)).unwrap();
+        submit(&q, &q_log, &[(&b, 1)], &[(&c, 1)], Work::Run(0)).unwrap();
+        a.signal(1).unwrap();
+        c.wait(1, Timeout::Infinite).unwrap();
+        drop(q);
+        drop(p);
+        for log in [&p_log, &q_log] {
+            let cleaned = check_retired(log, 1);
+            assert_eq!(*locked(&log.issued), [0]);
+            assert!(cleaned.iter().all(|(_, failure)| failure.is_none()));
+        }
+        assert_eq!((a.listener_count(), b.listener_count()), (0, 0));
     });
 }

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use cuhal_scheduler::host::{HostBackend, HostEvent, HostPayload, HostSemaphore};
 use cuhal_scheduler::{
-    Backend, Cleanup, Cleanups, Error, Failure, Queue, QueueOptions, Resource, Resources,
+    Backend, Cleanup, Cleanups, CompletionOptions, Error, Failure, Queue, QueueOptions, Resource,
+    Resources,
 };
 use cuhal_semaphore::{DeviceEvent, WaitPoint};
 use proptest::prelude::*;
@@ -76,8 +77,12 @@ impl Backend for Checked {
 
     fn issue_local(&self) {}
 
-    fn wait_event(&self, event: &HostEvent, spin: Duration) -> Result<(), Failure> {
-        self.0.wait_event(event, spin)
+    fn query_event(&self, event: &HostEvent) -> Result<bool, Failure> {
+        self.0.query_event(event)
+    }
+
+    fn block_on_event(&self, event: &HostEvent) -> Result<(), Failure> {
+        self.0.block_on_event(event)
     }
 }
 
@@ -233,8 +238,7 @@ fn run(case: Case) -> Result<(), TestCaseError> {
     let queues: Vec<Queue<Checked>> = (0..case.queues)
         .map(|q| {
             let options = QueueOptions::new(format!("model-{q}"))
-                .with_idle_spin(Duration::from_micros(5))
-                .with_completion_spin(Duration::from_micros(5));
+                .with_completion(CompletionOptions::new().with_spin(Duration::from_micros(5)));
             Queue::new(
                 Checked(HostBackend::new(options.label(), Duration::from_micros(5)).unwrap()),
                 options,

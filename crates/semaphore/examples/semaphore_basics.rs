@@ -14,7 +14,7 @@ use cuhal_semaphore::{
 
 struct Print;
 
-impl Listener for Print {
+impl<E> Listener<E> for Print {
     fn notify(&self, semaphore: SemaphoreId, key: u64) {
         println!(
             "listener: semaphore {} is ready for action {key}",
@@ -29,7 +29,7 @@ fn main() -> Result<(), Error> {
     let compute = Semaphore::<FlagEvent>::new(0);
 
     // A scheduler would listen instead of blocking: fired once, outside the semaphore's lock.
-    let listener: Arc<dyn Listener> = Arc::new(Print);
+    let listener: Arc<dyn Listener<FlagEvent>> = Arc::new(Print);
     upload.listen(2, &listener, 42);
 
     // Another thread plays the completion thread of the upload queue.

@@ -31,9 +31,11 @@ use smallvec::SmallVec;
 
 use crate::error::Error;
 use crate::event::DeviceEvent;
-use crate::listener::{ListenToken, Listener};
+use crate::id::SemaphoreId;
+use crate::listener::Listener;
+use crate::listeners::ListenToken;
 use crate::multi_wait::Mode;
-use crate::semaphore::{Semaphore, SemaphoreId};
+use crate::semaphore::Semaphore;
 use crate::sync::Mutex;
 
 /// A future that resolves when a semaphore reaches a value ([`Semaphore::wait_async`]):
@@ -220,7 +222,7 @@ impl<E: DeviceEvent> Waiting<E> {
         let Some(slot) = &self.slot else {
             return false;
         };
-        let listener: Arc<dyn Listener> = slot.clone();
+        let listener: Arc<dyn Listener<E>> = slot.clone();
         let mut changed = false;
         for (index, entry) in self.entries.iter_mut().enumerate() {
             if entry.token.is_some() || entry.reached {
@@ -294,7 +296,7 @@ impl WakerSlot {
     }
 }
 
-impl Listener for WakerSlot {
+impl<E> Listener<E> for WakerSlot {
     fn notify(&self, _semaphore: SemaphoreId, _key: u64) {
         let waker = self
             .waker

@@ -17,7 +17,7 @@
 //!   semaphore and [`Semaphore::record_device_signal`] return [`Error::Failed`] with that same
 //!   failure ([`Failure::ptr_eq`] holds).
 //! - **Host waits**: [`Semaphore::wait`], [`wait_all`], [`wait_any`], with a [`Timeout`] (immediate,
-//!   a duration, a deadline, or infinite). Waiters park on a per-thread parker; nothing spins
+//!   a duration, a deadline, or infinite). Waiters park their own thread; nothing spins
 //!   unboundedly and no wake-up is lost (see `waiter.rs` for the argument).
 //! - **Device-signal timepoints**: [`Semaphore::record_device_signal`] binds an event that completes
 //!   when a value is reached, before it is reached. Other queues find it with
@@ -34,7 +34,12 @@
 //!   value in between: a device's event query takes the lock its submitters need.
 //! - **Listeners**: [`Semaphore::listen`] registers a one-shot [`Listener`], fired outside the lock
 //!   when the value reaches `v`, a device signal `>= v` is recorded, or the semaphore fails; this is
-//!   how a scheduler re-examines only the work waiting on a semaphore that changed.
+//!   how a scheduler re-examines only the work waiting on a semaphore that changed. A listener is
+//!   told what happened as a typed [`Notice`] (a recorded signal hands it the event itself).
+//!   [`Semaphore::record_device_signal_into`] fires nobody: it puts the listeners it made due into
+//!   the caller's [`Burst`], which the caller runs once it holds no lock, and each listener fired
+//!   from a burst records into it in turn, so a chain across many queues is one loop, not nested
+//!   calls.
 //! - **Futures**: [`Semaphore::wait_async`], [`wait_all_async`] and [`wait_any_async`] return
 //!   `Future`s for any executor (std's `Future`, `Waker` and `Poll` only). A pending future's
 //!   waker is a listener fired only when the value is reached or the semaphore fails, woken by
@@ -60,20 +65,23 @@
 //!   query() -> Result<u64, Error>
 //!   signal(value) -> Result<(), Error>          advance_to(value) -> Result<(), Error>
 //!   fail(Failure)                               failure() -> Option<Failure>
+//!   fail_into(Failure, &mut Burst<E>)             (fires nobody)
 //!   wait(value, impl Into<Timeout>) -> Result<(), Error>
 //!   wait_async(value) -> Wait<E>                 impl Future<Output = Result<(), Error>> + 'static
 //!   record_device_signal(value, event: E) -> Result<(), Error>
+//!   record_device_signal_into(value, event: E, &mut Burst<E>) -> Result<(), Error>   (fires nobody)
 //!   device_wait_event(value) -> Option<E>
 //!   wait_point(value) -> Result<WaitPoint<E>, Error>   WaitPoint::{Reached, Device { value, event }, Pending}
 //!   wait_point_ordered(value, ordered: impl FnOnce(&E) -> bool) -> Result<WaitPoint<E>, Error>
 //!                                                (an event `ordered` accepts answers Reached, no handle)
 //!   has_failed() -> bool                         (without the lock)
-//!   listen(value, &Arc<dyn Listener>, key: u64) -> ListenToken      cancel_listen(ListenToken)
+//!   listen(value, &Arc<dyn Listener<E>>, key: u64) -> ListenToken      cancel_listen(ListenToken)
 //!   has_waiters() -> bool                        (a parked host waiter or a pending future; without the lock)
 //!   listener_count() / timepoint_count() / waiter_count() -> usize   (diagnostics)
-//! trait Listener: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64);
-//!                                fn notice(&self, semaphore, key, Notice) { notify(..) } }
-//! enum Notice<'a> { Reached(u64), Recorded { value, event: &'a mut dyn Any /* Option<E> */ }, Changed }
+//! trait Listener<E>: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64);
+//!                                   fn notice(&self, semaphore, key, Notice<E>, &mut Burst<E>) { notify(..) } }
+//! enum Notice<'a, E> { Reached(u64), Recorded { value, event: &'a mut Option<E> }, Changed }
+//! struct Burst<E>  ::new(), .run(), .hold_wake(&Waker), .is_empty()     (runs on drop)
 //! wait_all(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<(), Error>
 //! wait_any(&[(&Semaphore<E>, u64)], impl Into<Timeout>) -> Result<usize, Error>
 //! wait_all_async(&[(&Semaphore<E>, u64)]) -> WaitAll<E>   impl Future<Output = Result<(), Error>>
@@ -113,7 +121,9 @@ mod error;
 mod event;
 mod failure;
 mod future;
+mod id;
 mod listener;
+mod listeners;
 mod multi_wait;
 mod options;
 mod semaphore;
@@ -129,10 +139,12 @@ pub use error::Error;
 pub use event::{DeviceEvent, NoEvent};
 pub use failure::Failure;
 pub use future::{Wait, WaitAll, WaitAny, wait_all_async, wait_any_async};
-pub use listener::{ListenToken, Listener, Notice};
+pub use id::SemaphoreId;
+pub use listener::{Burst, Listener, Notice};
+pub use listeners::ListenToken;
 pub use multi_wait::{wait_all, wait_any};
 pub use options::SemaphoreOptions;
-pub use semaphore::{Semaphore, SemaphoreId};
+pub use semaphore::Semaphore;
 pub use timeout::Timeout;
 pub use timepoint::WaitPoint;
 pub use traffic::Traffic;

@@ -1,16 +1,27 @@
-//! One-shot listeners: how a scheduler learns that a semaphore advanced, recorded a device signal
-//! or failed, without polling and without being called under the semaphore's lock.
+//! [`Listener`]: how a scheduler learns that a semaphore advanced, recorded a device signal or
+//! failed, without polling and without being called under the semaphore's lock; the [`Notice`]
+//! it is told; and the [`Burst`] it is fired from.
+//!
+//! A listener that records device signals itself (a scheduler issuing the work a change made
+//! ready, on the thread that made the change) would otherwise fire the listeners of those
+//! signals from inside its own call, and so on down a chain across queues: one nested call per
+//! queue, with the locks of the queues above still held. Instead such a record puts what it made
+//! due into the caller's burst ([`Semaphore::record_device_signal_into`]); the caller lets go of
+//! its locks, then [`run`](Burst::run)s the burst, which fires each listener with the burst
+//! itself, so that what they make due joins the same loop. The stack stays one listener deep
+//! however long the chain.
+//!
+//! [`Semaphore::record_device_signal_into`]: crate::Semaphore::record_device_signal_into
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
+use std::task::Waker;
 
-use slab::Slab;
 use smallvec::SmallVec;
 
-use crate::semaphore::SemaphoreId;
+use crate::id::SemaphoreId;
 
-/// Receives one-shot notifications from [`Semaphore::listen`](crate::Semaphore::listen).
+/// Receives one-shot notifications from [`Semaphore::listen`](crate::Semaphore::listen), for a
+/// semaphore of event type `E`.
 ///
 /// `notify` is called outside every semaphore lock, on whichever thread caused the change (a
 /// signalling thread, a completion thread, a host waiter that saw a device event complete, or the
@@ -18,7 +29,7 @@ use crate::semaphore::SemaphoreId;
 /// thread may hold while it calls into semaphores: record the key and wake a worker, or *try* a
 /// lock and do the work right there (a scheduler issues what became ready on the notifying thread,
 /// which saves a thread hand-off). It may call back into any semaphore.
-pub trait Listener: Send + Sync {
+pub trait Listener<E>: Send + Sync {
     /// The semaphore `semaphore` reached the listened value, recorded a device signal for a value
     /// at least that high, or failed. `key` is the key given to `listen`.
     fn notify(&self, semaphore: SemaphoreId, key: u64);
@@ -28,8 +39,20 @@ pub trait Listener: Send + Sync {
     /// notice instead, without taking the semaphore's lock and searching its timepoints. The
     /// semaphore calls this one for every change it makes (a listener due when it registers gets
     /// `notify`); the default drops the notice and calls `notify`.
-    fn notice(&self, semaphore: SemaphoreId, key: u64, notice: Notice<'_>) {
-        let _ = notice;
+    ///
+    /// `burst` is the caller's: a listener that records device signals itself (a scheduler
+    /// issuing on the notifying thread) records them with
+    /// [`record_device_signal_into`](crate::Semaphore::record_device_signal_into) `burst`, and
+    /// the caller fires the listeners those made due once this returns. A chain across many
+    /// queues is so walked by one loop, not by calls nested one per queue.
+    fn notice(
+        &self,
+        semaphore: SemaphoreId,
+        key: u64,
+        notice: Notice<'_, E>,
+        burst: &mut Burst<E>,
+    ) {
+        let _ = (notice, burst);
         self.notify(semaphore, key);
     }
 }
@@ -38,7 +61,7 @@ pub trait Listener: Send + Sync {
 /// the semaphore may have moved on since. A value reached stays reached, and a recorded device
 /// signal stays recorded until its value is reached, but the semaphore may also have failed
 /// since, which a listener that acts on a notice asks [`has_failed`](crate::Semaphore::has_failed).
-pub enum Notice<'a> {
+pub enum Notice<'a, E> {
     /// The value reached this. A listener that listened for a higher value was fired by a
     /// recorded device signal at least that high, not by this value.
     Reached(u64),
@@ -46,373 +69,143 @@ pub enum Notice<'a> {
     Recorded {
         /// The recorded value.
         value: u64,
-        /// An `Option<E>`, for the semaphore's event type `E`, holding a handle to the signal's
-        /// event that one listener may take (`downcast_mut::<Option<E>>()`, then `take()`);
-        /// listeners fired after it find `None`.
-        event: &'a mut dyn std::any::Any,
+        /// A handle to the signal's event that one listener may `take()`; the other listeners
+        /// the same record fired find `None`.
+        event: &'a mut Option<E>,
     },
     /// The semaphore failed: look at it.
     Changed,
 }
 
-/// Identifies a registered listener, to [`cancel`](crate::Semaphore::cancel_listen) it.
+/// Room for the listeners one loop holds at once before its list spills: a chain holds one
+/// (each fired listener's records join the loop as it runs).
+const INLINE_FIRED: usize = 8;
+
+/// Room for the wakes one loop owes before its list spills (and keeps its spill).
+const INLINE_WAKES: usize = 8;
+
+/// Listeners due and wakes owed by one loop of changes, owned by that loop (a value on its
+/// stack). Inline lists: a burst that holds no more than eight of each allocates nothing.
 ///
-/// Cancelling a token whose listener already fired (or was cancelled) does nothing, even when its
-/// storage slot has been reused by a newer listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ListenToken {
-    pub(crate) semaphore: SemaphoreId,
-    pub(crate) slot: usize,
-    pub(crate) seq: u64,
+/// Dropping a burst runs it: nothing it holds is lost if its owner unwinds.
+pub struct Burst<E> {
+    fired: SmallVec<[Fired<E>; INLINE_FIRED]>,
+    wakes: SmallVec<[Waker; INLINE_WAKES]>,
 }
 
-/// A slot number no slab ever hands out: the token of a listener that fired at registration.
-pub(crate) const FIRED_SLOT: usize = usize::MAX;
-
-/// A listener that is due: called once the lock is released.
-pub(crate) type Due = (Arc<dyn Listener>, u64);
-
-/// A live listener; its value is in its entry in the order.
-struct Entry {
-    seq: u64,
-    listener: Arc<dyn Listener>,
+/// One due listener and what it is told.
+struct Fired<E> {
+    listener: Arc<dyn Listener<E>>,
+    semaphore: SemaphoreId,
     key: u64,
+    told: Told<E>,
 }
 
-/// A listener's place in the order of values: `(value, seq, slot)`, smallest first; `seq` grows
-/// with registration, so listeners of equal values fire in the order they were registered.
-type Place = (u64, u64, usize);
-
-/// The listeners of one semaphore, kept under its lock. The slab's and the order's storage is
-/// reused, so registering and firing allocate nothing in steady state.
-///
-/// The order of values says which are due, so an advance or a device signal costs a look at the
-/// smallest value plus a removal per listener it fires, whatever the number listening: a chain of
-/// submissions all pending on one semaphore (each listening for the value the one before it
-/// signals) would otherwise scan every listener at every step. Listeners mostly come in the
-/// order of their values (a chain registers each step after the one before), so those go to the
-/// back of a sorted ring, and fire from its front, at a constant cost; one that comes with a
-/// smaller value than the ring's last goes to a min-heap beside it, and the smaller of the two
-/// fronts fires first. A cancel leaves its place behind, skipped when it comes up (its slot no
-/// longer holds that `seq`); both are swept when such places outnumber the live listeners
-/// ([`Listeners::sweep`]).
-pub(crate) struct Listeners {
-    entries: Slab<Entry>,
-    /// Places registered in order of value, sorted.
-    in_order: VecDeque<Place>,
-    /// Places registered below the ring's last value.
-    out_of_order: BinaryHeap<Reverse<Place>>,
-    next_seq: u64,
+/// What a change tells a listener it fires (see [`Notice`]).
+pub(crate) enum Told<E> {
+    Changed,
+    Reached(u64),
+    /// The recorded value, and a handle to its event for the listener to take.
+    Recorded(u64, Option<E>),
 }
 
-/// Cancelled entries the heap may hold beyond the live ones before it is swept.
-const STALE_SLACK: usize = 16;
+impl<E> Told<E> {
+    /// The notice, lending the event handle a `Recorded` holds.
+    pub(crate) fn notice(&mut self) -> Notice<'_, E> {
+        match self {
+            Told::Changed => Notice::Changed,
+            Told::Reached(value) => Notice::Reached(*value),
+            Told::Recorded(value, event) => Notice::Recorded {
+                value: *value,
+                event,
+            },
+        }
+    }
+}
 
-impl Listeners {
-    pub(crate) fn new() -> Self {
-        Listeners {
-            // Room for a few from the start: the first wait or listener on a semaphore must
-            // not be the one that allocates in a steady state.
-            entries: Slab::with_capacity(4),
-            in_order: VecDeque::with_capacity(4),
-            out_of_order: BinaryHeap::with_capacity(4),
-            next_seq: 0,
+impl<E> Default for Burst<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<E> Burst<E> {
+    /// An empty burst.
+    pub fn new() -> Self {
+        Burst {
+            fired: SmallVec::new(),
+            wakes: SmallVec::new(),
         }
     }
 
-    /// A list with no storage until its first listener: for one most semaphores never use (the
-    /// futures' list), so that creating a semaphore costs no allocation for it.
-    pub(crate) fn empty() -> Self {
-        Listeners {
-            entries: Slab::new(),
-            in_order: VecDeque::new(),
-            out_of_order: BinaryHeap::new(),
-            next_seq: 0,
-        }
+    /// Whether it holds no listener and owes no wake.
+    pub fn is_empty(&self) -> bool {
+        self.fired.is_empty() && self.wakes.is_empty()
     }
 
-    pub(crate) fn insert(
+    /// Adds a listener a change made due.
+    pub(crate) fn push(
         &mut self,
-        value: u64,
-        listener: &Arc<dyn Listener>,
+        listener: Arc<dyn Listener<E>>,
+        semaphore: SemaphoreId,
         key: u64,
-    ) -> (usize, u64) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let slot = self.entries.insert(Entry {
-            seq,
-            listener: Arc::clone(listener),
-            key,
-        });
-        let place = (value, seq, slot);
-        if self
-            .in_order
-            .back()
-            .is_none_or(|&(last, _, _)| last <= value)
-        {
-            self.in_order.push_back(place);
-        } else {
-            self.out_of_order.push(Reverse(place));
-        }
-        (slot, seq)
-    }
-
-    /// The smallest place of either list (live or not).
-    #[inline(always)]
-    fn first(&self) -> Option<Place> {
-        match (self.in_order.front(), self.out_of_order.peek()) {
-            (front, None) => front.copied(),
-            (Some(&a), Some(&Reverse(b))) => Some(a.min(b)),
-            (None, Some(&Reverse(b))) => Some(b),
-        }
-    }
-
-    /// Removes the smallest place, which [`first`](Self::first) returned.
-    #[inline(always)]
-    fn remove_first(&mut self, place: Place) {
-        // Places are unique (their `seq` is), so the ring's front is the one or the heap's is.
-        if self.in_order.front().is_some_and(|&front| front == place) {
-            self.in_order.pop_front();
-        } else {
-            self.out_of_order.pop();
-        }
-    }
-
-    pub(crate) fn cancel(&mut self, slot: usize, seq: u64) -> Option<Arc<dyn Listener>> {
-        match self.entries.get(slot) {
-            Some(entry) if entry.seq == seq => {
-                let listener = self.entries.remove(slot).listener;
-                self.sweep();
-                Some(listener)
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether a listener may be due at `threshold`: never false when [`Listeners::take_due`]
-    /// would take one (a cancelled listener can make it true when none would be taken).
-    pub(crate) fn any_due(&self, threshold: u64) -> bool {
-        self.first().is_some_and(|(value, _, _)| value <= threshold)
-    }
-
-    /// Moves every listener waiting for a value `<= threshold` into `due`, smallest value first
-    /// (in registration order among equal values).
-    pub(crate) fn take_due<const N: usize>(
-        &mut self,
-        threshold: u64,
-        due: &mut SmallVec<[Due; N]>,
+        told: Told<E>,
     ) {
-        while let Some(place @ (value, seq, slot)) = self.first() {
-            if value > threshold {
-                break;
-            }
-            self.remove_first(place);
-            if live(&self.entries, slot, seq) {
-                let entry = self.entries.remove(slot);
-                due.push((entry.listener, entry.key));
-            }
-        }
-        self.sweep();
+        self.fired.push(Fired {
+            listener,
+            semaphore,
+            key,
+            told,
+        });
     }
 
-    /// The one listener due at `threshold`, taken, when it is the only one: the ring's front is
-    /// live and due, and neither the ring's next place nor the heap's smallest is (the common
-    /// case of a chain, one listener for each value it signals). `None` when none is due or more
-    /// may be, for [`take_due`](Self::take_due) to sort out.
-    pub(crate) fn take_only_due(&mut self, threshold: u64) -> Option<Due> {
-        let &(value, seq, slot) = self.in_order.front()?;
-        let next_due = |place: Option<&Place>| place.is_some_and(|&(v, _, _)| v <= threshold);
-        if value > threshold
-            || next_due(self.in_order.get(1))
-            || next_due(self.out_of_order.peek().map(|Reverse(place)| place))
-            || !live(&self.entries, slot, seq)
-        {
-            return None;
-        }
-        self.in_order.pop_front();
-        let entry = self.entries.remove(slot);
-        self.sweep();
-        Some((entry.listener, entry.key))
-    }
-
-    /// Drops the places of cancelled listeners once they outnumber the live ones (by
-    /// `STALE_SLACK`), in place: both lists keep their capacity (and the ring its order).
-    #[inline]
-    fn sweep(&mut self) {
-        if self.places() > 2 * self.entries.len() + STALE_SLACK {
-            self.sweep_now();
+    /// Owes `waker`'s wake until the end of [`run`](Self::run) (or the burst's drop): each
+    /// waker once ([`Waker::will_wake`]), however often it is held. A wake that nobody needs
+    /// before the loop ends (a completion thread's, for work nobody waits on yet) so costs one
+    /// system call per loop, not one per piece of work, and none while the loop still issues.
+    pub fn hold_wake(&mut self, waker: &Waker) {
+        if !self.wakes.iter().any(|held| held.will_wake(waker)) {
+            self.wakes.push(waker.clone());
         }
     }
 
-    /// The sweep itself, out of line: every firing checks for it, few sweep.
-    #[cold]
-    fn sweep_now(&mut self) {
-        let entries = &self.entries;
-        self.in_order
-            .retain(|&(_, seq, slot)| live(entries, slot, seq));
-        self.out_of_order
-            .retain(|&Reverse((_, seq, slot))| live(entries, slot, seq));
-    }
-
-    /// Places held, live or not.
-    fn places(&self) -> usize {
-        self.in_order.len() + self.out_of_order.len()
-    }
-
-    /// Moves every listener into `due` (the semaphore failed).
-    pub(crate) fn take_all<const N: usize>(&mut self, due: &mut SmallVec<[Due; N]>) {
-        due.extend(
-            self.entries
-                .drain()
-                .map(|entry| (entry.listener, entry.key)),
-        );
-        self.in_order.clear();
-        self.out_of_order.clear();
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+    /// Fires every listener it holds, each with this burst (what they make due joins the loop),
+    /// until none is left; then makes the wakes it owes. The owner calls it with no lock held
+    /// that a listener may take. The last listener pushed is fired first.
+    pub fn run(&mut self) {
+        while let Some(mut fired) = self.fired.pop() {
+            tell(
+                &*fired.listener,
+                fired.semaphore,
+                fired.key,
+                fired.told.notice(),
+                self,
+            );
+        }
+        for waker in self.wakes.drain(..) {
+            waker.wake();
+        }
     }
 }
 
-/// Whether `slot` still holds the listener registered as `seq` (not fired, not cancelled).
-fn live(entries: &Slab<Entry>, slot: usize, seq: u64) -> bool {
-    entries.get(slot).is_some_and(|entry| entry.seq == seq)
+impl<E> Drop for Burst<E> {
+    fn drop(&mut self) {
+        if !self.is_empty() {
+            self.run();
+        }
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use proptest::prelude::*;
-    use smallvec::SmallVec;
-
-    use super::{Due, Listener, Listeners, STALE_SLACK};
-    use crate::semaphore::SemaphoreId;
-
-    struct Nop;
-
-    impl Listener for Nop {
-        fn notify(&self, _semaphore: SemaphoreId, _key: u64) {}
-    }
-
-    #[derive(Debug, Clone)]
-    enum Op {
-        Insert(u64),
-        /// Cancels the `n`th token handed out (modulo their number): live, fired or cancelled.
-        Cancel(usize),
-        TakeDue(u64),
-        /// Takes the one listener due, if it is the only one (see `take_only_due`).
-        TakeOnlyDue(u64),
-        TakeAll,
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            4 => (0u64..30).prop_map(Op::Insert),
-            2 => any::<usize>().prop_map(Op::Cancel),
-            2 => (0u64..30).prop_map(Op::TakeDue),
-            2 => (0u64..30).prop_map(Op::TakeOnlyDue),
-            1 => Just(Op::TakeAll),
-        ]
-    }
-
-    /// A chain's listeners (values in the order they register) never touch the heap: they go
-    /// to the back of the ring and fire from its front. One registered below the ring's last
-    /// value goes to the heap and still fires in order with the ring's.
-    #[test]
-    fn listeners_in_value_order_stay_in_the_ring() {
-        let listener: Arc<dyn Listener> = Arc::new(Nop);
-        let mut listeners = Listeners::new();
-        for step in 0..100u64 {
-            listeners.insert(step + 1, &listener, step);
-        }
-        assert_eq!(
-            (listeners.in_order.len(), listeners.out_of_order.len()),
-            (100, 0)
-        );
-        let mut due: SmallVec<[Due; 4]> = SmallVec::new();
-        for step in 0..50u64 {
-            listeners.take_due(step + 1, &mut due);
-            assert_eq!(due.iter().map(|(_, key)| *key).collect::<Vec<_>>(), [step]);
-            due.clear();
-        }
-        // Below the ring's last value (100): into the heap, due before the ring's 52.
-        listeners.insert(51, &listener, 1000);
-        assert_eq!(listeners.out_of_order.len(), 1);
-        listeners.take_due(52, &mut due);
-        assert_eq!(
-            due.iter().map(|(_, key)| *key).collect::<Vec<_>>(),
-            [50, 1000, 51]
-        );
-    }
-
-    proptest! {
-        /// Against a list of live listeners: every listener fires once, when a threshold reaches
-        /// its value, smallest value first and in registration order among equals; a cancel of a
-        /// fired or cancelled token (its slot maybe reused since) does nothing; `any_due` is
-        /// never false when one is due; cancelled entries left in the heap stay bounded.
-        #[test]
-        fn listeners_match_a_list(ops in proptest::collection::vec(op(), 1..120)) {
-            let listener: Arc<dyn Listener> = Arc::new(Nop);
-            let mut listeners = Listeners::new();
-            // (value, key) of the live listeners, by key (keys grow with registration).
-            let mut model: Vec<(u64, u64)> = Vec::new();
-            let mut tokens: Vec<(usize, u64, u64)> = Vec::new();
-            let mut next_key = 0;
-            for op in ops {
-                match op {
-                    Op::Insert(value) => {
-                        let (slot, seq) = listeners.insert(value, &listener, next_key);
-                        tokens.push((slot, seq, next_key));
-                        model.push((value, next_key));
-                        next_key += 1;
-                    }
-                    Op::Cancel(n) if !tokens.is_empty() => {
-                        let (slot, seq, key) = tokens[n % tokens.len()];
-                        let was_live = model.iter().any(|(_, k)| *k == key);
-                        prop_assert_eq!(listeners.cancel(slot, seq).is_some(), was_live);
-                        model.retain(|(_, k)| *k != key);
-                    }
-                    Op::Cancel(_) => {}
-                    Op::TakeDue(threshold) => {
-                        let mut want: Vec<(u64, u64)> =
-                            model.iter().copied().filter(|(v, _)| *v <= threshold).collect();
-                        want.sort();
-                        prop_assert!(want.is_empty() || listeners.any_due(threshold));
-                        let mut due: SmallVec<[Due; 4]> = SmallVec::new();
-                        listeners.take_due(threshold, &mut due);
-                        let got: Vec<u64> = due.iter().map(|(_, key)| *key).collect();
-                        let want_keys: Vec<u64> = want.iter().map(|(_, key)| *key).collect();
-                        prop_assert_eq!(got, want_keys);
-                        model.retain(|(v, _)| *v > threshold);
-                        prop_assert!(!listeners.any_due(threshold));
-                    }
-                    Op::TakeOnlyDue(threshold) => {
-                        let mut want: Vec<(u64, u64)> =
-                            model.iter().copied().filter(|(v, _)| *v <= threshold).collect();
-                        want.sort();
-                        // It may decline (then nothing changes), but what it takes is the one
-                        // listener due, and only when it is the only one.
-                        if let Some((_, key)) = listeners.take_only_due(threshold) {
-                            prop_assert_eq!(want.len(), 1);
-                            prop_assert_eq!(key, want[0].1);
-                            model.retain(|(_, k)| *k != key);
-                        }
-                    }
-                    Op::TakeAll => {
-                        let mut due: SmallVec<[Due; 4]> = SmallVec::new();
-                        listeners.take_all(&mut due);
-                        let mut got: Vec<u64> = due.iter().map(|(_, key)| *key).collect();
-                        got.sort();
-                        let want: Vec<u64> = model.iter().map(|(_, key)| *key).collect();
-                        prop_assert_eq!(got, want);
-                        model.clear();
-                    }
-                }
-                prop_assert_eq!(listeners.len(), model.len());
-                prop_assert!(listeners.places() <= 2 * model.len() + STALE_SLACK + 1);
-            }
-        }
-    }
+/// Calls a listener that a change fired, with no semaphore lock held. A panicking listener must
+/// not cost the others their notification (a scheduler waiting for one would wait for ever), so
+/// its panic is contained here.
+pub(crate) fn tell<E>(
+    listener: &dyn Listener<E>,
+    semaphore: SemaphoreId,
+    key: u64,
+    notice: Notice<'_, E>,
+    burst: &mut Burst<E>,
+) {
+    let notify = std::panic::AssertUnwindSafe(|| listener.notice(semaphore, key, notice, burst));
+    let _ = std::panic::catch_unwind(notify);
 }

@@ -16,9 +16,24 @@ use crate::error::Error;
 use crate::event::DeviceEvent;
 use crate::options::SemaphoreOptions;
 use crate::semaphore::{Check, Semaphore};
+use crate::sync::{Thread, current_thread, park, park_timeout};
 use crate::timeout::Timeout;
 use crate::traffic::Traffic;
-use crate::waiter::ThreadParker;
+
+impl<E: DeviceEvent> Semaphore<E> {
+    /// Blocks until the value is at least `value` (`Ok`), the semaphore fails (`Err(Failed)`), or the
+    /// timeout passes (`Err(Timeout)`). A failed semaphore returns its failure even if the value was
+    /// reached before it failed.
+    ///
+    /// If a device signal for a value `>= value` is recorded, the wait first queries its event for a
+    /// bounded time ([`SemaphoreOptions::event_spin`]); on completion it advances the semaphore to
+    /// that timepoint itself, on a query error it fails the semaphore with it. Then it parks,
+    /// waking to query the event again after 50 us, then after twice as long each time, up to
+    /// every 1 ms: the advance that would wake it may wait for newer work than this wait needs.
+    pub fn wait(&self, value: u64, timeout: impl Into<Timeout>) -> Result<(), Error> {
+        wait_list(&[(self, value)], Mode::All, timeout.into().deadline()).map(|_| ())
+    }
+}
 
 /// Whether a multi-wait needs every entry or one of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,7 +306,8 @@ pub(crate) fn wait_list<E: DeviceEvent>(
     let mut events: Pending<E> = SmallVec::new();
     // The spin budget is spent once per wait call, however often the wait wakes.
     let mut spin_until: Option<Instant> = None;
-    let mut parker: Option<ThreadParker> = None;
+    // This thread's handle, taken at the first park: the semaphores unpark it.
+    let mut me: Option<Thread> = None;
     let mut repoll = REPOLL_FIRST;
     // Awaited events are told so (`DeviceEvent::awaited`) at the parks until one that told
     // some: the parks after it end in this wait's own looks at its events.
@@ -332,7 +348,7 @@ pub(crate) fn wait_list<E: DeviceEvent>(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(Error::Timeout);
         }
-        let parker = parker.get_or_insert_with(ThreadParker::take);
+        let me = me.get_or_insert_with(current_thread);
         // With events to query, wake to query them again (see `REPOLL_FIRST`).
         let wake = if queried {
             let at = Instant::now().checked_add(repoll);
@@ -344,7 +360,7 @@ pub(crate) fn wait_list<E: DeviceEvent>(
         } else {
             deadline
         };
-        if let Some(index) = park_once(list, mode, parker, wake, &mut told)? {
+        if let Some(index) = park_once(list, mode, me, wake, &mut told)? {
             return Ok(index);
         }
     }
@@ -357,17 +373,16 @@ pub(crate) fn wait_list<E: DeviceEvent>(
 fn park_once<E: DeviceEvent>(
     list: &[(&Semaphore<E>, u64)],
     mode: Mode,
-    parker: &ThreadParker,
+    me: &Thread,
     deadline: Option<Instant>,
     told: &mut bool,
 ) -> Result<Option<usize>, Error> {
     let tell = !*told;
-    let unparker = parker.parker().unparker();
     let mut slots: SmallVec<[usize; 8]> = SmallVec::new();
     let mut outcome = Ok(None);
     let mut all_reached = true;
     for (index, (semaphore, value)) in list.iter().enumerate() {
-        match semaphore.register_waiter(*value, unparker, tell, told) {
+        match semaphore.register_waiter(*value, me, tell, told) {
             Ok((slot, reached)) => {
                 slots.push(slot);
                 if reached && mode == Mode::Any {
@@ -386,9 +401,18 @@ fn park_once<E: DeviceEvent>(
         if mode == Mode::All && all_reached {
             outcome = Ok(Some(0));
         } else {
+            // The thread's own park: an unpark left over from an earlier wait (or any other
+            // use of the thread's token) returns at once, as a spurious wake-up may, and the
+            // caller looks again; no unpark meant for this wait is lost, for the token keeps
+            // one that comes before the park.
             match deadline {
-                Some(deadline) => parker.parker().park_deadline(deadline),
-                None => parker.parker().park(),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now < deadline {
+                        park_timeout(deadline - now);
+                    }
+                }
+                None => park(),
             }
         }
     }

@@ -8,31 +8,13 @@ use smallvec::SmallVec;
 use crate::error::Error;
 use crate::event::DeviceEvent;
 use crate::failure::Failure;
-use crate::listener::{Due, FIRED_SLOT, ListenToken, Listener, Listeners, Notice};
-use crate::multi_wait::{Mode, wait_list};
+use crate::id::SemaphoreId;
+use crate::listener::{Burst, Listener, Told, tell};
+use crate::listeners::{Due, FIRED_SLOT, ListenToken, Listeners};
 use crate::options::SemaphoreOptions;
-use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, Unparker};
-use crate::timeout::Timeout;
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, Thread};
 use crate::timepoint::{Timepoints, WaitPoint};
 use crate::waiter::{FAILURE_ONLY, Waiters};
-
-/// A semaphore's identity, unique in the process for its lifetime: a key to index pending work by.
-#[derive(Copy, Clone, Eq, PartialEq, Hash, Ord, PartialOrd, Debug)]
-pub struct SemaphoreId(u64);
-
-impl SemaphoreId {
-    fn next() -> Self {
-        // std's atomic even under loom: a plain counter outside every model (and loom's
-        // atomics cannot be statics).
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        SemaphoreId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-    }
-
-    /// The id as a number.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
 
 /// A timeline semaphore: a `u64` value that only increases, or a failure.
 ///
@@ -69,10 +51,10 @@ struct State<E: DeviceEvent> {
     failure: Option<Failure>,
     timepoints: Timepoints<E>,
     waiters: Waiters,
-    listeners: Listeners,
+    listeners: Listeners<E>,
     /// The listeners of pending futures (see `future.rs`): fired only by the value reaching
     /// theirs, or a failure, never by a recorded device signal (a future resolves on the value).
-    wakers: Listeners,
+    wakers: Listeners<E>,
 }
 
 impl<E: DeviceEvent> State<E> {
@@ -159,19 +141,11 @@ impl<E: DeviceEvent> State<E> {
 /// What a state change must do once the lock is released: wake parked waiters, notify listeners,
 /// and drop released events (which may return them to a pool that has its own lock).
 pub(crate) struct Wake<E> {
-    unparkers: SmallVec<[Unparker; 8]>,
-    due: SmallVec<[Due; 8]>,
+    unparkers: SmallVec<[Thread; 8]>,
+    due: SmallVec<[Due<E>; 8]>,
     released: SmallVec<[E; 8]>,
     /// What the due listeners are told.
     told: Told<E>,
-}
-
-/// What a change tells the listeners it fires (see [`Notice`]).
-enum Told<E> {
-    Changed,
-    Reached(u64),
-    /// The recorded value, and a handle to its event for one listener to take.
-    Recorded(u64, Option<E>),
 }
 
 impl<E: 'static> Wake<E> {
@@ -186,33 +160,47 @@ impl<E: 'static> Wake<E> {
 
     /// Wakes, notifies and releases what the lock's holder gathered; call once the lock is let
     /// go. In place (`&mut`): the lists are inline, and moving them costs a copy of several
-    /// hundred bytes on every signal's record, which mostly has nothing to do here.
+    /// hundred bytes on every signal's record, which mostly has nothing to do here. The
+    /// listeners are fired in order, each with one burst that this runs after them: what they
+    /// make due (a scheduler's issues record device signals) is fired by that loop, not by
+    /// calls nested inside theirs.
     fn run(&mut self, id: SemaphoreId) {
         for unparker in self.unparkers.drain(..) {
             unparker.unpark();
         }
-        for (listener, key) in self.due.drain(..) {
-            let notice = match &mut self.told {
-                Told::Changed => Notice::Changed,
-                Told::Reached(value) => Notice::Reached(*value),
-                Told::Recorded(value, event) => Notice::Recorded {
-                    value: *value,
-                    event,
-                },
-            };
-            tell(&*listener, id, key, notice);
+        if !self.due.is_empty() {
+            let mut burst = Burst::new();
+            for (listener, key) in self.due.drain(..) {
+                tell(&*listener, id, key, self.told.notice(), &mut burst);
+            }
+            burst.run();
         }
         self.told = Told::Changed;
         self.released.clear();
     }
-}
 
-/// Calls a listener that a change fired, once the lock is let go. A panicking listener must not
-/// cost the others their notification (a scheduler waiting for one would wait for ever), so its
-/// panic is contained here.
-fn tell(listener: &dyn Listener, id: SemaphoreId, key: u64, notice: Notice<'_>) {
-    let notify = std::panic::AssertUnwindSafe(|| listener.notice(id, key, notice));
-    let _ = std::panic::catch_unwind(notify);
+    /// [`run`](Self::run) for a caller that fires the listeners itself (a device-signal record,
+    /// a failure, under a queue's issue lock): the due listeners go into `burst`, for its owner
+    /// to fire, each told what `run` would tell it; of a record's, the first fired is handed
+    /// the event.
+    fn defer(&mut self, id: SemaphoreId, burst: &mut Burst<E>) {
+        for unparker in self.unparkers.drain(..) {
+            unparker.unpark();
+        }
+        // Pushed last first: the burst fires the last one pushed first, so they are fired in
+        // the order they were due (smallest value first, then registration).
+        for (index, (listener, key)) in self.due.drain(..).enumerate().rev() {
+            let told = match &mut self.told {
+                Told::Changed => Told::Changed,
+                Told::Reached(value) => Told::Reached(*value),
+                Told::Recorded(value, event) if index == 0 => Told::Recorded(*value, event.take()),
+                Told::Recorded(value, _) => Told::Recorded(*value, None),
+            };
+            burst.push(listener, id, key, told);
+        }
+        self.told = Told::Changed;
+        self.released.clear();
+    }
 }
 
 /// A check of one wait entry, taken under the lock.
@@ -429,6 +417,15 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// Fails the semaphore. The first failure wins and is kept; later ones are ignored. Wakes every
     /// waiter, fires every listener, and releases every recorded device event.
     pub fn fail(&self, failure: Failure) {
+        let mut burst = Burst::new();
+        self.fail_into(failure, &mut burst);
+        burst.run();
+    }
+
+    /// [`fail`](Self::fail), which fires no listener: those it makes due go into `burst`, for
+    /// the caller to fire with [`Burst::run`] once it holds no lock a listener may take (as
+    /// [`record_device_signal_into`](Self::record_device_signal_into)).
+    pub fn fail_into(&self, failure: Failure, burst: &mut Burst<E>) {
         let mut wake = Wake::new();
         {
             let mut state = self.lock();
@@ -444,7 +441,7 @@ impl<E: DeviceEvent> Semaphore<E> {
             self.note_waiting(&state);
             self.changed();
         }
-        wake.run(self.id());
+        wake.defer(self.id(), burst);
     }
 
     /// The failure, if the semaphore has failed.
@@ -452,24 +449,29 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.lock().failure.clone()
     }
 
-    /// Blocks until the value is at least `value` (`Ok`), the semaphore fails (`Err(Failed)`), or the
-    /// timeout passes (`Err(Timeout)`). A failed semaphore returns its failure even if the value was
-    /// reached before it failed.
-    ///
-    /// If a device signal for a value `>= value` is recorded, the wait first queries its event for a
-    /// bounded time ([`SemaphoreOptions::event_spin`]); on completion it advances the semaphore to
-    /// that timepoint itself, on a query error it fails the semaphore with it. Then it parks,
-    /// waking to query the event again after 50 us, then after twice as long each time, up to
-    /// every 1 ms: the advance that would wake it may wait for newer work than this wait needs.
-    pub fn wait(&self, value: u64, timeout: impl Into<Timeout>) -> Result<(), Error> {
-        wait_list(&[(self, value)], Mode::All, timeout.into().deadline()).map(|_| ())
-    }
-
     /// Records a device-signal timepoint: `event` completes when `value` is reached. Other queues can
     /// then wait for `value` on the device through [`device_wait_event`](Self::device_wait_event).
     /// If `value` is already reached the event is dropped at once. Fires listeners waiting for values
-    /// `<= value`. `Err(Failed)` (and the event dropped) once failed.
+    /// `<= value`, on this thread before it returns. `Err(Failed)` (and the event dropped) once
+    /// failed.
     pub fn record_device_signal(&self, value: u64, event: E) -> Result<(), Error> {
+        let mut burst = Burst::new();
+        let result = self.record_device_signal_into(value, event, &mut burst);
+        burst.run();
+        result
+    }
+
+    /// [`record_device_signal`](Self::record_device_signal), which fires no listener: those it
+    /// makes due go into `burst`, each with its [`Notice::Recorded`](crate::Notice::Recorded)
+    /// (one of them handed the event), for the caller to fire with [`Burst::run`] once it holds
+    /// no lock a listener may take. A scheduler records the signals of the work it issues this
+    /// way, under its queue's issue lock.
+    pub fn record_device_signal_into(
+        &self,
+        value: u64,
+        event: E,
+        burst: &mut Burst<E>,
+    ) -> Result<(), Error> {
         let mut state = self.lock();
         if state.failure.is_none() && value > state.value {
             if !state.listeners.any_due(value) {
@@ -481,18 +483,12 @@ impl<E: DeviceEvent> Semaphore<E> {
             }
             if let Some((listener, key)) = state.listeners.take_only_due(value) {
                 // A chain's released step: one listener, told what `State::record_device_signal`
-                // and `Wake::run` would tell it, without their lists.
-                let mut handed = Some(event.clone());
+                // and `Wake::defer` would tell it, without their lists.
+                let handed = Some(event.clone());
                 state.timepoints.insert(value, event);
                 self.changed();
                 drop(state);
-                let id = self.id();
-                let notice = Notice::Recorded {
-                    value,
-                    event: &mut handed,
-                };
-                // The listener and an untaken handle drop here, outside the lock.
-                tell(&*listener, id, key, notice);
+                burst.push(listener, self.id(), key, Told::Recorded(value, handed));
                 return Ok(());
             }
         }
@@ -502,7 +498,7 @@ impl<E: DeviceEvent> Semaphore<E> {
             self.changed();
         }
         drop(state);
-        wake.run(self.id());
+        wake.defer(self.id(), burst);
         result
     }
 
@@ -546,7 +542,7 @@ impl<E: DeviceEvent> Semaphore<E> {
     pub fn listen(
         &self,
         value: u64,
-        listener: &std::sync::Arc<dyn Listener>,
+        listener: &std::sync::Arc<dyn Listener<E>>,
         key: u64,
     ) -> ListenToken {
         let id = self.id();
@@ -624,7 +620,7 @@ impl<E: DeviceEvent> Semaphore<E> {
     pub(crate) fn register_waiter(
         &self,
         value: u64,
-        unparker: &Unparker,
+        unparker: &Thread,
         tell: bool,
         told: &mut bool,
     ) -> Result<(usize, bool), Failure> {
@@ -664,7 +660,7 @@ impl<E: DeviceEvent> Semaphore<E> {
     pub(crate) fn listen_reached(
         &self,
         value: u64,
-        listener: &std::sync::Arc<dyn Listener>,
+        listener: &std::sync::Arc<dyn Listener<E>>,
         key: u64,
     ) -> Option<ListenToken> {
         let mut state = self.lock();

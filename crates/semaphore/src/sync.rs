@@ -1,6 +1,10 @@
 //! The synchronisation primitives this crate uses, in one place so that the loom models
 //! (`tests/loom_semaphore.rs`, built with `RUSTFLAGS="--cfg loom"`) can swap them for loom's
-//! checked versions. Normal builds get std's types and crossbeam's parker, unchanged.
+//! checked versions. Normal builds get std's types, unchanged; a host waiter parks its own
+//! thread ([`park`], [`Thread::unpark`]), which allocates nothing and needs no per-thread cache.
+//!
+//! The module [`loom_parker`] is for the scheduler's loom models (its worker and completion
+//! threads park on a parker of their own).
 //!
 //! crossbeam's `Parker` has no loom counterpart; under loom it is a token under a `Mutex` with a
 //! `Condvar`, which has the same contract (an unpark before the park is kept; one token at most).
@@ -9,18 +13,24 @@
 //! query parks for a while only, to look at them again).
 
 #[cfg(not(loom))]
-pub(crate) use crossbeam_utils::sync::{Parker, Unparker};
-#[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::thread::{Thread, current as current_thread, park, park_timeout};
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 #[cfg(loom)]
-pub(crate) use loom_parker::{Parker, Unparker};
+pub(crate) use loom::thread::{Thread, current as current_thread, park};
+
+/// loom has no time: a timed park parks until unparked (the models only use untimed waits).
+#[cfg(loom)]
+pub(crate) fn park_timeout(_timeout: std::time::Duration) {
+    park();
+}
 
 #[cfg(loom)]
 pub(crate) mod loom_parker {

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use common::{bounded, failure};
 use cuhal_semaphore::testing::FlagEvent;
-use cuhal_semaphore::{Listener, Notice, Semaphore, SemaphoreId};
+use cuhal_semaphore::{Burst, Listener, Notice, Semaphore, SemaphoreId};
 
 type Sem = Semaphore<FlagEvent>;
 
 #[derive(Default)]
 struct Record(Mutex<Vec<(SemaphoreId, u64)>>);
 
-impl Listener for Record {
+impl<E> Listener<E> for Record {
     fn notify(&self, semaphore: SemaphoreId, key: u64) {
         self.0.lock().unwrap().push((semaphore, key));
     }
@@ -27,9 +27,9 @@ impl Record {
     }
 }
 
-fn record() -> (Arc<Record>, Arc<dyn Listener>) {
+fn record() -> (Arc<Record>, Arc<dyn Listener<FlagEvent>>) {
     let r = Arc::new(Record::default());
-    let l: Arc<dyn Listener> = r.clone();
+    let l: Arc<dyn Listener<FlagEvent>> = r.clone();
     (r, l)
 }
 
@@ -126,11 +126,11 @@ fn cancel_works_and_stale_tokens_do_nothing() {
 /// under the lock.
 struct Reentrant {
     semaphore: Sem,
-    me: Mutex<Option<Arc<dyn Listener>>>,
+    me: Mutex<Option<Arc<dyn Listener<FlagEvent>>>>,
     fired: AtomicUsize,
 }
 
-impl Listener for Reentrant {
+impl<E> Listener<E> for Reentrant {
     fn notify(&self, semaphore: SemaphoreId, key: u64) {
         assert_eq!(semaphore, self.semaphore.id());
         self.fired.fetch_add(1, Ordering::SeqCst);
@@ -155,7 +155,7 @@ fn a_listener_may_call_back_into_the_semaphore() {
             me: Mutex::new(None),
             fired: AtomicUsize::new(0),
         });
-        let l: Arc<dyn Listener> = r.clone();
+        let l: Arc<dyn Listener<FlagEvent>> = r.clone();
         *r.me.lock().unwrap() = Some(l.clone());
         s.listen(1, &l, 1);
         s.signal(1).unwrap();
@@ -202,20 +202,21 @@ enum Told {
 #[derive(Default)]
 struct Noticing(Mutex<Vec<(u64, Told)>>);
 
-impl Listener for Noticing {
+impl Listener<FlagEvent> for Noticing {
     fn notify(&self, _semaphore: SemaphoreId, key: u64) {
         self.0.lock().unwrap().push((key, Told::Changed));
     }
 
-    fn notice(&self, _semaphore: SemaphoreId, key: u64, notice: Notice<'_>) {
+    fn notice(
+        &self,
+        _semaphore: SemaphoreId,
+        key: u64,
+        notice: Notice<'_, FlagEvent>,
+        _burst: &mut Burst<FlagEvent>,
+    ) {
         let told = match notice {
             Notice::Reached(value) => Told::Reached(value),
-            Notice::Recorded { value, event } => {
-                let slot = event
-                    .downcast_mut::<Option<FlagEvent>>()
-                    .expect("an Option of the semaphore's event type");
-                Told::Recorded(value, slot.take())
-            }
+            Notice::Recorded { value, event } => Told::Recorded(value, event.take()),
             Notice::Changed => Told::Changed,
         };
         self.0.lock().unwrap().push((key, told));
@@ -235,7 +236,7 @@ impl Noticing {
 fn a_notice_tells_what_the_semaphore_did() {
     let s = Sem::new(0);
     let n = Arc::new(Noticing::default());
-    let l: Arc<dyn Listener> = n.clone();
+    let l: Arc<dyn Listener<FlagEvent>> = n.clone();
     s.listen(2, &l, 1);
     s.listen(1, &l, 2);
     let event = FlagEvent::new();
@@ -272,7 +273,7 @@ fn a_notice_tells_what_the_semaphore_did() {
 fn a_record_that_fires_one_listener_tells_it_what_the_first_of_many_is_told() {
     let s = Sem::new(0);
     let n = Arc::new(Noticing::default());
-    let l: Arc<dyn Listener> = n.clone();
+    let l: Arc<dyn Listener<FlagEvent>> = n.clone();
     let recorded = |value: u64| {
         let event = FlagEvent::new();
         s.record_device_signal(value, event.clone()).unwrap();
@@ -331,13 +332,13 @@ fn a_record_that_fires_one_listener_tells_it_what_the_first_of_many_is_told() {
 #[test]
 fn a_panicking_listener_fired_alone_by_a_record_is_contained() {
     struct Panics;
-    impl Listener for Panics {
+    impl<E> Listener<E> for Panics {
         fn notify(&self, _semaphore: SemaphoreId, _key: u64) {
             panic!("a listener that fails");
         }
     }
     let s = Sem::new(0);
-    let panics: Arc<dyn Listener> = Arc::new(Panics);
+    let panics: Arc<dyn Listener<FlagEvent>> = Arc::new(Panics);
     let (r, l) = record();
     s.listen(1, &panics, 1);
     s.listen(2, &l, 2);
@@ -347,4 +348,122 @@ fn a_panicking_listener_fired_alone_by_a_record_is_contained() {
     s.record_device_signal(2, FlagEvent::new()).unwrap();
     assert_eq!(r.keys(), vec![2]);
     assert_eq!(s.listener_count(), 0);
+}
+
+/// A record into a burst calls nobody: the listeners it made due wait in the burst, each with its
+/// notice (the first handed the event), until the burst runs. A failure into a burst does the
+/// same, telling only that something changed.
+#[test]
+fn a_record_or_failure_into_a_burst_fires_its_listeners_only_when_the_burst_runs() {
+    let s = Sem::new(0);
+    let n = Arc::new(Noticing::default());
+    let l: Arc<dyn Listener<FlagEvent>> = n.clone();
+    s.listen(1, &l, 1);
+    s.listen(2, &l, 2);
+    let event = FlagEvent::new();
+    let mut burst = Burst::new();
+    s.record_device_signal_into(2, event.clone(), &mut burst)
+        .unwrap();
+    assert!(n.take().is_empty(), "a listener ran inside the record");
+    assert!(!burst.is_empty());
+    burst.run();
+    assert!(burst.is_empty());
+    match &n.take()[..] {
+        [
+            (1, Told::Recorded(2, Some(taken))),
+            (2, Told::Recorded(2, None)),
+        ] => assert!(taken.ptr_eq(&event)),
+        other => panic!("told {other:?}"),
+    }
+
+    s.listen(3, &l, 3);
+    s.fail_into(failure("gone"), &mut burst);
+    assert!(n.take().is_empty(), "a listener ran inside the failure");
+    drop(burst); // a dropped burst runs what it holds
+    assert!(matches!(&n.take()[..], [(3, Told::Changed)]));
+}
+
+/// A listener fired from a burst that records a device signal itself, into the same burst, has
+/// its listeners fired by the burst's loop after it returns, not from inside its own call: a
+/// chain of 1,000 semaphores, each listener recording the next, fires every one at the depth of
+/// the first.
+#[test]
+fn a_burst_fires_a_chain_of_records_as_one_loop() {
+    const LINKS: usize = 1_000;
+
+    /// Records `next` at 1 when fired; notes how deep in the stack it ran.
+    struct Link {
+        next: Option<Sem>,
+        depths: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl Listener<FlagEvent> for Link {
+        fn notify(&self, _semaphore: SemaphoreId, _key: u64) {
+            unreachable!("fired from a burst, with a notice");
+        }
+
+        fn notice(
+            &self,
+            _semaphore: SemaphoreId,
+            _key: u64,
+            _notice: Notice<'_, FlagEvent>,
+            burst: &mut Burst<FlagEvent>,
+        ) {
+            let marker = 0u8;
+            let depth = std::hint::black_box(&marker) as *const u8 as usize;
+            self.depths.lock().unwrap().push(depth);
+            if let Some(next) = &self.next {
+                next.record_device_signal_into(1, FlagEvent::new(), burst)
+                    .unwrap();
+            }
+        }
+    }
+
+    let depths = Arc::new(Mutex::new(Vec::new()));
+    let sems: Vec<Sem> = (0..LINKS).map(|_| Sem::new(0)).collect();
+    for (i, s) in sems.iter().enumerate() {
+        let link: Arc<dyn Listener<FlagEvent>> = Arc::new(Link {
+            next: sems.get(i + 1).cloned(),
+            depths: depths.clone(),
+        });
+        s.listen(1, &link, i as u64);
+    }
+    sems[0].record_device_signal(1, FlagEvent::new()).unwrap();
+    let depths = depths.lock().unwrap();
+    assert_eq!(depths.len(), LINKS, "every link fired");
+    let spread = depths.iter().max().unwrap() - depths.iter().min().unwrap();
+    assert!(spread < 4096, "the links ran {spread} bytes of stack apart");
+}
+
+/// A burst owes each waker's wake once, however often it is held, and makes it when it runs.
+#[test]
+fn a_burst_makes_each_held_wake_once_when_it_runs() {
+    struct Count(AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    let (a, b) = (
+        Arc::new(Count(AtomicUsize::new(0))),
+        Arc::new(Count(AtomicUsize::new(0))),
+    );
+    let (wa, wb) = (
+        std::task::Waker::from(a.clone()),
+        std::task::Waker::from(b.clone()),
+    );
+    let mut burst = Burst::<FlagEvent>::new();
+    burst.hold_wake(&wa);
+    burst.hold_wake(&wb);
+    burst.hold_wake(&wa);
+    assert_eq!(a.0.load(Ordering::SeqCst), 0, "woken before the burst ran");
+    burst.run();
+    assert_eq!(
+        (a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst)),
+        (1, 1)
+    );
+    burst.run();
+    assert_eq!(a.0.load(Ordering::SeqCst), 1, "a wake made twice");
 }

@@ -127,7 +127,7 @@ fn signal_vs_fail_vs_wait() {
 /// Counts notifications per key.
 struct Count(loom::sync::atomic::AtomicUsize);
 
-impl Listener for Count {
+impl<E> Listener<E> for Count {
     fn notify(&self, _semaphore: SemaphoreId, _key: u64) {
         self.0.fetch_add(1, loom::sync::atomic::Ordering::SeqCst);
     }
@@ -140,7 +140,7 @@ fn listener_fires_once() {
     model("semaphore::listener_fires_once", || {
         let s = semaphore(0);
         let count = StdArc::new(Count(loom::sync::atomic::AtomicUsize::new(0)));
-        let listener: StdArc<dyn Listener> = count.clone();
+        let listener: StdArc<dyn Listener<NoEvent>> = count.clone();
         let (a, b) = (s.clone(), s.clone());
         let ta = thread::spawn(move || {
             let _ = a.signal(1);

@@ -218,7 +218,7 @@ fn outcome<T>(
 #[derive(Default)]
 struct Fired(Mutex<Vec<u64>>);
 
-impl Listener for Fired {
+impl<E> Listener<E> for Fired {
     fn notify(&self, _: SemaphoreId, key: u64) {
         self.0.lock().unwrap().push(key);
     }
@@ -264,7 +264,7 @@ fn run_sequential(initial: Vec<u64>, ops: Vec<Op>) {
     let known = || failures.lock().unwrap().clone();
     let mut events: Vec<FlagEvent> = Vec::new();
     let fired = Arc::new(Fired::default());
-    let listener: Arc<dyn Listener> = fired.clone();
+    let listener: Arc<dyn Listener<FlagEvent>> = fired.clone();
     // (semaphore, value, token, cancelled, expected fired)
     let mut listeners: Vec<(usize, u64, ListenToken, bool, bool)> = Vec::new();
     let mut parked: Vec<Parked> = Vec::new();

@@ -46,7 +46,7 @@ fn allocations() -> usize {
 
 struct Nop;
 
-impl Listener for Nop {
+impl<E> Listener<E> for Nop {
     fn notify(&self, _: SemaphoreId, _: u64) {}
 }
 
@@ -55,7 +55,7 @@ fn round(
     a: &Semaphore<FlagEvent>,
     b: &Semaphore<FlagEvent>,
     base: u64,
-    listener: &Arc<dyn Listener>,
+    listener: &Arc<dyn Listener<FlagEvent>>,
     events: &[FlagEvent; 2],
 ) {
     let token = a.listen(base + 2, listener, 1);
@@ -83,7 +83,7 @@ fn round(
 fn steady_state_operations_do_not_allocate() {
     let a = Semaphore::<FlagEvent>::new(0);
     let b = Semaphore::<FlagEvent>::new(0);
-    let listener: Arc<dyn Listener> = Arc::new(Nop);
+    let listener: Arc<dyn Listener<FlagEvent>> = Arc::new(Nop);
     let events = [FlagEvent::new(), FlagEvent::new()];
     // Warm up: slabs grow, the thread's parker is created.
     round(&a, &b, 0, &listener, &events);

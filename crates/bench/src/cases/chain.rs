@@ -14,7 +14,7 @@
 //! chain on the signalling thread (each step's device signal makes the next ready), so the
 //! figure holds the driver calls and the GPU's work, and no thread wake. The queues' counters
 //! say how many steps went through a worker instead (the note under the table). The cuhal side
-//! also runs without completion gathering (`completion_gather` zero; the device queues gather by
+//! also runs without completion gathering (`CompletionOptions::gather` zero; the device queues gather by
 //! default), reported for comparison.
 //!
 //! The three sides take turns, one chain each, who goes first rotating, as case 1's sides do: the
@@ -48,7 +48,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         "case 9 (chain): the floor, cuhal and cuhal without completion gathering in turns, {n} chains of {STEPS} steps each"
     ));
     let ungathered_options = DeviceOptions {
-        completion_gather: std::time::Duration::ZERO,
+        completion: DeviceOptions::DEFAULT_COMPLETION.with_gather(std::time::Duration::ZERO),
         ..DeviceOptions::default()
     };
     let mut floor = FloorChains::new(env)?;

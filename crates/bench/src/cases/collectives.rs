@@ -267,7 +267,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     }
     // The host waits like the floor's: `cuStreamSynchronize` spins for the whole batch, so the
     // cuhal rows wait on a semaphore whose event spin outlasts it. The device's default wait
-    // (spin `host_wait_spin`, then park until the completion side, which naps between polls,
+    // (spin `completion_policy::HOST_WAIT_SPIN`, then park until the completion side, which naps between polls,
     // or the waiter's own look at its event, 50 us to 1 ms apart, sees the last collective end)
     // adds up to a nap to every batch: at 64 MiB, batches of 10
     // collectives of ~0.3 ms, that alone is a few percent of bus bandwidth that is not the

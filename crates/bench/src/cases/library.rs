@@ -16,7 +16,7 @@
 //!   one variant, then all of the next, put the floor first on a cool GPU);
 //! - the host waits alike: the floor spins in `cuEventSynchronize` for the whole GEMM, so the
 //!   compared cuhal rows wait on a semaphore whose event spin outlasts it. The device's default
-//!   wait (spin [`DeviceOptions::host_wait_spin`], then park until the completion side sees the
+//!   wait (spin `completion_policy::HOST_WAIT_SPIN`, then park until the completion side sees the
 //!   event, or the waiter's own look at it, 50 us to 1 ms apart, does) is a row of its own: on
 //!   work longer than the spin it adds the completion side's latency, which is not the
 //!   library's time;
@@ -309,7 +309,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             "the default wait spins {} us on the event, then parks until the completion \
              side sees the GEMM end (or its own look at the event, 50 us to 1 ms apart, \
              does); the compared rows spin like the floor",
-            DeviceOptions::default().host_wait_spin.as_micros()
+            cuhal::completion_policy::HOST_WAIT_SPIN.as_micros()
         )),
     );
     Ok(())

@@ -10,7 +10,7 @@
 //! the graph floor, and the project's 10 us per call whatever the floor.
 //!
 //! cuhal: a one-dispatch graph command buffer, `Queue::execute` with one signal, then
-//! `Semaphore::wait`, timed together; also with `eager_completion`, for comparison.
+//! `Semaphore::wait`, timed together; also without completion gathering, for comparison.
 //!
 //! The floor and the two cuhal sides take turns of `TURN` round trips, who goes first rotating,
 //! as case 1's sides do (the host's speed drifts within a run); after its turn a cuhal side
@@ -53,15 +53,15 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     let n = env.scaled(CALLS);
     let warm = env.scaled(500);
     progress(&format!(
-        "case 5 (round trip): the graph floor, cuhal and cuhal with eager completion in turns of {TURN}, {n} calls each"
+        "case 5 (round trip): the graph floor, cuhal and cuhal without completion gathering in turns of {TURN}, {n} calls each"
     ));
     let eager_options = DeviceOptions {
-        eager_completion: true,
+        completion: DeviceOptions::DEFAULT_COMPLETION.with_gather(std::time::Duration::ZERO),
         ..DeviceOptions::default()
     };
     let mut floor = FloorTrips::new(env, Submit::Graph)?;
     let mut cuhal = CuhalTrips::new(env, DeviceOptions::default(), "case 5 cuhal")?;
-    let mut eager = CuhalTrips::new(env, eager_options, "case 5 cuhal eager")?;
+    let mut eager = CuhalTrips::new(env, eager_options, "case 5 cuhal ungathered")?;
     let total = warm + n;
     let [mut graph, mut cuhal_times, mut eager_times] =
         in_turns(total.div_ceil(TURN), n, |turn, side, times| {
@@ -125,10 +125,10 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         Some(graph),
         Goal::AtMost(GOAL_NS),
     ));
-    let eager = summarize("case 5 cuhal eager", &mut eager_times)?;
+    let eager = summarize("case 5 cuhal ungathered", &mut eager_times)?;
     report.comparisons.push(Comparison::new(
         "5",
-        format!("{what}; eager completion (for comparison)"),
+        format!("{what}; without completion gathering (for comparison)"),
         Some(eager),
         Some(graph),
         Goal::Report,

@@ -36,9 +36,7 @@
 //! 128, a 400 us gather) instead of the device's (256, 800 us); with the completion side deferred
 //! past the turn (a 6 ms gather, batches of 4,096: the completion thread defers the turn's first
 //! action and retires the rest while the side settles, so no retirement meets the measured
-//! submissions, which shows what the submitting thread costs alone); and, in the same-queue form,
-//! with `eager_completion` (the completion thread polls every batch whether or not anybody
-//! waits).
+//! submissions, which shows what the submitting thread costs alone).
 
 use std::time::Duration;
 
@@ -69,7 +67,7 @@ const RING: usize = 64;
 
 /// The gather batch of the comparison rows with the scheduler's suggested gather (the device
 /// queues' default until this case chose larger batches).
-const SMALL_BATCH: usize = cuhal_scheduler::QueueOptions::DEFAULT_GATHER_BATCH;
+const SMALL_BATCH: usize = cuhal::CompletionOptions::DEFAULT_GATHER_BATCH;
 /// The gather of those rows.
 const SHORT_GATHER: Duration = DeviceOptions::SUGGESTED_COMPLETION_GATHER;
 
@@ -138,12 +136,12 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
 }
 
 /// cuhal's comparison variants in a form, beside the default options (the row with the goals).
-fn variants(form: Form) -> Vec<(String, DeviceOptions)> {
-    let mut variants = vec![
+fn variants() -> Vec<(String, DeviceOptions)> {
+    let variants = vec![
         (
             format!("without completion gathering (default {GATHER_US} us; for comparison)"),
             DeviceOptions {
-                completion_gather: Duration::ZERO,
+                completion: DeviceOptions::DEFAULT_COMPLETION.with_gather(Duration::ZERO),
                 ..DeviceOptions::default()
             },
         ),
@@ -151,11 +149,12 @@ fn variants(form: Form) -> Vec<(String, DeviceOptions)> {
             format!(
                 "gather batches of {SMALL_BATCH} and a {} us gather (default {} and {GATHER_US} us; for comparison)",
                 SHORT_GATHER.as_micros(),
-                DeviceOptions::default().completion_gather_batch
+                DeviceOptions::default().completion.gather_batch
             ),
             DeviceOptions {
-                completion_gather_batch: SMALL_BATCH,
-                completion_gather: SHORT_GATHER,
+                completion: DeviceOptions::DEFAULT_COMPLETION
+                    .with_gather_batch(SMALL_BATCH)
+                    .with_gather(SHORT_GATHER),
                 ..DeviceOptions::default()
             },
         ),
@@ -165,29 +164,21 @@ fn variants(form: Form) -> Vec<(String, DeviceOptions)> {
                 TURN_GATHER.as_millis()
             ),
             DeviceOptions {
-                completion_gather_batch: TURN_BATCH,
-                completion_gather: TURN_GATHER,
+                completion: DeviceOptions::DEFAULT_COMPLETION
+                    .with_gather_batch(TURN_BATCH)
+                    .with_gather(TURN_GATHER),
                 max_in_flight: 2 * TURN_BATCH,
                 reserved_events: 2 * TURN_BATCH,
                 ..DeviceOptions::default()
             },
         ),
     ];
-    if form == Form::SameQueue {
-        variants.push((
-            "eager completion (for comparison)".to_owned(),
-            DeviceOptions {
-                eager_completion: true,
-                ..DeviceOptions::default()
-            },
-        ));
-    }
     variants
 }
 
 fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usize) -> Result<()> {
     let label = form.label();
-    let variants = variants(form);
+    let variants = variants();
     progress(&format!(
         "case 1 (submit, {label}): the floor and {} cuhal variants in turns of {TURN}, {n} chained submissions each",
         variants.len() + 1

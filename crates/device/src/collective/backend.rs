@@ -183,9 +183,23 @@ impl Backend for CollectiveBackend {
 
     fn issue_local(&self) {}
 
-    /// Polls the completion event; between polls, the ranks' asynchronous errors and the
-    /// timeout (the hook of the completion side for NCCL).
-    fn wait_event(&self, event: &CudaEvent, spin: Duration) -> std::result::Result<(), Failure> {
+    /// Queries the completion event; once it completed, the ranks' asynchronous errors (a
+    /// collective can end with an error its kernels met; NCCL reports it there).
+    fn query_event(&self, event: &CudaEvent) -> std::result::Result<bool, Failure> {
+        match event.query_raw() {
+            Ok(true) => match self.comms.async_error() {
+                Some(error) => Err(self.comms.fail(error)),
+                None => Ok(true),
+            },
+            Ok(false) => Ok(false),
+            Err(e) => Err(self.comms.fail(Error::from(e))),
+        }
+    }
+
+    /// Polls the completion event between sleeps of the communicator's poll interval (at most
+    /// 1 ms); between polls, the ranks' asynchronous errors and the timeout (the hook of the
+    /// completion side for NCCL).
+    fn block_on_event(&self, event: &CudaEvent) -> std::result::Result<(), Failure> {
         let start = Instant::now();
         let mut next_check = start;
         loop {
@@ -213,19 +227,7 @@ impl Backend for CollectiveBackend {
                 }
                 next_check = now + self.poll_interval;
             }
-            if now.duration_since(start) > spin {
-                std::thread::sleep(self.poll_interval.min(Duration::from_millis(1)));
-            } else {
-                // Paced like the device queues' polling: each query takes the driver's lock
-                // that the issuing thread's group calls need.
-                let next = now + QUERY_PACE;
-                while Instant::now() < next {
-                    std::hint::spin_loop();
-                }
-            }
+            std::thread::sleep(self.poll_interval.min(Duration::from_millis(1)));
         }
     }
 }
-
-/// The least time between two queries of a completion event while the completion side spins.
-const QUERY_PACE: Duration = Duration::from_micros(1);

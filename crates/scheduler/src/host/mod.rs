@@ -32,7 +32,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crossbeam_utils::sync::{Parker, Unparker};
-use cuhal_semaphore::{Failure, Semaphore};
+use cuhal_semaphore::{DeviceEvent, Failure, Semaphore};
 use smallvec::SmallVec;
 
 pub use event::HostEvent;
@@ -54,12 +54,13 @@ pub type HostQueue = Queue<HostBackend>;
 
 /// Starts a host backend and a queue on it, both named by `options`' label.
 pub fn queue(options: QueueOptions) -> Result<HostQueue, Error> {
-    let backend =
-        HostBackend::new(options.label(), options.idle_spin()).map_err(|error| Error::Spawn {
+    let backend = HostBackend::new(options.label(), crate::policy::IDLE_SPIN).map_err(|error| {
+        Error::Spawn {
             queue: Arc::from(options.label()),
             role: ThreadRole::Device,
             error: Arc::new(error),
-        })?;
+        }
+    })?;
     Queue::new(backend, options)
 }
 
@@ -154,8 +155,12 @@ impl Backend for HostBackend {
 
     fn issue_local(&self) {}
 
-    fn wait_event(&self, event: &HostEvent, spin: Duration) -> Result<(), Failure> {
-        event.wait(spin)
+    fn query_event(&self, event: &HostEvent) -> Result<bool, Failure> {
+        event.query()
+    }
+
+    fn block_on_event(&self, event: &HostEvent) -> Result<(), Failure> {
+        event.wait(Duration::ZERO)
     }
 }
 

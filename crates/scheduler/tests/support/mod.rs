@@ -123,7 +123,11 @@ impl Backend for Scripted {
 
     fn issue_local(&self) {}
 
-    fn wait_event(&self, event: &FlagEvent, _spin: Duration) -> Result<(), Failure> {
+    fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
+        event.query()
+    }
+
+    fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
         // Bounded, so a test that fails before completing its events fails instead of hanging.
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""cuhal-decoder against PyTorch/transformers on the same model (run on the GPU machine).
+
+Builds `LlamaForCausalLM` from the model directory's config.json and safetensors (local files
+only, no network), then:
+
+1. Teacher forcing over POSITIONS (default 128) positions of deterministic token ids: the
+   decoder binary dumps its logits (`--teacher-force FILE --dump-logits FILE`), transformers
+   computes its own in one forward pass, and every position's logits must agree within
+
+       tol = 8 * u * (2 L + 2) * max(1, max |logit|)
+
+   where u is the unit roundoff of the model's dtype (2^-11 for float16, 2^-8 for bfloat16) and
+   L the number of layers. Why: transformers rounds every matmul's output and the residual
+   stream to the dtype (two residual adds per layer, plus the final norm and the output
+   projection: 2 L + 2 roundings of relative size u along the path to the logits), while the
+   decoder keeps activations in f32 and rounds only its key/value cache; their differences are
+   first order in u times the size of the values, and 8 is the headroom for the summation
+   orders and the logits' own rounding to the dtype. The argmax must agree on at least 99% of
+   the positions (strictly; near ties, two logits closer than tol, are reported apart).
+2. Greedy generation of GENERATE (default 64) tokens from a short prompt on both sides,
+   reporting where they first diverge (and whether that is at a near tie).
+3. Per-token decode time: transformers' decode step over a StaticCache captured in a CUDA
+   graph (`torch.cuda.CUDAGraph`) and replayed, against the decoder binary's median per-token
+   latency (one recorded cuhal graph replayed per token).
+
+Exit status 0 when the logits and the argmax agree, 1 otherwise.
+
+    python3 compare.py --model DIR --decoder PATH/TO/cuhal-decoder
+"""
+
+import argparse
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+from transformers import AutoConfig, LlamaForCausalLM
+
+
+def load_model(directory, dtype):
+    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    kwargs = dict(local_files_only=True, attn_implementation="eager")
+    try:
+        model = LlamaForCausalLM.from_pretrained(directory, dtype=dtype, **kwargs)
+    except TypeError:
+        model = LlamaForCausalLM.from_pretrained(directory, torch_dtype=dtype, **kwargs)
+    return config, model.cuda().eval()
+
+
+def run_decoder(binary, args):
+    result = subprocess.run([binary] + args, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"cuhal-decoder {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def teacher_forcing(binary, directory, model, config, tokens, unit):
+    with tempfile.TemporaryDirectory() as scratch:
+        token_file = os.path.join(scratch, "tokens.txt")
+        logits_file = os.path.join(scratch, "logits.f32")
+        with open(token_file, "w") as f:
+            f.write(",".join(map(str, tokens)))
+        run_decoder(binary, ["--model", directory, "--teacher-force", token_file,
+                             "--dump-logits", logits_file])
+        ours = np.fromfile(logits_file, dtype="<f4").reshape(len(tokens), config.vocab_size)
+    with torch.no_grad():
+        ids = torch.tensor([tokens], device="cuda")
+        theirs = model(input_ids=ids).logits[0].float().cpu().numpy()
+    layers = config.num_hidden_layers
+    ok = True
+    strict = 0
+    near_ties = 0
+    worst = (0.0, 0)
+    for p in range(len(tokens)):
+        scale = max(1.0, float(np.abs(theirs[p]).max()))
+        tol = 8 * unit * (2 * layers + 2) * scale
+        diff = float(np.abs(ours[p] - theirs[p]).max())
+        if not np.isfinite(diff) or diff > tol:
+            print(f"  position {p}: logits differ by {diff:.4g} > tolerance {tol:.4g}")
+            ok = False
+        if diff / tol > worst[0]:
+            worst = (diff / tol, p)
+        a, b = int(ours[p].argmax()), int(theirs[p].argmax())
+        if a == b:
+            strict += 1
+        elif theirs[p][b] - theirs[p][a] <= tol:
+            near_ties += 1
+    share = strict / len(tokens)
+    print(f"teacher forcing, {len(tokens)} positions: worst logit error {worst[0]:.3f} of the "
+          f"tolerance (position {worst[1]}); argmax agrees on {strict} ({100 * share:.1f}%), "
+          f"{near_ties} more differ at near ties")
+    if share < 0.99:
+        print("  argmax agreement below 99%")
+        ok = False
+    return ok, tol
+
+
+def greedy(binary, directory, model, prompt, count):
+    result = run_decoder(binary, ["--model", directory, "--prompt-tokens",
+                                  ",".join(map(str, prompt)), "--tokens", str(count)])
+    ours = [int(t) for t in result.stdout.splitlines()[0].split(",")]
+    theirs = []
+    with torch.no_grad():
+        ids = torch.tensor([prompt], device="cuda")
+        out = model(input_ids=ids, use_cache=True)
+        cache = out.past_key_values
+        for _ in range(count):
+            token = int(out.logits[0, -1].argmax())
+            theirs.append(token)
+            out = model(input_ids=torch.tensor([[token]], device="cuda"),
+                        past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+    first = next((i for i in range(count) if ours[i] != theirs[i]), None)
+    if first is None:
+        print(f"greedy generation of {count} tokens: identical")
+    else:
+        print(f"greedy generation of {count} tokens: first divergence at token {first} "
+              f"(cuhal {ours[first]}, transformers {theirs[first]})")
+    return ours, theirs, result.stderr
+
+
+def make_static_cache(model, max_len):
+    from transformers import StaticCache
+    params = inspect.signature(StaticCache.__init__).parameters
+    kwargs = {"config": model.config, "max_cache_len": max_len}
+    if "max_batch_size" in params:
+        kwargs["max_batch_size"] = 1
+    if "batch_size" in params:
+        kwargs["batch_size"] = 1
+    if "device" in params:
+        kwargs["device"] = "cuda"
+    if "dtype" in params:
+        kwargs["dtype"] = model.dtype
+    return StaticCache(**kwargs)
+
+
+def graph_decode_time(model, prompt, steps):
+    """Per-token time of transformers' decode step over a StaticCache, captured in one CUDA
+    graph and replayed (the step feeds its argmax back into its own input)."""
+    max_len = len(prompt) + steps + 32
+    cache = make_static_cache(model, max_len)
+    with torch.no_grad():
+        ids = torch.tensor([prompt], device="cuda")
+        positions = torch.arange(len(prompt), device="cuda")
+        out = model(input_ids=ids, past_key_values=cache, cache_position=positions, use_cache=True)
+        token = out.logits[0, -1].argmax().view(1, 1).clone()
+        position = torch.tensor([len(prompt)], device="cuda")
+
+        def step():
+            logits = model(input_ids=token, past_key_values=cache, cache_position=position,
+                           use_cache=True).logits
+            token.copy_(logits[0, -1].argmax().view(1, 1))
+            position.add_(1)
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        # The warm-up advanced the position by 3 (a capture runs nothing).
+        position.fill_(len(prompt) + 3)
+        for _ in range(4):
+            graph.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        count = steps - 8
+        start.record()
+        for _ in range(count):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / count
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--decoder", required=True, help="the cuhal-decoder binary")
+    parser.add_argument("--positions", type=int, default=128)
+    parser.add_argument("--generate", type=int, default=64)
+    parser.add_argument("--time-steps", type=int, default=256)
+    args = parser.parse_args()
+
+    config = AutoConfig.from_pretrained(args.model, local_files_only=True)
+    name = str(getattr(config, "torch_dtype", None) or getattr(config, "dtype", "float16"))
+    dtype = torch.bfloat16 if "bfloat16" in name else torch.float16
+    unit = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
+    config, model = load_model(args.model, dtype)
+    print(f"model {args.model}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+          f"vocab {config.vocab_size}, {dtype}; torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name()}")
+
+    rng = np.random.default_rng(1234)
+    tokens = [int(t) for t in rng.integers(3, config.vocab_size, size=args.positions)]
+    ok, _ = teacher_forcing(args.decoder, args.model, model, config, tokens, unit)
+
+    prompt = tokens[:8]
+    _, _, stderr = greedy(args.decoder, args.model, model, prompt, args.generate)
+
+    result = run_decoder(args.decoder, ["--model", args.model, "--prompt-tokens",
+                                        ",".join(map(str, prompt)), "--tokens",
+                                        str(args.time_steps)])
+    match = re.search(r"median ([0-9.]+) us, p99 ([0-9.]+) us", result.stderr)
+    if match:
+        print(f"cuhal-decoder: per-token latency median {float(match.group(1)) / 1e3:.4f} ms, "
+              f"p99 {float(match.group(2)) / 1e3:.4f} ms")
+    else:
+        print(f"cuhal-decoder: no latency line in its output:\n{result.stderr}")
+    try:
+        ms = graph_decode_time(model, prompt, args.time_steps)
+        print(f"transformers, CUDA graph over a StaticCache: {ms:.4f} ms per token")
+    except Exception as error:  # report, do not fail the comparison
+        print(f"transformers' CUDA-graph decode could not be timed: {type(error).__name__}: "
+              f"{error}")
+        with torch.no_grad():
+            ids = torch.tensor([prompt], device="cuda")
+            out = model(input_ids=ids, use_cache=True)
+            cache = out.past_key_values
+            token = out.logits[0, -1].argmax().view(1, 1)
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            for _ in range(64):
+                out = model(input_ids=token, past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                token = out.logits[0, -1].argmax().view(1, 1)
+            torch.cuda.synchronize()
+            eager = (time.perf_counter() - started) / 64 * 1e3
+        print(f"transformers, eager decode (no graph): {eager:.4f} ms per token")
+
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

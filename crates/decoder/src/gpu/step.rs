@@ -1,0 +1,402 @@
+//! One decode step, recorded once into a graph command buffer: the buffers it reads and writes
+//! ([`StepBuffers`]) and the recording ([`record`]).
+//!
+//! Every kernel is its own debug group (a trace zone named after it) followed by a barrier: each
+//! reads what the one before wrote.
+
+use std::sync::Arc;
+
+use cuhal::{
+    Buffer, BufferRange, CommandBuffer, CommandBufferMode, CommandEncoder, Device, Dispatch,
+    Function, KernelArgs,
+};
+
+use super::decoder::DecoderOptions;
+use super::kernels::{
+    ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_ROWS, Kernels, ROW_THREADS,
+};
+use super::weights::DeviceWeights;
+use crate::error::{Error, Result};
+use crate::{DType, LlamaConfig};
+
+/// The device memory of a step besides the weights.
+pub struct StepBuffers {
+    /// Tokens, `[capacity][batch]` u32: the prompts, then what each step generates.
+    pub history: Arc<Buffer>,
+    /// Each sequence's position, `[batch]` u32 (advanced by every step).
+    pub pos: Arc<Buffer>,
+    /// Each sequence's prompt length, `[batch]` u32.
+    pub prompt_len: Arc<Buffer>,
+    /// The rotary frequencies, `[head_dim / 2]` f32.
+    pub inv_freq: Arc<Buffer>,
+    /// The residual stream, `[batch][hidden]` f32.
+    pub x: Arc<Buffer>,
+    /// The normalized residual, `[batch][hidden]` f32.
+    pub xn: Arc<Buffer>,
+    /// q, k and v, `[batch][q_dim + 2 kv_dim]` f32.
+    pub qkv: Arc<Buffer>,
+    /// The attention's output, `[batch][q_dim]` f32.
+    pub attn: Arc<Buffer>,
+    /// Gate and up projections, `[batch][2 intermediate]` f32.
+    pub gate_up: Arc<Buffer>,
+    /// SwiGLU's output, `[batch][intermediate]` f32.
+    pub act: Arc<Buffer>,
+    /// The logits, `[batch][vocab]` f32.
+    pub logits: Arc<Buffer>,
+    /// The key/value cache, from the device's allocator (`Device::create_buffer`; a
+    /// `Queue::alloca` buffer would cost every submission of the step an allocation, the use
+    /// that keeps a stream-ordered allocation alive): per layer, keys then values, each
+    /// `[batch][kv_heads][capacity][head_dim]` in the model's dtype.
+    pub cache: Arc<Buffer>,
+    /// Bytes of one layer's keys (and of its values).
+    pub cache_half: usize,
+}
+
+impl StepBuffers {
+    /// Allocates the buffers for `batch` sequences of `capacity` positions and uploads the
+    /// rotary frequencies; returns once the upload has completed.
+    pub fn new(
+        device: &Device,
+        config: &LlamaConfig,
+        dtype: DType,
+        batch: usize,
+        capacity: usize,
+        inv_freq: &[f32],
+    ) -> Result<Self> {
+        let f32s = |n: usize| {
+            device
+                .create_buffer(n * 4)
+                .map_err(Error::gpu("allocating the decoder's activations"))
+        };
+        let (h, q, kv, i, v) = (
+            config.hidden_size,
+            config.q_dim(),
+            config.kv_dim(),
+            config.intermediate_size,
+            config.vocab_size,
+        );
+        let cache_half = batch * kv * capacity * dtype.size();
+        let cache_len = 2 * cache_half * config.num_hidden_layers;
+        let queue = device.queue(0);
+        let ready = device.create_semaphore(0);
+        let cache = device
+            .create_buffer(cache_len)
+            .map_err(Error::gpu("allocating the key/value cache"))?;
+        let inv = f32s(inv_freq.len())?;
+        let bytes: Vec<u8> = inv_freq.iter().flat_map(|f| f.to_ne_bytes()).collect();
+        queue
+            .write(&[], &[(&ready, 1)], &inv.whole(), &bytes)
+            .map_err(Error::gpu("uploading the rotary frequencies"))?;
+        ready
+            .wait(1, std::time::Duration::from_secs(60))
+            .map_err(|e| Error::gpu("waiting for the decoder's buffers")(e.into()))?;
+        Ok(StepBuffers {
+            history: f32s(capacity * batch)?,
+            pos: f32s(batch)?,
+            prompt_len: f32s(batch)?,
+            inv_freq: inv,
+            x: f32s(batch * h)?,
+            xn: f32s(batch * h)?,
+            qkv: f32s(batch * (q + 2 * kv))?,
+            attn: f32s(batch * q)?,
+            gate_up: f32s(batch * 2 * i)?,
+            act: f32s(batch * i)?,
+            logits: f32s(batch * v)?,
+            cache,
+            cache_half,
+        })
+    }
+
+    /// Layer `layer`'s keys and values.
+    fn layer_cache(&self, layer: usize) -> Result<(BufferRange, BufferRange)> {
+        let at = 2 * self.cache_half * layer;
+        let range = |offset| {
+            self.cache
+                .range(offset, self.cache_half)
+                .map_err(|e| Error::gpu("a cache range")(e.into()))
+        };
+        Ok((range(at)?, range(at + self.cache_half)?))
+    }
+}
+
+/// A recording in progress and the names of its kernels.
+struct Recording {
+    cb: Box<dyn CommandEncoder>,
+    names: Vec<String>,
+}
+
+impl Recording {
+    /// Records one kernel as its own debug group, then a barrier.
+    fn launch(
+        &mut self,
+        name: String,
+        function: &Function,
+        grid: [u32; 3],
+        block: u32,
+        shared: u32,
+        args: &KernelArgs,
+    ) -> Result<()> {
+        let map = |e: cuhal::Error| Error::Gpu {
+            context: "recording the decode step",
+            source: e,
+        };
+        self.cb
+            .begin_debug_group(&name)
+            .map_err(|e| map(e.into()))?;
+        self.cb
+            .dispatch(
+                &Dispatch::new(function, grid, [block, 1, 1], args).with_shared_memory(shared),
+            )
+            .map_err(|e| map(e.into()))?;
+        self.cb.end_debug_group().map_err(|e| map(e.into()))?;
+        self.cb.barrier().map_err(|e| map(e.into()))?;
+        self.names.push(name);
+        Ok(())
+    }
+}
+
+/// `n` as a kernel's `uint32_t`.
+fn u32_of(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Records the decode step for `options.batch` sequences as a graph command buffer of
+/// `device`'s first queue; returns it with its kernels' names.
+pub fn record(
+    device: &Device,
+    config: &LlamaConfig,
+    kernels: &Kernels,
+    weights: &DeviceWeights,
+    buffers: &StepBuffers,
+    options: &DecoderOptions,
+) -> Result<(Arc<dyn CommandBuffer>, Vec<String>)> {
+    let cb = device
+        .queue(0)
+        .create_command_buffer_as(CommandBufferMode::Graph, 0)
+        .map_err(Error::gpu("creating the decode step"))?;
+    let mut rec = Recording {
+        cb,
+        names: Vec::new(),
+    };
+    let batch = u32_of(options.batch);
+    let capacity = u32_of(options.capacity);
+    let (h, q, kv, inter, vocab) = (
+        u32_of(config.hidden_size),
+        u32_of(config.q_dim()),
+        u32_of(config.kv_dim()),
+        u32_of(config.intermediate_size),
+        u32_of(config.vocab_size),
+    );
+    let (heads, kv_heads, head_dim) = (
+        u32_of(config.num_attention_heads),
+        u32_of(config.num_key_value_heads),
+        u32_of(config.head_dim),
+    );
+    let eps = config.rms_norm_eps as f32;
+    let scale = 1.0 / (config.head_dim as f32).sqrt();
+    let b = buffers;
+    let gemv_grid = |rows: u32| [rows.div_ceil(GEMV_ROWS), batch.div_ceil(GEMV_BATCH), 1];
+    let gemv_threads = 32 * GEMV_ROWS;
+
+    let args = KernelArgs::new()
+        .with_range(&weights.embed)
+        .with_range(&b.history.whole())
+        .with_range(&b.pos.whole())
+        .with_range(&b.x.whole())
+        .with(h)
+        .with(vocab)
+        .with(batch)
+        .with(capacity);
+    rec.launch(
+        "embed".into(),
+        &kernels.embed,
+        [batch, 1, 1],
+        ROW_THREADS,
+        0,
+        &args,
+    )?;
+
+    for (index, layer) in weights.layers.iter().enumerate() {
+        let (k_cache, v_cache) = b.layer_cache(index)?;
+        let name = |what: &str| format!("layer{index}.{what}");
+
+        let norm = |weight: &BufferRange| {
+            KernelArgs::new()
+                .with_range(&b.x.whole())
+                .with_range(weight)
+                .with_range(&b.xn.whole())
+                .with(h)
+                .with(eps)
+        };
+        let gemv =
+            |w: &BufferRange, x: &Arc<Buffer>, y: &Arc<Buffer>, rows: u32, cols: u32, acc: u32| {
+                KernelArgs::new()
+                    .with_range(w)
+                    .with_range(&x.whole())
+                    .with_range(&y.whole())
+                    .with(rows)
+                    .with(cols)
+                    .with(batch)
+                    .with(acc)
+            };
+
+        let args = norm(&layer.attn_norm);
+        rec.launch(
+            name("attn_norm"),
+            &kernels.rms_norm,
+            [batch, 1, 1],
+            ROW_THREADS,
+            0,
+            &args,
+        )?;
+        let args = gemv(&layer.qkv, &b.xn, &b.qkv, q + 2 * kv, h, 0);
+        rec.launch(
+            name("qkv"),
+            &kernels.gemv,
+            gemv_grid(q + 2 * kv),
+            gemv_threads,
+            0,
+            &args,
+        )?;
+        let args = KernelArgs::new()
+            .with_range(&b.qkv.whole())
+            .with_range(&b.inv_freq.whole())
+            .with_range(&b.pos.whole())
+            .with_range(&k_cache)
+            .with_range(&v_cache)
+            .with(heads)
+            .with(kv_heads)
+            .with(head_dim)
+            .with(capacity);
+        rec.launch(
+            name("rope_append"),
+            &kernels.rope_append,
+            [batch, 1, 1],
+            ROW_THREADS,
+            0,
+            &args,
+        )?;
+        let args = KernelArgs::new()
+            .with_range(&b.qkv.whole())
+            .with_range(&k_cache)
+            .with_range(&v_cache)
+            .with_range(&b.pos.whole())
+            .with_range(&b.attn.whole())
+            .with(heads)
+            .with(kv_heads)
+            .with(head_dim)
+            .with(capacity)
+            .with(scale);
+        rec.launch(
+            name("attention"),
+            &kernels.attention,
+            [heads, batch, 1],
+            ATTENTION_THREADS,
+            capacity * 4,
+            &args,
+        )?;
+        // o_proj adds into the residual stream.
+        let args = gemv(&layer.o, &b.attn, &b.x, h, q, 1);
+        rec.launch(
+            name("o_proj"),
+            &kernels.gemv,
+            gemv_grid(h),
+            gemv_threads,
+            0,
+            &args,
+        )?;
+        let args = norm(&layer.mlp_norm);
+        rec.launch(
+            name("mlp_norm"),
+            &kernels.rms_norm,
+            [batch, 1, 1],
+            ROW_THREADS,
+            0,
+            &args,
+        )?;
+        let args = gemv(&layer.gate_up, &b.xn, &b.gate_up, 2 * inter, h, 0);
+        rec.launch(
+            name("gate_up"),
+            &kernels.gemv,
+            gemv_grid(2 * inter),
+            gemv_threads,
+            0,
+            &args,
+        )?;
+        let args = KernelArgs::new()
+            .with_range(&b.gate_up.whole())
+            .with_range(&b.act.whole())
+            .with(inter);
+        rec.launch(
+            name("swiglu"),
+            &kernels.swiglu,
+            [inter.div_ceil(ROW_THREADS), batch, 1],
+            ROW_THREADS,
+            0,
+            &args,
+        )?;
+        // down_proj adds into the residual stream.
+        let args = gemv(&layer.down, &b.act, &b.x, h, inter, 1);
+        rec.launch(
+            name("down_proj"),
+            &kernels.gemv,
+            gemv_grid(h),
+            gemv_threads,
+            0,
+            &args,
+        )?;
+    }
+
+    let args = KernelArgs::new()
+        .with_range(&b.x.whole())
+        .with_range(&weights.norm)
+        .with_range(&b.xn.whole())
+        .with(h)
+        .with(eps);
+    rec.launch(
+        "final_norm".into(),
+        &kernels.rms_norm,
+        [batch, 1, 1],
+        ROW_THREADS,
+        0,
+        &args,
+    )?;
+    let args = KernelArgs::new()
+        .with_range(&weights.lm_head)
+        .with_range(&b.xn.whole())
+        .with_range(&b.logits.whole())
+        .with(vocab)
+        .with(h)
+        .with(batch)
+        .with(0u32);
+    rec.launch(
+        "lm_head".into(),
+        &kernels.gemv,
+        gemv_grid(vocab),
+        gemv_threads,
+        0,
+        &args,
+    )?;
+    let args = KernelArgs::new()
+        .with_range(&b.logits.whole())
+        .with_range(&b.history.whole())
+        .with_range(&b.pos.whole())
+        .with_range(&b.prompt_len.whole())
+        .with(vocab)
+        .with(batch)
+        .with(capacity);
+    rec.launch(
+        "argmax".into(),
+        &kernels.argmax,
+        [batch, 1, 1],
+        ARGMAX_THREADS,
+        0,
+        &args,
+    )?;
+
+    let Recording { mut cb, names } = rec;
+    let step = cb
+        .end()
+        .map_err(|e| Error::gpu("ending the decode step")(e.into()))?;
+    Ok((step, names))
+}

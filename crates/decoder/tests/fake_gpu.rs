@@ -1,0 +1,234 @@
+//! The GPU path on the fake driver (a CPU stand-in that records and replays graphs but runs no
+//! kernel): the upload, the recorded decode step and its replays, and the typed errors for
+//! models and prompts the decoder does not take.
+
+mod common;
+
+use std::sync::Mutex;
+
+use common::{ScratchDir, tiny_config};
+use cuhal::{Device, DeviceOptions, Driver};
+use cuhal_decoder::gpu::{Decoder, DecoderOptions, GenerateOptions, KernelImage};
+use cuhal_decoder::{Error, LlamaConfig, ModelFiles, write_random_model};
+use cuhal_fake_driver::harness::FakeDriver;
+
+/// A private fake driver and device 0 of it.
+fn open(tag: &str) -> (FakeDriver, Driver, Device) {
+    static ENV: Mutex<()> = Mutex::new(());
+    let fake = FakeDriver::private(tag).unwrap();
+    let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: the environment is written only here, under `ENV`, and read by `Driver::load`
+    // under the same lock through std; nothing in this test binary reads it through libc.
+    unsafe { std::env::set_var("CUHAL_CUDA_LIBRARY", fake.path()) };
+    let driver = Driver::load().unwrap();
+    let device = driver.open(0, DeviceOptions::default()).unwrap();
+    (fake, driver, device)
+}
+
+fn options(batch: usize, capacity: usize) -> DecoderOptions {
+    DecoderOptions {
+        batch,
+        capacity,
+        image: KernelImage::Ptx,
+    }
+}
+
+/// Kernels of one decode step: the embedding, nine per layer, the final norm, the output
+/// projection and the argmax.
+fn kernels_per_step(config: &LlamaConfig) -> usize {
+    1 + 9 * config.num_hidden_layers + 3
+}
+
+#[test]
+fn the_decode_step_is_recorded_once_and_replayed_per_token() {
+    let dir = ScratchDir::new("fake-step");
+    let config = tiny_config();
+    write_random_model(dir.path(), &config, 3).unwrap();
+    let files = ModelFiles::open(dir.path()).unwrap();
+    let weights = files.weights().unwrap();
+    let (fake, _driver, device) = open("decoder-step");
+    let mut decoder = Decoder::new(&device, &config, &weights, &options(2, 16)).unwrap();
+
+    let names = decoder.kernel_names();
+    assert_eq!(names.len(), kernels_per_step(&config));
+    assert_eq!(names[0], "embed");
+    assert_eq!(names[1], "layer0.attn_norm");
+    assert_eq!(names[9], "layer0.down_proj");
+    assert_eq!(names.last().unwrap(), "argmax");
+    // Recording launches nothing.
+    assert_eq!(fake.launches("gemv_f16"), 0);
+
+    // A prompt of 3 (one submission of 3 steps), then 4 decode steps: 7 replays.
+    let prompts: [&[u32]; 2] = [&[1, 2, 3], &[4, 5, 6]];
+    let generation = decoder
+        .generate(
+            &prompts,
+            5,
+            &GenerateOptions {
+                ahead: 2,
+                read_every: 2,
+            },
+        )
+        .unwrap();
+    let layers = config.num_hidden_layers as u64;
+    // Four GEMVs per layer plus the output projection, per replay.
+    assert_eq!(fake.launches("gemv_f16"), 7 * (4 * layers + 1));
+    assert_eq!(fake.launches("argmax_advance"), 7);
+    assert_eq!(fake.launches("attention_f16"), 7 * layers);
+    assert_eq!(generation.tokens.len(), 2);
+    assert!(generation.tokens.iter().all(|t| t.len() == 5));
+    assert_eq!(generation.step_times.len(), 4);
+    assert_eq!(decoder.position(), 7);
+
+    // The prompts were written to the history, position-major.
+    let history = decoder.read_history(0, 3).unwrap();
+    assert_eq!(history, vec![1, 4, 2, 5, 3, 6]);
+}
+
+#[test]
+fn the_weights_are_uploaded_with_q_k_v_and_gate_up_fused() {
+    let dir = ScratchDir::new("fake-upload");
+    let config = LlamaConfig {
+        tie_word_embeddings: true,
+        ..tiny_config()
+    };
+    write_random_model(dir.path(), &config, 4).unwrap();
+    let files = ModelFiles::open(dir.path()).unwrap();
+    let weights = files.weights().unwrap();
+    let (_fake, _driver, device) = open("decoder-upload");
+    let decoder = Decoder::new(&device, &config, &weights, &options(1, 8)).unwrap();
+    let _ = decoder.step_command_buffer();
+    let on_device = cuhal_decoder::gpu::DeviceWeights::upload(&device, &weights).unwrap();
+    let read = |range: &cuhal::BufferRange| {
+        let mut out = vec![0u8; range.len()];
+        on_device.buffer.read(range.offset(), &mut out).unwrap();
+        out
+    };
+    let layer = &weights.layers[1];
+    let qkv = [layer.q_proj.data, layer.k_proj.data, layer.v_proj.data].concat();
+    assert_eq!(read(&on_device.layers[1].qkv), qkv);
+    let gate_up = [layer.gate_proj.data, layer.up_proj.data].concat();
+    assert_eq!(read(&on_device.layers[1].gate_up), gate_up);
+    assert_eq!(read(&on_device.layers[1].down), layer.down_proj.data);
+    assert_eq!(read(&on_device.norm), weights.norm.data);
+    assert_eq!(read(&on_device.embed), weights.embed_tokens.data);
+    // Tied: the output projection is the embedding.
+    assert_eq!(on_device.lm_head.offset(), on_device.embed.offset());
+    for range in [
+        &on_device.layers[0].qkv,
+        &on_device.layers[0].o,
+        &on_device.norm,
+    ] {
+        assert_eq!(range.offset() % 256, 0);
+    }
+    // Every matrix once, the embedding not at all (it is gathered), the tied head once.
+    let h = config.hidden_size;
+    let per_layer = (config.q_dim() + 2 * config.kv_dim()) * h
+        + h * config.q_dim()
+        + 3 * config.intermediate_size * h;
+    let expected = 2 * (config.num_hidden_layers * per_layer + config.vocab_size * h);
+    assert_eq!(on_device.bytes_per_step(), expected);
+}
+
+#[test]
+fn models_and_prompts_it_does_not_take_are_typed_errors() {
+    let (_fake, _driver, device) = open("decoder-errors");
+    let refused = |config: LlamaConfig, opts: DecoderOptions| -> Error {
+        let dir = ScratchDir::new("fake-errors");
+        write_random_model(dir.path(), &config, 1).unwrap();
+        let files = ModelFiles::open(dir.path()).unwrap();
+        let weights = files.weights().unwrap();
+        match Decoder::new(&device, &config, &weights, &opts) {
+            Ok(_) => panic!("{config:?} with {opts:?} was accepted"),
+            Err(e) => e,
+        }
+    };
+    // Rows the GEMV cannot read 8 at a time.
+    let odd_hidden = LlamaConfig {
+        hidden_size: 60,
+        num_attention_heads: 4,
+        head_dim: 16,
+        ..tiny_config()
+    };
+    let e = refused(odd_hidden, options(1, 8));
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                field: "hidden_size",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let wide_head = LlamaConfig {
+        head_dim: 512,
+        ..tiny_config()
+    };
+    let e = refused(wide_head, options(1, 8));
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                field: "head_dim",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = refused(tiny_config(), options(65, 8));
+    assert!(
+        matches!(e, Error::InvalidConfig { field: "batch", .. }),
+        "{e}"
+    );
+    let e = refused(tiny_config(), options(1, 65));
+    assert!(
+        matches!(
+            e,
+            Error::InvalidConfig {
+                field: "capacity",
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    let dir = ScratchDir::new("fake-prompts");
+    let config = tiny_config();
+    write_random_model(dir.path(), &config, 2).unwrap();
+    let files = ModelFiles::open(dir.path()).unwrap();
+    let weights = files.weights().unwrap();
+    let mut decoder = Decoder::new(&device, &config, &weights, &options(2, 8)).unwrap();
+    let e = decoder.start(&[&[1, 2]]).unwrap_err();
+    assert!(matches!(e, Error::Prompt { .. }), "{e}");
+    let e = decoder.start(&[&[1, 2], &[3]]).unwrap_err();
+    assert!(matches!(e, Error::Prompt { .. }), "{e}");
+    let e = decoder.start(&[&[], &[]]).unwrap_err();
+    assert!(matches!(e, Error::EmptyPrompt), "{e}");
+    let e = decoder.start(&[&[1, 97], &[1, 2]]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::TokenOutOfRange {
+                token: 97,
+                vocab_size: 97
+            }
+        ),
+        "{e}"
+    );
+    let e = decoder.submit_step().unwrap_err();
+    assert!(matches!(e, Error::Prompt { .. }), "{e}");
+    // 3 prompt tokens and 6 new ones need 9 positions; the cache has 8.
+    let e = decoder
+        .generate(&[&[1, 2, 3], &[1, 2, 3]], 6, &GenerateOptions::default())
+        .unwrap_err();
+    assert!(matches!(e, Error::ContextFull { .. }), "{e}");
+    // The decoder stays usable: 5 new tokens fit.
+    let generation = decoder
+        .generate(&[&[1, 2, 3], &[1, 2, 3]], 5, &GenerateOptions::default())
+        .unwrap();
+    assert_eq!(generation.tokens[1].len(), 5);
+    // And stepping past the cache is refused, not written out of bounds.
+    let e = decoder.submit_step().unwrap_err();
+    assert!(matches!(e, Error::ContextFull { .. }), "{e}");
+}

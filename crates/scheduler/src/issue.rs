@@ -1,0 +1,297 @@
+//! What a queue does under its issue lock: accept a submission, look again at an action whose
+//! semaphore changed, issue ready actions in submission order, fail what cannot run.
+//!
+//! Every function here runs with the lock held (see `issue_lock`), and is handed the state under
+//! it and the burst of the loop issuing: device signals are recorded, and signal semaphores
+//! failed, into the burst, so no listener runs under the lock.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use cuhal_semaphore::{Burst, Failure, Semaphore, WaitPoint};
+
+use crate::action::{Boxed, EventList, Finished};
+use crate::backend::Backend;
+use crate::issue_lock::Issuer;
+use crate::pending::Waiting;
+use crate::readiness::{Collect, Hint, Readiness, examine, examine_borrowed};
+use crate::shared::{Shared, bump};
+use crate::state::State;
+
+impl<B: Backend> Shared<B> {
+    /// Accepts a submitted action: issues it at once if it is ready and nothing is pending ahead
+    /// of it (the fast path: no thread hand-off), else makes it pending.
+    ///
+    /// `body` comes without its waits, which are `waits`: an action issued at once never needs
+    /// its wait semaphores again, so they are cloned into it only if it goes pending.
+    pub(crate) fn enqueue(
+        &self,
+        state: &mut State<B>,
+        burst: &mut Burst<B::Event>,
+        mut body: Boxed<B>,
+        waits: &[(&Semaphore<B::Event>, u64)],
+    ) {
+        bump(&self.issue_side.counters.submitted);
+        if state.pending.is_empty() {
+            let mut device_waits = EventList::new();
+            match examine_borrowed(
+                waits.iter().map(|(s, v)| (*s, *v)),
+                0,
+                Some(Collect {
+                    events: &mut device_waits,
+                    ordered: &|event| self.backend.orders(event),
+                }),
+            ) {
+                Readiness::Ready => {
+                    self.issue_ready(state, burst, body, device_waits, Issuer::Submitter)
+                }
+                Readiness::Failed(failure) => self.fail_unissued(burst, body, failure),
+                Readiness::Blocked(index) => {
+                    body.own_waits(waits);
+                    self.make_pending(state, body, index);
+                }
+            }
+        } else {
+            body.own_waits(waits);
+            match examine(&body.waits, 0, None, None) {
+                Readiness::Ready => {
+                    state.pending.push_back(body, Waiting::Ready);
+                    // The actions ahead may be ready too, waiting for the worker: issue them here.
+                    self.pump(state, burst, Issuer::Submitter);
+                }
+                Readiness::Failed(failure) => self.fail_unissued(burst, body, failure),
+                Readiness::Blocked(index) => self.make_pending(state, body, index),
+            }
+        }
+    }
+
+    /// Appends a blocked action and listens on the semaphore it is blocked on.
+    fn make_pending(&self, state: &mut State<B>, body: Boxed<B>, index: usize) {
+        let (semaphore, value) = body.waits[index].clone();
+        // A placeholder until the token exists; no notification can be handled before the state
+        // lock is released.
+        let (slot, key) = state.pending.push_back(body, Waiting::Ready);
+        let token = semaphore.listen(value, &self.listener, key);
+        state.pending.get_mut(slot).waiting = Waiting::Listening { index, token };
+    }
+
+    /// Looks again at the action `key` names, whose awaited semaphore changed. The head of the
+    /// list is issued right here if it is ready (its waits looked at once, not once to find it
+    /// ready and again to issue it); any other action is only marked ready, to be issued in order.
+    /// The wait it listened on is answered by `hint` where that can (see [`Hint`]).
+    pub(crate) fn on_notify(
+        &self,
+        state: &mut State<B>,
+        burst: &mut Burst<B::Event>,
+        key: u64,
+        hint: Option<Hint<B::Event>>,
+        issuer: Issuer,
+    ) {
+        let Some(slot) = state.pending.find(key) else {
+            return; // issued, failed, or removed since: a stale notification
+        };
+        let pending = state.pending.get_mut(slot);
+        let Waiting::Listening { index, .. } = pending.waiting else {
+            return;
+        };
+        let (semaphore, value) = &pending.body.waits[index];
+        let known = hint.and_then(|hint| hint.point_for(semaphore, *value));
+        if state.pending.head() == Some(slot) {
+            let body = state.pending.remove(slot).body;
+            let known = known.map(|point| (index, point));
+            if let Some((body, index)) = self.issue_if_ready(state, burst, body, known, issuer) {
+                self.pend_at_head(state, body, index);
+            }
+            return;
+        }
+        let pending = state.pending.get_mut(slot);
+        // The waits before `index` were looked at before, and the hint may answer for `index`.
+        let from = index + usize::from(known.is_some());
+        match examine(&pending.body.waits, from, None, None) {
+            Readiness::Ready => pending.waiting = Waiting::Ready,
+            Readiness::Blocked(index) => {
+                let (semaphore, value) = &pending.body.waits[index];
+                let token = semaphore.listen(*value, &self.listener, key);
+                pending.waiting = Waiting::Listening { index, token };
+            }
+            Readiness::Failed(failure) => {
+                let pending = state.pending.remove(slot);
+                self.fail_unissued(burst, pending.body, failure);
+            }
+        }
+    }
+
+    /// Issues ready actions from the head of the pending list, in submission order.
+    pub(crate) fn pump(&self, state: &mut State<B>, burst: &mut Burst<B::Event>, issuer: Issuer) {
+        while let Some(slot) = state.pending.ready_head() {
+            let body = state.pending.remove(slot).body;
+            if let Some((body, index)) = self.issue_if_ready(state, burst, body, None, issuer) {
+                // Waits never move backwards, so a conforming semaphore only gets here from
+                // `on_notify`'s look at the head; waiting again is the answer either way.
+                self.pend_at_head(state, body, index);
+                return;
+            }
+        }
+    }
+
+    /// Puts an action taken from the head back there, listening on its blocked wait `index`.
+    fn pend_at_head(&self, state: &mut State<B>, body: Boxed<B>, index: usize) {
+        let (semaphore, value) = body.waits[index].clone();
+        let (slot, key) = state.pending.push_front(body, Waiting::Ready);
+        let token = semaphore.listen(value, &self.listener, key);
+        state.pending.get_mut(slot).waiting = Waiting::Listening { index, token };
+    }
+
+    /// Looks at every wait of `body` (but the one `known` answers for) and issues it if each is
+    /// reached or device-waitable (or fails it if a wait semaphore failed); gives it back, with
+    /// the index of the first wait that is neither, otherwise.
+    ///
+    /// Each wait's semaphore lock is taken for its look, and each signal's for its record after
+    /// the backend's issue: an action that waits on a semaphore it also signals (a chain: wait
+    /// for `v`, signal `v + 1`) takes that lock twice, but never holds it across the driver's
+    /// calls, where it would make the completion side's advance and every other queue's look at
+    /// that semaphore wait for them.
+    fn issue_if_ready(
+        &self,
+        state: &mut State<B>,
+        burst: &mut Burst<B::Event>,
+        body: Boxed<B>,
+        known: Option<(usize, WaitPoint<B::Event>)>,
+        issuer: Issuer,
+    ) -> Option<(Boxed<B>, usize)> {
+        let mut device_waits = EventList::new();
+        let ordered = |event: &B::Event| self.backend.orders(event);
+        let skip = known.map(|(index, point)| {
+            // Stream order may already give the known device signal, as a look would find.
+            if let WaitPoint::Device { event, .. } = point
+                && !ordered(&event)
+            {
+                device_waits.push(event);
+            }
+            index
+        });
+        let collect = Collect {
+            events: &mut device_waits,
+            ordered: &ordered,
+        };
+        match examine(&body.waits, 0, Some(collect), skip) {
+            Readiness::Ready => self.issue_ready(state, burst, body, device_waits, issuer),
+            Readiness::Failed(failure) => self.fail_unissued(burst, body, failure),
+            Readiness::Blocked(index) => return Some((body, index)),
+        }
+        None
+    }
+
+    /// Issues an action whose waits are all reached or device-waitable (`device_waits`), and
+    /// records its completion event as the device-signal timepoint of every signal semaphore,
+    /// in issue order; the listeners those records make due go into `burst`.
+    fn issue_ready(
+        &self,
+        state: &mut State<B>,
+        burst: &mut Burst<B::Event>,
+        mut body: Boxed<B>,
+        device_waits: EventList<B::Event>,
+        issuer: Issuer,
+    ) {
+        if let Some(failure) = self.lost.get() {
+            self.fail_unissued(burst, body, failure);
+            return;
+        }
+        let issued = self.call_backend(&mut state.local, &device_waits, body.payload_mut());
+        let checked = self.backend.checks_completion(body.payload());
+        if let Ok(event) = &issued {
+            if !body.resources.is_empty() {
+                self.backend.issued(&body.resources);
+            }
+            // Work that is checked when it completes signals only from the completion side.
+            if !checked {
+                for (semaphore, value) in &body.signals {
+                    // Err only if the semaphore already failed: nothing to record then.
+                    let _ = semaphore.record_device_signal_into(*value, event.clone(), burst);
+                }
+            }
+        }
+        if let Some(failure) = self.after_issue(burst, body, issued, device_waits, issuer, checked)
+        {
+            self.fail_all_pending(state, burst, &failure);
+        }
+    }
+
+    /// The backend's issue, a panic in it counted as a failure.
+    fn call_backend(
+        &self,
+        local: &mut B::IssueLocal,
+        device_waits: &[B::Event],
+        payload: &mut B::Payload,
+    ) -> Result<B::Event, Failure> {
+        catch_unwind(AssertUnwindSafe(|| {
+            self.backend.issue(local, device_waits, payload)
+        }))
+        .unwrap_or_else(|_| Err(Failure::msg("the backend panicked while issuing an action")))
+    }
+
+    /// After the backend's issue of an action (whose completion event is already recorded as
+    /// the device-signal timepoint of its signal semaphores, under the issue lock, so timepoints
+    /// are recorded in issue order, unless the work is `checked` on completion): hands it to the
+    /// completion thread, or on a backend error fails it, loses the queue and returns the
+    /// failure, for the caller to fail everything pending with.
+    fn after_issue(
+        &self,
+        burst: &mut Burst<B::Event>,
+        body: Boxed<B>,
+        issued: Result<B::Event, Failure>,
+        device_waits: EventList<B::Event>,
+        issuer: Issuer,
+        checked: bool,
+    ) -> Option<Failure> {
+        match issued {
+            Ok(event) => {
+                match issuer {
+                    Issuer::Submitter => bump(&self.issue_side.counters.issued_on_submit),
+                    Issuer::Worker => bump(&self.issue_side.counters.issued_by_worker),
+                    Issuer::Signaller => bump(&self.issue_side.counters.issued_on_signal),
+                }
+                let finished = Finished::Issued {
+                    body,
+                    event,
+                    device_waits,
+                    checked,
+                };
+                self.push_finished(finished, burst);
+                None
+            }
+            Err(failure) => {
+                self.mark_lost(&failure);
+                self.fail_unissued(burst, body, failure.clone());
+                Some(failure)
+            }
+        }
+    }
+
+    /// Fails an action that was never issued: its signals now (their listeners into `burst`),
+    /// its cleanup on the completion thread.
+    pub(crate) fn fail_unissued(
+        &self,
+        burst: &mut Burst<B::Event>,
+        body: Boxed<B>,
+        failure: Failure,
+    ) {
+        body.fail_signals_into(&failure, burst);
+        self.push_finished(Finished::Failed { body, failure }, burst);
+    }
+
+    /// Fails every pending action with `failure` (the queue is lost or shutting down).
+    pub(crate) fn fail_all_pending(
+        &self,
+        state: &mut State<B>,
+        burst: &mut Burst<B::Event>,
+        failure: &Failure,
+    ) {
+        while let Some(slot) = state.pending.head() {
+            let pending = state.pending.remove(slot);
+            if let Waiting::Listening { index, token } = pending.waiting {
+                pending.body.waits[index].0.cancel_listen(token);
+            }
+            self.fail_unissued(burst, pending.body, failure.clone());
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! The completion policy: when the completion thread looks at a completion, how it waits for
+//! one, and who may hurry it. Every timing decision of the completion side lives here; the
+//! backend gives two primitives only ([`Backend::query_event`], [`Backend::block_on_event`]).
+//!
+//! The ladder of one wait for a completion event:
+//!
+//! 1. **Query** once (no wait).
+//! 2. **Needed** (a host thread parked on the work's semaphores, a submitter waiting for room,
+//!    work checked on completion, an urgent round): **spin**, querying every [`POLL_INTERVAL`]
+//!    (every [`BUSY_QUERY_PACE`] while the device keeps issuing) for
+//!    [`CompletionOptions::spin`]; then **block** on the device.
+//! 3. **Not needed**: **nap** for up to [`NAP`], a query after each sleep of at most
+//!    [`NAP_STEP`] on a parker of the policy's own. A hurry (a `Hurry`) ends the sleep at once
+//!    and turns the rest of the wait into polling (no sleep at all) until the nap window ends
+//!    or, if later, [`CompletionOptions::spin`] after the hurry was seen; then **block**.
+//!
+//! Between batches: after a batch nobody needed, finished work **gathers** for
+//! [`CompletionOptions::gather`] (ended early by a hurry, urgent work or a full
+//! [`CompletionOptions::gather_batch`]); a batch nobody needs whose newest work still runs is
+//! **deferred** to the next round. With nothing to retire, the thread looks for work for
+//! [`IDLE_SPIN`], then parks: an idle queue burns no core, and a queue nobody waits on never
+//! spins (it naps, then blocks).
+//!
+//! Who hurries: a host thread about to park on the queue's work ([`CompletionNudge`], from
+//! [`DeviceEvent::awaited`](cuhal_semaphore::DeviceEvent::awaited), which a pending
+//! `wait_async` future calls when it registers), a submitter waiting for room, and the push of
+//! urgent work (work checked on completion, work a host thread parked on before it was issued).
+//!
+//! [`Backend::query_event`]: crate::Backend::query_event
+//! [`Backend::block_on_event`]: crate::Backend::block_on_event
+//! [`CompletionNudge`]: crate::CompletionNudge
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+#[cfg(not(loom))]
+use std::time::Instant;
+
+use cuhal_semaphore::{DeviceEvent, Failure};
+
+use crate::action::{Body, Finished};
+use crate::backend::Backend;
+use crate::shared::Shared;
+use crate::spin::spin_until;
+use crate::sync::{Ordering, Parker};
+
+/// How long the worker and completion threads look for new work before they park when their
+/// queue is empty: a parked thread takes 5.6 us (p50, H200 host) to wake, a spinning one a
+/// fraction of one (docs/decisions/scheduler.md, "Spinning is bounded").
+pub const IDLE_SPIN: Duration = Duration::from_micros(100);
+
+/// The pause between two queries of a spinning (or hurried) wait: short enough that a
+/// completion is seen within about a microsecond of the query that finds it (bench case 2).
+pub const POLL_INTERVAL: Duration = Duration::from_micros(1);
+
+/// The pause instead while the device's queues keep issuing (two issues within this time):
+/// every query takes the driver's lock those issues need; chosen by bench case 14 on the H200
+/// (docs/decisions/semaphore.md, "Host waits on recorded device events").
+pub const BUSY_QUERY_PACE: Duration = Duration::from_micros(10);
+
+/// How long a wait nobody needs naps before it blocks on the device: blocking enqueues device
+/// work (a wait and a blocking-sync record) that made bench case 3's gap 2.3 us longer on the
+/// H200, while short work completes within the naps (docs/decisions/device.md, "A completion
+/// nobody waits for naps").
+pub const NAP: Duration = Duration::from_micros(500);
+
+/// The longest sleep of one nap step: the kernel rounds it up (timer slack), so a nap costs a
+/// wake-up every 50 to 100 us, not a core.
+pub const NAP_STEP: Duration = Duration::from_micros(20);
+
+/// How long a host semaphore wait polls a recorded device event before it parks (and hurries
+/// the queue whose work it waits for); bench case 2 on the H200 (docs/decisions/semaphore.md).
+pub const HOST_WAIT_SPIN: Duration = Duration::from_micros(200);
+
+/// A spin budget no wait outlasts (a century), for budgets too large for an `Instant`.
+#[cfg(not(loom))]
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// What a user may tune of a queue's completion side. Everything else is a constant of the
+/// policy ([`IDLE_SPIN`], [`POLL_INTERVAL`], [`BUSY_QUERY_PACE`], [`NAP`], [`NAP_STEP`],
+/// [`HOST_WAIT_SPIN`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletionOptions {
+    /// How long a completion somebody needs (a host thread parked on its semaphores, a
+    /// submitter waiting for room, work checked on completion) is polled before the completion
+    /// thread blocks on the device. Longer: completions seen sooner under load (a spinning wait
+    /// saw a kernel end 4.9 us after it did on an H200, a blocking one 36.5 us); shorter: less
+    /// CPU burnt while long work runs. A hurried nap polls at least this long too.
+    pub spin: Duration,
+    /// How long finished work may gather after a batch nobody waited for, before the
+    /// completion thread takes the next: fewer, larger batches, so fewer event queries
+    /// contending for the driver's lock with the submitters and less CPU per submission, at
+    /// the cost of values reaching the host up to this late while nobody waits for them.
+    /// Zero: no gathering (each batch is retired as soon as it is seen).
+    pub gather: Duration,
+    /// How many finished actions end a gather early (at least 1): a fast submitter's batches
+    /// hold about this many actions. Larger: fewer wake-ups per action on the completion side,
+    /// more actions and completion events in flight.
+    pub gather_batch: usize,
+}
+
+impl CompletionOptions {
+    /// Default [`spin`](Self::spin): 50 us covers back-to-back short work.
+    pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+    /// Default [`gather`](Self::gather): none. A backend whose completion queries are cheap and
+    /// do not contend with its issue (the host backend) gains nothing from gathering.
+    pub const DEFAULT_GATHER: Duration = Duration::ZERO;
+    /// A gather for devices whose completion queries contend with the issue (a CUDA event query
+    /// takes the driver's lock): a fast submitter fills a batch first, a slow one is retired at
+    /// least this often (bench case 1, docs/decisions/scheduler.md, "Completion gathering").
+    pub const SUGGESTED_GATHER: Duration = Duration::from_micros(400);
+    /// Default [`gather_batch`](Self::gather_batch).
+    pub const DEFAULT_GATHER_BATCH: usize = 128;
+
+    /// The defaults.
+    pub const fn new() -> Self {
+        CompletionOptions {
+            spin: Self::DEFAULT_SPIN,
+            gather: Self::DEFAULT_GATHER,
+            gather_batch: Self::DEFAULT_GATHER_BATCH,
+        }
+    }
+
+    /// With [`spin`](Self::spin).
+    pub const fn with_spin(mut self, spin: Duration) -> Self {
+        self.spin = spin;
+        self
+    }
+
+    /// With [`gather`](Self::gather).
+    pub const fn with_gather(mut self, gather: Duration) -> Self {
+        self.gather = gather;
+        self
+    }
+
+    /// With [`gather_batch`](Self::gather_batch).
+    pub const fn with_gather_batch(mut self, batch: usize) -> Self {
+        self.gather_batch = batch;
+        self
+    }
+
+    /// [`gather_batch`](Self::gather_batch), at least 1.
+    pub(crate) fn batch(&self) -> usize {
+        self.gather_batch.max(1)
+    }
+}
+
+impl Default for CompletionOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// How much a wait for a completion event is needed (see the ladder in the module's docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Somebody needs it: spin, then block.
+    Now,
+    /// Nobody does yet: nap (polling once hurried), then block.
+    Lazily,
+}
+
+/// Waits for `event` along the ladder; `Ok` once it completed, `Err` when it reports an error.
+/// `nap` is the completion thread's nap parker.
+pub(crate) fn wait<B: Backend>(
+    shared: &Shared<B>,
+    nap: &Parker,
+    event: &B::Event,
+    need: Need,
+) -> Result<(), Failure> {
+    if query(shared, event)? {
+        return Ok(());
+    }
+    // Under loom (no time) every bounded phase ran out at once: straight to the block.
+    #[cfg(not(loom))]
+    {
+        let spin = shared.options.completion.spin;
+        let done = match need {
+            Need::Now => poll(shared, event, deadline(Instant::now(), spin))?,
+            Need::Lazily => nap_phase(shared, nap, event, spin)?,
+        };
+        if done {
+            return Ok(());
+        }
+    }
+    #[cfg(loom)]
+    let _ = (nap, need);
+    block(shared, event)
+}
+
+/// `now + budget`, or a century on when that cannot be represented.
+#[cfg(not(loom))]
+fn deadline(now: Instant, budget: Duration) -> Instant {
+    now.checked_add(budget).unwrap_or(now + FOREVER)
+}
+
+/// The nap: sleeps of at most [`NAP_STEP`], a query after each, for [`NAP`]; once hurried, polls
+/// until the nap's end or `spin` after the hurry, whichever is later. Whether `event` completed.
+#[cfg(not(loom))]
+fn nap_phase<B: Backend>(
+    shared: &Shared<B>,
+    parker: &Parker,
+    event: &B::Event,
+    spin: Duration,
+) -> Result<bool, Failure> {
+    let until = deadline(Instant::now(), NAP);
+    loop {
+        let hurried = shared.hurry.nap(parker, NAP_STEP);
+        let now = Instant::now();
+        if hurried {
+            return poll(shared, event, until.max(deadline(now, spin)));
+        }
+        if query(shared, event)? {
+            return Ok(true);
+        }
+        if now >= until {
+            // A hurry that came with the nap's last query still polls rather than blocks.
+            if shared.hurry.is_hurried() {
+                return poll(shared, event, deadline(Instant::now(), spin));
+            }
+            return Ok(false);
+        }
+    }
+}
+
+/// Queries `event` every [`POLL_INTERVAL`] (every [`BUSY_QUERY_PACE`] while the device keeps
+/// issuing, see [`Backend::traffic`]) until it completes, fails, or `until` passes. Never sleeps.
+#[cfg(not(loom))]
+fn poll<B: Backend>(shared: &Shared<B>, event: &B::Event, until: Instant) -> Result<bool, Failure> {
+    let backend = &shared.backend;
+    let mut traffic = cuhal_semaphore::Traffic::new(backend.traffic(), BUSY_QUERY_PACE);
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return Ok(false);
+        }
+        let pause = if traffic.busy(backend.traffic(), now) {
+            traffic.pace().max(POLL_INTERVAL)
+        } else {
+            POLL_INTERVAL
+        };
+        let next = (now + pause).min(until);
+        while Instant::now() < next {
+            std::hint::spin_loop();
+        }
+        if query(shared, event)? {
+            return Ok(true);
+        }
+    }
+}
+
+/// The backend's query, a panic in it counted as a failure.
+fn query<B: Backend>(shared: &Shared<B>, event: &B::Event) -> Result<bool, Failure> {
+    catch_unwind(AssertUnwindSafe(|| shared.backend.query_event(event))).unwrap_or_else(|_| {
+        Err(Failure::msg(
+            "the backend panicked while querying a completion event",
+        ))
+    })
+}
+
+/// The backend's block, a panic in it counted as a failure.
+fn block<B: Backend>(shared: &Shared<B>, event: &B::Event) -> Result<(), Failure> {
+    catch_unwind(AssertUnwindSafe(|| shared.backend.block_on_event(event))).unwrap_or_else(|_| {
+        Err(Failure::msg(
+            "the backend panicked while waiting for a completion event",
+        ))
+    })
+}
+
+/// With nothing to retire: looks for work (`ready`) for [`IDLE_SPIN`]; whether it came.
+pub(crate) fn idle_spin(ready: impl FnMut() -> bool) -> bool {
+    spin_until(IDLE_SPIN, ready)
+}
+
+/// After a batch nobody waited for: sleeps for the queue's gather (or until woken by a
+/// submitter that needs room, by urgent work, by a hurry, or by the push that makes a
+/// gather batch wait), so that the next batch holds the actions of many submissions instead of
+/// one or two. Skipped when enough actions already wait, or once the worker is done (shutdown
+/// drains at once).
+pub(crate) fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
+    let options = &shared.options.completion;
+    if options.gather.is_zero()
+        || shared.finished_len.load(Ordering::Acquire) >= options.batch()
+        || shared.room_waiters.load(Ordering::Relaxed) > 0
+        || shared.worker_done.load(Ordering::Acquire)
+    {
+        return;
+    }
+    // Under loom, which has no time, a gather that timed out at once is one of the runs the real
+    // thread can have (a loom timed park would wait for an unpark that may never come).
+    #[cfg(not(loom))]
+    {
+        let hurry = &shared.hurry;
+        let hurried = hurry.begin_gather();
+        // Under the list's lock, as `push_finished` reads `gathering`: either the pusher of work
+        // that needs this thread sees `gathering` and wakes it, or this sees that work. And
+        // after `gathering` is raised in the word a hurry raises its flag in (see `Hurry`):
+        // either it unparks this thread, or this sees it hurried.
+        let (waiting, urgent) = shared.finished_waiting();
+        if !hurried && urgent == 0 && waiting < options.batch() && !hurry.is_hurried() {
+            parker.park_timeout(options.gather);
+        }
+        hurry.end_gather();
+    }
+    #[cfg(loom)]
+    let _ = parker;
+}
+
+/// Whether `batch` may wait for the next round instead of being retired now: the queue gathers
+/// and is not shutting down, nobody needs the batch's newest action (see [`wanted`]), and its
+/// completion event has not completed yet (one query, no wait). Such a batch was mostly taken
+/// the moment its last action was handed over, so its newest work has barely started: waiting
+/// for it would cost a nap and a wake-up per batch, while one gather later it is done and the
+/// next round retires it (first, in issue order) without a wait.
+pub(crate) fn may_defer<B: Backend>(shared: &Shared<B>, batch: &VecDeque<Finished<B>>) -> bool {
+    if shared.options.completion.gather.is_zero() || shared.worker_done.load(Ordering::Acquire) {
+        return false;
+    }
+    let newest = batch.iter().rev().find_map(|f| match f {
+        Finished::Issued {
+            body,
+            event,
+            checked,
+            ..
+        } => Some((body, event, *checked)),
+        Finished::Failed { .. } => None,
+    });
+    match newest {
+        Some((body, event, checked)) => {
+            !wanted(shared, body, checked)
+                && matches!(
+                    catch_unwind(AssertUnwindSafe(|| event.query())),
+                    Ok(Ok(false))
+                )
+        }
+        None => false,
+    }
+}
+
+/// Whether someone needs this action's completion seen soon: a host thread parked on one of its
+/// signal semaphores, a submitter waiting for room, or anybody at all when its work is `checked`
+/// on completion (it recorded no device signal, so nobody else can poll it).
+pub(crate) fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>, checked: bool) -> bool {
+    shared.room_waiters.load(Ordering::Relaxed) > 0 || body.has_parked_waiters() || checked
+}

@@ -238,6 +238,29 @@ pub fn communicator(nccl: &cuhal::Nccl, devices: &[Device]) -> cuhal::Communicat
         .unwrap_or_else(|e| panic!("a communicator over {} devices: {e}", devices.len()))
 }
 
+/// Joins communicator `id` from one thread per device, as separate processes would (rank `i`
+/// on `devices[i]`, default options), and runs `work(rank, device, communicator)` on each.
+pub fn join_as_processes(
+    nccl: &cuhal::Nccl,
+    id: cuhal::UniqueId,
+    devices: &[Device],
+    work: impl Fn(usize, &Device, cuhal::Communicator) + Sync,
+) {
+    let work = &work;
+    std::thread::scope(|scope| {
+        for (rank, device) in devices.iter().enumerate() {
+            scope.spawn(move || {
+                let ranks = [(device, rank as i32)];
+                let options = cuhal::CommunicatorOptions::default();
+                let comm =
+                    cuhal::Communicator::join(nccl, id, devices.len() as i32, &ranks, options)
+                        .unwrap_or_else(|e| panic!("rank {rank} joining: {e}"));
+                work(rank, device, comm);
+            });
+        }
+    });
+}
+
 /// Little-endian `f32`s of `bytes`.
 pub fn f32s(bytes: &[u8]) -> Vec<f32> {
     bytes

@@ -7,6 +7,7 @@
 //! through `CUHAL_CUDA_LIBRARY`, which is set and read under one lock.
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod add;
 pub mod counting;
 pub mod helpers;
 

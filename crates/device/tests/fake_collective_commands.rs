@@ -37,27 +37,22 @@ fn a_collective_between_each_ranks_commands_runs_in_recording_order() {
             cb.fill(&x.whole(), FillPattern::U32(value)).unwrap();
             cb.barrier().unwrap();
         }
-        let f = NcclDataType::F32;
-        let parts: Vec<_> = buffers
-            .iter()
-            .map(|[x, _, _]| {
-                CollectivePart::all_reduce(&x.whole(), &x.whole(), n, f, NcclRedOp::Sum)
-            })
-            .collect();
-        set.collective(&parts).unwrap();
+        // Every rank's all-reduce of its buffer `send` into its buffer `recv`.
+        let all_reduce = |send: usize, recv: usize, op: NcclRedOp| -> Vec<_> {
+            let f = NcclDataType::F32;
+            buffers
+                .iter()
+                .map(|b| CollectivePart::all_reduce(&b[send].whole(), &b[recv].whole(), n, f, op))
+                .collect()
+        };
+        set.collective(&all_reduce(0, 0, NcclRedOp::Sum)).unwrap();
         for (rank, [x, y, _]) in buffers.iter().enumerate() {
             let cb = set.rank(rank).unwrap();
             cb.barrier().unwrap();
             cb.copy(&x.whole(), &y.whole()).unwrap();
             cb.barrier().unwrap();
         }
-        let parts: Vec<_> = buffers
-            .iter()
-            .map(|[_, y, z]| {
-                CollectivePart::all_reduce(&y.whole(), &z.whole(), n, f, NcclRedOp::Max)
-            })
-            .collect();
-        set.collective(&parts).unwrap();
+        set.collective(&all_reduce(1, 2, NcclRedOp::Max)).unwrap();
         set.end().unwrap();
         assert_eq!(set.mode(), mode);
         let (calls, groups) = (fake.calls("ncclAllReduce"), fake.calls("ncclGroupEnd"));

@@ -522,11 +522,7 @@ fn a_failed_patch_fails_its_submission_and_the_command_buffer_still_runs_elsewhe
         .execute_with_bindings(&[], &[(&s, 1)], &[(&cb, &a.table())])
         .ok();
     let failure = failure_of(&s, 1);
-    let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
-    assert_eq!(
-        cuda.result(),
-        Some(cuhal_sys::CUresult::ERROR_INVALID_VALUE)
-    );
+    assert_driver_result(&failure, cuhal_sys::CUresult::ERROR_INVALID_VALUE);
     assert_eq!(fake.launches(ADD_KERNEL), 0, "the graph was not launched");
     // An error while issuing loses that queue, not the device.
     assert!(device.queue(0).lost().is_some());

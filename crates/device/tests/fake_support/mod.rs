@@ -87,6 +87,12 @@ pub fn failure_of(semaphore: &Semaphore, value: u64) -> Failure {
     }
 }
 
+/// Asserts that `failure` comes from a driver call that returned `result`.
+pub fn assert_driver_result(failure: &Failure, result: cuhal_sys::CUresult) {
+    let cuda = cuhal::cuda_of_failure(failure).expect("a driver error");
+    assert_eq!(cuda.result(), Some(result), "{failure}");
+}
+
 /// Holds each round of `rounds` in flight on `queue` (nothing completes until the whole round
 /// is submitted), then completes it and waits until `queue` retired it; `counter` counts the
 /// allocations of the rounds from index `counted_from` on, which this returns.

@@ -5,12 +5,13 @@
 
 mod fake_support;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cuhal::{
-    CollectiveCommandBuffers, CollectivePart, CommandBufferMode, Error, FillPattern, NcclDataType,
-    NcclRedOp,
+    Buffer, CollectiveCommandBuffers, CollectivePart, CommandBufferMode, Device, Error,
+    FillPattern, NcclDataType, NcclRedOp,
 };
 use fake_support::{communicator, f32s, read, two_devices_with_nccl, wait};
 
@@ -86,6 +87,14 @@ fn a_collective_between_each_ranks_commands_runs_in_recording_order() {
     }
 }
 
+/// One 4-byte buffer on each of `devices`.
+fn word_per_device(devices: &[Device]) -> Vec<Arc<Buffer>> {
+    devices
+        .iter()
+        .map(|d| d.create_buffer(4).unwrap())
+        .collect()
+}
+
 /// The design's guarantee: one thread submits thousands of replays of a set whose every
 /// submission waits for the previous one's signal (each rank's graph launch blocks in the fake
 /// until the other rank's is launched), and a watchdog fails the test if progress stops.
@@ -94,10 +103,7 @@ fn thousands_of_replays_of_a_collective_set_never_deadlock() {
     for mode in MODES {
         let (_fake, devices, nccl) = two_devices_with_nccl(&format!("set-many-{mode:?}"));
         let comm = communicator(&nccl, &devices);
-        let xs: Vec<_> = devices
-            .iter()
-            .map(|d| d.create_buffer(4).unwrap())
-            .collect();
+        let xs = word_per_device(&devices);
         let queues: Vec<_> = devices.iter().map(|d| d.queue(0)).collect();
         let mut set = CollectiveCommandBuffers::new(&comm, &queues, mode).unwrap();
         for (rank, x) in xs.iter().enumerate() {
@@ -228,10 +234,7 @@ fn sets_are_checked_when_recorded_and_submitted() {
 fn a_set_keeps_its_communicator_alive() {
     let (fake, devices, nccl) = two_devices_with_nccl("set-lifetime");
     let comm = communicator(&nccl, &devices);
-    let xs: Vec<_> = devices
-        .iter()
-        .map(|d| d.create_buffer(4).unwrap())
-        .collect();
+    let xs = word_per_device(&devices);
     let queues: Vec<_> = devices.iter().map(|d| d.queue(0)).collect();
     let mut set = CollectiveCommandBuffers::new(&comm, &queues, CommandBufferMode::Graph).unwrap();
     let parts: Vec<_> = xs

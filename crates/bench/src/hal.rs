@@ -125,17 +125,7 @@ impl Hal {
             .queue(queue)
             .create_command_buffer_with_bindings(2)
             .context("cuhal: creating a command buffer with binding slots")?;
-        for index in 0..count {
-            if index > 0 {
-                cb.barrier()?;
-            }
-            let args = KernelArgs::new()
-                .with_binding(0, 0)
-                .with_binding(1, 0)
-                .with(index)
-                .with(count.max(1));
-            cb.dispatch(&Dispatch::new(&self.step, [1, 1, 1], [1, 1, 1], &args))?;
-        }
+        self.record_bound_steps(&mut *cb, count)?;
         cb.end().context("cuhal: ending a command buffer")
     }
 
@@ -145,6 +135,13 @@ impl Hal {
         let mut cb = GraphCommandBuffer::with_bindings(self.device.context(), None, 2)
             .context("cuhal: creating a graph command buffer with binding slots")?;
         cb.set_patch_method(method)?;
+        self.record_bound_steps(&mut cb, count)?;
+        let cb = cb.end().context("cuhal: ending a command buffer")?;
+        Ok(Arc::new(cb))
+    }
+
+    /// Records the chain of [`Self::bound_step_chain`] into `cb`.
+    fn record_bound_steps(&self, cb: &mut dyn CommandRecorder, count: u32) -> Result<()> {
         for index in 0..count {
             if index > 0 {
                 cb.barrier()?;
@@ -156,8 +153,7 @@ impl Hal {
                 .with(count.max(1));
             cb.dispatch(&Dispatch::new(&self.step, [1, 1, 1], [1, 1, 1], &args))?;
         }
-        let cb = cb.end().context("cuhal: ending a command buffer")?;
-        Ok(Arc::new(cb))
+        Ok(())
     }
 
     /// The kernel and packed arguments for `args`.

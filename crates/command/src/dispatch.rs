@@ -1,9 +1,12 @@
 //! [`Dispatch`]: one kernel launch as a command names it (function, shape, shared memory,
 //! arguments, launch attributes), with its builder methods. The recorder checks it and hands
-//! it to the encoders; an indirect dispatch wraps one with its counts.
+//! it to the encoders (a graph adds it as a kernel node, [`add_dispatch_node`]); an indirect
+//! dispatch wraps one with its counts.
 
-use crate::launch::LaunchAttributes;
-use crate::{Function, KernelArgs};
+use cuhal_sys::{CUgraph, CUgraphNode, DriverApi};
+
+use crate::launch::{LaunchAttributes, add_kernel_node, set_kernel_node_attributes};
+use crate::{Error, Function, KernelArgs};
 
 /// One kernel launch: function, grid and block shape, dynamic shared memory, arguments and
 /// launch attributes.
@@ -78,4 +81,27 @@ impl<'a> Dispatch<'a> {
         self.attributes = attributes;
         self
     }
+}
+
+/// Adds a kernel node for `dispatch` to `graph` after `deps` ([`add_kernel_node`]) and sets its
+/// launch attributes ([`set_kernel_node_attributes`]): a graph dispatch, or the dispatch node of
+/// an indirect fragment. The context must be current.
+pub(crate) fn add_dispatch_node(
+    api: &DriverApi,
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    dispatch: &Dispatch<'_>,
+) -> Result<CUgraphNode, Error> {
+    let node = add_kernel_node(
+        api,
+        graph,
+        deps,
+        dispatch.function,
+        dispatch.grid,
+        dispatch.block,
+        dispatch.shared_memory_bytes,
+        dispatch.args,
+    )?;
+    set_kernel_node_attributes(api, node, &dispatch.attributes)?;
+    Ok(node)
 }

@@ -23,7 +23,8 @@ use cuhal_sys::{
     CUgraphNode, CUstream, DriverApi, MappedHostMemory, PrimaryContext, Stream, cu,
 };
 
-use crate::launch::{add_kernel_node, make_device_updatable, set_kernel_node_attributes};
+use crate::dispatch::add_dispatch_node;
+use crate::launch::{add_kernel_node, make_device_updatable};
 use crate::{Dispatch, Error, Executable, Function, KernelArgs};
 
 /// The helper kernel's name in its cubins.
@@ -193,17 +194,7 @@ pub(crate) fn add_fragment(
     indirect: &Indirect,
 ) -> Result<CUgraphNode, Error> {
     let dispatch = launch.dispatch;
-    let target = add_kernel_node(
-        api,
-        graph,
-        &[],
-        dispatch.function,
-        dispatch.grid,
-        dispatch.block,
-        dispatch.shared_memory_bytes,
-        dispatch.args,
-    )?;
-    set_kernel_node_attributes(api, target, &dispatch.attributes)?;
+    let target = add_dispatch_node(api, graph, &[], dispatch)?;
     if api.cuGraphKernelNodeSetAttribute.is_none() || api.cuGraphKernelNodeGetAttribute.is_none() {
         return Err(Error::UnsupportedAttribute {
             attribute: "indirect dispatch",

@@ -228,11 +228,7 @@ fn a_lost_device_fails_every_pending_future() {
     scene.fault(&fake);
     woken(&counter, singles.len() + 2);
     let lost = device.lost().expect("the device is lost");
-    let cuda = cuhal::cuda_of_failure(&lost).expect("a driver error");
-    assert_eq!(
-        cuda.result(),
-        Some(cuhal_sys::CUresult::ERROR_ILLEGAL_ADDRESS)
-    );
+    assert_driver_result(&lost, cuhal_sys::CUresult::ERROR_ILLEGAL_ADDRESS);
     let failed_with_loss = |result: Result<(), cuhal_semaphore::Error>, what: &str| match result {
         Err(cuhal_semaphore::Error::Failed(failure)) => {
             assert!(

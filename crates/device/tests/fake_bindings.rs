@@ -16,6 +16,7 @@ use cuhal::{
 };
 use cuhal_fake_driver::harness::FakeDriver;
 use cuhal_fake_driver::module::ADD_KERNEL;
+use fake_support::add::add_kernel;
 use fake_support::*;
 
 /// Words each slot's chain works on.
@@ -24,12 +25,6 @@ const BYTES: usize = N * 4;
 /// The fill pattern and update bytes the command buffer writes into slot 3.
 const FILL: u32 = 0x5a5a_0007;
 const UPDATE: [u8; 16] = *b"binding tables!!";
-
-fn ptx() -> String {
-    format!(
-        ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {ADD_KERNEL}(.param .u64 dst, .param .u64 src, .param .u32 k, .param .u32 n) {{ ret; }}\n"
-    )
-}
 
 fn graph_and_deferred(test: fn(CommandBufferMode)) {
     test(CommandBufferMode::Graph);
@@ -160,8 +155,7 @@ fn one_recording_runs_on_fresh_buffers_every_submission() {
 fn fresh_buffers(mode: CommandBufferMode) {
     let (fake, _driver, device) = open("bind-fresh", options(mode, 1));
     let q = device.queue(0);
-    let module = device.load_ptx(&ptx()).unwrap();
-    let function = module.function(ADD_KERNEL).unwrap();
+    let function = add_kernel(&device);
     let cb = record(q, &function);
     assert_eq!(cb.bindings().slots_used(), 4);
     assert_eq!(cb.bindings().extent(3), Some(80 + BYTES));
@@ -174,7 +168,7 @@ fn fresh_buffers(mode: CommandBufferMode) {
     }
     assert_eq!(fake.launches(ADD_KERNEL), 40);
     drop(cb);
-    drop(module);
+    drop(function);
     drop(device);
     assert_eq!(live(&fake).graph_execs, 0, "every executable destroyed");
 }
@@ -193,8 +187,7 @@ fn patches(fake: &FakeDriver) -> [u64; 3] {
 fn graphs_patch_only_the_nodes_whose_bindings_changed() {
     let (fake, _driver, device) = open("bind-patch", options(CommandBufferMode::Graph, 1));
     let q = device.queue(0);
-    let module = device.load_ptx(&ptx()).unwrap();
-    let cb = record(q, &module.function(ADD_KERNEL).unwrap());
+    let cb = record(q, &add_kernel(&device));
     let mut rng = Rng::new();
     let done = device.create_semaphore(0);
     let a = Slots::new(&device, q, &mut rng);
@@ -257,8 +250,7 @@ fn stream_ordered_allocations_bind_to_every_command() {
 fn stream_ordered(mode: CommandBufferMode) {
     let (fake, _driver, device) = open("bind-alloca", options(mode, 1));
     let q = device.queue(0);
-    let module = device.load_ptx(&ptx()).unwrap();
-    let cb = record(q, &module.function(ADD_KERNEL).unwrap());
+    let cb = record(q, &add_kernel(&device));
     let mut rng = Rng::new();
     let done = device.create_semaphore(0);
     let mut value = 0;
@@ -302,8 +294,7 @@ fn one_command_buffer_on_two_queues_gets_an_executable_per_queue() {
 
 fn two_queues(mode: CommandBufferMode) {
     let (fake, _driver, device) = open("bind-queues", options(mode, 2));
-    let module = device.load_ptx(&ptx()).unwrap();
-    let function = module.function(ADD_KERNEL).unwrap();
+    let function = add_kernel(&device);
     let cb = record(device.queue(0), &function);
     let mut rng = Rng::new();
     let (x, y) = (device.create_semaphore(0), device.create_semaphore(0));
@@ -351,8 +342,7 @@ fn every_bad_table_is_a_typed_error_and_the_queue_keeps_working() {
 fn bad_tables(mode: CommandBufferMode) {
     let (fake, _driver, device) = open("bind-bad", options(mode, 1));
     let q = device.queue(0);
-    let module = device.load_ptx(&ptx()).unwrap();
-    let cb = record(q, &module.function(ADD_KERNEL).unwrap());
+    let cb = record(q, &add_kernel(&device));
     let mut rng = Rng::new();
     let slots = Slots::new(&device, q, &mut rng);
     let good = slots.table();
@@ -493,8 +483,7 @@ fn traced(mode: CommandBufferMode) {
     };
     let (_fake, _driver, device) = open("bind-trace", options);
     let q = device.queue(0);
-    let module = device.load_ptx(&ptx()).unwrap();
-    let cb = record(q, &module.function(ADD_KERNEL).unwrap());
+    let cb = record(q, &add_kernel(&device));
     let mut rng = Rng::new();
     let done = device.create_semaphore(0);
     for i in 1..=3u64 {
@@ -517,8 +506,7 @@ fn traced(mode: CommandBufferMode) {
 #[test]
 fn a_failed_patch_fails_its_submission_and_the_command_buffer_still_runs_elsewhere() {
     let (fake, _driver, device) = open("bind-fault", options(CommandBufferMode::Graph, 2));
-    let module = device.load_ptx(&ptx()).unwrap();
-    let cb = record(device.queue(0), &module.function(ADD_KERNEL).unwrap());
+    let cb = record(device.queue(0), &add_kernel(&device));
     let mut rng = Rng::new();
     let a = Slots::new(&device, device.queue(1), &mut rng);
     let s = device.create_semaphore(0);
@@ -534,11 +522,7 @@ fn a_failed_patch_fails_its_submission_and_the_command_buffer_still_runs_elsewhe
         .execute_with_bindings(&[], &[(&s, 1)], &[(&cb, &a.table())])
         .ok();
     let failure = failure_of(&s, 1);
-    let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
-    assert_eq!(
-        cuda.result(),
-        Some(cuhal_sys::CUresult::ERROR_INVALID_VALUE)
-    );
+    assert_driver_result(&failure, cuhal_sys::CUresult::ERROR_INVALID_VALUE);
     assert_eq!(fake.launches(ADD_KERNEL), 0, "the graph was not launched");
     // An error while issuing loses that queue, not the device.
     assert!(device.queue(0).lost().is_some());

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cuhal::{
-    Buffer, BufferRange, CommandBuffer, CommandRecorder, DeferredCommandBuffer, Device, Dispatch,
-    FillPattern, Function, GraphCommandBuffer, KernelArgs, PatchMethod,
+    Buffer, BufferRange, CommandBuffer, CommandRecorder, DeferredCommandBuffer, Device, Function,
+    GraphCommandBuffer, PatchMethod,
 };
 use cuhal_fake_driver::harness::FakeDriver;
-use cuhal_fake_driver::module::ADD_KERNEL;
+use fake_support::add::{add_kernel, record_add_chain};
 use fake_support::helpers::{BOTH_HELPERS, install_helpers};
 use fake_support::*;
 
@@ -51,30 +51,13 @@ const QUEUES: usize = 2;
 fn open_fake(tag: &str) -> (FakeDriver, cuhal::Driver, Device, Function) {
     install_helpers("bind-alloc", BOTH_HELPERS);
     let (fake, driver, device) = open(tag, queues(QUEUES));
-    let ptx = format!(
-        ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {ADD_KERNEL}(.param .u64 dst, .param .u64 src, .param .u32 k, .param .u32 n) {{ ret; }}\n"
-    );
-    let add = device.load_ptx(&ptx).unwrap().function(ADD_KERNEL).unwrap();
+    let add = add_kernel(&device);
     (fake, driver, device, add)
 }
 
 /// Records the chain (2 = in + 1, then 3 and 2 in turn, out = last + 1) and a fill of slot 4.
 fn record(cb: &mut dyn CommandRecorder, add: &Function) {
-    cb.fill(&BufferRange::slot(4, 0, 64).unwrap(), FillPattern::U32(7))
-        .unwrap();
-    let mut from = 0;
-    for i in 0..CHAIN {
-        let to = if i + 1 == CHAIN { 1 } else { 2 + i % 2 };
-        let args = KernelArgs::new()
-            .with_binding(to, 0)
-            .with_binding(from, 0)
-            .with(1u32)
-            .with(N as u32);
-        cb.dispatch(&Dispatch::new(add, [1, 1, 1], [N as u32, 1, 1], &args))
-            .unwrap();
-        cb.barrier().unwrap();
-        from = to;
-    }
+    record_add_chain(cb, add, 7, CHAIN, N, 0);
 }
 
 fn graph(device: &Device, add: &Function, method: PatchMethod) -> Arc<dyn CommandBuffer> {

@@ -9,10 +9,12 @@ use std::sync::Arc;
 
 use cuhal::{
     Buffer, Collective, CollectiveCommandBuffers, CollectivePart, CommandBufferMode, Communicator,
-    CommunicatorOptions, Device, Error, NcclDataType, NcclRedOp, PartField,
+    Device, Error, NcclDataType, NcclRedOp, PartField,
 };
 use cuhal_fake_driver::harness::FakeDriver;
-use fake_support::{communicator, f32s, failure_of, read, two_devices_with_nccl, upload, wait};
+use fake_support::{
+    communicator, f32s, failure_of, join_as_processes, read, two_devices_with_nccl, upload, wait,
+};
 
 const F32: NcclDataType = NcclDataType::F32;
 const SUM: NcclRedOp = NcclRedOp::Sum;
@@ -301,33 +303,20 @@ fn a_recorded_collective_whose_parts_disagree_is_refused() {
 fn ranks_of_two_processes_that_disagree_fail_in_nccl() {
     let (_fake, devices, nccl) = two_devices_with_nccl("agree-processes");
     let id = nccl.unique_id().unwrap();
-    std::thread::scope(|scope| {
-        for (rank, device) in devices.iter().enumerate() {
-            let nccl = &nccl;
-            scope.spawn(move || {
-                let comm = Communicator::join(
-                    nccl,
-                    id,
-                    2,
-                    &[(device, rank as i32)],
-                    CommunicatorOptions::default(),
-                )
-                .unwrap();
-                let (x, written) = upload(device, &[1.0; 4]);
-                let done = device.create_semaphore(0);
-                let (w, s) = ([(&written, 1)], [(&done, 1)]);
-                let t = [F32, NcclDataType::I32][rank];
-                comm.submit(&[
-                    CollectivePart::all_reduce(&x.whole(), &x.whole(), 4, t, SUM)
-                        .waits(&w)
-                        .signals(&s),
-                ])
-                .unwrap();
-                let text = failure_of(&done, 1).to_string();
-                assert!(text.contains("invalid usage"), "rank {rank}: {text}");
-                assert_eq!(f32s(&read(device, device.queue(0), &x.whole())), [1.0; 4]);
-            });
-        }
+    join_as_processes(&nccl, id, &devices, |rank, device, comm| {
+        let (x, written) = upload(device, &[1.0; 4]);
+        let done = device.create_semaphore(0);
+        let (w, s) = ([(&written, 1)], [(&done, 1)]);
+        let t = [F32, NcclDataType::I32][rank];
+        comm.submit(&[
+            CollectivePart::all_reduce(&x.whole(), &x.whole(), 4, t, SUM)
+                .waits(&w)
+                .signals(&s),
+        ])
+        .unwrap();
+        let text = failure_of(&done, 1).to_string();
+        assert!(text.contains("invalid usage"), "rank {rank}: {text}");
+        assert_eq!(f32s(&read(device, device.queue(0), &x.whole())), [1.0; 4]);
     });
 }
 

@@ -5,12 +5,13 @@
 
 mod fake_support;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cuhal::{
-    CollectiveCommandBuffers, CollectivePart, CommandBufferMode, Error, FillPattern, NcclDataType,
-    NcclRedOp,
+    Buffer, CollectiveCommandBuffers, CollectivePart, CommandBufferMode, Device, Error,
+    FillPattern, NcclDataType, NcclRedOp,
 };
 use fake_support::{communicator, f32s, read, two_devices_with_nccl, wait};
 
@@ -37,27 +38,22 @@ fn a_collective_between_each_ranks_commands_runs_in_recording_order() {
             cb.fill(&x.whole(), FillPattern::U32(value)).unwrap();
             cb.barrier().unwrap();
         }
-        let f = NcclDataType::F32;
-        let parts: Vec<_> = buffers
-            .iter()
-            .map(|[x, _, _]| {
-                CollectivePart::all_reduce(&x.whole(), &x.whole(), n, f, NcclRedOp::Sum)
-            })
-            .collect();
-        set.collective(&parts).unwrap();
+        // Every rank's all-reduce of its buffer `send` into its buffer `recv`.
+        let all_reduce = |send: usize, recv: usize, op: NcclRedOp| -> Vec<_> {
+            let f = NcclDataType::F32;
+            buffers
+                .iter()
+                .map(|b| CollectivePart::all_reduce(&b[send].whole(), &b[recv].whole(), n, f, op))
+                .collect()
+        };
+        set.collective(&all_reduce(0, 0, NcclRedOp::Sum)).unwrap();
         for (rank, [x, y, _]) in buffers.iter().enumerate() {
             let cb = set.rank(rank).unwrap();
             cb.barrier().unwrap();
             cb.copy(&x.whole(), &y.whole()).unwrap();
             cb.barrier().unwrap();
         }
-        let parts: Vec<_> = buffers
-            .iter()
-            .map(|[_, y, z]| {
-                CollectivePart::all_reduce(&y.whole(), &z.whole(), n, f, NcclRedOp::Max)
-            })
-            .collect();
-        set.collective(&parts).unwrap();
+        set.collective(&all_reduce(1, 2, NcclRedOp::Max)).unwrap();
         set.end().unwrap();
         assert_eq!(set.mode(), mode);
         let (calls, groups) = (fake.calls("ncclAllReduce"), fake.calls("ncclGroupEnd"));
@@ -91,6 +87,14 @@ fn a_collective_between_each_ranks_commands_runs_in_recording_order() {
     }
 }
 
+/// One 4-byte buffer on each of `devices`.
+fn word_per_device(devices: &[Device]) -> Vec<Arc<Buffer>> {
+    devices
+        .iter()
+        .map(|d| d.create_buffer(4).unwrap())
+        .collect()
+}
+
 /// The design's guarantee: one thread submits thousands of replays of a set whose every
 /// submission waits for the previous one's signal (each rank's graph launch blocks in the fake
 /// until the other rank's is launched), and a watchdog fails the test if progress stops.
@@ -99,10 +103,7 @@ fn thousands_of_replays_of_a_collective_set_never_deadlock() {
     for mode in MODES {
         let (_fake, devices, nccl) = two_devices_with_nccl(&format!("set-many-{mode:?}"));
         let comm = communicator(&nccl, &devices);
-        let xs: Vec<_> = devices
-            .iter()
-            .map(|d| d.create_buffer(4).unwrap())
-            .collect();
+        let xs = word_per_device(&devices);
         let queues: Vec<_> = devices.iter().map(|d| d.queue(0)).collect();
         let mut set = CollectiveCommandBuffers::new(&comm, &queues, mode).unwrap();
         for (rank, x) in xs.iter().enumerate() {
@@ -233,10 +234,7 @@ fn sets_are_checked_when_recorded_and_submitted() {
 fn a_set_keeps_its_communicator_alive() {
     let (fake, devices, nccl) = two_devices_with_nccl("set-lifetime");
     let comm = communicator(&nccl, &devices);
-    let xs: Vec<_> = devices
-        .iter()
-        .map(|d| d.create_buffer(4).unwrap())
-        .collect();
+    let xs = word_per_device(&devices);
     let queues: Vec<_> = devices.iter().map(|d| d.queue(0)).collect();
     let mut set = CollectiveCommandBuffers::new(&comm, &queues, CommandBufferMode::Graph).unwrap();
     let parts: Vec<_> = xs

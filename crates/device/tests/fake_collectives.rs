@@ -13,7 +13,8 @@ use cuhal::{
 };
 use cuhal_fake_driver::harness::FakeDriver;
 use fake_support::{
-    TIMEOUT, communicator, f32s, failure_of, read, two_devices_with_nccl, upload, wait,
+    TIMEOUT, communicator, f32s, failure_of, join_as_processes, read, two_devices_with_nccl,
+    upload, wait,
 };
 
 fn setup(tag: &str) -> (FakeDriver, Vec<Device>, Nccl) {
@@ -548,36 +549,23 @@ fn ranks_joined_by_unique_id_work_like_two_processes() {
     let id = nccl.unique_id().unwrap();
     // What a second process would receive from the first.
     let id = cuhal::UniqueId::from_bytes(id.to_bytes());
-    std::thread::scope(|scope| {
-        for (rank, device) in devices.iter().enumerate() {
-            let nccl = &nccl;
-            scope.spawn(move || {
-                let comm = Communicator::join(
-                    nccl,
-                    id,
-                    2,
-                    &[(device, rank as i32)],
-                    CommunicatorOptions::default(),
-                )
-                .unwrap();
-                let value = (rank + 1) as f32;
-                let (x, written) = upload(device, &[value; 8]);
-                let done = device.create_semaphore(0);
-                let (w, s) = ([(&written, 1)], [(&done, 1)]);
-                comm.submit(&[CollectivePart::all_reduce(
-                    &x.whole(),
-                    &x.whole(),
-                    8,
-                    NcclDataType::F32,
-                    NcclRedOp::Sum,
-                )
-                .waits(&w)
-                .signals(&s)])
-                    .unwrap();
-                wait(&done, 1);
-                assert_eq!(f32s(&read(device, device.queue(0), &x.whole())), [3.0; 8]);
-            });
-        }
+    join_as_processes(&nccl, id, &devices, |rank, device, comm| {
+        let value = (rank + 1) as f32;
+        let (x, written) = upload(device, &[value; 8]);
+        let done = device.create_semaphore(0);
+        let (w, s) = ([(&written, 1)], [(&done, 1)]);
+        comm.submit(&[CollectivePart::all_reduce(
+            &x.whole(),
+            &x.whole(),
+            8,
+            NcclDataType::F32,
+            NcclRedOp::Sum,
+        )
+        .waits(&w)
+        .signals(&s)])
+            .unwrap();
+        wait(&done, 1);
+        assert_eq!(f32s(&read(device, device.queue(0), &x.whole())), [3.0; 8]);
     });
 }
 

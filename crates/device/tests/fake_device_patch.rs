@@ -11,12 +11,12 @@ use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{
-    Buffer, BufferRange, CommandBuffer, CommandRecorder, Device, DeviceOptions, Dispatch,
-    FillPattern, Function, GraphCommandBuffer, GraphExec, KernelArgs, PatchMethod, Queue,
+    Buffer, BufferRange, CommandBuffer, Device, DeviceOptions, Function, GraphCommandBuffer,
+    GraphExec, PatchMethod, Queue,
 };
 use cuhal_command::{BINDINGS_HELPER, DEVICE_PATCH_MIN_NODES};
 use cuhal_fake_driver::harness::FakeDriver;
-use cuhal_fake_driver::module::ADD_KERNEL;
+use fake_support::add::{add_kernel, record_add_chain};
 use fake_support::helpers::{BOTH_HELPERS, install_helpers};
 use fake_support::*;
 
@@ -27,12 +27,6 @@ const BYTES: usize = N * 4;
 const CHAIN: u32 = 12;
 const FILL: u32 = 0x0bad_cafe;
 
-fn ptx() -> String {
-    format!(
-        ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {ADD_KERNEL}(.param .u64 dst, .param .u64 src, .param .u32 k, .param .u32 n) {{ ret; }}\n"
-    )
-}
-
 /// Slots: 0 input (its second half: the binding's offset is BYTES), 1 output, 2 and 3
 /// scratch, 4 a filled record.
 /// The chain: 2 = in + 1, then 3 = 2 + 1 and 2 = 3 + 1 in turn, then out = last + 1, so
@@ -40,24 +34,7 @@ fn ptx() -> String {
 fn record(device: &Device, add: &Function, method: PatchMethod) -> Arc<GraphExec> {
     let mut cb = GraphCommandBuffer::with_bindings(device.context(), None, 5).unwrap();
     cb.set_patch_method(method).unwrap();
-    cb.fill(
-        &BufferRange::slot(4, 0, 64).unwrap(),
-        FillPattern::U32(FILL),
-    )
-    .unwrap();
-    let mut from = 0;
-    for i in 0..CHAIN {
-        let to = if i + 1 == CHAIN { 1 } else { 2 + i % 2 };
-        let args = KernelArgs::new()
-            .with_binding(to, 0)
-            .with_binding(from, if from == 0 { BYTES as u64 } else { 0 })
-            .with(1u32)
-            .with(N as u32);
-        cb.dispatch(&Dispatch::new(add, [1, 1, 1], [N as u32, 1, 1], &args))
-            .unwrap();
-        cb.barrier().unwrap();
-        from = to;
-    }
+    record_add_chain(&mut cb, add, FILL, CHAIN, N, BYTES as u64);
     Arc::new(cb.end().unwrap())
 }
 
@@ -151,11 +128,7 @@ fn run_fresh_rounds(device: &Device, cb: &Arc<dyn CommandBuffer>, rng: &mut Rng,
 fn open_fake(tag: &str, queues: usize) -> (FakeDriver, cuhal::Driver, Device, Function) {
     install_helpers("device-patch", BOTH_HELPERS);
     let (fake, driver, device) = open(tag, fake_support::queues(queues));
-    let add = device
-        .load_ptx(&ptx())
-        .unwrap()
-        .function(ADD_KERNEL)
-        .unwrap();
+    let add = add_kernel(&device);
     (fake, driver, device, add)
 }
 
@@ -366,11 +339,7 @@ fn without_what_device_patching_needs_the_host_patches() {
         fake.hide("cuGraphNodeSetEnabled")
     });
     let device = _driver.open(0, DeviceOptions::default()).unwrap();
-    let add = device
-        .load_ptx(&ptx())
-        .unwrap()
-        .function(ADD_KERNEL)
-        .unwrap();
+    let add = add_kernel(&device);
     let mut rng = Rng::new();
     let graph = record(&device, &add, PatchMethod::Device);
     assert!(!graph.patches_on_device());

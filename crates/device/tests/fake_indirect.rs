@@ -9,8 +9,12 @@ mod fake_support;
 use cuhal_sys::cu_name;
 use std::sync::Arc;
 
-use cuhal::{CommandBuffer, CommandBufferMode, DeviceOptions, Dispatch, KernelArgs};
+use cuhal::{
+    Buffer, CommandBuffer, CommandBufferMode, Device, DeviceOptions, Dispatch, Driver, Function,
+    KernelArgs,
+};
 use cuhal_command::Error as CommandError;
+use cuhal_fake_driver::harness::FakeDriver;
 use fake_support::helpers::{INDIRECT_HELPER_ONLY, install_helpers};
 use fake_support::*;
 
@@ -30,24 +34,41 @@ fn words(counts: [u32; 3]) -> Vec<u8> {
     counts.iter().flat_map(|c| c.to_ne_bytes()).collect()
 }
 
+/// A fake device in `mode` with the indirect helper, the `work` kernel, a 64-byte buffer it
+/// writes and a buffer of `count_bytes` for its counts (after the fake and the driver).
+fn scene(
+    tag: &str,
+    mode: CommandBufferMode,
+    count_bytes: usize,
+) -> (
+    FakeDriver,
+    Driver,
+    Device,
+    Function,
+    Arc<Buffer>,
+    Arc<Buffer>,
+) {
+    install_helpers("indirect", INDIRECT_HELPER_ONLY);
+    let (fake, driver, device) = open(
+        &format!("{tag}-{mode:?}").to_lowercase(),
+        DeviceOptions {
+            command_buffer_mode: mode,
+            ..queues(1)
+        },
+    );
+    let work = device.load_ptx(PTX).unwrap().function("work").unwrap();
+    let data = device.create_buffer(64).unwrap();
+    let counts = device.create_buffer(count_bytes).unwrap();
+    (fake, driver, device, work, data, counts)
+}
+
 #[test]
 fn counts_run_the_dispatch_zero_runs_nothing_and_out_of_range_fails_the_submission() {
     modes(outcomes);
 }
 
 fn outcomes(mode: CommandBufferMode) {
-    install_helpers("indirect", INDIRECT_HELPER_ONLY);
-    let (fake, _driver, device) = open(
-        &format!("indirect-{mode:?}").to_lowercase(),
-        DeviceOptions {
-            command_buffer_mode: mode,
-            ..queues(1)
-        },
-    );
-    let module = device.load_ptx(PTX).unwrap();
-    let work = module.function("work").unwrap();
-    let data = device.create_buffer(64).unwrap();
-    let counts = device.create_buffer(12).unwrap();
+    let (fake, _driver, device, work, data, counts) = scene("indirect", mode, 12);
     let args = KernelArgs::new().with_range(&data.whole());
     let mut cb = device.queue(0).create_command_buffer().unwrap();
     cb.dispatch_indirect(
@@ -105,18 +126,7 @@ fn clusters_must_tile_the_count_and_bad_recordings_are_refused() {
 }
 
 fn refusals(mode: CommandBufferMode) {
-    install_helpers("indirect", INDIRECT_HELPER_ONLY);
-    let (fake, _driver, device) = open(
-        &format!("indirect-refusals-{mode:?}").to_lowercase(),
-        DeviceOptions {
-            command_buffer_mode: mode,
-            ..queues(1)
-        },
-    );
-    let module = device.load_ptx(PTX).unwrap();
-    let work = module.function("work").unwrap();
-    let data = device.create_buffer(64).unwrap();
-    let counts = device.create_buffer(16).unwrap();
+    let (fake, _driver, device, work, data, counts) = scene("indirect-refusals", mode, 16);
     let args = KernelArgs::new().with_range(&data.whole());
     let d = Dispatch::new(&work, [1, 1, 1], [32, 1, 1], &args);
     let mut cb = device.queue(0).create_command_buffer().unwrap();
@@ -156,18 +166,7 @@ fn the_helper_module_is_loaded_once_per_context_and_command_buffers_do_not_unloa
 }
 
 fn helper_once(mode: CommandBufferMode) {
-    install_helpers("indirect", INDIRECT_HELPER_ONLY);
-    let (fake, _driver, device) = open(
-        &format!("indirect-once-{mode:?}").to_lowercase(),
-        DeviceOptions {
-            command_buffer_mode: mode,
-            ..queues(1)
-        },
-    );
-    let module = device.load_ptx(PTX).unwrap();
-    let work = module.function("work").unwrap();
-    let data = device.create_buffer(64).unwrap();
-    let counts = device.create_buffer(12).unwrap();
+    let (fake, _driver, device, work, data, counts) = scene("indirect-once", mode, 12);
     counts.write(0, &words([1, 1, 1])).unwrap();
     let args = KernelArgs::new().with_range(&data.whole());
     let loads = || fake.calls(cu_name!(cuModuleLoadDataEx));

@@ -19,11 +19,7 @@ fn an_injected_sticky_error_loses_the_device() {
 
     scene.fault(&fake);
     let failure = failure_of(s, 1);
-    let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
-    assert_eq!(
-        cuda.result(),
-        Some(cuhal_sys::CUresult::ERROR_ILLEGAL_ADDRESS)
-    );
+    assert_driver_result(&failure, cuhal_sys::CUresult::ERROR_ILLEGAL_ADDRESS);
     assert!(device.lost().is_some_and(|f| f.ptr_eq(&failure)));
 
     // Pending work on both queues fails with it.
@@ -101,11 +97,7 @@ fn a_failed_fill_fails_its_signal_with_the_drivers_error() {
     q.fill(&[], &[(&s, 1)], &a.whole(), FillPattern::U32(9))
         .ok();
     let failure = failure_of(&s, 1);
-    let cuda = cuhal::cuda_of_failure(&failure).expect("a driver error");
-    assert_eq!(
-        cuda.result(),
-        Some(cuhal_sys::CUresult::ERROR_INVALID_VALUE)
-    );
+    assert_driver_result(&failure, cuhal_sys::CUresult::ERROR_INVALID_VALUE);
     assert!(device.lost().is_none(), "not a sticky error");
     assert_eq!(fake.calls(cu_name!(cuMemsetD32Async)), 1);
 }

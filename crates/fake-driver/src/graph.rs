@@ -503,20 +503,29 @@ impl World {
         let graph = id(graph)?;
         lookup(&self.graphs, graph)?;
         self.check(&op)?;
-        let deps: Vec<usize> = if count == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: non-null and pointing to `count` handles by the caller's contract.
-            unsafe { std::slice::from_raw_parts(deps, count) }
-                .iter()
-                .map(|d| d.addr())
-                .collect()
-        };
+        // SAFETY: checked non-null above unless `count` is 0; `count` handles by the caller's
+        // contract.
+        let deps = unsafe { node_ids(deps, count) };
         // Every dependency must be a node of this graph.
         let node = self.insert_node(graph, deps, op)?;
         // SAFETY: forwarded caller contract (checked non-null above).
         unsafe { put(out, handle(node)) }
     }
+}
+
+/// The ids of the `count` node handles at `nodes` (none when `count` is 0).
+///
+/// # Safety
+/// When `count` is not 0, `nodes` is non-null and points to `count` handles.
+pub(crate) unsafe fn node_ids(nodes: *const CUgraphNode, count: usize) -> Vec<usize> {
+    if count == 0 {
+        return Vec::new();
+    }
+    // SAFETY: non-null and pointing to `count` handles by this function's contract.
+    unsafe { std::slice::from_raw_parts(nodes, count) }
+        .iter()
+        .map(|n| n.addr())
+        .collect()
 }
 
 impl Op {

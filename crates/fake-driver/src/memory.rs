@@ -111,24 +111,21 @@ impl World {
     /// The bytes `[address, address + len)` of one live device allocation, or
     /// `CUDA_ERROR_INVALID_VALUE` if the range is not inside one.
     pub fn device_span(&self, address: u64, len: usize) -> Result<*mut u8, c_int> {
-        let (&base, allocation) = self
-            .allocations
-            .range(..=address)
-            .next_back()
-            .ok_or(status::INVALID_VALUE)?;
-        let end = address
-            .checked_add(len as u64)
-            .ok_or(status::INVALID_VALUE)?;
-        ensure(
-            allocation.kind != Kind::Host && end <= base + allocation.len as u64,
-            status::INVALID_VALUE,
-        )?;
+        let kind = self.span_kind(address, len)?;
+        ensure(kind != Kind::Host, status::INVALID_VALUE)?;
         Ok(std::ptr::with_exposed_provenance_mut(address as usize))
     }
 
     /// The bytes `[address, address + len)` of one live allocation of any kind: device memory,
     /// or pinned host memory as the device sees it when mapped (at its host address).
     pub fn mapped_span(&self, address: u64, len: usize) -> Result<*mut u8, c_int> {
+        self.span_kind(address, len)?;
+        Ok(std::ptr::with_exposed_provenance_mut(address as usize))
+    }
+
+    /// The kind of the one live allocation holding all of `[address, address + len)`, or
+    /// `CUDA_ERROR_INVALID_VALUE` if none does.
+    fn span_kind(&self, address: u64, len: usize) -> Result<Kind, c_int> {
         let (&base, allocation) = self
             .allocations
             .range(..=address)
@@ -138,7 +135,7 @@ impl World {
             .checked_add(len as u64)
             .ok_or(status::INVALID_VALUE)?;
         ensure(end <= base + allocation.len as u64, status::INVALID_VALUE)?;
-        Ok(std::ptr::with_exposed_provenance_mut(address as usize))
+        Ok(allocation.kind)
     }
 
     /// The device whose memory `address` is (a device or pool allocation holding it).

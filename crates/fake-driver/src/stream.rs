@@ -551,15 +551,9 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
         let graph = id(graph)?;
         // A destroyed graph is CUDA_ERROR_INVALID_VALUE here on the real driver.
         lookup(&world.graphs, graph).map_err(|_| status::INVALID_VALUE)?;
-        let deps: Vec<usize> = if count == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: non-null and holding `count` handles by the caller's contract.
-            unsafe { std::slice::from_raw_parts(deps, count) }
-                .iter()
-                .map(|d| d.addr())
-                .collect()
-        };
+        // SAFETY: checked non-null above unless `count` is 0; `count` handles by the caller's
+        // contract.
+        let deps = unsafe { crate::graph::node_ids(deps, count) };
         if !edges.is_null() && count > 0 {
             // SAFETY: non-null and holding `count` records by the caller's contract.
             let edges = unsafe { std::slice::from_raw_parts(edges, count) };

@@ -91,6 +91,35 @@ fn finish_capture() {
     });
 }
 
+/// Starts capturing this thread's launch ids for `list`, whose issue follows on this thread. A
+/// capture still open belongs to the list issued before, whose launches are all made: it ends
+/// first.
+fn start_capture(list: Arc<ListInner>) {
+    finish_capture();
+    let guard = CaptureGuard::start();
+    let _ = CAPTURING.try_with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            *c = Some((list, guard));
+        }
+    });
+}
+
+/// Ends the capture open on this thread if it is `list`'s, whose launches are all made.
+fn finish_capture_of(list: &Arc<ListInner>) {
+    let mine = CAPTURING
+        .try_with(|c| {
+            c.try_borrow()
+                .ok()
+                .and_then(|c| c.as_ref().map(|(l, _)| Arc::ptr_eq(l, list)))
+        })
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+    if mine {
+        finish_capture();
+    }
+}
+
 pub(crate) struct ListInner {
     pub(crate) shared: Arc<Shared>,
     pub(crate) state: std::sync::Mutex<ListState>,
@@ -262,15 +291,7 @@ impl ZoneList {
         state.activity_waits = 0;
         drop(state);
         if capture {
-            // The issue follows on this thread: its launches' ids are this list's. A capture
-            // still open belongs to the list issued before, whose launches are all made.
-            finish_capture();
-            let guard = CaptureGuard::start();
-            let _ = CAPTURING.try_with(|c| {
-                if let Ok(mut c) = c.try_borrow_mut() {
-                    *c = Some((self.inner.clone(), guard));
-                }
-            });
+            start_capture(self.inner.clone());
         }
     }
 
@@ -286,19 +307,7 @@ impl ZoneList {
         }
         let shared = &self.inner.shared;
         if shared.cupti.is_some() {
-            // This list's launches are all made: its capture (if still open) is complete.
-            let mine = CAPTURING
-                .try_with(|c| {
-                    c.try_borrow()
-                        .ok()
-                        .and_then(|c| c.as_ref().map(|(l, _)| Arc::ptr_eq(l, &self.inner)))
-                })
-                .ok()
-                .flatten()
-                .unwrap_or(false);
-            if mine {
-                finish_capture();
-            }
+            finish_capture_of(&self.inner);
         }
         let generation = {
             let mut state = lock(&self.inner.state);
@@ -375,16 +384,9 @@ impl ZoneList {
         deps: &[CUgraphNode],
         name: &str,
     ) -> Result<Option<CUgraphNode>, Error> {
-        match self.begin_zone(name) {
-            // SAFETY: the event comes from the pool; the caller vouches for the graph and nodes.
-            Some(event) => Ok(Some(unsafe {
-                self.inner
-                    .shared
-                    .backend
-                    .add_graph_record_node(graph, deps, event)?
-            })),
-            None => Ok(None),
-        }
+        let event = self.begin_zone(name);
+        // SAFETY: the caller's contract is this one's.
+        unsafe { self.record_in_graph(graph, deps, event) }
     }
 
     /// Closes the innermost zone inside `graph`: adds a node recording its end event after
@@ -397,16 +399,33 @@ impl ZoneList {
         graph: CUgraph,
         deps: &[CUgraphNode],
     ) -> Result<Option<CUgraphNode>, Error> {
-        match self.end_zone() {
-            // SAFETY: the event comes from the pool; the caller vouches for the graph and nodes.
-            Some(event) => Ok(Some(unsafe {
-                self.inner
-                    .shared
-                    .backend
-                    .add_graph_record_node(graph, deps, event)?
-            })),
-            None => Ok(None),
-        }
+        let event = self.end_zone();
+        // SAFETY: the caller's contract is this one's.
+        unsafe { self.record_in_graph(graph, deps, event) }
+    }
+
+    /// Adds a node recording `event` (a zone edge's, from the pool) inside `graph` after `deps`;
+    /// `None` when there is no event (the zone is dropped).
+    ///
+    /// # Safety
+    /// As for [`ZoneList::begin_in_graph`].
+    unsafe fn record_in_graph(
+        &self,
+        graph: CUgraph,
+        deps: &[CUgraphNode],
+        event: Option<CUevent>,
+    ) -> Result<Option<CUgraphNode>, Error> {
+        let Some(event) = event else {
+            return Ok(None);
+        };
+        // SAFETY: the event comes from the pool; the caller vouches for the graph and nodes.
+        let node = unsafe {
+            self.inner
+                .shared
+                .backend
+                .add_graph_record_node(graph, deps, event)?
+        };
+        Ok(Some(node))
     }
 }
 
@@ -464,13 +483,7 @@ impl ListInner {
         let capture = state.commands > 0 && shared.cupti.is_some();
         drop(state);
         if capture {
-            finish_capture();
-            let guard = CaptureGuard::start();
-            let _ = CAPTURING.try_with(|c| {
-                if let Ok(mut c) = c.try_borrow_mut() {
-                    *c = Some((self.clone(), guard));
-                }
-            });
+            start_capture(self.clone());
         }
         generation
     }
@@ -479,18 +492,7 @@ impl ListInner {
     /// capture of their ids is complete.
     pub(crate) fn end_issue(self: &Arc<Self>, generation: u64, slot: u32) {
         if self.shared.cupti.is_some() {
-            let mine = CAPTURING
-                .try_with(|c| {
-                    c.try_borrow()
-                        .ok()
-                        .and_then(|c| c.as_ref().map(|(l, _)| Arc::ptr_eq(l, self)))
-                })
-                .ok()
-                .flatten()
-                .unwrap_or(false);
-            if mine {
-                finish_capture();
-            }
+            finish_capture_of(self);
         }
         let mut state = lock(&self.state);
         state.queued = generation;

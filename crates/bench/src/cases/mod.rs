@@ -42,6 +42,26 @@ impl Env<'_> {
     pub fn scaled(&self, full: usize) -> usize {
         scaled(self.quick, full)
     }
+
+    /// Runs `run` `warm + n` times and returns the last `n` runs' wall times in nanoseconds,
+    /// each taken on the run's clock around one call.
+    pub fn time(
+        &self,
+        warm: usize,
+        n: usize,
+        mut run: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<f64>> {
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..warm + n {
+            let t0 = self.clock.now_ns();
+            run()?;
+            let t1 = self.clock.now_ns();
+            if i >= warm {
+                samples.push((t1 - t0) as f64);
+            }
+        }
+        Ok(samples)
+    }
 }
 
 /// `full`, or a tenth of it (at least 10) when `quick`.

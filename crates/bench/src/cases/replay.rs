@@ -68,27 +68,29 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     ));
     let mut deferred = cuhal_replay(env, CommandBufferMode::Deferred, Verbosity::Off, warm, n)?;
     let deferred = summarize("case 4 cuhal deferred", &mut deferred.samples)?;
-    report.comparisons.push(Comparison::new(
-        "4",
-        "replay: 100 dependent dispatches as a graph command buffer, submit + host wait",
-        Some(graph),
-        Some(floors.graph),
-        Goal::RatioAtMost(GOAL_RATIO),
-    ));
-    report.comparisons.push(Comparison::new(
-        "4",
-        "replay: 100 dependent dispatches as a deferred (stream) command buffer, submit + host wait",
-        Some(deferred),
-        Some(floors.stream),
-        Goal::RatioAtMost(GOAL_RATIO),
-    ));
-    report.comparisons.push(Comparison::new(
-        "4",
-        "replay: 100 dependent dispatches, graph, against the design's absolute goal",
-        Some(graph),
-        Some(floors.graph),
-        Goal::AtMost(GOAL_100_NS),
-    ));
+    for (name, cuhal, floor, goal) in [
+        (
+            "replay: 100 dependent dispatches as a graph command buffer, submit + host wait",
+            graph,
+            floors.graph,
+            Goal::RatioAtMost(GOAL_RATIO),
+        ),
+        (
+            "replay: 100 dependent dispatches as a deferred (stream) command buffer, submit + host wait",
+            deferred,
+            floors.stream,
+            Goal::RatioAtMost(GOAL_RATIO),
+        ),
+        (
+            "replay: 100 dependent dispatches, graph, against the design's absolute goal",
+            graph,
+            floors.graph,
+            Goal::AtMost(GOAL_100_NS),
+        ),
+    ] {
+        let comparison = Comparison::new("4", name, Some(cuhal), Some(floor), goal);
+        report.comparisons.push(comparison);
+    }
     Ok(())
 }
 
@@ -184,7 +186,6 @@ pub fn graph_floor_with(
 ) -> Result<Vec<f64>> {
     let gpu = env.gpu;
     let api = gpu.api();
-    let clock = env.clock;
     let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
     let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
     let mut counter = StepCounter::new(gpu)?;
@@ -195,18 +196,12 @@ pub fn graph_floor_with(
         })
         .collect();
     let exec = GraphExec::chain(&gpu.ctx, &mut nodes)?;
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..warm + n {
-        let t0 = clock.now_ns();
+    let samples = env.time(warm, n, || {
         // SAFETY: a live executable graph and stream.
         unsafe { cu!(api, cuGraphLaunch(exec.raw(), stream.raw())) }?;
         event.record_and_synchronize(&stream)?;
-        after()?;
-        let t1 = clock.now_ns();
-        if i >= warm {
-            samples.push((t1 - t0) as f64);
-        }
-    }
+        after()
+    })?;
     stream.synchronize()?;
     counter.expect_more(((warm + n) * CHAIN as usize) as u64);
     counter.check("case 4 graph floor")?;
@@ -216,23 +211,16 @@ pub fn graph_floor_with(
 fn stream_floor(env: &Env<'_>, warm: usize, n: usize) -> Result<Vec<f64>> {
     let gpu = env.gpu;
     let api = gpu.api();
-    let clock = env.clock;
     let stream = Stream::new(&gpu.ctx, cuhal_sys::CU_STREAM_NON_BLOCKING)?;
     let event = Event::new(&gpu.ctx, SyncMode::Spin.flags())?;
     let mut counter = StepCounter::new(gpu)?;
     let mut args: Vec<_> = (0..CHAIN).map(|i| counter.args(i, CHAIN)).collect();
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..warm + n {
-        let t0 = clock.now_ns();
+    let samples = env.time(warm, n, || {
         for a in args.iter_mut() {
             launch(api, gpu.kernels.step, stream.raw(), a)?;
         }
-        event.record_and_synchronize(&stream)?;
-        let t1 = clock.now_ns();
-        if i >= warm {
-            samples.push((t1 - t0) as f64);
-        }
-    }
+        Ok(event.record_and_synchronize(&stream)?)
+    })?;
     stream.synchronize()?;
     counter.expect_more(((warm + n) * CHAIN as usize) as u64);
     counter.check("case 4 stream floor")?;

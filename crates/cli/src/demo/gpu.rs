@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use cuhal::{CommandBuffer, DeviceOptions, Dispatch, Driver, FillPattern, KernelArgs, Verbosity};
 use cuhal_sys::DeviceInfo;
 use cuhal_trace::sink::{Fanout, JsonSink, MemorySink, Sink};
 
-use super::{ELEMENTS, Options, Summary, busy_time, expected, input};
+use super::{ELEMENTS, Options, Summary, busy_time, check, input};
 
 /// `out[i] = fma(in[i], a, b)` for `i < n`.
 pub(super) const SCALE_ADD_PTX: &str = r#"
@@ -157,15 +157,10 @@ pub fn run(driver: &Driver, info: &DeviceInfo, options: &Options) -> Result<Summ
             .with_context(|| format!("waiting for iteration {i}"))?;
         let mut result = vec![0u8; bytes];
         host.read(0, &mut result)?;
-        for (index, (got, x)) in result.chunks_exact(4).zip(&data).enumerate() {
-            let got = f32::from_ne_bytes([got[0], got[1], got[2], got[3]]);
-            if got.to_bits() != expected(*x).to_bits() {
-                bail!(
-                    "iteration {i}, element {index}: got {got}, expected {}",
-                    expected(*x)
-                );
-            }
-        }
+        let values = result
+            .chunks_exact(4)
+            .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+        check(i, values, &data)?;
         checked += ELEMENTS as u64;
     }
     let wall = start.elapsed();

@@ -4,13 +4,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use cuhal_scheduler::host::{self, HostPayload, HostSemaphore};
 use cuhal_scheduler::{Cleanups, QueueOptions, Resources};
 use cuhal_semaphore::Failure;
 use cuhal_trace::sink::{Fanout, JsonSink, MemorySink, Sink, TrackId};
 
-use super::{ELEMENTS, Options, Summary, busy_time, expected, input};
+use super::{ELEMENTS, Options, Summary, busy_time, check, expected, input};
 
 type Data = Arc<Mutex<Vec<f32>>>;
 
@@ -106,14 +106,7 @@ pub fn run(options: &Options, why: &str) -> Result<Summary> {
         read.wait(i, Duration::from_secs(30))
             .with_context(|| format!("waiting for iteration {i}"))?;
         let result = lock(&host_result);
-        for (index, (got, x)) in result.iter().zip(&data).enumerate() {
-            if got.to_bits() != expected(*x).to_bits() {
-                bail!(
-                    "iteration {i}, element {index}: got {got}, expected {}",
-                    expected(*x)
-                );
-            }
-        }
+        check(i, result.iter().copied(), &data)?;
         checked += ELEMENTS as u64;
     }
     let wall = start.elapsed();

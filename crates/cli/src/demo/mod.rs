@@ -100,6 +100,24 @@ pub fn expected(x: f32) -> f32 {
     x.mul_add(2.0, 1.0).mul_add(0.5, -0.5)
 }
 
+/// Checks iteration `iteration`'s `results` against [`expected`] of its `input`, element by
+/// element, and names the first that differs.
+pub fn check(
+    iteration: u64,
+    results: impl IntoIterator<Item = f32>,
+    input: &[f32],
+) -> anyhow::Result<()> {
+    for (index, (got, x)) in results.into_iter().zip(input).enumerate() {
+        if got.to_bits() != expected(*x).to_bits() {
+            anyhow::bail!(
+                "iteration {iteration}, element {index}: got {got}, expected {}",
+                expected(*x)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Random input for iteration `i` (xorshift; values in [-1000, 1000)).
 pub fn input(seed: u64, len: usize) -> Vec<f32> {
     let mut state = seed | 1;

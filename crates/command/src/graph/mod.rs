@@ -26,12 +26,11 @@ use smallvec::SmallVec;
 
 use crate::arena::StableArena;
 use crate::binding::{Operand, SlotList, add_slot};
+use crate::dispatch::add_dispatch_node;
 use crate::encoder::Encoder;
 use crate::error::out_of_host_memory;
 use crate::indirect::{self, Indirect, IndirectLaunch};
-use crate::launch::{
-    AttributePath, add_kernel_node, kernel_node_params, set_kernel_node_attributes,
-};
+use crate::launch::{AttributePath, kernel_node_params};
 use crate::recorded::Recorded;
 use crate::recorder::Recorder;
 use crate::stream_work::{self, StreamWorkFn};
@@ -507,25 +506,14 @@ impl Encoder for GraphEncoder {
         // A programmatic dependency replaces the full edge from the dispatch before the
         // barrier (the recorder checked it is the frontier's one node, with no zone between).
         let programmatic = dispatch.attributes.programmatic && zone.begin.is_none();
-        let attributes = dispatch.attributes;
-        self.node_priority |= attributes.priority.is_some();
+        self.node_priority |= dispatch.attributes.priority.is_some();
         self.add_command(zone, |this, deps| {
             let (deps, upstream) = match deps {
                 [upstream] if programmatic => (&[][..], Some(*upstream)),
                 _ => (deps, None),
             };
             let api = this.context.api();
-            let node = add_kernel_node(
-                api,
-                this.graph,
-                deps,
-                dispatch.function,
-                dispatch.grid,
-                dispatch.block,
-                dispatch.shared_memory_bytes,
-                dispatch.args,
-            )?;
-            set_kernel_node_attributes(api, node, &attributes)?;
+            let node = add_dispatch_node(api, this.graph, deps, dispatch)?;
             if let Some(upstream) = upstream {
                 add_programmatic_edge(api, this.graph, upstream, node)?;
             }

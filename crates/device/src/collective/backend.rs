@@ -64,13 +64,7 @@ impl CollectiveBackend {
         let wake_watchdog = {
             let mut issuing = comms.lock();
             if issuing.aborted {
-                return Err(Error::Lost(
-                    comms
-                        .failure
-                        .get()
-                        .cloned()
-                        .unwrap_or_else(|| Failure::msg("aborted")),
-                ));
+                return Err(comms.lost());
             }
             issuing.since = Some(now);
             std::mem::take(&mut issuing.watchdog_idle)
@@ -93,13 +87,7 @@ impl CollectiveBackend {
         };
         if aborted {
             // The watchdog aborted the communicator while the group call was blocked.
-            return Err(Error::Lost(
-                comms
-                    .failure
-                    .get()
-                    .cloned()
-                    .unwrap_or_else(|| Failure::msg("aborted")),
-            ));
+            return Err(comms.lost());
         }
         grouped?;
         // Rank 0's stream joins the other ranks' ends; the completion event follows. (Three

@@ -100,6 +100,16 @@ impl Comms {
         failure
     }
 
+    /// The error a submission to the aborted communicator gets: its recorded failure.
+    pub(super) fn lost(&self) -> Error {
+        Error::Lost(
+            self.failure
+                .get()
+                .cloned()
+                .unwrap_or_else(|| Failure::msg("aborted")),
+        )
+    }
+
     /// Ends the communicator with `error`. While a group call is in progress, the issuing thread
     /// still passes the handles to NCCL: the failure is recorded and that thread aborts once its
     /// call returned (only the watchdog aborts under a running call, which is blocked in NCCL).

@@ -7,6 +7,7 @@
 //! through `CUHAL_CUDA_LIBRARY`, which is set and read under one lock.
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod add;
 pub mod counting;
 pub mod helpers;
 
@@ -84,6 +85,12 @@ pub fn failure_of(semaphore: &Semaphore, value: u64) -> Failure {
         Err(cuhal_semaphore::Error::Failed(failure)) => failure,
         other => panic!("expected {semaphore:?} to fail before {value}, got {other:?}"),
     }
+}
+
+/// Asserts that `failure` comes from a driver call that returned `result`.
+pub fn assert_driver_result(failure: &Failure, result: cuhal_sys::CUresult) {
+    let cuda = cuhal::cuda_of_failure(failure).expect("a driver error");
+    assert_eq!(cuda.result(), Some(result), "{failure}");
 }
 
 /// Holds each round of `rounds` in flight on `queue` (nothing completes until the whole round
@@ -236,6 +243,29 @@ pub fn communicator(nccl: &cuhal::Nccl, devices: &[Device]) -> cuhal::Communicat
     let devices: Vec<&Device> = devices.iter().collect();
     cuhal::Communicator::local(nccl, &devices, cuhal::CommunicatorOptions::default())
         .unwrap_or_else(|e| panic!("a communicator over {} devices: {e}", devices.len()))
+}
+
+/// Joins communicator `id` from one thread per device, as separate processes would (rank `i`
+/// on `devices[i]`, default options), and runs `work(rank, device, communicator)` on each.
+pub fn join_as_processes(
+    nccl: &cuhal::Nccl,
+    id: cuhal::UniqueId,
+    devices: &[Device],
+    work: impl Fn(usize, &Device, cuhal::Communicator) + Sync,
+) {
+    let work = &work;
+    std::thread::scope(|scope| {
+        for (rank, device) in devices.iter().enumerate() {
+            scope.spawn(move || {
+                let ranks = [(device, rank as i32)];
+                let options = cuhal::CommunicatorOptions::default();
+                let comm =
+                    cuhal::Communicator::join(nccl, id, devices.len() as i32, &ranks, options)
+                        .unwrap_or_else(|e| panic!("rank {rank} joining: {e}"));
+                work(rank, device, comm);
+            });
+        }
+    });
 }
 
 /// Little-endian `f32`s of `bytes`.

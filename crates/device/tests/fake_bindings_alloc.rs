@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cuhal::{
-    Buffer, BufferRange, CommandBuffer, CommandRecorder, DeferredCommandBuffer, Device, Function,
-    GraphCommandBuffer, PatchMethod,
+    Buffer, BufferRange, CommandBuffer, CommandRecorder, DeferredCommandBuffer, Device,
+    FillPattern, Function, GraphCommandBuffer, PatchMethod,
 };
 use cuhal_fake_driver::harness::FakeDriver;
 use fake_support::add::{add_kernel, record_add_chain};

@@ -11,6 +11,12 @@ use smallvec::SmallVec;
 use crate::backend::Backend;
 use crate::resource::Resources;
 
+/// The fewest body slots made at once when a queue runs out: the rotation doubles from there.
+pub(crate) const MIN_NEW_BOXES: usize = 16;
+
+/// A list of empty body slots, which grows (the slots in rotation with it) as [`Recycled`] does.
+pub(crate) type Spares<B> = Recycled<Vec<Spare<B>>, MIN_NEW_BOXES>;
+
 /// How many waits or signals an action holds inline before its list spills to the heap.
 pub const INLINE_SEMAPHORES: usize = 4;
 /// How many cleanup callbacks an action holds inline.

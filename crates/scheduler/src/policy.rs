@@ -40,6 +40,7 @@ use cuhal_semaphore::{DeviceEvent, Failure};
 
 use crate::action::{Body, Finished};
 use crate::backend::Backend;
+pub use crate::options::CompletionOptions;
 use crate::shared::Shared;
 use crate::spin::spin_until;
 use crate::sync::{Ordering, Parker};
@@ -75,81 +76,6 @@ pub const HOST_WAIT_SPIN: Duration = Duration::from_micros(200);
 /// A spin budget no wait outlasts (a century), for budgets too large for an `Instant`.
 #[cfg(not(loom))]
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// What a user may tune of a queue's completion side. Everything else is a constant of the
-/// policy ([`IDLE_SPIN`], [`POLL_INTERVAL`], [`BUSY_QUERY_PACE`], [`NAP`], [`NAP_STEP`],
-/// [`HOST_WAIT_SPIN`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CompletionOptions {
-    /// How long a completion somebody needs (a host thread parked on its semaphores, a
-    /// submitter waiting for room, work checked on completion) is polled before the completion
-    /// thread blocks on the device. Longer: completions seen sooner under load (a spinning wait
-    /// saw a kernel end 4.9 us after it did on an H200, a blocking one 36.5 us); shorter: less
-    /// CPU burnt while long work runs. A hurried nap polls at least this long too.
-    pub spin: Duration,
-    /// How long finished work may gather after a batch nobody waited for, before the
-    /// completion thread takes the next: fewer, larger batches, so fewer event queries
-    /// contending for the driver's lock with the submitters and less CPU per submission, at
-    /// the cost of values reaching the host up to this late while nobody waits for them.
-    /// Zero: no gathering (each batch is retired as soon as it is seen).
-    pub gather: Duration,
-    /// How many finished actions end a gather early (at least 1): a fast submitter's batches
-    /// hold about this many actions. Larger: fewer wake-ups per action on the completion side,
-    /// more actions and completion events in flight.
-    pub gather_batch: usize,
-}
-
-impl CompletionOptions {
-    /// Default [`spin`](Self::spin): 50 us covers back-to-back short work.
-    pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
-    /// Default [`gather`](Self::gather): none. A backend whose completion queries are cheap and
-    /// do not contend with its issue (the host backend) gains nothing from gathering.
-    pub const DEFAULT_GATHER: Duration = Duration::ZERO;
-    /// A gather for devices whose completion queries contend with the issue (a CUDA event query
-    /// takes the driver's lock): a fast submitter fills a batch first, a slow one is retired at
-    /// least this often (bench case 1, docs/decisions/scheduler.md, "Completion gathering").
-    pub const SUGGESTED_GATHER: Duration = Duration::from_micros(400);
-    /// Default [`gather_batch`](Self::gather_batch).
-    pub const DEFAULT_GATHER_BATCH: usize = 128;
-
-    /// The defaults.
-    pub const fn new() -> Self {
-        CompletionOptions {
-            spin: Self::DEFAULT_SPIN,
-            gather: Self::DEFAULT_GATHER,
-            gather_batch: Self::DEFAULT_GATHER_BATCH,
-        }
-    }
-
-    /// With [`spin`](Self::spin).
-    pub const fn with_spin(mut self, spin: Duration) -> Self {
-        self.spin = spin;
-        self
-    }
-
-    /// With [`gather`](Self::gather).
-    pub const fn with_gather(mut self, gather: Duration) -> Self {
-        self.gather = gather;
-        self
-    }
-
-    /// With [`gather_batch`](Self::gather_batch).
-    pub const fn with_gather_batch(mut self, batch: usize) -> Self {
-        self.gather_batch = batch;
-        self
-    }
-
-    /// [`gather_batch`](Self::gather_batch), at least 1.
-    pub(crate) fn batch(&self) -> usize {
-        self.gather_batch.max(1)
-    }
-}
-
-impl Default for CompletionOptions {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 /// How much a wait for a completion event is needed (see the ladder in the module's docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,13 +24,12 @@ use crossbeam_utils::CachePadded;
 use cuhal_recycle::Recycled;
 use cuhal_semaphore::{Failure, Listener};
 
-use crate::action::Finished;
+use crate::action::{Finished, MIN_NEW_BOXES, Spares};
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::hurry::Hurry;
 use crate::notifier::Notifier;
 use crate::options::QueueOptions;
-use crate::slots::{MIN_NEW_BOXES, Spares};
 use crate::state::State;
 use crate::sync::{
     AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Once, Ordering, StatBool, StatU64, Unparker,

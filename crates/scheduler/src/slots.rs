@@ -4,18 +4,10 @@ use std::sync::PoisonError;
 
 use cuhal_semaphore::Semaphore;
 
-use cuhal_recycle::Recycled;
-
-use crate::action::{Boxed, SlotCleanups, SlotResources, Spare};
+use crate::action::{Boxed, SlotCleanups, SlotResources, Spare, Spares};
 use crate::backend::Backend;
 use crate::shared::Shared;
 use crate::state::State;
-
-/// The fewest body slots made at once when a queue runs out: the rotation doubles from there.
-pub(crate) const MIN_NEW_BOXES: usize = 16;
-
-/// A list of empty body slots, which grows (the slots in rotation with it) as [`Recycled`] does.
-pub(crate) type Spares<B> = Recycled<Vec<Spare<B>>, MIN_NEW_BOXES>;
 
 impl<B: Backend> Shared<B> {
     /// A recycled slot (one of the issue side's spares, else, taking every slot the completion

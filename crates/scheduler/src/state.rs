@@ -1,10 +1,9 @@
 //! [`State`]: what a queue keeps under its issue lock.
 
-use crate::action::Spare;
+use crate::action::{Spare, Spares};
 use crate::backend::Backend;
 use crate::notifier::Notified;
 use crate::pending::PendingList;
-use crate::slots::Spares;
 
 /// Everything under the issue lock.
 pub(crate) struct State<B: Backend> {

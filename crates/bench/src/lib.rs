@@ -25,7 +25,6 @@ pub mod alloc_count;
 mod cases;
 mod clock;
 mod cpu_time;
-pub mod cublas;
 mod gpu;
 mod hal;
 mod json;

@@ -9,8 +9,8 @@
 //!
 //! - [`gpu`]: the [`Gpu`](gpu::Gpu) fixture (driver, primary context made current, released
 //!   on drop), device buffers, PTX modules with their JIT log, launches, a per-run random seed.
-//! - [`cublas`]: cuBLAS loaded at run time, for the interop tests' library calls (the bench's
-//!   loader, `cuhal_bench::cublas`, so there is one).
+//! - [`cublas`]: cuBLAS loaded at run time, for the interop tests' library calls (the
+//!   `cuhal-blas` crate, which the bench's library case uses too).
 //! - [`kernels`]: the test kernels, hand-written PTX that the driver compiles at load time,
 //!   so building the suite needs no CUDA toolkit; [`hopper_kernels`]: the `sm_90` kernels of the
 //!   launch-attribute and indirect-dispatch tests.
@@ -18,7 +18,7 @@
 //!   `run` counts it as skipped rather than passed.
 
 pub mod command_support;
-pub use cuhal_bench::cublas;
+pub use cuhal_blas as cublas;
 pub mod device_support;
 pub mod gpu;
 pub mod hopper_kernels;

@@ -1,14 +1,16 @@
 //! The guard of the name-once rule: outside the modules that load the driver, NCCL and CUPTI
-//! (and the fakes that implement them), no source names one of their functions in a string
-//! literal. Calls go through `cu!`, `nccl!` and `cupti!`, and code that speaks of a call without
-//! making it uses `cu_name!`, `nccl_name!` and `cupti_name!`, which derive the name from the
-//! table's field, so a name can neither be misspelled nor drift from the function called.
+//! (and the fakes that implement them), no source names one of their functions, or one of
+//! cuBLAS's, in a string literal. Calls go through `cu!`, `nccl!`, `cupti!` and `cublas!`, and
+//! code that speaks of a call without making it uses `cu_name!`, `nccl_name!`, `cupti_name!`
+//! and `cublas_name!`, which derive the name from the table's field, so a name can neither be
+//! misspelled nor drift from the function called.
 //!
-//! A literal is flagged when its text starts with such a name: `cu`, `nccl` or `cupti`, then an
-//! upper-case letter, then identifier characters with at least one lower-case letter (function
-//! names are camel case: `cuGraphLaunch`, `ncclGroupEnd`, `cuptiGetTimestamp`; product names
-//! such as `cuBLAS` are not), up to the literal's end or a character that cannot continue an
-//! identifier (`"ncclCommInitAll failed"` is flagged too). Comments are not read.
+//! A literal is flagged when its text starts with such a name: `cu`, `nccl`, `cupti` or
+//! `cublas`, then an upper-case letter, then identifier characters with at least one lower-case
+//! letter (function names are camel case: `cuGraphLaunch`, `ncclGroupEnd`, `cuptiGetTimestamp`,
+//! `cublasSgemm_v2`; product names such as `cuBLAS` are not), up to the literal's end or a
+//! character that cannot continue an identifier (`"ncclCommInitAll failed"` is flagged too).
+//! Comments are not read.
 
 use std::path::{Path, PathBuf};
 
@@ -185,7 +187,7 @@ fn ffi_name(literal: &str) -> Option<&str> {
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .unwrap_or(literal.len());
     let word = &literal[..end];
-    ["cupti", "nccl", "cu"].iter().find_map(|prefix| {
+    ["cublas", "cupti", "nccl", "cu"].iter().find_map(|prefix| {
         let rest = word.strip_prefix(prefix)?;
         let mut chars = rest.chars();
         let camel = chars.next().is_some_and(|c| c.is_ascii_uppercase())
@@ -236,6 +238,8 @@ fn names_are_told_from_other_words() {
         "cuMemAlloc_v2",
         "ncclCommInitAll failed ({r})",
         "cuD3D11GetDevice",
+        "cublasSgemm_v2",
+        "cublasSetStream_v2 failed",
     ] {
         assert!(ffi_name(named).is_some(), "{named}");
     }
@@ -248,6 +252,8 @@ fn names_are_told_from_other_words() {
         "raw ncclGroupEnd failed",
         "cuX",
         "cupti: off",
+        "cublas",
+        "cuBLAS SGEMM",
     ] {
         assert_eq!(ffi_name(other), None, "{other}");
     }

@@ -8,8 +8,8 @@
 //!    `CUevent`, which the other runtime's stream waits on before copying from the exported
 //!    pointer;
 //! 3. a library call *inside* a command buffer: a cuBLAS SGEMM (libcublas.so.13, loaded at run
-//!    time when present, by the bench's loader [`cuhal_bench::cublas`]) recorded as stream work
-//!    into a graph command buffer between two fills.
+//!    time when present, by `cuhal_blas`) recorded as stream work into a graph command buffer
+//!    between two fills.
 //!
 //! The "other runtime" is plain driver calls. No step waits on the host between producer and
 //! consumer.
@@ -30,7 +30,7 @@ use cuhal::{
     CommandBuffer, DeviceOptions, Driver, ExportedBuffer, FillPattern, ForeignEvent, StreamWork,
     StreamWorkFn,
 };
-use cuhal_bench::cublas::Cublas;
+use cuhal_blas::Cublas;
 use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, DriverApi, Event, Stream, cu};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;

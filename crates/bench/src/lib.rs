@@ -25,7 +25,6 @@ pub mod alloc_count;
 mod cases;
 mod clock;
 mod cpu_time;
-pub mod cublas;
 mod gpu;
 mod hal;
 mod json;
@@ -162,6 +161,7 @@ pub fn run(opts: &Options) -> Result<Outcome> {
                 Case::Collectives => cases::collectives::run(&env, &mut report),
                 Case::Waiter => cases::waiter::run(&env, &mut report),
                 Case::WaitAsync => cases::wait_async::run(&env, &mut report),
+                Case::Decoder => cases::decoder::run(&env, &mut report),
                 Case::Scheduler => Ok(()),
             };
             failures += record_failure(case, result, &mut report);

@@ -35,6 +35,8 @@ pub enum Case {
     Waiter,
     /// 15: from a kernel's end to a task awaiting `wait_async` resuming.
     WaitAsync,
+    /// 16: a Llama decoder's per-token time against the same graph on the raw driver.
+    Decoder,
 }
 
 impl Case {
@@ -42,7 +44,7 @@ impl Case {
     /// (its raw floor and FINE tracing load it), every later launch of the process costs more,
     /// even after its activity is disabled (on the H200, case 14's floor took 4.8 us a
     /// submission after case 6 against 2.4 to 3.3 us without it).
-    pub const ALL: [Case; 15] = [
+    pub const ALL: [Case; 16] = [
         Case::Submit,
         Case::Wake,
         Case::Dependency,
@@ -57,6 +59,7 @@ impl Case {
         Case::Collectives,
         Case::Waiter,
         Case::WaitAsync,
+        Case::Decoder,
         Case::Tracing,
     ];
 
@@ -78,6 +81,7 @@ impl Case {
             Case::Collectives => "13",
             Case::Waiter => "14",
             Case::WaitAsync => "15",
+            Case::Decoder => "16",
         }
     }
 
@@ -99,6 +103,7 @@ impl Case {
             Case::Collectives => "collectives",
             Case::Waiter => "waiter",
             Case::WaitAsync => "wait-async",
+            Case::Decoder => "decoder",
         }
     }
 
@@ -244,6 +249,9 @@ mod tests {
         );
         let o = parse(&args(&["--case", "round-trip", "5"])).unwrap();
         assert_eq!(o.cases, vec![Case::RoundTrip]);
+        let o = parse(&args(&["--case", "decoder", "--quick"])).unwrap();
+        assert_eq!(o.cases, vec![Case::Decoder]);
+        assert_eq!(Case::parse("16"), Some(Case::Decoder));
     }
 
     #[test]

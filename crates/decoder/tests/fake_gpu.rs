@@ -85,6 +85,41 @@ fn the_decode_step_is_recorded_once_and_replayed_per_token() {
     assert_eq!(history, vec![1, 4, 2, 5, 3, 6]);
 }
 
+/// The step recorded into a caller's command buffer is the decoder's own: the same kernels,
+/// one launch each per replay, replayed outside the decoder's queue.
+#[test]
+fn the_step_records_into_a_callers_command_buffer() {
+    let dir = ScratchDir::new("fake-record-step");
+    let config = tiny_config();
+    write_random_model(dir.path(), &config, 4).unwrap();
+    let files = ModelFiles::open(dir.path()).unwrap();
+    let weights = files.weights().unwrap();
+    let (fake, _driver, device) = open("decoder-record-step");
+    let decoder = Decoder::new(&device, &config, &weights, &options(1, 16)).unwrap();
+
+    let mut cb = device
+        .queue(0)
+        .create_command_buffer_as(cuhal::CommandBufferMode::Graph, 0)
+        .unwrap();
+    decoder.record_step(&mut *cb).unwrap();
+    let copy = cb.end().unwrap();
+    assert_eq!(fake.launches("gemv_f16"), 0);
+    let semaphore = device.create_semaphore(0);
+    device
+        .queue(0)
+        .execute(&[], &[(&semaphore, 1)], &[&copy, &copy])
+        .unwrap();
+    semaphore
+        .wait(1, std::time::Duration::from_secs(10))
+        .unwrap();
+    let layers = config.num_hidden_layers as u64;
+    assert_eq!(fake.launches("gemv_f16"), 2 * (4 * layers + 1));
+    assert_eq!(fake.launches("attention_f16"), 2 * layers);
+    assert_eq!(fake.launches("argmax_advance"), 2);
+    // The decoder's own count of positions is left alone.
+    assert_eq!(decoder.position(), 0);
+}
+
 #[test]
 fn the_weights_are_uploaded_with_q_k_v_and_gate_up_fused() {
     let dir = ScratchDir::new("fake-upload");

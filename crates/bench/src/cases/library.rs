@@ -34,9 +34,9 @@ use cuhal::{CommandBuffer, CommandBufferMode, DeviceOptions, Semaphore, StreamWo
 use cuhal_semaphore::SemaphoreOptions;
 
 use super::{Env, progress, summarize};
-use crate::cublas::Cublas;
 use crate::hal::{Hal, WAIT};
 use crate::report::{Comparison, Goal, Report};
+use cuhal_blas::Cublas;
 use cuhal_sys::{Event, Stream, cu};
 
 /// The GEMM's size (square).
@@ -83,7 +83,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
     let hal = Hal::open(DeviceOptions::default())?;
     let device = &hal.device;
     device.context().bind()?;
-    let cublas = Arc::new(Cublas::load().map_err(anyhow::Error::msg)?);
+    let cublas = Arc::new(Cublas::load()?);
     let bytes = SIZE * SIZE * 4;
     let workspace = device.create_buffer(WORKSPACE)?;
     let (a, b, c) = (

@@ -5,6 +5,7 @@
 pub mod bindings;
 pub mod chain;
 pub mod collectives;
+pub mod decoder;
 pub mod dependency;
 pub mod library;
 pub mod pdl;

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cuhal::{Buffer, BufferRange, CommandBuffer, Device, HostBuffer, Semaphore};
+use cuhal::{Buffer, BufferRange, CommandBuffer, CommandRecorder, Device, HostBuffer, Semaphore};
 
 use super::kernels::{KernelImage, Kernels, MAX_HEAD_DIM};
 use super::step::{self, StepBuffers};
@@ -93,6 +93,10 @@ pub struct Decoder<'d> {
     capacity: usize,
     weights: DeviceWeights,
     buffers: StepBuffers,
+    /// The step's kernels (kept for [`Decoder::record_step`]).
+    kernels: Kernels,
+    /// What the step was recorded for.
+    options: DecoderOptions,
     /// The decode step, recorded once.
     step: Arc<dyn CommandBuffer>,
     /// The names of the step's kernels, in order (its trace zones).
@@ -154,6 +158,8 @@ impl<'d> Decoder<'d> {
             capacity: options.capacity,
             weights,
             buffers,
+            kernels,
+            options: options.clone(),
             step,
             kernel_names,
             done: device.create_semaphore(0),
@@ -183,6 +189,24 @@ impl<'d> Decoder<'d> {
     /// The decode step's command buffer (one graph; replayed by every step).
     pub fn step_command_buffer(&self) -> &Arc<dyn CommandBuffer> {
         &self.step
+    }
+
+    /// Records the decode step's commands (the same kernels, arguments and buffers as
+    /// [`step_command_buffer`](Self::step_command_buffer)'s) into `cb`, which is left
+    /// recording: for a caller that replays the step its own way, e.g. a benchmark launching
+    /// the graph with the driver's calls. Replays of it and of the decoder's step share the
+    /// decoder's state on the device (positions, tokens, cache), so they must not overlap, and
+    /// [`position`](Self::position) does not count them.
+    pub fn record_step(&self, cb: &mut dyn CommandRecorder) -> Result<()> {
+        step::record_into(
+            cb,
+            &self.config,
+            &self.kernels,
+            &self.weights,
+            &self.buffers,
+            &self.options,
+        )
+        .map(drop)
     }
 
     /// The names of the step's kernels, in launch order: each is a debug group, so a trace

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use cuhal::{
-    Buffer, BufferRange, CommandBuffer, CommandBufferMode, CommandEncoder, Device, Dispatch,
+    Buffer, BufferRange, CommandBuffer, CommandBufferMode, CommandRecorder, Device, Dispatch,
     Function, KernelArgs,
 };
 
@@ -120,12 +120,12 @@ impl StepBuffers {
 }
 
 /// A recording in progress and the names of its kernels.
-struct Recording {
-    cb: Box<dyn CommandEncoder>,
+struct Recording<'r> {
+    cb: &'r mut dyn CommandRecorder,
     names: Vec<String>,
 }
 
-impl Recording {
+impl Recording<'_> {
     /// Records one kernel as its own debug group, then a barrier.
     fn launch(
         &mut self,
@@ -170,10 +170,26 @@ pub fn record(
     buffers: &StepBuffers,
     options: &DecoderOptions,
 ) -> Result<(Arc<dyn CommandBuffer>, Vec<String>)> {
-    let cb = device
+    let mut cb = device
         .queue(0)
         .create_command_buffer_as(CommandBufferMode::Graph, 0)
         .map_err(Error::gpu("creating the decode step"))?;
+    let names = record_into(&mut *cb, config, kernels, weights, buffers, options)?;
+    let step = cb
+        .end()
+        .map_err(|e| Error::gpu("ending the decode step")(e.into()))?;
+    Ok((step, names))
+}
+
+/// Records the decode step's commands into `cb` (left recording); returns its kernels' names.
+pub fn record_into(
+    cb: &mut dyn CommandRecorder,
+    config: &LlamaConfig,
+    kernels: &Kernels,
+    weights: &DeviceWeights,
+    buffers: &StepBuffers,
+    options: &DecoderOptions,
+) -> Result<Vec<String>> {
     let mut rec = Recording {
         cb,
         names: Vec::new(),
@@ -394,9 +410,5 @@ pub fn record(
         &args,
     )?;
 
-    let Recording { mut cb, names } = rec;
-    let step = cb
-        .end()
-        .map_err(|e| Error::gpu("ending the decode step")(e.into()))?;
-    Ok((step, names))
+    Ok(rec.names)
 }

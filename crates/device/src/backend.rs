@@ -200,45 +200,6 @@ impl CudaBackend {
         self.stream.raw()
     }
 
-    /// Issues one action. The completion event is taken first, so running out of events enqueues
-    /// nothing. If a later step fails after something was enqueued, the stream is drained before
-    /// the error is returned: the scheduler then releases the action's resources at once, and
-    /// work already on the stream may still be using them.
-    fn enqueue(
-        &self,
-        stash: &mut EventStash,
-        device_waits: &[CudaEvent],
-        payload: &mut Payload,
-    ) -> Result<CudaEvent, Error> {
-        let _bound = self.context.enter()?;
-        let completion = self.events.acquire_via(stash)?;
-        let enqueued = self.enqueue_work(device_waits, payload, &completion);
-        match enqueued {
-            Ok(()) => {
-                match payload {
-                    Payload::Read { target, .. } => {
-                        // Host reads of the target succeed once this event completes, even
-                        // before the action retires and drops its use.
-                        target.complete_when(Box::new(completion.clone()));
-                    }
-                    Payload::Execute {
-                        trace: Some(_),
-                        completion: kept,
-                        ..
-                    } => *kept = Some(completion.clone()),
-                    _ => {}
-                }
-                Ok(completion)
-            }
-            Err(error) => {
-                // The result is irrelevant: on a lost context it fails at once, which is also
-                // when nothing on the stream runs any more.
-                let _ = self.stream.synchronize();
-                Err(error)
-            }
-        }
-    }
-
     /// Enqueues the device waits, the payload, and the completion event.
     fn enqueue_work(
         &self,
@@ -446,6 +407,10 @@ impl Backend for CudaBackend {
             .map_err(|e| self.lost.note(Error::from(e)))
     }
 
+    /// Issues one action. The completion event is taken first, so running out of events enqueues
+    /// nothing. If a later step fails after something was enqueued, the stream is drained before
+    /// the error is returned: the scheduler then releases the action's resources at once, and
+    /// work already on the stream may still be using them.
     fn issue(
         &self,
         stash: &mut EventStash,
@@ -453,8 +418,38 @@ impl Backend for CudaBackend {
         payload: &mut Payload,
     ) -> Result<CudaEvent, Failure> {
         self.issues.count();
-        self.enqueue(stash, device_waits, payload)
-            .map_err(|e| self.lost.note(e))
+        let _bound = self
+            .context
+            .enter()
+            .map_err(|e| self.lost.note(Error::from(e)))?;
+        let completion = self
+            .events
+            .acquire_via(stash)
+            .map_err(|e| self.lost.note(e))?;
+        match self.enqueue_work(device_waits, payload, &completion) {
+            Ok(()) => {
+                match payload {
+                    Payload::Read { target, .. } => {
+                        // Host reads of the target succeed once this event completes, even
+                        // before the action retires and drops its use.
+                        target.complete_when(Box::new(completion.clone()));
+                    }
+                    Payload::Execute {
+                        trace: Some(_),
+                        completion: kept,
+                        ..
+                    } => *kept = Some(completion.clone()),
+                    _ => {}
+                }
+                Ok(completion)
+            }
+            Err(error) => {
+                // The result is irrelevant: on a lost context it fails at once, which is also
+                // when nothing on the stream runs any more.
+                let _ = self.stream.synchronize();
+                Err(self.lost.note(error))
+            }
+        }
     }
 
     /// Marks the action's uses of stream-ordered allocations issued on this queue's stream: a

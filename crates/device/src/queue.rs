@@ -265,21 +265,6 @@ impl Queue {
             .map_err(|e| self.queue_error(e))
     }
 
-    /// [`submit`](Self::submit) with the parts written straight into the scheduler's slot
-    /// (see [`cuhal_scheduler::Queue::submit_with`]): the path of every execute.
-    #[inline]
-    fn submit_with(
-        &self,
-        waits: &SemaphoreValues<'_>,
-        signals: &SemaphoreValues<'_>,
-        fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> Payload,
-    ) -> Result<()> {
-        self.check_alive()?;
-        self.inner
-            .submit_with(waits, signals, fill)
-            .map_err(|e| self.queue_error(e))
-    }
-
     /// A scheduler error as this queue reports it: the loss's own failure once it is lost.
     fn queue_error(&self, error: cuhal_scheduler::Error) -> Error {
         match self.lost.get() {
@@ -336,6 +321,9 @@ impl Queue {
         })
     }
 
+    /// [`execute`](Self::execute) and [`execute_with_bindings`](Self::execute_with_bindings):
+    /// checks every command buffer and table, then submits with the parts written straight into
+    /// the scheduler's slot ([`cuhal_scheduler::Queue::submit_with`]).
     fn execute_tables<'a>(
         &self,
         waits: &SemaphoreValues<'_>,
@@ -399,7 +387,8 @@ impl Queue {
                 signals.iter().map(|(s, v)| (s.id().get(), *v)),
             ))
         });
-        self.submit_with(waits, signals, |slot_resources, slot_cleanups| {
+        self.lost.check()?;
+        let fill = |slot_resources: &mut SlotResources, slot_cleanups: &mut SlotCleanups| {
             if !resources.is_empty() {
                 // The whole list, with its heap if it spilled, rather than its entries one by
                 // one; the slot's emptied list (and any heap it kept) comes back in its place and
@@ -415,7 +404,10 @@ impl Queue {
                 trace,
                 completion: None,
             }
-        })
+        };
+        self.inner
+            .submit_with(waits, signals, fill)
+            .map_err(|e| self.queue_error(e))
     }
 
     /// Signals once every wait is reached: orders nothing else.

@@ -110,7 +110,7 @@ pub(crate) struct Body<B: Backend> {
     pub(crate) waits: SlotSemaphores<B::Event>,
     pub(crate) signals: SlotSemaphores<B::Event>,
     /// `None` only while the slot is spare.
-    payload: Option<B::Payload>,
+    pub(crate) payload: Option<B::Payload>,
     pub(crate) resources: SlotResources,
     pub(crate) cleanups: SlotCleanups,
 }
@@ -129,14 +129,6 @@ impl<B: Backend> Body<B> {
     /// The payload (a filled slot always has one).
     pub(crate) fn payload(&self) -> &B::Payload {
         match &self.payload {
-            Some(payload) => payload,
-            None => unreachable!("a filled body slot holds a payload"),
-        }
-    }
-
-    /// The payload, mutably.
-    pub(crate) fn payload_mut(&mut self) -> &mut B::Payload {
-        match &mut self.payload {
             Some(payload) => payload,
             None => unreachable!("a filled body slot holds a payload"),
         }
@@ -189,10 +181,10 @@ pub(crate) fn upstream_failure<E: DeviceEvent>(device_waits: &[E]) -> Option<Fai
 /// into it once, at submission, and from then on only this pointer moves (into the pending list,
 /// the completion side's hand-over list and batch, back to the issue side once emptied), not the
 /// few hundred bytes of the body itself.
-pub(crate) struct Boxed<B: Backend>(Box<Body<B>>);
+pub(crate) struct Boxed<B: Backend>(pub(crate) Box<Body<B>>);
 
 /// An empty slot for a body, kept by the queue for the next submission.
-pub(crate) struct Spare<B: Backend>(Box<Body<B>>);
+pub(crate) struct Spare<B: Backend>(pub(crate) Box<Body<B>>);
 
 impl<B: Backend> Spare<B> {
     /// A new slot (allocates).
@@ -205,23 +197,6 @@ impl<B: Backend> Spare<B> {
     #[inline]
     pub(crate) fn body(&self) -> *const Body<B> {
         &raw const *self.0
-    }
-
-    /// Writes an action into the slot: its signals (cloned handles), then what `fill` adds to
-    /// the slot's (empty) resources and cleanups, and the payload it returns; its waits are
-    /// added only if it goes pending ([`Boxed::own_waits`]).
-    #[inline]
-    pub(crate) fn fill(
-        mut self,
-        signals: &[(&Semaphore<B::Event>, u64)],
-        fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
-    ) -> Boxed<B> {
-        let body = &mut *self.0;
-        for (semaphore, value) in signals {
-            body.signals.push(((*semaphore).clone(), *value));
-        }
-        body.payload = Some(fill(&mut body.resources, &mut body.cleanups));
-        Boxed(self.0)
     }
 }
 

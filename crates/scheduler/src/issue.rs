@@ -6,6 +6,7 @@
 //! failed, into the burst, so no listener runs under the lock.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::PoisonError;
 
 use cuhal_semaphore::{Burst, Failure, Semaphore, WaitPoint};
 
@@ -16,6 +17,7 @@ use crate::pending::Waiting;
 use crate::readiness::{Collect, Hint, Readiness, examine, examine_borrowed};
 use crate::shared::{Shared, bump};
 use crate::state::State;
+use crate::sync::Ordering;
 
 impl<B: Backend> Shared<B> {
     /// Accepts a submitted action: issues it at once if it is ready and nothing is pending ahead
@@ -40,6 +42,7 @@ impl<B: Backend> Shared<B> {
                     events: &mut device_waits,
                     ordered: &|event| self.backend.orders(event),
                 }),
+                None,
             ) {
                 Readiness::Ready => {
                     self.issue_ready(state, burst, body, device_waits, Issuer::Submitter)
@@ -181,9 +184,15 @@ impl<B: Backend> Shared<B> {
         None
     }
 
-    /// Issues an action whose waits are all reached or device-waitable (`device_waits`), and
-    /// records its completion event as the device-signal timepoint of every signal semaphore,
-    /// in issue order; the listeners those records make due go into `burst`.
+    /// Issues an action whose waits are all reached or device-waitable (`device_waits`): the
+    /// backend's issue (a panic in it counted as a failure), then, under the issue lock so that
+    /// timepoints are recorded in issue order, its completion event as the device-signal
+    /// timepoint of every signal semaphore (the listeners those records make due go into
+    /// `burst`), unless the work is checked when it completes, which signals only from the
+    /// completion side; then the hand-over to the completion thread ([`push_finished`]). On a
+    /// backend error it fails the action, loses the queue and fails everything pending.
+    ///
+    /// [`push_finished`]: Self::push_finished
     fn issue_ready(
         &self,
         state: &mut State<B>,
@@ -196,75 +205,48 @@ impl<B: Backend> Shared<B> {
             self.fail_unissued(burst, body, failure);
             return;
         }
-        let issued = self.call_backend(&mut state.local, &device_waits, body.payload_mut());
-        let checked = self.backend.checks_completion(body.payload());
-        if let Ok(event) = &issued {
-            if !body.resources.is_empty() {
-                self.backend.issued(&body.resources);
-            }
-            // Work that is checked when it completes signals only from the completion side.
-            if !checked {
-                for (semaphore, value) in &body.signals {
-                    // Err only if the semaphore already failed: nothing to record then.
-                    let _ = semaphore.record_device_signal_into(*value, event.clone(), burst);
-                }
-            }
-        }
-        if let Some(failure) = self.after_issue(burst, body, issued, device_waits, issuer, checked)
-        {
-            self.fail_all_pending(state, burst, &failure);
-        }
-    }
-
-    /// The backend's issue, a panic in it counted as a failure.
-    fn call_backend(
-        &self,
-        local: &mut B::IssueLocal,
-        device_waits: &[B::Event],
-        payload: &mut B::Payload,
-    ) -> Result<B::Event, Failure> {
-        catch_unwind(AssertUnwindSafe(|| {
-            self.backend.issue(local, device_waits, payload)
+        // The slot itself, not through `Boxed`'s `Deref`: one step fewer on the submitting path.
+        let action = &mut *body.0;
+        let Some(payload) = action.payload.as_mut() else {
+            unreachable!("a filled body slot holds a payload")
+        };
+        let local = &mut state.local;
+        let issued = catch_unwind(AssertUnwindSafe(|| {
+            self.backend.issue(local, &device_waits, payload)
         }))
-        .unwrap_or_else(|_| Err(Failure::msg("the backend panicked while issuing an action")))
-    }
-
-    /// After the backend's issue of an action (whose completion event is already recorded as
-    /// the device-signal timepoint of its signal semaphores, under the issue lock, so timepoints
-    /// are recorded in issue order, unless the work is `checked` on completion): hands it to the
-    /// completion thread, or on a backend error fails it, loses the queue and returns the
-    /// failure, for the caller to fail everything pending with.
-    fn after_issue(
-        &self,
-        burst: &mut Burst<B::Event>,
-        body: Boxed<B>,
-        issued: Result<B::Event, Failure>,
-        device_waits: EventList<B::Event>,
-        issuer: Issuer,
-        checked: bool,
-    ) -> Option<Failure> {
-        match issued {
-            Ok(event) => {
-                match issuer {
-                    Issuer::Submitter => bump(&self.issue_side.counters.issued_on_submit),
-                    Issuer::Worker => bump(&self.issue_side.counters.issued_by_worker),
-                    Issuer::Signaller => bump(&self.issue_side.counters.issued_on_signal),
-                }
-                let finished = Finished::Issued {
-                    body,
-                    event,
-                    device_waits,
-                    checked,
-                };
-                self.push_finished(finished, burst);
-                None
-            }
+        .unwrap_or_else(|_| Err(Failure::msg("the backend panicked while issuing an action")));
+        let checked = self.backend.checks_completion(payload);
+        let event = match issued {
+            Ok(event) => event,
             Err(failure) => {
                 self.mark_lost(&failure);
                 self.fail_unissued(burst, body, failure.clone());
-                Some(failure)
+                self.fail_all_pending(state, burst, &failure);
+                return;
+            }
+        };
+        if !action.resources.is_empty() {
+            self.backend.issued(&action.resources);
+        }
+        if !checked {
+            for (semaphore, value) in &action.signals {
+                // Err only if the semaphore already failed: nothing to record then.
+                let _ = semaphore.record_device_signal_into(*value, event.clone(), burst);
             }
         }
+        let counters = &self.issue_side.counters;
+        bump(match issuer {
+            Issuer::Submitter => &counters.issued_on_submit,
+            Issuer::Worker => &counters.issued_by_worker,
+            Issuer::Signaller => &counters.issued_on_signal,
+        });
+        let finished = Finished::Issued {
+            body,
+            event,
+            device_waits,
+            checked,
+        };
+        self.push_finished(finished, burst);
     }
 
     /// Fails an action that was never issued: its signals now (their listeners into `burst`),
@@ -292,6 +274,65 @@ impl<B: Backend> Shared<B> {
                 pending.body.waits[index].0.cancel_listen(token);
             }
             self.fail_unissued(burst, pending.body, failure.clone());
+        }
+    }
+
+    /// Hands `finished` to the completion thread: the last step of an issue (or a failure).
+    /// Every wake decision of the issue side is here; the completion side takes with
+    /// `take_finished` (handover.rs).
+    pub(crate) fn push_finished(&self, finished: Finished<B>, burst: &mut Burst<B::Event>) {
+        let gathers = !self.options.completion.gather.is_zero();
+        let batch = self.options.completion.batch();
+        let (wake, urgent, may_wait) = {
+            let mut queue = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
+            // Work checked on completion signals only from the completion thread: nobody else
+            // can poll for it, so it must not wait out a gather. Nor must work that a host thread
+            // parked on (a wait that parked before this signal was recorded had no event to
+            // nudge the queue through, see `Hurry`). Looked at under this lock: a waiter that
+            // registers after this look hurries after it, and the take that sees the hurry (it
+            // reads it under this lock) finds this action in the list.
+            let urgent = gathers
+                && match &finished {
+                    Finished::Issued { checked: true, .. } => true,
+                    Finished::Issued { body, .. } => body.has_parked_waiters(),
+                    Finished::Failed { .. } => false,
+                };
+            queue.push(finished);
+            // The completion thread read the next slot last, in its previous batch.
+            queue.prefetch_next_push();
+            let len = queue.len();
+            self.finished_len.store(len, Ordering::Release);
+            if urgent {
+                // Written under this lock only: no locked add needed.
+                let urgent = self.urgent.load(Ordering::Relaxed);
+                self.urgent.store(urgent + 1, Ordering::Relaxed);
+            }
+            // Only a parked completion thread needs the wake (a syscall), or a gathering one for
+            // urgent work or once a full batch waits (one wake per batch); one that is retiring
+            // or spinning sees `finished_len`. Read under this lock: the completion thread raises
+            // `parked` (or `gathering`) before its last look at the list, which it takes under
+            // this lock too (see `Shared::finished_waiting`), so either it sees this item or
+            // this sees its flag.
+            let wake = self.completion_parked.load(Ordering::Relaxed)
+                || (len == batch && self.hurry.gathering());
+            // A parked thread's wake for work nobody needs yet waits for the end of the issuing
+            // loop (see `issue_lock`), unless a full batch waits.
+            (wake, urgent, !urgent && len < batch)
+        };
+        let side = &*self.issue_side;
+        side.pushed
+            .store(side.pushed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        if urgent {
+            // Ends a gather or a nap at once (see `Hurry`): the pushed work is needed now. Raised
+            // after the count above: a gather that looked before it sees this hurry.
+            self.hurry.hurry();
+        }
+        if wake {
+            if may_wait {
+                burst.hold_wake(&self.completion_waker);
+            } else {
+                self.hurry.wake();
+            }
         }
     }
 }

@@ -7,9 +7,9 @@ use cuhal_semaphore::{Burst, Listener, Notice, SemaphoreId};
 
 use crate::backend::Backend;
 use crate::issue_lock::Issuer;
+use crate::issue_lock::thread_key;
 use crate::readiness::Hint;
 use crate::shared::Shared;
-use crate::sync::thread_key;
 
 /// The queue's semaphore listener: tries to handle the notification on the notifying thread.
 pub(crate) struct QueueListener<B: Backend>(Weak<Shared<B>>);

@@ -77,6 +77,79 @@ pub const HOST_WAIT_SPIN: Duration = Duration::from_micros(200);
 #[cfg(not(loom))]
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+/// The next rung of a wait nobody needed yet, after one nap step (see [`after_nap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rung {
+    /// Nap again (a sleep of at most [`NAP_STEP`], then a query).
+    Nap,
+    /// Poll, never sleeping, for this long; then block.
+    Poll(Duration),
+    /// Block on the device.
+    Block,
+}
+
+/// The decision after one nap step of a wait nobody needed, `napped` after the nap began:
+/// hurried (the step's sleep was ended by a hurry, or one came by the end of the nap window),
+/// poll until the window's end or `spin` from now, whichever is later; else nap on while the
+/// window ([`NAP`]) lasts, and block once it is over.
+pub fn after_nap(napped: Duration, hurried: bool, spin: Duration) -> Rung {
+    if hurried {
+        Rung::Poll(NAP.saturating_sub(napped).max(spin))
+    } else if napped < NAP {
+        Rung::Nap
+    } else {
+        Rung::Block
+    }
+}
+
+/// What the completion thread sees when it decides whether to gather after a batch nobody
+/// needed (see [`gathers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatherView {
+    /// The queue's gather ([`CompletionOptions::gather`]).
+    pub gather: Duration,
+    /// The gather batch ([`CompletionOptions::batch`]).
+    pub batch: usize,
+    /// Finished actions handed over and not taken yet.
+    pub waiting: usize,
+    /// Urgent ones among them (work checked on completion, work a host thread parked on).
+    pub urgent: usize,
+    /// Submitters waiting for room.
+    pub room_waiters: usize,
+    /// Whether the worker is done (the queue shuts down: drain at once).
+    pub worker_done: bool,
+    /// Whether a hurry is raised.
+    pub hurried: bool,
+}
+
+/// Whether the completion thread sleeps for the gather: the queue gathers, fewer than a gather
+/// batch and no urgent work wait, nobody waits for room or hurried, and the queue is not
+/// shutting down.
+pub fn gathers(view: &GatherView) -> bool {
+    !view.gather.is_zero()
+        && view.waiting < view.batch
+        && view.urgent == 0
+        && view.room_waiters == 0
+        && !view.worker_done
+        && !view.hurried
+}
+
+/// Whether someone needs an action's completion seen soon: a host thread `parked` on one of its
+/// signal semaphores, `room_waiters` submitters waiting for room, or anybody at all when its
+/// work is `checked` on completion (it recorded no device signal, so nobody else can poll it).
+pub fn needed(room_waiters: usize, parked: bool, checked: bool) -> bool {
+    room_waiters > 0 || parked || checked
+}
+
+/// Whether a batch may wait for the next round (see [`may_defer`]): the queue gathers and is not
+/// shutting down (`worker_done`), and the batch's newest issued action is there, nobody
+/// `needed` it, and its completion event was `running` at one query (no wait).
+pub fn defers(gather: Duration, worker_done: bool, newest: Option<(bool, bool)>) -> bool {
+    !gather.is_zero()
+        && !worker_done
+        && matches!(newest, Some((needed, running)) if !needed && running)
+}
+
 /// How much a wait for a completion event is needed (see the ladder in the module's docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Need {
@@ -129,22 +202,19 @@ fn nap_phase<B: Backend>(
     event: &B::Event,
     spin: Duration,
 ) -> Result<bool, Failure> {
-    let until = deadline(Instant::now(), NAP);
+    let start = Instant::now();
     loop {
         let hurried = shared.hurry.nap(parker, NAP_STEP);
         let now = Instant::now();
-        if hurried {
-            return poll(shared, event, until.max(deadline(now, spin)));
-        }
-        if query(shared, event)? {
+        if !hurried && query(shared, event)? {
             return Ok(true);
         }
-        if now >= until {
-            // A hurry that came with the nap's last query still polls rather than blocks.
-            if shared.hurry.is_hurried() {
-                return poll(shared, event, deadline(Instant::now(), spin));
-            }
-            return Ok(false);
+        // A hurry that came with the nap's last query still polls rather than blocks.
+        let late_hurry = !hurried && now >= start + NAP && shared.hurry.is_hurried();
+        match after_nap(now - start, hurried || late_hurry, spin) {
+            Rung::Nap => {}
+            Rung::Poll(budget) => return poll(shared, event, deadline(now, budget)),
+            Rung::Block => return Ok(false),
         }
     }
 }
@@ -205,11 +275,16 @@ pub(crate) fn idle_spin(ready: impl FnMut() -> bool) -> bool {
 /// drains at once).
 pub(crate) fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     let options = &shared.options.completion;
-    if options.gather.is_zero()
-        || shared.finished_len.load(Ordering::Acquire) >= options.batch()
-        || shared.room_waiters.load(Ordering::Relaxed) > 0
-        || shared.worker_done.load(Ordering::Acquire)
-    {
+    let mut view = GatherView {
+        gather: options.gather,
+        batch: options.batch(),
+        waiting: shared.finished_len.load(Ordering::Acquire),
+        urgent: 0,
+        room_waiters: shared.room_waiters.load(Ordering::Relaxed),
+        worker_done: shared.worker_done.load(Ordering::Acquire),
+        hurried: false,
+    };
+    if !gathers(&view) {
         return;
     }
     // Under loom, which has no time, a gather that timed out at once is one of the runs the real
@@ -222,14 +297,15 @@ pub(crate) fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
         // that needs this thread sees `gathering` and wakes it, or this sees that work. And
         // after `gathering` is raised in the word a hurry raises its flag in (see `Hurry`):
         // either it unparks this thread, or this sees it hurried.
-        let (waiting, urgent) = shared.finished_waiting();
-        if !hurried && urgent == 0 && waiting < options.batch() && !hurry.is_hurried() {
+        (view.waiting, view.urgent) = shared.finished_waiting();
+        view.hurried = hurried || hurry.is_hurried();
+        if gathers(&view) {
             parker.park_timeout(options.gather);
         }
         hurry.end_gather();
     }
     #[cfg(loom)]
-    let _ = parker;
+    let _ = (parker, &mut view);
 }
 
 /// Whether `batch` may wait for the next round instead of being retired now: the queue gathers
@@ -239,7 +315,9 @@ pub(crate) fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
 /// for it would cost a nap and a wake-up per batch, while one gather later it is done and the
 /// next round retires it (first, in issue order) without a wait.
 pub(crate) fn may_defer<B: Backend>(shared: &Shared<B>, batch: &VecDeque<Finished<B>>) -> bool {
-    if shared.options.completion.gather.is_zero() || shared.worker_done.load(Ordering::Acquire) {
+    let gather = shared.options.completion.gather;
+    let worker_done = shared.worker_done.load(Ordering::Acquire);
+    if !defers(gather, worker_done, Some((false, true))) {
         return false;
     }
     let newest = batch.iter().rev().find_map(|f| match f {
@@ -251,21 +329,26 @@ pub(crate) fn may_defer<B: Backend>(shared: &Shared<B>, batch: &VecDeque<Finishe
         } => Some((body, event, *checked)),
         Finished::Failed { .. } => None,
     });
-    match newest {
-        Some((body, event, checked)) => {
-            !wanted(shared, body, checked)
-                && matches!(
-                    catch_unwind(AssertUnwindSafe(|| event.query())),
-                    Ok(Ok(false))
-                )
-        }
-        None => false,
-    }
+    let newest = newest.map(|(body, event, checked)| {
+        let wanted = wanted(shared, body, checked);
+        // Queried only for a batch nobody needs.
+        let running = !wanted
+            && matches!(
+                catch_unwind(AssertUnwindSafe(|| event.query())),
+                Ok(Ok(false))
+            );
+        (wanted, running)
+    });
+    defers(gather, worker_done, newest)
 }
 
 /// Whether someone needs this action's completion seen soon: a host thread parked on one of its
 /// signal semaphores, a submitter waiting for room, or anybody at all when its work is `checked`
 /// on completion (it recorded no device signal, so nobody else can poll it).
 pub(crate) fn wanted<B: Backend>(shared: &Shared<B>, body: &Body<B>, checked: bool) -> bool {
-    shared.room_waiters.load(Ordering::Relaxed) > 0 || body.has_parked_waiters() || checked
+    needed(
+        shared.room_waiters.load(Ordering::Relaxed),
+        body.has_parked_waiters(),
+        checked,
+    )
 }

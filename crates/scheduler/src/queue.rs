@@ -9,13 +9,12 @@ use crate::action::{Cleanups, SlotCleanups, SlotResources};
 use crate::backend::{Backend, ThreadRole};
 use crate::error::Error;
 use crate::hurry::Hurry;
-use crate::issue_lock::Issuer;
 use crate::listen::QueueListener;
 use crate::options::QueueOptions;
 use crate::resource::Resources;
 use crate::shared::Shared;
 use crate::sync::thread::{self, JoinHandle};
-use crate::sync::{Ordering, Parker, mpsc, thread_key};
+use crate::sync::{Ordering, Parker, mpsc};
 use crate::{completion, worker};
 
 /// A snapshot of a queue's counters.
@@ -246,30 +245,15 @@ impl<B: Backend> Queue<B> {
         signals: &[(&Semaphore<B::Event>, u64)],
         fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
     ) -> Result<(), Error> {
-        // A submission from inside this queue's issue (its `fill`, the backend's issue, a
-        // listener its failures fire) would wait for the lock its own thread holds.
-        let me = thread_key();
-        if self.shared.held_by(me) {
-            return Err(Error::Reentrant {
-                queue: self.shared.label.clone(),
-            });
-        }
-        self.shared.wait_for_room();
         // What the issue makes due (other queues' work its signals release) and the completion
-        // wake it holds back: run once the lock is let go.
+        // wake it holds back: run when it drops, once the lock is let go.
         let mut burst = Burst::new();
-        let mut guard = self.shared.lock_issue_as(me, Issuer::Submitter, &mut burst);
-        if let Some(error) = self.shared.lost_error() {
-            // Dropped outside the lock: a resource's Drop may do anything, even submit.
-            drop(guard);
-            drop(fill);
-            return Err(error);
-        }
-        let (state, burst_in) = guard.parts();
-        let body = self.shared.boxed(state, signals, fill);
-        self.shared.enqueue(state, burst_in, body, waits);
-        drop(guard);
-        burst.run();
+        // On an error (a reentrant submission, a lost queue) `fill` drops on return, outside the
+        // lock: a resource's Drop may do anything, even submit.
+        let mut guard = self.shared.lock_to_submit(&mut burst)?;
+        let body = self.shared.fill_slot(&mut guard.state, signals, fill);
+        self.shared
+            .enqueue(&mut guard.state, guard.burst, body, waits);
         Ok(())
     }
 

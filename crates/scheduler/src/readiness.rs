@@ -1,4 +1,4 @@
-//! Readiness of an action's waits (docs/architecture.md, "The life of a submission", step 2).
+//! Readiness of an action's waits (docs/architecture.md, "The life of a submission", step 7).
 //!
 //! Per wait `(semaphore, value)`: reached, drop it; a device signal for a value at least as high is
 //! recorded, wait on the device; otherwise the action stays pending on that semaphore. A wait
@@ -92,20 +92,12 @@ pub(crate) fn examine<E: DeviceEvent>(
     if from + usize::from(skip == Some(from)) >= waits.len() {
         return Readiness::Ready;
     }
-    examine_skipping(waits.iter().map(|(s, v)| (s, *v)), from, device_waits, skip)
+    examine_borrowed(waits.iter().map(|(s, v)| (s, *v)), from, device_waits, skip)
 }
 
 /// [`examine`] over borrowed waits: the submission's own list, before any of it is cloned (an
 /// action issued at once never needs its wait semaphores again).
 pub(crate) fn examine_borrowed<'a, E: DeviceEvent + 'a>(
-    waits: impl Iterator<Item = (&'a Semaphore<E>, u64)>,
-    from: usize,
-    device_waits: Option<Collect<'_, E>>,
-) -> Readiness {
-    examine_skipping(waits, from, device_waits, None)
-}
-
-fn examine_skipping<'a, E: DeviceEvent + 'a>(
     waits: impl Iterator<Item = (&'a Semaphore<E>, u64)>,
     from: usize,
     mut device_waits: Option<Collect<'_, E>>,

@@ -4,8 +4,9 @@ use std::sync::PoisonError;
 use std::time::Duration;
 
 use crate::backend::Backend;
+use crate::issue_lock::thread_key;
 use crate::shared::Shared;
-use crate::sync::{Ordering, thread_key};
+use crate::sync::Ordering;
 
 impl<B: Backend> Shared<B> {
     /// Called first on the completion thread: it never waits for room on this queue.
@@ -19,13 +20,14 @@ impl<B: Backend> Shared<B> {
     /// submitter down instead of letting memory (actions, completion events) grow with the
     /// backlog. Never waits on a completion thread (it is what makes room) nor once the queue
     /// is lost or shutting down (what is in flight is then being failed or drained).
+    ///
+    /// The slow path only: [`lock_to_submit`](Self::lock_to_submit) calls it when its fast test
+    /// (pushed minus the retired count it last saw, against the limit) finds the queue full.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn wait_for_room(&self) {
         let limit = self.options.max_in_flight as u64;
         let side = &*self.issue_side;
-        let pushed = side.pushed.load(Ordering::Relaxed);
-        if pushed.saturating_sub(side.retired_seen.load(Ordering::Relaxed)) < limit {
-            return;
-        }
         let full = || {
             let retired = self.completion_side.retired.load(Ordering::Acquire);
             side.retired_seen.store(retired, Ordering::Relaxed);

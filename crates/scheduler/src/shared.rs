@@ -43,7 +43,7 @@ pub(crate) struct IssueSide {
     /// The last value of `CompletionSide::retired` a submitter read: while `pushed` minus this
     /// stays under the in-flight limit, a submitter needs no look at the completion side's line.
     pub(crate) retired_seen: AtomicU64,
-    /// The [`thread_key`](crate::sync::thread_key) of the thread holding `state` through an
+    /// The [`thread_key`](crate::issue_lock::thread_key) of the thread holding `state` through an
     /// [`IssueGuard`](crate::issue_lock::IssueGuard) (0: none).
     pub(crate) holder: AtomicU64,
     /// The counters [`Queue::stats`](crate::Queue::stats) reads, written by the holder of the
@@ -119,7 +119,7 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) hurry: Arc<Hurry>,
     /// `hurry` as a waker: the wake an issuing loop holds back until it ends.
     pub(crate) completion_waker: Waker,
-    /// The [`thread_key`](crate::sync::thread_key) of the completion thread (0 until it
+    /// The [`thread_key`](crate::issue_lock::thread_key) of the completion thread (0 until it
     /// starts): that thread never waits for room on this queue (it is what makes room).
     pub(crate) completion_thread: AtomicU64,
     /// Finished actions in `finished` that must not wait out a gather (work checked on
@@ -186,12 +186,16 @@ impl<B: Backend> Shared<B> {
         })
     }
 
-    /// The error a submission to a lost queue gets, if the queue is lost.
-    pub(crate) fn lost_error(&self) -> Option<Error> {
-        self.lost.get().map(|failure| Error::Lost {
+    /// The error a submission to a lost queue gets (called once the queue is lost).
+    #[cold]
+    pub(crate) fn lost_error(&self) -> Error {
+        Error::Lost {
             queue: self.label.clone(),
-            failure,
-        })
+            failure: self
+                .lost
+                .get()
+                .unwrap_or_else(|| Failure::msg("the queue is lost")),
+        }
     }
 
     /// Marks the queue lost (the first failure wins) and wakes the worker to fail what is pending.

@@ -11,13 +11,15 @@ use crate::state::State;
 
 impl<B: Backend> Shared<B> {
     /// A recycled slot (one of the issue side's spares, else, taking every slot the completion
-    /// side gave back since, a returned one, else one more put in rotation) filled with an
-    /// action's parts (see [`Spare::fill`]). The rotation grows by as many slots as it holds
+    /// side gave back since, a returned one, else one more put in rotation) with an action
+    /// written into it: its signals (cloned handles), then what `fill` adds to the slot's
+    /// (empty) resources and cleanups, and the payload it returns; its waits are added only if
+    /// it goes pending ([`Boxed::own_waits`]). The rotation grows by as many slots as it holds
     /// already, taken from the reserve made at start, else made new: a queue whose in-flight
     /// count grows past its capacity allocates a logarithmic number of times, as a growing
     /// vector would.
     #[inline]
-    pub(crate) fn boxed(
+    pub(crate) fn fill_slot(
         &self,
         state: &mut State<B>,
         signals: &[(&Semaphore<B::Event>, u64)],
@@ -46,8 +48,13 @@ impl<B: Backend> Shared<B> {
             }
         }
         // Refilled above when it was empty; the next one is warmed for the next submission.
-        let spare = state.spare.pop_warm(Spare::body).unwrap_or_else(Spare::new);
-        spare.fill(signals, fill)
+        let Spare(mut slot) = state.spare.pop_warm(Spare::body).unwrap_or_else(Spare::new);
+        let body = &mut *slot;
+        for (semaphore, value) in signals {
+            body.signals.push(((*semaphore).clone(), *value));
+        }
+        body.payload = Some(fill(&mut body.resources, &mut body.cleanups));
+        Boxed(slot)
     }
 
     /// Gives the body slots a batch emptied back to the issue side (`spares` is left empty, its

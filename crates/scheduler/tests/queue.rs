@@ -15,29 +15,12 @@ use cuhal_semaphore::testing::FlagEvent;
 use cuhal_semaphore::{DeviceEvent, Error as SemaphoreError, Semaphore};
 use smallvec::smallvec;
 
-use support::{Script, Scripted, eventually, tracked};
+use support::{Outcomes, Script, Scripted, eventually, none, record, tracked};
 
 const WAIT: Duration = Duration::from_secs(5);
 
 fn scripted(label: &str, auto_complete: bool) -> Queue<Scripted> {
     Queue::new(Scripted::new(auto_complete), QueueOptions::new(label)).unwrap()
-}
-
-fn none() -> (Resources, Cleanups) {
-    (Resources::new(), Cleanups::new())
-}
-
-/// Records each action's outcome: `Ok` or the failure.
-type Outcomes = Arc<Mutex<Vec<(u64, Result<(), Failure>)>>>;
-
-fn record(outcomes: &Outcomes, id: u64) -> Cleanups {
-    let outcomes = outcomes.clone();
-    smallvec![Cleanup::once(move |outcome| {
-        outcomes
-            .lock()
-            .unwrap()
-            .push((id, outcome.map_err(Clone::clone)));
-    })]
 }
 
 #[test]

@@ -14,7 +14,7 @@ use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 use smallvec::smallvec;
 
-use support::{Hooks, Outcomes, Script, Scripted, eventually, none, record};
+use support::{Hooks, Outcomes, Script, Scripted, eventually, none, record, submit_nop};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -53,28 +53,18 @@ fn a_failed_action_in_the_middle_of_a_batch_fails_exactly_its_signals_and_depend
         )
         .unwrap();
     // Action 0 holds the completion thread, so 1..=5 pile up and retire as one batch.
-    queue
-        .submit(
-            &[],
-            &[(&signals[0], 1)],
-            HostPayload::Nop,
-            Resources::new(),
-            hold_until(&release),
-        )
-        .unwrap();
+    submit_nop(&queue, &[], &[(&signals[0], 1)], hold_until(&release)).unwrap();
     eventually("action 0 retiring", || queue.stats().retire_batches == 1);
     for id in 1..6u64 {
         // Action 3 waits on the failing upstream signal, on the device.
         let waits: &[(&HostSemaphore, u64)] = if id == 3 { &[(&bad, 1)] } else { &[] };
-        queue
-            .submit(
-                waits,
-                &[(&signals[id as usize], 1)],
-                HostPayload::Nop,
-                Resources::new(),
-                record(&outcomes, id),
-            )
-            .unwrap();
+        submit_nop(
+            &queue,
+            waits,
+            &[(&signals[id as usize], 1)],
+            record(&outcomes, id),
+        )
+        .unwrap();
     }
     // A dependent of action 3 on another queue: a device wait on its completion event.
     let (r, c) = none();
@@ -287,15 +277,7 @@ fn a_slow_completion_side_holds_the_submitter_back() {
             thread::sleep(Duration::from_micros(200));
             cleaned.fetch_add(1, Ordering::SeqCst);
         })];
-        queue
-            .submit(
-                &[],
-                &[(&done, value)],
-                HostPayload::Nop,
-                Resources::new(),
-                cleanups,
-            )
-            .unwrap();
+        submit_nop(&queue, &[], &[(&done, value)], cleanups).unwrap();
         // Whatever the completion side has not retired stays within the limit.
         let stats = queue.stats();
         assert!(

@@ -17,12 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use cuhal_scheduler::host::{self, HostPayload, HostSemaphore};
+use cuhal_scheduler::host::{self, HostSemaphore};
 use cuhal_scheduler::{Cleanups, Failure, Queue, QueueOptions, Resources};
 use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 
-use support::{Hooks, Script, Scripted, eventually};
+use support::{Hooks, Script, Scripted, eventually, submit_nop};
 
 /// Looks at the test's semaphores while the backend issues: a lock held there is one the
 /// issue's driver calls would hold.
@@ -325,15 +325,13 @@ fn actions_locking_two_semaphores_in_opposite_orders_do_not_deadlock() {
             scope.spawn(move || {
                 for _ in 0..STEPS {
                     // Values reached long ago: always ready, so every step looks at both.
-                    queue
-                        .submit(
-                            &[(first, 0), (second, 0)],
-                            &[(second, 0), (first, 0)],
-                            HostPayload::Nop,
-                            Resources::new(),
-                            Cleanups::new(),
-                        )
-                        .unwrap();
+                    submit_nop(
+                        queue,
+                        &[(first, 0), (second, 0)],
+                        &[(second, 0), (first, 0)],
+                        Cleanups::new(),
+                    )
+                    .unwrap();
                 }
             });
         }

@@ -15,7 +15,7 @@ use cuhal_semaphore::testing::FlagEvent;
 use cuhal_semaphore::{DeviceEvent, Error as SemaphoreError, Semaphore};
 use smallvec::smallvec;
 
-use support::{Outcomes, Script, Scripted, eventually, none, record, tracked};
+use support::{Outcomes, Script, Scripted, eventually, none, record, submit_nop, tracked};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -506,15 +506,7 @@ fn a_cleanup_may_submit_to_its_own_queue() {
             .submit(&[], &[(&again, 2)], HostPayload::Nop, r, c)
             .unwrap();
     })];
-    queue
-        .submit(
-            &[],
-            &[(&done, 1)],
-            HostPayload::Nop,
-            Resources::new(),
-            cleanups,
-        )
-        .unwrap();
+    submit_nop(&queue, &[], &[(&done, 1)], cleanups).unwrap();
     done.wait(2, WAIT).unwrap();
 }
 

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-use cuhal_scheduler::{Backend, Cleanup, Cleanups, Failure, Resource, Resources};
+use cuhal_scheduler::host::{HostPayload, HostQueue, HostSemaphore};
+use cuhal_scheduler::{Backend, Cleanup, Cleanups, Error, Failure, Resource, Resources};
 use cuhal_semaphore::DeviceEvent;
 use cuhal_semaphore::testing::{FlagEvent, LiveCounter};
 use smallvec::smallvec;
@@ -237,6 +238,16 @@ pub fn record(outcomes: &Outcomes, id: u64) -> Cleanups {
             .unwrap()
             .push((id, outcome.map_err(Clone::clone)));
     })]
+}
+
+/// Submits a host no-op to `queue` that holds no resources.
+pub fn submit_nop(
+    queue: &HostQueue,
+    waits: &[(&HostSemaphore, u64)],
+    signals: &[(&HostSemaphore, u64)],
+    cleanups: Cleanups,
+) -> Result<(), Error> {
+    queue.submit(waits, signals, HostPayload::Nop, Resources::new(), cleanups)
 }
 
 pub fn tracked(drops: &Arc<AtomicUsize>) -> Resource {

@@ -21,6 +21,9 @@
 //! Without a CUDA driver (or device) it says so and exits successfully. The GPU suite runs it
 //! too (`tests/tests/examples.rs`), with cuBLAS required.
 
+#[path = "../../device/examples/common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,17 +39,9 @@ use cuhal_sys::{CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, DriverApi, Even
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> ExitCode {
-    let driver = match Driver::load() {
-        Ok(driver) => driver,
-        Err(e) => {
-            println!("no CUDA driver, so there is nothing to run: {e}");
-            return ExitCode::SUCCESS;
-        }
-    };
-    if !driver.devices().is_ok_and(|d| !d.is_empty()) {
-        println!("the CUDA driver sees no device, so there is nothing to run");
+    let Some(driver) = common::driver_with_a_device() else {
         return ExitCode::SUCCESS;
-    }
+    };
     match run(&driver, false) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

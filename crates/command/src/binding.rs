@@ -442,6 +442,23 @@ mod tests {
         unsafe { BufferRange::from_raw(base, capacity) }
     }
 
+    /// [`with_bound_args`] on all of `args`.
+    fn bind<R>(
+        scratch: &mut ArgScratch,
+        args: &crate::KernelArgs,
+        table: &[BufferRange],
+        use_args: impl FnOnce(*mut *mut c_void) -> R,
+    ) -> R {
+        with_bound_args(
+            scratch,
+            args.bytes(),
+            args.slots(),
+            args.bindings(),
+            table,
+            use_args,
+        )
+    }
+
     fn layout() -> BindingLayout {
         let mut l = BindingLayout::with_capacity(4).unwrap();
         let a = BufferRange::slot(0, 16, 64).unwrap();
@@ -586,24 +603,17 @@ mod tests {
             .with(9u64);
         let table = [raw(0x5000, 16), raw(0x9000, 64)];
         let mut scratch = ArgScratch::default();
-        let values = with_bound_args(
-            &mut scratch,
-            args.bytes(),
-            args.slots(),
-            args.bindings(),
-            &table,
-            |p| {
-                // SAFETY: three pointers into the scratch, at values of the pushed types.
-                unsafe {
-                    let p = std::slice::from_raw_parts(p, 3);
-                    (
-                        *(p[0] as *const u32),
-                        *(p[1] as *const u64),
-                        *(p[2] as *const u64),
-                    )
-                }
-            },
-        );
+        let values = bind(&mut scratch, &args, &table, |p| {
+            // SAFETY: three pointers into the scratch, at values of the pushed types.
+            unsafe {
+                let p = std::slice::from_raw_parts(p, 3);
+                (
+                    *(p[0] as *const u32),
+                    *(p[1] as *const u64),
+                    *(p[2] as *const u64),
+                )
+            }
+        });
         assert_eq!(values, (7, 0x9008, 9));
     }
 
@@ -615,43 +625,22 @@ mod tests {
         let table = [raw(0x7000, 64)];
         let mut scratch = ArgScratch::default();
         let mut first = std::ptr::null_mut();
-        with_bound_args(
-            &mut scratch,
-            args.bytes(),
-            args.slots(),
-            args.bindings(),
-            &table,
-            |p| {
-                first = p;
-            },
-        );
+        bind(&mut scratch, &args, &table, |p| {
+            first = p;
+        });
         let room = (scratch.bytes.capacity(), scratch.pointers.capacity());
-        let second = with_bound_args(
-            &mut scratch,
-            args.bytes(),
-            args.slots(),
-            args.bindings(),
-            &table,
-            |p| {
-                // SAFETY: two pointers into the scratch: the bound address, then the bytes.
-                unsafe {
-                    let p = std::slice::from_raw_parts(p, 2);
-                    assert_eq!(*(p[0] as *const u64), 0x7000);
-                    assert_eq!(*(p[1] as *const [u8; 40]), [5; 40]);
-                }
-                p
-            },
-        );
+        let second = bind(&mut scratch, &args, &table, |p| {
+            // SAFETY: two pointers into the scratch: the bound address, then the bytes.
+            unsafe {
+                let p = std::slice::from_raw_parts(p, 2);
+                assert_eq!(*(p[0] as *const u64), 0x7000);
+                assert_eq!(*(p[1] as *const [u8; 40]), [5; 40]);
+            }
+            p
+        });
         assert_eq!(first, second);
         let short = crate::KernelArgs::new().with(1u32);
-        with_bound_args(
-            &mut scratch,
-            short.bytes(),
-            short.slots(),
-            &[],
-            &table,
-            |_| {},
-        );
+        bind(&mut scratch, &short, &table, |_| {});
         assert_eq!(
             (scratch.bytes.capacity(), scratch.pointers.capacity()),
             room
@@ -668,14 +657,7 @@ mod tests {
         let mut a = scratches.take();
         let mut b = scratches.take();
         for taken in [&mut a, &mut b] {
-            with_bound_args(
-                taken.scratch(),
-                args.bytes(),
-                args.slots(),
-                args.bindings(),
-                &table,
-                |_| {},
-            );
+            bind(taken.scratch(), &args, &table, |_| {});
         }
         assert_ne!(
             a.scratch().bytes.as_ptr(),

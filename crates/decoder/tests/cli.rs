@@ -134,34 +134,25 @@ fn on_the_fake_driver_the_gpu_path_generates_traces_and_dumps_logits() {
     let tokens = dir.path().join("tokens.txt");
     std::fs::write(&tokens, "3, 9 27\n81").unwrap();
     let logits = dir.path().join("logits.f32");
-    let args = [
-        "--model",
-        path,
-        "--teacher-force",
-        tokens.to_str().unwrap(),
-        "--dump-logits",
-        logits.to_str().unwrap(),
-        "--kernel-image",
-        "ptx",
-    ];
-    let out = decoder(&args, fake);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let len = std::fs::metadata(&logits).unwrap().len() as usize;
-    assert_eq!(len, 4 * config.vocab_size * 4);
+    let teacher_force = |extra: &[&str], library: &str| {
+        let mut args = vec![
+            "--model",
+            path,
+            "--teacher-force",
+            tokens.to_str().unwrap(),
+            "--dump-logits",
+            logits.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = decoder(&args, library);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        std::fs::read(&logits).unwrap()
+    };
+    let bytes = teacher_force(&["--kernel-image", "ptx"], fake);
+    assert_eq!(bytes.len(), 4 * config.vocab_size * 4);
 
     // The CPU reference dumps the same shape, with its own values.
-    let args = [
-        "--model",
-        path,
-        "--teacher-force",
-        tokens.to_str().unwrap(),
-        "--dump-logits",
-        logits.to_str().unwrap(),
-        "--cpu-reference",
-    ];
-    let out = decoder(&args, "/nonexistent/libcuda.so.1");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let bytes = std::fs::read(&logits).unwrap();
+    let bytes = teacher_force(&["--cpu-reference"], "/nonexistent/libcuda.so.1");
     assert_eq!(bytes.len(), 4 * config.vocab_size * 4);
     let model = Model::load(dir.path()).unwrap();
     let expected = model

@@ -6,54 +6,18 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
 use common::{ScratchDir, tiny_config};
 use cuhal::{DeviceOptions, Driver};
 use cuhal_decoder::gpu::{Decoder, DecoderOptions, KernelImage};
 use cuhal_decoder::{ModelFiles, write_random_model};
 use cuhal_fake_driver::harness::FakeDriver;
 
-/// The system allocator, counting `alloc` and `realloc` calls while switched on.
-struct CountingAlloc {
-    counting: AtomicBool,
-    allocations: AtomicU64,
-}
-
-impl CountingAlloc {
-    fn note(&self) {
-        if self.counting.load(Ordering::Relaxed) {
-            self.allocations.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.note();
-        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through it).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        self.note();
-        // SAFETY: as for `dealloc`; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+/// The device tests' counting allocator: the `*_alloc` tests there count the same way.
+#[path = "../../device/tests/fake_support/counting.rs"]
+mod counting;
 
 #[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc {
-    counting: AtomicBool::new(false),
-    allocations: AtomicU64::new(0),
-};
+static GLOBAL: counting::CountingAlloc = counting::CountingAlloc::new();
 
 /// Steps counted.
 const COUNTED: usize = 2_000;
@@ -94,8 +58,7 @@ fn a_decode_step_allocates_nothing_once_warm() {
     }
     decoder.wait().unwrap();
 
-    GLOBAL.allocations.store(0, Ordering::Relaxed);
-    GLOBAL.counting.store(true, Ordering::Relaxed);
+    GLOBAL.start();
     for i in 0..COUNTED {
         decoder.submit_step().unwrap();
         if (i + 1) % BATCH == 0 {
@@ -103,8 +66,7 @@ fn a_decode_step_allocates_nothing_once_warm() {
         }
     }
     decoder.wait().unwrap();
-    GLOBAL.counting.store(false, Ordering::Relaxed);
-    let allocations = GLOBAL.allocations.load(Ordering::Relaxed);
+    let allocations = GLOBAL.stop();
     assert_eq!(
         allocations, 0,
         "{allocations} allocations over {COUNTED} decode steps"

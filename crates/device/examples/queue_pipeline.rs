@@ -7,6 +7,8 @@
 //!
 //! Without a CUDA driver (or device) it says so and exits successfully.
 
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,24 +58,9 @@ const N: u32 = 1 << 20;
 const BLOCK: u32 = 256;
 
 fn main() -> ExitCode {
-    let driver = match Driver::load() {
-        Ok(driver) => driver,
-        Err(e) => {
-            println!("no CUDA driver, so there is nothing to run: {e}");
-            return ExitCode::SUCCESS;
-        }
+    let Some(driver) = common::driver_with_a_device() else {
+        return ExitCode::SUCCESS;
     };
-    match driver.devices() {
-        Ok(devices) if !devices.is_empty() => {}
-        Ok(_) => {
-            println!("the CUDA driver sees no device, so there is nothing to run");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            println!("the CUDA driver lists no device ({e}), so there is nothing to run");
-            return ExitCode::SUCCESS;
-        }
-    }
     match run(&driver) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

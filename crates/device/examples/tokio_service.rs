@@ -17,6 +17,8 @@
 //! `CUHAL_CUDA_LIBRARY` naming the fake driver's library it runs on the CPU.
 
 use std::error::Error;
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,24 +75,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let driver = match Driver::load() {
-        Ok(driver) => driver,
-        Err(e) => {
-            println!("no CUDA driver, so there is nothing to run: {e}");
-            return ExitCode::SUCCESS;
-        }
+    let Some(driver) = common::driver_with_a_device() else {
+        return ExitCode::SUCCESS;
     };
-    match driver.devices() {
-        Ok(devices) if !devices.is_empty() => {}
-        Ok(_) => {
-            println!("the CUDA driver sees no device, so there is nothing to run");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            println!("the CUDA driver lists no device ({e}), so there is nothing to run");
-            return ExitCode::SUCCESS;
-        }
-    }
     match run(&driver, &options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -5,8 +5,17 @@ mod fake_support;
 use cuhal_sys::cu_name;
 use std::sync::Arc;
 
-use cuhal::{DeviceOptions, MemorySink, Verbosity};
+use cuhal::{DeviceOptions, MemorySink, Sink, Verbosity};
 use fake_support::open;
+
+/// Options that trace at `verbosity` into `sink`, otherwise the defaults.
+fn traced(verbosity: Verbosity, sink: Arc<dyn Sink>) -> DeviceOptions {
+    DeviceOptions {
+        tracing: verbosity,
+        trace_sink: Some(sink),
+        ..DeviceOptions::default()
+    }
+}
 
 #[test]
 fn each_queue_traces_at_its_own_verbosity() {
@@ -15,10 +24,8 @@ fn each_queue_traces_at_its_own_verbosity() {
         "tracing-per-queue",
         DeviceOptions {
             queues: 3,
-            tracing: Verbosity::Coarse,
             queue_tracing: vec![Verbosity::Fine, Verbosity::Off],
-            trace_sink: Some(sink),
-            ..DeviceOptions::default()
+            ..traced(Verbosity::Coarse, sink)
         },
     );
     let verbosity = |i: usize| device.queue(i).trace().map(|t| t.verbosity());
@@ -53,14 +60,7 @@ fn traced_resubmissions_reach_the_sink_once_each() {
     use cuhal_trace::DropReason;
 
     let sink = Arc::new(MemorySink::new());
-    let (_fake, _driver, device) = open(
-        "tracing-resubmit",
-        DeviceOptions {
-            tracing: Verbosity::Fine,
-            trace_sink: Some(sink.clone()),
-            ..DeviceOptions::default()
-        },
-    );
+    let (_fake, _driver, device) = open("tracing-resubmit", traced(Verbosity::Fine, sink.clone()));
     let queue = device.queue(0);
     let buffer = device.create_buffer(256).unwrap();
     let mut cb = queue.create_command_buffer().unwrap();
@@ -102,10 +102,8 @@ fn fine_zones_from_cupti_add_no_graph_nodes() {
         let (fake, _driver, device) = open(
             tag,
             DeviceOptions {
-                tracing: Verbosity::Fine,
-                trace_sink: Some(sink.clone()),
                 cupti: choice,
-                ..DeviceOptions::default()
+                ..traced(Verbosity::Fine, sink.clone())
             },
         );
         let source = device.queue(0).trace().unwrap().stats().fine_source;
@@ -181,14 +179,7 @@ fn coarse_tracing_adds_no_gpu_work() {
     const N: u64 = 50;
     let run = |verbosity: Verbosity, tag: &str| {
         let sink = Arc::new(MemorySink::new());
-        let (fake, _driver, device) = open(
-            tag,
-            DeviceOptions {
-                tracing: verbosity,
-                trace_sink: Some(sink.clone()),
-                ..DeviceOptions::default()
-            },
-        );
+        let (fake, _driver, device) = open(tag, traced(verbosity, sink.clone()));
         let queue = device.queue(0);
         let buffer = device.create_buffer(256).unwrap();
         let nodes = || fake.calls(cu_name!(cuGraphAddEventRecordNode));
@@ -263,9 +254,7 @@ fn submission_zones_carry_their_details() {
         "tracing-details",
         DeviceOptions {
             queues: 2,
-            tracing: Verbosity::Coarse,
-            trace_sink: Some(sink.clone()),
-            ..DeviceOptions::default()
+            ..traced(Verbosity::Coarse, sink.clone())
         },
     );
     let (q0, q1) = (device.queue(0), device.queue(1));
@@ -331,14 +320,7 @@ fn submission_zones_carry_their_details() {
 #[test]
 fn json_trace_links_host_submissions_to_their_gpu_zones() {
     let sink = Arc::new(cuhal_trace::JsonSink::new(Vec::<u8>::new()).unwrap());
-    let (_fake, _driver, device) = open(
-        "tracing-json",
-        DeviceOptions {
-            tracing: Verbosity::Coarse,
-            trace_sink: Some(sink.clone()),
-            ..DeviceOptions::default()
-        },
-    );
+    let (_fake, _driver, device) = open("tracing-json", traced(Verbosity::Coarse, sink.clone()));
     let queue = device.queue(0);
     let buffer = device.create_buffer(256).unwrap();
     let cb = fill_buffer(queue, &buffer, Some("work"));
@@ -394,14 +376,7 @@ fn coarse_collection_never_times_an_incomplete_event() {
     use std::time::Duration;
     const N: u64 = 6;
     let sink = Arc::new(MemorySink::new());
-    let (fake, _driver, device) = open(
-        "coarse-not-ready",
-        DeviceOptions {
-            tracing: Verbosity::Coarse,
-            trace_sink: Some(sink.clone()),
-            ..DeviceOptions::default()
-        },
-    );
+    let (fake, _driver, device) = open("coarse-not-ready", traced(Verbosity::Coarse, sink.clone()));
     let queue = device.queue(0);
     let buffer = device.create_buffer(256).unwrap();
     // A debug group: COARSE times it with events of its own, inside the graph.
@@ -445,10 +420,8 @@ fn cupti_held_by_another_subscriber_is_a_typed_error() {
 
     let cupti = FakeCupti::install();
     let options = |cupti: CuptiChoice| DeviceOptions {
-        tracing: Verbosity::Fine,
-        trace_sink: Some(Arc::new(MemorySink::new())),
         cupti,
-        ..DeviceOptions::default()
+        ..traced(Verbosity::Fine, Arc::new(MemorySink::new()))
     };
     let (_fake, driver) = fake_support::load("cupti-taken");
     cupti.take_subscriber();

@@ -21,6 +21,23 @@ fn queue(label: &str) -> HostQueue {
     host::queue(QueueOptions::new(label)).unwrap()
 }
 
+/// Submits a host no-op that holds no resources and runs no cleanup.
+fn submit_nop(
+    queue: &HostQueue,
+    waits: &[(&HostSemaphore, u64)],
+    signals: &[(&HostSemaphore, u64)],
+) {
+    queue
+        .submit(
+            waits,
+            signals,
+            HostPayload::Nop,
+            Resources::new(),
+            Cleanups::new(),
+        )
+        .unwrap();
+}
+
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(|a, b| a.total_cmp(b));
     samples[samples.len() / 2]
@@ -39,15 +56,7 @@ fn submit_throughput(n: u64, window: Option<u64>) -> (f64, f64) {
     let done = HostSemaphore::new(0);
     let start = Instant::now();
     for k in 1..=n {
-        queue
-            .submit(
-                &[],
-                &[(&done, k)],
-                HostPayload::Nop,
-                Resources::new(),
-                Cleanups::new(),
-            )
-            .unwrap();
+        submit_nop(&queue, &[], &[(&done, k)]);
         if let Some(window) = window
             && k.is_multiple_of(window / 2)
             && k > window / 2
@@ -88,15 +97,7 @@ fn eight_threads(total: u64) -> f64 {
                     } else {
                         &[(own, k - 1)]
                     };
-                    queue
-                        .submit(
-                            waits,
-                            &[(own, k)],
-                            HostPayload::Nop,
-                            Resources::new(),
-                            Cleanups::new(),
-                        )
-                        .unwrap();
+                    submit_nop(queue, waits, &[(own, k)]);
                     published[t].store(k, Ordering::Release);
                     if k.is_multiple_of(4096) {
                         own.wait(k - 2048, WAIT).unwrap();
@@ -119,15 +120,7 @@ fn round_trip(n: usize) -> Vec<f64> {
     (1..=n as u64)
         .map(|k| {
             let start = Instant::now();
-            queue
-                .submit(
-                    &[],
-                    &[(&done, k)],
-                    HostPayload::Nop,
-                    Resources::new(),
-                    Cleanups::new(),
-                )
-                .unwrap();
+            submit_nop(&queue, &[], &[(&done, k)]);
             done.wait(k, WAIT).unwrap();
             start.elapsed().as_secs_f64() * 1e6
         })
@@ -176,15 +169,7 @@ fn pending_cost(pending: usize, reverse: bool) -> (f64, f64) {
     let outs: Vec<HostSemaphore> = (0..pending).map(|_| HostSemaphore::new(0)).collect();
     let start = Instant::now();
     for (gate, out) in gates.iter().zip(&outs) {
-        queue
-            .submit(
-                &[(gate, 1)],
-                &[(out, 1)],
-                HostPayload::Nop,
-                Resources::new(),
-                Cleanups::new(),
-            )
-            .unwrap();
+        submit_nop(&queue, &[(gate, 1)], &[(out, 1)]);
     }
     let submit = start.elapsed().as_nanos() as f64 / pending as f64;
     assert_eq!(queue.stats().pending, pending);

@@ -3,24 +3,20 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use cuhal_scheduler::host::{self, HostPayload, HostSemaphore};
-use cuhal_scheduler::{Backend, Cleanup, Cleanups, Failure, Queue, QueueOptions, Resources};
+use cuhal_scheduler::{Cleanup, Cleanups, Failure, Queue, QueueOptions, Resources};
 use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 use smallvec::smallvec;
 
-use support::{Script, Scripted, eventually};
+use support::{Hooks, Outcomes, Script, Scripted, eventually, none, record, submit_nop};
 
 const WAIT: Duration = Duration::from_secs(5);
-
-fn none() -> (Resources, Cleanups) {
-    (Resources::new(), Cleanups::new())
-}
 
 /// A cleanup that holds the completion thread until `release` is set.
 fn hold_until(release: &Arc<AtomicBool>) -> Cleanups {
@@ -29,19 +25,6 @@ fn hold_until(release: &Arc<AtomicBool>) -> Cleanups {
         while !release.load(Ordering::SeqCst) {
             thread::sleep(Duration::from_millis(1));
         }
-    })]
-}
-
-/// Records each action's outcome.
-type Outcomes = Arc<Mutex<Vec<(u64, Result<(), Failure>)>>>;
-
-fn record(outcomes: &Outcomes, id: u64) -> Cleanups {
-    let outcomes = outcomes.clone();
-    smallvec![Cleanup::once(move |outcome| {
-        outcomes
-            .lock()
-            .unwrap()
-            .push((id, outcome.map_err(Clone::clone)));
     })]
 }
 
@@ -70,28 +53,18 @@ fn a_failed_action_in_the_middle_of_a_batch_fails_exactly_its_signals_and_depend
         )
         .unwrap();
     // Action 0 holds the completion thread, so 1..=5 pile up and retire as one batch.
-    queue
-        .submit(
-            &[],
-            &[(&signals[0], 1)],
-            HostPayload::Nop,
-            Resources::new(),
-            hold_until(&release),
-        )
-        .unwrap();
+    submit_nop(&queue, &[], &[(&signals[0], 1)], hold_until(&release)).unwrap();
     eventually("action 0 retiring", || queue.stats().retire_batches == 1);
     for id in 1..6u64 {
         // Action 3 waits on the failing upstream signal, on the device.
         let waits: &[(&HostSemaphore, u64)] = if id == 3 { &[(&bad, 1)] } else { &[] };
-        queue
-            .submit(
-                waits,
-                &[(&signals[id as usize], 1)],
-                HostPayload::Nop,
-                Resources::new(),
-                record(&outcomes, id),
-            )
-            .unwrap();
+        submit_nop(
+            &queue,
+            waits,
+            &[(&signals[id as usize], 1)],
+            record(&outcomes, id),
+        )
+        .unwrap();
     }
     // A dependent of action 3 on another queue: a device wait on its completion event.
     let (r, c) = none();
@@ -155,39 +128,20 @@ fn a_failed_action_in_the_middle_of_a_batch_fails_exactly_its_signals_and_depend
     );
 }
 
-/// The scripted backend, declaring sticky errors: the completion side then waits for a batch's
-/// newest event only.
-struct Sticky(Scripted);
+/// Declares sticky errors: the completion side then waits for a batch's newest event only.
+struct StickyErrors;
 
-impl Backend for Sticky {
-    type Event = FlagEvent;
-    type Payload = Script;
-    type IssueLocal = ();
+impl Hooks for StickyErrors {
     const STICKY_ERRORS: bool = true;
-
-    fn issue(
-        &self,
-        _local: &mut (),
-        waits: &[FlagEvent],
-        payload: &mut Script,
-    ) -> Result<FlagEvent, Failure> {
-        self.0.issue(&mut (), waits, payload)
-    }
-
-    fn issue_local(&self) {}
-
-    fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
-        self.0.query_event(event)
-    }
-
-    fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
-        self.0.block_on_event(event)
-    }
 }
 
 #[test]
 fn with_sticky_errors_a_batch_whose_newest_event_failed_finds_the_first_failed_action() {
-    let queue = Queue::new(Sticky(Scripted::new(false)), QueueOptions::new("sticky")).unwrap();
+    let queue = Queue::new(
+        Scripted::with_hooks(false, StickyErrors),
+        QueueOptions::new("sticky"),
+    )
+    .unwrap();
     let signals: Vec<Semaphore<FlagEvent>> = (0..5).map(|_| Semaphore::new(0)).collect();
     let outcomes: Outcomes = Arc::default();
     for id in 0..5u64 {
@@ -203,7 +157,7 @@ fn with_sticky_errors_a_batch_whose_newest_event_failed_finds_the_first_failed_a
     }
     // The device faults at action 2: it and everything after it report the fault.
     let fault = Failure::msg("sticky fault");
-    let issued = queue.backend().0.issued.lock().unwrap().clone();
+    let issued = queue.backend().issued.lock().unwrap().clone();
     for entry in &issued {
         if entry.id < 2 {
             entry.event.complete();
@@ -323,15 +277,7 @@ fn a_slow_completion_side_holds_the_submitter_back() {
             thread::sleep(Duration::from_micros(200));
             cleaned.fetch_add(1, Ordering::SeqCst);
         })];
-        queue
-            .submit(
-                &[],
-                &[(&done, value)],
-                HostPayload::Nop,
-                Resources::new(),
-                cleanups,
-            )
-            .unwrap();
+        submit_nop(&queue, &[], &[(&done, value)], cleanups).unwrap();
         // Whatever the completion side has not retired stays within the limit.
         let stats = queue.stats();
         assert!(

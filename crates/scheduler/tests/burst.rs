@@ -14,7 +14,7 @@ use cuhal_scheduler::{Cleanups, CompletionOptions, Queue, QueueOptions, QueueSta
 use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 
-use support::{Script, Scripted, eventually, within};
+use support::{OnIssue, Script, Scripted, eventually, within};
 
 /// The issue of this action tells the test it began and then waits until the test lets it go,
 /// holding the burst open.
@@ -26,7 +26,7 @@ const HOLD: u64 = 1_000;
 struct Pair {
     go: [SyncSender<()>; 2],
     began: [Receiver<()>; 2],
-    queues: [Arc<Queue<Scripted>>; 2],
+    queues: [Arc<Queue<Scripted<OnIssue>>>; 2],
 }
 
 fn pair(options: impl Fn(&str) -> QueueOptions) -> Pair {
@@ -48,7 +48,7 @@ fn pair(options: impl Fn(&str) -> QueueOptions) -> Pair {
         began.push(began_rx);
         go.push(go_tx);
     }
-    let queues: [Arc<Queue<Scripted>>; 2] = queues.try_into().ok().unwrap();
+    let queues: [Arc<Queue<Scripted<OnIssue>>>; 2] = queues.try_into().ok().unwrap();
     let began: [Receiver<()>; 2] = began.try_into().ok().unwrap();
     let go: [SyncSender<()>; 2] = go.try_into().ok().unwrap();
     Pair { go, began, queues }

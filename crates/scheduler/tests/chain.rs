@@ -14,7 +14,7 @@ use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 use proptest::prelude::*;
 
-use support::{Script, Scripted};
+use support::{OnIssue, Script, Scripted};
 
 /// How far apart (in bytes of stack) the deepest and the shallowest issue of a chain may be.
 /// One loop issues every step at the same depth, give or take a frame; a call nested per step
@@ -23,7 +23,7 @@ const STACK_SPREAD: usize = 16 * 1024;
 
 /// Queues whose work completes only when the test says (so no completion thread advances a
 /// semaphore and issues anything), each noting how deep in the stack its issues run.
-fn queues(n: usize, depths: &Arc<Mutex<Vec<usize>>>) -> Vec<Queue<Scripted>> {
+fn queues(n: usize, depths: &Arc<Mutex<Vec<usize>>>) -> Vec<Queue<Scripted<OnIssue>>> {
     (0..n)
         .map(|q| {
             let depths = Arc::clone(depths);
@@ -39,7 +39,7 @@ fn queues(n: usize, depths: &Arc<Mutex<Vec<usize>>>) -> Vec<Queue<Scripted>> {
 
 /// Submits step `i` of a chain to `queue`: it waits for `wait` and signals `chain` to `i + 1`.
 fn submit(
-    queue: &Queue<Scripted>,
+    queue: &Queue<Scripted<OnIssue>>,
     wait: (&Semaphore<FlagEvent>, u64),
     chain: &Semaphore<FlagEvent>,
     i: u64,

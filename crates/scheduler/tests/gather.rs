@@ -9,71 +9,42 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cuhal_scheduler::{
-    Backend, Cleanups, CompletionOptions, Failure, Queue, QueueOptions, Resources,
-};
+use cuhal_scheduler::{Cleanups, CompletionOptions, Queue, QueueOptions, Resources};
 use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 
-use support::{Script, Scripted, eventually};
+use support::{Hooks, Script, Scripted, eventually};
 
 /// Scripted work (completed at once, or when the test says); an action whose id is at least
 /// `CHECKED` is checked on completion (it records no device signal, so only the completion
 /// thread can see it done). Counts the completion waits that found their work still running.
-struct Checked {
-    inner: Scripted,
+#[derive(Default)]
+struct Checks {
     waited_on_running: AtomicUsize,
-}
-
-impl Checked {
-    fn new(auto_complete: bool) -> Self {
-        Checked {
-            inner: Scripted::new(auto_complete),
-            waited_on_running: AtomicUsize::new(0),
-        }
-    }
 }
 
 const CHECKED: u64 = 1_000;
 
-impl Backend for Checked {
-    type Event = FlagEvent;
-    type Payload = Script;
-    type IssueLocal = ();
-
-    fn issue(
-        &self,
-        _local: &mut (),
-        device_waits: &[FlagEvent],
-        payload: &mut Script,
-    ) -> Result<FlagEvent, Failure> {
-        self.inner.issue(&mut (), device_waits, payload)
-    }
-
-    fn issue_local(&self) {}
-
-    fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
-        self.inner.query_event(event)
-    }
-
-    fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
+impl Hooks for Checks {
+    fn block(&self, event: &FlagEvent) {
         if !event.is_complete() {
             self.waited_on_running.fetch_add(1, Ordering::SeqCst);
         }
-        self.inner.block_on_event(event)
     }
 
     fn checks_completion(&self, payload: &Script) -> bool {
         payload.id >= CHECKED
     }
+}
 
-    fn release(&self, payload: Script) {
-        self.inner.release(payload);
-    }
+type Checked = Scripted<Checks>;
+
+fn checked(auto_complete: bool) -> Checked {
+    Scripted::with_hooks(auto_complete, Checks::default())
 }
 
 fn queue(options: QueueOptions) -> Queue<Checked> {
-    Queue::new(Checked::new(true), options).unwrap()
+    Queue::new(checked(true), options).unwrap()
 }
 
 fn submit(queue: &Queue<Checked>, signal: &Semaphore<FlagEvent>, value: u64, id: u64) {
@@ -213,7 +184,7 @@ fn a_full_batch_ends_a_gather() {
 /// completion side waited on work still running.
 fn waits_on_running_work(gather: Duration) -> usize {
     let queue = Queue::new(
-        Checked::new(false),
+        checked(false),
         QueueOptions::new("defer").with_completion(CompletionOptions::new().with_gather(gather)),
     )
     .unwrap();
@@ -231,10 +202,14 @@ fn waits_on_running_work(gather: Duration) -> usize {
     }
     thread::sleep(Duration::from_millis(20));
     for i in 0..5 {
-        queue.backend().inner.find(i).unwrap().event.complete();
+        queue.backend().complete(i);
     }
     eventually("every action retired", || queue.stats().completed == 5);
-    queue.backend().waited_on_running.load(Ordering::SeqCst)
+    queue
+        .backend()
+        .hooks
+        .waited_on_running
+        .load(Ordering::SeqCst)
 }
 
 #[test]
@@ -266,16 +241,12 @@ fn a_nudge_ends_a_gather() {
 /// A queue whose work runs until the test completes it, with a 20 s gather.
 fn running_queue(label: &str) -> (Queue<Checked>, Semaphore<FlagEvent>) {
     let queue = Queue::new(
-        Checked::new(false),
+        checked(false),
         QueueOptions::new(label)
             .with_completion(CompletionOptions::new().with_gather(Duration::from_secs(20))),
     )
     .unwrap();
     (queue, Semaphore::<FlagEvent>::new(0))
-}
-
-fn complete(queue: &Queue<Checked>, id: u64) {
-    queue.backend().inner.find(id).unwrap().event.complete();
 }
 
 #[test]
@@ -288,7 +259,7 @@ fn a_nudge_retires_deferred_work_when_it_completes() {
     queue.completion_nudge().nudge();
     thread::sleep(Duration::from_millis(50));
     let start = Instant::now();
-    complete(&queue, 0);
+    queue.backend().complete(0);
     eventually("the deferred action retired", || {
         queue.stats().completed == 1
     });
@@ -302,28 +273,37 @@ fn a_nudge_retires_deferred_work_when_it_completes() {
 #[test]
 fn a_nudged_round_does_not_defer_its_batch() {
     let queue = Queue::new(
-        Checked::new(false),
+        checked(false),
         QueueOptions::new("nudge-batch")
             .with_completion(CompletionOptions::new().with_gather(Duration::from_secs(2))),
     )
     .unwrap();
     let first = Semaphore::<FlagEvent>::new(0);
     submit(&queue, &first, 1, 0);
-    complete(&queue, 0);
+    queue.backend().complete(0);
     // Retired (at once, or a gather later if it was taken still running); the thread then
     // gathers, nobody having waited.
     eventually("the first action retired", || queue.stats().completed == 1);
     let second = Semaphore::<FlagEvent>::new(0);
     submit(&queue, &first, 2, 1);
     submit(&queue, &second, 1, 2);
-    let waits_before = queue.backend().waited_on_running.load(Ordering::SeqCst);
+    let waits_before = queue
+        .backend()
+        .hooks
+        .waited_on_running
+        .load(Ordering::SeqCst);
     queue.completion_nudge().nudge();
     thread::sleep(Duration::from_millis(50));
-    complete(&queue, 1);
-    complete(&queue, 2);
+    queue.backend().complete(1);
+    queue.backend().complete(2);
     eventually("both actions retired", || queue.stats().completed == 3);
     assert_eq!(
-        queue.backend().waited_on_running.load(Ordering::SeqCst) - waits_before,
+        queue
+            .backend()
+            .hooks
+            .waited_on_running
+            .load(Ordering::SeqCst)
+            - waits_before,
         1,
         "the nudged round waited for its running batch instead of deferring it"
     );

@@ -12,78 +12,43 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use cuhal_scheduler::host::{self, HostPayload, HostSemaphore};
-use cuhal_scheduler::{Backend, Cleanups, Failure, Queue, QueueOptions, Resources};
+use cuhal_scheduler::host::{self, HostSemaphore};
+use cuhal_scheduler::{Cleanups, Failure, Queue, QueueOptions, Resources};
 use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 
-use support::{Script, Scripted, eventually};
+use support::{Hooks, Script, Scripted, eventually, submit_nop};
 
-/// The scripted backend, which also looks at the test's semaphores while it issues: a lock held
-/// there is one the issue's driver calls would hold.
-struct Probing {
-    inner: Scripted,
-    watched: Mutex<Vec<Semaphore<FlagEvent>>>,
+/// Looks at the test's semaphores while the backend issues: a lock held there is one the
+/// issue's driver calls would hold.
+struct Probe {
+    watched: Vec<Semaphore<FlagEvent>>,
     issues: AtomicU64,
     held_during_issue: AtomicU64,
     /// Whether the backend orders later work after its own events, as a stream does.
     ordered: bool,
 }
 
-impl Backend for Probing {
-    type Event = FlagEvent;
-    type Payload = Script;
-    type IssueLocal = ();
-
-    fn issue(
-        &self,
-        _local: &mut (),
-        device_waits: &[FlagEvent],
-        payload: &mut Script,
-    ) -> Result<FlagEvent, Failure> {
+impl Hooks for Probe {
+    fn issue(&self, _payload: &Script) {
         self.issues.fetch_add(1, Ordering::Relaxed);
-        if self
-            .watched
-            .lock()
-            .unwrap()
-            .iter()
-            .any(Semaphore::lock_is_held)
-        {
+        if self.watched.iter().any(Semaphore::lock_is_held) {
             self.held_during_issue.fetch_add(1, Ordering::Relaxed);
         }
-        self.inner.issue(&mut (), device_waits, payload)
     }
 
-    fn issue_local(&self) {}
-
-    fn orders(&self, event: &FlagEvent) -> bool {
+    fn orders_own_events(&self) -> bool {
         self.ordered
-            && self
-                .inner
-                .issued
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|issued| issued.event.ptr_eq(event))
-    }
-
-    fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
-        self.inner.query_event(event)
-    }
-
-    fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
-        self.inner.block_on_event(event)
-    }
-
-    fn release(&self, payload: Script) {
-        self.inner.release(payload);
     }
 }
+
+/// The scripted backend, probing the watched semaphores' locks at every issue.
+type Probing = Scripted<Probe>;
 
 /// Queues whose events complete only when the test completes them, so that no completion thread
 /// touches the semaphores while the test counts.
@@ -96,13 +61,13 @@ fn held_queues(n: usize, watched: &[&Semaphore<FlagEvent>]) -> Vec<Queue<Probing
 fn queues_of(n: usize, watched: &[&Semaphore<FlagEvent>], ordered: bool) -> Vec<Queue<Probing>> {
     (0..n)
         .map(|q| {
-            let backend = Probing {
-                inner: Scripted::new(false),
-                watched: Mutex::new(watched.iter().map(|s| (*s).clone()).collect()),
+            let probe = Probe {
+                watched: watched.iter().map(|s| (*s).clone()).collect(),
                 issues: AtomicU64::new(0),
                 held_during_issue: AtomicU64::new(0),
                 ordered,
             };
+            let backend = Scripted::with_hooks(false, probe);
             Queue::new(backend, QueueOptions::new(format!("q{q}"))).unwrap()
         })
         .collect()
@@ -110,9 +75,7 @@ fn queues_of(n: usize, watched: &[&Semaphore<FlagEvent>], ordered: bool) -> Vec<
 
 fn complete_all(queues: &[Queue<Probing>]) {
     for queue in queues {
-        for issued in queue.backend().inner.issued.lock().unwrap().iter() {
-            issued.event.complete();
-        }
+        queue.backend().complete_all();
     }
 }
 
@@ -120,12 +83,16 @@ fn complete_all(queues: &[Queue<Probing>]) {
 fn no_lock_held_during_issue(queues: &[Queue<Probing>], issues: u64) {
     let total: u64 = queues
         .iter()
-        .map(|q| q.backend().issues.load(Ordering::Relaxed))
+        .map(|q| q.backend().hooks.issues.load(Ordering::Relaxed))
         .sum();
     assert_eq!(total, issues, "every action reached the backend");
     for queue in queues {
         assert_eq!(
-            queue.backend().held_during_issue.load(Ordering::Relaxed),
+            queue
+                .backend()
+                .hooks
+                .held_during_issue
+                .load(Ordering::Relaxed),
             0,
             "a semaphore lock was held across the backend's issue"
         );
@@ -173,7 +140,7 @@ fn a_chained_submission_locks_its_semaphore_twice_and_not_across_the_issue() {
             let locks = chain_step(&queues, &chain, i);
             let held: u64 = queues
                 .iter()
-                .map(|q| q.backend().held_during_issue.load(Ordering::Relaxed))
+                .map(|q| q.backend().hooks.held_during_issue.load(Ordering::Relaxed))
                 .sum();
             assert_eq!(
                 held, 0,
@@ -195,7 +162,7 @@ fn a_chained_submission_locks_its_semaphore_twice_and_not_across_the_issue() {
 
 /// On a backend whose stream orders its own events, a chain on one queue waits for the value
 /// that queue's last issue recorded: the look at the semaphore finds the recorded signal, which
-/// the backend [orders](Backend::orders) its later work after, so the step is issued with no
+/// the backend [orders](cuhal_scheduler::Backend::orders) its later work after, so the step is issued with no
 /// device wait (and no handle to the event is made). Alternating between two queues, each wait
 /// is for the other queue's record, which the step waits for on the device. Either way the
 /// semaphore is locked twice per step: the wait's look and the signal's record.
@@ -214,7 +181,7 @@ fn a_chain_on_one_ordered_queue_needs_no_device_wait() {
         }
         no_lock_held_during_issue(&queues, STEPS);
         for queue in &queues {
-            for issued in queue.backend().inner.issued.lock().unwrap().iter() {
+            for issued in queue.backend().issued.lock().unwrap().iter() {
                 // The first step waits on the initial value: nothing to wait for.
                 let want = usize::from(n == 2 && issued.id > 0);
                 assert_eq!(
@@ -243,7 +210,7 @@ fn a_chained_wait_on_a_failed_semaphore_fails_even_when_stream_order_would_satis
     chain.fail(Failure::msg("upstream failure"));
     submit(queue, (&chain, 1), (&out, 1), 1);
     assert_eq!(
-        queue.backend().issues.load(Ordering::Relaxed),
+        queue.backend().hooks.issues.load(Ordering::Relaxed),
         1,
         "the action behind the failed wait was issued"
     );
@@ -309,7 +276,6 @@ fn a_chain_released_by_a_host_signal_issues_each_step_on_the_event_its_notice_ha
         .iter()
         .flat_map(|q| {
             q.backend()
-                .inner
                 .issued
                 .lock()
                 .unwrap()
@@ -359,15 +325,13 @@ fn actions_locking_two_semaphores_in_opposite_orders_do_not_deadlock() {
             scope.spawn(move || {
                 for _ in 0..STEPS {
                     // Values reached long ago: always ready, so every step looks at both.
-                    queue
-                        .submit(
-                            &[(first, 0), (second, 0)],
-                            &[(second, 0), (first, 0)],
-                            HostPayload::Nop,
-                            Resources::new(),
-                            Cleanups::new(),
-                        )
-                        .unwrap();
+                    submit_nop(
+                        queue,
+                        &[(first, 0), (second, 0)],
+                        &[(second, 0), (first, 0)],
+                        Cleanups::new(),
+                    )
+                    .unwrap();
                 }
             });
         }

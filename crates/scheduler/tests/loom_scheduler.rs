@@ -12,7 +12,9 @@
 //! uses loom's threads, mutexes, atomics and a loom parker (see `src/sync.rs`).
 #![cfg(loom)]
 
-use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
+#[path = "../../semaphore/tests/common/loom.rs"]
+mod loom_model;
+
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
@@ -24,6 +26,8 @@ use cuhal_semaphore::testing::{FlagEvent, LiveCounter};
 use cuhal_semaphore::{Error as SemaphoreError, Semaphore, SemaphoreOptions, Timeout};
 use loom::thread;
 use smallvec::smallvec;
+
+use loom_model::model;
 
 /// What an action does on the model device, with the action's number.
 #[derive(Clone, Copy, Debug)]
@@ -141,20 +145,6 @@ fn submit(
     queue.submit(waits, signals, work, Resources::new(), cleanups)
 }
 
-/// Runs `body` under loom and prints how many interleavings it explored.
-fn model(name: &str, body: impl Fn() + Sync + Send + 'static) {
-    let runs = Arc::new(StdAtomicUsize::new(0));
-    let counted = runs.clone();
-    loom::model(move || {
-        counted.fetch_add(1, StdOrdering::Relaxed);
-        body();
-    });
-    println!(
-        "loom model {name}: {} interleavings",
-        runs.load(StdOrdering::Relaxed)
-    );
-}
-
 /// After the queue is dropped: every action was released and cleaned up exactly once, none was
 /// issued twice or out of submission order, and no device event is left alive.
 fn check_retired(log: &Log, actions: usize) -> Vec<(usize, Option<Failure>)> {
@@ -175,6 +165,13 @@ fn check_retired(log: &Log, actions: usize) -> Vec<(usize, Option<Failure>)> {
     );
     assert_eq!(log.events.live(), 0, "device events leaked");
     cleaned
+}
+
+/// [`check_retired`], and every action was issued, in submission order, and none failed.
+fn check_succeeded(log: &Log, actions: usize) {
+    let cleaned = check_retired(log, actions);
+    assert_eq!(*locked(&log.issued), (0..actions).collect::<Vec<_>>());
+    assert!(cleaned.iter().all(|(_, failure)| failure.is_none()));
 }
 
 fn failed_with(result: Result<(), SemaphoreError>, failure: &Failure) -> bool {
@@ -203,9 +200,7 @@ fn listeners_race_the_draining_worker() {
         assert_eq!(b.query().unwrap(), 1);
         t.join().unwrap();
         drop(queue);
-        let cleaned = check_retired(&log, 2);
-        assert_eq!(*locked(&log.issued), [0, 1]);
-        assert!(cleaned.iter().all(|(_, failure)| failure.is_none()));
+        check_succeeded(&log, 2);
         assert_eq!((a.listener_count(), c.listener_count()), (0, 0));
     });
 }
@@ -230,9 +225,7 @@ fn chain_within_one_queue() {
         assert_eq!(b.query().unwrap(), 1);
         t.join().unwrap();
         drop(queue);
-        let cleaned = check_retired(&log, 2);
-        assert_eq!(*locked(&log.issued), [0, 1]);
-        assert!(cleaned.iter().all(|(_, failure)| failure.is_none()));
+        check_succeeded(&log, 2);
         assert_eq!((a.listener_count(), b.listener_count()), (0, 0));
     });
 }
@@ -359,9 +352,7 @@ fn a_burst_hands_work_across_queues() {
         drop(q);
         drop(p);
         for log in [&p_log, &q_log] {
-            let cleaned = check_retired(log, 1);
-            assert_eq!(*locked(&log.issued), [0]);
-            assert!(cleaned.iter().all(|(_, failure)| failure.is_none()));
+            check_succeeded(log, 1);
         }
         assert_eq!((a.listener_count(), b.listener_count()), (0, 0));
     });

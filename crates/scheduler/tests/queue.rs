@@ -15,29 +15,12 @@ use cuhal_semaphore::testing::FlagEvent;
 use cuhal_semaphore::{DeviceEvent, Error as SemaphoreError, Semaphore};
 use smallvec::smallvec;
 
-use support::{Script, Scripted, eventually, tracked};
+use support::{Outcomes, Script, Scripted, eventually, none, record, submit_nop, tracked};
 
 const WAIT: Duration = Duration::from_secs(5);
 
 fn scripted(label: &str, auto_complete: bool) -> Queue<Scripted> {
     Queue::new(Scripted::new(auto_complete), QueueOptions::new(label)).unwrap()
-}
-
-fn none() -> (Resources, Cleanups) {
-    (Resources::new(), Cleanups::new())
-}
-
-/// Records each action's outcome: `Ok` or the failure.
-type Outcomes = Arc<Mutex<Vec<(u64, Result<(), Failure>)>>>;
-
-fn record(outcomes: &Outcomes, id: u64) -> Cleanups {
-    let outcomes = outcomes.clone();
-    smallvec![Cleanup::once(move |outcome| {
-        outcomes
-            .lock()
-            .unwrap()
-            .push((id, outcome.map_err(Clone::clone)));
-    })]
 }
 
 #[test]
@@ -523,15 +506,7 @@ fn a_cleanup_may_submit_to_its_own_queue() {
             .submit(&[], &[(&again, 2)], HostPayload::Nop, r, c)
             .unwrap();
     })];
-    queue
-        .submit(
-            &[],
-            &[(&done, 1)],
-            HostPayload::Nop,
-            Resources::new(),
-            cleanups,
-        )
-        .unwrap();
+    submit_nop(&queue, &[], &[(&done, 1)], cleanups).unwrap();
     done.wait(2, WAIT).unwrap();
 }
 

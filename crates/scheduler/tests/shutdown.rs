@@ -14,7 +14,7 @@ use cuhal_semaphore::Semaphore;
 use cuhal_semaphore::testing::FlagEvent;
 use smallvec::smallvec;
 
-use support::{Script, Scripted, tracked};
+use support::{Script, Scripted, submit_nop, tracked};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -192,24 +192,14 @@ fn a_queue_dropped_by_its_own_cleanup_does_not_deadlock() {
     {
         let guard = slot.lock().unwrap();
         let queue = guard.as_ref().unwrap();
-        queue
-            .submit(
-                &[],
-                &[(&done, 1)],
-                HostPayload::Nop,
-                Resources::new(),
-                smallvec![Cleanup::once(move |_| drop(taken.lock().unwrap().take()))],
-            )
-            .unwrap();
-        queue
-            .submit(
-                &[(&done, 1)],
-                &[(&after, 1)],
-                HostPayload::Nop,
-                Resources::new(),
-                Cleanups::new(),
-            )
-            .unwrap();
+        submit_nop(
+            queue,
+            &[],
+            &[(&done, 1)],
+            smallvec![Cleanup::once(move |_| drop(taken.lock().unwrap().take()))],
+        )
+        .unwrap();
+        submit_nop(queue, &[(&done, 1)], &[(&after, 1)], Cleanups::new()).unwrap();
     }
     done.wait(1, WAIT).unwrap();
     // The second action was issued (device wait) before the drop, so it completes.
@@ -226,15 +216,7 @@ fn a_loss_trigger_fails_pending_actions_and_later_submits() {
     let queue = host::queue(QueueOptions::new("triggered")).unwrap();
     let never = HostSemaphore::new(0);
     let out = HostSemaphore::new(0);
-    queue
-        .submit(
-            &[(&never, 1)],
-            &[(&out, 1)],
-            HostPayload::Nop,
-            Resources::new(),
-            Cleanups::new(),
-        )
-        .unwrap();
+    submit_nop(&queue, &[(&never, 1)], &[(&out, 1)], Cleanups::new()).unwrap();
     let trigger = queue.loss_trigger();
     let failure = Failure::msg("the device's context is lost");
     trigger.trigger(&failure);
@@ -242,13 +224,7 @@ fn a_loss_trigger_fails_pending_actions_and_later_submits() {
     let error = out.wait(1, WAIT).unwrap_err();
     assert!(error.failure().unwrap().ptr_eq(&failure), "{error}");
     assert!(queue.lost().unwrap().ptr_eq(&failure));
-    match queue.submit(
-        &[],
-        &[],
-        HostPayload::Nop,
-        Resources::new(),
-        Cleanups::new(),
-    ) {
+    match submit_nop(&queue, &[], &[], Cleanups::new()) {
         Err(Error::Lost { failure: lost, .. }) => assert!(lost.ptr_eq(&failure)),
         other => panic!("expected Lost, got {other:?}"),
     }

@@ -4,33 +4,22 @@
 //! `RUSTFLAGS="--cfg loom"` (`cargo xtask ci` does it).
 #![cfg(loom)]
 
+mod common;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc as StdArc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use cuhal_semaphore::loom_sync::{Parker, Unparker};
 use cuhal_semaphore::{NoEvent, Semaphore, SemaphoreOptions, wait_all_async};
 use loom::thread;
 
+use common::loom::model;
+
 /// Host-only semaphores whose waits never spin on events (loom has no time to spin against).
 fn semaphore(initial: u64) -> Semaphore<NoEvent> {
     Semaphore::with_options(initial, SemaphoreOptions::new().without_event_queries())
-}
-
-/// Runs `body` under loom and prints how many interleavings it explored.
-fn model(name: &str, body: impl Fn() + Sync + Send + 'static) {
-    let runs = StdArc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    loom::model(move || {
-        counted.fetch_add(1, Ordering::Relaxed);
-        body();
-    });
-    println!(
-        "loom model {name}: {} interleavings",
-        runs.load(Ordering::Relaxed)
-    );
 }
 
 /// A waker that counts its wakes (a loom atomic, so the models see every ordering of them).

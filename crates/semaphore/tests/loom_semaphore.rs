@@ -4,31 +4,20 @@
 //! atomics and a loom parker (see `src/sync.rs`).
 #![cfg(loom)]
 
+mod common;
+
 use std::sync::Arc as StdArc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cuhal_semaphore::{
     Error, Failure, Listener, NoEvent, Semaphore, SemaphoreId, SemaphoreOptions, Timeout,
 };
 use loom::thread;
 
+use common::loom::model;
+
 /// Host-only semaphores whose waits never spin on events (loom has no time to spin against).
 fn semaphore(initial: u64) -> Semaphore<NoEvent> {
     Semaphore::with_options(initial, SemaphoreOptions::new().without_event_queries())
-}
-
-/// Runs `body` under loom and prints how many interleavings it explored.
-fn model(name: &str, body: impl Fn() + Sync + Send + 'static) {
-    let runs = StdArc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    loom::model(move || {
-        counted.fetch_add(1, Ordering::Relaxed);
-        body();
-    });
-    println!(
-        "loom model {name}: {} interleavings",
-        runs.load(Ordering::Relaxed)
-    );
 }
 
 /// A waiter parked for a value never misses the signal that reaches it, whichever comes first:

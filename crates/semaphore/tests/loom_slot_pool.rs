@@ -3,13 +3,14 @@
 //! takes slots. Built and run only with `RUSTFLAGS="--cfg loom"` (`cargo xtask ci` does it).
 #![cfg(loom)]
 
-use std::sync::Arc as StdArc;
-use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
+mod common;
 
 use cuhal_semaphore::slot_pool::{FreeList, HandleCount};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
+
+use common::loom::model;
 
 /// Two slots, named by index, each with its handle count and a count of how often it went back
 /// on the free list.
@@ -86,19 +87,6 @@ fn check_returns(pool: &Pool, taken: usize) {
         .map(|r| r.load(Ordering::Relaxed))
         .sum();
     assert_eq!(returned, 1 + taken, "each handout returned exactly once");
-}
-
-fn model(name: &str, body: impl Fn() + Sync + Send + 'static) {
-    let runs = StdArc::new(StdAtomicUsize::new(0));
-    let counted = runs.clone();
-    loom::model(move || {
-        counted.fetch_add(1, StdOrdering::Relaxed);
-        body();
-    });
-    println!(
-        "loom model {name}: {} interleavings",
-        runs.load(StdOrdering::Relaxed)
-    );
 }
 
 /// Slot 0 is handed out and its handle cloned; one thread clones and drops its handle, another

@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-use cuhal_scheduler::{Backend, Failure, Resource};
+use cuhal_scheduler::host::{HostPayload, HostQueue, HostSemaphore};
+use cuhal_scheduler::{Backend, Cleanup, Cleanups, Error, Failure, Resource, Resources};
 use cuhal_semaphore::DeviceEvent;
 use cuhal_semaphore::testing::{FlagEvent, LiveCounter};
+use smallvec::smallvec;
 
 /// One `issue` call as the scripted backend saw it.
 #[derive(Clone)]
@@ -38,39 +40,77 @@ impl Script {
     }
 }
 
-/// What a [`Scripted`] backend calls at the start of every issue.
+/// What a test layers over a [`Scripted`] backend; each hook's default leaves the scripted
+/// behaviour as it is.
+pub trait Hooks: Send + Sync + 'static {
+    /// The backend's `Backend::STICKY_ERRORS`.
+    const STICKY_ERRORS: bool = false;
+
+    /// Called at the start of every issue, before the scripted issue.
+    fn issue(&self, _payload: &Script) {}
+
+    /// Called at the start of every completion query, before the scripted query.
+    fn query(&self, _event: &FlagEvent) {}
+
+    /// Called at the start of every completion block, before the scripted block.
+    fn block(&self, _event: &FlagEvent) {}
+
+    /// Whether the backend orders later work after its own events, as a stream does.
+    fn orders_own_events(&self) -> bool {
+        false
+    }
+
+    /// The backend's `Backend::checks_completion`.
+    fn checks_completion(&self, _payload: &Script) -> bool {
+        false
+    }
+}
+
+/// No hooks: the scripted behaviour alone.
+impl Hooks for () {}
+
+/// A hook called at the start of every issue (a test that holds an issue open, say).
 pub type OnIssue = Box<dyn Fn(&Script) + Send + Sync>;
 
+impl Hooks for OnIssue {
+    fn issue(&self, payload: &Script) {
+        self(payload);
+    }
+}
+
 /// A backend whose events are `FlagEvent`s the test completes (or that complete at issue), and
-/// which records every issue.
-pub struct Scripted {
+/// which records every issue; `hooks` adds a test's own behaviour.
+pub struct Scripted<H = ()> {
     pub issued: Mutex<Vec<Issued>>,
     pub live: LiveCounter,
     pub auto_complete: bool,
     pub released: AtomicUsize,
-    /// Called at the start of every issue (a test that holds an issue open, say).
-    pub on_issue: Option<OnIssue>,
+    pub hooks: H,
 }
 
 impl Scripted {
     pub fn new(auto_complete: bool) -> Self {
-        Scripted {
-            issued: Mutex::new(Vec::new()),
-            live: LiveCounter::new(),
-            auto_complete,
-            released: AtomicUsize::new(0),
-            on_issue: None,
-        }
+        Scripted::with_hooks(auto_complete, ())
     }
 
     /// As [`Scripted::new`], calling `on_issue` at the start of every issue.
     pub fn with_on_issue(
         auto_complete: bool,
         on_issue: impl Fn(&Script) + Send + Sync + 'static,
-    ) -> Self {
+    ) -> Scripted<OnIssue> {
+        Scripted::with_hooks(auto_complete, Box::new(on_issue))
+    }
+}
+
+impl<H: Hooks> Scripted<H> {
+    /// As [`Scripted::new`], with `hooks`.
+    pub fn with_hooks(auto_complete: bool, hooks: H) -> Self {
         Scripted {
-            on_issue: Some(Box::new(on_issue)),
-            ..Scripted::new(auto_complete)
+            issued: Mutex::new(Vec::new()),
+            live: LiveCounter::new(),
+            auto_complete,
+            released: AtomicUsize::new(0),
+            hooks,
         }
     }
 
@@ -86,12 +126,25 @@ impl Scripted {
             .find(|i| i.id == id)
             .cloned()
     }
+
+    /// Completes the event of the issued action `id`.
+    pub fn complete(&self, id: u64) {
+        self.find(id).unwrap().event.complete();
+    }
+
+    /// Completes every event issued so far.
+    pub fn complete_all(&self) {
+        for issued in self.issued.lock().unwrap().iter() {
+            issued.event.complete();
+        }
+    }
 }
 
-impl Backend for Scripted {
+impl<H: Hooks> Backend for Scripted<H> {
     type Event = FlagEvent;
     type Payload = Script;
     type IssueLocal = ();
+    const STICKY_ERRORS: bool = H::STICKY_ERRORS;
 
     fn issue(
         &self,
@@ -99,9 +152,7 @@ impl Backend for Scripted {
         device_waits: &[FlagEvent],
         payload: &mut Script,
     ) -> Result<FlagEvent, Failure> {
-        if let Some(on_issue) = &self.on_issue {
-            on_issue(payload);
-        }
+        self.hooks.issue(payload);
         if let Some(failure) = payload.fail_issue.clone() {
             return Err(failure);
         }
@@ -124,10 +175,12 @@ impl Backend for Scripted {
     fn issue_local(&self) {}
 
     fn query_event(&self, event: &FlagEvent) -> Result<bool, Failure> {
+        self.hooks.query(event);
         event.query()
     }
 
     fn block_on_event(&self, event: &FlagEvent) -> Result<(), Failure> {
+        self.hooks.block(event);
         // Bounded, so a test that fails before completing its events fails instead of hanging.
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {
@@ -137,6 +190,20 @@ impl Backend for Scripted {
             thread::sleep(Duration::from_micros(200));
         }
         Err(Failure::msg("scripted event never completed"))
+    }
+
+    fn orders(&self, event: &FlagEvent) -> bool {
+        self.hooks.orders_own_events()
+            && self
+                .issued
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|issued| issued.event.ptr_eq(event))
+    }
+
+    fn checks_completion(&self, payload: &Script) -> bool {
+        self.hooks.checks_completion(payload)
     }
 
     fn release(&self, payload: Script) {
@@ -152,6 +219,35 @@ impl Drop for Tracked {
     fn drop(&mut self) {
         self.0.fetch_add(1, Ordering::SeqCst);
     }
+}
+
+/// No resources and no cleanups.
+pub fn none() -> (Resources, Cleanups) {
+    (Resources::new(), Cleanups::new())
+}
+
+/// Each action's outcome, in the order they were recorded: `Ok` or the failure.
+pub type Outcomes = Arc<Mutex<Vec<(u64, Result<(), Failure>)>>>;
+
+/// A cleanup that records the outcome of action `id` in `outcomes`.
+pub fn record(outcomes: &Outcomes, id: u64) -> Cleanups {
+    let outcomes = outcomes.clone();
+    smallvec![Cleanup::once(move |outcome| {
+        outcomes
+            .lock()
+            .unwrap()
+            .push((id, outcome.map_err(Clone::clone)));
+    })]
+}
+
+/// Submits a host no-op to `queue` that holds no resources.
+pub fn submit_nop(
+    queue: &HostQueue,
+    waits: &[(&HostSemaphore, u64)],
+    signals: &[(&HostSemaphore, u64)],
+    cleanups: Cleanups,
+) -> Result<(), Error> {
+    queue.submit(waits, signals, HostPayload::Nop, Resources::new(), cleanups)
 }
 
 pub fn tracked(drops: &Arc<AtomicUsize>) -> Resource {

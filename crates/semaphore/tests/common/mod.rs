@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+#[cfg(loom)]
+pub mod loom;
+
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;

@@ -22,7 +22,7 @@
 //! spins (it naps, then blocks).
 //!
 //! Who hurries: a host thread about to park on the queue's work ([`CompletionNudge`], from
-//! [`DeviceEvent::awaited`](cuhal_semaphore::DeviceEvent::awaited), which a pending
+//! [`DeviceEvent::awaited`], which a pending
 //! `wait_async` future calls when it registers), a submitter waiting for room, and the push of
 //! urgent work (work checked on completion, work a host thread parked on before it was issued).
 //!
@@ -108,7 +108,7 @@ pub fn after_nap(napped: Duration, hurried: bool, spin: Duration) -> Rung {
 pub struct GatherView {
     /// The queue's gather ([`CompletionOptions::gather`]).
     pub gather: Duration,
-    /// The gather batch ([`CompletionOptions::batch`]).
+    /// The gather batch ([`CompletionOptions::gather_batch`], at least 1).
     pub batch: usize,
     /// Finished actions handed over and not taken yet.
     pub waiting: usize,
@@ -141,7 +141,7 @@ pub fn needed(room_waiters: usize, parked: bool, checked: bool) -> bool {
     room_waiters > 0 || parked || checked
 }
 
-/// Whether a batch may wait for the next round (see [`may_defer`]): the queue gathers and is not
+/// Whether a batch may wait for the next round (see `may_defer`): the queue gathers and is not
 /// shutting down (`worker_done`), and the batch's newest issued action is there, nobody
 /// `needed` it, and its completion event was `running` at one query (no wait).
 pub fn defers(gather: Duration, worker_done: bool, newest: Option<(bool, bool)>) -> bool {

@@ -337,7 +337,7 @@ impl<E: DeviceEvent> Semaphore<E> {
     /// The value as last advanced, with no device query: a device-signal timepoint counts once
     /// somebody saw its event complete (a waiter, or a completion side that retires in batches
     /// and, while nobody waits, may do so a gather later). To poll the device itself, wait with
-    /// [`Timeout::Immediate`]: that queries the awaited timepoint's event once and brings the
+    /// [`Timeout::Immediate`](crate::Timeout::Immediate): that queries the awaited timepoint's event once and brings the
     /// value up if it completed.
     pub fn query(&self) -> Result<u64, Error> {
         let state = self.lock();

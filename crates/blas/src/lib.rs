@@ -26,7 +26,7 @@ pub use ffi::{
     CUBLAS_STATUS_SUCCESS, CublasApi, cublasHandle_t, cublasOperation_t, cublasStatus_t,
 };
 pub use handle::Cublas;
-pub use load::{CublasLibrary, DEFAULT_LIBRARIES, LIBRARY_ENV, candidates};
+pub use load::{CublasLibrary, DEFAULT_LIBRARIES, LIBRARY_ENV};
 
 /// The README's example, compiled as a doctest.
 #[cfg(doctest)]

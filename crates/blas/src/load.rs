@@ -1,9 +1,9 @@
 //! Loading libcublas at run time: an explicit path, then the environment variable, then the
 //! usual places; never linked.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use cuhal_sys::LoadAttempt;
+use cuhal_sys::library::{candidates, open_first};
 use libloading::Library;
 
 use crate::error::BlasError;
@@ -19,19 +19,6 @@ pub const DEFAULT_LIBRARIES: &[&str] = &[
     "libcublas.so.13",
     "libcublas.so",
 ];
-
-/// The candidates to try, in order: `explicit`, else the environment variable's value `env`,
-/// else [`DEFAULT_LIBRARIES`]. An explicit path or variable is the only candidate: a user who
-/// names a library wants that one or an error, not a silent substitute.
-pub fn candidates(explicit: Option<&Path>, env: Option<std::ffi::OsString>) -> Vec<PathBuf> {
-    if let Some(path) = explicit {
-        return vec![path.to_path_buf()];
-    }
-    if let Some(value) = env.filter(|v| !v.is_empty()) {
-        return vec![PathBuf::from(value)];
-    }
-    DEFAULT_LIBRARIES.iter().map(PathBuf::from).collect()
-}
 
 /// An opened cuBLAS library and its entry points.
 ///
@@ -56,23 +43,14 @@ impl CublasLibrary {
     /// Opens cuBLAS: `explicit` if given, else [`LIBRARY_ENV`] if set, else
     /// [`DEFAULT_LIBRARIES`]; resolves every entry point of [`CublasApi`].
     pub fn load(explicit: Option<&Path>) -> Result<Self, BlasError> {
-        let mut tried = Vec::new();
-        for candidate in candidates(explicit, std::env::var_os(LIBRARY_ENV)) {
-            // SAFETY: opening libcublas runs its initializers, which only set up cuBLAS's own
-            // state; a library of another name at this path is the caller's choice.
-            match unsafe { Library::new(&candidate) } {
-                Ok(library) => {
-                    // Never closed (see the type's documentation).
-                    let library: &'static Library = Box::leak(Box::new(library));
-                    return Self::resolve(library, candidate.display().to_string());
-                }
-                Err(e) => tried.push(LoadAttempt {
-                    path: candidate.display().to_string(),
-                    reason: e.to_string(),
-                }),
-            }
+        let candidates = candidates(explicit, std::env::var_os(LIBRARY_ENV), DEFAULT_LIBRARIES);
+        // SAFETY: opening cuBLAS runs its initializers, which only set up its own state; a
+        // library of another name at a path the user gave is the user's choice.
+        match unsafe { open_first(candidates) } {
+            // Never closed (see the type's documentation).
+            Ok((library, path)) => Self::resolve(library, path),
+            Err(tried) => Err(BlasError::LibraryNotFound { tried }),
         }
-        Err(BlasError::LibraryNotFound { tried })
     }
 
     fn resolve(library: &'static Library, path: String) -> Result<Self, BlasError> {
@@ -110,25 +88,5 @@ impl CublasLibrary {
     /// The path the library was opened from.
     pub fn path(&self) -> &str {
         &self.path
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_explicit_path_wins_over_the_environment_and_the_defaults() {
-        let c = candidates(
-            Some(Path::new("/opt/x/libcublas.so")),
-            Some("/env/lib.so".into()),
-        );
-        assert_eq!(c, vec![PathBuf::from("/opt/x/libcublas.so")]);
-        let c = candidates(None, Some("/env/lib.so".into()));
-        assert_eq!(c, vec![PathBuf::from("/env/lib.so")]);
-        let c = candidates(None, Some("".into()));
-        assert_eq!(c.len(), DEFAULT_LIBRARIES.len());
-        assert_eq!(c[0], PathBuf::from(DEFAULT_LIBRARIES[0]));
-        assert_eq!(candidates(None, None), c);
     }
 }

@@ -81,6 +81,7 @@ mod call;
 mod context;
 mod error;
 mod info;
+pub mod library;
 mod mapped;
 mod nccl;
 mod objects;

@@ -1,9 +1,9 @@
 //! Loading libcupti at run time: an explicit path, then the environment variable, then the
 //! loader's search path; never linked.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use cuhal_sys::LoadAttempt;
+use cuhal_sys::library::{candidates, open_first};
 use libloading::Library;
 
 use super::error::CuptiError;
@@ -44,40 +44,17 @@ impl std::fmt::Debug for CuptiLibrary {
     }
 }
 
-/// The candidates to try, in order: `explicit`, else the environment variable `env`, else
-/// [`DEFAULT_LIBRARIES`]. An explicit path or variable is the only candidate: a user who names a
-/// library wants that one or an error, not a silent substitute.
-pub fn candidates(explicit: Option<&Path>, env: Option<std::ffi::OsString>) -> Vec<PathBuf> {
-    if let Some(path) = explicit {
-        return vec![path.to_path_buf()];
-    }
-    if let Some(value) = env.filter(|v| !v.is_empty()) {
-        return vec![PathBuf::from(value)];
-    }
-    DEFAULT_LIBRARIES.iter().map(PathBuf::from).collect()
-}
-
 impl CuptiLibrary {
     /// Opens CUPTI: `explicit` if given, else [`LIBRARY_ENV`] if set, else [`DEFAULT_LIBRARIES`].
     pub fn load(explicit: Option<&Path>) -> Result<Self, CuptiError> {
-        let mut tried = Vec::new();
-        for candidate in candidates(explicit, std::env::var_os(LIBRARY_ENV)) {
-            // SAFETY: opening libcupti runs its initializers, which only set up CUPTI's own
-            // state; a library of another name at this path is the caller's choice.
-            match unsafe { Library::new(&candidate) } {
-                Ok(library) => {
-                    // Never closed (see the type's documentation): a handle per successful
-                    // open, of which a process makes one per tracing session at most.
-                    let library: &'static Library = Box::leak(Box::new(library));
-                    return Self::resolve(library, candidate.display().to_string());
-                }
-                Err(e) => tried.push(LoadAttempt {
-                    path: candidate.display().to_string(),
-                    reason: e.to_string(),
-                }),
-            }
+        let candidates = candidates(explicit, std::env::var_os(LIBRARY_ENV), DEFAULT_LIBRARIES);
+        // SAFETY: opening CUPTI runs its initializers, which only set up its own state; a
+        // library of another name at a path the user gave is the user's choice.
+        match unsafe { open_first(candidates) } {
+            // Never closed (see the type's documentation).
+            Ok((library, path)) => Self::resolve(library, path),
+            Err(tried) => Err(CuptiError::LibraryNotFound { tried }),
         }
-        Err(CuptiError::LibraryNotFound { tried })
     }
 
     fn resolve(library: &'static Library, path: String) -> Result<Self, CuptiError> {
@@ -126,89 +103,5 @@ impl CuptiLibrary {
     /// The path the library was opened from.
     pub fn path(&self) -> &str {
         &self.path
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_explicit_path_wins_over_the_environment_and_the_defaults() {
-        let c = candidates(
-            Some(Path::new("/opt/x/libcupti.so")),
-            Some("/env/lib.so".into()),
-        );
-        assert_eq!(c, vec![PathBuf::from("/opt/x/libcupti.so")]);
-        let c = candidates(None, Some("/env/lib.so".into()));
-        assert_eq!(c, vec![PathBuf::from("/env/lib.so")]);
-        let c = candidates(None, Some("".into()));
-        assert_eq!(c.len(), DEFAULT_LIBRARIES.len());
-        assert_eq!(c[0], PathBuf::from("libcupti.so.13"));
-    }
-
-    #[test]
-    fn a_missing_library_is_a_typed_error_naming_the_path() {
-        let err = CuptiLibrary::load(Some(Path::new("/nonexistent/libcupti.so.13"))).unwrap_err();
-        match &err {
-            CuptiError::LibraryNotFound { tried } => {
-                assert_eq!(tried.len(), 1);
-                assert_eq!(tried[0].path, "/nonexistent/libcupti.so.13");
-                assert!(!tried[0].reason.is_empty());
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-        assert!(err.to_string().contains(LIBRARY_ENV), "{err}");
-        assert_eq!(err.reason(), "library not found");
-    }
-
-    /// Whether a library whose path contains `name` is mapped into this process.
-    fn mapped(name: &str) -> bool {
-        std::fs::read_to_string("/proc/self/maps")
-            .expect("/proc/self/maps")
-            .lines()
-            .any(|line| line.contains(name))
-    }
-
-    /// An opened library stays mapped after its `CuptiLibrary` is gone, and after a failed
-    /// resolve: CUPTI leaves thread-exit destructors and hooks behind that point into it.
-    /// libthread_db (part of glibc) stands in for CUPTI: no test process maps it otherwise.
-    #[test]
-    fn an_opened_library_is_never_unloaded() {
-        assert!(
-            !mapped("libthread_db"),
-            "libthread_db mapped before the test"
-        );
-        let err = CuptiLibrary::load(Some(Path::new("libthread_db.so.1"))).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                CuptiError::MissingSymbol {
-                    symbol: "cuptiSubscribe",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert!(
-            mapped("libthread_db"),
-            "the library was unloaded on the error path"
-        );
-        // A thread that exits after the library was given up must not find it unmapped.
-        std::thread::spawn(|| ()).join().unwrap();
-        assert!(mapped("libthread_db"));
-    }
-
-    #[test]
-    fn a_library_without_cupti_symbols_is_a_typed_error_naming_the_symbol() {
-        // libc opens everywhere these tests run and has none of CUPTI's entry points.
-        let err = CuptiLibrary::load(Some(Path::new("libc.so.6"))).unwrap_err();
-        assert_eq!(
-            err,
-            CuptiError::MissingSymbol {
-                symbol: "cuptiSubscribe",
-                library: "libc.so.6".to_owned()
-            }
-        );
     }
 }

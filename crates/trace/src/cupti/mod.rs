@@ -26,7 +26,7 @@ mod session;
 
 pub use error::CuptiError;
 pub use ffi::CuptiApi;
-pub use load::{CuptiLibrary, DEFAULT_LIBRARIES, LIBRARY_ENV, candidates};
+pub use load::{CuptiLibrary, DEFAULT_LIBRARIES, LIBRARY_ENV};
 pub use records::{Activity, ActivityKind};
 pub use session::{
     BUFFER_BYTES, CaptureGuard, ClockMap, CuptiSession, MAX_BUFFERS, MAX_UNCLAIMED,

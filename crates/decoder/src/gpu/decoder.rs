@@ -329,17 +329,7 @@ impl<'d> Decoder<'d> {
                 max: self.capacity,
             });
         }
-        self.device
-            .queue(0)
-            .execute(
-                &[(&self.done, self.submitted)],
-                &[(&self.done, self.submitted + 1)],
-                &[&self.step],
-            )
-            .map_err(Error::gpu("submitting a decode step"))?;
-        self.submitted += 1;
-        self.position += 1;
-        Ok(())
+        self.submit_step_unchecked()
     }
 
     /// Waits until everything submitted has run.
@@ -446,7 +436,8 @@ impl<'d> Decoder<'d> {
         Ok(out)
     }
 
-    /// [`submit_step`](Self::submit_step) inside the prompt (teacher forcing).
+    /// [`submit_step`](Self::submit_step) without its checks (teacher forcing replays steps
+    /// inside the prompt).
     fn submit_step_unchecked(&mut self) -> Result<()> {
         self.device
             .queue(0)
@@ -455,7 +446,7 @@ impl<'d> Decoder<'d> {
                 &[(&self.done, self.submitted + 1)],
                 &[&self.step],
             )
-            .map_err(Error::gpu("submitting a step"))?;
+            .map_err(Error::gpu("submitting a decode step"))?;
         self.submitted += 1;
         self.position += 1;
         Ok(())

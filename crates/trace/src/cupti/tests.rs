@@ -457,7 +457,7 @@ mod zones {
     #[test]
     fn records_not_yet_delivered_keep_the_list_pending_then_it_is_shown() {
         let fake = FakeCupti::install();
-        let (gpu, sink, trace) = traced(&fake);
+        let (gpu, _sink, trace) = traced(&fake);
         let list = trace.zone_list().unwrap();
         let (begin, end) = record(&list, &["k"]);
         list.will_issue();
@@ -497,7 +497,7 @@ mod zones {
     #[test]
     fn launches_that_do_not_match_the_commands_are_never_misattributed() {
         let fake = FakeCupti::install();
-        let (gpu, sink, trace) = traced(&fake);
+        let (gpu, _sink, trace) = traced(&fake);
         let list = trace.zone_list().unwrap();
         let (begin, end) = record(&list, &["k1", "k2"]);
         list.will_issue();

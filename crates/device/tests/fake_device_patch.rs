@@ -110,6 +110,20 @@ fn check_output(device: &Device, queue: &Queue, table: &[BufferRange], input: &[
     );
 }
 
+/// Round `round` of checked submissions over `sets` of slots: on queue `round` modulo the
+/// device's queues, with the table of set `round` modulo their number.
+fn run_round(
+    device: &Device,
+    cb: &Arc<dyn CommandBuffer>,
+    sets: &[Slots],
+    rng: &mut Rng,
+    round: usize,
+) {
+    let queue = device.queue(round % device.queues().len());
+    let table = sets[round % sets.len()].table();
+    run_checked(device, queue, cb, &table, rng, &format!("round {round}"));
+}
+
 /// `rounds` checked submissions on queue 0, each on freshly allocated buffers.
 fn run_fresh_rounds(device: &Device, cb: &Arc<dyn CommandBuffer>, rng: &mut Rng, rounds: usize) {
     for round in 0..rounds {
@@ -148,16 +162,8 @@ fn alternating_tables_patch_on_the_device_with_exact_bytes() {
     let memset_sets = || fake.calls(cu_name!(cuGraphExecMemsetNodeSetParams));
     let rounds = 30;
     for round in 0..rounds {
-        let table = sets[round % sets.len()].table();
         let (kernels, memsets) = (kernel_sets(), memset_sets());
-        run_checked(
-            &device,
-            queue,
-            &cb,
-            &table,
-            &mut rng,
-            &format!("round {round}"),
-        );
+        run_round(&device, &cb, &sets, &mut rng, round);
         // Every slot changed: the helper node gets its list (one host call), the memset node
         // is patched on the host, no kernel node is.
         assert_eq!(
@@ -312,16 +318,7 @@ fn each_queue_gets_an_executable_with_a_graph_of_its_own() {
     let cb: Arc<dyn CommandBuffer> = graph.clone();
     let sets: Vec<Slots> = (0..4).map(|_| Slots::new(&device)).collect();
     for round in 0..16 {
-        let queue = device.queue(round % 2);
-        let table = sets[round % 4].table();
-        run_checked(
-            &device,
-            queue,
-            &cb,
-            &table,
-            &mut rng,
-            &format!("round {round}"),
-        );
+        run_round(&device, &cb, &sets, &mut rng, round);
     }
     // A graph with device-updatable nodes can have one executable at a time (the fake refuses
     // a second, as the driver does): each executable was instantiated from its own clone.
@@ -373,17 +370,8 @@ fn an_executable_without_its_clone_patches_on_the_host_beside_one_with() {
     let sets: Vec<Slots> = (0..3).map(|_| Slots::new(&device)).collect();
     let mut host_launches = 0;
     for round in 0..12 {
-        let queue = device.queue(round % 2);
         let kernels = fake.calls(cu_name!(cuGraphExecKernelNodeSetParams));
-        let table = sets[round % 3].table();
-        run_checked(
-            &device,
-            queue,
-            &cb,
-            &table,
-            &mut rng,
-            &format!("round {round}"),
-        );
+        run_round(&device, &cb, &sets, &mut rng, round);
         if fake.calls(cu_name!(cuGraphExecKernelNodeSetParams)) - kernels == u64::from(CHAIN) {
             host_launches += 1;
         }

@@ -6,7 +6,9 @@ mod fake_support;
 use cuhal_sys::cu_name;
 use std::sync::Arc;
 
-use cuhal::{CommandBuffer, DeviceOptions, Error, FillPattern, MemorySink, Verbosity};
+use cuhal::{
+    BufferRange, CommandBuffer, DeviceOptions, Error, FillPattern, MemorySink, Queue, Verbosity,
+};
 use cuhal_fake_driver::control::Counts;
 use cuhal_fake_driver::status;
 use fake_support::*;
@@ -84,6 +86,15 @@ fn a_failed_memory_pool_setup_leaks_nothing() {
     assert_eq!(live(&fake), Counts::default());
 }
 
+/// Checks that `queue` refuses to fill or to write 256 bytes into `target`, handing each error
+/// and the role the buffer had to `check`.
+fn fill_and_write_refused(queue: &Queue, target: &BufferRange, check: impl Fn(Error, &str)) {
+    let fill = queue.fill(&[], &[], target, FillPattern::U8(1));
+    check(fill.unwrap_err(), "fill target");
+    let write = queue.write(&[], &[], target, &[1; 256]);
+    check(write.unwrap_err(), "write target");
+}
+
 /// Queue operations refuse buffers of another device: one device's queue must never write
 /// another's memory.
 #[test]
@@ -100,11 +111,7 @@ fn queue_operations_refuse_buffers_of_another_device() {
         Error::WrongDevice { what: got } => assert_eq!(got, what),
         other => panic!("{what}: expected WrongDevice, got {other:?}"),
     };
-    wrong(
-        q0.fill(&[], &[], &theirs.whole(), FillPattern::U8(1))
-            .unwrap_err(),
-        "fill target",
-    );
+    fill_and_write_refused(q0, &theirs.whole(), wrong);
     wrong(
         q0.copy(&[], &[], &mine.whole(), &theirs.whole())
             .unwrap_err(),
@@ -114,10 +121,6 @@ fn queue_operations_refuse_buffers_of_another_device() {
         q0.copy(&[], &[], &theirs.whole(), &mine.whole())
             .unwrap_err(),
         "copy source",
-    );
-    wrong(
-        q0.write(&[], &[], &theirs.whole(), &[1; 256]).unwrap_err(),
-        "write target",
     );
     let host = d0.create_host_buffer(256).unwrap();
     wrong(
@@ -207,11 +210,7 @@ fn dealloca_frees_only_after_every_queued_use() {
     let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
 
     // Another queue's fill, queued behind a gate, uses the buffer; the dealloca issues at once.
-    let (gate, filled, freed) = (
-        device.create_semaphore(0),
-        device.create_semaphore(0),
-        device.create_semaphore(0),
-    );
+    let [gate, filled, freed] = std::array::from_fn(|_| device.create_semaphore(0));
     q1.fill(
         &[(&gate, 1)],
         &[(&filled, 1)],
@@ -232,15 +231,7 @@ fn dealloca_frees_only_after_every_queued_use() {
         Error::Deallocated { what: got } => assert_eq!(got, what),
         other => panic!("{what}: expected Deallocated, got {other:?}"),
     };
-    deallocated(
-        q0.fill(&[], &[], &buffer.whole(), FillPattern::U8(1))
-            .unwrap_err(),
-        "fill target",
-    );
-    deallocated(
-        q0.write(&[], &[], &buffer.whole(), &[1; 256]).unwrap_err(),
-        "write target",
-    );
+    fill_and_write_refused(q0, &buffer.whole(), deallocated);
     deallocated(
         q0.execute(&[], &[], &[&cb]).unwrap_err(),
         "command buffer's buffer",
@@ -279,11 +270,7 @@ fn an_execute_holds_every_one_of_many_allocations_it_uses() {
             cb.fill(&buffer.whole(), FillPattern::U8(7)).unwrap();
         }
         let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
-        let (gate, done, freed) = (
-            device.create_semaphore(0),
-            device.create_semaphore(0),
-            device.create_semaphore(0),
-        );
+        let [gate, done, freed] = std::array::from_fn(|_| device.create_semaphore(0));
         q1.execute(&[(&gate, 1)], &[(&done, 1)], &[&cb]).unwrap();
         for (value, buffer) in (1..).zip(&buffers) {
             q0.dealloca(&[], &[(&freed, value)], buffer).unwrap();

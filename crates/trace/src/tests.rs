@@ -5,16 +5,46 @@ use std::time::Duration;
 
 use crate::fake::FakeGpu;
 use crate::lock::locks_taken_on_this_thread;
-use crate::{DropReason, MemorySink, PoolLimits, TraceConfig, TraceContext, Verbosity};
+use cuhal_sys::CUevent;
+
+use crate::{DropReason, MemorySink, PoolLimits, TraceConfig, TraceContext, Verbosity, ZoneList};
 
 const MS: u64 = 1_000_000;
 
+/// A FINE tracing context with `pool` on a fresh fake GPU and memory sink.
+fn traced(pool: PoolLimits) -> (Arc<FakeGpu>, Arc<MemorySink>, TraceContext) {
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let trace = context(&gpu, &sink, pool);
+    (gpu, sink, trace)
+}
+
+/// A FINE tracing context with `pool` on `gpu`, writing to `sink`.
 fn context(gpu: &Arc<FakeGpu>, sink: &Arc<MemorySink>, pool: PoolLimits) -> TraceContext {
     let config = TraceConfig {
         pool,
         ..TraceConfig::new(Verbosity::Fine, "queue 0")
     };
     TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap()
+}
+
+/// Records a zone `name` in `list` and returns its begin and end events.
+fn zone(list: &ZoneList, name: &str) -> (CUevent, CUevent) {
+    (list.begin_zone(name).unwrap(), list.end_zone().unwrap())
+}
+
+/// Completes a zone's begin and end events at `begin_ns` and `end_ns`.
+fn complete(gpu: &FakeGpu, (begin, end): (CUevent, CUevent), begin_ns: u64, end_ns: u64) {
+    gpu.complete_at(begin, begin_ns);
+    gpu.complete_at(end, end_ns);
+}
+
+/// The zones the sink holds, as name, begin and end.
+fn shown(sink: &MemorySink) -> Vec<(String, u64, u64)> {
+    sink.zones()
+        .into_iter()
+        .map(|z| (z.name, z.begin_ns, z.end_ns))
+        .collect()
 }
 
 fn small_pool(max: usize) -> PoolLimits {
@@ -57,9 +87,7 @@ fn off_records_nothing_and_takes_no_lock() {
 #[test]
 fn the_lock_counter_sees_locks() {
     // The Off test relies on the counter; make sure it counts when tracing is on.
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (_gpu, _sink, trace) = traced(PoolLimits::default());
     let before = locks_taken_on_this_thread();
     let list = trace.zone_list().unwrap();
     list.begin_zone("x");
@@ -114,9 +142,7 @@ fn zones_get_the_times_their_events_completed_at() {
 
 #[test]
 fn a_zone_still_running_is_not_collected_early() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (gpu, sink, trace) = traced(PoolLimits::default());
     let list = trace.zone_list().unwrap();
     let b = list.begin_zone("long kernel").unwrap();
     let e = list.end_zone().unwrap();
@@ -137,9 +163,7 @@ fn a_zone_still_running_is_not_collected_early() {
 
 #[test]
 fn a_not_ready_list_does_not_hold_back_later_ones() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (gpu, sink, trace) = traced(PoolLimits::default());
     let first = trace.zone_list().unwrap();
     let (b1, e1) = (
         first.begin_zone("first").unwrap(),
@@ -165,10 +189,8 @@ fn a_not_ready_list_does_not_hold_back_later_ones() {
 
 #[test]
 fn exhaustion_drops_zones_counts_them_and_keeps_nesting() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
     // Four events: two zones.
-    let trace = context(&gpu, &sink, small_pool(4));
+    let (gpu, sink, trace) = traced(small_pool(4));
     let list = trace.zone_list().unwrap();
     let a = list.begin_zone("a").unwrap();
     let b = list.begin_zone("b").unwrap();
@@ -205,9 +227,7 @@ fn exhaustion_drops_zones_counts_them_and_keeps_nesting() {
 
 #[test]
 fn events_return_to_the_pool_only_after_the_last_submission_is_collected() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, small_pool(64));
+    let (gpu, sink, trace) = traced(small_pool(64));
     let list = trace.zone_list().unwrap();
     let b = list.begin_zone("z").unwrap();
     let e = list.end_zone().unwrap();
@@ -241,9 +261,7 @@ fn events_return_to_the_pool_only_after_the_last_submission_is_collected() {
 
 #[test]
 fn never_submitted_lists_are_counted_and_never_shown() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (_gpu, sink, trace) = traced(PoolLimits::default());
     let list = trace.zone_list().unwrap();
     list.begin_zone("outer");
     list.begin_zone("inner");
@@ -261,9 +279,7 @@ fn never_submitted_lists_are_counted_and_never_shown() {
 
 #[test]
 fn zones_left_open_at_submission_are_closed_at_the_lists_last_time() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (gpu, sink, trace) = traced(PoolLimits::default());
     let list = trace.zone_list().unwrap();
     let a = list.begin_zone("never ended").unwrap();
     let b = list.begin_zone("inner").unwrap();
@@ -272,13 +288,8 @@ fn zones_left_open_at_submission_are_closed_at_the_lists_last_time() {
     gpu.complete_at(b, 2 * MS);
     gpu.complete_at(b_end, 3 * MS);
     list.on_submit().unwrap()();
-    let zones: Vec<_> = sink
-        .zones()
-        .into_iter()
-        .map(|z| (z.name, z.begin_ns, z.end_ns))
-        .collect();
     assert_eq!(
-        zones,
+        shown(&sink),
         [
             ("never ended".to_owned(), MS, 3 * MS),
             ("inner".to_owned(), 2 * MS, 3 * MS)
@@ -289,9 +300,7 @@ fn zones_left_open_at_submission_are_closed_at_the_lists_last_time() {
 
 #[test]
 fn a_calibration_that_fails_half_way_is_not_used() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (gpu, sink, trace) = traced(PoolLimits::default());
     let calibrations = trace.stats().calibrations;
     // The first candidate (possibly the current base) is re-recorded, the second fails.
     gpu.advance(3 * MS);
@@ -324,64 +333,47 @@ fn a_calibration_that_fails_half_way_is_not_used() {
 
 #[test]
 fn a_relaunch_announced_before_it_re_records_is_never_reported_twice() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (gpu, sink, trace) = traced(PoolLimits::default());
     let list = trace.zone_list().unwrap();
-    let b = list.begin_zone("graph").unwrap();
-    let e = list.end_zone().unwrap();
-    gpu.complete_at(b, MS);
-    gpu.complete_at(e, 2 * MS);
+    let graph = zone(&list, "graph");
+    complete(&gpu, graph, MS, 2 * MS);
     let first = list.on_submit().unwrap();
     // The queue announces the second launch, which then re-records (and here completes) the
     // events before the first submission's collection runs.
     list.will_issue();
-    gpu.complete_at(b, 5 * MS);
-    gpu.complete_at(e, 7 * MS);
+    complete(&gpu, graph, 5 * MS, 7 * MS);
     first(); // between the launch and its on_submit: must not report the new times as the first's
     let second = list.on_submit().unwrap();
     second();
-    let zones: Vec<_> = sink
-        .zones()
-        .into_iter()
-        .map(|z| (z.begin_ns, z.end_ns))
-        .collect();
-    assert_eq!(zones, [(5 * MS, 7 * MS)], "the second launch's times, once");
+    assert_eq!(
+        shown(&sink),
+        [("graph".to_owned(), 5 * MS, 7 * MS)],
+        "the second launch's times, once"
+    );
     assert_eq!(trace.stats().dropped.get(DropReason::Superseded), 1);
 }
 
 #[test]
 fn a_resubmission_before_collection_supersedes_the_earlier_one() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (gpu, sink, trace) = traced(PoolLimits::default());
     let list = trace.zone_list().unwrap();
-    let b = list.begin_zone("graph").unwrap();
-    let e = list.end_zone().unwrap();
+    let graph = zone(&list, "graph");
     // First launch.
-    gpu.complete_at(b, MS);
-    gpu.complete_at(e, 2 * MS);
+    complete(&gpu, graph, MS, 2 * MS);
     let first = list.on_submit().unwrap();
     // Second launch re-records the same events before the first is collected.
-    gpu.complete_at(b, 5 * MS);
-    gpu.complete_at(e, 7 * MS);
+    complete(&gpu, graph, 5 * MS, 7 * MS);
     let second = list.on_submit().unwrap();
     first();
     second();
-    let zones: Vec<_> = sink
-        .zones()
-        .into_iter()
-        .map(|z| (z.begin_ns, z.end_ns))
-        .collect();
     assert_eq!(
-        zones,
-        [(5 * MS, 7 * MS)],
+        shown(&sink),
+        [("graph".to_owned(), 5 * MS, 7 * MS)],
         "shown once, with the times the events hold"
     );
     assert_eq!(trace.stats().dropped.get(DropReason::Superseded), 1);
     // A third launch after collection is shown normally.
-    gpu.complete_at(b, 8 * MS);
-    gpu.complete_at(e, 9 * MS);
+    complete(&gpu, graph, 8 * MS, 9 * MS);
     list.on_submit().unwrap()();
     assert_eq!(sink.zones().len(), 2);
 }
@@ -398,10 +390,7 @@ fn collection_rebases_a_stale_calibration() {
     assert_eq!(trace.stats().calibrations, 1);
     let zone = |at: u64| {
         let list = trace.zone_list().unwrap();
-        let b = list.begin_zone("z").unwrap();
-        let e = list.end_zone().unwrap();
-        gpu.complete_at(b, at);
-        gpu.complete_at(e, at + 1_000);
+        complete(&gpu, zone(&list, "z"), at, at + 1_000);
         list.on_submit().unwrap()();
     };
     gpu.advance(500 * MS);
@@ -418,27 +407,18 @@ fn collection_rebases_a_stale_calibration() {
 
 #[test]
 fn a_hundred_thousand_zones_through_a_pool_of_a_thousand_events() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(
-        &gpu,
-        &sink,
-        PoolLimits {
-            initial: 0,
-            grow_by: 100,
-            max: 1_000,
-        },
-    );
+    let (gpu, sink, trace) = traced(PoolLimits {
+        initial: 0,
+        grow_by: 100,
+        max: 1_000,
+    });
     let mut in_flight = std::collections::VecDeque::new();
     let mut zones = 0u64;
     let mut t = 10 * MS;
     while zones < 100_000 {
         let list = trace.zone_list().unwrap();
         for _ in 0..100 {
-            let b = list.begin_zone("z").unwrap();
-            let e = list.end_zone().unwrap();
-            gpu.complete_at(b, t);
-            gpu.complete_at(e, t + 10);
+            complete(&gpu, zone(&list, "z"), t, t + 10);
             t += 20;
         }
         zones += 100;
@@ -472,9 +452,7 @@ fn a_hundred_thousand_zones_through_a_pool_of_a_thousand_events() {
 
 #[test]
 fn dropping_the_context_abandons_what_is_still_running_and_frees_everything() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (gpu, sink, trace) = traced(PoolLimits::default());
     let list = trace.zone_list().unwrap();
     list.begin_zone("running").unwrap();
     let e = list.end_zone().unwrap();
@@ -491,9 +469,7 @@ fn dropping_the_context_abandons_what_is_still_running_and_frees_everything() {
 
 #[test]
 fn stream_and_graph_helpers_record_through_the_backend() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (gpu, sink, trace) = traced(PoolLimits::default());
     let list = trace.zone_list().unwrap();
     gpu.set_now(20 * MS);
     // SAFETY: the fake device accepts any stream and graph handle.
@@ -514,13 +490,8 @@ fn stream_and_graph_helpers_record_through_the_backend() {
         assert!(list.end_on_stream(std::ptr::null_mut()).unwrap());
     }
     list.on_submit().unwrap()();
-    let zones: Vec<_> = sink
-        .zones()
-        .into_iter()
-        .map(|z| (z.name, z.begin_ns, z.end_ns))
-        .collect();
     assert_eq!(
-        zones,
+        shown(&sink),
         [
             ("submission".to_owned(), 20 * MS, 23 * MS),
             ("graph zone".to_owned(), 21 * MS, 22 * MS)
@@ -530,17 +501,12 @@ fn stream_and_graph_helpers_record_through_the_backend() {
 
 #[test]
 fn recording_and_collecting_from_many_threads() {
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = Arc::new(context(
-        &gpu,
-        &sink,
-        PoolLimits {
-            initial: 0,
-            grow_by: 16,
-            max: 256,
-        },
-    ));
+    let (gpu, sink, trace) = traced(PoolLimits {
+        initial: 0,
+        grow_by: 16,
+        max: 256,
+    });
+    let trace = Arc::new(trace);
     let threads: Vec<_> = (0..4)
         .map(|_| {
             let trace = trace.clone();
@@ -580,15 +546,11 @@ fn concurrent_zones_are_timed_only_once_every_event_completed() {
     // complete while the first still runs. No time is asked of an event not complete yet (the
     // driver's CUDA_ERROR_NOT_READY, an API error to compute-sanitizer), and the list is shown
     // once it is.
-    let gpu = FakeGpu::new();
-    let sink = Arc::new(MemorySink::new());
-    let trace = context(&gpu, &sink, PoolLimits::default());
+    let (gpu, sink, trace) = traced(PoolLimits::default());
     let list = trace.zone_list().unwrap();
-    let (b1, e1) = (list.begin_zone("a").unwrap(), list.end_zone().unwrap());
-    let (b2, e2) = (list.begin_zone("b").unwrap(), list.end_zone().unwrap());
+    let (b1, e1) = zone(&list, "a");
+    complete(&gpu, zone(&list, "b"), 2 * MS, 3 * MS);
     gpu.complete_at(b1, 2 * MS);
-    gpu.complete_at(b2, 2 * MS);
-    gpu.complete_at(e2, 3 * MS);
     gpu.pend(e1);
     list.on_submit().unwrap()();
     assert!(sink.zones().is_empty());
@@ -596,13 +558,8 @@ fn concurrent_zones_are_timed_only_once_every_event_completed() {
     assert_eq!(gpu.elapsed_not_ready(), 0, "a time was asked too early");
     gpu.complete_at(e1, 5 * MS);
     assert_eq!(trace.collect(), 2);
-    let zones: Vec<_> = sink
-        .zones()
-        .into_iter()
-        .map(|z| (z.name, z.begin_ns, z.end_ns))
-        .collect();
     assert_eq!(
-        zones,
+        shown(&sink),
         [
             ("a".to_owned(), 2 * MS, 5 * MS),
             ("b".to_owned(), 2 * MS, 3 * MS)

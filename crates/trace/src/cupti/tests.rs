@@ -228,16 +228,44 @@ mod zones {
         trace_ns - 1_000_000 + CUPTI_AT_1MS
     }
 
-    fn context(fake: &FakeCupti, gpu: &Arc<FakeGpu>, sink: &Arc<MemorySink>) -> TraceContext {
+    /// A FINE tracing context on a fresh fake GPU and memory sink that times commands by
+    /// `fake`'s records (required), with CUPTI's clock at `CUPTI_AT_1MS`.
+    fn traced(fake: &FakeCupti) -> (Arc<FakeGpu>, Arc<MemorySink>, TraceContext) {
         fake.set_timestamp(Some(CUPTI_AT_1MS));
-        let config = TraceConfig {
-            cupti: CuptiChoice::Api {
-                api: fake.api(),
-                required: true,
-            },
+        let gpu = FakeGpu::new();
+        let sink = Arc::new(MemorySink::new());
+        let config = fine(api(fake, true));
+        let trace = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap();
+        (gpu, sink, trace)
+    }
+
+    /// A tracing context for `config` on a fresh fake GPU and memory sink.
+    fn open(config: TraceConfig) -> Result<TraceContext, Error> {
+        TraceContext::with_backend(FakeGpu::new(), config, Arc::new(MemorySink::new()))
+    }
+
+    /// A FINE configuration that asks for `cupti`.
+    fn fine(cupti: CuptiChoice) -> TraceConfig {
+        TraceConfig {
+            cupti,
             ..TraceConfig::new(Verbosity::Fine, "queue 0")
-        };
-        TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap()
+        }
+    }
+
+    /// The fake CUPTI's function table.
+    fn api(fake: &FakeCupti, required: bool) -> CuptiChoice {
+        CuptiChoice::Api {
+            api: fake.api(),
+            required,
+        }
+    }
+
+    /// A CUPTI library at a path where none is.
+    fn missing_library(required: bool) -> CuptiChoice {
+        CuptiChoice::Library {
+            path: "/nonexistent/libcupti.so.13".into(),
+            required,
+        }
     }
 
     /// Records a command buffer zone around `names` (activity-timed) and returns the list and
@@ -255,9 +283,7 @@ mod zones {
     #[test]
     fn deferred_replay_commands_take_their_records_times_and_keep_names_and_nesting() {
         let fake = FakeCupti::install();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let trace = context(&fake, &gpu, &sink);
+        let (gpu, sink, trace) = traced(&fake);
         assert_eq!(trace.stats().fine_source, FineSource::Cupti);
         let list = trace.zone_list().unwrap();
         let (begin, end) = record(&list, &["fill", "saxpy", "copy"]);
@@ -296,9 +322,7 @@ mod zones {
     #[test]
     fn graph_records_find_their_commands_through_the_cloned_node_ids() {
         let fake = FakeCupti::install();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let trace = context(&fake, &gpu, &sink);
+        let (gpu, sink, trace) = traced(&fake);
         let list = trace.zone_list().unwrap();
         let begin = list.begin_zone("command buffer").unwrap();
         let nodes: Vec<cuhal_sys::CUgraphNode> = (1..=3)
@@ -363,9 +387,7 @@ mod zones {
     fn a_replayed_graph_of_a_hundred_commands_flushes_once_per_collection_and_recycles_buffers() {
         const COMMANDS: usize = 100;
         let fake = FakeCupti::install();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let trace = context(&fake, &gpu, &sink);
+        let (gpu, sink, trace) = traced(&fake);
         let session = crate::cupti::CuptiSession::acquire_with(fake.api()).unwrap();
         let list = trace.zone_list().unwrap();
         let begin = list.begin_zone("command buffer").unwrap();
@@ -435,9 +457,7 @@ mod zones {
     #[test]
     fn records_not_yet_delivered_keep_the_list_pending_then_it_is_shown() {
         let fake = FakeCupti::install();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let trace = context(&fake, &gpu, &sink);
+        let (gpu, _sink, trace) = traced(&fake);
         let list = trace.zone_list().unwrap();
         let (begin, end) = record(&list, &["k"]);
         list.will_issue();
@@ -455,9 +475,7 @@ mod zones {
     #[test]
     fn records_that_never_come_drop_only_the_command_zones() {
         let fake = FakeCupti::install();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let trace = context(&fake, &gpu, &sink);
+        let (gpu, sink, trace) = traced(&fake);
         let list = trace.zone_list().unwrap();
         let (begin, end) = record(&list, &["k1", "k2"]);
         list.will_issue();
@@ -479,9 +497,7 @@ mod zones {
     #[test]
     fn launches_that_do_not_match_the_commands_are_never_misattributed() {
         let fake = FakeCupti::install();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let trace = context(&fake, &gpu, &sink);
+        let (gpu, _sink, trace) = traced(&fake);
         let list = trace.zone_list().unwrap();
         let (begin, end) = record(&list, &["k1", "k2"]);
         list.will_issue();
@@ -500,9 +516,7 @@ mod zones {
     #[test]
     fn two_lists_issued_back_to_back_each_get_their_own_launches() {
         let fake = FakeCupti::install();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let trace = context(&fake, &gpu, &sink);
+        let (gpu, sink, trace) = traced(&fake);
         let first = trace.zone_list().unwrap();
         let second = trace.zone_list().unwrap();
         let (b1, e1) = record(&first, &["one"]);
@@ -537,9 +551,7 @@ mod zones {
     #[test]
     fn resubmitting_reuses_the_lists_storage_and_times_each_submission() {
         let fake = FakeCupti::install();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let trace = context(&fake, &gpu, &sink);
+        let (gpu, sink, trace) = traced(&fake);
         let list = trace.zone_list().unwrap();
         let (begin, end) = record(&list, &["k"]);
         for round in 0..5u64 {
@@ -570,16 +582,7 @@ mod zones {
     fn without_cupti_fine_falls_back_to_events_and_says_why() {
         let fake = FakeCupti::install();
         fake.take_subscriber();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let config = TraceConfig {
-            cupti: CuptiChoice::Api {
-                api: fake.api(),
-                required: false,
-            },
-            ..TraceConfig::new(Verbosity::Fine, "q")
-        };
-        let trace = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap();
+        let trace = open(fine(api(&fake, false))).unwrap();
         let stats = trace.stats();
         assert_eq!(stats.fine_source, FineSource::Events);
         assert_eq!(
@@ -592,22 +595,10 @@ mod zones {
         assert!(!timing.by_activity);
         assert!(timing.begin.is_some() && timing.end.is_some());
 
-        let config = TraceConfig {
-            cupti: CuptiChoice::Library {
-                path: "/nonexistent/libcupti.so.13".into(),
-                required: false,
-            },
-            ..TraceConfig::new(Verbosity::Fine, "q")
-        };
-        let trace = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap();
+        let trace = open(fine(missing_library(false))).unwrap();
         assert_eq!(trace.stats().cupti_unavailable, Some("library not found"));
         // COARSE never asks for CUPTI.
-        let trace = TraceContext::with_backend(
-            gpu.clone(),
-            TraceConfig::new(Verbosity::Coarse, "q"),
-            sink.clone(),
-        )
-        .unwrap();
+        let trace = open(TraceConfig::new(Verbosity::Coarse, "q")).unwrap();
         assert_eq!(trace.stats().fine_source, FineSource::None);
         assert_eq!(trace.stats().cupti_unavailable, None);
     }
@@ -616,28 +607,12 @@ mod zones {
     fn asking_for_cupti_explicitly_is_a_typed_error_naming_the_reason() {
         let fake = FakeCupti::install();
         fake.take_subscriber();
-        let gpu = FakeGpu::new();
-        let sink = Arc::new(MemorySink::new());
-        let config = TraceConfig {
-            cupti: CuptiChoice::Api {
-                api: fake.api(),
-                required: true,
-            },
-            ..TraceConfig::new(Verbosity::Fine, "q")
-        };
-        let err = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap_err();
+        let err = open(fine(api(&fake, true))).unwrap_err();
         assert!(
             matches!(err, Error::Cupti(super::super::CuptiError::SubscriberTaken)),
             "{err:?}"
         );
-        let config = TraceConfig {
-            cupti: CuptiChoice::Library {
-                path: "/nonexistent/libcupti.so.13".into(),
-                required: true,
-            },
-            ..TraceConfig::new(Verbosity::Fine, "q")
-        };
-        let err = TraceContext::with_backend(gpu, config, sink).unwrap_err();
+        let err = open(fine(missing_library(true))).unwrap_err();
         assert!(
             matches!(
                 err,

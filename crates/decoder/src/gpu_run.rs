@@ -103,6 +103,14 @@ pub fn run(driver: &Driver, files: &ModelFiles, options: &RunOptions) -> anyhow:
         decoder.kernel_names().len(),
         started.elapsed().as_secs_f64()
     );
+    let memory = decoder.memory();
+    eprintln!(
+        "device memory: {:.1} MB = weights {:.1} MB + key/value cache {:.1} MB + workspace {:.2} MB",
+        memory.total() as f64 / 1e6,
+        memory.weights as f64 / 1e6,
+        memory.cache as f64 / 1e6,
+        memory.workspace as f64 / 1e6
+    );
 
     if let (Some(tokens), Some(output)) = (&teacher, &options.dump_logits) {
         let logits = decoder.teacher_force(tokens)?;

@@ -267,3 +267,41 @@ fn models_and_prompts_it_does_not_take_are_typed_errors() {
     let e = decoder.submit_step().unwrap_err();
     assert!(matches!(e, Error::ContextFull { .. }), "{e}");
 }
+
+#[test]
+fn the_memory_it_holds_is_the_weights_the_cache_and_a_stated_workspace() {
+    let dir = ScratchDir::new("fake-memory");
+    let config = tiny_config();
+    write_random_model(dir.path(), &config, 5).unwrap();
+    let files = ModelFiles::open(dir.path()).unwrap();
+    let weights = files.weights().unwrap();
+    let (_fake, _driver, device) = open("decoder-memory");
+    let (batch, capacity) = (3, 16);
+    let decoder = Decoder::new(&device, &config, &weights, &options(batch, capacity)).unwrap();
+    let memory = decoder.memory();
+
+    // The weights as uploaded (alignment padding between tensors at most).
+    let tensors: usize = weights.tensors().map(|t| t.data.len()).sum();
+    assert!(
+        memory.weights >= tensors,
+        "{memory:?} against {tensors} bytes of tensors"
+    );
+    assert_eq!(memory.weights, decoder.weights_buffer().len());
+    // Keys and values of every layer, sequence, key/value head and position, in fp16.
+    let head_dim = config.head_dim;
+    let cache =
+        config.num_hidden_layers * 2 * batch * config.num_key_value_heads * capacity * head_dim * 2;
+    assert_eq!(memory.cache, cache);
+    // Tokens and three per-sequence words, the rotary frequencies, and the f32 activations.
+    let h = config.hidden_size;
+    let activations = batch
+        * (2 * h
+            + config.q_dim()
+            + 2 * config.kv_dim()
+            + config.q_dim()
+            + 3 * config.intermediate_size
+            + config.vocab_size);
+    let workspace = 4 * (capacity * batch + 2 * batch + head_dim / 2 + activations);
+    assert_eq!(memory.workspace, workspace);
+    assert_eq!(memory.total(), memory.weights + cache + workspace);
+}

@@ -85,6 +85,27 @@ pub struct Generation {
     pub decode: Duration,
 }
 
+/// The device memory a [`Decoder`] holds: the weights, the key/value cache, and a workspace
+/// (tokens, positions, rotary frequencies, activations), each allocated once when it is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// The weights' bytes as uploaded (q/k/v and gate/up laid out back to back).
+    pub weights: usize,
+    /// The key/value cache: layers x 2 x batch x key/value heads x capacity x head size x the
+    /// dtype's size.
+    pub cache: usize,
+    /// Everything else: `[capacity][batch]` tokens, per-sequence positions and prompt lengths,
+    /// the rotary frequencies and the step's f32 activations (the logits the largest).
+    pub workspace: usize,
+}
+
+impl MemoryUse {
+    /// All of it.
+    pub fn total(&self) -> usize {
+        self.weights + self.cache + self.workspace
+    }
+}
+
 /// A Llama model on a device, ready to generate.
 pub struct Decoder<'d> {
     device: &'d Device,
@@ -218,6 +239,15 @@ impl<'d> Decoder<'d> {
     /// Bytes of weights a decode step reads (see [`DeviceWeights::bytes_per_step`]).
     pub fn weight_bytes_per_step(&self) -> usize {
         self.weights.bytes_per_step()
+    }
+
+    /// The device memory this decoder holds (see [`MemoryUse`]).
+    pub fn memory(&self) -> MemoryUse {
+        MemoryUse {
+            weights: self.weights.buffer.len(),
+            cache: self.buffers.cache_bytes(),
+            workspace: self.buffers.workspace_bytes(),
+        }
     }
 
     /// The buffer holding every weight.

@@ -53,6 +53,32 @@ pub struct StepBuffers {
 }
 
 impl StepBuffers {
+    /// Bytes of the key/value cache (every layer's keys and values).
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Bytes of everything else the step reads and writes besides the weights and the cache:
+    /// tokens, positions, rotary frequencies and the activations.
+    pub fn workspace_bytes(&self) -> usize {
+        [
+            &self.history,
+            &self.pos,
+            &self.prompt_len,
+            &self.inv_freq,
+            &self.x,
+            &self.xn,
+            &self.qkv,
+            &self.attn,
+            &self.gate_up,
+            &self.act,
+            &self.logits,
+        ]
+        .iter()
+        .map(|buffer| buffer.len())
+        .sum()
+    }
+
     /// Allocates the buffers for `batch` sequences of `capacity` positions and uploads the
     /// rotary frequencies; returns once the upload has completed.
     pub fn new(

@@ -201,3 +201,14 @@ fn the_ladder_naps_then_blocks_and_a_hurry_polls() {
     assert_eq!(after_nap(NAP, true, spin), Rung::Poll(spin));
     assert_eq!(after_nap(Duration::ZERO, true, spin), Rung::Poll(NAP));
 }
+
+/// By default a needed wait polls as long as a hurried nap would from the start of its wait (a
+/// wait somebody needs from the outset must not hand its wake to the device's block sooner than
+/// one hurried later): a future awaiting a 50 us kernel was woken by the block, 22 us late,
+/// while the default spin was 50 us.
+#[test]
+fn by_default_a_needed_wait_polls_through_the_nap_window() {
+    let spin = cuhal_scheduler::CompletionOptions::DEFAULT_SPIN;
+    assert!(spin >= NAP, "{spin:?} < {NAP:?}");
+    assert_eq!(after_nap(Duration::ZERO, true, spin), Rung::Poll(spin));
+}

@@ -173,6 +173,17 @@ fn check_generation(model: &Model, prompt: &[u32], ours: &[u32]) {
 }
 
 fn run(dtype: DType, batch: usize, prompt_len: usize, count: usize, seed: u64) {
+    run_with(dtype, batch, prompt_len, count, seed, true);
+}
+
+fn run_with(
+    dtype: DType,
+    batch: usize,
+    prompt_len: usize,
+    count: usize,
+    seed: u64,
+    programmatic: bool,
+) {
     let config = config(dtype);
     let dir = ModelDir::new(&config, seed);
     let files = ModelFiles::open(&dir.0).unwrap();
@@ -185,8 +196,11 @@ fn run(dtype: DType, batch: usize, prompt_len: usize, count: usize, seed: u64) {
         batch,
         capacity: prompt_len + count + 1,
         image: KernelImage::Fatbin,
+        programmatic,
     };
     let mut decoder = Decoder::new(&device, &config, &weights, &options).expect("the decoder");
+    let hopper = device.info().compute_capability >= (9, 0);
+    assert_eq!(decoder.programmatic(), programmatic && hopper);
     let prompts: Vec<Vec<u32>> = (0..batch)
         .map(|b| {
             (0..prompt_len)
@@ -231,6 +245,19 @@ fn decoder_fp16_follows_the_cpu_reference() {
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn decoder_fp16_batch_of_prompts_follows_the_cpu_reference() {
     run(DType::F16, 5, 4, 48, 12);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn decoder_fp16_batch_past_one_gemv_block_follows_the_cpu_reference() {
+    // 12 sequences: two blocks along the GEMV's batch axis, the second with 4.
+    run(DType::F16, 12, 3, 24, 15);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn decoder_fp16_without_programmatic_launches_follows_the_cpu_reference() {
+    run_with(DType::F16, 2, 5, 64, 16, false);
 }
 
 #[test]

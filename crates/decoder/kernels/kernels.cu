@@ -16,8 +16,10 @@
 // Sequences one GEMV block computes at once: each warp keeps this many sums, and reads each
 // weight once for all of them.
 #define GEMV_BATCH 8
-// Rows (one per warp) of a GEMV block.
-#define GEMV_ROWS 8
+// Rows one GEMV warp computes at once (one load of x serves them all).
+#define GEMV_WARP_ROWS 4
+// Warps of a GEMV block.
+#define GEMV_WARPS 4
 // The widest head `attention` takes (its query lives in shared memory).
 #define MAX_HEAD_DIM 256
 // Threads of an attention block (at least MAX_HEAD_DIM).
@@ -51,6 +53,19 @@ __device__ __forceinline__ void unpack8(uint4 word, __nv_bfloat16* /*tag*/, floa
         out[2 * i] = f.x;
         out[2 * i + 1] = f.y;
     }
+}
+
+// Programmatic dependent launch (sm_90 and later; nothing before). Every kernel starts with
+// `step_begin`: it lets the next kernel of the step launch now (its blocks wait in their own
+// `step_begin` until this kernel has ended and its writes are visible), then waits the same
+// way for the kernel before it. Both are no-ops for a launch without a programmatic
+// dependency. Every block calls it before any early return, so a kernel ends only after the
+// one before it ended: the order is transitive along the step.
+__device__ __forceinline__ void step_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float x) {
@@ -96,6 +111,7 @@ template <typename T>
 __device__ void embed(const T* __restrict__ table, const uint32_t* __restrict__ history,
                       const uint32_t* __restrict__ pos, float* __restrict__ x, uint32_t hidden,
                       uint32_t vocab, uint32_t batch, uint32_t capacity) {
+    step_begin();
     uint32_t b = blockIdx.x;
     uint32_t p = min(pos[b], capacity - 1);
     uint32_t token = history[(size_t)p * batch + b];
@@ -119,174 +135,208 @@ extern "C" __global__ void embed_bf16(const __nv_bfloat16* table, const uint32_t
 }
 
 // ---------------------------------------------------------------------------------------------
-// RMSNorm: out[b] = x[b] / sqrt(mean(x[b]^2) + eps) * weight. Grid (batch), block 256.
-template <typename T>
-__device__ void rms_norm(const float* __restrict__ x, const T* __restrict__ weight,
-                         float* __restrict__ out, uint32_t hidden, float eps) {
-    __shared__ float scratch[32];
-    const float* row = x + (size_t)blockIdx.x * hidden;
-    float sum = 0.0f;
-    for (uint32_t i = threadIdx.x; i < hidden; i += blockDim.x) sum += row[i] * row[i];
-    sum = block_sum(sum, scratch);
-    float scale = rsqrtf(sum / (float)hidden + eps);
-    float* o = out + (size_t)blockIdx.x * hidden;
-    for (uint32_t i = threadIdx.x; i < hidden; i += blockDim.x)
-        o[i] = row[i] * scale * to_float(weight[i]);
-}
+// Batch-small GEMV with the step's element-wise work folded in:
+//   y[b][r] = (mode == ACCUMULATE ? y[b][r] : 0) + sum_k w[r][k] * xin[b][k]
+// where xin is x, or with `norm` given RMSNorm of x: x[b][k] * rsqrt(mean(x[b]^2) + eps) *
+// norm[k] (each block computes its sequences' scales), and with mode SWIGLU the rows are the
+// fused gate and up projection (gate rows first, rows / 2 each) and y[b][i] = silu(gate_i) *
+// up_i, rows / 2 outputs per sequence.
+// Each warp computes GEMV_WARP_ROWS rows (in SWIGLU two gate rows and their two up rows), so
+// one load of x serves four rows of weights; GEMV_WARPS warps per block, GEMV_BATCH sequences
+// per block along y: every lane loads 8 weights of each row in one 128-bit load (cols must be
+// a multiple of 8, rows 16-byte aligned) and widens them to f32.
+// Grid (ceil(rows / (GEMV_WARP_ROWS * GEMV_WARPS)), ceil(batch / GEMV_BATCH)),
+// block 32 * GEMV_WARPS.
+#define GEMV_WRITE 0
+#define GEMV_ACCUMULATE 1
+#define GEMV_SWIGLU 2
 
-extern "C" __global__ void rms_norm_f16(const float* x, const __half* weight, float* out,
-                                        uint32_t hidden, float eps) {
-    rms_norm(x, weight, out, hidden, eps);
-}
-extern "C" __global__ void rms_norm_bf16(const float* x, const __nv_bfloat16* weight, float* out,
-                                         uint32_t hidden, float eps) {
-    rms_norm(x, weight, out, hidden, eps);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Batch-small GEMV: y[b][r] = (accumulate ? y[b][r] : 0) + sum_k w[r][k] * x[b][k].
-// One warp per row, GEMV_ROWS rows per block, GEMV_BATCH sequences per block along y: every
-// lane loads 8 weights in one 128-bit load (cols must be a multiple of 8, rows 16-byte
-// aligned), widens them to f32 and multiplies them into each sequence's sum.
-// Grid (ceil(rows / GEMV_ROWS), ceil(batch / GEMV_BATCH)), block 32 * GEMV_ROWS.
 template <typename T>
 __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
-                     uint32_t rows, uint32_t cols, uint32_t batch, uint32_t accumulate) {
+                     const T* __restrict__ norm, float eps, uint32_t rows, uint32_t cols,
+                     uint32_t batch, uint32_t mode) {
+    __shared__ float scratch[32];
+    __shared__ float scale[GEMV_BATCH];
+    step_begin();
     uint32_t lane = threadIdx.x & 31;
-    uint32_t row = blockIdx.x * GEMV_ROWS + (threadIdx.x >> 5);
+    uint32_t quad = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     uint32_t b0 = blockIdx.y * GEMV_BATCH;
-    if (row >= rows || b0 >= batch) return;
+    if (b0 >= batch) return;  // the whole block leaves
     uint32_t nb = min(batch - b0, (uint32_t)GEMV_BATCH);
-    const uint4* wrow = reinterpret_cast<const uint4*>(w + (size_t)row * cols);
     const float* xb = x + (size_t)b0 * cols;
-    float acc[GEMV_BATCH];
+    if (norm != nullptr) {
+        // Every thread of the block takes part (before any warp may leave).
+        for (uint32_t b = 0; b < nb; b++) {
+            const float* row = xb + (size_t)b * cols;
+            float sum = 0.0f;
+            for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x) sum += row[i] * row[i];
+            sum = block_sum(sum, scratch);
+            if (threadIdx.x == 0) scale[b] = rsqrtf(sum / (float)cols + eps);
+        }
+        __syncthreads();
+    }
+    // The warp's rows, and the outputs it writes (SWIGLU: two, else four).
+    uint32_t row[GEMV_WARP_ROWS];
+    bool valid[GEMV_WARP_ROWS];
+    uint32_t outputs = mode == GEMV_SWIGLU ? rows / 2 : rows;
+    uint32_t first = mode == GEMV_SWIGLU ? 2 * quad : GEMV_WARP_ROWS * quad;
 #pragma unroll
-    for (int b = 0; b < GEMV_BATCH; b++) acc[b] = 0.0f;
+    for (int j = 0; j < GEMV_WARP_ROWS; j++) {
+        uint32_t out = mode == GEMV_SWIGLU ? first + (j & 1) : first + j;
+        valid[j] = out < outputs;
+        // An invalid row reads row 0 (in bounds) and is never written.
+        row[j] = valid[j] ? (mode == GEMV_SWIGLU && j >= 2 ? outputs + out : out) : 0;
+    }
+    if (!valid[0]) return;
+    const uint4* wrow[GEMV_WARP_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_WARP_ROWS; j++)
+        wrow[j] = reinterpret_cast<const uint4*>(w + (size_t)row[j] * cols);
+    const uint4* nrow = reinterpret_cast<const uint4*>(norm);
+    float acc[GEMV_WARP_ROWS][GEMV_BATCH];
+#pragma unroll
+    for (int j = 0; j < GEMV_WARP_ROWS; j++)
+#pragma unroll
+        for (int b = 0; b < GEMV_BATCH; b++) acc[j][b] = 0.0f;
     uint32_t words = cols / 8;
-#pragma unroll 4
+#pragma unroll 2
     for (uint32_t i = lane; i < words; i += 32) {
-        float wf[8];
-        unpack8(__ldg(wrow + i), (T*)nullptr, wf);
+        float wf[GEMV_WARP_ROWS][8];
+#pragma unroll
+        for (int j = 0; j < GEMV_WARP_ROWS; j++) unpack8(__ldg(wrow[j] + i), (T*)nullptr, wf[j]);
+        float nf[8];
+        if (norm != nullptr) unpack8(__ldg(nrow + i), (T*)nullptr, nf);
 #pragma unroll
         for (int b = 0; b < GEMV_BATCH; b++) {
             if (b < nb) {
                 const float4* xv = reinterpret_cast<const float4*>(xb + (size_t)b * cols) + 2 * i;
                 float4 lo = xv[0], hi = xv[1];
-                acc[b] += wf[0] * lo.x + wf[1] * lo.y + wf[2] * lo.z + wf[3] * lo.w +
-                          wf[4] * hi.x + wf[5] * hi.y + wf[6] * hi.z + wf[7] * hi.w;
+                float xf[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                if (norm != nullptr) {
+                    float s = scale[b];
+#pragma unroll
+                    for (int k = 0; k < 8; k++) xf[k] = xf[k] * s * nf[k];
+                }
+#pragma unroll
+                for (int j = 0; j < GEMV_WARP_ROWS; j++)
+                    acc[j][b] += wf[j][0] * xf[0] + wf[j][1] * xf[1] + wf[j][2] * xf[2] +
+                                 wf[j][3] * xf[3] + wf[j][4] * xf[4] + wf[j][5] * xf[5] +
+                                 wf[j][6] * xf[6] + wf[j][7] * xf[7];
             }
         }
     }
 #pragma unroll
     for (int b = 0; b < GEMV_BATCH; b++) {
         if (b < nb) {
-            float s = warp_sum(acc[b]);
+            float s[GEMV_WARP_ROWS];
+#pragma unroll
+            for (int j = 0; j < GEMV_WARP_ROWS; j++) s[j] = warp_sum(acc[j][b]);
             if (lane == 0) {
-                float* out = y + (size_t)(b0 + b) * rows + row;
-                *out = accumulate ? *out + s : s;
+                float* out = y + (size_t)(b0 + b) * outputs;
+                if (mode == GEMV_SWIGLU) {
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        float g = s[j];
+                        if (valid[j]) out[first + j] = g / (1.0f + __expf(-g)) * s[j + 2];
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < GEMV_WARP_ROWS; j++) {
+                        if (valid[j]) {
+                            float* o = out + first + j;
+                            *o = mode == GEMV_ACCUMULATE ? *o + s[j] : s[j];
+                        }
+                    }
+                }
             }
         }
     }
 }
 
-extern "C" __global__ void gemv_f16(const __half* w, const float* x, float* y, uint32_t rows,
-                                    uint32_t cols, uint32_t batch, uint32_t accumulate) {
-    gemv(w, x, y, rows, cols, batch, accumulate);
+extern "C" __global__ void gemv_f16(const __half* w, const float* x, float* y, const __half* norm,
+                                    float eps, uint32_t rows, uint32_t cols, uint32_t batch,
+                                    uint32_t mode) {
+    gemv(w, x, y, norm, eps, rows, cols, batch, mode);
 }
 extern "C" __global__ void gemv_bf16(const __nv_bfloat16* w, const float* x, float* y,
-                                     uint32_t rows, uint32_t cols, uint32_t batch,
-                                     uint32_t accumulate) {
-    gemv(w, x, y, rows, cols, batch, accumulate);
+                                     const __nv_bfloat16* norm, float eps, uint32_t rows,
+                                     uint32_t cols, uint32_t batch, uint32_t mode) {
+    gemv(w, x, y, norm, eps, rows, cols, batch, mode);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rotary embeddings and the cache append. `qkv[b]` holds q (heads * head_dim), k and v
-// (kv_heads * head_dim each) as the fused projection wrote them. Rotates q in place (Hugging
-// Face's rotate_half convention: element i of a head's first half turns with element i of its
-// second half, by the angle pos * inv_freq[i], computed in f32), rotates k, and writes k and v
-// at position pos[b] of the layer's cache, laid out [batch][kv_heads][capacity][head_dim].
-// Grid (batch), block 256.
+// Rotary embeddings, the cache append and attention of one new token per sequence over its
+// cache (positions 0..=pos[b]), grouped-query: query head h reads key/value head
+// kv = h / (heads / kv_heads). `qkv[b]` holds q (heads * head_dim), k and v (kv_heads *
+// head_dim each) as the fused projection wrote them.
+// Rotation is Hugging Face's rotate_half convention: element i of a head's first half turns
+// with element i of its second half, by the angle pos * inv_freq[i], computed in f32. Every
+// block rotates its query head and its key head; the new key and value, rounded to T as the
+// cache holds them, stand in for position pos[b] (so no block reads a cache entry written in
+// this launch), and the first query head of each key/value head writes them into the cache,
+// laid out [batch][kv_heads][capacity][head_dim], for the steps after this one.
+// out[b][h * head_dim + d]. Grid (heads, batch), block ATTENTION_THREADS, dynamic shared
+// memory capacity * 4 bytes (the scores).
 template <typename T>
-__device__ void rope_append(float* __restrict__ qkv, const float* __restrict__ inv_freq,
-                            const uint32_t* __restrict__ pos, T* __restrict__ k_cache,
-                            T* __restrict__ v_cache, uint32_t heads, uint32_t kv_heads,
-                            uint32_t head_dim, uint32_t capacity) {
-    uint32_t b = blockIdx.x;
-    uint32_t p = pos[b];
-    if (p >= capacity) return;
-    uint32_t half_dim = head_dim / 2;
-    uint32_t q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
-    float* row = qkv + (size_t)b * (q_dim + 2 * kv_dim);
-    for (uint32_t i = threadIdx.x; i < (heads + kv_heads) * half_dim; i += blockDim.x) {
-        uint32_t head = i / half_dim, j = i % half_dim;
-        float angle = (float)p * inv_freq[j];
-        float s, c;
-        sincosf(angle, &s, &c);
-        float* h = row + head * head_dim;  // q heads, then k heads right after them
-        float u = h[j], v = h[j + half_dim];
-        float a = u * c - v * s, bb = v * c + u * s;
-        if (head < heads) {
-            h[j] = a;
-            h[j + half_dim] = bb;
-        } else {
-            uint32_t kh = head - heads;
-            T* dst = k_cache + (((size_t)b * kv_heads + kh) * capacity + p) * head_dim;
-            dst[j] = from_float<T>(a);
-            dst[j + half_dim] = from_float<T>(bb);
-        }
-    }
-    const float* v = row + q_dim + kv_dim;
-    for (uint32_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        uint32_t kh = i / head_dim, d = i % head_dim;
-        v_cache[(((size_t)b * kv_heads + kh) * capacity + p) * head_dim + d] = from_float<T>(v[i]);
-    }
-}
-
-extern "C" __global__ void rope_append_f16(float* qkv, const float* inv_freq, const uint32_t* pos,
-                                           __half* k_cache, __half* v_cache, uint32_t heads,
-                                           uint32_t kv_heads, uint32_t head_dim,
-                                           uint32_t capacity) {
-    rope_append(qkv, inv_freq, pos, k_cache, v_cache, heads, kv_heads, head_dim, capacity);
-}
-extern "C" __global__ void rope_append_bf16(float* qkv, const float* inv_freq,
-                                            const uint32_t* pos, __nv_bfloat16* k_cache,
-                                            __nv_bfloat16* v_cache, uint32_t heads,
-                                            uint32_t kv_heads, uint32_t head_dim,
-                                            uint32_t capacity) {
-    rope_append(qkv, inv_freq, pos, k_cache, v_cache, heads, kv_heads, head_dim, capacity);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Attention of one new token per sequence over its cache (positions 0..=pos[b]), grouped-query:
-// query head h reads key/value head h / (heads / kv_heads). out[b][h * head_dim + d].
-// Grid (heads, batch), block ATTENTION_THREADS, dynamic shared memory capacity * 4 bytes (the
-// scores).
-template <typename T>
-__device__ void attention(const float* __restrict__ qkv, const T* __restrict__ k_cache,
-                          const T* __restrict__ v_cache, const uint32_t* __restrict__ pos,
-                          float* __restrict__ out, uint32_t heads, uint32_t kv_heads,
-                          uint32_t head_dim, uint32_t capacity, float scale) {
+__device__ void attention(const float* __restrict__ qkv, const float* __restrict__ inv_freq,
+                          T* __restrict__ k_cache, T* __restrict__ v_cache,
+                          const uint32_t* __restrict__ pos, float* __restrict__ out,
+                          uint32_t heads, uint32_t kv_heads, uint32_t head_dim,
+                          uint32_t capacity, float scale) {
     extern __shared__ float scores[];
     __shared__ float q[MAX_HEAD_DIM];
+    __shared__ float k_new[MAX_HEAD_DIM];
+    __shared__ float v_new[MAX_HEAD_DIM];
     __shared__ float scratch[32];
+    step_begin();
     uint32_t h = blockIdx.x, b = blockIdx.y;
     uint32_t p = pos[b];
     if (p >= capacity) return;  // the whole block leaves: no barrier is skipped by some
-    uint32_t kh = h / (heads / kv_heads);
+    uint32_t group = heads / kv_heads;
+    uint32_t kh = h / group;
     uint32_t q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
-    const float* qrow = qkv + (size_t)b * (q_dim + 2 * kv_dim) + h * head_dim;
-    for (uint32_t d = threadIdx.x; d < head_dim; d += blockDim.x) q[d] = qrow[d];
-    __syncthreads();
+    const float* row = qkv + (size_t)b * (q_dim + 2 * kv_dim);
+    const float* q_in = row + h * head_dim;
+    const float* k_in = row + q_dim + kh * head_dim;
+    const float* v_in = row + q_dim + kv_dim + kh * head_dim;
     size_t base = ((size_t)b * kv_heads + kh) * capacity * head_dim;
-    const T* keys = k_cache + base;
-    const T* values = v_cache + base;
+    T* keys = k_cache + base;
+    T* values = v_cache + base;
+    bool writes = h % group == 0;
+    uint32_t half_dim = head_dim / 2;
+    for (uint32_t j = threadIdx.x; j < half_dim; j += blockDim.x) {
+        float s, c;
+        sincosf((float)p * inv_freq[j], &s, &c);
+        float u = q_in[j], v = q_in[j + half_dim];
+        q[j] = u * c - v * s;
+        q[j + half_dim] = v * c + u * s;
+        u = k_in[j];
+        v = k_in[j + half_dim];
+        T ka = from_float<T>(u * c - v * s), kb = from_float<T>(v * c + u * s);
+        k_new[j] = to_float(ka);
+        k_new[j + half_dim] = to_float(kb);
+        if (writes) {
+            keys[(size_t)p * head_dim + j] = ka;
+            keys[(size_t)p * head_dim + j + half_dim] = kb;
+        }
+    }
+    for (uint32_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        T vv = from_float<T>(v_in[d]);
+        v_new[d] = to_float(vv);
+        if (writes) values[(size_t)p * head_dim + d] = vv;
+    }
+    __syncthreads();
     uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    // Scores: a warp per position.
+    // Scores: a warp per position; the new position's key from shared memory.
     float local_max = -INFINITY;
     for (uint32_t t = warp; t <= p; t += warps) {
         const T* key = keys + (size_t)t * head_dim;
         float dot = 0.0f;
-        for (uint32_t d = lane; d < head_dim; d += 32) dot += q[d] * to_float(key[d]);
+        if (t == p) {
+            for (uint32_t d = lane; d < head_dim; d += 32) dot += q[d] * k_new[d];
+        } else {
+            for (uint32_t d = lane; d < head_dim; d += 32) dot += q[d] * to_float(key[d]);
+        }
         dot = warp_sum(dot) * scale;
         if (lane == 0) scores[t] = dot;
         local_max = fmaxf(local_max, dot);
@@ -307,8 +357,10 @@ __device__ void attention(const float* __restrict__ qkv, const T* __restrict__ k
     uint32_t groups = blockDim.x / head_dim, g = threadIdx.x / head_dim, d = threadIdx.x % head_dim;
     float acc = 0.0f;
     if (g < groups) {
-        for (uint32_t t = g; t <= p; t += groups)
-            acc += scores[t] * to_float(values[(size_t)t * head_dim + d]);
+        for (uint32_t t = g; t <= p; t += groups) {
+            float value = t == p ? v_new[d] : to_float(values[(size_t)t * head_dim + d]);
+            acc += scores[t] * value;
+        }
     }
     __shared__ float partial[ATTENTION_THREADS];
     partial[threadIdx.x] = acc;
@@ -320,38 +372,20 @@ __device__ void attention(const float* __restrict__ qkv, const T* __restrict__ k
     }
 }
 
-extern "C" __global__ void attention_f16(const float* qkv, const __half* k_cache,
-                                         const __half* v_cache, const uint32_t* pos, float* out,
-                                         uint32_t heads, uint32_t kv_heads, uint32_t head_dim,
-                                         uint32_t capacity, float scale) {
-    attention(qkv, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity, scale);
+extern "C" __global__ void attention_f16(const float* qkv, const float* inv_freq,
+                                         __half* k_cache, __half* v_cache, const uint32_t* pos,
+                                         float* out, uint32_t heads, uint32_t kv_heads,
+                                         uint32_t head_dim, uint32_t capacity, float scale) {
+    attention(qkv, inv_freq, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity,
+              scale);
 }
-extern "C" __global__ void attention_bf16(const float* qkv, const __nv_bfloat16* k_cache,
-                                          const __nv_bfloat16* v_cache, const uint32_t* pos,
-                                          float* out, uint32_t heads, uint32_t kv_heads,
-                                          uint32_t head_dim, uint32_t capacity, float scale) {
-    attention(qkv, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity, scale);
-}
-
-// ---------------------------------------------------------------------------------------------
-// SwiGLU: act[b][i] = silu(gu[b][i]) * gu[b][inter + i], where gu[b] is the fused gate and up
-// projection (gate rows first). Grid (ceil(inter / 256), batch), block 256.
-extern "C" __global__ void swiglu(const float* __restrict__ gu, float* __restrict__ act,
-                                  uint32_t inter) {
-    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
-    if (i >= inter) return;
-    const float* row = gu + (size_t)b * 2 * inter;
-    float g = row[i];
-    act[(size_t)b * inter + i] = g / (1.0f + __expf(-g)) * row[inter + i];
-}
-
-// ---------------------------------------------------------------------------------------------
-// Residual add: x[i] += y[i] for i < n (the GEMV fuses it where it writes; this is the
-// stand-alone form for other producers). Grid (ceil(n / 256)), block 256.
-extern "C" __global__ void residual_add(float* __restrict__ x, const float* __restrict__ y,
-                                        uint32_t n) {
-    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += y[i];
+extern "C" __global__ void attention_bf16(const float* qkv, const float* inv_freq,
+                                          __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+                                          const uint32_t* pos, float* out, uint32_t heads,
+                                          uint32_t kv_heads, uint32_t head_dim,
+                                          uint32_t capacity, float scale) {
+    attention(qkv, inv_freq, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity,
+              scale);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -365,6 +399,7 @@ extern "C" __global__ void argmax_advance(const float* __restrict__ logits, uint
                                           uint32_t vocab, uint32_t batch, uint32_t capacity) {
     __shared__ float best_value[32];
     __shared__ uint32_t best_index[32];
+    step_begin();
     uint32_t b = blockIdx.x;
     const float* row = logits + (size_t)b * vocab;
     float value = -INFINITY;

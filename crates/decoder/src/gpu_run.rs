@@ -21,6 +21,7 @@ pub struct RunOptions {
     pub teacher_force: Option<PathBuf>,
     pub dump_logits: Option<PathBuf>,
     pub ptx: bool,
+    pub programmatic: bool,
 }
 
 /// Token ids separated by commas or white space.
@@ -91,16 +92,22 @@ pub fn run(driver: &Driver, files: &ModelFiles, options: &RunOptions) -> anyhow:
         } else {
             KernelImage::Fatbin
         },
+        programmatic: options.programmatic,
     };
     let weights = files.weights()?;
     let started = std::time::Instant::now();
     let mut decoder = Decoder::new(&device, &config, &weights, &decoder_options)?;
     drop(weights);
     eprintln!(
-        "{} on {}: weights uploaded and the step recorded ({} kernels) in {:.2} s",
+        "{} on {}: weights uploaded and the step recorded ({} kernels{}) in {:.2} s",
         files.dir().display(),
         device.info().name,
         decoder.kernel_names().len(),
+        if decoder.programmatic() {
+            ", programmatic launches"
+        } else {
+            ""
+        },
         started.elapsed().as_secs_f64()
     );
     let memory = decoder.memory();

@@ -30,6 +30,9 @@ usage: cuhal-decoder [--random-model DIR [--config small|1b] [--seed N]]
   --kernel-image NAME  fatbin (default: cubins for sm_80/sm_90, PTX for later GPUs) or ptx
                        (the compute_80 PTX, compiled by the driver)
   --trace FILE         write a Perfetto trace of the GPU's work to FILE, a zone per kernel
+                       (the kernels then launch without programmatic dependencies)
+  --no-programmatic    launch each kernel only once the one before has ended (default on
+                       compute capability 9.0+: programmatic dependent launches)
   --cpu-reference      run the f32 reference on the CPU and print the greedy tokens
   --teacher-force FILE run the comma- or space-separated token ids in FILE one position at a
                        time and write every position's logits to --dump-logits FILE
@@ -56,6 +59,7 @@ struct Args {
     teacher_force: Option<PathBuf>,
     dump_logits: Option<PathBuf>,
     ptx: bool,
+    no_programmatic: bool,
     help: bool,
 }
 
@@ -99,6 +103,7 @@ fn parse_args(mut raw: impl Iterator<Item = String>) -> anyhow::Result<Args> {
                 "ptx" => args.ptx = true,
                 other => bail!("--kernel-image {other:?}: expected fatbin or ptx"),
             },
+            "--no-programmatic" => args.no_programmatic = true,
             "-h" | "--help" => args.help = true,
             other => bail!("unknown argument {other:?}\n\n{USAGE}"),
         }
@@ -237,6 +242,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         teacher_force: args.teacher_force.clone(),
         dump_logits: args.dump_logits.clone(),
         ptx: args.ptx,
+        programmatic: !args.no_programmatic,
     };
     gpu_run::run(&driver, &files, &options)?;
     Ok(ExitCode::SUCCESS)

@@ -14,6 +14,11 @@ use cuhal_fake_driver::harness::FakeDriver;
 
 /// A private fake driver and device 0 of it.
 fn open(tag: &str) -> (FakeDriver, Driver, Device) {
+    open_with(tag, DeviceOptions::default())
+}
+
+/// A private fake driver and device 0 of it, opened with `options`.
+fn open_with(tag: &str, options: DeviceOptions) -> (FakeDriver, Driver, Device) {
     static ENV: Mutex<()> = Mutex::new(());
     let fake = FakeDriver::private(tag).unwrap();
     let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
@@ -21,7 +26,7 @@ fn open(tag: &str) -> (FakeDriver, Driver, Device) {
     // under the same lock through std; nothing in this test binary reads it through libc.
     unsafe { std::env::set_var("CUHAL_CUDA_LIBRARY", fake.path()) };
     let driver = Driver::load().unwrap();
-    let device = driver.open(0, DeviceOptions::default()).unwrap();
+    let device = driver.open(0, options).unwrap();
     (fake, driver, device)
 }
 
@@ -30,13 +35,14 @@ fn options(batch: usize, capacity: usize) -> DecoderOptions {
         batch,
         capacity,
         image: KernelImage::Ptx,
+        programmatic: true,
     }
 }
 
-/// Kernels of one decode step: the embedding, nine per layer, the final norm, the output
-/// projection and the argmax.
+/// Kernels of one decode step: the embedding, five per layer (qkv, attention, o_proj, gate_up,
+/// down_proj), the output projection and the argmax.
 fn kernels_per_step(config: &LlamaConfig) -> usize {
-    1 + 9 * config.num_hidden_layers + 3
+    1 + 5 * config.num_hidden_layers + 2
 }
 
 #[test]
@@ -52,11 +58,19 @@ fn the_decode_step_is_recorded_once_and_replayed_per_token() {
     let names = decoder.kernel_names();
     assert_eq!(names.len(), kernels_per_step(&config));
     assert_eq!(names[0], "embed");
-    assert_eq!(names[1], "layer0.attn_norm");
-    assert_eq!(names[9], "layer0.down_proj");
+    assert_eq!(names[1], "layer0.qkv");
+    assert_eq!(names[2], "layer0.attention");
+    assert_eq!(names[5], "layer0.down_proj");
     assert_eq!(names.last().unwrap(), "argmax");
     // Recording launches nothing.
     assert_eq!(fake.launches("gemv_f16"), 0);
+    // On the fake device (compute capability 9.0, not tracing) each kernel after the first
+    // depends programmatically on the one before.
+    assert!(decoder.programmatic());
+    assert_eq!(
+        fake.counts().programmatic_edges as usize,
+        kernels_per_step(&config) - 1
+    );
 
     // A prompt of 3 (one submission of 3 steps), then 4 decode steps: 7 replays.
     let prompts: [&[u32]; 2] = [&[1, 2, 3], &[4, 5, 6]];
@@ -292,16 +306,41 @@ fn the_memory_it_holds_is_the_weights_the_cache_and_a_stated_workspace() {
     let cache =
         config.num_hidden_layers * 2 * batch * config.num_key_value_heads * capacity * head_dim * 2;
     assert_eq!(memory.cache, cache);
-    // Tokens and three per-sequence words, the rotary frequencies, and the f32 activations.
+    // Tokens and three per-sequence words, the rotary frequencies, and the f32 activations:
+    // the residual stream, q/k/v, the attention's output, SwiGLU's output and the logits.
     let h = config.hidden_size;
     let activations = batch
-        * (2 * h
-            + config.q_dim()
+        * (h + config.q_dim()
             + 2 * config.kv_dim()
             + config.q_dim()
-            + 3 * config.intermediate_size
+            + config.intermediate_size
             + config.vocab_size);
     let workspace = 4 * (capacity * batch + 2 * batch + head_dim / 2 + activations);
     assert_eq!(memory.workspace, workspace);
     assert_eq!(memory.total(), memory.weights + cache + workspace);
+}
+
+/// On a queue that traces, the kernels launch without programmatic dependencies (a zone per
+/// kernel puts its edges between two kernels), and recording still succeeds.
+#[test]
+fn a_traced_decoder_launches_without_programmatic_dependencies() {
+    let dir = ScratchDir::new("fake-traced");
+    let config = tiny_config();
+    write_random_model(dir.path(), &config, 4).unwrap();
+    let files = ModelFiles::open(dir.path()).unwrap();
+    let weights = files.weights().unwrap();
+    let sink = std::sync::Arc::new(cuhal::MemorySink::new());
+    let traced = DeviceOptions {
+        tracing: cuhal::Verbosity::Coarse,
+        trace_sink: Some(sink as std::sync::Arc<dyn cuhal::Sink>),
+        ..DeviceOptions::default()
+    };
+    let (fake, _driver, device) = open_with("decoder-traced", traced);
+    let mut decoder = Decoder::new(&device, &config, &weights, &options(1, 8)).unwrap();
+    assert!(!decoder.programmatic());
+    assert_eq!(fake.counts().programmatic_edges, 0);
+    let generation = decoder
+        .generate(&[&[1, 2]], 3, &GenerateOptions::default())
+        .unwrap();
+    assert_eq!(generation.tokens[0].len(), 3);
 }

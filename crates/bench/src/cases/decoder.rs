@@ -298,6 +298,7 @@ fn decoder_options(batch: usize) -> DecoderOptions {
         batch,
         capacity: CAPACITY,
         image: KernelImage::Fatbin,
+        programmatic: true,
     }
 }
 

@@ -41,6 +41,12 @@ pub struct DecoderOptions {
     pub capacity: usize,
     /// The kernel image to load ([`KernelImage::Fatbin`] on a GPU).
     pub image: KernelImage,
+    /// Launch every kernel of the step after the first with a programmatic dependency on the
+    /// one before (programmatic dependent launch): its launch overlaps the previous kernel's
+    /// run, and it waits for that kernel's results on the device. Taken only where it can be:
+    /// compute capability 9.0 and later, and a queue that does not trace (a trace's zone edges
+    /// sit between two kernels); [`Decoder::programmatic`] says whether it was.
+    pub programmatic: bool,
 }
 
 impl Default for DecoderOptions {
@@ -49,6 +55,7 @@ impl Default for DecoderOptions {
             batch: 1,
             capacity: 512,
             image: KernelImage::Fatbin,
+            programmatic: true,
         }
     }
 }
@@ -170,8 +177,11 @@ impl<'d> Decoder<'d> {
             options.capacity,
             &inv_freq,
         )?;
+        let mut options = options.clone();
+        options.programmatic &=
+            device.info().compute_capability >= (9, 0) && device.queue(0).trace().is_none();
         let (step, kernel_names) =
-            step::record(device, config, &kernels, &weights, &buffers, options)?;
+            step::record(device, config, &kernels, &weights, &buffers, &options)?;
         Ok(Decoder {
             device,
             config: config.clone(),
@@ -180,7 +190,7 @@ impl<'d> Decoder<'d> {
             weights,
             buffers,
             kernels,
-            options: options.clone(),
+            options,
             step,
             kernel_names,
             done: device.create_semaphore(0),
@@ -228,6 +238,12 @@ impl<'d> Decoder<'d> {
             &self.options,
         )
         .map(drop)
+    }
+
+    /// Whether the step's kernels launch with programmatic dependencies (see
+    /// [`DecoderOptions::programmatic`]).
+    pub fn programmatic(&self) -> bool {
+        self.options.programmatic
     }
 
     /// The names of the step's kernels, in launch order: each is a debug group, so a trace

@@ -12,18 +12,33 @@ pub const FATBIN: &[u8] = include_bytes!("../../kernels/kernels.fatbin");
 /// and what the driver compiles where the fatbin holds nothing for the GPU.
 pub const PTX: &str = include_str!("../../kernels/kernels.compute_80.ptx");
 
-/// Rows of a `gemv` block (one warp each): `GEMV_ROWS` in kernels.cu.
-pub const GEMV_ROWS: u32 = 8;
+/// Rows one `gemv` warp computes: `GEMV_WARP_ROWS` in kernels.cu.
+pub const GEMV_WARP_ROWS: u32 = 4;
+/// Warps of a `gemv` block: `GEMV_WARPS` in kernels.cu.
+pub const GEMV_WARPS: u32 = 4;
 /// Sequences a `gemv` block computes at once: `GEMV_BATCH` in kernels.cu.
 pub const GEMV_BATCH: u32 = 8;
 /// Threads of an `attention` block: `ATTENTION_THREADS` in kernels.cu.
 pub const ATTENTION_THREADS: u32 = 256;
 /// The widest head `attention` takes: `MAX_HEAD_DIM` in kernels.cu.
 pub const MAX_HEAD_DIM: usize = 256;
-/// Threads of the element-wise and per-row kernels.
+/// Threads of an `embed` block.
 pub const ROW_THREADS: u32 = 256;
 /// Threads of an `argmax_advance` block.
 pub const ARGMAX_THREADS: u32 = 1024;
+
+/// What a `gemv` launch does with its sums (`GEMV_*` in kernels.cu).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum GemvMode {
+    /// `y = W x`.
+    Write = 0,
+    /// `y += W x` (the residual add).
+    Accumulate = 1,
+    /// `W` is the fused gate and up projection (gate rows first) and `y = silu(gate) * up`,
+    /// half as many outputs as rows.
+    SwiGlu = 2,
+}
 
 /// Which image [`Kernels::load`] gives the driver.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -41,18 +56,10 @@ pub struct Kernels {
     _module: Executable,
     /// `embed_{dtype}`.
     pub embed: Function,
-    /// `rms_norm_{dtype}`.
-    pub rms_norm: Function,
-    /// `gemv_{dtype}`.
+    /// `gemv_{dtype}` (with RMSNorm of its input, the residual add or SwiGLU folded in).
     pub gemv: Function,
-    /// `rope_append_{dtype}`.
-    pub rope_append: Function,
-    /// `attention_{dtype}`.
+    /// `attention_{dtype}` (with the rotary embedding and the cache append folded in).
     pub attention: Function,
-    /// `swiglu` (f32 only).
-    pub swiglu: Function,
-    /// `residual_add` (f32 only).
-    pub residual_add: Function,
     /// `argmax_advance` (f32 logits).
     pub argmax: Function,
 }
@@ -87,12 +94,8 @@ impl Kernels {
         };
         Ok(Kernels {
             embed: typed("embed")?,
-            rms_norm: typed("rms_norm")?,
             gemv: typed("gemv")?,
-            rope_append: typed("rope_append")?,
             attention: typed("attention")?,
-            swiglu: plain("swiglu")?,
-            residual_add: plain("residual_add")?,
             argmax: plain("argmax_advance")?,
             _module: module,
         })

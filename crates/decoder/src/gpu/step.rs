@@ -2,7 +2,11 @@
 //! ([`StepBuffers`]) and the recording ([`record`]).
 //!
 //! Every kernel is its own debug group (a trace zone named after it) followed by a barrier: each
-//! reads what the one before wrote.
+//! reads what the one before wrote. A layer is five kernels: the element-wise work rides on the
+//! GEMVs (RMSNorm on the input of the `qkv`, `gate_up` and `lm_head` projections, SwiGLU on
+//! `gate_up`'s output, the residual add on `o_proj`'s and `down_proj`'s) and the rotary
+//! embedding and the cache append on `attention`: fewer launches per token (launch-bound on
+//! small models) and fewer round trips of the activations through memory.
 
 use std::sync::Arc;
 
@@ -13,7 +17,8 @@ use cuhal::{
 
 use super::decoder::DecoderOptions;
 use super::kernels::{
-    ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_ROWS, Kernels, ROW_THREADS,
+    ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_WARP_ROWS, GEMV_WARPS, GemvMode, Kernels,
+    ROW_THREADS,
 };
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
@@ -31,15 +36,11 @@ pub struct StepBuffers {
     pub inv_freq: Arc<Buffer>,
     /// The residual stream, `[batch][hidden]` f32.
     pub x: Arc<Buffer>,
-    /// The normalized residual, `[batch][hidden]` f32.
-    pub xn: Arc<Buffer>,
     /// q, k and v, `[batch][q_dim + 2 kv_dim]` f32.
     pub qkv: Arc<Buffer>,
     /// The attention's output, `[batch][q_dim]` f32.
     pub attn: Arc<Buffer>,
-    /// Gate and up projections, `[batch][2 intermediate]` f32.
-    pub gate_up: Arc<Buffer>,
-    /// SwiGLU's output, `[batch][intermediate]` f32.
+    /// SwiGLU's output (of the fused gate and up projection), `[batch][intermediate]` f32.
     pub act: Arc<Buffer>,
     /// The logits, `[batch][vocab]` f32.
     pub logits: Arc<Buffer>,
@@ -67,10 +68,8 @@ impl StepBuffers {
             &self.prompt_len,
             &self.inv_freq,
             &self.x,
-            &self.xn,
             &self.qkv,
             &self.attn,
-            &self.gate_up,
             &self.act,
             &self.logits,
         ]
@@ -122,10 +121,8 @@ impl StepBuffers {
             prompt_len: f32s(batch)?,
             inv_freq: inv,
             x: f32s(batch * h)?,
-            xn: f32s(batch * h)?,
             qkv: f32s(batch * (q + 2 * kv))?,
             attn: f32s(batch * q)?,
-            gate_up: f32s(batch * 2 * i)?,
             act: f32s(batch * i)?,
             logits: f32s(batch * v)?,
             cache,
@@ -149,6 +146,8 @@ impl StepBuffers {
 struct Recording<'r> {
     cb: &'r mut dyn CommandRecorder,
     names: Vec<String>,
+    /// Whether kernels after the first depend programmatically on the one before.
+    programmatic: bool,
 }
 
 impl Recording<'_> {
@@ -169,11 +168,16 @@ impl Recording<'_> {
         self.cb
             .begin_debug_group(&name)
             .map_err(|e| map(e.into()))?;
-        self.cb
-            .dispatch(
-                &Dispatch::new(function, grid, [block, 1, 1], args).with_shared_memory(shared),
-            )
-            .map_err(|e| map(e.into()))?;
+        let dispatch =
+            Dispatch::new(function, grid, [block, 1, 1], args).with_shared_memory(shared);
+        // Every kernel waits for the one before on the device (`griddepcontrol.wait`), so a
+        // programmatic dependency is a full one for their data.
+        let dispatch = if self.programmatic && !self.names.is_empty() {
+            dispatch.programmatic()
+        } else {
+            dispatch
+        };
+        self.cb.dispatch(&dispatch).map_err(|e| map(e.into()))?;
         self.cb.end_debug_group().map_err(|e| map(e.into()))?;
         self.cb.barrier().map_err(|e| map(e.into()))?;
         self.names.push(name);
@@ -219,6 +223,7 @@ pub fn record_into(
     let mut rec = Recording {
         cb,
         names: Vec::new(),
+        programmatic: options.programmatic,
     };
     let batch = u32_of(options.batch);
     let capacity = u32_of(options.capacity);
@@ -237,8 +242,40 @@ pub fn record_into(
     let eps = config.rms_norm_eps as f32;
     let scale = 1.0 / (config.head_dim as f32).sqrt();
     let b = buffers;
-    let gemv_grid = |rows: u32| [rows.div_ceil(GEMV_ROWS), batch.div_ceil(GEMV_BATCH), 1];
-    let gemv_threads = 32 * GEMV_ROWS;
+    // Rows of a GEMV block: GEMV_WARP_ROWS per warp (in SwiGLU mode two gate rows and their
+    // two up rows, so the same count of weight rows).
+    let gemv_grid = |rows: u32| {
+        [
+            rows.div_ceil(GEMV_WARP_ROWS * GEMV_WARPS),
+            batch.div_ceil(GEMV_BATCH),
+            1,
+        ]
+    };
+    let gemv_threads = 32 * GEMV_WARPS;
+    // A GEMV of `w` (`rows` x `cols`) over `x` into `y`, its input normalized by `norm` where
+    // given.
+    let gemv = |w: &BufferRange,
+                x: &Arc<Buffer>,
+                y: &Arc<Buffer>,
+                norm: Option<&BufferRange>,
+                rows: u32,
+                cols: u32,
+                mode: GemvMode| {
+        let args = KernelArgs::new()
+            .with_range(w)
+            .with_range(&x.whole())
+            .with_range(&y.whole());
+        let args = match norm {
+            Some(norm) => args.with_range(norm),
+            // A null `norm`: the input as it is.
+            None => args.with(0u64),
+        };
+        args.with(eps)
+            .with(rows)
+            .with(cols)
+            .with(batch)
+            .with(mode as u32)
+    };
 
     let args = KernelArgs::new()
         .with_range(&weights.embed)
@@ -262,36 +299,16 @@ pub fn record_into(
         let (k_cache, v_cache) = b.layer_cache(index)?;
         let name = |what: &str| format!("layer{index}.{what}");
 
-        let norm = |weight: &BufferRange| {
-            KernelArgs::new()
-                .with_range(&b.x.whole())
-                .with_range(weight)
-                .with_range(&b.xn.whole())
-                .with(h)
-                .with(eps)
-        };
-        let gemv =
-            |w: &BufferRange, x: &Arc<Buffer>, y: &Arc<Buffer>, rows: u32, cols: u32, acc: u32| {
-                KernelArgs::new()
-                    .with_range(w)
-                    .with_range(&x.whole())
-                    .with_range(&y.whole())
-                    .with(rows)
-                    .with(cols)
-                    .with(batch)
-                    .with(acc)
-            };
-
-        let args = norm(&layer.attn_norm);
-        rec.launch(
-            name("attn_norm"),
-            &kernels.rms_norm,
-            [batch, 1, 1],
-            ROW_THREADS,
-            0,
-            &args,
-        )?;
-        let args = gemv(&layer.qkv, &b.xn, &b.qkv, q + 2 * kv, h, 0);
+        // RMSNorm, then q, k and v.
+        let args = gemv(
+            &layer.qkv,
+            &b.x,
+            &b.qkv,
+            Some(&layer.attn_norm),
+            q + 2 * kv,
+            h,
+            GemvMode::Write,
+        );
         rec.launch(
             name("qkv"),
             &kernels.gemv,
@@ -300,26 +317,10 @@ pub fn record_into(
             0,
             &args,
         )?;
+        // Rotary embeddings, the cache append, attention.
         let args = KernelArgs::new()
             .with_range(&b.qkv.whole())
             .with_range(&b.inv_freq.whole())
-            .with_range(&b.pos.whole())
-            .with_range(&k_cache)
-            .with_range(&v_cache)
-            .with(heads)
-            .with(kv_heads)
-            .with(head_dim)
-            .with(capacity);
-        rec.launch(
-            name("rope_append"),
-            &kernels.rope_append,
-            [batch, 1, 1],
-            ROW_THREADS,
-            0,
-            &args,
-        )?;
-        let args = KernelArgs::new()
-            .with_range(&b.qkv.whole())
             .with_range(&k_cache)
             .with_range(&v_cache)
             .with_range(&b.pos.whole())
@@ -338,7 +339,7 @@ pub fn record_into(
             &args,
         )?;
         // o_proj adds into the residual stream.
-        let args = gemv(&layer.o, &b.attn, &b.x, h, q, 1);
+        let args = gemv(&layer.o, &b.attn, &b.x, None, h, q, GemvMode::Accumulate);
         rec.launch(
             name("o_proj"),
             &kernels.gemv,
@@ -347,16 +348,16 @@ pub fn record_into(
             0,
             &args,
         )?;
-        let args = norm(&layer.mlp_norm);
-        rec.launch(
-            name("mlp_norm"),
-            &kernels.rms_norm,
-            [batch, 1, 1],
-            ROW_THREADS,
-            0,
-            &args,
-        )?;
-        let args = gemv(&layer.gate_up, &b.xn, &b.gate_up, 2 * inter, h, 0);
+        // RMSNorm, the gate and up projections, SwiGLU.
+        let args = gemv(
+            &layer.gate_up,
+            &b.x,
+            &b.act,
+            Some(&layer.mlp_norm),
+            2 * inter,
+            h,
+            GemvMode::SwiGlu,
+        );
         rec.launch(
             name("gate_up"),
             &kernels.gemv,
@@ -365,20 +366,16 @@ pub fn record_into(
             0,
             &args,
         )?;
-        let args = KernelArgs::new()
-            .with_range(&b.gate_up.whole())
-            .with_range(&b.act.whole())
-            .with(inter);
-        rec.launch(
-            name("swiglu"),
-            &kernels.swiglu,
-            [inter.div_ceil(ROW_THREADS), batch, 1],
-            ROW_THREADS,
-            0,
-            &args,
-        )?;
         // down_proj adds into the residual stream.
-        let args = gemv(&layer.down, &b.act, &b.x, h, inter, 1);
+        let args = gemv(
+            &layer.down,
+            &b.act,
+            &b.x,
+            None,
+            h,
+            inter,
+            GemvMode::Accumulate,
+        );
         rec.launch(
             name("down_proj"),
             &kernels.gemv,
@@ -389,28 +386,16 @@ pub fn record_into(
         )?;
     }
 
-    let args = KernelArgs::new()
-        .with_range(&b.x.whole())
-        .with_range(&weights.norm)
-        .with_range(&b.xn.whole())
-        .with(h)
-        .with(eps);
-    rec.launch(
-        "final_norm".into(),
-        &kernels.rms_norm,
-        [batch, 1, 1],
-        ROW_THREADS,
-        0,
-        &args,
-    )?;
-    let args = KernelArgs::new()
-        .with_range(&weights.lm_head)
-        .with_range(&b.xn.whole())
-        .with_range(&b.logits.whole())
-        .with(vocab)
-        .with(h)
-        .with(batch)
-        .with(0u32);
+    // The final RMSNorm, then the output projection.
+    let args = gemv(
+        &weights.lm_head,
+        &b.x,
+        &b.logits,
+        Some(&weights.norm),
+        vocab,
+        h,
+        GemvMode::Write,
+    );
     rec.launch(
         "lm_head".into(),
         &kernels.gemv,

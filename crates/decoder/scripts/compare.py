@@ -62,6 +62,21 @@ def run_decoder(binary, args):
     return result
 
 
+def float32_logits(directory, tokens):
+    """Teacher-forced logits of the model loaded in float32, or None if it cannot run."""
+    try:
+        _, model = load_model(directory, torch.float32)
+        with torch.no_grad():
+            ids = torch.tensor([tokens], device="cuda")
+            logits = model(input_ids=ids).logits[0].float().cpu().numpy()
+        del model
+        torch.cuda.empty_cache()
+        return logits
+    except Exception as error:  # report, do not fail the comparison
+        print(f"  transformers in float32 could not run: {type(error).__name__}: {error}")
+        return None
+
+
 def teacher_forcing(binary, directory, model, config, tokens, unit):
     with tempfile.TemporaryDirectory() as scratch:
         token_file = os.path.join(scratch, "tokens.txt")
@@ -97,6 +112,14 @@ def teacher_forcing(binary, directory, model, config, tokens, unit):
     print(f"teacher forcing, {len(tokens)} positions: worst logit error {worst[0]:.3f} of the "
           f"tolerance (position {worst[1]}); argmax agrees on {strict} ({100 * share:.1f}%), "
           f"{near_ties} more differ at near ties")
+    # Which side a disagreement leans to: the same model in float32 (activations rounded to
+    # float32 only, as the decoder's are) as the arbiter. Reported; the pass rule is above.
+    reference = float32_logits(directory, tokens)
+    if reference is not None:
+        truth = reference.argmax(axis=1)
+        print(f"  against transformers in float32: argmax agrees with cuhal on "
+              f"{int((ours.argmax(axis=1) == truth).sum())} of {len(tokens)}, with transformers "
+              f"in {model.dtype} on {int((theirs.argmax(axis=1) == truth).sum())}")
     if share < 0.99:
         print("  argmax agreement below 99%")
         ok = False

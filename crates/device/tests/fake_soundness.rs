@@ -364,6 +364,23 @@ fn a_truncated_cubin_is_refused_before_the_driver_reads_it() {
     assert_eq!(fake.calls(cu_name!(cuModuleLoadDataEx)), before);
 }
 
+/// `scale` of `module`, whose parameters (8, 4 and 4 bytes) the driver reported with one
+/// `cuFuncGetParamInfo` call each and no probe past the end.
+fn scale_probed_once_per_parameter(
+    fake: &cuhal_fake_driver::harness::FakeDriver,
+    module: &cuhal::Executable,
+) -> cuhal::Function {
+    let before = fake.calls(cu_name!(cuFuncGetParamInfo));
+    let scale = module.function("scale").unwrap();
+    assert_eq!(scale.parameter_sizes(), Some(&[8, 4, 4][..]));
+    assert_eq!(
+        fake.calls(cu_name!(cuFuncGetParamInfo)) - before,
+        3,
+        "no probe past the end"
+    );
+    scale
+}
+
 /// Where the driver cannot report a kernel's parameters, a dispatch needs the caller to state
 /// them; a wrong argument list is refused either way, so the driver never reads arguments that
 /// were not passed. With `cuFuncGetParamCount` the layout is read without a failing call.
@@ -375,14 +392,7 @@ fn dispatch_arguments_are_checked_with_or_without_the_drivers_help() {
     // A driver that reports parameters: exactly one call per parameter, none failing.
     let (fake, _driver, device) = open("params", queues(1));
     let module = device.load_ptx(PTX).unwrap();
-    let before = fake.calls(cu_name!(cuFuncGetParamInfo));
-    let scale = module.function("scale").unwrap();
-    assert_eq!(scale.parameter_sizes(), Some(&[8, 4, 4][..]));
-    assert_eq!(
-        fake.calls(cu_name!(cuFuncGetParamInfo)) - before,
-        3,
-        "no probe past the end"
-    );
+    let scale = scale_probed_once_per_parameter(&fake, &module);
     let buffer = device.create_buffer(1024).unwrap();
     let mut cb = device.queue(0).create_command_buffer().unwrap();
     let short = KernelArgs::new().with_range(&buffer.whole()).with(2u32);
@@ -403,14 +413,7 @@ fn dispatch_arguments_are_checked_with_or_without_the_drivers_help() {
     let device = driver.open(0, queues(1)).unwrap();
     let module = device.load_ptx(PTX).unwrap();
     assert_eq!(module.parameter_count("scale"), Some(3));
-    let before = fake.calls(cu_name!(cuFuncGetParamInfo));
-    let scale = module.function("scale").unwrap();
-    assert_eq!(scale.parameter_sizes(), Some(&[8, 4, 4][..]));
-    assert_eq!(
-        fake.calls(cu_name!(cuFuncGetParamInfo)) - before,
-        3,
-        "no probe past the end"
-    );
+    let scale = scale_probed_once_per_parameter(&fake, &module);
     drop((scale, module, device));
 
     // A driver that cannot: refused until the caller states the layout, then checked against it.

@@ -135,6 +135,7 @@ mod state;
 mod stream;
 mod stream_ops;
 mod stream_work;
+pub mod testing;
 pub use stream_ops::fill as enqueue_fill;
 mod trace_hook;
 mod work_error;

@@ -399,33 +399,10 @@ mod tests {
     /// `SHT_NOBITS` `.nv.shared.k` whose extent lies past the end of the file (as static shared
     /// memory's section does in a real cubin).
     fn minimal_elf(info: &[u8]) -> Vec<u8> {
-        let strtab = b"\0.shstrtab\0.nv.info.k\0.nv.shared.k\0";
-        let mut image = vec![0u8; 0x40];
-        image[..6].copy_from_slice(b"\x7fELF\x02\x01");
-        let strtab_at = image.len();
-        image.extend_from_slice(strtab);
-        let info_at = image.len();
-        image.extend_from_slice(info);
-        let shoff = image.len();
-        image[0x28..0x30].copy_from_slice(&(shoff as u64).to_le_bytes());
-        image[0x3a..0x3c].copy_from_slice(&0x40u16.to_le_bytes());
-        image[0x3c..0x3e].copy_from_slice(&4u16.to_le_bytes());
-        image[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
-        let header = |name: u32, offset: usize, size: usize| {
-            let mut h = vec![0u8; 0x40];
-            h[..4].copy_from_slice(&name.to_le_bytes());
-            h[0x18..0x20].copy_from_slice(&(offset as u64).to_le_bytes());
-            h[0x20..0x28].copy_from_slice(&(size as u64).to_le_bytes());
-            h
-        };
-        image.extend(header(0, 0, 0));
-        image.extend(header(1, strtab_at, strtab.len()));
-        image.extend(header(11, info_at, info.len()));
-        let end = image.len() + 0x40;
-        let mut shared = header(22, end, 0x1000);
-        shared[4..8].copy_from_slice(&8u32.to_le_bytes()); // SHT_NOBITS
-        image.extend(shared);
-        image
+        crate::testing::ElfImage::new()
+            .section(".nv.info.k", info)
+            .no_bits(".nv.shared.k", 0x1000)
+            .build()
     }
 
     fn kparam(ordinal: u16) -> Vec<u8> {

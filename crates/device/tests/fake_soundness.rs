@@ -9,6 +9,7 @@ use std::sync::Arc;
 use cuhal::{
     BufferRange, CommandBuffer, DeviceOptions, Error, FillPattern, MemorySink, Queue, Verbosity,
 };
+use cuhal_command::testing::ElfImage;
 use cuhal_fake_driver::control::Counts;
 use cuhal_fake_driver::status;
 use fake_support::*;
@@ -336,15 +337,9 @@ fn a_driver_without_graph_event_nodes_opens_and_refuses_graph_tracing_by_name() 
 #[test]
 fn a_truncated_cubin_is_refused_before_the_driver_reads_it() {
     let (fake, _driver, device) = open("cubin", queues(1));
-    let mut elf = [0u8; 64];
-    elf[..4].copy_from_slice(b"\x7fELF");
-    elf[4] = 2;
-    elf[5] = 1;
-    // 16 section headers at offset 64: all of them past the end of these 64 bytes.
-    elf[0x28..0x30].copy_from_slice(&64u64.to_le_bytes());
-    elf[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
-    elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
-    elf[0x3c..0x3e].copy_from_slice(&16u16.to_le_bytes());
+    // The section headers past the end of the first 64 bytes.
+    let cubin = ElfImage::new().build();
+    let elf = &cubin[..64];
     // A fatbin whose size fits the slice but whose one entry declares a payload past it.
     let mut fatbin = [0u8; 16 + 64 + 8];
     fatbin[..4].copy_from_slice(&0xba55_ed50u32.to_le_bytes());
@@ -355,13 +350,30 @@ fn a_truncated_cubin_is_refused_before_the_driver_reads_it() {
     fatbin[20..24].copy_from_slice(&64u32.to_le_bytes());
     fatbin[24..32].copy_from_slice(&4096u64.to_le_bytes());
     let before = fake.calls(cu_name!(cuModuleLoadDataEx));
-    for image in [&elf[..], b".version 8.0 no terminator", &fatbin[..]] {
+    for image in [elf, b".version 8.0 no terminator", &fatbin[..]] {
         match cuhal::Executable::load_cubin(device.context(), image) {
             Err(cuhal_command::Error::BadImage { .. }) => {}
             other => panic!("expected BadImage, got {other:?}"),
         }
     }
     assert_eq!(fake.calls(cu_name!(cuModuleLoadDataEx)), before);
+}
+
+/// `scale` of `module`, whose parameters (8, 4 and 4 bytes) the driver reported with one
+/// `cuFuncGetParamInfo` call each and no probe past the end.
+fn scale_probed_once_per_parameter(
+    fake: &cuhal_fake_driver::harness::FakeDriver,
+    module: &cuhal::Executable,
+) -> cuhal::Function {
+    let before = fake.calls(cu_name!(cuFuncGetParamInfo));
+    let scale = module.function("scale").unwrap();
+    assert_eq!(scale.parameter_sizes(), Some(&[8, 4, 4][..]));
+    assert_eq!(
+        fake.calls(cu_name!(cuFuncGetParamInfo)) - before,
+        3,
+        "no probe past the end"
+    );
+    scale
 }
 
 /// Where the driver cannot report a kernel's parameters, a dispatch needs the caller to state
@@ -375,14 +387,7 @@ fn dispatch_arguments_are_checked_with_or_without_the_drivers_help() {
     // A driver that reports parameters: exactly one call per parameter, none failing.
     let (fake, _driver, device) = open("params", queues(1));
     let module = device.load_ptx(PTX).unwrap();
-    let before = fake.calls(cu_name!(cuFuncGetParamInfo));
-    let scale = module.function("scale").unwrap();
-    assert_eq!(scale.parameter_sizes(), Some(&[8, 4, 4][..]));
-    assert_eq!(
-        fake.calls(cu_name!(cuFuncGetParamInfo)) - before,
-        3,
-        "no probe past the end"
-    );
+    let scale = scale_probed_once_per_parameter(&fake, &module);
     let buffer = device.create_buffer(1024).unwrap();
     let mut cb = device.queue(0).create_command_buffer().unwrap();
     let short = KernelArgs::new().with_range(&buffer.whole()).with(2u32);
@@ -403,14 +408,7 @@ fn dispatch_arguments_are_checked_with_or_without_the_drivers_help() {
     let device = driver.open(0, queues(1)).unwrap();
     let module = device.load_ptx(PTX).unwrap();
     assert_eq!(module.parameter_count("scale"), Some(3));
-    let before = fake.calls(cu_name!(cuFuncGetParamInfo));
-    let scale = module.function("scale").unwrap();
-    assert_eq!(scale.parameter_sizes(), Some(&[8, 4, 4][..]));
-    assert_eq!(
-        fake.calls(cu_name!(cuFuncGetParamInfo)) - before,
-        3,
-        "no probe past the end"
-    );
+    let scale = scale_probed_once_per_parameter(&fake, &module);
     drop((scale, module, device));
 
     // A driver that cannot: refused until the caller states the layout, then checked against it.
@@ -514,34 +512,11 @@ fn a_stated_layout_must_agree_with_the_kernels_ptx() {
 /// records of its `.nv.info.k` section; `None`: no such section, so the image does not say what
 /// parameters `k` takes.
 fn cubin_for_the_fake(info: Option<&[u8]>) -> Vec<u8> {
-    let strtab: &[u8] = b"\0.shstrtab\0.nv.info.k\0";
-    let mut image = vec![0u8; 0x40];
-    image[..6].copy_from_slice(b"\x7fELF\x02\x01");
-    image[6..14].copy_from_slice(b".entry k");
-    let strtab_at = image.len();
-    image.extend_from_slice(strtab);
-    let info_at = image.len();
-    image.extend_from_slice(info.unwrap_or_default());
-    let shoff = image.len();
-    let sections: u16 = if info.is_some() { 3 } else { 2 };
-    image[0x28..0x30].copy_from_slice(&(shoff as u64).to_le_bytes());
-    image[0x34..0x36].copy_from_slice(&0x40u16.to_le_bytes());
-    image[0x3a..0x3c].copy_from_slice(&0x40u16.to_le_bytes());
-    image[0x3c..0x3e].copy_from_slice(&sections.to_le_bytes());
-    image[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
-    let header = |name: u32, offset: usize, size: usize| {
-        let mut h = vec![0u8; 0x40];
-        h[..4].copy_from_slice(&name.to_le_bytes());
-        h[0x18..0x20].copy_from_slice(&(offset as u64).to_le_bytes());
-        h[0x20..0x28].copy_from_slice(&(size as u64).to_le_bytes());
-        h
-    };
-    image.extend(header(0, 0, 0));
-    image.extend(header(1, strtab_at, strtab.len()));
-    if let Some(info) = info {
-        image.extend(header(11, info_at, info.len()));
+    let image = ElfImage::new().ident_text(*b".entry k");
+    match info {
+        Some(info) => image.section(".nv.info.k", info).build(),
+        None => image.build(),
     }
-    image
 }
 
 /// `EIATTR_KPARAM_INFO` records (format `EIFMT_SVAL`, 12 bytes: index, ordinal, offset, and the

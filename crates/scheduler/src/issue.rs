@@ -1,17 +1,19 @@
 //! What a queue does under its issue lock: accept a submission, look again at an action whose
 //! semaphore changed, issue ready actions in submission order, fail what cannot run.
 //!
-//! Every function here runs with the lock held (see `issue_lock`), and is handed the state under
-//! it and the burst of the loop issuing: device signals are recorded, and signal semaphores
-//! failed, into the burst, so no listener runs under the lock.
+//! A submission takes the lock here (`submit`); every other function runs with it held (see
+//! `issue_lock`), and is handed the state under it and the burst of the loop issuing: device
+//! signals are recorded, and signal semaphores failed, into the burst, so no listener runs under
+//! the lock.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::PoisonError;
 
 use cuhal_semaphore::{Burst, Failure, Semaphore, WaitPoint};
 
-use crate::action::{Boxed, EventList, Finished};
+use crate::action::{Boxed, EventList, Finished, SlotCleanups, SlotResources};
 use crate::backend::Backend;
+use crate::error::Error;
 use crate::issue_lock::Issuer;
 use crate::pending::Waiting;
 use crate::readiness::{Collect, Hint, Readiness, examine, examine_borrowed};
@@ -20,18 +22,27 @@ use crate::state::State;
 use crate::sync::Ordering;
 
 impl<B: Backend> Shared<B> {
-    /// Accepts a submitted action: issues it at once if it is ready and nothing is pending ahead
-    /// of it (the fast path: no thread hand-off), else makes it pending.
+    /// Accepts a submission ([`Queue::submit_with`](crate::Queue::submit_with)): takes the issue
+    /// lock, writes the action into a recycled slot, and issues it at once if it is ready and
+    /// nothing is pending ahead of it (the fast path: no thread hand-off), else makes it pending.
     ///
-    /// `body` comes without its waits, which are `waits`: an action issued at once never needs
-    /// its wait semaphores again, so they are cloned into it only if it goes pending.
-    pub(crate) fn enqueue(
+    /// The slot is filled without the waits: an action issued at once never needs its wait
+    /// semaphores again, so they are cloned into it only if it goes pending.
+    #[inline]
+    pub(crate) fn submit(
         &self,
-        state: &mut State<B>,
-        burst: &mut Burst<B::Event>,
-        mut body: Boxed<B>,
         waits: &[(&Semaphore<B::Event>, u64)],
-    ) {
+        signals: &[(&Semaphore<B::Event>, u64)],
+        fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
+    ) -> Result<(), Error> {
+        // What the issue makes due (other queues' work its signals release) and the completion
+        // wake it holds back: run when it drops, once the lock is let go.
+        let mut burst = Burst::new();
+        // On an error (a reentrant submission, a lost queue) `fill` drops on return, outside the
+        // lock: a resource's Drop may do anything, even submit.
+        let mut guard = self.lock_to_submit(&mut burst)?;
+        let (state, burst) = guard.parts();
+        let mut body = self.fill_slot(state, signals, fill);
         bump(&self.issue_side.counters.submitted);
         if state.pending.is_empty() {
             let mut device_waits = EventList::new();
@@ -65,6 +76,7 @@ impl<B: Backend> Shared<B> {
                 Readiness::Blocked(index) => self.make_pending(state, body, index),
             }
         }
+        Ok(())
     }
 
     /// Appends a blocked action and listens on the semaphore it is blocked on.

@@ -33,20 +33,20 @@ pub(crate) enum Issuer {
 /// recorded meanwhile is handled (one another thread recorded because it found the lock taken),
 /// so none waits for the worker needlessly.
 ///
-/// Its fields are open to the crate: the state under the lock and the burst of the loop issuing
-/// are handed straight to what issues (the lock is released when the guard drops, after its
-/// `Drop` ran).
+/// The state under the lock and the burst of the loop issuing are handed straight to what issues
+/// ([`parts`](Self::parts)); the lock is released when the guard drops, after its `Drop` ran.
 pub(crate) struct IssueGuard<'a, B: Backend> {
     shared: &'a Shared<B>,
     /// The state under the lock.
-    pub(crate) state: MutexGuard<'a, State<B>>,
+    state: MutexGuard<'a, State<B>>,
     /// The burst of the loop issuing.
-    pub(crate) burst: &'a mut Burst<B::Event>,
+    burst: &'a mut Burst<B::Event>,
     issuer: Issuer,
 }
 
 impl<B: Backend> IssueGuard<'_, B> {
     /// The state under the lock, and the burst of the loop issuing.
+    #[inline]
     pub(crate) fn parts(&mut self) -> (&mut State<B>, &mut Burst<B::Event>) {
         (&mut self.state, self.burst)
     }

@@ -65,41 +65,46 @@ impl<B: Backend> PendingList<B> {
 
     /// Appends an action; returns its slot and listener key.
     pub(crate) fn push_back(&mut self, body: Boxed<B>, waiting: Waiting) -> (usize, u64) {
-        self.generation = self.generation.wrapping_add(1);
-        let generation = self.generation;
-        let slot = self.slab.insert(Pending {
-            body,
-            generation,
-            waiting,
-            prev: self.tail,
-            next: NONE,
-        });
+        let (slot, key) = self.insert(body, waiting, self.tail, NONE);
         if self.tail == NONE {
             self.head = slot;
         } else {
             self.slab[self.tail].next = slot;
         }
         self.tail = slot;
-        (slot, key(slot, generation))
+        (slot, key)
     }
 
     /// Puts an action back at the head (it was taken out for issue and must wait again).
     pub(crate) fn push_front(&mut self, body: Boxed<B>, waiting: Waiting) -> (usize, u64) {
-        self.generation = self.generation.wrapping_add(1);
-        let generation = self.generation;
-        let slot = self.slab.insert(Pending {
-            body,
-            generation,
-            waiting,
-            prev: NONE,
-            next: self.head,
-        });
+        let (slot, key) = self.insert(body, waiting, NONE, self.head);
         if self.head == NONE {
             self.tail = slot;
         } else {
             self.slab[self.head].prev = slot;
         }
         self.head = slot;
+        (slot, key)
+    }
+
+    /// Stores an action between `prev` and `next` under a new generation (the links of its
+    /// neighbours are the caller's); returns its slot and listener key.
+    fn insert(
+        &mut self,
+        body: Boxed<B>,
+        waiting: Waiting,
+        prev: usize,
+        next: usize,
+    ) -> (usize, u64) {
+        self.generation = self.generation.wrapping_add(1);
+        let generation = self.generation;
+        let slot = self.slab.insert(Pending {
+            body,
+            generation,
+            waiting,
+            prev,
+            next,
+        });
         (slot, key(slot, generation))
     }
 

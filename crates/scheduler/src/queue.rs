@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cuhal_semaphore::{Burst, Failure, Semaphore};
+use cuhal_semaphore::{Failure, Semaphore};
 
 use crate::action::{Cleanups, SlotCleanups, SlotResources};
 use crate::backend::{Backend, ThreadRole};
@@ -245,16 +245,7 @@ impl<B: Backend> Queue<B> {
         signals: &[(&Semaphore<B::Event>, u64)],
         fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
     ) -> Result<(), Error> {
-        // What the issue makes due (other queues' work its signals release) and the completion
-        // wake it holds back: run when it drops, once the lock is let go.
-        let mut burst = Burst::new();
-        // On an error (a reentrant submission, a lost queue) `fill` drops on return, outside the
-        // lock: a resource's Drop may do anything, even submit.
-        let mut guard = self.shared.lock_to_submit(&mut burst)?;
-        let body = self.shared.fill_slot(&mut guard.state, signals, fill);
-        self.shared
-            .enqueue(&mut guard.state, guard.burst, body, waits);
-        Ok(())
+        self.shared.submit(waits, signals, fill)
     }
 
     /// A handle that can lose this queue from anywhere (see [`LossTrigger`]).

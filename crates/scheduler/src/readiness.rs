@@ -1,4 +1,4 @@
-//! Readiness of an action's waits (docs/architecture.md, "The life of a submission", step 7).
+//! Readiness of an action's waits (docs/architecture.md, "The life of a submission", step 5).
 //!
 //! Per wait `(semaphore, value)`: reached, drop it; a device signal for a value at least as high is
 //! recorded, wait on the device; otherwise the action stays pending on that semaphore. A wait

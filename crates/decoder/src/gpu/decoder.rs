@@ -518,9 +518,8 @@ impl<'d> Decoder<'d> {
                 max: self.capacity,
             });
         }
-        let mut tokens: Vec<Vec<u32>> =
-            (0..self.batch).map(|_| Vec::with_capacity(count)).collect();
-        let mut step_times = Vec::with_capacity(count);
+        let tokens: Vec<Vec<u32>> = (0..self.batch).map(|_| Vec::with_capacity(count)).collect();
+        let step_times = Vec::with_capacity(count);
         if count == 0 {
             return Ok(Generation {
                 tokens,
@@ -542,106 +541,83 @@ impl<'d> Decoder<'d> {
                 .map_err(Error::gpu("allocating a read buffer"))
         });
         let [a, b] = hosts;
-        let hosts = [a?, b?];
-        let mut scratch = vec![0u32; read_every * self.batch];
-        // Reads issued and not collected: (host index, read value, first row, rows).
-        let mut pending: [Option<(usize, u64, usize, usize)>; 2] = [None, None];
-        let mut next_host = 0;
-        // Rows n..rows_read are read (or being read); rows up to `position` are produced.
-        let mut rows_read = n;
+        let mut reads = TokenReads {
+            hosts: [a?, b?],
+            pending: [None, None],
+            next_host: 0,
+            rows_read: n,
+            tokens,
+            scratch: vec![0u32; read_every * self.batch],
+        };
         let decode_started = Instant::now();
-        let mut last_seen = decode_started;
-        let first_value = self.submitted;
-        let mut seen = first_value;
+        let mut steps = StepTimes {
+            seen: self.submitted,
+            last_seen: decode_started,
+            times: step_times,
+        };
         for _ in 1..count {
-            while self.submitted - seen >= ahead as u64 {
-                seen += 1;
-                self.wait_for(seen)?;
-                let now = Instant::now();
-                step_times.push(now - last_seen);
-                last_seen = now;
-            }
+            self.wait_steps(&mut steps, ahead as u64 - 1)?;
             self.submit_step()?;
-            if self.position + 1 - rows_read >= read_every {
-                self.read_chunk(
-                    &hosts,
-                    &mut pending,
-                    &mut next_host,
-                    &mut rows_read,
-                    &mut tokens,
-                    &mut scratch,
-                )?;
+            if self.position + 1 - reads.rows_read >= read_every {
+                self.read_chunk(&mut reads)?;
             }
         }
-        while seen < self.submitted {
-            seen += 1;
-            self.wait_for(seen)?;
-            let now = Instant::now();
-            step_times.push(now - last_seen);
-            last_seen = now;
-        }
-        while rows_read < n + count {
-            self.read_chunk(
-                &hosts,
-                &mut pending,
-                &mut next_host,
-                &mut rows_read,
-                &mut tokens,
-                &mut scratch,
-            )?;
+        self.wait_steps(&mut steps, 0)?;
+        while reads.rows_read < n + count {
+            self.read_chunk(&mut reads)?;
         }
         for slot in 0..2 {
-            let index = (next_host + slot) % 2;
-            if let Some(read) = pending[index].take() {
-                self.take(&hosts, read, &mut tokens, &mut scratch)?;
-            }
+            let index = (reads.next_host + slot) % 2;
+            self.take(&mut reads, index)?;
         }
         Ok(Generation {
-            tokens,
+            tokens: reads.tokens,
             prefill,
-            step_times,
+            step_times: steps.times,
             decode: decode_started.elapsed(),
         })
     }
 
-    /// Issues the read of the produced rows not yet read (at most one host buffer's worth)
-    /// into the next host buffer, first collecting what that buffer holds.
-    fn read_chunk(
-        &mut self,
-        hosts: &[Arc<HostBuffer>; 2],
-        pending: &mut [Option<(usize, u64, usize, usize)>; 2],
-        next_host: &mut usize,
-        rows_read: &mut usize,
-        tokens: &mut [Vec<u32>],
-        scratch: &mut [u32],
-    ) -> Result<()> {
-        let index = *next_host;
-        if let Some(read) = pending[index].take() {
-            self.take(hosts, read, tokens, scratch)?;
+    /// Waits for submitted steps in order until at most `behind` are not seen done, timing
+    /// each.
+    fn wait_steps(&self, steps: &mut StepTimes, behind: u64) -> Result<()> {
+        while self.submitted - steps.seen > behind {
+            steps.seen += 1;
+            self.wait_for(steps.seen)?;
+            let now = Instant::now();
+            steps.times.push(now - steps.last_seen);
+            steps.last_seen = now;
         }
-        let capacity = hosts[index].len() / (self.batch * 4);
-        let to = (self.position + 1).min(*rows_read + capacity);
-        if to <= *rows_read {
-            return Ok(());
-        }
-        self.read_rows(&hosts[index], *rows_read, to)?;
-        pending[index] = Some((index, self.reads, *rows_read, to - *rows_read));
-        *rows_read = to;
-        *next_host = 1 - index;
         Ok(())
     }
 
-    /// Collects a pending read into each sequence's tokens.
-    fn take(
-        &self,
-        hosts: &[Arc<HostBuffer>; 2],
-        (index, value, _first, rows): (usize, u64, usize, usize),
-        tokens: &mut [Vec<u32>],
-        scratch: &mut [u32],
-    ) -> Result<()> {
-        self.collect(&hosts[index], value, rows, scratch)?;
+    /// Issues the read of the produced rows not yet read (at most one host buffer's worth)
+    /// into the next host buffer, first collecting what that buffer holds.
+    fn read_chunk(&mut self, reads: &mut TokenReads) -> Result<()> {
+        let index = reads.next_host;
+        self.take(reads, index)?;
+        let capacity = reads.hosts[index].len() / (self.batch * 4);
+        let from = reads.rows_read;
+        let to = (self.position + 1).min(from + capacity);
+        if to <= from {
+            return Ok(());
+        }
+        self.read_rows(&reads.hosts[index], from, to)?;
+        reads.pending[index] = Some((self.reads, to - from));
+        reads.rows_read = to;
+        reads.next_host = 1 - index;
+        Ok(())
+    }
+
+    /// Collects the read pending in host buffer `index`, if any, into each sequence's tokens.
+    fn take(&self, reads: &mut TokenReads, index: usize) -> Result<()> {
+        let Some((value, rows)) = reads.pending[index].take() else {
+            return Ok(());
+        };
+        let scratch = &mut reads.scratch;
+        self.collect(&reads.hosts[index], value, rows, scratch)?;
         for row in scratch[..rows * self.batch].chunks_exact(self.batch) {
-            for (sequence, &token) in tokens.iter_mut().zip(row) {
+            for (sequence, &token) in reads.tokens.iter_mut().zip(row) {
                 sequence.push(token);
             }
         }
@@ -671,6 +647,30 @@ impl<'d> Decoder<'d> {
         self.submitted += 1;
         Ok(())
     }
+}
+
+/// The reads of the tokens a decode produces: two host buffers, alternating (a read is issued
+/// into one while the other's is collected), and the tokens collected so far.
+struct TokenReads {
+    hosts: [Arc<HostBuffer>; 2],
+    /// The read issued into each host buffer and not collected: (read value, rows).
+    pending: [Option<(u64, usize)>; 2],
+    /// The host buffer the next read goes into.
+    next_host: usize,
+    /// Rows up to this one are read (or being read); rows up to `position` are produced.
+    rows_read: usize,
+    /// Each sequence's tokens.
+    tokens: Vec<Vec<u32>>,
+    scratch: Vec<u32>,
+}
+
+/// The decode steps seen done, and how long each took.
+struct StepTimes {
+    /// The last step value seen done.
+    seen: u64,
+    /// When it was seen.
+    last_seen: Instant,
+    times: Vec<Duration>,
 }
 
 /// Refuses a model or options the kernels do not compute.

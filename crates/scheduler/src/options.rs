@@ -112,7 +112,7 @@ impl CompletionOptions {
     /// Default [`spin`](Self::spin): the nap window ([`NAP`](crate::policy::NAP)), so a needed
     /// wait polls as long as a hurried nap. At 50 us a future awaiting a 50 us kernel was seen
     /// by the device's block 22.0 us after the kernel ended, not by a query (H100, bench case 15).
-    pub const DEFAULT_SPIN: Duration = crate::policy::NAP;
+    pub const DEFAULT_SPIN: Duration = Duration::from_micros(500);
     /// Default [`gather`](Self::gather): none. A backend whose completion queries are cheap and
     /// do not contend with its issue (the host backend) gains nothing from gathering.
     pub const DEFAULT_GATHER: Duration = Duration::ZERO;

@@ -17,7 +17,7 @@ use cuhal_sys::{
     CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUstream, Event,
     PrimaryContext, Stream, cu,
 };
-use cuhal_trace::{IssueStep, StreamBefore, SubmissionInfo, TraceContext};
+use cuhal_trace::{IssueStep, StreamBefore, SubmissionInfo, SubmissionTicket, TraceContext};
 use smallvec::SmallVec;
 
 use crate::bindings::BindingTables;
@@ -48,9 +48,12 @@ pub(crate) enum Payload {
         bindings: BindingTables,
         /// What the tracer shows of the submission (COARSE and FINE tracing only).
         trace: Option<Box<SubmissionInfo>>,
-        /// The completion event, kept until the action is released when traced: the tracer
-        /// reads its time in the action's cleanup, which runs after the scheduler let go of it.
-        completion: Option<CudaEvent>,
+        /// The completion event and the tracer's ticket for the submission, when traced: the
+        /// ticket tells the tracer the submission completed once the completion side saw it
+        /// ([`Backend::completed`]), and the event is kept until the action is released, for
+        /// the tracer reads its time in the action's cleanup, which runs after the scheduler
+        /// let go of it.
+        completion: Option<Traced>,
     },
     /// `cuMemsetD{8,16,32}Async` over a range.
     Fill {
@@ -89,6 +92,13 @@ pub(crate) enum Payload {
     Dealloca(Arc<Allocation>),
     /// `cuStreamWaitEvent` on an event another runtime recorded (kept until completion).
     WaitEvent(Arc<ForeignEvent>),
+}
+
+/// A traced submission's completion event and the tracer's ticket for it.
+pub(crate) struct Traced {
+    /// Held, not read: keeps the event out of its pool until the action is released.
+    _event: CudaEvent,
+    ticket: SubmissionTicket,
 }
 
 /// One queue's stream and its own event pool (crate-private, like [`Payload`]).
@@ -200,13 +210,14 @@ impl CudaBackend {
         self.stream.raw()
     }
 
-    /// Enqueues the device waits, the payload, and the completion event.
+    /// Enqueues the device waits, the payload, and the completion event; the tracer's ticket
+    /// when the submission is traced.
     fn enqueue_work(
         &self,
         device_waits: &[CudaEvent],
         payload: &mut Payload,
         completion: &CudaEvent,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<SubmissionTicket>, Error> {
         let api = self.context.api();
         let mut waited = false;
         // Events recorded on this queue's own stream are not here: the scheduler answers such
@@ -389,7 +400,7 @@ impl CudaBackend {
                 unsafe { self.stream.wait_raw_event(event.raw()) }?;
             }
         }
-        record_completion()
+        record_completion().map(|()| None)
     }
 }
 
@@ -427,7 +438,7 @@ impl Backend for CudaBackend {
             .acquire_via(stash)
             .map_err(|e| self.lost.note(e))?;
         match self.enqueue_work(device_waits, payload, &completion) {
-            Ok(()) => {
+            Ok(ticket) => {
                 match payload {
                     Payload::Read { target, .. } => {
                         // Host reads of the target succeed once this event completes, even
@@ -435,10 +446,13 @@ impl Backend for CudaBackend {
                         target.complete_when(Box::new(completion.clone()));
                     }
                     Payload::Execute {
-                        trace: Some(_),
-                        completion: kept,
-                        ..
-                    } => *kept = Some(completion.clone()),
+                        completion: kept, ..
+                    } => {
+                        *kept = ticket.map(|ticket| Traced {
+                            _event: completion.clone(),
+                            ticket,
+                        });
+                    }
                     _ => {}
                 }
                 Ok(completion)
@@ -478,6 +492,21 @@ impl Backend for CudaBackend {
             }
         }
         Ok(())
+    }
+
+    /// A traced submission the completion side saw complete: the tracer is told, so the
+    /// collection in its cleanup reads its times without querying its completion event again.
+    fn completed(&self, payload: &Payload) {
+        if let (
+            Payload::Execute {
+                completion: Some(traced),
+                ..
+            },
+            Some(trace),
+        ) = (payload, &self.trace)
+        {
+            trace.completed(traced.ticket);
+        }
     }
 
     /// An event of the queue's own pool was recorded on the queue's own stream: stream order

@@ -75,7 +75,8 @@ pub struct Queue {
     mode: CommandBufferMode,
     patch_method: PatchMethod,
     trace: Option<Arc<TraceContext>>,
-    /// Collects the trace context's completed zones; one shared cleanup for every submission.
+    /// Collects the trace context's completed zones; one shared cleanup for every traced
+    /// submission.
     collect: Option<SharedCleanup>,
     /// Storage for the binding tables of submissions in flight.
     tables: Arc<TablePool>,
@@ -113,9 +114,15 @@ impl Queue {
         pool.set_nudge(inner.completion_nudge());
         let trigger = inner.loss_trigger();
         lost.add_queue(Box::new(move |failure| trigger.trigger(failure)));
+        // A submission that completed was just reported complete to the tracer (the backend's
+        // `completed`), so its collection queries nothing; one that failed is looked at the
+        // long way (its events may never complete).
         let collect = trace.clone().map(|trace| {
-            Arc::new(move |_: Outcome<'_>| {
-                trace.collect();
+            Arc::new(move |outcome: Outcome<'_>| {
+                match outcome {
+                    Ok(()) => trace.collect_completed(),
+                    Err(_) => trace.collect(),
+                };
             }) as SharedCleanup
         });
         Ok(Self {

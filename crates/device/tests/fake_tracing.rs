@@ -244,6 +244,177 @@ fn coarse_tracing_adds_no_gpu_work() {
     }
 }
 
+/// Driver calls a phase of a test made, and the batches the queue's completion side retired.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CallCounts {
+    queries: u64,
+    elapsed: u64,
+    records: u64,
+    batches: u64,
+}
+
+impl CallCounts {
+    fn now(fake: &cuhal_fake_driver::harness::FakeDriver, queue: &cuhal::Queue) -> Self {
+        Self {
+            queries: fake.calls(cu_name!(cuEventQuery)),
+            elapsed: fake.calls(cu_name!(cuEventElapsedTime)),
+            records: fake.calls(cu_name!(cuEventRecord)),
+            batches: queue.stats().retire_batches,
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            queries: self.queries - before.queries,
+            elapsed: self.elapsed - before.elapsed,
+            records: self.records - before.records,
+            batches: self.batches - before.batches,
+        }
+    }
+
+    /// The queries beyond one per retired batch (the one the completion side asks of each
+    /// batch's newest event).
+    fn queries_beyond_batches(self) -> i64 {
+        self.queries as i64 - self.batches as i64
+    }
+}
+
+/// COARSE asks the driver nothing on the completion side that the queue does not already ask:
+/// the queue's completion side tells the tracer which submissions it saw complete, and their
+/// collection times each one's completion event (one `cuEventElapsedTime`) without a
+/// `cuEventQuery` of its own. Against the same workload untraced, in three shapes: one
+/// submission at a time (a batch each), back to back, and all held in flight until the
+/// completion side blocks on the first (so its collection meets every later one still queued).
+/// The queue's own queries are one per retired batch on the fake's GPU with no gathering (plus
+/// the one after a block), so tracing's share is what the traced run asks beyond that, less
+/// what the untraced run does: none. Per submission: the same events recorded (the completion
+/// event) and one `cuEventElapsedTime`.
+#[test]
+fn coarse_collection_adds_no_event_query() {
+    use std::time::{Duration, Instant};
+    const WARM: u64 = 4;
+    const N: u64 = 40;
+    let run = |verbosity: Verbosity, tag: &str| {
+        let sink = Arc::new(MemorySink::new());
+        let (fake, _driver, device) = open(
+            tag,
+            DeviceOptions {
+                // No gathering: no query to decide whether to defer a batch.
+                completion: DeviceOptions::DEFAULT_COMPLETION.with_gather(Duration::ZERO),
+                ..traced(verbosity, sink.clone())
+            },
+        );
+        let queue = device.queue(0);
+        let buffer = device.create_buffer(256).unwrap();
+        let cb = fill_buffer(queue, &buffer, None);
+        for _ in 0..WARM {
+            queue.execute(&[], &[], &[&cb]).unwrap();
+            fake_support::settle(queue);
+        }
+        // One at a time: each submission is a batch of its own.
+        let before = CallCounts::now(&fake, queue);
+        for _ in 0..N {
+            queue.execute(&[], &[], &[&cb]).unwrap();
+            fake_support::settle(queue);
+        }
+        let alone = CallCounts::now(&fake, queue).since(before);
+        // Back to back.
+        let before = CallCounts::now(&fake, queue);
+        for _ in 0..N {
+            queue.execute(&[], &[], &[&cb]).unwrap();
+        }
+        fake_support::settle(queue);
+        let together = CallCounts::now(&fake, queue).since(before);
+        // Held in flight: counted from when the completion side blocks on its first batch (its
+        // nap's queries are the queue's and vary), then everything completes at once.
+        fake.set_timing(Duration::from_secs(3600), Duration::ZERO);
+        let blocks = || fake.calls(cu_name!(cuEventSynchronize));
+        let blocked = blocks();
+        for _ in 0..N {
+            queue.execute(&[], &[], &[&cb]).unwrap();
+        }
+        let deadline = Instant::now() + fake_support::TIMEOUT;
+        while blocks() == blocked {
+            assert!(
+                Instant::now() < deadline,
+                "the completion side never blocked"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let before = CallCounts::now(&fake, queue);
+        fake.finish_work();
+        fake_support::settle(queue);
+        let held = CallCounts::now(&fake, queue).since(before);
+        fake.set_timing(Duration::ZERO, Duration::ZERO);
+        let not_ready = fake.elapsed_not_ready();
+        drop(cb);
+        drop(device);
+        (alone, together, held, not_ready, sink)
+    };
+    let (off_alone, off_together, off_held, _, _) = run(Verbosity::Off, "coarse-queries-off");
+    let (alone, together, held, not_ready, sink) = run(Verbosity::Coarse, "coarse-queries-on");
+
+    // The queue's own driver calls, untraced: one query per batch, one record per submission.
+    assert_eq!(
+        off_alone,
+        CallCounts {
+            queries: N,
+            elapsed: 0,
+            records: N,
+            batches: N
+        }
+    );
+    assert_eq!(off_together.queries_beyond_batches(), 0, "{off_together:?}");
+    assert_eq!(
+        off_held.queries_beyond_batches(),
+        1,
+        "the query after the block"
+    );
+
+    // Traced, one at a time: exactly the untraced queries and records, one timing each.
+    assert_eq!(alone.batches, N);
+    assert_eq!(
+        alone.queries, off_alone.queries,
+        "COARSE queried events the queue had already seen complete: {alone:?}"
+    );
+    assert_eq!(alone.records, off_alone.records, "COARSE records no event");
+    assert_eq!(alone.elapsed, N, "one cuEventElapsedTime per submission");
+
+    // Traced, in batches: tracing's own queries are none.
+    for (shape, traced, untraced) in [
+        ("back to back", together, off_together),
+        ("held in flight", held, off_held),
+    ] {
+        assert_eq!(
+            traced.queries_beyond_batches() - untraced.queries_beyond_batches(),
+            0,
+            "{shape}: cuEventQuery calls of tracing's own over {N} submissions: {traced:?}"
+        );
+        assert_eq!(traced.elapsed, N, "{shape}");
+    }
+    assert_eq!(together.records, N);
+    assert_eq!(not_ready, 0, "an incomplete event was timed");
+
+    // Every submission still has its zone and its command buffer's, nested, in order.
+    let zones = sink.zones();
+    let submissions: Vec<_> = zones.iter().filter(|z| z.name == "submission").collect();
+    let buffers: Vec<_> = zones
+        .iter()
+        .filter(|z| z.name == "graph command buffer")
+        .collect();
+    assert_eq!(submissions.len() as u64, WARM + 3 * N);
+    assert_eq!(buffers.len(), submissions.len());
+    for (s, b) in submissions.iter().zip(&buffers) {
+        assert!(
+            s.begin_ns <= b.begin_ns && b.end_ns <= s.end_ns,
+            "{s:?} {b:?}"
+        );
+    }
+    for pair in submissions.windows(2) {
+        assert!(pair[0].end_ns <= pair[1].begin_ns, "{pair:?}");
+    }
+}
+
 /// A submission's zone says what it was: queue, ordinal, waits and signals, command buffer
 /// labels, the submitting thread, and, when the GPU waited for another queue's work first,
 /// that it did. Its command buffer's debug group nests inside the command buffer's zone.

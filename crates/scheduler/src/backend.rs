@@ -32,6 +32,9 @@ pub enum ThreadRole {
 ///   finished actions, and (unless [`STICKY_ERRORS`](Backend::STICKY_ERRORS)) for the earlier
 ///   ones once the newest completed, or for each one when the newest reported an error. When
 ///   to query and when to block is the scheduler's [`policy`](crate::policy), not the backend's.
+/// - [`completed`](Backend::completed) is called on the completion thread once per issued action
+///   whose completion event completed without error, in issue order, before any cleanup of its
+///   batch runs.
 /// - [`release`](Backend::release) is called on the completion thread once per action, after the
 ///   action completed or failed and after its cleanup callbacks ran, whether or not it was issued.
 /// - No method is ever called from inside a driver callback, and no scheduler lock that `issue`
@@ -121,6 +124,17 @@ pub trait Backend: Send + Sync + 'static {
     fn check_completed(&self, payload: &Self::Payload) -> Result<(), Failure> {
         let _ = payload;
         Ok(())
+    }
+
+    /// Called by the completion side for each issued action whose completion event it saw
+    /// complete without error (that event, or a later one of the queue, answered its query), in
+    /// issue order, before its check ([`check_completed`](Backend::check_completed)) and before
+    /// any cleanup callback of its batch runs. What the backend learns here costs it no query of
+    /// its own (CUDA: a traced submission's timing events are known complete, so their
+    /// collection in the cleanup reads their times without asking the driver again). Must be
+    /// cheap: the completion side calls it for every action. The default does nothing.
+    fn completed(&self, payload: &Self::Payload) {
+        let _ = payload;
     }
 
     /// Whether work this backend issues from now on is ordered after `event` already (CUDA: an

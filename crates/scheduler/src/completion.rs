@@ -2,7 +2,8 @@
 //!
 //! It takes every action handed over since its last look at once (one lock), and waits only for
 //! the newest completion event among them: a queue's events complete in issue order, so that one
-//! completing proves the others have. Then it advances each signal semaphore once (to the highest
+//! completing proves the others have. It tells the backend of each action so known complete
+//! ([`Backend::completed`]), then advances each signal semaphore once (to the highest
 //! value the batch signals on it), runs the cleanup callbacks, releases the resources and gives
 //! the payloads back to the backend, in issue order. A backend whose errors are not sticky
 //! ([`Backend::STICKY_ERRORS`]) has each earlier event's outcome read too (without waiting: they
@@ -171,6 +172,12 @@ fn retire_batch<B: Backend>(
                 } else {
                     policy::wait(shared, nap, event, Need::Now)
                 };
+                if result.is_ok() {
+                    // The backend's own bookkeeping of completed work, before any cleanup runs.
+                    let _ = catch_unwind(AssertUnwindSafe(|| {
+                        shared.backend.completed(body.payload());
+                    }));
+                }
                 let result = match result {
                     Ok(()) if *checked => {
                         check_completed(shared, body).map_err(|failure| (failure, false))

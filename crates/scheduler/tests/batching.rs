@@ -296,3 +296,59 @@ fn a_slow_completion_side_holds_the_submitter_back() {
         "completion events stay bounded"
     );
 }
+
+/// What the backend and the cleanups saw, in order: (`true` for the backend's `completed`,
+/// action id).
+#[derive(Default, Clone)]
+struct CompletedLog(Arc<std::sync::Mutex<Vec<(bool, u64)>>>);
+
+impl Hooks for CompletedLog {
+    fn completed(&self, payload: &Script) {
+        self.0.lock().unwrap().push((true, payload.id));
+    }
+}
+
+/// The backend hears of every action whose completion event completed, in issue order, before
+/// any cleanup of its batch runs (so a cleanup can rely on it), and never of one that failed.
+#[test]
+fn the_backend_hears_of_each_completed_action_before_its_batch_cleans_up() {
+    let log = CompletedLog::default();
+    let queue = Queue::new(
+        Scripted::with_hooks(false, log.clone()),
+        QueueOptions::new("completed"),
+    )
+    .unwrap();
+    for id in 0..5u64 {
+        let log = log.clone();
+        queue
+            .submit(
+                &[],
+                &[],
+                Script::id(id),
+                Resources::new(),
+                smallvec![Cleanup::once(move |_| {
+                    log.0.lock().unwrap().push((false, id));
+                })],
+            )
+            .unwrap();
+    }
+    let fault = Failure::msg("action 2 failed alone");
+    for entry in queue.backend().issued.lock().unwrap().iter() {
+        if entry.id == 2 {
+            entry.event.fail(fault.clone());
+        } else {
+            entry.event.complete();
+        }
+    }
+    eventually("all retired", || queue.stats().retired() == 5);
+    let log = log.0.lock().unwrap().clone();
+    let heard: Vec<u64> = log.iter().filter(|(b, _)| *b).map(|(_, id)| *id).collect();
+    assert_eq!(heard, [0, 1, 3, 4], "{log:?}");
+    for id in [0, 1, 3, 4] {
+        let at = |backend| log.iter().position(|e| *e == (backend, id)).unwrap();
+        assert!(
+            at(true) < at(false),
+            "action {id} cleaned up first: {log:?}"
+        );
+    }
+}

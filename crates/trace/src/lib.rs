@@ -83,7 +83,9 @@ pub use sink::{
     DropReason, Fanout, HostSpan, JsonSink, MemoryRecord, MemorySink, MemorySubmission, MemoryZone,
     NullSink, Sink, SubmissionDetails, TrackId,
 };
-pub use submission::{INLINE_SEMAPHORES, IssueStep, StreamBefore, SubmissionInfo};
+pub use submission::{
+    INLINE_SEMAPHORES, IssueStep, StreamBefore, SubmissionInfo, SubmissionTicket,
+};
 pub use thread::thread_id;
 #[cfg(test)]
 mod tests;

@@ -328,7 +328,7 @@ impl ZoneList {
         shared.enqueue(self.inner.clone(), generation);
         let shared = shared.clone();
         Some(Box::new(move || {
-            shared.collect();
+            shared.collect(crate::context::Scope::All);
         }))
     }
 
@@ -467,7 +467,13 @@ impl ListInner {
         let shared = &self.shared;
         let uncollected = {
             let state = lock(&self.state);
-            (state.queued != 0 && state.queued == state.submissions && state.queued_slot != slot)
+            // A list that times nothing (a COARSE command buffer without debug groups) has no
+            // times to keep: nothing to read, and no lock of the collector's to take on the issue
+            // path.
+            (state.timed_zones > 0
+                && state.queued != 0
+                && state.queued == state.submissions
+                && state.queued_slot != slot)
                 .then_some((state.queued_slot, state.queued))
         };
         if let Some((queued_slot, generation)) = uncollected {

@@ -5,7 +5,9 @@
 //! and signals), lets each command buffer's zone list know it is issued again, has the caller
 //! issue each command buffer and record the completion event, and queues the slot. The queue's
 //! one cleanup collects it on the completion side after the submission completed, as IREE does
-//! with its single cleanup callback.
+//! with its single cleanup callback; the completion side says first how far the stream is known
+//! complete ([`TraceContext::completed`]), so a COARSE submission's collection makes no driver
+//! call but the one `cuEventElapsedTime` that times its completion event.
 //!
 //! COARSE adds no GPU work of its own: the submission's zone ends at its completion event
 //! (which the queue records anyway, with timing on when the queue traces) and begins when its
@@ -90,6 +92,19 @@ pub enum StreamBefore {
     /// Waits for other streams' work on the device: the start is timed by an event, and the
     /// wait is shown ([`crate::SubmissionDetails::device_wait_ns`]).
     DeviceWait,
+}
+
+/// A traced submission's place in its context's issue order (its ordinal), which
+/// [`TraceContext::submit`] returns: the queue hands it back to [`TraceContext::completed`] once
+/// it saw the submission complete, so its collection asks the driver nothing more.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SubmissionTicket(pub(crate) u64);
+
+impl SubmissionTicket {
+    /// The submission's ordinal on its queue (as [`SubmissionDetails::ordinal`] shows it).
+    pub fn ordinal(self) -> u64 {
+        self.0
+    }
 }
 
 /// Flow ids, unique in the process (several contexts may share a sink).
@@ -276,8 +291,11 @@ impl TraceContext {
     /// error ends the issue and is returned. `before` says what the stream runs right before
     /// the submission, which decides whether its start needs an event ([`StreamBefore`]).
     ///
-    /// The zones are collected after completion by [`TraceContext::collect`], which the queue
-    /// runs on its completion side once the submission completed. At `Off` this only issues.
+    /// The zones are collected after completion by [`TraceContext::collect_completed`], which
+    /// the queue runs on its completion side once it saw the submission complete and said so
+    /// with the returned ticket ([`TraceContext::completed`]); or by [`TraceContext::collect`],
+    /// which queries the completion event first. Returns `None` when nothing is traced (at
+    /// `Off`, or once the context is closing): this only issued.
     ///
     /// # Safety
     /// `stream` must be a live stream of this context's device. `completion` must be a live
@@ -292,19 +310,13 @@ impl TraceContext {
         before: StreamBefore,
         completion: CUevent,
         mut issue: impl FnMut(IssueStep) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let Some(shared) = self.shared() else {
+    ) -> Result<Option<SubmissionTicket>, E> {
+        let Some(shared) = self.shared().filter(|s| !s.is_closed()) else {
             for i in 0..command_buffers.len() {
                 issue(IssueStep::CommandBuffer(i))?;
             }
-            return issue(IssueStep::Completion);
+            return issue(IssueStep::Completion).map(|()| None);
         };
-        if shared.is_closed() {
-            for i in 0..command_buffers.len() {
-                issue(IssueStep::CommandBuffer(i))?;
-            }
-            return issue(IssueStep::Completion);
-        }
         let issue_begin_ns = shared.backend.now_ns();
         let (index, cell) = shared.slots.acquire();
         let mut slot = lock(&cell);
@@ -337,13 +349,14 @@ impl TraceContext {
         slot.completion = Some(Ev(completion));
         slot.issue_end_ns = shared.backend.now_ns();
         let zones = 1 + slot.count as u64;
+        let ordinal = slot.ordinal;
         drop(slot);
         shared
             .counters
             .zones_recorded
             .fetch_add(zones, Ordering::Relaxed);
-        lock(&shared.pending).push_back(Pending::Submission(index));
-        Ok(())
+        lock(&shared.pending).push_back(Pending::Submission { index, ordinal });
+        Ok(Some(SubmissionTicket(ordinal)))
     }
 
     /// The issue proper, filling `slot`.
@@ -451,15 +464,19 @@ impl Shared {
         let Some(completion) = slot.completion else {
             return Err(());
         };
-        // Asked first: `cuEventElapsedTime` on an event not complete yet answers
-        // CUDA_ERROR_NOT_READY, which compute-sanitizer reports as an API error, and a
-        // collection often meets submissions still running behind the one that completed.
-        // SAFETY: the completion event stays live until this collection (the `submit`
-        // contract).
-        match unsafe { self.backend.query(completion.0) } {
-            Ok(true) => {}
-            Ok(false) => return Ok(false),
-            Err(_) => return Err(()),
+        // Known complete when the queue's completion side said so (`TraceContext::completed`):
+        // it queried this event, or a later one of the stream, already. Otherwise asked first:
+        // `cuEventElapsedTime` on an event not complete yet answers CUDA_ERROR_NOT_READY, which
+        // compute-sanitizer reports as an API error, and a collection that looks at every
+        // queued submission meets some still running behind the one that completed.
+        if slot.ordinal > cs.complete_through {
+            // SAFETY: the completion event stays live until this collection (the `submit`
+            // contract).
+            match unsafe { self.backend.query(completion.0) } {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(_) => return Err(()),
+            }
         }
         let Some(end) = self.event_time(cs, completion.0)? else {
             return Ok(false);

@@ -568,3 +568,62 @@ fn concurrent_zones_are_timed_only_once_every_event_completed() {
     assert_eq!(gpu.elapsed_not_ready(), 0);
     assert_eq!(trace.stats().dropped.total(), 0);
 }
+
+/// A queue submission the completion side said completed is collected without a query of its
+/// completion event (one `elapsed_ms` times it); a collection of what is known complete passes
+/// over a later one without a backend call; a full collection queries that one first.
+#[test]
+fn submissions_known_complete_are_collected_without_a_query() {
+    use crate::{EventBackend, IssueStep, StreamBefore, SubmissionInfo};
+    let gpu = FakeGpu::new();
+    let sink = Arc::new(MemorySink::new());
+    let config = TraceConfig::new(Verbosity::Coarse, "queue 0");
+    let trace = TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap();
+    let stream = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+    let info = SubmissionInfo::new([], []);
+    let events = [gpu.create_event().unwrap(), gpu.create_event().unwrap()];
+    let tickets = events.map(|completion| {
+        // SAFETY: the fake backend made the completion event and lives past the collections;
+        // the stream is never used by the fake.
+        unsafe {
+            trace.submit::<crate::Error>(
+                stream,
+                &info,
+                &[],
+                StreamBefore::Traced,
+                completion,
+                |step| {
+                    assert_eq!(step, IssueStep::Completion);
+                    gpu.pend(completion);
+                    Ok(())
+                },
+            )
+        }
+        .unwrap()
+        .expect("a traced context gives a ticket")
+    });
+    assert!(tickets[0] < tickets[1]);
+    gpu.complete_at(events[0], 5 * MS);
+
+    let calls = gpu.calls();
+    trace.completed(tickets[0]);
+    assert_eq!(trace.collect_completed(), 1, "the first submission's zone");
+    assert_eq!(gpu.calls() - calls, 1, "one elapsed_ms, no query");
+
+    let calls = gpu.calls();
+    assert_eq!(trace.collect_completed(), 0);
+    assert_eq!(gpu.calls() - calls, 0, "the running one is not looked at");
+    assert_eq!(trace.collect(), 0, "still running");
+    assert_eq!(gpu.calls() - calls, 1, "a full collection queries it");
+
+    gpu.complete_at(events[1], 7 * MS);
+    assert_eq!(trace.collect(), 1);
+    assert_eq!(gpu.elapsed_not_ready(), 0);
+    let ends: Vec<u64> = sink.zones().iter().map(|z| z.end_ns).collect();
+    assert_eq!(ends, [5 * MS, 7 * MS]);
+    drop(trace);
+    for event in events {
+        // SAFETY: made by this backend, destroyed once.
+        unsafe { gpu.destroy_event(event) };
+    }
+}

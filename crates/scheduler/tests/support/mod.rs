@@ -60,6 +60,9 @@ pub trait Hooks: Send + Sync + 'static {
         false
     }
 
+    /// Called by the backend's `Backend::completed`.
+    fn completed(&self, _payload: &Script) {}
+
     /// The backend's `Backend::checks_completion`.
     fn checks_completion(&self, _payload: &Script) -> bool {
         false
@@ -204,6 +207,10 @@ impl<H: Hooks> Backend for Scripted<H> {
 
     fn checks_completion(&self, payload: &Script) -> bool {
         self.hooks.checks_completion(payload)
+    }
+
+    fn completed(&self, payload: &Script) {
+        self.hooks.completed(payload);
     }
 
     fn release(&self, payload: Script) {

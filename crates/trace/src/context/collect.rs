@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use super::calibration::CALIBRATION_TRIES;
-use super::pending::{Outcome, Pending, Times};
+use super::pending::{Outcome, Pending, Scope, Times};
 use super::shared::Shared;
 use crate::list::{ListState, Record};
 use crate::lock::lock;
@@ -69,15 +69,28 @@ pub(crate) struct CollectState {
     /// When the last submission collected completed: the earliest the next one on the same
     /// stream can have started (trace clock).
     pub(crate) last_end_ns: u64,
+    /// Submissions up to this ordinal are known complete (read at the start of a collection):
+    /// their completion events are not queried.
+    pub(crate) complete_through: u64,
 }
 
 impl Shared {
-    /// Collects every queued submission whose events have all completed, in submission order,
-    /// and reports new drops. Returns the number of zones handed to the sink.
-    pub(crate) fn collect(&self) -> u64 {
+    /// Collects every queued entry in `scope` whose events have all completed, in submission
+    /// order, and reports new drops. Returns the number of zones handed to the sink.
+    pub(crate) fn collect(&self, scope: Scope) -> u64 {
         let mut cs = lock(&self.collect);
+        // Read under the collector's lock: a later collection never sees an older value.
+        let through = self.complete_through.load(Ordering::Acquire);
+        cs.complete_through = through;
         {
             let mut pending = lock(&self.pending);
+            if !pending.iter().any(|entry| entry.in_scope(scope, through)) {
+                // Nothing this collection may look at (the batch's earlier cleanup took it, or
+                // what is queued is still running): no driver call, not even the context check.
+                drop(pending);
+                self.report_drops(&mut cs);
+                return 0;
+            }
             std::mem::swap(&mut *pending, &mut cs.work);
         }
         let mut zones = 0;
@@ -102,7 +115,10 @@ impl Shared {
                 }
             }
             while let Some(entry) = cs.work.pop_front() {
-                let outcome = if ready {
+                let outcome = if !entry.in_scope(scope, through) {
+                    // Not known complete yet: its own completion collects it.
+                    Outcome::NotReady
+                } else if ready {
                     self.collect_entry(&mut cs, &entry, &mut zones)
                 } else {
                     self.give_up(&entry, DropReason::EventError)
@@ -138,7 +154,7 @@ impl Shared {
                     self.count_dropped(DropReason::Superseded, state.timed_zones);
                 }
             }
-            Pending::Submission(index) => self.give_up_submission(*index, reason),
+            Pending::Submission { index, .. } => self.give_up_submission(*index, reason),
         }
         Outcome::Done
     }
@@ -167,7 +183,7 @@ impl Shared {
                 self.emit_list(cs, &mut state, (0, u64::MAX), zones);
                 Outcome::Done
             }
-            Pending::Submission(index) => self.collect_submission(cs, *index, zones),
+            Pending::Submission { index, .. } => self.collect_submission(cs, *index, zones),
         }
     }
 

@@ -16,7 +16,7 @@ pub(crate) use activity::ACTIVITY_PATIENCE;
 pub(crate) use collect::CollectState;
 pub use config::{CuptiChoice, TraceConfig};
 pub use fine_source::FineSource;
-pub(crate) use pending::{Outcome, Pending, Times};
+pub(crate) use pending::{Outcome, Pending, Scope, Times};
 pub(crate) use shared::Shared;
 pub use stats::{DropCounts, TraceStats};
 
@@ -38,6 +38,7 @@ use crate::list::ZoneList;
 use crate::lock::lock;
 use crate::pool::{Ev, TimingEventPool};
 use crate::sink::{DropReason, Sink, TrackId};
+use crate::submission::SubmissionTicket;
 use crate::timebase::Calibration;
 
 /// A queue's tracing context.
@@ -135,6 +136,7 @@ impl TraceContext {
             name: config.name.clone(),
             slots: crate::submission::Slots::default(),
             ordinals: AtomicU64::new(0),
+            complete_through: AtomicU64::new(0),
             verbosity: config.verbosity,
             names: Mutex::new(HashSet::new()),
             pending: Mutex::new(VecDeque::new()),
@@ -156,6 +158,7 @@ impl TraceContext {
                 reported: [0; DropReason::ALL.len()],
                 calibration_broken: false,
                 last_end_ns: 0,
+                complete_through: 0,
             }),
             closed: AtomicBool::new(false),
             rebase_after_ns: u64::try_from(config.rebase_after.as_nanos()).unwrap_or(u64::MAX),
@@ -196,10 +199,42 @@ impl TraceContext {
     }
 
     /// Collects every submitted list whose work completed, now, on this thread; returns the
-    /// number of zones handed to the sink. Lists not complete stay queued.
+    /// number of zones handed to the sink. Lists not complete stay queued. A queue submission
+    /// not known complete ([`TraceContext::completed`]) has its completion event queried first
+    /// (`cuEventQuery`).
     pub fn collect(&self) -> u64 {
         match &self.shared {
-            Some(s) => s.collect(),
+            Some(s) => s.collect(Scope::All),
+            None => 0,
+        }
+    }
+
+    /// Tells collection that the queue submission `ticket` completed, and with it every
+    /// submission of this context issued before it: the caller saw `ticket`'s completion event
+    /// (or a later one of the same stream) complete without error, and the context's
+    /// submissions share that stream, which runs them in issue order. Their collection then
+    /// reads their times without asking the driver again whether they completed. One atomic
+    /// operation; a queue's completion side calls it for each submission it retires, before
+    /// that submission's collection ([`TraceContext::collect_completed`]).
+    ///
+    /// A claim that is wrong costs no safety: timing an event still running answers "not
+    /// ready" and the submission waits for a later collection (but compute-sanitizer reports
+    /// that answer as an API error, which is why collection otherwise queries first).
+    pub fn completed(&self, ticket: SubmissionTicket) {
+        if let Some(s) = &self.shared {
+            s.complete_through.fetch_max(ticket.0, Ordering::AcqRel);
+        }
+    }
+
+    /// Collects the queue submissions known complete ([`TraceContext::completed`]), without a
+    /// driver query each, and every list submitted on its own whose work completed (queried as
+    /// by [`TraceContext::collect`]). Later submissions stay queued without a look: the
+    /// collection their own completion runs takes them. When nothing is in reach (an earlier
+    /// collection of the same completed batch took it all) it returns at once, with no driver
+    /// call. Returns the number of zones handed to the sink.
+    pub fn collect_completed(&self) -> u64 {
+        match &self.shared {
+            Some(s) => s.collect(Scope::Completed),
             None => 0,
         }
     }
@@ -208,7 +243,7 @@ impl TraceContext {
     pub fn collector(&self) -> Option<Box<dyn FnOnce() + Send>> {
         let shared = self.shared.clone()?;
         Some(Box::new(move || {
-            shared.collect();
+            shared.collect(Scope::All);
         }))
     }
 
@@ -266,7 +301,7 @@ impl Drop for TraceContext {
             return;
         };
         s.closed.store(true, Ordering::Release);
-        s.collect();
+        s.collect(Scope::All);
         let abandoned: Vec<Pending> = lock(&s.pending).drain(..).collect();
         for entry in &abandoned {
             s.give_up(entry, DropReason::Abandoned);

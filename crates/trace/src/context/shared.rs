@@ -28,6 +28,9 @@ pub(crate) struct Shared {
     pub(crate) slots: crate::submission::Slots,
     /// Submissions traced so far (their ordinals).
     pub(crate) ordinals: AtomicU64,
+    /// The ordinal up to which the completion side said submissions completed
+    /// ([`crate::TraceContext::completed`]): their collection asks the driver nothing more.
+    pub(crate) complete_through: AtomicU64,
     pub(crate) verbosity: Verbosity,
     pub(crate) pool: TimingEventPool,
     pub(crate) names: Mutex<HashSet<Arc<str>>>,

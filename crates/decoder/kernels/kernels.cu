@@ -142,10 +142,13 @@ extern "C" __global__ void embed_bf16(const __nv_bfloat16* table, const uint32_t
 // fused gate and up projection (gate rows first, rows / 2 each) and y[b][i] = silu(gate_i) *
 // up_i, rows / 2 outputs per sequence.
 // Each warp computes GEMV_WARP_ROWS rows (in SWIGLU two gate rows and their two up rows), so
-// one load of x serves four rows of weights; GEMV_WARPS warps per block, GEMV_BATCH sequences
-// per block along y: every lane loads 8 weights of each row in one 128-bit load (cols must be
-// a multiple of 8, rows 16-byte aligned) and widens them to f32.
-// Grid (ceil(rows / (GEMV_WARP_ROWS * GEMV_WARPS)), ceil(batch / GEMV_BATCH)),
+// one load of x serves four rows of weights; GEMV_BATCH sequences per block along y: every
+// lane loads 8 weights of each row in one 128-bit load (cols must be a multiple of 8, rows
+// 16-byte aligned) and widens them to f32. A block is GEMV_WARPS warps: with `ksplit` 1 each
+// has rows of its own; with `ksplit` GEMV_WARPS they share the block's rows, each a quarter of
+// the columns, and add their sums in shared memory (more warps in flight for a matrix of few
+// rows).
+// Grid (ceil(rows / (GEMV_WARP_ROWS * GEMV_WARPS / ksplit)), ceil(batch / GEMV_BATCH)),
 // block 32 * GEMV_WARPS.
 #define GEMV_WRITE 0
 #define GEMV_ACCUMULATE 1
@@ -154,12 +157,16 @@ extern "C" __global__ void embed_bf16(const __nv_bfloat16* table, const uint32_t
 template <typename T>
 __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
                      const T* __restrict__ norm, float eps, uint32_t rows, uint32_t cols,
-                     uint32_t batch, uint32_t mode) {
+                     uint32_t batch, uint32_t mode, uint32_t ksplit) {
     __shared__ float scratch[32];
     __shared__ float scale[GEMV_BATCH];
+    __shared__ float partial[GEMV_WARPS][GEMV_WARP_ROWS][GEMV_BATCH];
     step_begin();
-    uint32_t lane = threadIdx.x & 31;
-    uint32_t quad = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    bool split = ksplit > 1;
+    // The warp's group of rows, and its slice of the columns.
+    uint32_t quad = split ? blockIdx.x : blockIdx.x * GEMV_WARPS + warp;
+    uint32_t slice = split ? warp : 0, slices = split ? GEMV_WARPS : 1;
     uint32_t b0 = blockIdx.y * GEMV_BATCH;
     if (b0 >= batch) return;  // the whole block leaves
     uint32_t nb = min(batch - b0, (uint32_t)GEMV_BATCH);
@@ -187,7 +194,7 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
         // An invalid row reads row 0 (in bounds) and is never written.
         row[j] = valid[j] ? (mode == GEMV_SWIGLU && j >= 2 ? outputs + out : out) : 0;
     }
-    if (!valid[0]) return;
+    if (!valid[0]) return;  // with `split`, the whole block (its warps share the rows)
     const uint4* wrow[GEMV_WARP_ROWS];
 #pragma unroll
     for (int j = 0; j < GEMV_WARP_ROWS; j++)
@@ -200,7 +207,7 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
         for (int b = 0; b < GEMV_BATCH; b++) acc[j][b] = 0.0f;
     uint32_t words = cols / 8;
 #pragma unroll 2
-    for (uint32_t i = lane; i < words; i += 32) {
+    for (uint32_t i = slice * 32 + lane; i < words; i += 32 * slices) {
         float wf[GEMV_WARP_ROWS][8];
 #pragma unroll
         for (int j = 0; j < GEMV_WARP_ROWS; j++) unpack8(__ldg(wrow[j] + i), (T*)nullptr, wf[j]);
@@ -226,11 +233,38 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
         }
     }
 #pragma unroll
+    for (int b = 0; b < GEMV_BATCH; b++)
+#pragma unroll
+        for (int j = 0; j < GEMV_WARP_ROWS; j++)
+            if (b < nb) acc[j][b] = warp_sum(acc[j][b]);
+    if (split) {
+        // The warps' sums, added in a fixed order by the first warp.
+        if (lane == 0) {
+#pragma unroll
+            for (int b = 0; b < GEMV_BATCH; b++)
+#pragma unroll
+                for (int j = 0; j < GEMV_WARP_ROWS; j++)
+                    if (b < nb) partial[warp][j][b] = acc[j][b];
+        }
+        __syncthreads();
+        if (warp != 0) return;
+#pragma unroll
+        for (int b = 0; b < GEMV_BATCH; b++)
+#pragma unroll
+            for (int j = 0; j < GEMV_WARP_ROWS; j++) {
+                if (b < nb) {
+                    float sum = 0.0f;
+                    for (int w = 0; w < GEMV_WARPS; w++) sum += partial[w][j][b];
+                    acc[j][b] = sum;
+                }
+            }
+    }
+#pragma unroll
     for (int b = 0; b < GEMV_BATCH; b++) {
         if (b < nb) {
             float s[GEMV_WARP_ROWS];
 #pragma unroll
-            for (int j = 0; j < GEMV_WARP_ROWS; j++) s[j] = warp_sum(acc[j][b]);
+            for (int j = 0; j < GEMV_WARP_ROWS; j++) s[j] = acc[j][b];
             if (lane == 0) {
                 float* out = y + (size_t)(b0 + b) * outputs;
                 if (mode == GEMV_SWIGLU) {
@@ -255,13 +289,14 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
 
 extern "C" __global__ void gemv_f16(const __half* w, const float* x, float* y, const __half* norm,
                                     float eps, uint32_t rows, uint32_t cols, uint32_t batch,
-                                    uint32_t mode) {
-    gemv(w, x, y, norm, eps, rows, cols, batch, mode);
+                                    uint32_t mode, uint32_t ksplit) {
+    gemv(w, x, y, norm, eps, rows, cols, batch, mode, ksplit);
 }
 extern "C" __global__ void gemv_bf16(const __nv_bfloat16* w, const float* x, float* y,
                                      const __nv_bfloat16* norm, float eps, uint32_t rows,
-                                     uint32_t cols, uint32_t batch, uint32_t mode) {
-    gemv(w, x, y, norm, eps, rows, cols, batch, mode);
+                                     uint32_t cols, uint32_t batch, uint32_t mode,
+                                     uint32_t ksplit) {
+    gemv(w, x, y, norm, eps, rows, cols, batch, mode, ksplit);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -326,19 +361,26 @@ __device__ void attention(const float* __restrict__ qkv, const float* __restrict
         if (writes) values[(size_t)p * head_dim + d] = vv;
     }
     __syncthreads();
-    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    // Scores: a warp per position; the new position's key from shared memory.
+    // Scores: a thread per position, its key read 8 elements (16 bytes) at a time, so every
+    // key of the block is in flight at once; the new position's key from shared memory.
+    uint32_t words = head_dim / 8;
     float local_max = -INFINITY;
-    for (uint32_t t = warp; t <= p; t += warps) {
-        const T* key = keys + (size_t)t * head_dim;
+    for (uint32_t t = threadIdx.x; t <= p; t += blockDim.x) {
         float dot = 0.0f;
         if (t == p) {
-            for (uint32_t d = lane; d < head_dim; d += 32) dot += q[d] * k_new[d];
+            for (uint32_t d = 0; d < head_dim; d++) dot += q[d] * k_new[d];
         } else {
-            for (uint32_t d = lane; d < head_dim; d += 32) dot += q[d] * to_float(key[d]);
+            const uint4* key = reinterpret_cast<const uint4*>(keys + (size_t)t * head_dim);
+#pragma unroll 4
+            for (uint32_t w = 0; w < words; w++) {
+                float kf[8];
+                unpack8(key[w], (T*)nullptr, kf);
+#pragma unroll
+                for (int k = 0; k < 8; k++) dot += q[8 * w + k] * kf[k];
+            }
         }
-        dot = warp_sum(dot) * scale;
-        if (lane == 0) scores[t] = dot;
+        dot *= scale;
+        scores[t] = dot;
         local_max = fmaxf(local_max, dot);
     }
     float m = block_max(local_max, scratch);
@@ -351,24 +393,39 @@ __device__ void attention(const float* __restrict__ qkv, const float* __restrict
     }
     float total = block_sum(local_sum, scratch);
     __syncthreads();  // every weight is written
-    // Values: the block's threads split into `groups` of head_dim threads, each group a
-    // stride of positions; thread d of a group sums dimension d; the groups' sums are added.
+    // Values: `words` threads cover a row 8 elements each; the block's threads form `groups`
+    // such row teams, each a stride of positions; the groups' sums are added in shared memory.
     float inv = 1.0f / total;
-    uint32_t groups = blockDim.x / head_dim, g = threadIdx.x / head_dim, d = threadIdx.x % head_dim;
-    float acc = 0.0f;
+    uint32_t groups = blockDim.x / words, g = threadIdx.x / words, w = threadIdx.x % words;
+    float acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) acc[k] = 0.0f;
     if (g < groups) {
+#pragma unroll 4
         for (uint32_t t = g; t <= p; t += groups) {
-            float value = t == p ? v_new[d] : to_float(values[(size_t)t * head_dim + d]);
-            acc += scores[t] * value;
+            float e = scores[t];
+            float vf[8];
+            if (t == p) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) vf[k] = v_new[8 * w + k];
+            } else {
+                unpack8(reinterpret_cast<const uint4*>(values + (size_t)t * head_dim)[w],
+                        (T*)nullptr, vf);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[k] += e * vf[k];
         }
     }
-    __shared__ float partial[ATTENTION_THREADS];
-    partial[threadIdx.x] = acc;
+    __shared__ float partial[ATTENTION_THREADS * 8];
+    if (g < groups) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) partial[g * head_dim + 8 * w + k] = acc[k];
+    }
     __syncthreads();
-    if (threadIdx.x < head_dim) {
+    for (uint32_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float sum = 0.0f;
-        for (uint32_t i = 0; i < groups; i++) sum += partial[i * head_dim + threadIdx.x];
-        out[(size_t)b * q_dim + h * head_dim + threadIdx.x] = sum * inv;
+        for (uint32_t i = 0; i < groups; i++) sum += partial[i * head_dim + d];
+        out[(size_t)b * q_dim + h * head_dim + d] = sum * inv;
     }
 }
 

@@ -161,6 +161,13 @@ pub fn run(driver: &Driver, files: &ModelFiles, options: &RunOptions) -> anyhow:
             quantile(&times, 0.99).as_secs_f64() * 1e6,
             decoder.weight_bytes_per_step() as f64 / 1e6
         );
+        let mut submits = generation.submit_times.clone();
+        submits.sort();
+        eprintln!(
+            "host time per step submission: median {:.1} us, p99 {:.1} us",
+            quantile(&submits, 0.5).as_secs_f64() * 1e6,
+            quantile(&submits, 0.99).as_secs_f64() * 1e6
+        );
     }
     drop(decoder);
     // Dropping the device joins the completion threads, so every zone is collected.

@@ -141,10 +141,12 @@ fn shape_case(
         "case 16 (decoder): {shape} batch 1, cuhal and raw launches, {rounds} turns of \
          {TOKENS} tokens each"
     ));
+    let mut submit_samples = Vec::with_capacity(rounds * TOKENS);
     let [mut cuhal_samples, mut raw_samples] =
         in_turns::<2>(rounds, rounds * TOKENS, |_, side, samples| {
             if side == 0 {
                 let generation = decoder.generate(&prompts, TOKENS, &GenerateOptions::default())?;
+                submit_samples.extend(generation.submit_times.iter().map(|t| t.as_nanos() as f64));
                 ensure!(
                     generation.tokens[0] == expected,
                     "cuhal's tokens changed between turns"
@@ -162,6 +164,7 @@ fn shape_case(
             Ok(())
         })?;
     let cuhal = summarize("case 16 cuhal per token", &mut cuhal_samples)?;
+    let submit = summarize("case 16 cuhal submission", &mut submit_samples)?;
     let floor = summarize("case 16 raw per token", &mut raw_samples)?;
 
     let mut busy = busy_per_step(&mut decoder, &raw, &stream, prompt, rounds * 2)?;
@@ -171,6 +174,11 @@ fn shape_case(
     let weights_floor = copy.per_item(copy.bytes / weight_bytes as f64);
 
     let case = "16";
+    report.measured(
+        case,
+        format!("{shape} host time of one decode step's submission (Queue::execute), cuhal"),
+        submit,
+    );
     report.measured(
         case,
         format!("floor: {shape} decode step replayed with cuGraphLaunch + cuEventRecord, {ahead} ahead, per token"),

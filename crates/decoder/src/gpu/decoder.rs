@@ -88,6 +88,9 @@ pub struct Generation {
     /// The time between the completions of consecutive decode steps, as the host saw them
     /// (one per generated token after the first).
     pub step_times: Vec<Duration>,
+    /// The host time of each decode step's submission (`Queue::execute`), one per step: what
+    /// the submitting thread pays per token.
+    pub submit_times: Vec<Duration>,
     /// From the first decode step's submission to the last token read.
     pub decode: Duration,
 }
@@ -525,6 +528,7 @@ impl<'d> Decoder<'d> {
                 tokens,
                 prefill: Duration::ZERO,
                 step_times,
+                submit_times: Vec::new(),
                 decode: Duration::ZERO,
             });
         }
@@ -555,9 +559,12 @@ impl<'d> Decoder<'d> {
             last_seen: decode_started,
             times: step_times,
         };
+        let mut submit_times = Vec::with_capacity(count);
         for _ in 1..count {
             self.wait_steps(&mut steps, ahead as u64 - 1)?;
+            let submitting = Instant::now();
             self.submit_step()?;
+            submit_times.push(submitting.elapsed());
             if self.position + 1 - reads.rows_read >= read_every {
                 self.read_chunk(&mut reads)?;
             }
@@ -574,6 +581,7 @@ impl<'d> Decoder<'d> {
             tokens: reads.tokens,
             prefill,
             step_times: steps.times,
+            submit_times,
             decode: decode_started.elapsed(),
         })
     }
@@ -702,10 +710,14 @@ fn check_shape(config: &LlamaConfig, dtype: DType, options: &DecoderOptions) -> 
             format!("{} (a multiple of 8 for the GEMV)", config.q_dim()),
         );
     }
-    if !config.head_dim.is_multiple_of(2) || config.head_dim > MAX_HEAD_DIM {
+    if !config.head_dim.is_multiple_of(8) || config.head_dim > MAX_HEAD_DIM {
         return refuse(
             "head_dim",
-            format!("{} (even and at most {MAX_HEAD_DIM})", config.head_dim),
+            format!(
+                "{} (attention reads keys and values 8 elements at a time: a multiple of 8, \
+                 at most {MAX_HEAD_DIM})",
+                config.head_dim
+            ),
         );
     }
     if config.num_key_value_heads == 0

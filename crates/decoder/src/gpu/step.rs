@@ -17,8 +17,8 @@ use cuhal::{
 
 use super::decoder::DecoderOptions;
 use super::kernels::{
-    ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_WARP_ROWS, GEMV_WARPS, GemvMode, Kernels,
-    ROW_THREADS,
+    ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_SPLIT_BELOW_ROWS, GEMV_WARP_ROWS,
+    GEMV_WARPS, GemvMode, Kernels, ROW_THREADS,
 };
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
@@ -185,6 +185,16 @@ impl Recording<'_> {
     }
 }
 
+/// How many warps of a GEMV block share its rows, splitting the columns: all of them for a
+/// matrix of fewer than [`GEMV_SPLIT_BELOW_ROWS`] rows, else none.
+fn gemv_split(rows: u32) -> u32 {
+    if rows < GEMV_SPLIT_BELOW_ROWS {
+        GEMV_WARPS
+    } else {
+        1
+    }
+}
+
 /// `n` as a kernel's `uint32_t`.
 fn u32_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -243,13 +253,11 @@ pub fn record_into(
     let scale = 1.0 / (config.head_dim as f32).sqrt();
     let b = buffers;
     // Rows of a GEMV block: GEMV_WARP_ROWS per warp (in SwiGLU mode two gate rows and their
-    // two up rows, so the same count of weight rows).
+    // two up rows, so the same count of weight rows), and one warp's rows per block where the
+    // warps split the columns.
     let gemv_grid = |rows: u32| {
-        [
-            rows.div_ceil(GEMV_WARP_ROWS * GEMV_WARPS),
-            batch.div_ceil(GEMV_BATCH),
-            1,
-        ]
+        let per_block = GEMV_WARP_ROWS * GEMV_WARPS / gemv_split(rows);
+        [rows.div_ceil(per_block), batch.div_ceil(GEMV_BATCH), 1]
     };
     let gemv_threads = 32 * GEMV_WARPS;
     // A GEMV of `w` (`rows` x `cols`) over `x` into `y`, its input normalized by `norm` where
@@ -275,6 +283,7 @@ pub fn record_into(
             .with(cols)
             .with(batch)
             .with(mode as u32)
+            .with(gemv_split(rows))
     };
 
     let args = KernelArgs::new()

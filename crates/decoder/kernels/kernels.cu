@@ -24,6 +24,9 @@
 #define MAX_HEAD_DIM 256
 // Threads of an attention block (at least MAX_HEAD_DIM).
 #define ATTENTION_THREADS 256
+// Threads of an argmax block, and the logits each thread reads.
+#define ARGMAX_THREADS 256
+#define ARGMAX_PER_THREAD 8
 
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -55,17 +58,32 @@ __device__ __forceinline__ void unpack8(uint4 word, __nv_bfloat16* /*tag*/, floa
     }
 }
 
-// Programmatic dependent launch (sm_90 and later; nothing before). Every kernel starts with
-// `step_begin`: it lets the next kernel of the step launch now (its blocks wait in their own
-// `step_begin` until this kernel has ended and its writes are visible), then waits the same
-// way for the kernel before it. Both are no-ops for a launch without a programmatic
-// dependency. Every block calls it before any early return, so a kernel ends only after the
-// one before it ended: the order is transitive along the step.
-__device__ __forceinline__ void step_begin() {
+// Programmatic dependent launch (sm_90 and later; nothing before). `step_release` lets the
+// next kernel of the step launch now: its blocks run up to their own `step_wait`, which waits
+// until this kernel has ended and its writes are visible. Both are no-ops for a launch without
+// a programmatic dependency. Every block waits before any early return, so a kernel ends only
+// after the one before it ended: the order is transitive along the step. A short kernel
+// releases at once; a GEMV after its main loop (a dependent released earlier would hold SM
+// resources while the GEMV still streams its weights), and it prefetches its first weights
+// before it waits.
+__device__ __forceinline__ void step_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void step_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+// Both, for the short kernels.
+__device__ __forceinline__ void step_begin() {
+    step_release();
+    step_wait();
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 __device__ __forceinline__ float warp_sum(float x) {
@@ -161,12 +179,36 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
     __shared__ float scratch[32];
     __shared__ float scale[GEMV_BATCH];
     __shared__ float partial[GEMV_WARPS][GEMV_WARP_ROWS][GEMV_BATCH];
-    step_begin();
     uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool split = ksplit > 1;
     // The warp's group of rows, and its slice of the columns.
     uint32_t quad = split ? blockIdx.x : blockIdx.x * GEMV_WARPS + warp;
     uint32_t slice = split ? warp : 0, slices = split ? GEMV_WARPS : 1;
+    // The warp's rows, and the outputs it writes (SWIGLU: two, else four).
+    uint32_t row[GEMV_WARP_ROWS];
+    bool valid[GEMV_WARP_ROWS];
+    uint32_t outputs = mode == GEMV_SWIGLU ? rows / 2 : rows;
+    uint32_t first = mode == GEMV_SWIGLU ? 2 * quad : GEMV_WARP_ROWS * quad;
+#pragma unroll
+    for (int j = 0; j < GEMV_WARP_ROWS; j++) {
+        uint32_t out = mode == GEMV_SWIGLU ? first + (j & 1) : first + j;
+        valid[j] = out < outputs;
+        // An invalid row reads row 0 (in bounds) and is never written.
+        row[j] = valid[j] ? (mode == GEMV_SWIGLU && j >= 2 ? outputs + out : out) : 0;
+    }
+    const uint4* wrow[GEMV_WARP_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_WARP_ROWS; j++)
+        wrow[j] = reinterpret_cast<const uint4*>(w + (size_t)row[j] * cols);
+    uint32_t words = cols / 8;
+    // The weights do not depend on the kernel before: their first two strides are on their way
+    // to L2 while it ends.
+    if (valid[0]) {
+        for (uint32_t i = slice * 32 + lane, n = 0; i < words && n < 2; i += 32 * slices, n++)
+#pragma unroll
+            for (int j = 0; j < GEMV_WARP_ROWS; j++) prefetch_l2(wrow[j] + i);
+    }
+    step_wait();
     uint32_t b0 = blockIdx.y * GEMV_BATCH;
     if (b0 >= batch) return;  // the whole block leaves
     uint32_t nb = min(batch - b0, (uint32_t)GEMV_BATCH);
@@ -182,30 +224,13 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
         }
         __syncthreads();
     }
-    // The warp's rows, and the outputs it writes (SWIGLU: two, else four).
-    uint32_t row[GEMV_WARP_ROWS];
-    bool valid[GEMV_WARP_ROWS];
-    uint32_t outputs = mode == GEMV_SWIGLU ? rows / 2 : rows;
-    uint32_t first = mode == GEMV_SWIGLU ? 2 * quad : GEMV_WARP_ROWS * quad;
-#pragma unroll
-    for (int j = 0; j < GEMV_WARP_ROWS; j++) {
-        uint32_t out = mode == GEMV_SWIGLU ? first + (j & 1) : first + j;
-        valid[j] = out < outputs;
-        // An invalid row reads row 0 (in bounds) and is never written.
-        row[j] = valid[j] ? (mode == GEMV_SWIGLU && j >= 2 ? outputs + out : out) : 0;
-    }
     if (!valid[0]) return;  // with `split`, the whole block (its warps share the rows)
-    const uint4* wrow[GEMV_WARP_ROWS];
-#pragma unroll
-    for (int j = 0; j < GEMV_WARP_ROWS; j++)
-        wrow[j] = reinterpret_cast<const uint4*>(w + (size_t)row[j] * cols);
     const uint4* nrow = reinterpret_cast<const uint4*>(norm);
     float acc[GEMV_WARP_ROWS][GEMV_BATCH];
 #pragma unroll
     for (int j = 0; j < GEMV_WARP_ROWS; j++)
 #pragma unroll
         for (int b = 0; b < GEMV_BATCH; b++) acc[j][b] = 0.0f;
-    uint32_t words = cols / 8;
 #pragma unroll 2
     for (uint32_t i = slice * 32 + lane; i < words; i += 32 * slices) {
         float wf[GEMV_WARP_ROWS][8];
@@ -232,6 +257,7 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
             }
         }
     }
+    step_release();
 #pragma unroll
     for (int b = 0; b < GEMV_BATCH; b++)
 #pragma unroll
@@ -450,54 +476,54 @@ extern "C" __global__ void attention_bf16(const float* qkv, const float* inv_fre
 // token. The token is written at history[(pos + 1) * batch + b] unless that position still
 // holds the prompt (pos + 1 < prompt_len[b]: the step was a prefill step), and pos advances,
 // so the next replay of the step reads both from device memory.
-// Grid (batch), block 1024.
+// Blocks split the row: each folds its best (value, index) into best[b] with one 64-bit
+// atomicMax on a key that orders by value, then by the lower index (NaN never wins), and the
+// last block of the row to arrive (arrived[b]) writes the token, advances pos and resets
+// best[b] and arrived[b] to 0 for the next step (both start at 0). Deterministic: the maximum
+// of the keys does not depend on the order the blocks arrive in.
+// Grid (ceil(vocab / (ARGMAX_THREADS * ARGMAX_PER_THREAD)), batch), block ARGMAX_THREADS.
+
+// A key whose unsigned order is the order of (value, then lower index); 0 for NaN.
+__device__ __forceinline__ unsigned long long argmax_key(float v, uint32_t i) {
+    if (v != v) return 0ull;
+    uint32_t u = __float_as_uint(v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (unsigned long long)(0xffffffffu - i);
+}
+
 extern "C" __global__ void argmax_advance(const float* __restrict__ logits, uint32_t* history,
                                           uint32_t* pos, const uint32_t* __restrict__ prompt_len,
+                                          unsigned long long* best, uint32_t* arrived,
                                           uint32_t vocab, uint32_t batch, uint32_t capacity) {
-    __shared__ float best_value[32];
-    __shared__ uint32_t best_index[32];
+    __shared__ unsigned long long keys[32];
     step_begin();
-    uint32_t b = blockIdx.x;
+    uint32_t b = blockIdx.y;
     const float* row = logits + (size_t)b * vocab;
-    float value = -INFINITY;
-    uint32_t index = 0xffffffffu;
-    for (uint32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-        float v = row[i];
-        if (v > value) {  // strictly larger: the lowest index wins a tie (NaN never wins)
-            value = v;
-            index = i;
-        }
+    uint32_t chunk = (vocab + gridDim.x - 1) / gridDim.x;
+    uint32_t from = blockIdx.x * chunk, to = min(vocab, from + chunk);
+    unsigned long long key = 0ull;
+    for (uint32_t i = from + threadIdx.x; i < to; i += blockDim.x) {
+        unsigned long long k = argmax_key(row[i], i);
+        key = k > key ? k : key;
     }
-    // Warp, then block: the larger value, or the lower index of equal values.
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, value, offset);
-        uint32_t oi = __shfl_xor_sync(0xffffffffu, index, offset);
-        if (ov > value || (ov == value && oi < index)) {
-            value = ov;
-            index = oi;
-        }
+        unsigned long long other = __shfl_xor_sync(0xffffffffu, key, offset);
+        key = other > key ? other : key;
     }
     uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    if (lane == 0) {
-        best_value[warp] = value;
-        best_index[warp] = index;
-    }
+    if (lane == 0) keys[warp] = key;
     __syncthreads();
-    if (warp == 0) {
-        value = lane < warps ? best_value[lane] : -INFINITY;
-        index = lane < warps ? best_index[lane] : 0xffffffffu;
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, value, offset);
-            uint32_t oi = __shfl_xor_sync(0xffffffffu, index, offset);
-            if (ov > value || (ov == value && oi < index)) {
-                value = ov;
-                index = oi;
-            }
-        }
-        if (lane == 0) {
-            if (index >= vocab) index = 0;  // every logit NaN: token 0
+    if (threadIdx.x == 0) {
+        for (uint32_t w = 1; w < warps; w++) key = keys[w] > key ? keys[w] : key;
+        atomicMax(&best[b], key);
+        __threadfence();
+        if (atomicAdd(&arrived[b], 1u) == gridDim.x - 1) {
+            unsigned long long top = atomicExch(&best[b], 0ull);
+            arrived[b] = 0;
+            // Every logit NaN (no key above 0): token 0.
+            uint32_t index = top == 0ull ? 0u : 0xffffffffu - (uint32_t)(top & 0xffffffffull);
+            if (index >= vocab) index = 0;
             uint32_t next = pos[b] + 1;
             if (next < capacity && next >= prompt_len[b]) history[(size_t)next * batch + b] = index;
             pos[b] = next;

@@ -21,7 +21,7 @@ only, no network), then:
 2. Greedy generation of GENERATE (default 64) tokens from a short prompt on both sides,
    reporting where they first diverge (and whether that is at a near tie).
 3. Per-token decode time: transformers' decode step over a StaticCache replayed as a CUDA
-   graph, against the decoder binary's median per-token latency (one recorded cuhal graph
+   graph, against the decoder binary's mean time per token (one recorded cuhal graph
    replayed per token). The graph is taken the first way that works, and the line says which:
    a manual capture (`torch.cuda.CUDAGraph`), else `torch.compile(mode="reduce-overhead")`
    (transformers' documented way to decode with CUDA graphs), else eager decode (no graph).
@@ -288,9 +288,11 @@ def main():
                                         ",".join(map(str, prompt)), "--tokens",
                                         str(args.time_steps)])
     match = re.search(r"median ([0-9.]+) us, p99 ([0-9.]+) us", result.stderr)
-    if match:
-        print(f"cuhal-decoder: per-token latency median {float(match.group(1)) / 1e3:.4f} ms, "
-              f"p99 {float(match.group(2)) / 1e3:.4f} ms")
+    rate = re.search(r"([0-9.]+) tokens/s", result.stderr)
+    if match and rate:
+        print(f"cuhal-decoder: {1e3 / float(rate.group(1)):.4f} ms per token (mean over the "
+              f"decode; per-step latency median {float(match.group(1)) / 1e3:.4f} ms, p99 "
+              f"{float(match.group(2)) / 1e3:.4f} ms)")
     else:
         print(f"cuhal-decoder: no latency line in its output:\n{result.stderr}")
     ways = [("CUDA graph captured by hand over a StaticCache",

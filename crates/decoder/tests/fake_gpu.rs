@@ -306,8 +306,9 @@ fn the_memory_it_holds_is_the_weights_the_cache_and_a_stated_workspace() {
     let cache =
         config.num_hidden_layers * 2 * batch * config.num_key_value_heads * capacity * head_dim * 2;
     assert_eq!(memory.cache, cache);
-    // Tokens and three per-sequence words, the rotary frequencies, and the f32 activations:
-    // the residual stream, q/k/v, the attention's output, SwiGLU's output and the logits.
+    // Tokens and three per-sequence words, the rotary frequencies, the f32 activations (the
+    // residual stream, q/k/v, the attention's output, SwiGLU's output and the logits), and the
+    // argmax's state (a u64 and a u32 per sequence: three words).
     let h = config.hidden_size;
     let activations = batch
         * (h + config.q_dim()
@@ -315,7 +316,7 @@ fn the_memory_it_holds_is_the_weights_the_cache_and_a_stated_workspace() {
             + config.q_dim()
             + config.intermediate_size
             + config.vocab_size);
-    let workspace = 4 * (capacity * batch + 2 * batch + head_dim / 2 + activations);
+    let workspace = 4 * (capacity * batch + 2 * batch + head_dim / 2 + activations + 3 * batch);
     assert_eq!(memory.workspace, workspace);
     assert_eq!(memory.total(), memory.weights + cache + workspace);
 }

@@ -7,11 +7,12 @@
 //! - **per-token wall time, batch 1**: cuhal's side is [`Decoder::generate`] (the decode step
 //!   recorded once as a graph command buffer, [`GenerateOptions::default`]'s steps submitted
 //!   ahead through `Queue::execute`, chained on a semaphore, the tokens read back every few
-//!   steps), each sample the time between two consecutive steps' completions as the host saw
-//!   them. The floor records the same step ([`Decoder::record_step`]) into a graph of its own,
-//!   instantiates it with `cuGraphInstantiateWithFlags` and launches it with `cuGraphLaunch` +
-//!   `cuEventRecord` per token on a raw stream, the same number ahead, each sample the time
-//!   between two events' completions (spinning `cuEventSynchronize`). The two take turns of
+//!   steps), each sample a turn's mean time between two consecutive steps' completions as the
+//!   host saw them. The floor records the same step ([`Decoder::record_step`]) into a graph of
+//!   its own, instantiates it with `cuGraphInstantiateWithFlags` and launches it with
+//!   `cuGraphLaunch` + `cuEventRecord` per token on a raw stream, the same number ahead, each
+//!   sample a turn's mean time between two events' completions (spinning
+//!   `cuEventSynchronize`). The two take turns of
 //!   [`TOKENS`] tokens from a one-token prompt (the same positions, so the same attention
 //!   lengths), who goes first alternating. The floor's tokens must equal cuhal's: the same
 //!   graph on the same weights. Goal: cuhal within [`GOAL_RAW`] of the floor;
@@ -151,9 +152,13 @@ fn shape_case(
                     generation.tokens[0] == expected,
                     "cuhal's tokens changed between turns"
                 );
-                samples.extend(generation.step_times.iter().map(|t| t.as_nanos() as f64));
+                samples.push(mean_ns(
+                    generation.step_times.iter().map(|t| t.as_nanos() as f64),
+                ));
             } else {
-                let tokens = raw_tokens(&mut decoder, &raw, &stream, &events, prompt, samples)?;
+                let mut steps = Vec::with_capacity(TOKENS);
+                let tokens = raw_tokens(&mut decoder, &raw, &stream, &events, prompt, &mut steps)?;
+                samples.push(mean_ns(steps.iter().copied()));
                 ensure!(
                     tokens == expected,
                     "the raw launches' tokens differ from cuhal's: {:?} against {:?}",
@@ -308,6 +313,14 @@ fn decoder_options(batch: usize) -> DecoderOptions {
         image: KernelImage::Fatbin,
         programmatic: true,
     }
+}
+
+/// The mean of a turn's step times: its per-token time. (A median of single steps would
+/// understate a side that sees completions in bursts: two steps seen at once give one long and
+/// one short sample.)
+fn mean_ns(samples: impl ExactSizeIterator<Item = f64>) -> f64 {
+    let n = samples.len().max(1) as f64;
+    samples.sum::<f64>() / n
 }
 
 /// The decode step recorded again into a graph of its own, and that graph instantiated with

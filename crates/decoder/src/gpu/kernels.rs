@@ -29,8 +29,12 @@ pub const ATTENTION_THREADS: u32 = 256;
 pub const MAX_HEAD_DIM: usize = 256;
 /// Threads of an `embed` block.
 pub const ROW_THREADS: u32 = 256;
-/// Threads of an `argmax_advance` block.
-pub const ARGMAX_THREADS: u32 = 1024;
+/// Threads of an `argmax_advance` block: `ARGMAX_THREADS` in kernels.cu.
+pub const ARGMAX_THREADS: u32 = 256;
+/// Logits each `argmax_advance` thread reads (`ARGMAX_PER_THREAD` in kernels.cu): a row is
+/// split over `vocab / (ARGMAX_THREADS * ARGMAX_PER_THREAD)` blocks. One block of 1,024 threads
+/// took 51 us on the 1b shape's 128,256 logits (H200).
+pub const ARGMAX_PER_THREAD: u32 = 8;
 
 /// What a `gemv` launch does with its sums (`GEMV_*` in kernels.cu).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 use cuhal::{
     Buffer, BufferRange, CommandBuffer, CommandBufferMode, CommandRecorder, Device, Dispatch,
-    Function, KernelArgs,
+    FillPattern, Function, KernelArgs,
 };
 
 use super::decoder::DecoderOptions;
 use super::kernels::{
-    ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_SPLIT_BELOW_ROWS, GEMV_WARP_ROWS,
-    GEMV_WARPS, GemvMode, Kernels, ROW_THREADS,
+    ARGMAX_PER_THREAD, ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_SPLIT_BELOW_ROWS,
+    GEMV_WARP_ROWS, GEMV_WARPS, GemvMode, Kernels, ROW_THREADS,
 };
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
@@ -44,6 +44,9 @@ pub struct StepBuffers {
     pub act: Arc<Buffer>,
     /// The logits, `[batch][vocab]` f32.
     pub logits: Arc<Buffer>,
+    /// The argmax's state across its blocks: the best key so far, `[batch]` u64, then the
+    /// blocks arrived, `[batch]` u32; zero between steps (the last block resets it).
+    pub argmax: Arc<Buffer>,
     /// The key/value cache, from the device's allocator (`Device::create_buffer`; a
     /// `Queue::alloca` buffer would cost every submission of the step an allocation, the use
     /// that keeps a stream-ordered allocation alive): per layer, keys then values, each
@@ -72,6 +75,7 @@ impl StepBuffers {
             &self.attn,
             &self.act,
             &self.logits,
+            &self.argmax,
         ]
         .iter()
         .map(|buffer| buffer.len())
@@ -112,8 +116,13 @@ impl StepBuffers {
         queue
             .write(&[], &[(&ready, 1)], &inv.whole(), &bytes)
             .map_err(Error::gpu("uploading the rotary frequencies"))?;
+        // Two 12-byte words a sequence rounded to whole u32s: best keys, then arrivals.
+        let argmax = f32s(3 * batch)?;
+        queue
+            .fill(&[], &[(&ready, 2)], &argmax.whole(), FillPattern::U32(0))
+            .map_err(Error::gpu("clearing the argmax's state"))?;
         ready
-            .wait(1, std::time::Duration::from_secs(60))
+            .wait(2, std::time::Duration::from_secs(60))
             .map_err(|e| Error::gpu("waiting for the decoder's buffers")(e.into()))?;
         Ok(StepBuffers {
             history: f32s(capacity * batch)?,
@@ -125,9 +134,20 @@ impl StepBuffers {
             attn: f32s(batch * q)?,
             act: f32s(batch * i)?,
             logits: f32s(batch * v)?,
+            argmax,
             cache,
             cache_half,
         })
+    }
+
+    /// The argmax's best keys (`[batch]` u64) and arrivals (`[batch]` u32).
+    fn argmax_state(&self, batch: usize) -> Result<(BufferRange, BufferRange)> {
+        let range = |offset, len| {
+            self.argmax
+                .range(offset, len)
+                .map_err(|e| Error::gpu("an argmax state range")(e.into()))
+        };
+        Ok((range(0, 8 * batch)?, range(8 * batch, 4 * batch)?))
     }
 
     /// Layer `layer`'s keys and values.
@@ -413,18 +433,21 @@ pub fn record_into(
         0,
         &args,
     )?;
+    let (best, arrived) = b.argmax_state(options.batch)?;
     let args = KernelArgs::new()
         .with_range(&b.logits.whole())
         .with_range(&b.history.whole())
         .with_range(&b.pos.whole())
         .with_range(&b.prompt_len.whole())
+        .with_range(&best)
+        .with_range(&arrived)
         .with(vocab)
         .with(batch)
         .with(capacity);
     rec.launch(
         "argmax".into(),
         &kernels.argmax,
-        [batch, 1, 1],
+        [vocab.div_ceil(ARGMAX_THREADS * ARGMAX_PER_THREAD), batch, 1],
         ARGMAX_THREADS,
         0,
         &args,

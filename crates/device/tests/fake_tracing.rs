@@ -6,6 +6,7 @@ use cuhal_sys::cu_name;
 use std::sync::Arc;
 
 use cuhal::{DeviceOptions, MemorySink, Sink, Verbosity};
+use cuhal_trace::MemoryZone;
 use fake_support::open;
 
 /// Options that trace at `verbosity` into `sink`, otherwise the defaults.
@@ -223,11 +224,7 @@ fn coarse_tracing_adds_no_gpu_work() {
     assert_eq!(coarse_after_fill, 2, "a start event after untraced work");
     // Every submission still has its zone and its command buffer's, nested.
     let zones = sink.zones();
-    let submissions: Vec<_> = zones.iter().filter(|z| z.name == "submission").collect();
-    let buffers: Vec<_> = zones
-        .iter()
-        .filter(|z| z.name == "graph command buffer")
-        .collect();
+    let (submissions, buffers) = submission_zones(&zones);
     assert_eq!(submissions.len() as u64, WARM + N + 1);
     assert_eq!(buffers.len(), submissions.len());
     for (s, b) in submissions.iter().zip(&buffers) {
@@ -397,11 +394,7 @@ fn coarse_collection_adds_no_event_query() {
 
     // Every submission still has its zone and its command buffer's, nested, in order.
     let zones = sink.zones();
-    let submissions: Vec<_> = zones.iter().filter(|z| z.name == "submission").collect();
-    let buffers: Vec<_> = zones
-        .iter()
-        .filter(|z| z.name == "graph command buffer")
-        .collect();
+    let (submissions, buffers) = submission_zones(&zones);
     assert_eq!(submissions.len() as u64, WARM + 3 * N);
     assert_eq!(buffers.len(), submissions.len());
     for (s, b) in submissions.iter().zip(&buffers) {
@@ -654,4 +647,10 @@ fn cupti_held_by_another_subscriber_is_a_typed_error() {
         stats.cupti_unavailable,
         Some("subscriber taken by another profiler")
     );
+}
+
+/// The submission zones among `zones` and their graph command buffers' zones, in order.
+fn submission_zones(zones: &[MemoryZone]) -> (Vec<&MemoryZone>, Vec<&MemoryZone>) {
+    let named = |name: &str| zones.iter().filter(|z| z.name == name).collect::<Vec<_>>();
+    (named("submission"), named("graph command buffer"))
 }

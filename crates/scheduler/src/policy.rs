@@ -287,25 +287,24 @@ pub(crate) fn gather<B: Backend>(shared: &Shared<B>, parker: &Parker) {
     if !gathers(&view) {
         return;
     }
-    // Under loom, which has no time, a gather that timed out at once is one of the runs the real
-    // thread can have (a loom timed park would wait for an unpark that may never come).
-    #[cfg(not(loom))]
-    {
-        let hurry = &shared.hurry;
-        let hurried = hurry.begin_gather();
-        // Under the list's lock, as `push_finished` reads `gathering`: either the pusher of work
-        // that needs this thread sees `gathering` and wakes it, or this sees that work. And
-        // after `gathering` is raised in the word a hurry raises its flag in (see `Hurry`):
-        // either it unparks this thread, or this sees it hurried.
-        (view.waiting, view.urgent) = shared.finished_waiting();
-        view.hurried = hurried || hurry.is_hurried();
-        if gathers(&view) {
-            parker.park_timeout(options.gather);
-        }
-        hurry.end_gather();
+    let hurry = &shared.hurry;
+    let hurried = hurry.begin_gather();
+    // Under the list's lock, as `push_finished` reads `gathering`: either the pusher of work
+    // that needs this thread sees `gathering` and wakes it, or this sees that work. And after
+    // `gathering` is raised in the word a hurry raises its flag in (see `Hurry`): either it
+    // unparks this thread, or this sees it hurried.
+    (view.waiting, view.urgent) = shared.finished_waiting();
+    view.hurried = hurried || hurry.is_hurried();
+    if gathers(&view) {
+        // Under loom, which has no time, a gather that timed out at once is one of the runs the
+        // real thread can have (a loom timed park would wait for an unpark that may never come):
+        // the handshake above is modelled, the sleep is not.
+        #[cfg(not(loom))]
+        parker.park_timeout(options.gather);
+        #[cfg(loom)]
+        let _ = parker;
     }
-    #[cfg(loom)]
-    let _ = (parker, &mut view);
+    hurry.end_gather();
 }
 
 /// Whether `batch` may wait for the next round instead of being retired now: the queue gathers

@@ -30,13 +30,16 @@ const STEPS: &[&[&str]] = &[
         "--",
         "--nocapture",
     ],
-    // The Tracy sink is behind a feature that no other step turns on; keep it compiling.
+    // Code behind features no other step turns on, kept compiling: the Tracy sink, and the GPU
+    // suite's cudarc interop test (cudarc enters only through the optional interop crate).
     &[
         "clippy",
         "-p",
         "cuhal-trace",
+        "-p",
+        "cuhal-gpu-tests",
         "--features",
-        "tracy",
+        "cuhal-trace/tracy,cuhal-gpu-tests/cudarc",
         "--all-targets",
         "--locked",
         "--",

@@ -90,7 +90,15 @@ pub fn run(opts: &Options) -> Result<ExitCode> {
 
 /// Builds every test target of the suite in release mode.
 fn build_suite() -> Result<Vec<TestBinary>> {
-    let built = build_executables(cargo(["test", "--release", "-p", SUITE, "--no-run"]))?;
+    let built = build_executables(cargo([
+        "test",
+        "--release",
+        "-p",
+        SUITE,
+        "--features",
+        "cudarc",
+        "--no-run",
+    ]))?;
     let tests: Vec<TestBinary> = built
         .into_iter()
         .filter(|e| e.test)

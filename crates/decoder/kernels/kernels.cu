@@ -58,6 +58,18 @@ __device__ __forceinline__ void unpack8(uint4 word, __nv_bfloat16* /*tag*/, floa
     }
 }
 
+// Four elements of T in one 64-bit word, widened to f32.
+__device__ __forceinline__ float4 unpack4(uint2 word, __half* /*tag*/) {
+    const __half2* h = reinterpret_cast<const __half2*>(&word);
+    float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 unpack4(uint2 word, __nv_bfloat16* /*tag*/) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&word);
+    float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
 // Programmatic dependent launch (sm_90 and later; nothing before). `step_release` lets the
 // next kernel of the step launch now: its blocks run up to their own `step_wait`, which waits
 // until this kernel has ended and its writes are visible. Both are no-ops for a launch without
@@ -313,6 +325,120 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
     }
 }
 
+// One sequence (batch 1), its input staged once per block: the block copies x into shared
+// memory (normalized where `norm` is given: one block-wide sum of squares), and each warp then
+// streams GEMV_STAGED_ROWS rows (SWIGLU: half gate rows, half their up rows), every lane
+// holding GEMV_STAGED_CHUNK 128-bit words of each row in flight before it uses them. The
+// block's first chunk is loaded before `step_wait` (weights do not depend on the kernel
+// before), so the wait and the staging hide its latency.
+// Grid (ceil(outputs / (outputs per warp * GEMV_WARPS))), block 32 * GEMV_WARPS, dynamic
+// shared memory cols * 4 bytes (cols a multiple of 8).
+#ifndef GEMV_STAGED_ROWS
+#define GEMV_STAGED_ROWS 2
+#endif
+#ifndef GEMV_STAGED_CHUNK
+#define GEMV_STAGED_CHUNK 8
+#endif
+
+__device__ __forceinline__ void load_chunk(const uint4* const wrow[GEMV_STAGED_ROWS],
+                                           uint32_t base, uint32_t words, uint32_t lane,
+                                           uint4 out[GEMV_STAGED_ROWS][GEMV_STAGED_CHUNK]) {
+#pragma unroll
+    for (int c = 0; c < GEMV_STAGED_CHUNK; c++) {
+        uint32_t i = base + c * 32 + lane;
+#pragma unroll
+        for (int j = 0; j < GEMV_STAGED_ROWS; j++)
+            out[j][c] = i < words ? __ldg(wrow[j] + i) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+template <typename T>
+__device__ void gemv_staged(const T* __restrict__ w, const float* __restrict__ x,
+                            float* __restrict__ y, const T* __restrict__ norm, float eps,
+                            uint32_t rows, uint32_t cols, uint32_t mode) {
+    constexpr int R = GEMV_STAGED_ROWS;
+    extern __shared__ float4 staged[];
+    __shared__ float scratch[32];
+    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    bool swiglu = mode == GEMV_SWIGLU;
+    uint32_t outputs = swiglu ? rows / 2 : rows;
+    // The warp's first output and how many it writes.
+    uint32_t per_warp = swiglu ? R / 2 : R;
+    uint32_t first = (blockIdx.x * GEMV_WARPS + warp) * per_warp;
+    uint32_t row[R];
+    bool valid[R];
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        uint32_t out = first + (swiglu ? j % (R / 2) : j);
+        valid[j] = out < outputs;
+        // An invalid row reads row 0 (in bounds) and is never written.
+        row[j] = valid[j] ? (swiglu && j >= R / 2 ? outputs + out : out) : 0;
+    }
+    const uint4* wrow[R];
+#pragma unroll
+    for (int j = 0; j < R; j++) wrow[j] = reinterpret_cast<const uint4*>(w + (size_t)row[j] * cols);
+    uint32_t words = cols / 8;
+    uint4 wv[R][GEMV_STAGED_CHUNK];
+    if (valid[0]) load_chunk(wrow, 0, words, lane, wv);
+    step_wait();
+    // Stage x, normalized where asked (every thread of the block takes part).
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    uint32_t quads = cols / 4;
+    float sum = 0.0f;
+    for (uint32_t i = threadIdx.x; i < quads; i += blockDim.x) {
+        float4 v = x4[i];
+        staged[i] = v;
+        sum += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    if (norm != nullptr) {
+        float s = rsqrtf(block_sum(sum, scratch) / (float)cols + eps);
+        const uint2* n4 = reinterpret_cast<const uint2*>(norm);
+        for (uint32_t i = threadIdx.x; i < quads; i += blockDim.x) {
+            float4 v = staged[i];
+            float4 n = unpack4(__ldg(n4 + i), (T*)nullptr);
+            staged[i] = make_float4(v.x * s * n.x, v.y * s * n.y, v.z * s * n.z, v.w * s * n.w);
+        }
+    }
+    __syncthreads();
+    if (!valid[0]) {
+        step_release();
+        return;
+    }
+    float acc[R] = {};
+    for (uint32_t base = 0; base < words; base += 32 * GEMV_STAGED_CHUNK) {
+        if (base > 0) load_chunk(wrow, base, words, lane, wv);
+#pragma unroll
+        for (int c = 0; c < GEMV_STAGED_CHUNK; c++) {
+            uint32_t i = base + c * 32 + lane;
+            if (i < words) {
+                float4 lo = staged[2 * i], hi = staged[2 * i + 1];
+#pragma unroll
+                for (int j = 0; j < R; j++) {
+                    float wf[8];
+                    unpack8(wv[j][c], (T*)nullptr, wf);
+                    acc[j] += wf[0] * lo.x + wf[1] * lo.y + wf[2] * lo.z + wf[3] * lo.w +
+                              wf[4] * hi.x + wf[5] * hi.y + wf[6] * hi.z + wf[7] * hi.w;
+                }
+            }
+        }
+    }
+    step_release();
+#pragma unroll
+    for (int j = 0; j < R; j++) acc[j] = warp_sum(acc[j]);
+    if (lane != 0) return;
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        if (swiglu) {
+            if (j < R / 2 && valid[j]) {
+                float g = acc[j];
+                y[first + j] = g / (1.0f + __expf(-g)) * acc[j + R / 2];
+            }
+        } else if (valid[j]) {
+            y[first + j] = mode == GEMV_ACCUMULATE ? y[first + j] + acc[j] : acc[j];
+        }
+    }
+}
+
 extern "C" __global__ void gemv_f16(const __half* w, const float* x, float* y, const __half* norm,
                                     float eps, uint32_t rows, uint32_t cols, uint32_t batch,
                                     uint32_t mode, uint32_t ksplit) {
@@ -323,6 +449,16 @@ extern "C" __global__ void gemv_bf16(const __nv_bfloat16* w, const float* x, flo
                                      uint32_t cols, uint32_t batch, uint32_t mode,
                                      uint32_t ksplit) {
     gemv(w, x, y, norm, eps, rows, cols, batch, mode, ksplit);
+}
+extern "C" __global__ void gemv_staged_f16(const __half* w, const float* x, float* y,
+                                           const __half* norm, float eps, uint32_t rows,
+                                           uint32_t cols, uint32_t mode) {
+    gemv_staged(w, x, y, norm, eps, rows, cols, mode);
+}
+extern "C" __global__ void gemv_staged_bf16(const __nv_bfloat16* w, const float* x, float* y,
+                                            const __nv_bfloat16* norm, float eps, uint32_t rows,
+                                            uint32_t cols, uint32_t mode) {
+    gemv_staged(w, x, y, norm, eps, rows, cols, mode);
 }
 
 // ---------------------------------------------------------------------------------------------

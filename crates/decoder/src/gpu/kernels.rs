@@ -23,6 +23,14 @@ pub const GEMV_WARPS: u32 = 4;
 pub const GEMV_SPLIT_BELOW_ROWS: u32 = 4096;
 /// Sequences a `gemv` block computes at once: `GEMV_BATCH` in kernels.cu.
 pub const GEMV_BATCH: u32 = 8;
+/// Rows one `gemv_staged` warp computes: `GEMV_STAGED_ROWS` in kernels.cu.
+pub const GEMV_STAGED_ROWS: u32 = 2;
+/// The widest input `gemv_staged` takes for one sequence (its shared memory holds the input as
+/// f32). Wider inputs (the 1b shape's down projection, 8,192) go to `gemv` split four ways:
+/// on an H100 the staged kernel took 20.1 us there against 17.2 us, while at 2,048 columns it
+/// took 9.4 us against 14.8 (q/k/v), 7.3 against 8.3 (o), 30.2 against 36.4 (gate and up) and
+/// 174 against 194 (lm_head), each weights copy larger than L2 (docs/benchmarks.md).
+pub const GEMV_STAGED_MAX_COLS: u32 = 4096;
 /// Threads of an `attention` block: `ATTENTION_THREADS` in kernels.cu.
 pub const ATTENTION_THREADS: u32 = 256;
 /// The widest head `attention` takes: `MAX_HEAD_DIM` in kernels.cu.
@@ -67,6 +75,8 @@ pub struct Kernels {
     pub embed: Function,
     /// `gemv_{dtype}` (with RMSNorm of its input, the residual add or SwiGLU folded in).
     pub gemv: Function,
+    /// `gemv_staged_{dtype}`: the same for one sequence, its input staged in shared memory.
+    pub gemv_staged: Function,
     /// `attention_{dtype}` (with the rotary embedding and the cache append folded in).
     pub attention: Function,
     /// `argmax_advance` (f32 logits).
@@ -104,6 +114,7 @@ impl Kernels {
         Ok(Kernels {
             embed: typed("embed")?,
             gemv: typed("gemv")?,
+            gemv_staged: typed("gemv_staged")?,
             attention: typed("attention")?,
             argmax: plain("argmax_advance")?,
             _module: module,

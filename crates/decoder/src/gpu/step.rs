@@ -18,7 +18,8 @@ use cuhal::{
 use super::decoder::DecoderOptions;
 use super::kernels::{
     ARGMAX_PER_THREAD, ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_SPLIT_BELOW_ROWS,
-    GEMV_WARP_ROWS, GEMV_WARPS, GemvMode, Kernels, ROW_THREADS,
+    GEMV_STAGED_MAX_COLS, GEMV_STAGED_ROWS, GEMV_WARP_ROWS, GEMV_WARPS, GemvMode, Kernels,
+    ROW_THREADS,
 };
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
@@ -272,16 +273,12 @@ pub fn record_into(
     let eps = config.rms_norm_eps as f32;
     let scale = 1.0 / (config.head_dim as f32).sqrt();
     let b = buffers;
-    // Rows of a GEMV block: GEMV_WARP_ROWS per warp (in SwiGLU mode two gate rows and their
-    // two up rows, so the same count of weight rows), and one warp's rows per block where the
-    // warps split the columns.
-    let gemv_grid = |rows: u32| {
-        let per_block = GEMV_WARP_ROWS * GEMV_WARPS / gemv_split(rows);
-        [rows.div_ceil(per_block), batch.div_ceil(GEMV_BATCH), 1]
-    };
-    let gemv_threads = 32 * GEMV_WARPS;
-    // A GEMV of `w` (`rows` x `cols`) over `x` into `y`, its input normalized by `norm` where
-    // given.
+    // One GEMV of `w` (`rows` x `cols`) over `x` into `y`, its input normalized by `norm` where
+    // given: the kernel, its grid, its dynamic shared memory and its arguments. One sequence
+    // with an input of at most GEMV_STAGED_MAX_COLS runs `gemv_staged` (the input staged in
+    // shared memory, GEMV_STAGED_ROWS rows a warp); else `gemv`, GEMV_WARP_ROWS rows a warp
+    // (in SwiGLU mode two gate rows and their two up rows: the same count of weight rows),
+    // one warp's rows per block where the warps split the columns.
     let gemv = |w: &BufferRange,
                 x: &Arc<Buffer>,
                 y: &Arc<Buffer>,
@@ -298,13 +295,29 @@ pub fn record_into(
             // A null `norm`: the input as it is.
             None => args.with(0u64),
         };
-        args.with(eps)
-            .with(rows)
-            .with(cols)
-            .with(batch)
-            .with(mode as u32)
-            .with(gemv_split(rows))
+        let args = args.with(eps).with(rows).with(cols);
+        if batch == 1 && cols <= GEMV_STAGED_MAX_COLS {
+            let outputs = if mode == GemvMode::SwiGlu {
+                rows / 2
+            } else {
+                rows
+            };
+            let per_warp = if mode == GemvMode::SwiGlu {
+                GEMV_STAGED_ROWS / 2
+            } else {
+                GEMV_STAGED_ROWS
+            };
+            let grid = [outputs.div_ceil(per_warp * GEMV_WARPS), 1, 1];
+            (&kernels.gemv_staged, grid, cols * 4, args.with(mode as u32))
+        } else {
+            let split = gemv_split(rows);
+            let per_block = GEMV_WARP_ROWS * GEMV_WARPS / split;
+            let grid = [rows.div_ceil(per_block), batch.div_ceil(GEMV_BATCH), 1];
+            let args = args.with(batch).with(mode as u32).with(split);
+            (&kernels.gemv, grid, 0, args)
+        }
     };
+    let gemv_threads = 32 * GEMV_WARPS;
 
     let args = KernelArgs::new()
         .with_range(&weights.embed)
@@ -329,7 +342,7 @@ pub fn record_into(
         let name = |what: &str| format!("layer{index}.{what}");
 
         // RMSNorm, then q, k and v.
-        let args = gemv(
+        let (function, grid, shared, args) = gemv(
             &layer.qkv,
             &b.x,
             &b.qkv,
@@ -338,14 +351,7 @@ pub fn record_into(
             h,
             GemvMode::Write,
         );
-        rec.launch(
-            name("qkv"),
-            &kernels.gemv,
-            gemv_grid(q + 2 * kv),
-            gemv_threads,
-            0,
-            &args,
-        )?;
+        rec.launch(name("qkv"), function, grid, gemv_threads, shared, &args)?;
         // Rotary embeddings, the cache append, attention.
         let args = KernelArgs::new()
             .with_range(&b.qkv.whole())
@@ -368,17 +374,11 @@ pub fn record_into(
             &args,
         )?;
         // o_proj adds into the residual stream.
-        let args = gemv(&layer.o, &b.attn, &b.x, None, h, q, GemvMode::Accumulate);
-        rec.launch(
-            name("o_proj"),
-            &kernels.gemv,
-            gemv_grid(h),
-            gemv_threads,
-            0,
-            &args,
-        )?;
+        let (function, grid, shared, args) =
+            gemv(&layer.o, &b.attn, &b.x, None, h, q, GemvMode::Accumulate);
+        rec.launch(name("o_proj"), function, grid, gemv_threads, shared, &args)?;
         // RMSNorm, the gate and up projections, SwiGLU.
-        let args = gemv(
+        let (function, grid, shared, args) = gemv(
             &layer.gate_up,
             &b.x,
             &b.act,
@@ -387,16 +387,9 @@ pub fn record_into(
             h,
             GemvMode::SwiGlu,
         );
-        rec.launch(
-            name("gate_up"),
-            &kernels.gemv,
-            gemv_grid(2 * inter),
-            gemv_threads,
-            0,
-            &args,
-        )?;
+        rec.launch(name("gate_up"), function, grid, gemv_threads, shared, &args)?;
         // down_proj adds into the residual stream.
-        let args = gemv(
+        let (function, grid, shared, args) = gemv(
             &layer.down,
             &b.act,
             &b.x,
@@ -407,16 +400,16 @@ pub fn record_into(
         );
         rec.launch(
             name("down_proj"),
-            &kernels.gemv,
-            gemv_grid(h),
+            function,
+            grid,
             gemv_threads,
-            0,
+            shared,
             &args,
         )?;
     }
 
     // The final RMSNorm, then the output projection.
-    let args = gemv(
+    let (function, grid, shared, args) = gemv(
         &weights.lm_head,
         &b.x,
         &b.logits,
@@ -427,10 +420,10 @@ pub fn record_into(
     );
     rec.launch(
         "lm_head".into(),
-        &kernels.gemv,
-        gemv_grid(vocab),
+        function,
+        grid,
         gemv_threads,
-        0,
+        shared,
         &args,
     )?;
     let (best, arrived) = b.argmax_state(options.batch)?;

@@ -13,41 +13,7 @@ use cuhal_command::{
 use cuhal_sys::{CU_STREAM_NON_BLOCKING, DriverApi, PrimaryContext, Stream};
 
 /// `iota(u32 *out, u32 base, u32 n)`: `out[i] += base + i`.
-const IOTA_PTX: &str = r#"
-.version 7.0
-.target sm_75
-.address_size 64
-
-.visible .entry iota(
-    .param .u64 iota_out,
-    .param .u32 iota_base,
-    .param .u32 iota_n
-)
-{
-    .reg .pred  %p<2>;
-    .reg .b32   %r<10>;
-    .reg .b64   %rd<5>;
-
-    ld.param.u64        %rd1, [iota_out];
-    ld.param.u32        %r1, [iota_base];
-    ld.param.u32        %r2, [iota_n];
-    mov.u32             %r3, %ctaid.x;
-    mov.u32             %r4, %ntid.x;
-    mov.u32             %r5, %tid.x;
-    mad.lo.u32          %r6, %r3, %r4, %r5;
-    setp.ge.u32         %p1, %r6, %r2;
-    @%p1 bra            IOTA_DONE;
-    cvta.to.global.u64  %rd2, %rd1;
-    mul.wide.u32        %rd3, %r6, 4;
-    add.s64             %rd4, %rd2, %rd3;
-    ld.global.u32       %r7, [%rd4];
-    add.u32             %r8, %r1, %r6;
-    add.u32             %r9, %r7, %r8;
-    st.global.u32       [%rd4], %r9;
-IOTA_DONE:
-    ret;
-}
-"#;
+const IOTA_PTX: &str = include_str!("record_graph.ptx");
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let api = match DriverApi::load() {

@@ -17,42 +17,7 @@ use std::time::{Duration, Instant};
 use cuhal::{CommandBuffer, DeviceOptions, Dispatch, Driver, KernelArgs};
 
 /// `scale_add(u32 *data, u32 a, u32 b, u32 n)`: `data[i] = data[i] * a + b` for `i < n`.
-const PTX: &str = r#"
-.version 7.0
-.target sm_75
-.address_size 64
-
-.visible .entry scale_add(
-    .param .u64 scale_add_data,
-    .param .u32 scale_add_a,
-    .param .u32 scale_add_b,
-    .param .u32 scale_add_n
-)
-{
-    .reg .pred  %p<2>;
-    .reg .b32   %r<10>;
-    .reg .b64   %rd<5>;
-
-    ld.param.u64        %rd1, [scale_add_data];
-    ld.param.u32        %r1, [scale_add_a];
-    ld.param.u32        %r2, [scale_add_b];
-    ld.param.u32        %r3, [scale_add_n];
-    mov.u32             %r4, %ctaid.x;
-    mov.u32             %r5, %ntid.x;
-    mov.u32             %r6, %tid.x;
-    mad.lo.u32          %r7, %r4, %r5, %r6;
-    setp.ge.u32         %p1, %r7, %r3;
-    @%p1 bra            DONE;
-    cvta.to.global.u64  %rd2, %rd1;
-    mul.wide.u32        %rd3, %r7, 4;
-    add.s64             %rd4, %rd2, %rd3;
-    ld.global.u32       %r8, [%rd4];
-    mad.lo.u32          %r9, %r8, %r1, %r2;
-    st.global.u32       [%rd4], %r9;
-DONE:
-    ret;
-}
-"#;
+const PTX: &str = include_str!("queue_pipeline.ptx");
 
 const N: u32 = 1 << 20;
 const BLOCK: u32 = 256;

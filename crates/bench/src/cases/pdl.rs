@@ -42,56 +42,7 @@ pub const GOAL_RATIO: f64 = 1.05;
 
 /// `pdl_stamp(u64 *stamps, u32 *seq, u32 index, u32 last)`: see the module documentation.
 /// `seq[0]` is the sequence counter, `seq[1]` the violations.
-pub const PDL_PTX: &str = r#"
-.version 7.8
-.target sm_90
-.address_size 64
-
-.visible .entry pdl_stamp(
-    .param .u64 ps_stamps,
-    .param .u64 ps_seq,
-    .param .u32 ps_index,
-    .param .u32 ps_last
-)
-{
-    .reg .pred  %p<4>;
-    .reg .b32   %r<10>;
-    .reg .b64   %rd<6>;
-
-    griddepcontrol.launch_dependents;
-    griddepcontrol.wait;
-    mov.u32             %r1, %tid.x;
-    setp.ne.u32         %p1, %r1, 0;
-    @%p1 bra            PS_DONE;
-    ld.param.u64        %rd1, [ps_stamps];
-    ld.param.u64        %rd2, [ps_seq];
-    ld.param.u32        %r2, [ps_index];
-    ld.param.u32        %r3, [ps_last];
-    cvta.to.global.u64  %rd1, %rd1;
-    cvta.to.global.u64  %rd2, %rd2;
-    setp.ne.u32         %p2, %r2, 0;
-    @%p2 bra            PS_STEP;
-    mov.u64             %rd3, %globaltimer;
-    st.global.u64       [%rd1], %rd3;
-PS_STEP:
-    ld.global.u32       %r4, [%rd2];
-    add.u32             %r5, %r4, 1;
-    st.global.u32       [%rd2], %r5;
-    add.u32             %r6, %r3, 1;
-    rem.u32             %r7, %r4, %r6;
-    setp.ne.u32         %p3, %r7, %r2;
-    selp.u32            %r8, 1, 0, %p3;
-    ld.global.u32       %r9, [%rd2+4];
-    add.u32             %r9, %r9, %r8;
-    st.global.u32       [%rd2+4], %r9;
-    setp.ne.u32         %p2, %r2, %r3;
-    @%p2 bra            PS_DONE;
-    mov.u64             %rd4, %globaltimer;
-    st.global.u64       [%rd1+8], %rd4;
-PS_DONE:
-    ret;
-}
-"#;
+pub const PDL_PTX: &str = include_str!("pdl.ptx");
 
 /// Runs case 12.
 pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {

@@ -1,6 +1,6 @@
-//! The benchmark's kernels, as hand-written PTX that the driver compiles at load time (no CUDA
-//! toolkit at build time). Each runs as one thread (grid 1, block 1): the benchmarks time the
-//! machinery around a launch, not the kernel.
+//! The benchmark's kernels, as hand-written PTX (`kernels.ptx`) that the driver compiles at load
+//! time (no CUDA toolkit at build time). Each runs as one thread (grid 1, block 1): the
+//! benchmarks time the machinery around a launch, not the kernel.
 //!
 //! - `empty()`: nothing; the cost of a launch alone.
 //! - `step(counter, errors, index, period)`: checks that `*counter % period == index` (every
@@ -27,132 +27,8 @@
 //! `.target sm_80` with PTX ISA 7.0 is understood by every driver since CUDA 11.0 and compiles
 //! for any newer GPU, the H200 (sm_90) included.
 
-/// The module text.
-pub const MODULE: &str = r#"
-.version 7.0
-.target sm_80
-.address_size 64
-
-.visible .entry empty()
-{
-	ret;
-}
-
-.visible .entry step(
-	.param .u64 step_counter,
-	.param .u64 step_errors,
-	.param .u32 step_index,
-	.param .u32 step_period
-)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<7>;
-	.reg .b64 %rd<5>;
-
-	ld.param.u64 %rd1, [step_counter];
-	cvta.to.global.u64 %rd2, %rd1;
-	ld.volatile.global.u32 %r1, [%rd2];
-	ld.param.u32 %r2, [step_period];
-	rem.u32 %r3, %r1, %r2;
-	ld.param.u32 %r4, [step_index];
-	setp.eq.u32 %p1, %r3, %r4;
-	@%p1 bra STEP_IN_ORDER;
-	ld.param.u64 %rd3, [step_errors];
-	cvta.to.global.u64 %rd4, %rd3;
-	atom.global.add.u32 %r5, [%rd4], 1;
-STEP_IN_ORDER:
-	add.u32 %r6, %r1, 1;
-	st.volatile.global.u32 [%rd2], %r6;
-	ret;
-}
-
-.visible .entry spin(
-	.param .u64 spin_ns,
-	.param .u64 spin_record,
-	.param .u64 spin_flag,
-	.param .u64 spin_jitter
-)
-{
-	.reg .pred %p<4>;
-	.reg .b32 %r<2>;
-	.reg .b64 %rd<19>;
-
-	ld.param.u64 %rd1, [spin_ns];
-	mov.u64 %rd2, %globaltimer;
-SPIN_LOOP:
-	mov.u64 %rd3, %globaltimer;
-	sub.u64 %rd4, %rd3, %rd2;
-	setp.lt.u64 %p1, %rd4, %rd1;
-	@%p1 bra SPIN_LOOP;
-	ld.param.u64 %rd5, [spin_record];
-	cvta.to.global.u64 %rd6, %rd5;
-	ld.volatile.global.u64 %rd7, [%rd6];
-	add.u64 %rd8, %rd7, 1;
-	ld.param.u64 %rd11, [spin_jitter];
-	setp.eq.u64 %p2, %rd11, 0;
-	@%p2 bra SPIN_STAMP;
-	mul.lo.u64 %rd12, %rd8, 2654435761;
-	and.b64 %rd13, %rd12, 4294967295;
-	mul.lo.u64 %rd14, %rd13, %rd11;
-	shr.u64 %rd15, %rd14, 32;
-	mov.u64 %rd16, %clock64;
-SPIN_JITTER:
-	mov.u64 %rd17, %clock64;
-	sub.u64 %rd18, %rd17, %rd16;
-	setp.lt.u64 %p3, %rd18, %rd15;
-	@%p3 bra SPIN_JITTER;
-	mov.u64 %rd3, %globaltimer;
-SPIN_STAMP:
-	st.volatile.global.u64 [%rd6], %rd8;
-	st.global.u64 [%rd6+8], %rd2;
-	st.global.u64 [%rd6+16], %rd3;
-	ld.param.u64 %rd9, [spin_flag];
-	setp.eq.u64 %p1, %rd9, 0;
-	@%p1 bra SPIN_DONE;
-	cvta.to.global.u64 %rd10, %rd9;
-	cvt.u32.u64 %r1, %rd8;
-	membar.sys;
-	st.volatile.global.u32 [%rd10], %r1;
-SPIN_DONE:
-	ret;
-}
-
-.visible .entry timer_probe(
-	.param .u64 probe_out,
-	.param .u32 probe_iters
-)
-{
-	.reg .pred %p<3>;
-	.reg .b32 %r<3>;
-	.reg .b64 %rd<10>;
-
-	ld.param.u32 %r1, [probe_iters];
-	mov.u64 %rd1, %globaltimer;
-	mov.u64 %rd2, %rd1;
-	mov.u64 %rd3, 1000000000;
-	mov.u64 %rd4, 0;
-	mov.u32 %r2, 0;
-PROBE_LOOP:
-	mov.u64 %rd5, %globaltimer;
-	sub.u64 %rd6, %rd5, %rd2;
-	setp.eq.u64 %p1, %rd6, 0;
-	@%p1 bra PROBE_NEXT;
-	min.u64 %rd3, %rd3, %rd6;
-	add.u64 %rd4, %rd4, 1;
-	mov.u64 %rd2, %rd5;
-PROBE_NEXT:
-	add.u32 %r2, %r2, 1;
-	setp.lt.u32 %p2, %r2, %r1;
-	@%p2 bra PROBE_LOOP;
-	ld.param.u64 %rd7, [probe_out];
-	cvta.to.global.u64 %rd8, %rd7;
-	st.global.u64 [%rd8], %rd3;
-	st.global.u64 [%rd8+8], %rd4;
-	sub.u64 %rd9, %rd2, %rd1;
-	st.global.u64 [%rd8+16], %rd9;
-	ret;
-}
-"#;
+/// The module text (`kernels.ptx`).
+pub const MODULE: &str = include_str!("kernels.ptx");
 
 /// The entry points [`MODULE`] defines.
 #[cfg(test)]

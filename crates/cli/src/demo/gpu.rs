@@ -11,47 +11,7 @@ use cuhal_trace::sink::{Fanout, JsonSink, MemorySink, Sink};
 use super::{ELEMENTS, Options, Summary, busy_time, check, input};
 
 /// `out[i] = fma(in[i], a, b)` for `i < n`.
-pub(super) const SCALE_ADD_PTX: &str = r#"
-.version 7.0
-.target sm_75
-.address_size 64
-
-.visible .entry scale_add(
-    .param .u64 p_in,
-    .param .u64 p_out,
-    .param .f32 p_a,
-    .param .f32 p_b,
-    .param .u32 p_n
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<5>;
-    .reg .b64 %rd<8>;
-
-    ld.param.u64 %rd1, [p_in];
-    ld.param.u64 %rd2, [p_out];
-    ld.param.f32 %f1, [p_a];
-    ld.param.f32 %f2, [p_b];
-    ld.param.u32 %r1, [p_n];
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.u32 %r5, %r2, %r3, %r4;
-    setp.ge.u32 %p1, %r5, %r1;
-    @%p1 bra DONE;
-    cvta.to.global.u64 %rd3, %rd1;
-    cvta.to.global.u64 %rd4, %rd2;
-    mul.wide.u32 %rd5, %r5, 4;
-    add.s64 %rd6, %rd3, %rd5;
-    add.s64 %rd7, %rd4, %rd5;
-    ld.global.f32 %f3, [%rd6];
-    fma.rn.f32 %f4, %f3, %f1, %f2;
-    st.global.f32 [%rd7], %f4;
-DONE:
-    ret;
-}
-"#;
+pub(super) const SCALE_ADD_PTX: &str = include_str!("scale_add.ptx");
 
 /// Records the demo's transform on `queue`: `middle = 2 * input + 1` ("scale"), a barrier, then
 /// `output = 0.5 * middle - 0.5` ("unscale"), so `output` holds `input` again. The one-GPU and

@@ -88,64 +88,7 @@ pub(crate) struct GraphEncoder {
 
 /// `cuhal_slot_copy(u8 *dst, const u8 *src, u64 n)`: copies `n` bytes, 16 at a time when both
 /// addresses and `n` are 16-byte aligned, else byte by byte, over a grid-stride loop.
-const SLOT_COPY_PTX: &str = r#"
-.version 7.0
-.target sm_75
-.address_size 64
-
-.visible .entry cuhal_slot_copy(
-    .param .u64 cuhal_slot_copy_dst,
-    .param .u64 cuhal_slot_copy_src,
-    .param .u64 cuhal_slot_copy_n
-)
-{
-    .reg .pred  %p<3>;
-    .reg .b16   %rs<2>;
-    .reg .b32   %r<9>;
-    .reg .b64   %rd<16>;
-
-    ld.param.u64        %rd1, [cuhal_slot_copy_dst];
-    ld.param.u64        %rd2, [cuhal_slot_copy_src];
-    ld.param.u64        %rd3, [cuhal_slot_copy_n];
-    cvta.to.global.u64  %rd1, %rd1;
-    cvta.to.global.u64  %rd2, %rd2;
-    mov.u32             %r1, %ctaid.x;
-    mov.u32             %r2, %ntid.x;
-    mov.u32             %r3, %tid.x;
-    mov.u32             %r4, %nctaid.x;
-    mul.wide.u32        %rd4, %r1, %r2;
-    cvt.u64.u32         %rd5, %r3;
-    add.u64             %rd4, %rd4, %rd5;
-    mul.wide.u32        %rd6, %r4, %r2;
-    or.b64              %rd7, %rd1, %rd2;
-    or.b64              %rd7, %rd7, %rd3;
-    and.b64             %rd7, %rd7, 15;
-    setp.ne.u64         %p1, %rd7, 0;
-    @%p1 bra            SLOT_COPY_BYTES;
-    shr.u64             %rd8, %rd3, 4;
-SLOT_COPY_UNITS:
-    setp.ge.u64         %p2, %rd4, %rd8;
-    @%p2 bra            SLOT_COPY_DONE;
-    shl.b64             %rd9, %rd4, 4;
-    add.u64             %rd10, %rd2, %rd9;
-    add.u64             %rd11, %rd1, %rd9;
-    ld.global.v4.u32    {%r5, %r6, %r7, %r8}, [%rd10];
-    st.global.v4.u32    [%rd11], {%r5, %r6, %r7, %r8};
-    add.u64             %rd4, %rd4, %rd6;
-    bra.uni             SLOT_COPY_UNITS;
-SLOT_COPY_BYTES:
-    setp.ge.u64         %p2, %rd4, %rd3;
-    @%p2 bra            SLOT_COPY_DONE;
-    add.u64             %rd10, %rd2, %rd4;
-    add.u64             %rd11, %rd1, %rd4;
-    ld.global.u8        %rs1, [%rd10];
-    st.global.u8        [%rd11], %rs1;
-    add.u64             %rd4, %rd4, %rd6;
-    bra.uni             SLOT_COPY_BYTES;
-SLOT_COPY_DONE:
-    ret;
-}
-"#;
+const SLOT_COPY_PTX: &str = include_str!("slot_copy.ptx");
 
 /// The slot copy kernel's name (the fake driver runs a kernel of this name too).
 pub const SLOT_COPY_KERNEL: &str = "cuhal_slot_copy";

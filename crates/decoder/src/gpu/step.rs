@@ -273,13 +273,15 @@ pub fn record_into(
     let eps = config.rms_norm_eps as f32;
     let scale = 1.0 / (config.head_dim as f32).sqrt();
     let b = buffers;
-    // One GEMV of `w` (`rows` x `cols`) over `x` into `y`, its input normalized by `norm` where
-    // given: the kernel, its grid, its dynamic shared memory and its arguments. One sequence
-    // with an input of at most GEMV_STAGED_MAX_COLS runs `gemv_staged` (the input staged in
-    // shared memory, GEMV_STAGED_ROWS rows a warp); else `gemv`, GEMV_WARP_ROWS rows a warp
-    // (in SwiGLU mode two gate rows and their two up rows: the same count of weight rows),
-    // one warp's rows per block where the warps split the columns.
-    let gemv = |w: &BufferRange,
+    // Records the GEMV `name` of `w` (`rows` x `cols`) over `x` into `y`, its input normalized
+    // by `norm` where given. One sequence with an input of at most GEMV_STAGED_MAX_COLS runs
+    // `gemv_staged` (the input staged in shared memory, GEMV_STAGED_ROWS rows a warp); else
+    // `gemv`, GEMV_WARP_ROWS rows a warp (in SwiGLU mode two gate rows and their two up rows:
+    // the same count of weight rows), one warp's rows per block where the warps split the
+    // columns.
+    let gemv = |rec: &mut Recording<'_>,
+                name: String,
+                w: &BufferRange,
                 x: &Arc<Buffer>,
                 y: &Arc<Buffer>,
                 norm: Option<&BufferRange>,
@@ -296,28 +298,26 @@ pub fn record_into(
             None => args.with(0u64),
         };
         let args = args.with(eps).with(rows).with(cols);
+        let threads = 32 * GEMV_WARPS;
         if batch == 1 && cols <= GEMV_STAGED_MAX_COLS {
-            let outputs = if mode == GemvMode::SwiGlu {
-                rows / 2
-            } else {
-                rows
-            };
-            let per_warp = if mode == GemvMode::SwiGlu {
+            let swiglu = mode == GemvMode::SwiGlu;
+            let outputs = if swiglu { rows / 2 } else { rows };
+            let per_warp = if swiglu {
                 GEMV_STAGED_ROWS / 2
             } else {
                 GEMV_STAGED_ROWS
             };
             let grid = [outputs.div_ceil(per_warp * GEMV_WARPS), 1, 1];
-            (&kernels.gemv_staged, grid, cols * 4, args.with(mode as u32))
+            let args = args.with(mode as u32);
+            rec.launch(name, &kernels.gemv_staged, grid, threads, cols * 4, &args)
         } else {
             let split = gemv_split(rows);
             let per_block = GEMV_WARP_ROWS * GEMV_WARPS / split;
             let grid = [rows.div_ceil(per_block), batch.div_ceil(GEMV_BATCH), 1];
             let args = args.with(batch).with(mode as u32).with(split);
-            (&kernels.gemv, grid, 0, args)
+            rec.launch(name, &kernels.gemv, grid, threads, 0, &args)
         }
     };
-    let gemv_threads = 32 * GEMV_WARPS;
 
     let args = KernelArgs::new()
         .with_range(&weights.embed)
@@ -342,7 +342,9 @@ pub fn record_into(
         let name = |what: &str| format!("layer{index}.{what}");
 
         // RMSNorm, then q, k and v.
-        let (function, grid, shared, args) = gemv(
+        gemv(
+            &mut rec,
+            name("qkv"),
             &layer.qkv,
             &b.x,
             &b.qkv,
@@ -350,8 +352,7 @@ pub fn record_into(
             q + 2 * kv,
             h,
             GemvMode::Write,
-        );
-        rec.launch(name("qkv"), function, grid, gemv_threads, shared, &args)?;
+        )?;
         // Rotary embeddings, the cache append, attention.
         let args = KernelArgs::new()
             .with_range(&b.qkv.whole())
@@ -374,11 +375,21 @@ pub fn record_into(
             &args,
         )?;
         // o_proj adds into the residual stream.
-        let (function, grid, shared, args) =
-            gemv(&layer.o, &b.attn, &b.x, None, h, q, GemvMode::Accumulate);
-        rec.launch(name("o_proj"), function, grid, gemv_threads, shared, &args)?;
+        gemv(
+            &mut rec,
+            name("o_proj"),
+            &layer.o,
+            &b.attn,
+            &b.x,
+            None,
+            h,
+            q,
+            GemvMode::Accumulate,
+        )?;
         // RMSNorm, the gate and up projections, SwiGLU.
-        let (function, grid, shared, args) = gemv(
+        gemv(
+            &mut rec,
+            name("gate_up"),
             &layer.gate_up,
             &b.x,
             &b.act,
@@ -386,10 +397,11 @@ pub fn record_into(
             2 * inter,
             h,
             GemvMode::SwiGlu,
-        );
-        rec.launch(name("gate_up"), function, grid, gemv_threads, shared, &args)?;
+        )?;
         // down_proj adds into the residual stream.
-        let (function, grid, shared, args) = gemv(
+        gemv(
+            &mut rec,
+            name("down_proj"),
             &layer.down,
             &b.act,
             &b.x,
@@ -397,19 +409,13 @@ pub fn record_into(
             h,
             inter,
             GemvMode::Accumulate,
-        );
-        rec.launch(
-            name("down_proj"),
-            function,
-            grid,
-            gemv_threads,
-            shared,
-            &args,
         )?;
     }
 
     // The final RMSNorm, then the output projection.
-    let (function, grid, shared, args) = gemv(
+    gemv(
+        &mut rec,
+        "lm_head".into(),
         &weights.lm_head,
         &b.x,
         &b.logits,
@@ -417,14 +423,6 @@ pub fn record_into(
         vocab,
         h,
         GemvMode::Write,
-    );
-    rec.launch(
-        "lm_head".into(),
-        function,
-        grid,
-        gemv_threads,
-        shared,
-        &args,
     )?;
     let (best, arrived) = b.argmax_state(options.batch)?;
     let args = KernelArgs::new()

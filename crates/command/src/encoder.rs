@@ -11,7 +11,7 @@ use crate::binding::Operand;
 use crate::indirect::{Indirect, IndirectLaunch};
 use crate::launch::AttributePath;
 use crate::zone_hooks::CommandZone;
-use crate::{Dispatch, Error, FillPattern, StreamWorkFn};
+use crate::{Dispatch, Error, EventPlacement, FillPattern, StreamWorkFn};
 
 /// What a command buffer kind does with checked commands. Operands are addresses, or slots
 /// (only in command buffers with a binding capacity) bound at each submission.
@@ -24,6 +24,9 @@ pub(crate) trait Encoder {
     /// Whether a tracer may time this kind's commands from activity records (no events): only
     /// kinds a queue issues, where the launches of an issue are captured.
     const ACTIVITY_TIMING: bool = true;
+    /// Where this kind records a command's FINE zone events: a queue's stream (the stream kind
+    /// as recorded, the deferred kind at replay) or event-record nodes of a graph.
+    const EVENT_PLACEMENT: EventPlacement = EventPlacement::Stream;
 
     fn fill(
         &mut self,

@@ -165,7 +165,7 @@ use recorded::Recorded;
 pub use state::CommandBufferState;
 pub use stream::StreamCommandBuffer;
 pub use stream_work::{StreamWork, StreamWorkFn, WorkRange};
-pub use trace_hook::{CommandTiming, Verbosity, ZoneInfo, ZoneRecorder};
+pub use trace_hook::{CommandTiming, EventPlacement, Verbosity, ZoneInfo, ZoneRecorder};
 pub use work_error::{StreamWorkError, WorkError};
 
 use std::sync::Arc;

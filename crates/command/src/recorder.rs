@@ -141,7 +141,9 @@ impl<E: Encoder> Recorder<E> {
 
     /// Encodes a checked copy and retains both ends.
     fn encode_copy(&mut self, source: &BufferRange, target: &BufferRange) -> Result<(), Error> {
-        let zone = self.zones.command("copy", E::ACTIVITY_TIMING);
+        let zone = self
+            .zones
+            .command("copy", E::ACTIVITY_TIMING, E::EVENT_PLACEMENT);
         self.encode(|e| e.copy(Operand::of(source), Operand::of(target), source.len(), zone))?;
         self.zones.command_node(zone, self.last_command_node());
         self.groups.command(false);
@@ -226,7 +228,9 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         self.recording("fill")?;
         target.check_fill(pattern)?;
         self.check_range(target)?;
-        let zone = self.zones.command("fill", E::ACTIVITY_TIMING);
+        let zone = self
+            .zones
+            .command("fill", E::ACTIVITY_TIMING, E::EVENT_PLACEMENT);
         self.encode(|e| e.fill(Operand::of(target), target.len(), pattern, zone))?;
         self.zones.command_node(zone, self.last_command_node());
         self.groups.command(false);
@@ -246,7 +250,9 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             });
         }
         self.check_range(target)?;
-        let zone = self.zones.command("update", E::ACTIVITY_TIMING);
+        let zone = self
+            .zones
+            .command("update", E::ACTIVITY_TIMING, E::EVENT_PLACEMENT);
         self.encode(|e| e.update(Operand::of(target), data, zone))?;
         self.zones.command_node(zone, self.last_command_node());
         self.groups.command(false);
@@ -315,7 +321,9 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             attributes,
             ..*dispatch
         };
-        let zone = self.zones.command(function.name(), E::ACTIVITY_TIMING);
+        let zone = self
+            .zones
+            .command(function.name(), E::ACTIVITY_TIMING, E::EVENT_PLACEMENT);
         self.encode(|e| e.dispatch(&dispatch, zone))?;
         self.zones.command_node(zone, self.last_command_node());
         self.groups.command(true);
@@ -411,7 +419,9 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             counts: counts.device_ptr(),
             index,
         };
-        let zone = self.zones.command(function.name(), E::ACTIVITY_TIMING);
+        let zone = self
+            .zones
+            .command(function.name(), E::ACTIVITY_TIMING, E::EVENT_PLACEMENT);
         let Some(indirect) = self.indirect.as_ref() else {
             unreachable!("created above")
         };

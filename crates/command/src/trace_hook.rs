@@ -44,6 +44,20 @@ pub struct CommandTiming {
     pub by_activity: bool,
 }
 
+/// Where a command buffer records the events of a command's FINE zone. The events sit right
+/// around the command either way, but what they add to the zone differs: a stream's
+/// `cuEventRecord`s are commands of their own on the stream, a graph's event-record nodes are
+/// nodes of the same launch. A tracer that corrects for what events add measures each placement
+/// apart.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum EventPlacement {
+    /// `cuEventRecord` on a stream, before and after the command (stream command buffers as
+    /// they record, deferred ones as they replay).
+    Stream,
+    /// Event-record nodes of a graph: begin node, then the command's node, then end node.
+    Graph,
+}
+
 /// A command buffer's list of timing zones, supplied by a tracer. One per command buffer.
 ///
 /// Events handed out are owned by the recorder: the command buffer only records them. The
@@ -82,9 +96,18 @@ pub unsafe trait ZoneRecorder: Send + Sync {
     /// every `begin_zone`, even one that returned `None`, so the recorder keeps nesting balanced.
     fn end_zone(&self) -> Option<CUevent>;
 
-    /// Opens and closes the FINE zone of one command. The default times it by events: a
+    /// Opens and closes the FINE zone of one command of a kind the tracer may time from
+    /// activity records. Timed by events, they are recorded at `placement`. The default times
+    /// it by events, as [`ZoneRecorder::command_events`].
+    fn command_zone(&self, name: &str, placement: EventPlacement) -> CommandTiming {
+        self.command_events(name, placement)
+    }
+
+    /// Opens and closes the FINE zone of one command timed by events, which the command buffer
+    /// records right around the command at `placement`. The default: a
     /// [`ZoneRecorder::begin_zone`] and [`ZoneRecorder::end_zone`] pair.
-    fn command_zone(&self, name: &str) -> CommandTiming {
+    fn command_events(&self, name: &str, placement: EventPlacement) -> CommandTiming {
+        let _ = placement;
         CommandTiming {
             begin: self.begin_zone(name),
             end: self.end_zone(),

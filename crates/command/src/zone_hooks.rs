@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cuhal_sys::{CUevent, CUgraphNode};
 
-use crate::{Verbosity, ZoneRecorder};
+use crate::{EventPlacement, Verbosity, ZoneRecorder};
 
 /// The tracing events around one command (FINE verbosity).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -55,16 +55,21 @@ impl ZoneHooks {
     }
 
     /// Opens and closes the zone of one command at FINE verbosity. Both events are taken
-    /// before the command is encoded; the encoder records them around it.
-    pub(crate) fn command(&self, name: &str, activity: bool) -> CommandZone {
+    /// before the command is encoded; the encoder records them around it, at `placement`.
+    /// `activity`: the kind may be timed from activity records instead.
+    pub(crate) fn command(
+        &self,
+        name: &str,
+        activity: bool,
+        placement: EventPlacement,
+    ) -> CommandZone {
         match &self.recorder {
-            Some(r) if self.verbosity >= Verbosity::Fine && !activity => CommandZone {
-                begin: r.begin_zone(name),
-                end: r.end_zone(),
-                by_activity: false,
-            },
             Some(r) if self.verbosity >= Verbosity::Fine => {
-                let timing = r.command_zone(name);
+                let timing = if activity {
+                    r.command_zone(name, placement)
+                } else {
+                    r.command_events(name, placement)
+                };
                 CommandZone {
                     begin: timing.begin,
                     end: timing.end,

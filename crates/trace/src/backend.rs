@@ -10,8 +10,10 @@ use cuhal_sys::{
     Stream, cu,
 };
 
-use crate::Error;
+use cuhal_command::EventPlacement;
+
 use crate::clock;
+use crate::{Error, StampedKernel};
 
 /// The device operations the tracer uses. Event handles are `CUevent`s; a fake backend may hand
 /// out any non-null values it likes, since only the backend itself interprets them.
@@ -92,6 +94,23 @@ pub unsafe trait EventBackend: Send + Sync {
     /// The host clock timestamps are expressed on (the trace clock).
     fn now_ns(&self) -> u64 {
         clock::now_ns()
+    }
+    /// Times `trials` kernels that each spin `spin_ns` and stamp their own span with
+    /// `%globaltimer`, each between two timing events recorded right around it at `placement`
+    /// (as a command buffer records a FINE command zone's), on a private stream, and appends one
+    /// [`StampedKernel`] per kernel to `out`. The device is current (see
+    /// [`EventBackend::enter`]). A tracing context calls it once per placement when it is made,
+    /// to measure what its events add to a command's zone. The default measures nothing: such a
+    /// backend's zones are shown uncorrected, and the failed measurement counted.
+    fn time_stamped_kernels(
+        &self,
+        placement: EventPlacement,
+        trials: usize,
+        spin_ns: u64,
+        out: &mut Vec<StampedKernel>,
+    ) -> Result<(), Error> {
+        let _ = (placement, trials, spin_ns, out);
+        Ok(())
     }
 }
 
@@ -189,5 +208,22 @@ unsafe impl EventBackend for CudaEvents {
 
     fn enter(&self) -> Result<Option<ContextGuard>, Error> {
         Ok(Some(self.context.enter()?))
+    }
+
+    fn time_stamped_kernels(
+        &self,
+        placement: EventPlacement,
+        trials: usize,
+        spin_ns: u64,
+        out: &mut Vec<StampedKernel>,
+    ) -> Result<(), Error> {
+        crate::stamped::time_stamped_kernels(
+            &self.context,
+            &self.calibration_stream,
+            placement,
+            trials,
+            spin_ns,
+            out,
+        )
     }
 }

@@ -11,9 +11,11 @@ use std::sync::{Arc, Mutex};
 
 use cuhal_sys::{CUevent, CUgraph, CUgraphNode, CUresult, CUstream};
 
-use crate::Error;
+use cuhal_command::EventPlacement;
+
 use crate::backend::EventBackend;
 use crate::lock::lock;
+use crate::{Error, StampedKernel};
 
 #[derive(Copy, Clone, Debug)]
 struct FakeEvent {
@@ -36,6 +38,11 @@ pub struct FakeGpu {
     calls: AtomicU64,
     /// `elapsed_ms` calls on an event not complete yet (the driver's `CUDA_ERROR_NOT_READY`).
     elapsed_not_ready: AtomicU64,
+    /// What events add to a stamped kernel's zone, per placement (stream, graph); `None`: the
+    /// measurement fails.
+    event_bias: Mutex<[Option<u64>; 2]>,
+    /// [`EventBackend::time_stamped_kernels`] calls so far.
+    bias_measurements: AtomicU64,
 }
 
 fn handle(id: usize) -> CUevent {
@@ -45,6 +52,13 @@ fn handle(id: usize) -> CUevent {
 
 fn id(event: CUevent) -> usize {
     event as usize / 16
+}
+
+fn placement_index(placement: EventPlacement) -> usize {
+    match placement {
+        EventPlacement::Stream => 0,
+        EventPlacement::Graph => 1,
+    }
 }
 
 fn invalid_handle(call: &'static str) -> Error {
@@ -69,6 +83,8 @@ impl FakeGpu {
             records_pending: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             elapsed_not_ready: AtomicU64::new(0),
+            event_bias: Mutex::new([Some(0); 2]),
+            bias_measurements: AtomicU64::new(0),
         })
     }
 
@@ -116,6 +132,18 @@ impl FakeGpu {
     /// Lets `n` more calibration records succeed, then fails one (once).
     pub fn fail_calibration_after(&self, n: u64) {
         self.fail_calibration_after.store(n, Ordering::SeqCst);
+    }
+
+    /// Sets what timing events add to the zone of a stamped kernel at `placement`, which
+    /// [`EventBackend::time_stamped_kernels`] reports (every kernel alike); `None` makes that
+    /// measurement fail with a driver error. The default adds nothing (`Some(0)`).
+    pub fn set_event_bias(&self, placement: EventPlacement, bias_ns: Option<u64>) {
+        lock(&self.event_bias)[placement_index(placement)] = bias_ns;
+    }
+
+    /// [`EventBackend::time_stamped_kernels`] calls so far.
+    pub fn bias_measurements(&self) -> u64 {
+        self.bias_measurements.load(Ordering::SeqCst)
     }
 
     /// Events created and not destroyed.
@@ -251,5 +279,24 @@ unsafe impl EventBackend for FakeGpu {
 
     fn now_ns(&self) -> u64 {
         self.now()
+    }
+
+    fn time_stamped_kernels(
+        &self,
+        placement: EventPlacement,
+        trials: usize,
+        spin_ns: u64,
+        out: &mut Vec<StampedKernel>,
+    ) -> Result<(), Error> {
+        self.call();
+        self.bias_measurements.fetch_add(1, Ordering::SeqCst);
+        let Some(bias) = lock(&self.event_bias)[placement_index(placement)] else {
+            return Err(invalid_handle(cuhal_sys::cu_name!(cuLaunchKernel)));
+        };
+        out.extend((0..trials).map(|_| StampedKernel {
+            zone_ns: spin_ns + bias,
+            span_ns: spin_ns,
+        }));
+        Ok(())
     }
 }

@@ -66,12 +66,16 @@ mod lock;
 mod pool;
 pub mod query_ids;
 pub mod sink;
+mod stamped;
 mod submission;
 mod thread;
 pub mod timebase;
 
 pub use backend::{CudaEvents, EventBackend};
-pub use context::{CuptiChoice, DropCounts, FineSource, TraceConfig, TraceContext, TraceStats};
+pub use context::{
+    BIAS_SPIN_NS, BIAS_TRIALS, CuptiChoice, DropCounts, EventBias, FineSource, StampedKernel,
+    TraceConfig, TraceContext, TraceStats,
+};
 pub use cpu_zone::CpuZone;
 pub use error::Error;
 pub use hook::{Verbosity, ZoneInfo, ZoneRecorder};

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use std::cell::RefCell;
 
-use cuhal_command::CommandTiming;
+use cuhal_command::{CommandTiming, EventPlacement};
 use cuhal_sys::{CUevent, CUgraph, CUgraphNode, CUstream};
 use smallvec::SmallVec;
 
@@ -25,8 +25,14 @@ use crate::sink::DropReason;
 
 /// One step of a list, in recording order.
 pub(crate) enum Record {
-    /// A timed zone began; `end` is reserved for its end.
-    Begin { name: Arc<str>, begin: Ev },
+    /// A timed zone began; `end` is reserved for its end. `placement`: the zone is one
+    /// command's FINE zone, its events recorded right around the command there (its `End` is
+    /// the next record); `None` for any other zone (a debug group, a whole command buffer).
+    Begin {
+        name: Arc<str>,
+        begin: Ev,
+        placement: Option<EventPlacement>,
+    },
     /// The innermost timed zone ended.
     End { end: Ev },
     /// One command timed by its activity record (CUPTI): no events. `node_id` is CUPTI's id
@@ -191,6 +197,12 @@ impl ZoneList {
     /// the zone is dropped (pool exhausted: counted). Every call needs a matching
     /// [`ZoneList::end_zone`].
     pub fn begin_zone(&self, name: &str) -> Option<CUevent> {
+        self.begin_placed(name, None)
+    }
+
+    /// [`ZoneList::begin_zone`] of a command's zone whose events sit at `placement`, or of any
+    /// other zone (`None`).
+    fn begin_placed(&self, name: &str, placement: Option<EventPlacement>) -> Option<CUevent> {
         if self.verbosity == Verbosity::Off {
             return None;
         }
@@ -205,7 +217,11 @@ impl ZoneList {
         let name = shared.intern(name);
         state.events.push(begin);
         state.events.push(end);
-        state.records.push(Record::Begin { name, begin });
+        state.records.push(Record::Begin {
+            name,
+            begin,
+            placement,
+        });
         state.open.push(Some(end));
         state.timed_zones += 1;
         shared
@@ -229,18 +245,15 @@ impl ZoneList {
 
     /// Opens and closes the FINE zone of one command. With CUPTI the command is timed by its
     /// activity record: no events, nothing added to the GPU work. Otherwise a begin and an end
-    /// event, as [`ZoneList::begin_zone`] and [`ZoneList::end_zone`].
-    pub fn command_zone(&self, name: &str) -> CommandTiming {
+    /// event to record right around the command at `placement`, as
+    /// [`ZoneList::command_events`].
+    pub fn command_zone(&self, name: &str, placement: EventPlacement) -> CommandTiming {
         if self.verbosity == Verbosity::Off {
             return CommandTiming::default();
         }
         let shared = &self.inner.shared;
         if shared.cupti.is_none() {
-            return CommandTiming {
-                begin: self.begin_zone(name),
-                end: self.end_zone(),
-                by_activity: false,
-            };
+            return self.command_events(name, placement);
         }
         let name = shared.intern(name);
         let mut state = lock(&self.inner.state);
@@ -255,6 +268,23 @@ impl ZoneList {
             begin: None,
             end: None,
             by_activity: true,
+        }
+    }
+
+    /// Opens and closes the FINE zone of one command timed by events: a begin and an end event
+    /// (as [`ZoneList::begin_zone`] and [`ZoneList::end_zone`]) that the caller records right
+    /// around the command at `placement`. Collection takes off such a zone what its events add
+    /// at that placement, as measured when the context was made
+    /// ([`TraceStats::event_bias_stream`](crate::TraceStats::event_bias_stream) and
+    /// [`TraceStats::event_bias_graph`](crate::TraceStats::event_bias_graph)).
+    pub fn command_events(&self, name: &str, placement: EventPlacement) -> CommandTiming {
+        if self.verbosity == Verbosity::Off {
+            return CommandTiming::default();
+        }
+        CommandTiming {
+            begin: self.begin_placed(name, Some(placement)),
+            end: self.end_zone(),
+            by_activity: false,
         }
     }
 
@@ -444,8 +474,12 @@ unsafe impl crate::hook::ZoneRecorder for ZoneList {
         ZoneList::end_zone(self)
     }
 
-    fn command_zone(&self, name: &str) -> CommandTiming {
-        ZoneList::command_zone(self, name)
+    fn command_zone(&self, name: &str, placement: EventPlacement) -> CommandTiming {
+        ZoneList::command_zone(self, name, placement)
+    }
+
+    fn command_events(&self, name: &str, placement: EventPlacement) -> CommandTiming {
+        ZoneList::command_events(self, name, placement)
     }
 
     unsafe fn command_node(&self, node: CUgraphNode) {

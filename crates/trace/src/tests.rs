@@ -627,3 +627,164 @@ fn submissions_known_complete_are_collected_without_a_query() {
         unsafe { gpu.destroy_event(event) };
     }
 }
+
+/// A FINE context timing commands by events (no CUPTI) on `gpu`, writing to `sink`.
+fn fine_by_events(gpu: &Arc<FakeGpu>, sink: &Arc<MemorySink>) -> TraceContext {
+    let config = TraceConfig {
+        cupti: crate::CuptiChoice::Off,
+        ..TraceConfig::new(Verbosity::Fine, "queue 0")
+    };
+    TraceContext::with_backend(gpu.clone(), config, sink.clone()).unwrap()
+}
+
+/// Records a command zone timed by events at `placement` and returns its events.
+fn command(list: &ZoneList, name: &str, placement: EventPlacement) -> (CUevent, CUevent) {
+    let timing = list.command_events(name, placement);
+    assert!(!timing.by_activity);
+    (timing.begin.unwrap(), timing.end.unwrap())
+}
+
+use cuhal_command::EventPlacement;
+
+#[test]
+fn event_command_zones_lose_the_bias_measured_for_their_placement_once() {
+    let gpu = FakeGpu::new();
+    gpu.set_event_bias(EventPlacement::Stream, Some(3_000));
+    gpu.set_event_bias(EventPlacement::Graph, Some(1_000));
+    let sink = Arc::new(MemorySink::new());
+    let trace = fine_by_events(&gpu, &sink);
+    assert_eq!(gpu.bias_measurements(), 2, "one measurement per placement");
+    let stats = trace.stats();
+    assert_eq!(stats.fine_source, crate::FineSource::Events);
+    let stream = stats.event_bias_stream.expect("measured");
+    let graph = stats.event_bias_graph.expect("measured");
+    assert_eq!(
+        (stream.median_ns, stream.p95_ns, stream.max_ns),
+        (3_000, 3_000, 3_000)
+    );
+    assert_eq!(stream.trials as usize, crate::BIAS_TRIALS);
+    assert_eq!(graph.median_ns, 1_000);
+    assert_eq!(stats.event_bias_failures, 0);
+
+    let list = trace.zone_list().unwrap();
+    let group = list.begin_zone("group").unwrap();
+    let s = command(&list, "s", EventPlacement::Stream);
+    let g = command(&list, "g", EventPlacement::Graph);
+    let group_end = list.end_zone().unwrap();
+    // Two issues of the same list: each one's times are read from its events and corrected once.
+    for (issue, at) in [(0, 2 * MS), (1, 3 * MS)] {
+        list.will_issue();
+        gpu.complete_at(group, at);
+        complete(&gpu, s, at + 10_000, at + 20_000);
+        // Shorter than the bias: corrected to zero length, never negative.
+        complete(&gpu, g, at + 30_000, at + 30_600);
+        gpu.complete_at(group_end, at + 40_000);
+        let collector = list.on_submit().unwrap();
+        collector();
+        let zones = shown(&sink);
+        assert_eq!(zones.len(), 3 * (issue + 1), "{zones:?}");
+        assert_eq!(
+            zones[3 * issue..],
+            [
+                // Not a command's zone: as its events read.
+                ("group".to_owned(), at, at + 40_000),
+                // 10 us less 3 us, half from each side.
+                ("s".to_owned(), at + 11_500, at + 18_500),
+                ("g".to_owned(), at + 30_300, at + 30_300),
+            ],
+            "issue {issue}"
+        );
+        assert_eq!(trace.stats().bias_corrected_zones, 2 * (issue as u64 + 1));
+    }
+    // Collecting again shows nothing more and corrects nothing more.
+    assert_eq!(trace.collect(), 0);
+    assert_eq!(trace.stats().bias_corrected_zones, 4);
+}
+
+#[test]
+fn a_failed_bias_measurement_leaves_its_placement_uncorrected_and_is_counted() {
+    let gpu = FakeGpu::new();
+    gpu.set_event_bias(EventPlacement::Stream, None);
+    gpu.set_event_bias(EventPlacement::Graph, Some(500));
+    let sink = Arc::new(MemorySink::new());
+    let trace = fine_by_events(&gpu, &sink);
+    let stats = trace.stats();
+    assert_eq!(stats.event_bias_failures, 1);
+    assert_eq!(stats.event_bias_stream, None);
+    assert_eq!(stats.event_bias_graph.map(|b| b.median_ns), Some(500));
+
+    let list = trace.zone_list().unwrap();
+    let s = command(&list, "s", EventPlacement::Stream);
+    let g = command(&list, "g", EventPlacement::Graph);
+    complete(&gpu, s, 2 * MS, 2 * MS + 10_000);
+    complete(&gpu, g, 2 * MS + 20_000, 2 * MS + 30_000);
+    list.on_submit().unwrap()();
+    assert_eq!(
+        shown(&sink),
+        [
+            ("s".to_owned(), 2 * MS, 2 * MS + 10_000),
+            ("g".to_owned(), 2 * MS + 20_250, 2 * MS + 29_750),
+        ]
+    );
+    assert_eq!(trace.stats().bias_corrected_zones, 1);
+}
+
+#[test]
+fn kernels_that_leave_no_stamps_fail_the_measurement() {
+    use crate::{EventBias, StampedKernel};
+    let ran = StampedKernel {
+        zone_ns: 7_000,
+        span_ns: 5_000,
+    };
+    let no_stamps = StampedKernel {
+        zone_ns: 7_000,
+        span_ns: 0,
+    };
+    let half = crate::BIAS_TRIALS / 2;
+    let mut samples = vec![no_stamps; crate::BIAS_TRIALS];
+    assert_eq!(EventBias::from_samples(&samples), None, "no kernel ran");
+    samples[..half - 1].fill(ran);
+    assert_eq!(
+        EventBias::from_samples(&samples),
+        None,
+        "fewer than half ran"
+    );
+    samples[half - 1] = ran;
+    let bias = EventBias::from_samples(&samples).expect("half ran");
+    assert_eq!((bias.median_ns, bias.trials as usize), (2_000, half));
+    // A zone shorter than its kernel's span (timer steps) counts as no bias, never negative.
+    samples.fill(StampedKernel {
+        zone_ns: 4_900,
+        span_ns: 5_000,
+    });
+    assert_eq!(EventBias::from_samples(&samples).map(|b| b.max_ns), Some(0));
+}
+
+#[test]
+fn coarse_zones_are_never_corrected_and_measure_nothing() {
+    let gpu = FakeGpu::new();
+    gpu.set_event_bias(EventPlacement::Stream, Some(3_000));
+    let sink = Arc::new(MemorySink::new());
+    let trace = TraceContext::with_backend(
+        gpu.clone(),
+        TraceConfig::new(Verbosity::Coarse, "queue 0"),
+        sink.clone(),
+    )
+    .unwrap();
+    assert_eq!(gpu.bias_measurements(), 0);
+    let stats = trace.stats();
+    assert_eq!(
+        (stats.event_bias_stream, stats.event_bias_graph),
+        (None, None)
+    );
+    assert_eq!(stats.event_bias_failures, 0);
+    let list = trace.zone_list().unwrap();
+    let z = zone(&list, "group");
+    complete(&gpu, z, 2 * MS, 2 * MS + 10_000);
+    list.on_submit().unwrap()();
+    assert_eq!(
+        shown(&sink),
+        [("group".to_owned(), 2 * MS, 2 * MS + 10_000)]
+    );
+    assert_eq!(trace.stats().bias_corrected_zones, 0);
+}

@@ -347,6 +347,7 @@ impl GraphEncoder {
 impl Encoder for GraphEncoder {
     const ATTRIBUTE_PATH: AttributePath = AttributePath::GraphNode;
     const BINDS_STREAM_WORK: bool = true;
+    const EVENT_PLACEMENT: crate::EventPlacement = crate::EventPlacement::Graph;
 
     fn last_command_node(&self) -> Option<CUgraphNode> {
         self.last_command

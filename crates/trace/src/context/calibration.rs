@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use cuhal_sys::CUevent;
 
 use super::collect::CollectState;
+use super::event_bias;
 use super::pending::Times;
 use super::shared::Shared;
 use crate::Error;
@@ -108,6 +109,10 @@ impl Shared {
                 Err(_) => return Times::Failed,
             }
         }
+        // The one place event zones are corrected: every list's times are read here, from
+        // its events, whichever collection path shows them (a snapshot taken before a new
+        // issue keeps corrected times and is not read again).
+        event_bias::correct(&state.records, &mut cs.times, &self.event_biases);
         Times::Ready
     }
 

@@ -204,9 +204,15 @@ impl Shared {
         let mut latest = 0u64;
         let mut command = 0usize;
         let mut activity_zones = 0u64;
+        let mut corrected = 0u64;
         for (i, (record, &ns)) in state.records.iter().zip(&cs.times).enumerate() {
             match record {
-                Record::Begin { name, .. } => {
+                Record::Begin {
+                    name, placement, ..
+                } => {
+                    if placement.is_some_and(|p| self.event_biases.correction_ns(p).is_some()) {
+                        corrected += 1;
+                    }
                     latest = latest.max(ns);
                     self.sink.gpu_zone_begin(self.track, name, ns);
                     open.push(ns);
@@ -249,6 +255,9 @@ impl Shared {
         self.counters
             .activity_zones
             .fetch_add(activity_zones, Ordering::Relaxed);
+        self.counters
+            .bias_corrected_zones
+            .fetch_add(corrected, Ordering::Relaxed);
     }
 
     pub(crate) fn report_drops(&self, cs: &mut CollectState) {

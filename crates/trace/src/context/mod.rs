@@ -7,6 +7,7 @@ mod activity;
 mod calibration;
 mod collect;
 mod config;
+mod event_bias;
 mod fine_source;
 mod pending;
 mod shared;
@@ -15,6 +16,7 @@ mod stats;
 pub(crate) use activity::ACTIVITY_PATIENCE;
 pub(crate) use collect::CollectState;
 pub use config::{CuptiChoice, TraceConfig};
+pub use event_bias::{BIAS_SPIN_NS, BIAS_TRIALS, EventBias, StampedKernel};
 pub use fine_source::FineSource;
 pub(crate) use pending::{Outcome, Pending, Scope, Times};
 pub(crate) use shared::Shared;
@@ -28,6 +30,7 @@ use cuhal_sys::PrimaryContext;
 use smallvec::SmallVec;
 
 use calibration::CALIBRATION_TRIES;
+use event_bias::EventBiases;
 use fine_source::open_cupti;
 use stats::Counters;
 
@@ -128,7 +131,7 @@ impl TraceContext {
         };
         // All were created (no failure above), so every index is in range.
         let bases: [Ev; CALIBRATION_TRIES] = std::array::from_fn(|i| created[i]);
-        let shared = Shared {
+        let mut shared = Shared {
             pool: TimingEventPool::new(backend.clone(), config.pool),
             backend,
             sink,
@@ -166,8 +169,12 @@ impl TraceContext {
             cupti,
             fine_source,
             cupti_unavailable,
+            event_biases: EventBiases::default(),
         };
         // From here `shared` owns the base events and destroys them on any failure.
+        if fine_source == FineSource::Events {
+            shared.event_biases = shared.measure_event_bias();
+        }
         {
             let mut cs = lock(&shared.collect);
             shared.calibrate(&mut cs)?;
@@ -284,6 +291,10 @@ impl TraceContext {
             cupti_unavailable: s.cupti_unavailable,
             activity_zones: c.activity_zones.load(Ordering::Relaxed),
             submission_slots: s.slots.created(),
+            event_bias_stream: s.event_biases.stream,
+            event_bias_graph: s.event_biases.graph,
+            event_bias_failures: c.event_bias_failures.load(Ordering::Relaxed),
+            bias_corrected_zones: c.bias_corrected_zones.load(Ordering::Relaxed),
         }
     }
 

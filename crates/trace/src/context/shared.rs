@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::collect::CollectState;
+use super::event_bias::EventBiases;
 use super::fine_source::FineSource;
 use super::pending::Pending;
 use super::stats::{Counters, DropCounts};
@@ -43,6 +44,9 @@ pub(crate) struct Shared {
     pub(crate) cupti: Option<Arc<CuptiSession>>,
     pub(crate) fine_source: FineSource,
     pub(crate) cupti_unavailable: Option<&'static str>,
+    /// What events add to a command's zone at each placement, measured when the context was
+    /// made (FINE zones from events only); collection takes it off.
+    pub(crate) event_biases: EventBiases,
 }
 
 impl Shared {

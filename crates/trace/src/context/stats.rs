@@ -4,6 +4,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+use super::event_bias::EventBias;
 use super::fine_source::FineSource;
 use crate::hook::Verbosity;
 use crate::sink::DropReason;
@@ -63,6 +64,17 @@ pub struct TraceStats {
     /// Submission slots made so far: they are recycled, so this stops growing once the number
     /// of submissions in flight does.
     pub submission_slots: usize,
+    /// What timing events measured to add to a command's zone recorded with stream events
+    /// (`cuEventRecord` around it), which collection takes off each such zone; `None` when not
+    /// measured (not FINE from events) or the measurement failed.
+    pub event_bias_stream: Option<EventBias>,
+    /// The same for event-record nodes around a command in a graph.
+    pub event_bias_graph: Option<EventBias>,
+    /// Bias measurements that failed (one per placement at most, when the context was made):
+    /// those placements' zones are shown as their events read, uncorrected.
+    pub event_bias_failures: u64,
+    /// Command zones handed to the sink with the measured bias taken off.
+    pub bias_corrected_zones: u64,
 }
 
 #[derive(Default)]
@@ -73,4 +85,6 @@ pub(crate) struct Counters {
     pub(crate) calibrations: AtomicU64,
     pub(crate) uncertainty_ns: AtomicU64,
     pub(crate) activity_zones: AtomicU64,
+    pub(crate) event_bias_failures: AtomicU64,
+    pub(crate) bias_corrected_zones: AtomicU64,
 }

@@ -273,7 +273,7 @@ mod zones {
     fn record(list: &ZoneList, names: &[&str]) -> (cuhal_sys::CUevent, cuhal_sys::CUevent) {
         let begin = list.begin_zone("command buffer").unwrap();
         for name in names {
-            let timing = list.command_zone(name);
+            let timing = list.command_zone(name, cuhal_command::EventPlacement::Graph);
             assert!(timing.by_activity && timing.begin.is_none() && timing.end.is_none());
         }
         let end = list.end_zone().unwrap();
@@ -330,7 +330,7 @@ mod zones {
             .collect();
         for (i, (name, node)) in ["a", "b", "c"].iter().zip(&nodes).enumerate() {
             fake.set_node_id(*node, 0x5_0000_0000 + i as u64);
-            list.command_zone(name);
+            list.command_zone(name, cuhal_command::EventPlacement::Graph);
             // SAFETY: the fake knows the node.
             unsafe { list.command_node(*node) };
         }
@@ -395,7 +395,7 @@ mod zones {
         for (i, name) in names.iter().enumerate() {
             let node = (0x1000 + i) as cuhal_sys::CUgraphNode;
             fake.set_node_id(node, 0x5_0000_0000 + i as u64);
-            list.command_zone(name);
+            list.command_zone(name, cuhal_command::EventPlacement::Graph);
             // SAFETY: the fake knows the node.
             unsafe { list.command_node(node) };
         }
@@ -579,6 +579,40 @@ mod zones {
     }
 
     #[test]
+    fn cupti_zones_measure_no_event_bias_and_are_never_corrected() {
+        let fake = FakeCupti::install();
+        let (gpu, sink, trace) = traced(&fake);
+        assert_eq!(
+            gpu.bias_measurements(),
+            0,
+            "nothing timed by events to correct"
+        );
+        let stats = trace.stats();
+        assert_eq!(
+            (stats.event_bias_stream, stats.event_bias_graph),
+            (None, None)
+        );
+        assert_eq!(stats.event_bias_failures, 0);
+        gpu.set_event_bias(cuhal_command::EventPlacement::Graph, Some(3_000));
+        let list = trace.zone_list().unwrap();
+        let (begin, end) = record(&list, &["k"]);
+        list.will_issue();
+        let k = fake.launch(cbid::LAUNCH_KERNEL);
+        drop(list.on_submit());
+        gpu.complete_at(begin, 2_000_000);
+        gpu.complete_at(end, 2_100_000);
+        fake.complete_kernel(k, to_cupti(2_010_000), to_cupti(2_050_000), 0);
+        trace.collect();
+        let k = sink.zones().into_iter().find(|z| z.name == "k").unwrap();
+        assert_eq!(
+            (k.begin_ns, k.end_ns),
+            (2_010_000, 2_050_000),
+            "as CUPTI's record"
+        );
+        assert_eq!(trace.stats().bias_corrected_zones, 0);
+    }
+
+    #[test]
     fn without_cupti_fine_falls_back_to_events_and_says_why() {
         let fake = FakeCupti::install();
         fake.take_subscriber();
@@ -591,7 +625,7 @@ mod zones {
         );
         // Commands are timed by events again.
         let list = trace.zone_list().unwrap();
-        let timing = list.command_zone("k");
+        let timing = list.command_zone("k", cuhal_command::EventPlacement::Graph);
         assert!(!timing.by_activity);
         assert!(timing.begin.is_some() && timing.end.is_some());
 

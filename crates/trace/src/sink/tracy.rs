@@ -197,7 +197,10 @@ mod tests {
         assert_eq!(trace.stats().fine_source, FineSource::Cupti);
         let list = trace.zone_list().unwrap();
         let begin = list.begin_zone("group").unwrap();
-        assert!(list.command_zone("saxpy").by_activity);
+        assert!(
+            list.command_zone("saxpy", cuhal_command::EventPlacement::Graph)
+                .by_activity
+        );
         let end = list.end_zone().unwrap();
         list.will_issue();
         let saxpy = fake.launch(cbid::LAUNCH_KERNEL);

@@ -159,20 +159,7 @@ impl Spin {
         let mut ns = ns;
         let mut out: u64 = 0;
         let mut params: [*mut c_void; 2] = [(&raw mut ns).cast(), (&raw mut out).cast()];
-        let node_params = CUDA_KERNEL_NODE_PARAMS {
-            func: self.function,
-            gridDimX: 1,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: 1,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            kernelParams: params.as_mut_ptr(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
+        let node_params = CUDA_KERNEL_NODE_PARAMS::one_thread(self.function, params.as_mut_ptr());
         let mut node: CUgraphNode = std::ptr::null_mut();
         // SAFETY: the parameters are copied into the graph during the call; `deps` are nodes
         // of `graph`; every handle is live.

@@ -95,6 +95,27 @@ pub struct CUDA_KERNEL_NODE_PARAMS {
     pub ctx: CUcontext,
 }
 
+impl CUDA_KERNEL_NODE_PARAMS {
+    /// A launch of `func` as one block of one thread, no dynamic shared memory, its arguments
+    /// given as `kernelParams` (the driver copies their values when it takes the parameters).
+    pub fn one_thread(func: CUfunction, params: *mut *mut c_void) -> Self {
+        CUDA_KERNEL_NODE_PARAMS {
+            func,
+            gridDimX: 1,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: 1,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            kernelParams: params,
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        }
+    }
+}
+
 /// `CUDA_MEMSET_NODE_PARAMS`: a 2D memset in a graph.
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]

@@ -26,38 +26,7 @@ use crate::{Error, StampedKernel};
 /// and `out[1]` and the loop's last to `out[2]`, waits for the stores to reach memory
 /// (`membar.gl`) and stores a last reading to `out[3]`. `out[3] - out[0]` is the kernel's own
 /// span.
-const STAMPED_SPIN_PTX: &str = r#"
-.version 7.0
-.target sm_52
-.address_size 64
-
-.visible .entry cuhal_stamped_spin(
-    .param .u64 spin_ns,
-    .param .u64 spin_out
-)
-{
-    .reg .pred  %p<2>;
-    .reg .b64   %rd<9>;
-
-    mov.u64             %rd1, %globaltimer;
-    ld.param.u64        %rd2, [spin_ns];
-    ld.param.u64        %rd3, [spin_out];
-    cvta.to.global.u64  %rd4, %rd3;
-STAMPED_LOOP:
-    mov.u64             %rd5, %globaltimer;
-    sub.u64             %rd6, %rd5, %rd1;
-    setp.lt.u64         %p1, %rd6, %rd2;
-    @%p1 bra            STAMPED_LOOP;
-
-    st.global.u64       [%rd4], %rd1;
-    st.global.u64       [%rd4+8], %rd1;
-    st.global.u64       [%rd4+16], %rd5;
-    membar.gl;
-    mov.u64             %rd7, %globaltimer;
-    st.global.u64       [%rd4+24], %rd7;
-    ret;
-}
-"#;
+const STAMPED_SPIN_PTX: &str = include_str!("stamped_spin.ptx");
 
 /// The entry point of [`STAMPED_SPIN_PTX`].
 const STAMPED_SPIN_NAME: &str = "cuhal_stamped_spin";
@@ -244,20 +213,7 @@ fn graph_trials<'a>(
         let begin = add_event_node(context, graph.graph, tail, pair[0].raw())?;
         let (mut ns, mut out) = (spin_ns, slot(i));
         let mut params: [*mut c_void; 2] = [(&raw mut ns).cast(), (&raw mut out).cast()];
-        let node_params = CUDA_KERNEL_NODE_PARAMS {
-            func: function,
-            gridDimX: 1,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: 1,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            kernelParams: params.as_mut_ptr(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
+        let node_params = CUDA_KERNEL_NODE_PARAMS::one_thread(function, params.as_mut_ptr());
         let mut kernel: CUgraphNode = std::ptr::null_mut();
         // SAFETY: the parameters are copied into the graph during the call; `begin` is a node
         // of this graph, passed with its count; every handle is live.

@@ -154,18 +154,8 @@ pub unsafe fn add_kernel_node(
     dependency: Option<CUgraphNode>,
 ) -> Result<CUgraphNode> {
     let params = CUDA_KERNEL_NODE_PARAMS {
-        func: function,
-        gridDimX: 1,
-        gridDimY: 1,
-        gridDimZ: 1,
         blockDimX: block_x,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: 0,
-        kernelParams: pointers.as_mut_ptr(),
-        extra: std::ptr::null_mut(),
-        kern: std::ptr::null_mut(),
-        ctx: std::ptr::null_mut(),
+        ..CUDA_KERNEL_NODE_PARAMS::one_thread(function, pointers.as_mut_ptr())
     };
     let mut added = std::ptr::null_mut();
     let (deps, count) = match &dependency {
@@ -252,20 +242,7 @@ impl GraphExec {
             .get(index)
             .context("GraphExec::set_kernel_args: no such node")?;
         let mut pointers = node.args.pointers();
-        let params = CUDA_KERNEL_NODE_PARAMS {
-            func: node.function,
-            gridDimX: 1,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: 1,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            kernelParams: pointers.as_mut_ptr(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
+        let params = CUDA_KERNEL_NODE_PARAMS::one_thread(node.function, pointers.as_mut_ptr());
         // SAFETY: a live executable and one of its graph's kernel nodes, whose function is
         // unchanged; `params` and the argument values `pointers` points to live across the
         // call (the driver copies them).

@@ -73,8 +73,8 @@ pub mod timebase;
 
 pub use backend::{CudaEvents, EventBackend};
 pub use context::{
-    BIAS_SPIN_NS, BIAS_TRIALS, CuptiChoice, DropCounts, EventBias, FineSource, StampedKernel,
-    TraceConfig, TraceContext, TraceStats,
+    BIAS_SPIN_NS, BIAS_TRIALS, CuptiChoice, DropCounts, EventBias, FineSource, TraceConfig,
+    TraceContext, TraceStats,
 };
 pub use cpu_zone::CpuZone;
 pub use error::Error;
@@ -87,6 +87,7 @@ pub use sink::{
     DropReason, Fanout, HostSpan, JsonSink, MemoryRecord, MemorySink, MemorySubmission, MemoryZone,
     NullSink, Sink, SubmissionDetails, TrackId,
 };
+pub use stamped::StampedKernel;
 pub use submission::{
     INLINE_SEMAPHORES, IssueStep, StreamBefore, SubmissionInfo, SubmissionTicket,
 };

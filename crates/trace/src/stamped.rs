@@ -19,7 +19,18 @@ use cuhal_sys::{
     Event, Module, PrimaryContext, Stream, cu,
 };
 
-use crate::{Error, StampedKernel};
+use crate::Error;
+
+/// One stamped kernel timed between two events: what the events read, and what the kernel read
+/// of itself.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct StampedKernel {
+    /// From the begin event to the end event (`cuEventElapsedTime`), in nanoseconds.
+    pub zone_ns: u64,
+    /// The kernel's own span: its first `%globaltimer` reading to one taken after its stores
+    /// reached memory, in nanoseconds. 0: the kernel did not run (no stamps).
+    pub span_ns: u64,
+}
 
 /// `cuhal_stamped_spin(u64 ns, u64 *out)`: one thread reads `%globaltimer` as its first
 /// instruction, spins until `ns` have passed since then, stores that first reading to `out[0]`

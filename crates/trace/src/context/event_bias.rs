@@ -24,6 +24,7 @@ use cuhal_command::EventPlacement;
 
 use super::shared::Shared;
 use crate::list::Record;
+use crate::stamped::StampedKernel;
 
 /// Stamped kernels timed per placement.
 pub const BIAS_TRIALS: usize = 32;
@@ -32,17 +33,6 @@ pub const BIAS_TRIALS: usize = 32;
 /// depend on the command's length (checked on the GPU with 100 us spins against this
 /// calibration), so a short spin keeps the measurement cheap.
 pub const BIAS_SPIN_NS: u64 = 5_000;
-
-/// One stamped kernel timed between two events: what the events read, and what the kernel read
-/// of itself.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct StampedKernel {
-    /// From the begin event to the end event (`cuEventElapsedTime`), in nanoseconds.
-    pub zone_ns: u64,
-    /// The kernel's own span: its first `%globaltimer` reading to one taken after its stores
-    /// reached memory, in nanoseconds. 0: the kernel did not run (no stamps).
-    pub span_ns: u64,
-}
 
 /// What a context measured its events to add to a command's zone at one placement: zone minus
 /// the kernel's own span, over the stamped kernels that ran.

@@ -16,7 +16,7 @@ mod stats;
 pub(crate) use activity::ACTIVITY_PATIENCE;
 pub(crate) use collect::CollectState;
 pub use config::{CuptiChoice, TraceConfig};
-pub use event_bias::{BIAS_SPIN_NS, BIAS_TRIALS, EventBias, StampedKernel};
+pub use event_bias::{BIAS_SPIN_NS, BIAS_TRIALS, EventBias};
 pub use fine_source::FineSource;
 pub(crate) use pending::{Outcome, Pending, Scope, Times};
 pub(crate) use shared::Shared;

@@ -55,10 +55,12 @@
 
 mod backend;
 pub mod clock;
+pub mod clock_sync;
 mod context;
 mod cpu_zone;
 pub mod cupti;
 mod error;
+mod exchange;
 pub mod fake;
 mod hook;
 mod list;
@@ -72,9 +74,10 @@ mod thread;
 pub mod timebase;
 
 pub use backend::{CudaEvents, EventBackend};
+pub use clock_sync::{ClockSnapshot, ClockSource, ClockSync};
 pub use context::{
-    BIAS_SPIN_NS, BIAS_TRIALS, CuptiChoice, DropCounts, EventBias, FineSource, StampedKernel,
-    TraceConfig, TraceContext, TraceStats,
+    BIAS_SPIN_NS, BIAS_TRIALS, CuptiChoice, DropCounts, EXCHANGE_ROUNDS, EXCHANGE_TIMEOUT,
+    EventBias, FineSource, StampedKernel, TraceConfig, TraceContext, TraceStats,
 };
 pub use cpu_zone::CpuZone;
 pub use error::Error;
@@ -91,6 +94,8 @@ pub use submission::{
     INLINE_SEMAPHORES, IssueStep, StreamBefore, SubmissionInfo, SubmissionTicket,
 };
 pub use thread::thread_id;
+#[cfg(test)]
+mod clock_tests;
 #[cfg(test)]
 mod tests;
 

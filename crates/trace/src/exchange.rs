@@ -156,7 +156,7 @@ impl ClockExchange {
             // No pause hint: the loop is the measurement, and a pause delays noticing.
             while answer_round.load(Ordering::Acquire) != round {
                 spins = spins.wrapping_add(1);
-                if spins % SPINS_PER_LOOK == 0 {
+                if spins.is_multiple_of(SPINS_PER_LOOK) {
                     if Instant::now() > deadline {
                         return Err(Error::ClockSync {
                             reason: "the exchange kernel did not answer in time",
@@ -310,9 +310,11 @@ mod tests {
         assert_eq!(ANSWER_ROUND_WORD * 4, 72);
         assert!(CLOCK_SYNC_PTX.contains("[%rd4+64], %rd10"));
         assert!(CLOCK_SYNC_PTX.contains("[%rd4+72], %r2"));
-        assert!(STAMPS_OFFSET >= ANSWER_ROUND_WORD * 4 + 4);
-        assert!(MAPPED_BYTES >= STAMPS_OFFSET + STAMP_SLOT_BYTES * (MAX_STAMPED_EVENTS + 1));
-        assert!(crate::context::CALIBRATION_TRIES <= MAX_STAMPED_EVENTS);
+        const {
+            assert!(STAMPS_OFFSET >= ANSWER_ROUND_WORD * 4 + 4);
+            assert!(MAPPED_BYTES >= STAMPS_OFFSET + STAMP_SLOT_BYTES * (MAX_STAMPED_EVENTS + 1));
+            assert!(crate::context::CALIBRATION_TRIES <= MAX_STAMPED_EVENTS);
+        }
         assert!(CLOCK_SYNC_PTX.contains(&format!(".entry {EXCHANGE_NAME}(")));
         assert!(CLOCK_SYNC_PTX.contains(&format!(".entry {STAMP_NAME}(")));
     }

@@ -23,7 +23,10 @@
 //!    events return to the pool when the command buffer is dropped and no submission of it is
 //!    left to collect.
 //! 4. Times are trace-clock nanoseconds ([`clock`]). The context calibrates a base event against
-//!    the host clock and re-calibrates when the base is older than 8 s, so the `f32`
+//!    the host clock through the GPU's `%globaltimer` ([`clock_sync`]: a clock exchange over
+//!    mapped memory, and the base recorded between two kernels that stamp the timer; a host
+//!    bracket around the base when that fails), tells the sink ([`ClockSnapshot`]), and
+//!    re-calibrates when the base is older than 8 s, so the `f32`
 //!    milliseconds of `cuEventElapsedTime` span about that much at most (more only for work
 //!    that ran longer itself) and a time's step stays under 0.5 us at any uptime (IREE measured from one start-up base: a 0.25 ms step after an
 //!    hour). The arithmetic lives in [`timebase`].

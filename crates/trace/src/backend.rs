@@ -134,18 +134,20 @@ pub unsafe trait EventBackend: Send + Sync {
         })
     }
     /// Records each of `events` on a private stream between two kernels that stamp
-    /// `%globaltimer` (kernel, event, kernel, event, ..., kernel), waits for them, and appends
-    /// each event's [`GpuBracket`] to `out`: the base events of a calibration through
-    /// `%globaltimer`. The device is current. The default has none (an [`Error::ClockSync`]).
+    /// `%globaltimer` (kernel, event, kernel, event, ..., kernel), waits for them (at most
+    /// `timeout`), and appends each event's [`GpuBracket`] to `out`: the base events of a
+    /// calibration through `%globaltimer`. The device is current. The default has none (an
+    /// [`Error::ClockSync`]).
     ///
     /// # Safety
     /// See the trait: handles must be live objects of this backend.
     unsafe fn stamp_events(
         &self,
         events: &[CUevent],
+        timeout: Duration,
         out: &mut Vec<GpuBracket>,
     ) -> Result<(), Error> {
-        let _ = (events, out);
+        let _ = (events, timeout, out);
         Err(Error::ClockSync {
             reason: "the backend has no stamping kernels",
         })
@@ -155,8 +157,7 @@ pub unsafe trait EventBackend: Send + Sync {
 /// [`EventBackend`] on a CUDA primary context: default-flag (timing) events, and a private
 /// non-blocking stream used only to calibrate, so calibrating never waits for a queue's work.
 pub struct CudaEvents {
-    /// The clock exchange's kernels and memory, made on the first exchange. Declared before
-    /// the stream: dropping it waits for its kernel, which runs on that stream.
+    /// The clock exchange's kernels, stream and memory, made on the first exchange.
     clock: Mutex<Option<ClockExchange>>,
     context: Arc<PrimaryContext>,
     calibration_stream: Stream,
@@ -293,17 +294,18 @@ unsafe impl EventBackend for CudaEvents {
         out: &mut Vec<ExchangeRound>,
     ) -> Result<(), Error> {
         let now = || self.now_ns();
-        self.with_clock(|c| c.run(&self.calibration_stream, rounds, timeout, &now, out))
+        self.with_clock(|c| c.run(rounds, timeout, &now, out))
     }
 
     unsafe fn stamp_events(
         &self,
         events: &[CUevent],
+        timeout: Duration,
         out: &mut Vec<GpuBracket>,
     ) -> Result<(), Error> {
         self.with_clock(|c| {
             // SAFETY: the caller passes live events of this context (the trait's contract).
-            unsafe { c.stamp_events(&self.calibration_stream, events, out) }
+            unsafe { c.stamp_events(events, timeout, out) }
         })
     }
 }

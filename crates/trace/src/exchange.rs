@@ -2,22 +2,27 @@
 //! host clock, and its base events to `%globaltimer` (the arithmetic is
 //! [`clock_sync`](crate::clock_sync)'s).
 //!
-//! Both kernels live in `clock_sync.ptx` and run on the backend's private stream. Their words
-//! live in one allocation of mapped host memory: the exchange's mailbox (the host's request on
-//! one cache line, the kernel's answer on the next) and the stamps of the kernels around the
-//! base events. The exchange never hangs: the host gives up after its timeout (and when the
-//! kernel has exited without answering), then asks the kernel to stop; the kernel stops by
-//! itself after a budget of `%globaltimer` or of polls; an exchange whose kernel of a previous
-//! call has not finished yet is refused instead of sharing the mailbox with it.
+//! Both kernels live in `clock_sync.ptx` and run on a stream of their own, so one that cannot
+//! start (a device full of other work) never holds up the backend's calibration stream, which
+//! the host-bracket fallback uses. Their words live in one allocation of mapped host memory:
+//! the exchange's mailbox (the host's request on one cache line, the kernel's answer on the
+//! next) and the stamps of the kernels around the base events. Nothing waits without bound: the
+//! host gives up the exchange after its timeout (or as soon as the kernel has exited without
+//! answering), then asks the kernel to stop; the kernel stops by itself after a budget of
+//! `%globaltimer` or of polls; the stamping kernels are waited for with a timeout; an exchange
+//! while the stream's earlier work has not finished is refused instead of sharing the mailbox
+//! with it; and dropping waits a bounded time, then leaks rather than frees memory a kernel
+//! that never started could still touch.
 
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cuhal_sys::{
-    CU_EVENT_DISABLE_TIMING, CUevent, CUfunction, CUstream, Event, MappedHostMemory, Module,
-    PrimaryContext, Stream, cu,
+    CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, CUevent, CUfunction, CUstream, Event,
+    MappedHostMemory, Module, PrimaryContext, Stream, cu,
 };
 
 use crate::Error;
@@ -47,19 +52,27 @@ const MAPPED_BYTES: usize = STAMPS_OFFSET + STAMP_SLOT_BYTES * (MAX_STAMPED_EVEN
 /// Host spins between two looks at the clock and at whether the kernel exited.
 const SPINS_PER_LOOK: u32 = 1_024;
 
-/// The exchange's kernels and memory, made on the first exchange and kept by the backend.
+/// How long dropping the exchange waits for its kernels to exit before it leaks their module,
+/// memory and stream instead of freeing what a kernel that never started could still touch.
+const DROP_PATIENCE: Duration = Duration::from_secs(1);
+
+/// The exchange's kernels, stream and memory, made on the first exchange and kept by the
+/// backend.
 pub(crate) struct ClockExchange {
     context: Arc<PrimaryContext>,
-    /// Recorded after each exchange kernel: complete once it exited.
-    done: Event,
+    /// The exchange's own stream: a kernel of it that cannot start (a device full of other
+    /// work) never holds up the backend's calibration stream, which the fallback uses.
+    stream: ManuallyDrop<Stream>,
+    /// Recorded after the last work enqueued on `stream`: complete once it all finished.
+    done: ManuallyDrop<Event>,
     /// Whether `done` was recorded at least once.
     launched: bool,
     /// The mailbox and stamp slots.
-    mapped: MappedHostMemory,
+    mapped: ManuallyDrop<MappedHostMemory>,
     exchange: CUfunction,
     stamp: CUfunction,
-    /// Keeps both functions loaded; unloaded after `Drop::drop` waited for the kernel.
-    _module: Module,
+    /// Keeps both functions loaded.
+    module: ManuallyDrop<Module>,
 }
 
 // SAFETY: the function handles are plain driver handles of a module this value owns; the
@@ -67,25 +80,28 @@ pub(crate) struct ClockExchange {
 unsafe impl Send for ClockExchange {}
 
 impl ClockExchange {
-    /// Loads the kernels and allocates the mapped memory, in `context` (made current).
+    /// Loads the kernels, makes the stream and allocates the mapped memory, in `context`
+    /// (made current).
     pub(crate) fn new(context: &Arc<PrimaryContext>) -> Result<Self, Error> {
         let module = Module::load_ptx(context, CLOCK_SYNC_PTX)?;
         let exchange = module.function(EXCHANGE_NAME)?;
         let stamp = module.function(STAMP_NAME)?;
         let mapped = MappedHostMemory::new(context, MAPPED_BYTES)?;
+        let stream = Stream::new(context, CU_STREAM_NON_BLOCKING)?;
         let done = Event::new(context, CU_EVENT_DISABLE_TIMING)?;
         Ok(Self {
             context: context.clone(),
-            done,
+            stream: ManuallyDrop::new(stream),
+            done: ManuallyDrop::new(done),
             launched: false,
-            mapped,
+            mapped: ManuallyDrop::new(mapped),
             exchange,
             stamp,
-            _module: module,
+            module: ManuallyDrop::new(module),
         })
     }
 
-    /// Whether the kernel of the previous exchange has exited.
+    /// Whether everything enqueued on the exchange's stream has finished.
     fn idle(&self) -> Result<bool, Error> {
         if !self.launched {
             return Ok(true);
@@ -93,12 +109,32 @@ impl ClockExchange {
         Ok(self.done.query()?)
     }
 
-    /// Runs up to `rounds` rounds on `stream` (see the module), appending the answered ones to
-    /// `out`; `now` reads the host clock. Fails when the previous exchange's kernel still runs,
+    /// Records `done` after what was enqueued on the stream.
+    fn mark_done(&mut self) -> Result<(), Error> {
+        self.done.record(&self.stream)?;
+        self.launched = true;
+        Ok(())
+    }
+
+    /// Waits (polling) until `done` completes or `timeout` passes; whether it completed.
+    fn wait_done(&self, timeout: Duration) -> Result<bool, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.idle()? {
+                return Ok(true);
+            }
+            if Instant::now() > deadline {
+                return Ok(false);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Runs up to `rounds` rounds (see the module), appending the answered ones to `out`;
+    /// `now` reads the host clock. Fails when the stream's previous work has not finished,
     /// when the kernel exits (or never starts) without answering, or after `timeout`.
     pub(crate) fn run(
         &mut self,
-        stream: &Stream,
         rounds: usize,
         timeout: Duration,
         now: &dyn Fn() -> u64,
@@ -106,18 +142,18 @@ impl ClockExchange {
     ) -> Result<(), Error> {
         if !self.idle()? {
             return Err(Error::ClockSync {
-                reason: "the previous exchange's kernel is still waiting to run",
+                reason: "the previous exchange's kernel has not run yet",
             });
         }
-        let request = self.mapped.word(REQUEST_WORD);
-        let answer_round = self.mapped.word(ANSWER_ROUND_WORD);
-        // Nothing runs on the mailbox now: the previous kernel exited.
-        request.store(0, Ordering::SeqCst);
-        answer_round.store(0, Ordering::SeqCst);
-        self.mapped.word(ANSWER_LOW_WORD).store(0, Ordering::SeqCst);
-        self.mapped
-            .word(ANSWER_HIGH_WORD)
-            .store(0, Ordering::SeqCst);
+        // Nothing runs on the mailbox now: the stream's previous kernels exited.
+        for word in [
+            REQUEST_WORD,
+            ANSWER_ROUND_WORD,
+            ANSWER_LOW_WORD,
+            ANSWER_HIGH_WORD,
+        ] {
+            self.mapped.word(word).store(0, Ordering::SeqCst);
+        }
         // The kernel outlives the host's patience by at most as much again; a poll takes at
         // least a PCIe round trip (hundreds of nanoseconds), so the poll budget is looser still.
         let budget_ns = u64::try_from(timeout.as_nanos())
@@ -127,14 +163,14 @@ impl ClockExchange {
         launch(
             &self.context,
             self.exchange,
-            stream.raw(),
+            self.stream.raw(),
             &mut [self.mapped.device_ptr(), budget_ns, max_polls],
         )?;
-        self.done.record(stream)?;
-        self.launched = true;
-        let result = self.rounds(rounds, timeout, now, out);
+        let result = self
+            .mark_done()
+            .and_then(|()| self.rounds(rounds, timeout, now, out));
         // Whatever happened, the kernel stops at its next poll (or at once, if it starts late).
-        request.store(STOP, Ordering::SeqCst);
+        self.mapped.word(REQUEST_WORD).store(STOP, Ordering::SeqCst);
         result
     }
 
@@ -182,15 +218,16 @@ impl ClockExchange {
         Ok(())
     }
 
-    /// Records each of `events` on `stream` between two stamping kernels, waits, and appends
-    /// each event's bracket to `out`.
+    /// Records each of `events` on the exchange's stream between two stamping kernels (after
+    /// whatever the stream still runs, such as the exchange kernel seeing its stop word),
+    /// waits at most `timeout`, and appends each event's bracket to `out`.
     ///
     /// # Safety
     /// Every event must be a live event of the backend's context.
     pub(crate) unsafe fn stamp_events(
         &mut self,
-        stream: &Stream,
         events: &[CUevent],
+        timeout: Duration,
         out: &mut Vec<GpuBracket>,
     ) -> Result<(), Error> {
         if events.len() > MAX_STAMPED_EVENTS {
@@ -198,12 +235,9 @@ impl ClockExchange {
                 reason: "more base events than stamp slots",
             });
         }
-        if !self.idle()? {
-            return Err(Error::ClockSync {
-                reason: "the previous exchange's kernel is still waiting to run",
-            });
-        }
         let slot_word = |slot: usize, i: usize| (STAMPS_OFFSET + STAMP_SLOT_BYTES * slot) / 4 + i;
+        // Stamping kernels of an earlier call that did not finish in time run before these
+        // (one stream) and are overwritten by them.
         for slot in 0..=events.len() {
             for i in 0..4 {
                 self.mapped
@@ -214,18 +248,19 @@ impl ClockExchange {
         let slot_ptr = |slot: usize| {
             self.mapped.device_ptr() + (STAMPS_OFFSET + STAMP_SLOT_BYTES * slot) as u64
         };
-        launch(&self.context, self.stamp, stream.raw(), &mut [slot_ptr(0)])?;
+        let stream = self.stream.raw();
+        launch(&self.context, self.stamp, stream, &mut [slot_ptr(0)])?;
         for (i, &event) in events.iter().enumerate() {
             // SAFETY: the caller passes live events of this context; the stream is live.
-            unsafe { stream.record_raw_event(event) }?;
-            launch(
-                &self.context,
-                self.stamp,
-                stream.raw(),
-                &mut [slot_ptr(i + 1)],
-            )?;
+            unsafe { self.stream.record_raw_event(event) }?;
+            launch(&self.context, self.stamp, stream, &mut [slot_ptr(i + 1)])?;
         }
-        stream.synchronize()?;
+        self.mark_done()?;
+        if !self.wait_done(timeout)? {
+            return Err(Error::ClockSync {
+                reason: "the stamping kernels did not run in time",
+            });
+        }
         let stamp = |slot: usize, which: usize| {
             let low = self
                 .mapped
@@ -256,10 +291,20 @@ impl ClockExchange {
 impl Drop for ClockExchange {
     fn drop(&mut self) {
         self.mapped.word(REQUEST_WORD).store(STOP, Ordering::SeqCst);
-        if self.launched {
-            // The kernel stops at its next poll, or at once when it starts: bounded either way
-            // (and by its own budget). The module and memory go only after it.
-            let _ = self.done.synchronize();
+        let _bound = self.context.enter();
+        // The kernel stops at its next poll, or at once when it starts: bounded unless the
+        // device never gives it a chance to start. Then its module, memory and stream are
+        // leaked rather than freed under it (or waited for without end).
+        if !matches!(self.wait_done(DROP_PATIENCE), Ok(true)) {
+            return;
+        }
+        // SAFETY: each field is dropped once, here, and never used again; the work that used
+        // them finished (`done` completed after it).
+        unsafe {
+            ManuallyDrop::drop(&mut self.done);
+            ManuallyDrop::drop(&mut self.stream);
+            ManuallyDrop::drop(&mut self.module);
+            ManuallyDrop::drop(&mut self.mapped);
         }
     }
 }

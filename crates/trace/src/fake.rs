@@ -406,6 +406,7 @@ unsafe impl EventBackend for FakeGpu {
     unsafe fn stamp_events(
         &self,
         events: &[CUevent],
+        _timeout: Duration,
         out: &mut Vec<GpuBracket>,
     ) -> Result<(), Error> {
         self.call();

@@ -22,8 +22,9 @@ use crate::timebase::Calibration;
 pub const EXCHANGE_ROUNDS: usize = 256;
 
 /// How long the host waits for the exchange, kernel launch included, before it gives up and
-/// falls back: far above a launch on an idle device (tens of microseconds), short enough that
-/// a device too busy to start the kernel stalls collection only this long.
+/// falls back (and as long again for the kernels that stamp the base events): far above a
+/// launch on an idle device (tens of microseconds), short enough that a device too busy to
+/// start the kernels stalls collection only this long.
 pub const EXCHANGE_TIMEOUT: Duration = Duration::from_millis(20);
 
 impl Shared {
@@ -43,7 +44,10 @@ impl Shared {
         let events: [_; CALIBRATION_TRIES] = std::array::from_fn(|i| cs.bases[i].0);
         let mut brackets: Vec<GpuBracket> = Vec::with_capacity(CALIBRATION_TRIES);
         // SAFETY: the candidates were created by this backend and live as long as `self`.
-        let stamped = unsafe { self.backend.stamp_events(&events, &mut brackets) };
+        let stamped = unsafe {
+            self.backend
+                .stamp_events(&events, EXCHANGE_TIMEOUT, &mut brackets)
+        };
         if let Err(error) = stamped {
             cs.calibration_broken = true;
             return Err(error);

@@ -3,7 +3,8 @@
 //!
 //! A one-thread kernel polls a word of mapped host memory; the host writes a round number
 //! there and spins until the kernel answers it with its `%globaltimer` (read at the timer's
-//! next edge, so the value is the instant the timer took it, whatever its step). The host reads
+//! next edge, so the value is the instant the timer took it, whatever its step), in one store
+//! with no fence, so both legs are a single PCIe transfer each. The host reads
 //! its own clock just before writing and just after seeing the answer: the kernel's reading lies
 //! between the two ([`ExchangeRound`]). The round with the smallest round trip is the one whose
 //! two legs were both shortest, so its midpoint is the estimate and half its round trip the

@@ -17,7 +17,7 @@
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cuhal_sys::{
@@ -33,13 +33,10 @@ const CLOCK_SYNC_PTX: &str = include_str!("clock_sync.ptx");
 const EXCHANGE_NAME: &str = "cuhal_clock_exchange";
 const STAMP_NAME: &str = "cuhal_clock_stamp";
 
-/// The mailbox's words (32-bit word indices into the allocation): the host's request (a round
-/// number, or [`STOP`]) on the first cache line, the kernel's `%globaltimer` answer (a `u64`,
-/// two words, low first) and the round it answers on the second.
+/// The mailbox: the host's request (a round number, or [`STOP`]; a 32-bit word index) on the
+/// first cache line, the kernel's `%globaltimer` answer (a `u64`, byte offset) on the second.
 const REQUEST_WORD: usize = 0;
-const ANSWER_LOW_WORD: usize = 16;
-const ANSWER_HIGH_WORD: usize = 17;
-const ANSWER_ROUND_WORD: usize = 18;
+const ANSWER_OFFSET: usize = 64;
 /// Asks the exchange kernel to stop.
 const STOP: u32 = u32::MAX;
 /// Byte offset of the stamping kernels' slots (two `u64` each: first and last stamp).
@@ -101,6 +98,16 @@ impl ClockExchange {
         })
     }
 
+    /// The kernel's answer, as the host sees it.
+    fn answer(&self) -> &AtomicU64 {
+        const { assert!(ANSWER_OFFSET % 8 == 0 && ANSWER_OFFSET + 8 <= STAMPS_OFFSET) };
+        // SAFETY: the allocation is page-aligned and MAPPED_BYTES long, so the word at
+        // ANSWER_OFFSET (a multiple of 8, before the stamp slots) is aligned and inside it; it
+        // stays mapped while `self` lives (the borrow); the kernel writes it only with one
+        // aligned 8-byte store, which an atomic view tolerates.
+        unsafe { AtomicU64::from_ptr(self.mapped.host_ptr().add(ANSWER_OFFSET).cast::<u64>()) }
+    }
+
     /// Whether everything enqueued on the exchange's stream has finished.
     fn idle(&self) -> Result<bool, Error> {
         if !self.launched {
@@ -146,14 +153,8 @@ impl ClockExchange {
             });
         }
         // Nothing runs on the mailbox now: the stream's previous kernels exited.
-        for word in [
-            REQUEST_WORD,
-            ANSWER_ROUND_WORD,
-            ANSWER_LOW_WORD,
-            ANSWER_HIGH_WORD,
-        ] {
-            self.mapped.word(word).store(0, Ordering::SeqCst);
-        }
+        self.mapped.word(REQUEST_WORD).store(0, Ordering::SeqCst);
+        self.answer().store(0, Ordering::SeqCst);
         // The kernel outlives the host's patience by at most as much again; a poll takes at
         // least a PCIe round trip (hundreds of nanoseconds), so the poll budget is looser still.
         let budget_ns = u64::try_from(timeout.as_nanos())
@@ -183,14 +184,22 @@ impl ClockExchange {
     ) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         let request = self.mapped.word(REQUEST_WORD);
-        let answer_round = self.mapped.word(ANSWER_ROUND_WORD);
+        let answer = self.answer();
         let rounds = u32::try_from(rounds).unwrap_or(STOP - 1).min(STOP - 1);
         for round in 1..=rounds {
+            // The previous round's answer was seen, so the kernel writes nothing until it sees
+            // this request: cleared here, a non-zero answer is this round's. Stores reach the
+            // device in order, so the clear lands before the request does.
+            answer.store(0, Ordering::SeqCst);
             let host_before_ns = now();
             request.store(round, Ordering::SeqCst);
             let mut spins = 0u32;
             // No pause hint: the loop is the measurement, and a pause delays noticing.
-            while answer_round.load(Ordering::Acquire) != round {
+            let gpu_ns = loop {
+                let gpu_ns = answer.load(Ordering::Acquire);
+                if gpu_ns != 0 {
+                    break gpu_ns;
+                }
                 spins = spins.wrapping_add(1);
                 if spins.is_multiple_of(SPINS_PER_LOOK) {
                     if Instant::now() > deadline {
@@ -198,20 +207,17 @@ impl ClockExchange {
                             reason: "the exchange kernel did not answer in time",
                         });
                     }
-                    if self.done.query()? && answer_round.load(Ordering::Acquire) != round {
+                    if self.done.query()? && answer.load(Ordering::Acquire) == 0 {
                         return Err(Error::ClockSync {
                             reason: "the exchange kernel exited without answering",
                         });
                     }
                 }
-            }
+            };
             let host_after_ns = now();
-            // Written before the round number, with a system-wide fence between.
-            let low = self.mapped.word(ANSWER_LOW_WORD).load(Ordering::Acquire);
-            let high = self.mapped.word(ANSWER_HIGH_WORD).load(Ordering::Acquire);
             out.push(ExchangeRound {
                 host_before_ns,
-                gpu_ns: u64::from(low) | (u64::from(high) << 32),
+                gpu_ns,
                 host_after_ns,
             });
         }
@@ -294,12 +300,13 @@ impl Drop for ClockExchange {
         let _bound = self.context.enter();
         // The kernel stops at its next poll, or at once when it starts: bounded unless the
         // device never gives it a chance to start. Then its module, memory and stream are
-        // leaked rather than freed under it (or waited for without end).
-        if !matches!(self.wait_done(DROP_PATIENCE), Ok(true)) {
+        // leaked rather than freed under it (or waited for without end). A failed query means
+        // a context in error, which runs nothing more: freeing is safe then.
+        if matches!(self.wait_done(DROP_PATIENCE), Ok(false)) {
             return;
         }
         // SAFETY: each field is dropped once, here, and never used again; the work that used
-        // them finished (`done` completed after it).
+        // them finished (`done` completed after it) or never will run (the context failed).
         unsafe {
             ManuallyDrop::drop(&mut self.done);
             ManuallyDrop::drop(&mut self.stream);
@@ -350,13 +357,12 @@ mod tests {
 
     #[test]
     fn the_layout_fits_the_allocation_and_the_kernels_offsets() {
-        // The PTX answers at mailbox + 64 (u64) and + 72 (u32).
-        assert_eq!(ANSWER_LOW_WORD * 4, 64);
-        assert_eq!(ANSWER_ROUND_WORD * 4, 72);
-        assert!(CLOCK_SYNC_PTX.contains("[%rd4+64], %rd10"));
-        assert!(CLOCK_SYNC_PTX.contains("[%rd4+72], %r2"));
+        // The PTX answers at mailbox + 64, a u64, and nowhere else.
+        assert_eq!(ANSWER_OFFSET, 64);
+        assert!(CLOCK_SYNC_PTX.contains("st.volatile.global.u64  [%rd4+64], %rd10;"));
+        assert_eq!(CLOCK_SYNC_PTX.matches("[%rd4+").count(), 1);
         const {
-            assert!(STAMPS_OFFSET >= ANSWER_ROUND_WORD * 4 + 4);
+            assert!(STAMPS_OFFSET >= ANSWER_OFFSET + 8);
             assert!(MAPPED_BYTES >= STAMPS_OFFSET + STAMP_SLOT_BYTES * (MAX_STAMPED_EVENTS + 1));
             assert!(crate::context::CALIBRATION_TRIES <= MAX_STAMPED_EVENTS);
         }

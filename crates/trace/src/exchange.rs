@@ -100,7 +100,7 @@ impl ClockExchange {
 
     /// The kernel's answer, as the host sees it.
     fn answer(&self) -> &AtomicU64 {
-        const { assert!(ANSWER_OFFSET % 8 == 0 && ANSWER_OFFSET + 8 <= STAMPS_OFFSET) };
+        const { assert!(ANSWER_OFFSET.is_multiple_of(8) && ANSWER_OFFSET + 8 <= STAMPS_OFFSET) };
         // SAFETY: the allocation is page-aligned and MAPPED_BYTES long, so the word at
         // ANSWER_OFFSET (a multiple of 8, before the stamp slots) is aligned and inside it; it
         // stays mapped while `self` lives (the borrow); the kernel writes it only with one

@@ -1,17 +1,21 @@
 //! GPU suite: tracing. Zones around kernels of known length measure that length; zones on one
 //! stream are ordered and nested; streams, graphs and command buffers all produce zones; a small
 //! pool carries many zones; nothing is collected before its work completed; timestamps land
-//! where the host saw the work happen.
+//! where the host saw the work happen; host and GPU clocks agree after calibration, and event
+//! zones contain their kernels' own `%globaltimer` stamps.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cuhal_command::{Buffer, Dispatch, Executable, KernelArgs};
 use cuhal_gpu_tests::command_support::Kind;
 use cuhal_gpu_tests::gpu::Gpu;
 use cuhal_gpu_tests::trace_support::{
-    Graph, SPIN_NAME, SPIN_PTX, SPIN_SPAN_NAME, SPIN_SPAN_PTX, Spin, trace_stream, traced,
+    Graph, SPIN_NAME, SPIN_PTX, SPIN_SPAN_NAME, SPIN_SPAN_PTX, Spin, TraceStream, trace_stream,
+    traced,
 };
+use cuhal_sys::MappedHostMemory;
 use cuhal_trace::{DropReason, FineSource, MemoryZone, PoolLimits, Verbosity, clock};
 
 const US: u64 = 1_000;
@@ -508,4 +512,257 @@ fn collection_from_the_completion_side_keeps_up_with_submissions() {
     assert_eq!(s.zones_collected, sink.zones().len() as u64);
     assert_eq!(s.pending_submissions, 0);
     assert_eq!(s.events_created, s.events_free);
+}
+
+/// `stamp_mapped(u64 *out, u64 ns)`: one thread reads `%globaltimer` in a loop for `ns`
+/// nanoseconds and stores each reading at least 200 ns after the last one stored to `out[0]`
+/// (mapped host memory, one aligned 8-byte store): every value stored was read within one loop
+/// iteration of the timer taking it, and before the store left the GPU.
+const STAMP_MAPPED_PTX: &str = r#"
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry stamp_mapped(
+    .param .u64 stamp_out,
+    .param .u64 stamp_ns
+)
+{
+    .reg .pred  %p<3>;
+    .reg .b64   %rd<9>;
+
+    ld.param.u64        %rd1, [stamp_out];
+    ld.param.u64        %rd2, [stamp_ns];
+    cvta.to.global.u64  %rd3, %rd1;
+    mov.u64             %rd4, %globaltimer;
+    mov.u64             %rd5, 0;
+STAMP_LOOP:
+    mov.u64             %rd6, %globaltimer;
+    sub.u64             %rd7, %rd6, %rd5;
+    setp.lt.u64         %p1, %rd7, 200;
+    @%p1 bra            STAMP_NEXT;
+    st.volatile.global.u64  [%rd3], %rd6;
+    mov.u64             %rd5, %rd6;
+STAMP_NEXT:
+    sub.u64             %rd8, %rd6, %rd4;
+    setp.lt.u64         %p2, %rd8, %rd2;
+    @%p2 bra            STAMP_LOOP;
+    ret;
+}
+"#;
+
+/// Launches one thread of `function`, whose parameters are all `u64`, on `stream` (making
+/// `context` current first).
+fn launch_u64s(
+    context: &Arc<cuhal_sys::PrimaryContext>,
+    function: cuhal_sys::CUfunction,
+    stream: &TraceStream,
+    args: &mut [u64],
+) {
+    let mut params: Vec<*mut std::ffi::c_void> = args
+        .iter_mut()
+        .map(|a| std::ptr::from_mut(a).cast())
+        .collect();
+    context.bind().unwrap();
+    // SAFETY: the kernels launched here take only `u64` parameters, as many as `args` holds,
+    // and `params` points at each, read during the call; the function and stream are live
+    // objects of `context`, current now.
+    unsafe {
+        cuhal_sys::cu!(
+            context.api(),
+            cuLaunchKernel(
+                function,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut()
+            )
+        )
+    }
+    .unwrap();
+}
+
+/// The 8-byte word at the start of `mapped`, as the host sees it.
+fn mapped_u64(mapped: &MappedHostMemory) -> &AtomicU64 {
+    // SAFETY: the allocation is page-aligned and at least 8 bytes long, so the word is aligned
+    // and inside it; it stays mapped while `mapped` lives (the borrow); the device only writes
+    // it with aligned 8-byte stores, which an atomic view tolerates.
+    unsafe { AtomicU64::from_ptr(mapped.host_ptr().cast::<u64>()) }
+}
+
+/// Host and GPU clocks agree within 100 ns after calibration. After each of three calibrations
+/// (the context's first and two re-calibrations), a kernel stores `%globaltimer` readings to
+/// mapped memory for 2 ms while this thread spins on the word and reads the trace clock right
+/// after each change it sees. A reading cannot be seen before it was taken, so for every change
+/// `seen - map(stamp)` must be >= -100 ns if the calibration's map of `%globaltimer` onto the
+/// trace clock is off by at most 100 ns in that direction; its median is one PCIe write plus
+/// the map's error the other way. Prints the calibration (offset uncertainty, round trip,
+/// rounds) and the distribution (min, p5, median, p95, max), and asserts the minimum.
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn timing_host_and_gpu_clocks_agree_within_100_ns_after_calibration() {
+    const SPAN_NS: u64 = 2_000 * US;
+    let gpu = Gpu::open();
+    let context = gpu.context();
+    let stream = trace_stream(context).unwrap();
+    let module = cuhal_sys::Module::load_ptx(context, STAMP_MAPPED_PTX).unwrap();
+    let function = module.function("stamp_mapped").unwrap();
+    let mapped = MappedHostMemory::new(context, 64).unwrap();
+    let word = mapped_u64(&mapped);
+    let (trace, _sink) = traced(context, Verbosity::Coarse, big_pool());
+    let mut worst = i64::MAX;
+    for round in 0..3 {
+        if round > 0 {
+            trace.recalibrate().unwrap();
+        }
+        let stats = trace.stats();
+        let sync = stats
+            .clock_sync
+            .unwrap_or_else(|| panic!("no %globaltimer calibration: {stats:?}"));
+        word.store(0, Ordering::SeqCst);
+        launch_u64s(
+            context,
+            function,
+            &stream,
+            &mut [mapped.device_ptr(), SPAN_NS],
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut seen: Vec<(u64, u64)> = Vec::with_capacity(16_384);
+        let mut last = 0u64;
+        let mut spins = 0u32;
+        loop {
+            let value = word.load(Ordering::Acquire);
+            let at = clock::now_ns();
+            if value != last {
+                seen.push((value, at));
+                last = value;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(4_096) && (stream.query().unwrap() || Instant::now() > deadline)
+            {
+                break;
+            }
+        }
+        stream.synchronize().unwrap();
+        assert!(seen.len() > 100, "round {round}: saw {} stamps", seen.len());
+        let mut skew: Vec<i64> = seen
+            .iter()
+            .map(|&(stamp, at)| at as i64 - sync.to_trace_ns(stamp) as i64)
+            .collect();
+        skew.sort_unstable();
+        let steps = seen
+            .windows(2)
+            .map(|w| w[1].0.saturating_sub(w[0].0))
+            .filter(|&d| d > 0)
+            .min()
+            .unwrap_or(0);
+        println!(
+            "round {round}: exchange uncertainty {} ns (round trip {} ns, best of {} rounds), \
+             calibration uncertainty {} ns; {} stamps seen (smallest step {steps} ns): \
+             seen - map(stamp) min {} ns, p5 {} ns, median {} ns, p95 {} ns, max {} ns",
+            sync.uncertainty_ns,
+            sync.round_trip_ns,
+            sync.rounds,
+            stats.calibration_uncertainty_ns,
+            skew.len(),
+            skew[0],
+            quantile(&skew, 5),
+            quantile(&skew, 50),
+            quantile(&skew, 95),
+            skew[skew.len() - 1],
+        );
+        worst = worst.min(skew[0]);
+    }
+    assert!(
+        worst >= -100,
+        "a %globaltimer stamp mapped {} ns after the host saw it",
+        -worst
+    );
+    let stats = trace.stats();
+    assert_eq!(stats.clock_syncs, 3, "{stats:?}");
+    assert_eq!(stats.clock_sync_failures, 0, "{stats:?}");
+    println!(
+        "drift at the last re-calibration: {:?} ns",
+        stats.clock_drift_ns
+    );
+}
+
+/// CUDA events and `%globaltimer` land on one clock: stream zones around `spin_span` kernels
+/// (20 us each, behind a gate so each begin event runs right before its kernel), whose stamps
+/// (first instruction, after its stores) mapped through the calibration must lie inside their
+/// zone, to within the calibration's uncertainty and the `f32` step of the event times (0.5 us).
+/// Prints how far inside (the events' own share of the zone, before and after the kernel).
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn timing_event_zones_contain_their_kernels_globaltimer_stamps() {
+    const SPINS: usize = 20;
+    let gpu = Gpu::open();
+    let context = gpu.context();
+    let stream = trace_stream(context).unwrap();
+    let gate = Spin::load(context).unwrap();
+    let module = cuhal_sys::Module::load_ptx(context, SPIN_SPAN_PTX).unwrap();
+    let function = module.function(SPIN_SPAN_NAME).unwrap();
+    let mapped = MappedHostMemory::new(context, SPINS * STAMP_BYTES).unwrap();
+    let (trace, sink) = traced(context, Verbosity::Coarse, big_pool());
+    let stats = trace.stats();
+    let sync = stats
+        .clock_sync
+        .unwrap_or_else(|| panic!("no %globaltimer calibration: {stats:?}"));
+    let list = trace.zone_list().unwrap();
+    gate.launch(&stream, SPINS as u64 * 50 * US).unwrap();
+    for i in 0..SPINS {
+        // SAFETY: `stream` is a live stream of the context.
+        unsafe { list.begin_on_stream(stream.raw(), "spin").unwrap() };
+        let out = mapped.device_ptr() + (i * STAMP_BYTES) as u64;
+        launch_u64s(context, function, &stream, &mut [20 * US, out]);
+        // SAFETY: as above.
+        unsafe { list.end_on_stream(stream.raw()).unwrap() };
+    }
+    let collector = list.on_submit().unwrap();
+    stream.synchronize().unwrap();
+    collector();
+    let zones = sink.zones();
+    assert_eq!(zones.len(), SPINS, "{zones:?}");
+    // SAFETY: the kernels that wrote the stamps completed (the stream was synchronized); the
+    // allocation holds SPINS * STAMP_BYTES bytes and outlives the slice.
+    let words = unsafe {
+        std::slice::from_raw_parts(mapped.host_ptr().cast::<u64>(), SPINS * STAMP_BYTES / 8)
+    };
+    let slack = stats.calibration_uncertainty_ns as i64 + 500;
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for (zone, stamp) in zones.iter().zip(words.chunks_exact(4)) {
+        let first = sync.to_trace_ns(stamp[0]) as i64;
+        let last = sync.to_trace_ns(stamp[3]) as i64;
+        before.push(first - zone.begin_ns as i64);
+        after.push(zone.end_ns as i64 - last);
+    }
+    before.sort_unstable();
+    after.sort_unstable();
+    println!(
+        "calibration uncertainty {} ns (exchange {} ns); zone begin to first stamp: min {} ns, \
+         median {} ns, max {} ns; last stamp to zone end: min {} ns, median {} ns, max {} ns",
+        stats.calibration_uncertainty_ns,
+        sync.uncertainty_ns,
+        before[0],
+        quantile(&before, 50),
+        before[SPINS - 1],
+        after[0],
+        quantile(&after, 50),
+        after[SPINS - 1],
+    );
+    assert!(
+        before[0] >= -slack,
+        "a kernel began before its zone: {before:?}"
+    );
+    assert!(
+        after[0] >= -slack,
+        "a kernel ended after its zone: {after:?}"
+    );
 }

@@ -657,3 +657,47 @@ fn submission_zones(zones: &[MemoryZone]) -> (Vec<&MemoryZone>, Vec<&MemoryZone>
     let named = |name: &str| zones.iter().filter(|z| z.name == name).collect::<Vec<_>>();
     (named("submission"), named("graph command buffer"))
 }
+
+/// The fake GPU runs no kernels, so the clock exchange's kernel exits (its completion event
+/// completes) without answering: the host notices at its next look instead of waiting out its
+/// timeout, the queue's tracing falls back to the host-bracket calibration and counts it, and
+/// zones are still collected.
+#[test]
+fn a_clock_exchange_nobody_answers_falls_back_at_once() {
+    let sink = Arc::new(MemorySink::new());
+    let opened = std::time::Instant::now();
+    let (fake, _driver, device) = open(
+        "tracing-clock-exchange",
+        traced(Verbosity::Coarse, sink.clone()),
+    );
+    let open_took = opened.elapsed();
+    let trace = device.queue(0).trace().expect("traced");
+    let stats = trace.stats();
+    assert_eq!(stats.calibrations, 1, "{stats:?}");
+    assert_eq!((stats.clock_syncs, stats.clock_sync_failures), (0, 1));
+    assert_eq!(stats.clock_sync, None);
+    assert_eq!(
+        stats.clock_sync_failure,
+        Some("the exchange kernel exited without answering")
+    );
+    assert_eq!(fake.launches("cuhal_clock_exchange"), 1);
+    assert!(
+        open_took < cuhal_trace::EXCHANGE_TIMEOUT * 10,
+        "opening took {open_took:?}"
+    );
+    // A re-calibration tries again (the previous kernel has exited) and falls back again.
+    trace.recalibrate().unwrap();
+    let stats = trace.stats();
+    assert_eq!((stats.calibrations, stats.clock_sync_failures), (2, 2));
+    assert_eq!(fake.launches("cuhal_clock_exchange"), 2);
+    let queue = device.queue(0);
+    let buffer = device.create_buffer(256).unwrap();
+    let cb = fill_buffer(queue, &buffer, None);
+    let done = device.create_semaphore(0);
+    queue.execute(&[], &[(&done, 1)], &[&cb]).unwrap();
+    fake_support::wait(&done, 1);
+    drop(cb);
+    drop(device);
+    assert!(!sink.zones().is_empty());
+    assert_eq!(sink.clock_snapshots().len(), 2);
+}

@@ -3,7 +3,8 @@
 //! The pool, the event lists and the collection logic are written against [`EventBackend`], so
 //! they run on the CPU in tests with a fake device, and on CUDA through [`CudaEvents`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cuhal_sys::{
     CU_STREAM_NON_BLOCKING, CUevent, CUgraph, CUgraphNode, CUstream, ContextGuard, PrimaryContext,
@@ -13,6 +14,9 @@ use cuhal_sys::{
 use cuhal_command::EventPlacement;
 
 use crate::clock;
+use crate::clock_sync::{ExchangeRound, GpuBracket};
+use crate::exchange::ClockExchange;
+use crate::lock::lock;
 use crate::{Error, StampedKernel};
 
 /// The device operations the tracer uses. Event handles are `CUevent`s; a fake backend may hand
@@ -112,11 +116,49 @@ pub unsafe trait EventBackend: Send + Sync {
         let _ = (placement, trials, spin_ns, out);
         Ok(())
     }
+    /// Runs the host <-> `%globaltimer` clock exchange ([`clock_sync`](crate::clock_sync)) on
+    /// a private stream: up to `rounds` rounds, appending one [`ExchangeRound`] per answered
+    /// round to `out`, giving up after `timeout` (its kernel then exits by itself). The device
+    /// is current. A tracing context runs it at every (re-)calibration; when it fails, the
+    /// context calibrates from a host bracket instead ([`EventBackend::calibrate`]) and counts
+    /// the failure. The default has no exchange (an [`Error::ClockSync`]).
+    fn exchange_clocks(
+        &self,
+        rounds: usize,
+        timeout: Duration,
+        out: &mut Vec<ExchangeRound>,
+    ) -> Result<(), Error> {
+        let _ = (rounds, timeout, out);
+        Err(Error::ClockSync {
+            reason: "the backend has no clock exchange",
+        })
+    }
+    /// Records each of `events` on a private stream between two kernels that stamp
+    /// `%globaltimer` (kernel, event, kernel, event, ..., kernel), waits for them (at most
+    /// `timeout`), and appends each event's [`GpuBracket`] to `out`: the base events of a
+    /// calibration through `%globaltimer`. The device is current. The default has none (an
+    /// [`Error::ClockSync`]).
+    ///
+    /// # Safety
+    /// See the trait: handles must be live objects of this backend.
+    unsafe fn stamp_events(
+        &self,
+        events: &[CUevent],
+        timeout: Duration,
+        out: &mut Vec<GpuBracket>,
+    ) -> Result<(), Error> {
+        let _ = (events, timeout, out);
+        Err(Error::ClockSync {
+            reason: "the backend has no stamping kernels",
+        })
+    }
 }
 
 /// [`EventBackend`] on a CUDA primary context: default-flag (timing) events, and a private
 /// non-blocking stream used only to calibrate, so calibrating never waits for a queue's work.
 pub struct CudaEvents {
+    /// The clock exchange's kernels, stream and memory, made on the first exchange.
+    clock: Mutex<Option<ClockExchange>>,
     context: Arc<PrimaryContext>,
     calibration_stream: Stream,
 }
@@ -126,9 +168,27 @@ impl CudaEvents {
     pub fn new(context: Arc<PrimaryContext>) -> Result<Self, Error> {
         let stream = Stream::new(&context, CU_STREAM_NON_BLOCKING)?;
         Ok(Self {
+            clock: Mutex::new(None),
             context,
             calibration_stream: stream,
         })
+    }
+
+    /// Runs `f` on the clock exchange, made first if it is not yet.
+    fn with_clock<T>(
+        &self,
+        f: impl FnOnce(&mut ClockExchange) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut clock = lock(&self.clock);
+        if clock.is_none() {
+            *clock = Some(ClockExchange::new(&self.context)?);
+        }
+        match clock.as_mut() {
+            Some(c) => f(c),
+            None => Err(Error::ClockSync {
+                reason: "the clock exchange could not be made",
+            }),
+        }
     }
 
     /// The context the events live in.
@@ -225,5 +285,27 @@ unsafe impl EventBackend for CudaEvents {
             spin_ns,
             out,
         )
+    }
+
+    fn exchange_clocks(
+        &self,
+        rounds: usize,
+        timeout: Duration,
+        out: &mut Vec<ExchangeRound>,
+    ) -> Result<(), Error> {
+        let now = || self.now_ns();
+        self.with_clock(|c| c.run(rounds, timeout, &now, out))
+    }
+
+    unsafe fn stamp_events(
+        &self,
+        events: &[CUevent],
+        timeout: Duration,
+        out: &mut Vec<GpuBracket>,
+    ) -> Result<(), Error> {
+        self.with_clock(|c| {
+            // SAFETY: the caller passes live events of this context (the trait's contract).
+            unsafe { c.stamp_events(events, timeout, out) }
+        })
     }
 }

@@ -17,6 +17,13 @@ pub enum Error {
     },
     /// CUPTI was asked for explicitly and cannot be had (missing, or taken by another profiler).
     Cupti(crate::cupti::CuptiError),
+    /// The host <-> `%globaltimer` clock exchange could not be had (no answer in time, the
+    /// kernel gone, stamps missing, or a backend without one); the context falls back to its
+    /// host-bracket calibration and counts it.
+    ClockSync {
+        /// What went wrong.
+        reason: &'static str,
+    },
     /// Writing a trace file failed.
     Io {
         /// What was being written.
@@ -55,6 +62,7 @@ impl fmt::Display for Error {
             Error::Sink { sink, reason } => write!(f, "tracing: {sink} sink: {reason}"),
             Error::Io { what, source } => write!(f, "tracing: writing {what}: {source}"),
             Error::Cupti(e) => write!(f, "tracing: {e}"),
+            Error::ClockSync { reason } => write!(f, "tracing: clock exchange: {reason}"),
         }
     }
 }
@@ -65,7 +73,7 @@ impl std::error::Error for Error {
             Error::Driver(e) => Some(e),
             Error::Io { source, .. } => Some(source),
             Error::Cupti(e) => Some(e),
-            Error::Sink { .. } => None,
+            Error::Sink { .. } | Error::ClockSync { .. } => None,
         }
     }
 }

@@ -1,25 +1,30 @@
 //! A CPU stand-in for a GPU, for tests and examples: events with simulated completion times.
 //!
-//! [`FakeGpu`] implements [`EventBackend`] with a settable clock that serves as both the host
-//! clock and the GPU clock (so calibration is exact). Recording an event stamps it with the
-//! current time; a test can also stamp an event at any time, or leave it pending to play work
-//! that is still running.
+//! [`FakeGpu`] implements [`EventBackend`] with a settable host clock. The GPU's clock (its
+//! events and `%globaltimer`) follows it, by default exactly; a test can give it an offset and
+//! a drift ([`FakeGpu::set_gpu_clock`]). Recording an event stamps it with the current time; a
+//! test can also stamp an event at any time (given in host time), or leave it pending to play
+//! work that is still running. The clock exchange answers every round at the current time,
+//! with the legs a test sets ([`FakeGpu::set_exchange_legs`]; by default none, so calibration
+//! is exact), and can be made to fail.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cuhal_sys::{CUevent, CUgraph, CUgraphNode, CUresult, CUstream};
 
 use cuhal_command::EventPlacement;
 
 use crate::backend::EventBackend;
+use crate::clock_sync::{ExchangeRound, GpuBracket};
 use crate::lock::lock;
 use crate::{Error, StampedKernel};
 
 #[derive(Copy, Clone, Debug)]
 struct FakeEvent {
-    /// The time of the latest record, once it has "executed".
+    /// The time of the latest record, once it has "executed" (on the GPU's clock).
     time: Option<u64>,
     recorded: bool,
 }
@@ -43,6 +48,20 @@ pub struct FakeGpu {
     event_bias: Mutex<[Option<u64>; 2]>,
     /// [`EventBackend::time_stamped_kernels`] calls so far.
     bias_measurements: AtomicU64,
+    /// The GPU clock: host time plus this offset...
+    gpu_offset_ns: AtomicI64,
+    /// ...plus this many parts per billion of host time.
+    gpu_drift_ppb: AtomicI64,
+    /// Each exchange round's legs (host to GPU, GPU to host), taken in turn.
+    exchange_legs: Mutex<Vec<(u64, u64)>>,
+    /// Whether the clock exchange fails.
+    exchange_fails: AtomicBool,
+    /// Whether stamping base events fails (after re-recording the first one).
+    stamps_fail: AtomicBool,
+    /// Half the `%globaltimer` bracket of each stamped base event.
+    stamp_half_width_ns: AtomicU64,
+    /// Clock exchanges run so far.
+    exchanges: AtomicU64,
 }
 
 fn handle(id: usize) -> CUevent {
@@ -85,7 +104,58 @@ impl FakeGpu {
             elapsed_not_ready: AtomicU64::new(0),
             event_bias: Mutex::new([Some(0); 2]),
             bias_measurements: AtomicU64::new(0),
+            gpu_offset_ns: AtomicI64::new(0),
+            gpu_drift_ppb: AtomicI64::new(0),
+            exchange_legs: Mutex::new(vec![(0, 0)]),
+            exchange_fails: AtomicBool::new(false),
+            stamps_fail: AtomicBool::new(false),
+            stamp_half_width_ns: AtomicU64::new(0),
+            exchanges: AtomicU64::new(0),
         })
+    }
+
+    /// Sets the GPU's clock (events and `%globaltimer`): host time `t` reads
+    /// `t + offset_ns + t * drift_ppb / 1e9` on the GPU.
+    pub fn set_gpu_clock(&self, offset_ns: i64, drift_ppb: i64) {
+        self.gpu_offset_ns.store(offset_ns, Ordering::SeqCst);
+        self.gpu_drift_ppb.store(drift_ppb, Ordering::SeqCst);
+    }
+
+    /// The GPU clock's reading at host time `host_ns`.
+    pub fn gpu_time(&self, host_ns: u64) -> u64 {
+        let t = i128::from(host_ns);
+        let g = t
+            + i128::from(self.gpu_offset_ns.load(Ordering::SeqCst))
+            + t * i128::from(self.gpu_drift_ppb.load(Ordering::SeqCst)) / 1_000_000_000;
+        u64::try_from(g.max(0)).unwrap_or(u64::MAX)
+    }
+
+    /// Sets each clock-exchange round's legs, used in turn: the GPU reads its timer at the
+    /// current host time, `to_gpu_ns` after the host asked, and the host sees the answer
+    /// `to_host_ns` after that. The default is one pair of zeros (an exact exchange); an empty
+    /// list answers no round.
+    pub fn set_exchange_legs(&self, legs: Vec<(u64, u64)>) {
+        *lock(&self.exchange_legs) = legs;
+    }
+
+    /// Makes the clock exchange fail (or work again).
+    pub fn fail_clock_exchange(&self, fail: bool) {
+        self.exchange_fails.store(fail, Ordering::SeqCst);
+    }
+
+    /// Makes stamping the base events fail after the first is re-recorded (or work again).
+    pub fn fail_event_stamps(&self, fail: bool) {
+        self.stamps_fail.store(fail, Ordering::SeqCst);
+    }
+
+    /// Sets half the `%globaltimer` bracket each stamped base event gets (default 0).
+    pub fn set_stamp_half_width(&self, ns: u64) {
+        self.stamp_half_width_ns.store(ns, Ordering::SeqCst);
+    }
+
+    /// Clock exchanges run so far (failed ones included).
+    pub fn exchanges(&self) -> u64 {
+        self.exchanges.load(Ordering::SeqCst)
     }
 
     /// The clock, in nanoseconds.
@@ -103,11 +173,13 @@ impl FakeGpu {
         self.now_ns.fetch_add(ns, Ordering::SeqCst);
     }
 
-    /// Plays the device executing a record of `event` at `time_ns` (recorded and complete).
+    /// Plays the device executing a record of `event` at host time `time_ns` (recorded and
+    /// complete; stamped with the GPU clock's reading then).
     pub fn complete_at(&self, event: CUevent, time_ns: u64) {
+        let gpu = self.gpu_time(time_ns);
         if let Some(e) = lock(&self.events).get_mut(&id(event)) {
             e.recorded = true;
-            e.time = Some(time_ns);
+            e.time = Some(gpu);
         }
     }
 
@@ -174,7 +246,7 @@ impl FakeGpu {
 
     fn stamp(&self, event: CUevent) -> Result<(), Error> {
         let pending = self.records_pending.load(Ordering::SeqCst);
-        let now = self.now();
+        let now = self.gpu_time(self.now());
         match lock(&self.events).get_mut(&id(event)) {
             Some(e) => {
                 e.recorded = true;
@@ -236,7 +308,9 @@ unsafe impl EventBackend for FakeGpu {
             return Err(invalid_handle(cuhal_sys::cu_name!(cuEventElapsedTime)));
         }
         match (a.time, b.time) {
-            (Some(a), Some(b)) => Ok(Some(((b as f64 - a as f64) / 1e6) as f32)),
+            // The difference first: GPU clock values may be too large for an f64 to hold
+            // to the nanosecond.
+            (Some(a), Some(b)) => Ok(Some(((i128::from(b) - i128::from(a)) as f64 / 1e6) as f32)),
             _ => {
                 self.elapsed_not_ready.fetch_add(1, Ordering::SeqCst);
                 Ok(None)
@@ -297,6 +371,63 @@ unsafe impl EventBackend for FakeGpu {
             zone_ns: spin_ns + bias,
             span_ns: spin_ns,
         }));
+        Ok(())
+    }
+
+    fn exchange_clocks(
+        &self,
+        rounds: usize,
+        _timeout: Duration,
+        out: &mut Vec<ExchangeRound>,
+    ) -> Result<(), Error> {
+        self.call();
+        self.exchanges.fetch_add(1, Ordering::SeqCst);
+        if self.exchange_fails.load(Ordering::SeqCst) {
+            return Err(Error::ClockSync {
+                reason: "the exchange kernel did not answer in time",
+            });
+        }
+        let legs = lock(&self.exchange_legs).clone();
+        let now = self.now();
+        let gpu_ns = self.gpu_time(now);
+        out.extend(
+            legs.iter()
+                .cycle()
+                .take(rounds)
+                .map(|&(to_gpu, to_host)| ExchangeRound {
+                    host_before_ns: now.saturating_sub(to_gpu),
+                    gpu_ns,
+                    host_after_ns: now.saturating_add(to_host),
+                }),
+        );
+        Ok(())
+    }
+
+    unsafe fn stamp_events(
+        &self,
+        events: &[CUevent],
+        _timeout: Duration,
+        out: &mut Vec<GpuBracket>,
+    ) -> Result<(), Error> {
+        self.call();
+        let gpu_ns = self.gpu_time(self.now());
+        let half = self.stamp_half_width_ns.load(Ordering::SeqCst);
+        for (i, &event) in events.iter().enumerate() {
+            if i == 1 && self.stamps_fail.load(Ordering::SeqCst) {
+                return Err(invalid_handle(cuhal_sys::cu_name!(cuLaunchKernel)));
+            }
+            match lock(&self.events).get_mut(&id(event)) {
+                Some(e) => {
+                    e.recorded = true;
+                    e.time = Some(gpu_ns);
+                }
+                None => return Err(invalid_handle(cuhal_sys::cu_name!(cuEventRecord))),
+            }
+            out.push(GpuBracket {
+                after_ns: gpu_ns.saturating_sub(half),
+                before_ns: gpu_ns.saturating_add(half),
+            });
+        }
         Ok(())
     }
 }

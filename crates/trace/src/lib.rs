@@ -23,7 +23,10 @@
 //!    events return to the pool when the command buffer is dropped and no submission of it is
 //!    left to collect.
 //! 4. Times are trace-clock nanoseconds ([`clock`]). The context calibrates a base event against
-//!    the host clock and re-calibrates when the base is older than 8 s, so the `f32`
+//!    the host clock through the GPU's `%globaltimer` ([`clock_sync`]: a clock exchange over
+//!    mapped memory, and the base recorded between two kernels that stamp the timer; a host
+//!    bracket around the base when that fails), tells the sink ([`ClockSnapshot`]), and
+//!    re-calibrates when the base is older than 8 s, so the `f32`
 //!    milliseconds of `cuEventElapsedTime` span about that much at most (more only for work
 //!    that ran longer itself) and a time's step stays under 0.5 us at any uptime (IREE measured from one start-up base: a 0.25 ms step after an
 //!    hour). The arithmetic lives in [`timebase`].
@@ -55,10 +58,12 @@
 
 mod backend;
 pub mod clock;
+pub mod clock_sync;
 mod context;
 mod cpu_zone;
 pub mod cupti;
 mod error;
+mod exchange;
 pub mod fake;
 mod hook;
 mod list;
@@ -72,9 +77,10 @@ mod thread;
 pub mod timebase;
 
 pub use backend::{CudaEvents, EventBackend};
+pub use clock_sync::{ClockSnapshot, ClockSource, ClockSync};
 pub use context::{
-    BIAS_SPIN_NS, BIAS_TRIALS, CuptiChoice, DropCounts, EventBias, FineSource, TraceConfig,
-    TraceContext, TraceStats,
+    BIAS_SPIN_NS, BIAS_TRIALS, CuptiChoice, DropCounts, EXCHANGE_ROUNDS, EXCHANGE_TIMEOUT,
+    EventBias, FineSource, TraceConfig, TraceContext, TraceStats,
 };
 pub use cpu_zone::CpuZone;
 pub use error::Error;
@@ -92,6 +98,8 @@ pub use submission::{
     INLINE_SEMAPHORES, IssueStep, StreamBefore, SubmissionInfo, SubmissionTicket,
 };
 pub use thread::thread_id;
+#[cfg(test)]
+mod clock_tests;
 #[cfg(test)]
 mod tests;
 

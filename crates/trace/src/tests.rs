@@ -301,6 +301,8 @@ fn zones_left_open_at_submission_are_closed_at_the_lists_last_time() {
 #[test]
 fn a_calibration_that_fails_half_way_is_not_used() {
     let (gpu, sink, trace) = traced(PoolLimits::default());
+    // The host-bracket calibration (the exchange's fallback) is the one failing here.
+    gpu.fail_clock_exchange(true);
     let calibrations = trace.stats().calibrations;
     // The first candidate (possibly the current base) is re-recorded, the second fails.
     gpu.advance(3 * MS);

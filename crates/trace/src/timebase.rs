@@ -6,9 +6,9 @@
 //! 0.49 us, one hour of 244 us. IREE measured every event from one base taken at start-up, so its
 //! timestamps got coarser as the process aged. Here:
 //!
-//! * a [`Calibration`] ties a base event to the trace clock (record it on an idle stream, wait,
-//!   and take the host time on both sides: the base lies inside that bracket, and its midpoint is
-//!   the estimate);
+//! * a [`Calibration`] ties a base event to the trace clock: through `%globaltimer`
+//!   ([`crate::clock_sync`]), or by recording it on an idle stream, waiting, and taking the host
+//!   time on both sides (the base lies inside that bracket, and its midpoint is the estimate);
 //! * the base is re-taken when it is older than [`DEFAULT_REBASE_AFTER_NS`], so the span between
 //!   the base and any event collected stays around 8 s and its step at or below 0.5 us, at any
 //!   uptime; the base's own position is kept in `u64` nanoseconds, which never loses precision;
@@ -25,7 +25,7 @@ pub const DEFAULT_REBASE_AFTER_NS: u64 = 8_000_000_000;
 pub struct Calibration {
     /// When the base event completed, in trace-clock nanoseconds (the bracket's midpoint).
     pub base_ns: u64,
-    /// Half the bracket's width: the true time lies within `base_ns` plus or minus this.
+    /// The true time lies within `base_ns` plus or minus this (half the bracket's width).
     pub uncertainty_ns: u64,
     /// When the calibration was taken (the bracket's end); the base's age counts from here.
     pub taken_at_ns: u64,

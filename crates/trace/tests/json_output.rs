@@ -221,3 +221,84 @@ fn hostile_names_come_back_as_written() {
     }
     assert!(events.iter().all(|e| e.get("injected").is_none()));
 }
+
+/// Each calibration is a `clock_snapshot` metadata event on its GPU track: through
+/// `%globaltimer` with the offset, its uncertainty and (from the second on) the drift; the
+/// fallback's host bracket without them.
+#[test]
+fn every_calibration_is_written_as_a_clock_snapshot() {
+    const EPOCH_GPU: i64 = 1_700_000_000_000_000_000;
+    let sink = Arc::new(JsonSink::new(Vec::<u8>::new()).unwrap());
+    let gpu = FakeGpu::new();
+    // 20 ppm fast; the smallest round trip (1,000 ns) is 200 ns longer on the way back.
+    gpu.set_gpu_clock(EPOCH_GPU, 20_000);
+    gpu.set_exchange_legs(vec![(1_000, 1_000), (400, 600), (5_000, 50)]);
+    gpu.set_stamp_half_width(100);
+    let gpu_at_start = gpu.gpu_time(gpu.now());
+    {
+        let trace = TraceContext::with_backend(
+            gpu.clone(),
+            TraceConfig::new(Verbosity::Coarse, "q"),
+            sink.clone(),
+        )
+        .unwrap();
+        gpu.advance(1_000_000_000);
+        trace.recalibrate().unwrap();
+        gpu.fail_clock_exchange(true);
+        gpu.advance(1_000_000);
+        trace.recalibrate().unwrap();
+    }
+    let text = String::from_utf8(sink.finish().unwrap().unwrap()).unwrap();
+    let events = parse_events(&text);
+    let gpu_tid = events
+        .iter()
+        .find(|e| {
+            e.str("name") == Some("thread_name")
+                && e.get("args").and_then(|a| a.str("name")) == Some("q")
+        })
+        .and_then(|e| e.num("tid"))
+        .unwrap();
+    let snapshots: Vec<&Json> = events
+        .iter()
+        .filter(|e| e.str("name") == Some("clock_snapshot"))
+        .collect();
+    assert_eq!(snapshots.len(), 3, "{text}");
+    for s in &snapshots {
+        assert_eq!(s.str("ph"), Some("M"));
+        assert_eq!(s.num("tid"), Some(gpu_tid));
+    }
+    let args = |i: usize| snapshots[i].get("args").unwrap();
+    let u64_of = |v: &Json, key: &str| v.get(key).and_then(Json::as_u64);
+    // The first, when the context was made (1 ms).
+    let first = args(0);
+    assert_eq!(snapshots[0].num("ts"), Some(1_000.0));
+    assert_eq!(u64_of(first, "calibration"), Some(1));
+    assert_eq!(first.str("clock"), Some("globaltimer"));
+    assert_eq!(
+        first.str("globaltimer_ns"),
+        Some(&*gpu_at_start.to_string())
+    );
+    assert_eq!(u64_of(first, "trace_ns"), Some(1_000_100));
+    let offset = 1_000_100 - gpu_at_start as i64;
+    assert_eq!(first.str("offset_ns"), Some(&*offset.to_string()));
+    assert_eq!(u64_of(first, "offset_uncertainty_ns"), Some(500));
+    assert_eq!(u64_of(first, "round_trip_ns"), Some(1_000));
+    assert_eq!(
+        u64_of(first, "rounds"),
+        Some(cuhal_trace::EXCHANGE_ROUNDS as u64)
+    );
+    assert_eq!(u64_of(first, "base_ns"), Some(1_000_100));
+    assert_eq!(u64_of(first, "uncertainty_ns"), Some(600));
+    assert!(first.get("drift_ns").is_none());
+    // The second, 1 s later: the first map had drifted by 20 ppm of 1 s.
+    let second = args(1);
+    assert_eq!(u64_of(second, "calibration"), Some(2));
+    assert_eq!(second.str("clock"), Some("globaltimer"));
+    assert_eq!(second.get("drift_ns").and_then(Json::as_i64), Some(20_000));
+    // The third fell back to the host bracket: no %globaltimer figures.
+    let third = args(2);
+    assert_eq!(u64_of(third, "calibration"), Some(3));
+    assert_eq!(third.str("clock"), Some("host bracket"));
+    assert_eq!(u64_of(third, "base_ns"), Some(1_002_000_000));
+    assert!(third.get("globaltimer_ns").is_none() && third.get("drift_ns").is_none());
+}

@@ -1,5 +1,6 @@
-//! The context's clock: calibrating a base event against the host clock (the tightest of
-//! [`CALIBRATION_TRIES`] brackets), and turning a list's events into trace-clock times from
+//! The context's clock: calibrating a base event against the host clock (through
+//! `%globaltimer`, see `globaltimer`, or else the tightest of [`CALIBRATION_TRIES`] host
+//! brackets), and turning a list's events into trace-clock times from
 //! that base ([`Shared::list_times`], [`Shared::event_time`]). Collection re-calibrates when
 //! the base is older than the re-base age; the arithmetic is `timebase`'s.
 
@@ -12,7 +13,9 @@ use super::event_bias;
 use super::pending::Times;
 use super::shared::Shared;
 use crate::Error;
+use crate::clock_sync::{ClockSnapshot, ClockSource};
 use crate::list::{ListState, Record};
+use crate::lock::lock;
 use crate::pool::Ev;
 use crate::timebase::{self, Calibration};
 
@@ -21,9 +24,70 @@ use crate::timebase::{self, Calibration};
 pub(crate) const CALIBRATION_TRIES: usize = 3;
 
 impl Shared {
-    /// Takes a fresh calibration: each candidate base event is recorded on an idle stream and
-    /// waited for, and the one with the tightest host-time bracket becomes the base.
+    /// Takes a fresh calibration: through `%globaltimer` when the backend's clock exchange
+    /// works (`globaltimer`), else from the tightest host bracket of the candidate base events
+    /// (the failure counted). Either way the sink gets a [`ClockSnapshot`] and the counters
+    /// the figures.
     pub(crate) fn calibrate(&self, cs: &mut CollectState) -> Result<(), Error> {
+        let (base, calibration, source) = match self.calibrate_on_globaltimer(cs) {
+            Ok((base, calibration, sync)) => (base, calibration, ClockSource::GlobalTimer(sync)),
+            Err(error) => {
+                self.counters
+                    .clock_sync_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                lock(&self.counters.clock).failure = Some(match error {
+                    Error::ClockSync { reason } => reason,
+                    _ => "a driver call failed",
+                });
+                let Some((base, calibration)) = self.calibrate_from_bracket(cs)? else {
+                    return Ok(());
+                };
+                (base, calibration, ClockSource::HostBracket)
+            }
+        };
+        cs.base = base;
+        cs.calibration = calibration;
+        cs.calibration_broken = false;
+        let number = self.counters.calibrations.fetch_add(1, Ordering::Relaxed) + 1;
+        self.counters
+            .uncertainty_ns
+            .store(calibration.uncertainty_ns, Ordering::Relaxed);
+        let sync = match source {
+            ClockSource::GlobalTimer(sync) => Some(sync),
+            ClockSource::HostBracket => None,
+        };
+        let drift_ns = sync.and_then(|s| cs.last_sync.map(|earlier| s.drift_since(&earlier)));
+        if let Some(sync) = sync {
+            self.counters.clock_syncs.fetch_add(1, Ordering::Relaxed);
+            cs.last_sync = Some(sync);
+        }
+        {
+            let mut figures = lock(&self.counters.clock);
+            figures.sync = sync;
+            if drift_ns.is_some() {
+                figures.drift_ns = drift_ns;
+            }
+        }
+        self.sink.clock_snapshot(
+            self.track,
+            &ClockSnapshot {
+                calibration: number,
+                taken_at_ns: calibration.taken_at_ns,
+                source,
+                base_ns: calibration.base_ns,
+                uncertainty_ns: calibration.uncertainty_ns,
+                drift_ns,
+            },
+        );
+        Ok(())
+    }
+
+    /// The fallback: each candidate base event is recorded on an idle stream and waited for,
+    /// and the one with the tightest host-time bracket is returned with its calibration.
+    fn calibrate_from_bracket(
+        &self,
+        cs: &mut CollectState,
+    ) -> Result<Option<(Ev, Calibration)>, Error> {
         let mut best: Option<(Ev, Calibration)> = None;
         for candidate in cs.bases {
             let before = self.backend.now_ns();
@@ -40,17 +104,7 @@ impl Shared {
                 best = Some((candidate, c));
             }
         }
-        let Some((base, calibration)) = best else {
-            return Ok(());
-        };
-        cs.base = base;
-        cs.calibration = calibration;
-        cs.calibration_broken = false;
-        self.counters.calibrations.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .uncertainty_ns
-            .store(cs.calibration.uncertainty_ns, Ordering::Relaxed);
-        Ok(())
+        Ok(best)
     }
 
     /// Puts the times of `state`'s records (trace clock) in `cs.times`, from its events; an

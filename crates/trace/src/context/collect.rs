@@ -41,6 +41,10 @@ pub(crate) struct CollectState {
     /// A calibration failed half-way: the base may have been re-recorded, so `calibration`
     /// must not be used until a new one succeeds.
     pub(crate) calibration_broken: bool,
+    /// The rounds of the latest clock exchange; reused.
+    pub(crate) rounds: Vec<crate::clock_sync::ExchangeRound>,
+    /// The latest clock exchange that calibrated (for the drift of the next).
+    pub(crate) last_sync: Option<crate::clock_sync::ClockSync>,
     /// Entries being collected now; reused.
     pub(crate) work: VecDeque<Pending>,
     /// Entries to put back; reused.

@@ -9,15 +9,18 @@ mod collect;
 mod config;
 mod event_bias;
 mod fine_source;
+mod globaltimer;
 mod pending;
 mod shared;
 mod stats;
 
 pub(crate) use activity::ACTIVITY_PATIENCE;
+pub(crate) use calibration::CALIBRATION_TRIES;
 pub(crate) use collect::CollectState;
 pub use config::{CuptiChoice, TraceConfig};
 pub use event_bias::{BIAS_SPIN_NS, BIAS_TRIALS, EventBias};
 pub use fine_source::FineSource;
+pub use globaltimer::{EXCHANGE_ROUNDS, EXCHANGE_TIMEOUT};
 pub(crate) use pending::{Outcome, Pending, Scope, Times};
 pub(crate) use shared::Shared;
 pub use stats::{DropCounts, TraceStats};
@@ -29,7 +32,6 @@ use std::sync::{Arc, Mutex};
 use cuhal_sys::PrimaryContext;
 use smallvec::SmallVec;
 
-use calibration::CALIBRATION_TRIES;
 use event_bias::EventBiases;
 use fine_source::open_cupti;
 use stats::Counters;
@@ -160,6 +162,8 @@ impl TraceContext {
                 cupti_clock: None,
                 reported: [0; DropReason::ALL.len()],
                 calibration_broken: false,
+                rounds: Vec::new(),
+                last_sync: None,
                 last_end_ns: 0,
                 complete_through: 0,
             }),
@@ -254,8 +258,11 @@ impl TraceContext {
         }))
     }
 
-    /// Takes a fresh calibration now (on the calling thread: a few microseconds on an idle
-    /// stream). Collection does this by itself when the base is older than the re-base age.
+    /// Takes a fresh calibration now, on the calling thread: a clock exchange with the GPU
+    /// (under a millisecond; at most [`EXCHANGE_TIMEOUT`] when the device cannot start its
+    /// kernel) and the base events stamped, or the host-bracket fallback (a few microseconds on
+    /// an idle stream). Collection does this by itself when the base is older than the re-base
+    /// age.
     pub fn recalibrate(&self) -> Result<(), Error> {
         let Some(s) = &self.shared else {
             return Ok(());
@@ -276,6 +283,7 @@ impl TraceContext {
         for (i, d) in c.dropped.iter().enumerate() {
             dropped.0[i] = d.load(Ordering::Relaxed);
         }
+        let clock = *lock(&c.clock);
         TraceStats {
             verbosity: s.verbosity,
             events_created: pool.created,
@@ -287,6 +295,11 @@ impl TraceContext {
             pending_submissions: lock(&s.pending).len(),
             calibrations: c.calibrations.load(Ordering::Relaxed),
             calibration_uncertainty_ns: c.uncertainty_ns.load(Ordering::Relaxed),
+            clock_sync: clock.sync,
+            clock_syncs: c.clock_syncs.load(Ordering::Relaxed),
+            clock_sync_failures: c.clock_sync_failures.load(Ordering::Relaxed),
+            clock_sync_failure: clock.failure,
+            clock_drift_ns: clock.drift_ns,
             fine_source: s.fine_source,
             cupti_unavailable: s.cupti_unavailable,
             activity_zones: c.activity_zones.load(Ordering::Relaxed),

@@ -2,10 +2,12 @@
 //! the atomics collection and zone lists count into. [`TraceContext::stats`](super::TraceContext::stats)
 //! turns the one into the other.
 
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use super::event_bias::EventBias;
 use super::fine_source::FineSource;
+use crate::clock_sync::ClockSync;
 use crate::hook::Verbosity;
 use crate::sink::DropReason;
 
@@ -53,8 +55,26 @@ pub struct TraceStats {
     pub pending_submissions: usize,
     /// Calibrations taken (the first one included).
     pub calibrations: u64,
-    /// Half the host-time bracket of the current calibration, in nanoseconds.
+    /// How far the current calibration's event times can be off the trace clock, either way,
+    /// in nanoseconds: through `%globaltimer`, the clock exchange's uncertainty plus half the
+    /// base event's `%globaltimer` bracket; from the fallback, half the host-time bracket.
     pub calibration_uncertainty_ns: u64,
+    /// The current calibration's map between `%globaltimer` and the trace clock (its offset and
+    /// uncertainty, [`ClockSync::uncertainty_ns`]); `None` while the current calibration is the
+    /// fallback's host bracket. [`ClockSync::to_trace_ns`] puts a kernel's own `%globaltimer`
+    /// stamps on the trace clock.
+    pub clock_sync: Option<ClockSync>,
+    /// Clock exchanges that succeeded and calibrated (one per calibration through
+    /// `%globaltimer`).
+    pub clock_syncs: u64,
+    /// Calibrations that fell back to the host bracket because the clock exchange or the
+    /// stamping of the base events failed.
+    pub clock_sync_failures: u64,
+    /// Why the last of those failed.
+    pub clock_sync_failure: Option<&'static str>,
+    /// At the last re-calibration through `%globaltimer` that followed another, how far the
+    /// earlier map had drifted ([`ClockSync::drift_since`]: positive when it read late).
+    pub clock_drift_ns: Option<i64>,
     /// Where FINE command zones get their times.
     pub fine_source: FineSource,
     /// Why CUPTI is not used, when FINE fell back to events ("library not found", ...).
@@ -87,4 +107,17 @@ pub(crate) struct Counters {
     pub(crate) activity_zones: AtomicU64,
     pub(crate) event_bias_failures: AtomicU64,
     pub(crate) bias_corrected_zones: AtomicU64,
+    pub(crate) clock_syncs: AtomicU64,
+    pub(crate) clock_sync_failures: AtomicU64,
+    /// The clock figures that are not counts.
+    pub(crate) clock: Mutex<ClockFigures>,
+}
+
+/// [`TraceStats::clock_sync`], [`TraceStats::clock_sync_failure`] and
+/// [`TraceStats::clock_drift_ns`], as calibration leaves them.
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct ClockFigures {
+    pub(crate) sync: Option<ClockSync>,
+    pub(crate) failure: Option<&'static str>,
+    pub(crate) drift_ns: Option<i64>,
 }

@@ -7,6 +7,19 @@
 //! they end; dropped zones are a counter track per GPU track (`"ph":"C"`, cumulative per reason).
 //! The array is closed by [`JsonSink::finish`] (or on drop), which makes the file valid JSON.
 //!
+//! Each (re-)calibration of a GPU track's clock is a metadata event on that track, a clock
+//! snapshot (`"name":"clock_snapshot"`, `"ph":"M"`, `ts` when it was taken), whose `args` say
+//! how its GPU times reach the trace clock and how far they can be off: `calibration` (its
+//! number), `clock` (`"globaltimer"` or the fallback's `"host bracket"`), `base_ns` and
+//! `uncertainty_ns` (the base event's trace-clock time, and how far every event time can be
+//! off either way), and through `%globaltimer` also `globaltimer_ns` and `trace_ns` (a
+//! `%globaltimer` reading and the trace-clock time it maps to), `offset_ns` (trace clock minus
+//! `%globaltimer`), `offset_uncertainty_ns`, `round_trip_ns`, `rounds` and, from the second on,
+//! `drift_ns` (how far the previous map had drifted). The two 64-bit clock values that exceed
+//! 2^53 (`globaltimer_ns`, `offset_ns`) are decimal strings, so no JSON reader rounds them.
+//! (Perfetto's own clock snapshots exist only in its protobuf format; its JSON importer keeps
+//! unknown metadata out of the way.)
+//!
 //! A queue submission shows on both sides: a `submit` zone on the submitting thread's track (from
 //! when the queue took it to the end of its issue), a flow arrow (`"ph":"s"` there, `"ph":"f"`
 //! with `"bp":"e"` on the GPU track, sharing an `id`) to the `submission` zone on the GPU track,
@@ -28,6 +41,7 @@ use std::sync::Mutex;
 use super::{DropReason, Sink, SubmissionDetails, TrackId};
 use crate::Error;
 use crate::clock;
+use crate::clock_sync::{ClockSnapshot, ClockSource};
 use crate::lock::lock;
 use crate::thread::thread_id;
 
@@ -280,6 +294,35 @@ fn submission_args(details: &SubmissionDetails<'_>) -> Vec<u8> {
     out
 }
 
+/// The `args` of a clock snapshot (see the module).
+fn snapshot_args(out: &mut Vec<u8>, snapshot: &ClockSnapshot) {
+    let clock = match snapshot.source {
+        ClockSource::GlobalTimer(_) => "globaltimer",
+        ClockSource::HostBracket => "host bracket",
+    };
+    let _ = write!(
+        out,
+        r#"{{"calibration":{},"clock":"{clock}","base_ns":{},"uncertainty_ns":{}"#,
+        snapshot.calibration, snapshot.base_ns, snapshot.uncertainty_ns
+    );
+    if let ClockSource::GlobalTimer(sync) = snapshot.source {
+        let _ = write!(
+            out,
+            r#","globaltimer_ns":"{}","trace_ns":{},"offset_ns":"{}","offset_uncertainty_ns":{},"round_trip_ns":{},"rounds":{}"#,
+            sync.gpu_ns,
+            sync.host_ns,
+            sync.offset_ns(),
+            sync.uncertainty_ns,
+            sync.round_trip_ns,
+            sync.rounds
+        );
+    }
+    if let Some(drift) = snapshot.drift_ns {
+        let _ = write!(out, r#","drift_ns":{drift}"#);
+    }
+    out.push(b'}');
+}
+
 impl<W: Write> State<W> {
     /// Names CPU thread `tid` once, after `name`.
     fn name_thread(&mut self, line: &mut Vec<u8>, pid: u32, tid: u64, name: Option<&str>) {
@@ -473,6 +516,25 @@ impl<W: Write + Send> Sink for JsonSink<W> {
             line.extend_from_slice(br#","args":{"#);
             push_json_string(line, reason.as_str());
             let _ = write!(line, ":{total}}}}}");
+            st.event(line);
+        });
+    }
+
+    fn clock_snapshot(&self, track: TrackId, snapshot: &ClockSnapshot) {
+        let pid = self.pid;
+        self.with_line(|st, line| {
+            if st.tracks.get(track.0 as usize).is_none() {
+                return;
+            }
+            let tid = Self::gpu_tid(track);
+            let _ = write!(
+                line,
+                r#"{{"name":"clock_snapshot","ph":"M","pid":{pid},"tid":{tid},"ts":"#
+            );
+            push_us(line, snapshot.taken_at_ns);
+            line.extend_from_slice(br#","args":"#);
+            snapshot_args(line, snapshot);
+            line.push(b'}');
             st.event(line);
         });
     }

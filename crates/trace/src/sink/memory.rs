@@ -4,6 +4,7 @@ use std::sync::Mutex;
 
 use super::{DropReason, Sink, SubmissionDetails, TrackId};
 use crate::Error;
+use crate::clock_sync::ClockSnapshot;
 use crate::lock::lock;
 use crate::thread::thread_id;
 
@@ -112,6 +113,7 @@ pub struct MemorySink {
     records: Mutex<Vec<MemoryRecord>>,
     tracks: Mutex<u32>,
     submissions: Mutex<Vec<MemorySubmission>>,
+    snapshots: Mutex<Vec<(TrackId, ClockSnapshot)>>,
 }
 
 impl MemorySink {
@@ -120,7 +122,13 @@ impl MemorySink {
         Self::default()
     }
 
-    /// Every call so far, in order.
+    /// The clock snapshots received so far ([`Sink::clock_snapshot`]), in order, with their
+    /// tracks.
+    pub fn clock_snapshots(&self) -> Vec<(TrackId, ClockSnapshot)> {
+        lock(&self.snapshots).clone()
+    }
+
+    /// Every call so far, in order (clock snapshots apart: [`MemorySink::clock_snapshots`]).
     pub fn records(&self) -> Vec<MemoryRecord> {
         lock(&self.records).clone()
     }
@@ -129,6 +137,7 @@ impl MemorySink {
     pub fn clear(&self) {
         lock(&self.records).clear();
         lock(&self.submissions).clear();
+        lock(&self.snapshots).clear();
     }
 
     /// The details of every submission received so far, in order.
@@ -266,6 +275,10 @@ impl Sink for MemorySink {
             reason,
             count,
         });
+    }
+
+    fn clock_snapshot(&self, track: TrackId, snapshot: &ClockSnapshot) {
+        lock(&self.snapshots).push((track, *snapshot));
     }
 
     fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {

@@ -21,6 +21,7 @@ pub use memory::{MemoryRecord, MemorySink, MemorySubmission, MemoryZone};
 pub use tracy::TracySink;
 
 use crate::Error;
+use crate::clock_sync::ClockSnapshot;
 
 /// A GPU timeline of a sink: one per tracing context (queue).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -156,6 +157,12 @@ pub trait Sink: Send + Sync {
         let _ = (ordinal, index);
         self.gpu_zone_begin(track, label, timestamp_ns);
     }
+    /// `track`'s context (re-)calibrated its clock: how its GPU times are put on the trace
+    /// clock from now on, and how far they can be off (a clock snapshot). Sent once per
+    /// calibration, the first when the context is made. The default ignores it.
+    fn clock_snapshot(&self, track: TrackId, snapshot: &ClockSnapshot) {
+        let _ = (track, snapshot);
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for Arc<S> {
@@ -192,6 +199,9 @@ impl<S: Sink + ?Sized> Sink for Arc<S> {
         index: usize,
     ) {
         (**self).command_buffer_begin(track, label, timestamp_ns, ordinal, index)
+    }
+    fn clock_snapshot(&self, track: TrackId, snapshot: &ClockSnapshot) {
+        (**self).clock_snapshot(track, snapshot)
     }
 }
 
@@ -282,5 +292,8 @@ impl Sink for Fanout {
         self.each(track, |s, t| {
             s.command_buffer_begin(t, label, timestamp_ns, ordinal, index)
         });
+    }
+    fn clock_snapshot(&self, track: TrackId, snapshot: &ClockSnapshot) {
+        self.each(track, |s, t| s.clock_snapshot(t, snapshot));
     }
 }

@@ -80,8 +80,9 @@ fn doc_step() -> std::process::Command {
 
 /// The packages with loom models (`tests/loom_*.rs`, compiled only under `--cfg loom`): the
 /// semaphore's own models and its slot pool's (the bookkeeping the device crate's event pool
-/// runs), and the scheduler's (listener hand-off, issue, completion, failure, shutdown).
-const LOOM_PACKAGES: &[&str] = &["cuhal-semaphore", "cuhal-scheduler"];
+/// runs), the scheduler's (listener hand-off, issue, completion, failure, shutdown), and the
+/// resident ring's (descriptor hand-over, doorbell).
+const LOOM_PACKAGES: &[&str] = &["cuhal-semaphore", "cuhal-scheduler", "cuhal-resident"];
 
 /// The loom step: every model of the concurrency core, each explored up to two preemptions (as
 /// tokio and crossbeam bound theirs), in a target directory of its own so that `--cfg loom` does

@@ -3,7 +3,7 @@
 //! checked versions. Normal builds get std's types, unchanged.
 
 #[cfg(not(loom))]
-pub(crate) use std::cell::UnsafeCell as StdCell;
+use std::cell::UnsafeCell;
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -14,7 +14,7 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// Under loom it is loom's checked cell, which reports a read racing a write.
 pub(crate) struct RaceCell<T> {
     #[cfg(not(loom))]
-    cell: StdCell<T>,
+    cell: UnsafeCell<T>,
     #[cfg(loom)]
     cell: loom::cell::UnsafeCell<T>,
 }
@@ -23,7 +23,7 @@ impl<T: Copy> RaceCell<T> {
     pub(crate) fn new(value: T) -> Self {
         Self {
             #[cfg(not(loom))]
-            cell: StdCell::new(value),
+            cell: UnsafeCell::new(value),
             #[cfg(loom)]
             cell: loom::cell::UnsafeCell::new(value),
         }

@@ -87,3 +87,8 @@ pub use model::{Launch, LaunchError, Launcher};
 pub use options::{FIRE_AND_FORGET_LIMIT, ResidentOptions};
 #[cfg(not(loom))]
 pub use queue::{ResidentQueue, ResidentStats};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -52,6 +52,14 @@ impl Doorbell {
             .is_err()
     }
 
+    /// A ringer that won the doorbell but could not start a consumer: frees it, so that the
+    /// next ring starts one. (Not [`try_exit`](Self::try_exit): a ring that came while the flag
+    /// was held would make it take the flag back, for a consumer that does not exist.) Work a
+    /// ringer published meanwhile waits for the next ring.
+    pub fn give_back(&self) {
+        self.running.store(false, Ordering::SeqCst);
+    }
+
     /// Whether a consumer is running.
     pub fn is_running(&self) -> bool {
         self.running.load(Ordering::SeqCst)

@@ -47,7 +47,9 @@ impl<E: DeviceEvent> Shared<E> {
                 self.finish(&entry, completion);
                 self.counters.retained.fetch_sub(1, Ordering::Relaxed);
             }
-            self.retired.store(last + 1, Ordering::Release);
+            // `fetch_max`, not a store: two threads may retire at once (an exiting consumer and
+            // its successor), and the one that popped the earlier batch may store last.
+            self.retired.fetch_max(last + 1, Ordering::AcqRel);
             self.notify_room();
         }
     }

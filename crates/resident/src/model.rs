@@ -90,7 +90,7 @@ impl<E: DeviceEvent> Shared<E> {
                 Ok(())
             }
             Err(error) => {
-                let _ = self.doorbell.try_exit(self.doorbell.seen());
+                self.doorbell.give_back();
                 Err(Error::Spawn(error.to_string()))
             }
         }
@@ -163,8 +163,11 @@ impl<E: DeviceEvent> Shared<E> {
                 SlotTable::fail(self.slot(signal.slot));
             }
         }
-        consumer.complete(descriptor.sequence, completion.encode(descriptor.sequence));
+        // Advance first: a retire on another thread (an exiting consumer's last one) may read the
+        // word at once, and the host counts room by retired submissions, so `retired` must not
+        // pass `consumed` (the producer would find the ring full where the host saw room).
         consumer.advance();
+        consumer.complete(descriptor.sequence, completion.encode(descriptor.sequence));
         self.retire();
         Step::Progress
     }

@@ -54,6 +54,7 @@
 mod descriptor;
 mod doorbell;
 mod error;
+mod handoff;
 mod memory;
 mod refusal;
 mod ring;
@@ -76,6 +77,7 @@ mod shared;
 pub use descriptor::{Descriptor, MAX_SIGNALS, MAX_WAITS, SlotValue};
 pub use doorbell::Doorbell;
 pub use error::Error;
+pub use handoff::{RetireQueue, SlotGate};
 pub use memory::{DescriptorCell, HostMemory, Line, RingHeader, SharedMemory};
 pub use refusal::{ExecutableKind, Launchable, NodeKind, Refusal};
 pub use ring::{Consumer, Full, Producer, split};

@@ -14,7 +14,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use cuhal_semaphore::{DeviceEvent, Failure, Listener, Semaphore, SemaphoreId};
-use smallvec::SmallVec;
 
 use crate::error::Error;
 use crate::memory::SharedMemory;
@@ -24,34 +23,28 @@ use crate::slots::{Completion, SlotTable};
 impl<E: DeviceEvent> Shared<E> {
     /// Retires every submission whose completion word is written, in order.
     pub(crate) fn retire(&self) {
-        loop {
-            let mut batch: SmallVec<[(Retained<E>, Completion); 8]> = SmallVec::new();
-            {
-                let mut retained = lock(&self.retained);
-                while batch.len() < batch.inline_size() {
-                    let Some(front) = retained.front() else { break };
-                    let index = (front.sequence % self.options.capacity as u64) as usize;
-                    let word = self.memory.completions()[index].load(Ordering::Acquire);
-                    let Some(completion) = Completion::decode(word, front.sequence) else {
-                        break;
-                    };
-                    if let Some(entry) = retained.pop_front() {
-                        batch.push((entry, completion));
-                    }
+        let capacity = self.options.capacity as u64;
+        let completions = self.memory.completions();
+        self.retained.retire(
+            |front| {
+                let word =
+                    completions[(front.sequence % capacity) as usize].load(Ordering::Acquire);
+                Completion::decode(word, front.sequence)
+            },
+            |batch| {
+                let Some(last) = batch.last().map(|(entry, _)| entry.sequence) else {
+                    return;
+                };
+                for (entry, completion) in batch.drain(..) {
+                    self.finish(&entry, completion);
+                    self.counters.retained.fetch_sub(1, Ordering::Relaxed);
                 }
-            }
-            let Some(last) = batch.last().map(|(entry, _)| entry.sequence) else {
-                return;
-            };
-            for (entry, completion) in batch.drain(..) {
-                self.finish(&entry, completion);
-                self.counters.retained.fetch_sub(1, Ordering::Relaxed);
-            }
-            // `fetch_max`, not a store: two threads may retire at once (an exiting consumer and
-            // its successor), and the one that popped the earlier batch may store last.
-            self.retired.fetch_max(last + 1, Ordering::AcqRel);
-            self.notify_room();
-        }
+                // `fetch_max`, not a store: two threads may retire at once (an exiting consumer
+                // and its successor), and the one that popped the earlier batch may store last.
+                self.retired.fetch_max(last + 1, Ordering::AcqRel);
+                self.notify_room();
+            },
+        );
     }
 
     /// Advances or fails one retired submission's signals.
@@ -117,24 +110,13 @@ impl<E: DeviceEvent> Shared<E> {
         value: u64,
         listener: &Arc<dyn Listener<E>>,
     ) {
-        let word = self.slot(slot);
-        match semaphore.query() {
-            Ok(current) => {
-                SlotTable::publish(word, current);
-                if current >= value {
-                    return;
-                }
-            }
-            Err(_) => {
-                SlotTable::fail(word);
-                return;
-            }
-        }
-        self.wanted[slot as usize].fetch_max(value, Ordering::SeqCst);
-        if !self.listening[slot as usize].swap(true, Ordering::SeqCst) {
-            let wanted = self.wanted[slot as usize].load(Ordering::SeqCst);
-            semaphore.listen(wanted, listener, u64::from(slot));
-        }
+        self.gates[slot as usize].push(
+            self.slot(slot),
+            semaphore,
+            value,
+            listener,
+            u64::from(slot),
+        );
     }
 
     /// The listener fired for `slot`: push the value, listen again if a wait wants more.
@@ -142,9 +124,7 @@ impl<E: DeviceEvent> Shared<E> {
         let Some(semaphore) = lock(&self.bound).semaphores.get(slot as usize).cloned() else {
             return;
         };
-        self.listening[slot as usize].store(false, Ordering::SeqCst);
-        let wanted = self.wanted[slot as usize].load(Ordering::SeqCst);
-        self.push_wait(&semaphore, slot, wanted, listener);
+        self.gates[slot as usize].notice(self.slot(slot), &semaphore, listener, u64::from(slot));
         if self.doorbell.ring() {
             // A failed start leaves the doorbell free: the next submission or notice retries.
             let _ = self.start_consumer();

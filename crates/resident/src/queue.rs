@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 use crate::descriptor::{Descriptor, MAX_SIGNALS, MAX_WAITS, SlotValue};
 use crate::doorbell::Doorbell;
 use crate::error::Error;
+use crate::handoff::{RetireQueue, SlotGate};
 use crate::memory::{HostMemory, SharedMemory};
 use crate::mirror::SlotListener;
 use crate::model::Launcher;
@@ -75,9 +76,8 @@ impl<E: DeviceEvent> ResidentQueue<E> {
                 by_id: HashMap::new(),
                 semaphores: Vec::with_capacity(slots),
             }),
-            wanted: (0..slots).map(|_| AtomicU64::new(0)).collect(),
-            listening: (0..slots).map(|_| AtomicBool::new(false)).collect(),
-            retained: Mutex::new(VecDeque::new()),
+            gates: (0..slots).map(|_| SlotGate::new()).collect(),
+            retained: RetireQueue::new(),
             retired: AtomicU64::new(0),
             launch_failures: Mutex::new(Vec::new()),
             room: Mutex::new(()),
@@ -185,7 +185,7 @@ impl<E: DeviceEvent> ResidentQueue<E> {
             }
             let mut retained = entry();
             retained.sequence = produced;
-            lock(&self.shared.retained).push_back(retained);
+            self.shared.retained.lock().push_back(retained);
             self.shared
                 .counters
                 .retained
@@ -195,7 +195,7 @@ impl<E: DeviceEvent> ResidentQueue<E> {
                 Err(full) => {
                     // `retired <= consumed`, so the room test above makes this unreachable;
                     // undo and report it rather than trust that.
-                    lock(&self.shared.retained).pop_back();
+                    self.shared.retained.lock().pop_back();
                     self.shared
                         .counters
                         .retained

@@ -1,6 +1,6 @@
 //! [`Shared`]: the state a resident queue's host side, its consumer and its slot listener share.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
@@ -9,6 +9,7 @@ use cuhal_semaphore::{DeviceEvent, Failure, Semaphore, SemaphoreId};
 use smallvec::SmallVec;
 
 use crate::doorbell::Doorbell;
+use crate::handoff::{RetireQueue, SlotGate};
 use crate::memory::{HostMemory, SharedMemory};
 use crate::model::Launcher;
 use crate::options::ResidentOptions;
@@ -50,11 +51,9 @@ pub(crate) struct Shared<E: DeviceEvent> {
     pub(crate) consumer: Mutex<Consumer<HostMemory>>,
     pub(crate) doorbell: Doorbell,
     pub(crate) bound: Mutex<Bound<E>>,
-    /// Per slot: the highest value a wait asked the host to push, and whether a listener for it
-    /// is registered.
-    pub(crate) wanted: Box<[AtomicU64]>,
-    pub(crate) listening: Box<[AtomicBool]>,
-    pub(crate) retained: Mutex<VecDeque<Retained<E>>>,
+    /// Per slot: the listener hand-off for waits the host pushes.
+    pub(crate) gates: Box<[SlotGate]>,
+    pub(crate) retained: RetireQueue<Retained<E>>,
     /// Submissions whose completion the host has read: the ring has room while
     /// `produced - retired < capacity`.
     pub(crate) retired: AtomicU64,

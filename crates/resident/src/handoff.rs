@@ -1,0 +1,134 @@
+//! The host mirror's two lock-free hand-offs, apart from the rest of the mirror so that the loom
+//! models (`tests/loom_ring.rs`) check the code the queue runs:
+//!
+//! - [`SlotGate`]: a slot's listener hand-off. Waits for values a host thread or a normal queue
+//!   signals share one listener per slot; a wait that finds one registered leaves its value for
+//!   the listener's notice to push.
+//! - [`RetireQueue`]: the submissions the host keeps until their completion words are read, and
+//!   the retiring of them. Several threads may retire at once (an exiting consumer and its
+//!   successor, shutdown); one of them at a time finishes entries, in sequence order.
+
+use std::collections::VecDeque;
+#[cfg(not(loom))]
+use std::sync::{Mutex, MutexGuard};
+
+use cuhal_semaphore::{DeviceEvent, Listener, Semaphore};
+#[cfg(loom)]
+use loom::sync::{Mutex, MutexGuard};
+use smallvec::SmallVec;
+
+use crate::slots::SlotTable;
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
+
+/// One slot's listener hand-off: the highest value a wait asked the host to push, and whether a
+/// listener is registered.
+#[derive(Default)]
+pub struct SlotGate {
+    wanted: AtomicU64,
+    listening: AtomicBool,
+}
+
+impl SlotGate {
+    /// A gate with nothing wanted.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Pushes `semaphore`'s value into `word` for a wait on `value`; when the value is not
+    /// reached yet, makes sure `listener` (called with `key`) will push it: registers it, or
+    /// leaves `value` for the registered one's notice.
+    pub fn push<E: DeviceEvent>(
+        &self,
+        word: &AtomicU64,
+        semaphore: &Semaphore<E>,
+        value: u64,
+        listener: &std::sync::Arc<dyn Listener<E>>,
+        key: u64,
+    ) {
+        match semaphore.query() {
+            Ok(current) => {
+                SlotTable::publish(word, current);
+                if current >= value {
+                    return;
+                }
+            }
+            Err(_) => {
+                SlotTable::fail(word);
+                return;
+            }
+        }
+        self.wanted.fetch_max(value, Ordering::SeqCst);
+        if !self.listening.swap(true, Ordering::SeqCst) {
+            let wanted = self.wanted.load(Ordering::SeqCst);
+            semaphore.listen(wanted, listener, key);
+        }
+    }
+
+    /// The listener fired: pushes the value, and listens again if a wait wants more.
+    pub fn notice<E: DeviceEvent>(
+        &self,
+        word: &AtomicU64,
+        semaphore: &Semaphore<E>,
+        listener: &std::sync::Arc<dyn Listener<E>>,
+        key: u64,
+    ) {
+        self.listening.store(false, Ordering::SeqCst);
+        let wanted = self.wanted.load(Ordering::SeqCst);
+        self.push(word, semaphore, wanted, listener, key);
+    }
+}
+
+/// The entries kept until retired, in sequence order, and who is retiring them.
+pub struct RetireQueue<T> {
+    entries: Mutex<VecDeque<T>>,
+}
+
+impl<T> Default for RetireQueue<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> RetireQueue<T> {
+    /// An empty queue.
+    pub fn new() -> Self {
+        RetireQueue {
+            entries: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The entries (a submitter pushes at the back under it).
+    pub fn lock(&self) -> MutexGuard<'_, VecDeque<T>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Retires every front entry whose completion `ready` reads, in order: `finish` gets them
+    /// in batches. Call it after writing a completion word.
+    pub fn retire<C>(
+        &self,
+        ready: impl Fn(&T) -> Option<C>,
+        mut finish: impl FnMut(&mut SmallVec<[(T, C); 8]>),
+    ) {
+        loop {
+            let mut batch: SmallVec<[(T, C); 8]> = SmallVec::new();
+            {
+                let mut entries = self.lock();
+                while batch.len() < batch.inline_size() {
+                    let Some(front) = entries.front() else { break };
+                    let Some(completion) = ready(front) else {
+                        break;
+                    };
+                    if let Some(entry) = entries.pop_front() {
+                        batch.push((entry, completion));
+                    }
+                }
+            }
+            if batch.is_empty() {
+                return;
+            }
+            finish(&mut batch);
+        }
+    }
+}

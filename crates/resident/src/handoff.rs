@@ -18,7 +18,7 @@ use loom::sync::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::slots::SlotTable;
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// One slot's listener hand-off: the highest value a wait asked the host to push, and whether a
 /// listener is registered.
@@ -45,22 +45,26 @@ impl SlotGate {
         listener: &std::sync::Arc<dyn Listener<E>>,
         key: u64,
     ) {
-        match semaphore.query() {
-            Ok(current) => {
-                SlotTable::publish(word, current);
-                if current >= value {
-                    return;
-                }
-            }
+        let current = match semaphore.query() {
+            Ok(current) => current,
             Err(_) => {
                 SlotTable::fail(word);
                 return;
             }
+        };
+        SlotTable::publish(word, current);
+        if current >= value {
+            return;
         }
         self.wanted.fetch_max(value, Ordering::SeqCst);
         if !self.listening.swap(true, Ordering::SeqCst) {
-            let wanted = self.wanted.load(Ordering::SeqCst);
-            semaphore.listen(wanted, listener, key);
+            // The next value, not the highest wanted: a wait for a lower value that finds this
+            // listener registered relies on it (the device reads the ring in order, and two
+            // submitters may publish in the other order than they pushed their waits). Every
+            // wait that leaves its value here wants more than `current`, so this fires no later
+            // than its value; each notice pushes the value and listens again while one wants
+            // more.
+            semaphore.listen(current + 1, listener, key);
         }
     }
 
@@ -72,7 +76,11 @@ impl SlotGate {
         listener: &std::sync::Arc<dyn Listener<E>>,
         key: u64,
     ) {
-        self.listening.store(false, Ordering::SeqCst);
+        // A swap, not a store: a wait that found the listener registered raised `wanted` before
+        // its swap read `true`, and this read-modify-write reads that swap's write, so the load
+        // below sees the raised value (a plain store would rely on `SeqCst` alone, which loom
+        // does not model).
+        self.listening.swap(false, Ordering::SeqCst);
         let wanted = self.wanted.load(Ordering::SeqCst);
         self.push(word, semaphore, wanted, listener, key);
     }
@@ -81,6 +89,9 @@ impl SlotGate {
 /// The entries kept until retired, in sequence order, and who is retiring them.
 pub struct RetireQueue<T> {
     entries: Mutex<VecDeque<T>>,
+    /// Retire calls since the retiring thread last found nothing to do: the first caller
+    /// retires, later ones leave it to that one, which looks again until no call came in.
+    calls: AtomicUsize,
 }
 
 impl<T> Default for RetireQueue<T> {
@@ -94,6 +105,7 @@ impl<T> RetireQueue<T> {
     pub fn new() -> Self {
         RetireQueue {
             entries: Mutex::new(VecDeque::new()),
+            calls: AtomicUsize::new(0),
         }
     }
 
@@ -105,11 +117,39 @@ impl<T> RetireQueue<T> {
     }
 
     /// Retires every front entry whose completion `ready` reads, in order: `finish` gets them
-    /// in batches. Call it after writing a completion word.
+    /// in batches, on one thread at a time. Call it after writing a completion word: when
+    /// another thread is retiring, this returns at once and that thread retires the entry.
+    ///
+    /// One retiring thread, not a lock around popping and finishing: two threads that each
+    /// popped a batch would finish them in either order (a semaphore advanced by the later
+    /// submission before the earlier one fails it, or advanced back), and a thread waiting for
+    /// a lock around `finish` (whose listeners may start and join consumer threads) could
+    /// deadlock with the one holding it.
     pub fn retire<C>(
         &self,
         ready: impl Fn(&T) -> Option<C>,
         mut finish: impl FnMut(&mut SmallVec<[(T, C); 8]>),
+    ) {
+        if self.calls.fetch_add(1, Ordering::AcqRel) != 0 {
+            return;
+        }
+        let mut seen = 1;
+        loop {
+            self.retire_ready(&ready, &mut finish);
+            match self
+                .calls
+                .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    fn retire_ready<C>(
+        &self,
+        ready: &impl Fn(&T) -> Option<C>,
+        finish: &mut impl FnMut(&mut SmallVec<[(T, C); 8]>),
     ) {
         loop {
             let mut batch: SmallVec<[(T, C); 8]> = SmallVec::new();

@@ -1,6 +1,6 @@
 //! [`ResidentQueue`]: the host side of a queue the device scheduler drives, on the CPU model.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 

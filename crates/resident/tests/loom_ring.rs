@@ -13,7 +13,12 @@
 //! - a failed consumer start giving the doorbell back while another submitter rings;
 //! - the slot table: signals (`fetch_max`) and a failure racing a reader: values never go back,
 //!   a failure is never lost or overwritten, and a reached value carries what was written
-//!   before it.
+//!   before it;
+//! - the host mirror's retiring, two threads at once (an exiting consumer and its successor):
+//!   each submission finished once and in order, `retired` never going back, nothing written
+//!   left unretired;
+//! - the slot listener hand-off: waits for different values sharing a slot's listener, racing a
+//!   host signal: every reached wait's value is pushed, and no wait is left without a listener.
 //!
 //! Built and run only with `RUSTFLAGS="--cfg loom"` (`cargo xtask ci` does it).
 #![cfg(loom)]
@@ -23,9 +28,10 @@ mod common;
 
 use common::model;
 use cuhal_resident::{
-    Completion, Consumer, Descriptor, Doorbell, FAILED, Full, HostMemory, MAX_WAITS, SharedMemory,
-    SlotState, SlotTable, SlotValue, split,
+    Completion, Consumer, Descriptor, Doorbell, FAILED, Full, HostMemory, MAX_WAITS, RetireQueue,
+    SharedMemory, SlotGate, SlotState, SlotTable, SlotValue, split,
 };
+use cuhal_semaphore::{Listener, NoEvent, Semaphore, SemaphoreId, SemaphoreOptions};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
@@ -462,3 +468,149 @@ struct Exclusive64(UnsafeCell<u64>);
 
 // SAFETY: written once before a release, read after the matching acquire.
 unsafe impl Sync for Exclusive64 {}
+
+/// Not a completion word of any sequence the models use.
+const NOT_DONE: u64 = u64::MAX;
+
+#[test]
+fn concurrent_retires_finish_each_once_in_order() {
+    // The consumer writes completion words 0 and 1, retiring after each (as `step` does); the
+    // previous consumer, exiting, retires at the same time. Every entry is finished exactly once,
+    // in sequence order (so a semaphore two submissions signal never goes back, and a failure
+    // is never overtaken by a later success), `retired` never goes back, and nothing written is
+    // left unretired once both returned.
+    model("concurrent_retires_finish_each_once_in_order", || {
+        let queue = Arc::new(RetireQueue::<u64>::new());
+        queue.lock().extend([0, 1]);
+        let words: Arc<[AtomicU64; 2]> =
+            Arc::new([AtomicU64::new(NOT_DONE), AtomicU64::new(NOT_DONE)]);
+        let finished = Arc::new(Mutex::new(Vec::new()));
+        let retired = Arc::new(AtomicU64::new(0));
+        let retire = {
+            let (queue, words, finished, retired) = (
+                queue.clone(),
+                words.clone(),
+                finished.clone(),
+                retired.clone(),
+            );
+            move || {
+                queue.retire(
+                    |&sequence| {
+                        let word = words[sequence as usize].load(Ordering::Acquire);
+                        Completion::decode(word, sequence)
+                    },
+                    |batch| {
+                        for (sequence, completion) in batch.drain(..) {
+                            assert_eq!(completion, Completion::Done);
+                            finished.lock().unwrap().push(sequence);
+                            let before = retired.fetch_max(sequence + 1, Ordering::AcqRel);
+                            assert!(before <= sequence, "retired went back or twice");
+                        }
+                    },
+                )
+            }
+        };
+        let exiting = {
+            let retire = retire.clone();
+            thread::spawn(move || retire())
+        };
+        let consumer = {
+            let (words, retire) = (words.clone(), retire.clone());
+            thread::spawn(move || {
+                for sequence in 0..2u64 {
+                    words[sequence as usize]
+                        .store(Completion::Done.encode(sequence), Ordering::Release);
+                    retire();
+                }
+            })
+        };
+        exiting.join().unwrap();
+        consumer.join().unwrap();
+        assert_eq!(
+            *finished.lock().unwrap(),
+            vec![0, 1],
+            "finished out of order or twice"
+        );
+        assert!(
+            queue.lock().is_empty(),
+            "a written completion was left unretired"
+        );
+        assert_eq!(retired.load(Ordering::Acquire), 2);
+    });
+}
+
+/// The slot listener as the queue has it: a notice pushes the value through the gate.
+struct GateListener {
+    gate: SlotGate,
+    word: AtomicU64,
+    semaphore: Semaphore<NoEvent>,
+    this: std::sync::Mutex<Option<std::sync::Weak<GateListener>>>,
+}
+
+impl Listener<NoEvent> for GateListener {
+    fn notify(&self, _semaphore: SemaphoreId, key: u64) {
+        let this = self.this.lock().unwrap().clone();
+        let Some(this) = this.and_then(|weak| weak.upgrade()) else {
+            return;
+        };
+        let listener: std::sync::Arc<dyn Listener<NoEvent>> = this;
+        self.gate
+            .notice(&self.word, &self.semaphore, &listener, key);
+    }
+}
+
+fn gate_listener() -> (
+    std::sync::Arc<GateListener>,
+    std::sync::Arc<dyn Listener<NoEvent>>,
+) {
+    let listener = std::sync::Arc::new(GateListener {
+        gate: SlotGate::new(),
+        word: AtomicU64::new(0),
+        semaphore: Semaphore::with_options(0, SemaphoreOptions::new().without_event_queries()),
+        this: std::sync::Mutex::new(None),
+    });
+    *listener.this.lock().unwrap() = Some(std::sync::Arc::downgrade(&listener));
+    let dynamic: std::sync::Arc<dyn Listener<NoEvent>> = listener.clone();
+    (listener, dynamic)
+}
+
+#[test]
+fn every_pushed_wait_reaches_its_slot() {
+    // Two waits share the slot's listener (one for 2, one for 1) while a host thread signals 1:
+    // once all are done, the slot holds 1 (the wait for 1 is not left to the listener for 2),
+    // and the listener hand-off leaves no wait without a listener: signalling 2 pushes 2.
+    model("every_pushed_wait_reaches_its_slot", || {
+        let (gate, listener) = gate_listener();
+        let waits: Vec<_> = [2u64, 1]
+            .into_iter()
+            .map(|value| {
+                let (gate, listener) = (gate.clone(), listener.clone());
+                thread::spawn(move || {
+                    gate.gate
+                        .push(&gate.word, &gate.semaphore, value, &listener, 0)
+                })
+            })
+            .collect();
+        let signal = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.semaphore.advance_to(1).unwrap())
+        };
+        for wait in waits {
+            wait.join().unwrap();
+        }
+        signal.join().unwrap();
+        assert_eq!(
+            gate.word.load(Ordering::Acquire),
+            1,
+            "a reached wait was not pushed"
+        );
+        gate.semaphore.advance_to(2).unwrap();
+        assert_eq!(
+            gate.word.load(Ordering::Acquire),
+            2,
+            "a wait was left without a listener"
+        );
+        assert_eq!(gate.semaphore.listener_count(), 0);
+        *gate.this.lock().unwrap() = None;
+    });
+}

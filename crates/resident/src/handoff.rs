@@ -45,26 +45,40 @@ impl SlotGate {
         listener: &std::sync::Arc<dyn Listener<E>>,
         key: u64,
     ) {
-        let current = match semaphore.query() {
-            Ok(current) => current,
-            Err(_) => {
-                SlotTable::fail(word);
+        let mut value = value;
+        loop {
+            let current = match semaphore.query() {
+                Ok(current) => current,
+                Err(_) => {
+                    SlotTable::fail(word);
+                    return;
+                }
+            };
+            SlotTable::publish(word, current);
+            if current >= value {
                 return;
             }
-        };
-        SlotTable::publish(word, current);
-        if current >= value {
-            return;
-        }
-        self.wanted.fetch_max(value, Ordering::SeqCst);
-        if !self.listening.swap(true, Ordering::SeqCst) {
+            self.wanted.fetch_max(value, Ordering::SeqCst);
+            if self.listening.swap(true, Ordering::SeqCst) {
+                // The registered listener's notice pushes it.
+                return;
+            }
             // The next value, not the highest wanted: a wait for a lower value that finds this
             // listener registered relies on it (the device reads the ring in order, and two
             // submitters may publish in the other order than they pushed their waits). Every
             // wait that leaves its value here wants more than `current`, so this fires no later
             // than its value; each notice pushes the value and listens again while one wants
-            // more.
-            semaphore.listen(current + 1, listener, key);
+            // more. Only a reached value (or a failure) fires it, never a recorded device
+            // signal: that would fire it again at once, without end.
+            if semaphore
+                .listen_reached(current + 1, listener, key)
+                .is_some()
+            {
+                return;
+            }
+            // Reached (or failed) since the query: nothing registered; look again.
+            self.listening.swap(false, Ordering::SeqCst);
+            value = self.wanted.load(Ordering::SeqCst);
         }
     }
 

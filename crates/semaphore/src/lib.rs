@@ -76,6 +76,8 @@
 //!                                                (an event `ordered` accepts answers Reached, no handle)
 //!   has_failed() -> bool                         (without the lock)
 //!   listen(value, &Arc<dyn Listener<E>>, key: u64) -> ListenToken      cancel_listen(ListenToken)
+//!   listen_reached(value, &Arc<dyn Listener<E>>, key) -> Option<ListenToken>   cancel_reached(ListenToken)
+//!                                                (fired by the value or a failure, never a recorded signal)
 //!   has_waiters() -> bool                        (a parked host waiter or a pending future; without the lock)
 //!   listener_count() / timepoint_count() / waiter_count() -> usize   (diagnostics)
 //! trait Listener<E>: Send + Sync { fn notify(&self, semaphore: SemaphoreId, key: u64);

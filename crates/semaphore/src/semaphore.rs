@@ -651,13 +651,16 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.note_waiting(&state);
     }
 
-    /// Registers a pending future's listener for `value` (see `future.rs`): fired once, outside
-    /// the lock, when the value reaches `value` or the semaphore fails, and not by a recorded
-    /// device signal. `None` when either already holds: nothing is registered and nothing
-    /// called. The device-signal timepoint the value waits for, if one is recorded, is told it
-    /// is awaited ([`DeviceEvent::awaited`]), so that a completion side that gathers lazily
-    /// retires it promptly; one recorded later finds [`has_waiters`](Self::has_waiters) true.
-    pub(crate) fn listen_reached(
+    /// Registers a one-shot listener for `value` that only the value itself ends: fired once,
+    /// outside the lock, when the value reaches `value` or the semaphore fails, and not by a
+    /// recorded device signal (unlike [`listen`](Self::listen)). `None` when either already
+    /// holds: nothing is registered and nothing called. The device-signal timepoint the value
+    /// waits for, if one is recorded, is told it is awaited ([`DeviceEvent::awaited`]), so that
+    /// a completion side that gathers lazily retires it promptly; one recorded later finds
+    /// [`has_waiters`](Self::has_waiters) true. Pending futures use it (see `future.rs`), and so
+    /// does anything that must see values, not promises of them. Cancel it with
+    /// [`cancel_reached`](Self::cancel_reached).
+    pub fn listen_reached(
         &self,
         value: u64,
         listener: &std::sync::Arc<dyn Listener<E>>,
@@ -681,8 +684,8 @@ impl<E: DeviceEvent> Semaphore<E> {
     }
 
     /// Cancels a listener [`listen_reached`](Self::listen_reached) registered; does nothing if
-    /// it fired or was cancelled.
-    pub(crate) fn cancel_reached(&self, token: ListenToken) {
+    /// it fired, was cancelled, or belongs to another semaphore.
+    pub fn cancel_reached(&self, token: ListenToken) {
         if token.semaphore != self.id() {
             return;
         }

@@ -37,6 +37,16 @@ use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread::{self, JoinHandle};
 
+/// The descriptor at the ring's head, once the producer has published one.
+fn next_head(consumer: &Consumer<HostMemory>) -> Descriptor {
+    loop {
+        match consumer.peek().unwrap() {
+            Some(d) => return d,
+            None => thread::yield_now(),
+        }
+    }
+}
+
 /// Descriptor `i` with every field set from `i`, so that a torn or stale copy differs somewhere.
 fn descriptor(i: u64) -> Descriptor {
     let mut d = Descriptor {
@@ -102,12 +112,7 @@ fn ring_wraps_whole_and_in_order() {
             }
         });
         for i in 0..COUNT {
-            let d = loop {
-                match consumer.peek().unwrap() {
-                    Some(d) => break d,
-                    None => thread::yield_now(),
-                }
-            };
+            let d = next_head(&consumer);
             assert_eq!(d, expected(i));
             assert_eq!(
                 consumer.peek().unwrap(),
@@ -169,12 +174,7 @@ fn completion_words_retire_in_order() {
             }
         });
         for i in 0..COUNT {
-            let d = loop {
-                match consumer.peek().unwrap() {
-                    Some(d) => break d,
-                    None => thread::yield_now(),
-                }
-            };
+            let d = next_head(&consumer);
             assert_eq!(d, expected(i));
             assert!(consumer.advance());
             consumer.complete(d.sequence, Completion::Done.encode(d.sequence));

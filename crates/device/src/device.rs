@@ -7,7 +7,7 @@ use cuhal_command::{Buffer, Executable, HostBuffer, PatchMethod};
 use cuhal_scheduler::{CompletionOptions, QueueOptions, policy};
 use cuhal_semaphore::{Failure, SemaphoreOptions};
 use cuhal_sys::{DeviceInfo, DriverApi, PrimaryContext};
-use cuhal_trace::{CuptiChoice, Sink, TraceConfig, TraceContext, Verbosity};
+use cuhal_trace::{CuptiChoice, FineSampling, Sink, TraceConfig, TraceContext, Verbosity};
 
 use crate::Semaphore;
 use crate::error::{Error, Result};
@@ -79,6 +79,9 @@ pub struct DeviceOptions {
     /// Where FINE command zones get their times: CUPTI's activity records when it can be had
     /// (the default), timing events otherwise.
     pub cupti: CuptiChoice,
+    /// Which replays of each command buffer FINE times from CUPTI (default: every one; see
+    /// [`FineSampling`]); the others are traced as COARSE is.
+    pub fine_sampling: FineSampling,
     /// How the queues' completion threads spin and gather (see [`CompletionOptions`] and the
     /// scheduler's completion [`policy`](cuhal_scheduler::policy)). Default
     /// [`DEFAULT_COMPLETION`](Self::DEFAULT_COMPLETION).
@@ -136,6 +139,7 @@ impl Default for DeviceOptions {
             queue_priorities: Vec::new(),
             trace_sink: None,
             cupti: CuptiChoice::default(),
+            fine_sampling: FineSampling::Every,
             completion: Self::DEFAULT_COMPLETION,
             reserved_events: Self::DEFAULT_RESERVED_EVENTS,
             max_in_flight: QueueOptions::DEFAULT_MAX_IN_FLIGHT,
@@ -153,6 +157,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("queue_tracing", &self.queue_tracing)
             .field("queue_priorities", &self.queue_priorities)
             .field("cupti", &self.cupti)
+            .field("fine_sampling", &self.fine_sampling)
             .field("completion", &self.completion)
             .field("max_in_flight", &self.max_in_flight)
             .field("patch_method", &self.patch_method)
@@ -265,6 +270,7 @@ impl Device {
                         context.clone(),
                         TraceConfig {
                             cupti: options.cupti.clone(),
+                            fine_sampling: options.fine_sampling,
                             ..TraceConfig::new(verbosity, format!("GPU {ordinal} queue {index}"))
                         },
                         sink.clone(),

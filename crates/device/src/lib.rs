@@ -125,7 +125,7 @@ pub use cuhal_command::{
 pub use cuhal_scheduler::{CompletionOptions, policy as completion_policy};
 pub use cuhal_semaphore::{Failure, Timeout, Wait};
 pub use cuhal_sys::{LinkKind, NcclDataType, NcclRedOp, PeerLink};
-pub use cuhal_trace::{CuptiChoice, JsonSink, MemorySink, Sink, Verbosity};
+pub use cuhal_trace::{CuptiChoice, FineSampling, JsonSink, MemorySink, Sink, Verbosity};
 
 /// A timeline semaphore whose device timepoints are pooled CUDA events.
 pub type Semaphore = cuhal_semaphore::Semaphore<CudaEvent>;

@@ -79,8 +79,9 @@ pub mod timebase;
 pub use backend::{CudaEvents, EventBackend};
 pub use clock_sync::{ClockSnapshot, ClockSource, ClockSync};
 pub use context::{
-    BIAS_SPIN_NS, BIAS_TRIALS, CuptiChoice, DropCounts, EXCHANGE_ROUNDS, EXCHANGE_TIMEOUT,
-    EventBias, FineSource, TraceConfig, TraceContext, TraceStats,
+    BIAS_SPIN_NS, BIAS_TRIALS, BUDGET_FIRST_ONE_IN, CuptiChoice, DropCounts, EXCHANGE_ROUNDS,
+    EXCHANGE_TIMEOUT, EventBias, FineSampling, FineSource, MAX_ONE_IN, TraceConfig, TraceContext,
+    TraceStats,
 };
 pub use cpu_zone::CpuZone;
 pub use error::Error;
@@ -90,8 +91,8 @@ pub use pool::{PoolCounts, PoolLimits, TimingEventPool};
 #[cfg(feature = "tracy")]
 pub use sink::TracySink;
 pub use sink::{
-    DropReason, Fanout, HostSpan, JsonSink, MemoryRecord, MemorySink, MemorySubmission, MemoryZone,
-    NullSink, Sink, SubmissionDetails, TrackId,
+    DropReason, Fanout, FineSample, HostSpan, JsonSink, MemoryRecord, MemorySink, MemorySubmission,
+    MemoryZone, NullSink, Sink, SubmissionDetails, TrackId,
 };
 pub use stamped::StampedKernel;
 pub use submission::{

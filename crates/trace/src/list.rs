@@ -16,8 +16,8 @@ use cuhal_sys::{CUevent, CUgraph, CUgraphNode, CUstream};
 use smallvec::SmallVec;
 
 use crate::Error;
-use crate::context::Shared;
-use crate::cupti::CaptureGuard;
+use crate::context::{Sample, Sampler, Shared};
+use crate::cupti::{ActivityWindow, CaptureGuard};
 use crate::hook::Verbosity;
 use crate::lock::lock;
 use crate::pool::Ev;
@@ -74,16 +74,22 @@ pub(crate) struct ListState {
     pub(crate) queued: u64,
     /// The slot of that submission.
     pub(crate) queued_slot: u32,
+    /// Which of this executable's replays are sampled ([`crate::FineSampling`]).
+    pub(crate) sampler: Sampler,
 }
 
 thread_local! {
-    /// The list whose issue this thread is capturing launch ids for, and the capture.
-    static CAPTURING: RefCell<Option<(Arc<ListInner>, CaptureGuard)>> = const { RefCell::new(None) };
+    /// The list whose issue this thread is capturing launch ids for, the capture, and the
+    /// window that keeps CUPTI's activity kinds enabled for it (a sampled replay's).
+    static CAPTURING: RefCell<Option<Capturing>> = const { RefCell::new(None) };
 }
 
-/// Ends the capture open on this thread, if any, handing its ids to its list.
+type Capturing = (Arc<ListInner>, CaptureGuard, Option<ActivityWindow>);
+
+/// Ends the capture open on this thread, if any, handing its ids to its list; then closes its
+/// activity window, if it has one.
 fn finish_capture() {
-    let Some((list, guard)) = CAPTURING
+    let Some((list, guard, window)) = CAPTURING
         .try_with(|c| c.try_borrow_mut().ok().and_then(|mut c| c.take()))
         .ok()
         .flatten()
@@ -95,17 +101,18 @@ fn finish_capture() {
         state.ids.clear();
         state.ids.extend_from_slice(ids);
     });
+    drop(window);
 }
 
-/// Starts capturing this thread's launch ids for `list`, whose issue follows on this thread. A
-/// capture still open belongs to the list issued before, whose launches are all made: it ends
-/// first.
-fn start_capture(list: Arc<ListInner>) {
+/// Starts capturing this thread's launch ids for `list`, whose issue follows on this thread,
+/// with `window` keeping CUPTI's activity kinds enabled until the capture ends. A capture still
+/// open belongs to the list issued before, whose launches are all made: it ends first.
+fn start_capture(list: Arc<ListInner>, window: Option<ActivityWindow>) {
     finish_capture();
     let guard = CaptureGuard::start();
     let _ = CAPTURING.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
-            *c = Some((list, guard));
+            *c = Some((list, guard, window));
         }
     });
 }
@@ -116,7 +123,7 @@ fn finish_capture_of(list: &Arc<ListInner>) {
         .try_with(|c| {
             c.try_borrow()
                 .ok()
-                .and_then(|c| c.as_ref().map(|(l, _)| Arc::ptr_eq(l, list)))
+                .and_then(|c| c.as_ref().map(|(l, _, _)| Arc::ptr_eq(l, list)))
         })
         .ok()
         .flatten()
@@ -182,6 +189,7 @@ impl ZoneList {
                     activity_waits: 0,
                     queued: 0,
                     queued_slot: 0,
+                    sampler: Sampler::default(),
                 }),
             }),
             verbosity,
@@ -321,7 +329,15 @@ impl ZoneList {
         state.activity_waits = 0;
         drop(state);
         if capture {
-            start_capture(self.inner.clone());
+            // Submitted on its own, a list is traced FINE every time: with sampling, the
+            // activity kinds are enabled around its issue (without a session, no command is
+            // CUPTI-timed and `capture` is false).
+            let shared = &self.inner.shared;
+            let window = match &shared.cupti {
+                Some(session) if shared.sampling.samples() => session.open_window().ok(),
+                _ => None,
+            };
+            start_capture(self.inner.clone(), window);
         }
     }
 
@@ -496,8 +512,11 @@ impl ListInner {
     /// Called by a queue's submission entry right before the list's command buffer is issued
     /// again: keeps what the submission still queued needs (its event times, if complete, and
     /// its launch ids), counts the new submission, and starts capturing its launch ids. Returns
-    /// the new submission's generation.
-    pub(crate) fn begin_issue(self: &Arc<Self>, slot: u32) -> u64 {
+    /// the new submission's generation, and, when FINE samples replays and the list has
+    /// CUPTI-timed commands, whether this replay is sampled: only a sampled replay is captured,
+    /// inside an activity window (the kinds enabled for its launches alone); the others make no
+    /// CUPTI call.
+    pub(crate) fn begin_issue(self: &Arc<Self>, slot: u32) -> (u64, Option<Sample>) {
         let shared = &self.shared;
         let uncollected = {
             let state = lock(&self.state);
@@ -521,11 +540,37 @@ impl ListInner {
         state.activity_waits = 0;
         let generation = state.submissions;
         let capture = state.commands > 0 && shared.cupti.is_some();
+        let mut sample =
+            (capture && shared.sampling.samples()).then(|| state.sampler.decide(&shared.sampling));
         drop(state);
-        if capture {
-            start_capture(self.clone());
+        match (&mut sample, &shared.cupti) {
+            (None, _) => {
+                if capture {
+                    start_capture(self.clone(), None);
+                }
+            }
+            (Some(s), Some(session)) if s.sampled => match session.open_window() {
+                Ok(window) => start_capture(self.clone(), Some(window)),
+                // The kinds could not be enabled: traced as an unsampled replay.
+                Err(_) => s.sampled = false,
+            },
+            (Some(_), _) => {}
         }
-        generation
+        if let Some(s) = sample {
+            let counter = if s.sampled {
+                &shared.counters.sampled_replays
+            } else {
+                &shared.counters.unsampled_replays
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        (generation, sample)
+    }
+
+    /// Called when the list's command buffer failed to issue: ends its capture (and its
+    /// activity window) now rather than at the next issue on this thread.
+    pub(crate) fn abort_issue(self: &Arc<Self>) {
+        finish_capture_of(self);
     }
 
     /// Called once the list's command buffer was issued: its launches are all made, so the

@@ -30,11 +30,11 @@ use cuhal_sys::{CUevent, CUstream};
 use smallvec::SmallVec;
 
 use crate::Error;
-use crate::context::{CollectState, Outcome, Pending, Shared, Times, TraceContext};
+use crate::context::{CollectState, Outcome, Pending, Sample, Shared, Times, TraceContext};
 use crate::list::{ListInner, ZoneList};
 use crate::lock::lock;
 use crate::pool::Ev;
-use crate::sink::{DropReason, HostSpan, SubmissionDetails};
+use crate::sink::{DropReason, FineSample, HostSpan, SubmissionDetails};
 
 /// How many waits and signals a [`SubmissionInfo`] holds inline.
 pub const INLINE_SEMAPHORES: usize = 4;
@@ -126,6 +126,9 @@ struct SlotBuffer {
     /// submission was collected must not inherit that submission's spent patience (it would
     /// give up on its own records at the first look and drop its command zones).
     activity_waits: std::cell::Cell<u32>,
+    /// Whether this replay was sampled, when FINE samples ([`crate::FineSampling`]); `None`
+    /// when every replay is timed (or the list times nothing by CUPTI).
+    sample: Option<Sample>,
 }
 
 /// The room a slot's list takes when it first grows: it doubles from there and is kept.
@@ -174,7 +177,12 @@ impl Slot {
     }
 
     /// Adds a command buffer, reusing a recycled entry when there is one.
-    fn push_buffer(&mut self, list: Option<Arc<ListInner>>, generation: u64) {
+    fn push_buffer(
+        &mut self,
+        list: Option<Arc<ListInner>>,
+        generation: u64,
+        sample: Option<Sample>,
+    ) {
         if self.count == self.buffers.len() {
             self.buffers.push(SlotBuffer::default());
         }
@@ -185,6 +193,7 @@ impl Slot {
         buffer.times.clear();
         buffer.ids.clear();
         buffer.activity_waits.set(0);
+        buffer.sample = sample;
         self.count += 1;
     }
 
@@ -380,12 +389,18 @@ impl TraceContext {
         let last = command_buffers.len().saturating_sub(1);
         for (i, cb) in command_buffers.iter().enumerate() {
             let list = list_of(shared, cb).map(|l| l.inner());
-            let generation = list.map_or(0, |l| l.begin_issue(index));
-            issue(IssueStep::CommandBuffer(i))?;
+            let (generation, sample) = list.map_or((0, None), |l| l.begin_issue(index));
+            let issued = issue(IssueStep::CommandBuffer(i));
             if let Some(list) = list {
-                list.end_issue(generation, index);
+                if issued.is_err() {
+                    // Ends the capture, and closes a sampled replay's activity window.
+                    list.abort_issue();
+                } else {
+                    list.end_issue(generation, index);
+                }
             }
-            slot.push_buffer(list.cloned(), generation);
+            issued?;
+            slot.push_buffer(list.cloned(), generation, sample);
             slot.labels.push(label(cb.kind()));
             if i < last {
                 let boundary = shared.pool.acquire_one();
@@ -579,6 +594,7 @@ impl Shared {
                 issue_end_ns: slot.issue_end_ns,
             },
             flow: slot.flow,
+            fine_sample: fine_sample(slot.buffers()),
         };
         self.sink
             .submission_begin(self.track, "submission", slot.begin_ns, &details);
@@ -598,6 +614,13 @@ impl Shared {
                 .command_buffer_begin(self.track, slot.labels[i], begin, slot.ordinal, i);
             if let Some(list) = &buffer.list {
                 let list = list.clone();
+                if let Some(sample) = buffer.sample {
+                    lock(&list.state).sampler.observe(
+                        &self.sampling,
+                        sample.sampled,
+                        end.saturating_sub(begin),
+                    );
+                }
                 self.collect_buffer(cs, &list, buffer, (begin, end), zones);
             }
             self.sink.gpu_zone_end(self.track, end);
@@ -637,6 +660,10 @@ impl Shared {
         let Some(session) = &self.cupti else {
             return true;
         };
+        if buffer.sample.is_some_and(|s| !s.sampled) {
+            // Not sampled: no records were asked for, none is waited for.
+            return true;
+        }
         if state.commands == 0
             || buffer.activity_waits.get() + 1 >= crate::context::ACTIVITY_PATIENCE
         {
@@ -724,6 +751,16 @@ impl Shared {
             self.count_dropped(DropReason::Superseded, state.timed_zones);
             return;
         };
+        if buffer.sample.is_some_and(|s| !s.sampled) {
+            // Not sampled: the zones with events, without the commands' (no record was asked
+            // for; they are not counted as dropped), and nothing asked of CUPTI.
+            cs.command_times.clear();
+            self.emit_list(cs, state, outer, zones, false);
+            if snapshot {
+                buffer.ids.swap_storage(&mut state.ids);
+            }
+            return;
+        }
         // `activity_ready` already waited for this submission's records: what is missing now
         // stays missing. The list's own count is left as it was, for the list's next
         // submission.
@@ -731,11 +768,22 @@ impl Shared {
         state.activity_waits = crate::context::ACTIVITY_PATIENCE;
         let _ = self.activity_pending(cs, state);
         state.activity_waits = waits;
-        self.emit_list(cs, state, outer, zones);
+        self.emit_list(cs, state, outer, zones, true);
         if snapshot {
             buffer.ids.swap_storage(&mut state.ids);
         }
     }
+}
+
+/// What a submission's details say of its sampling: sampled when any of its command buffers
+/// was, with the replay index and rate of the first that was decided.
+fn fine_sample(buffers: &[SlotBuffer]) -> Option<FineSample> {
+    let first = buffers.iter().find_map(|b| b.sample)?;
+    Some(FineSample {
+        sampled: buffers.iter().any(|b| b.sample.is_some_and(|s| s.sampled)),
+        replay: first.replay,
+        one_in: first.one_in,
+    })
 }
 
 impl std::fmt::Debug for Slot {

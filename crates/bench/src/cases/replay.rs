@@ -16,7 +16,7 @@ use cuhal_sys::cu;
 use std::sync::Arc;
 
 use anyhow::Result;
-use cuhal::{CommandBufferMode, DeviceOptions, MemorySink, Sink, Verbosity};
+use cuhal::{CommandBufferMode, DeviceOptions, FineSampling, MemorySink, Sink, Verbosity};
 
 use super::{Env, progress, summarize};
 use crate::gpu::StepCounter;
@@ -117,6 +117,11 @@ pub struct ZoneCounts {
     pub cupti_unavailable: Option<&'static str>,
     /// Command zones timed from CUPTI activity records.
     pub activity_zones: u64,
+    /// Replays FINE sampled and did not sample ([`cuhal::FineSampling`]; both 0 when every
+    /// replay is traced).
+    pub sampled_replays: u64,
+    /// See `sampled_replays`.
+    pub unsampled_replays: u64,
 }
 
 /// cuhal's side: a 100-dispatch command buffer (a barrier between dispatches) of `mode`,
@@ -129,11 +134,24 @@ pub fn cuhal_replay(
     warm: usize,
     n: usize,
 ) -> Result<Replay> {
+    cuhal_replay_sampled(env, mode, verbosity, FineSampling::Every, warm, n)
+}
+
+/// [`cuhal_replay`] with FINE sampling replays as `sampling` says.
+pub fn cuhal_replay_sampled(
+    env: &Env<'_>,
+    mode: CommandBufferMode,
+    verbosity: Verbosity,
+    sampling: FineSampling,
+    warm: usize,
+    n: usize,
+) -> Result<Replay> {
     let traced = verbosity != Verbosity::Off;
     let hal = Hal::open(DeviceOptions {
         command_buffer_mode: mode,
         tracing: verbosity,
         trace_sink: traced.then(|| Arc::new(MemorySink::new()) as Arc<dyn Sink>),
+        fine_sampling: sampling,
         ..DeviceOptions::default()
     })?;
     let mut counter = StepCounter::new(env.gpu)?;
@@ -157,6 +175,8 @@ pub fn cuhal_replay(
                 fine_source: stats.fine_source,
                 cupti_unavailable: stats.cupti_unavailable,
                 activity_zones: stats.activity_zones,
+                sampled_replays: stats.sampled_replays,
+                unsampled_replays: stats.unsampled_replays,
             }
         });
     Ok(Replay { samples, zones })

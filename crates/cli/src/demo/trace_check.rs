@@ -138,6 +138,7 @@ mod tests {
                 issue_end_ns: 4_000,
             },
             flow: 77,
+            fine_sample: None,
         };
         if flows {
             sink.submission_begin(track, "submission", 10_000, &details);

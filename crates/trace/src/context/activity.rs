@@ -38,6 +38,9 @@ impl Shared {
     /// As [`Shared::command_times`], flushing CUPTI first when the records are not all in yet
     /// (once per collection: a flush is only worth its cost when a list is waiting for it).
     fn command_times_flushing(&self, cs: &mut CollectState, state: &mut ListState) -> Option<bool> {
+        if self.sampling.samples() {
+            self.refresh_cupti_clock(cs);
+        }
         let found = self.command_times(cs, state);
         if found != Some(false) || cs.flushed {
             return found;

@@ -109,14 +109,8 @@ impl Shared {
             // (at most once per collection), not on every collection: a flush costs far more
             // than a look at the records already delivered.
             cs.flushed = false;
-            if let Some(session) = &self.cupti {
-                let now = self.backend.now_ns();
-                let stale = cs.cupti_clock.is_none_or(|c| {
-                    now.saturating_sub(c.taken_at_ns) > crate::cupti::REBASE_AFTER_NS
-                });
-                if stale && let Ok(map) = session.calibrate_against(|| self.backend.now_ns()) {
-                    cs.cupti_clock = Some(map);
-                }
+            if !self.sampling.samples() {
+                self.refresh_cupti_clock(&mut cs);
             }
             while let Some(entry) = cs.work.pop_front() {
                 let outcome = if !entry.in_scope(scope, through) {
@@ -146,6 +140,23 @@ impl Shared {
             .fetch_add(zones, Ordering::Relaxed);
         self.report_drops(&mut cs);
         zones
+    }
+
+    /// Maps CUPTI's clock onto the backend's again when the mapping is older than
+    /// [`REBASE_AFTER_NS`](crate::cupti::REBASE_AFTER_NS) (or missing). Every collection with
+    /// work does this first when every replay is sampled; with sampling, only one that matches
+    /// a sampled replay's records does, so replays not sampled ask CUPTI nothing.
+    pub(crate) fn refresh_cupti_clock(&self, cs: &mut CollectState) {
+        let Some(session) = &self.cupti else {
+            return;
+        };
+        let now = self.backend.now_ns();
+        let stale = cs
+            .cupti_clock
+            .is_none_or(|c| now.saturating_sub(c.taken_at_ns) > crate::cupti::REBASE_AFTER_NS);
+        if stale && let Ok(map) = session.calibrate_against(|| self.backend.now_ns()) {
+            cs.cupti_clock = Some(map);
+        }
     }
 
     pub(crate) fn give_up(&self, entry: &Pending, reason: DropReason) -> Outcome {
@@ -184,7 +195,7 @@ impl Shared {
                 if self.activity_pending(cs, &mut state) {
                     return Outcome::NotReady;
                 }
-                self.emit_list(cs, &mut state, (0, u64::MAX), zones);
+                self.emit_list(cs, &mut state, (0, u64::MAX), zones, true);
                 Outcome::Done
             }
             Pending::Submission { index, .. } => self.collect_submission(cs, *index, zones),
@@ -193,15 +204,17 @@ impl Shared {
 
     /// Hands the zones of `state` to the sink, with the times `list_times` and
     /// `activity_pending` found; activity-timed commands are kept within `outer` (the zone
-    /// enclosing the list) as well as their own enclosing zone.
+    /// enclosing the list) as well as their own enclosing zone. Without `commands` (a replay
+    /// not sampled) the activity-timed commands are left out, and not counted as dropped.
     pub(crate) fn emit_list(
         &self,
         cs: &mut CollectState,
         state: &mut ListState,
         outer: (u64, u64),
         zones: &mut u64,
+        commands: bool,
     ) {
-        if state.commands > 0 && cs.command_times.is_empty() {
+        if commands && state.commands > 0 && cs.command_times.is_empty() {
             self.count_dropped(DropReason::ActivityMissing, u64::from(state.commands));
         }
         let mut open: SmallVec<[u64; 8]> = SmallVec::new();

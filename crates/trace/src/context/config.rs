@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::sampling::FineSampling;
 use crate::cupti::CuptiApi;
 use crate::hook::Verbosity;
 use crate::pool::PoolLimits;
@@ -22,6 +23,9 @@ pub struct TraceConfig {
     pub rebase_after: Duration,
     /// Where FINE command zones get their times (default: CUPTI when it can be had).
     pub cupti: CuptiChoice,
+    /// Which replays of each executable FINE times from CUPTI (default: every one); the others
+    /// are traced as COARSE is.
+    pub fine_sampling: FineSampling,
 }
 
 /// Whether FINE zones of commands come from CUPTI's activity records or from timing events.
@@ -61,6 +65,7 @@ impl Default for TraceConfig {
             pool: PoolLimits::default(),
             rebase_after: Duration::from_nanos(DEFAULT_REBASE_AFTER_NS),
             cupti: CuptiChoice::default(),
+            fine_sampling: FineSampling::Every,
         }
     }
 }

@@ -29,16 +29,33 @@ fn report_fallback(error: &CuptiError) {
     }
 }
 
-/// Opens the CUPTI session `choice` asks for. `Ok(Err(reason))`: fell back to events.
+/// Opens the CUPTI session `choice` asks for: one whose activity kinds are gated by windows
+/// when `sampled` ([`CuptiSession::acquire_sampled`]), else enabled for its life.
+/// `Ok(Err(reason))`: fell back to events.
 pub(crate) fn open_cupti(
     choice: &CuptiChoice,
+    sampled: bool,
 ) -> Result<Result<Arc<CuptiSession>, &'static str>, Error> {
+    let acquire = |path: Option<&std::path::Path>| {
+        if sampled {
+            CuptiSession::acquire_sampled(path)
+        } else {
+            CuptiSession::acquire(path)
+        }
+    };
     let (result, required) = match choice {
         CuptiChoice::Off => return Ok(Err("turned off")),
-        CuptiChoice::Auto => (CuptiSession::acquire(None), false),
-        CuptiChoice::Required => (CuptiSession::acquire(None), true),
-        CuptiChoice::Library { path, required } => (CuptiSession::acquire(Some(path)), *required),
-        CuptiChoice::Api { api, required } => (CuptiSession::acquire_with(*api), *required),
+        CuptiChoice::Auto => (acquire(None), false),
+        CuptiChoice::Required => (acquire(None), true),
+        CuptiChoice::Library { path, required } => (acquire(Some(path)), *required),
+        CuptiChoice::Api { api, required } => (
+            if sampled {
+                CuptiSession::acquire_sampled_with(*api)
+            } else {
+                CuptiSession::acquire_with(*api)
+            },
+            *required,
+        ),
     };
     match result {
         Ok(session) => Ok(Ok(session)),

@@ -11,6 +11,7 @@ mod event_bias;
 mod fine_source;
 mod globaltimer;
 mod pending;
+mod sampling;
 mod shared;
 mod stats;
 
@@ -22,6 +23,8 @@ pub use event_bias::{BIAS_SPIN_NS, BIAS_TRIALS, EventBias};
 pub use fine_source::FineSource;
 pub use globaltimer::{EXCHANGE_ROUNDS, EXCHANGE_TIMEOUT};
 pub(crate) use pending::{Outcome, Pending, Scope, Times};
+pub use sampling::{BUDGET_FIRST_ONE_IN, FineSampling, MAX_ONE_IN};
+pub(crate) use sampling::{Sample, Sampler};
 pub(crate) use shared::Shared;
 pub use stats::{DropCounts, TraceStats};
 
@@ -98,7 +101,7 @@ impl TraceContext {
             return Ok(Self::off());
         }
         let (cupti, fine_source, cupti_unavailable) = if config.verbosity == Verbosity::Fine {
-            match open_cupti(&config.cupti)? {
+            match open_cupti(&config.cupti, config.fine_sampling.samples())? {
                 Ok(session) => (Some(session), FineSource::Cupti, None),
                 Err(reason) => (None, FineSource::Events, Some(reason)),
             }
@@ -174,6 +177,11 @@ impl TraceContext {
             fine_source,
             cupti_unavailable,
             event_biases: EventBiases::default(),
+            sampling: if fine_source == FineSource::Cupti {
+                config.fine_sampling
+            } else {
+                FineSampling::Every
+            },
         };
         // From here `shared` owns the base events and destroys them on any failure.
         if fine_source == FineSource::Events {
@@ -308,6 +316,8 @@ impl TraceContext {
             event_bias_graph: s.event_biases.graph,
             event_bias_failures: c.event_bias_failures.load(Ordering::Relaxed),
             bias_corrected_zones: c.bias_corrected_zones.load(Ordering::Relaxed),
+            sampled_replays: c.sampled_replays.load(Ordering::Relaxed),
+            unsampled_replays: c.unsampled_replays.load(Ordering::Relaxed),
         }
     }
 

@@ -10,6 +10,7 @@ use super::collect::CollectState;
 use super::event_bias::EventBiases;
 use super::fine_source::FineSource;
 use super::pending::Pending;
+use super::sampling::FineSampling;
 use super::stats::{Counters, DropCounts};
 use crate::backend::EventBackend;
 use crate::cupti::CuptiSession;
@@ -47,6 +48,8 @@ pub(crate) struct Shared {
     /// What events add to a command's zone at each placement, measured when the context was
     /// made (FINE zones from events only); collection takes it off.
     pub(crate) event_biases: EventBiases,
+    /// Which replays FINE times from CUPTI ([`FineSampling::Every`] unless FINE is from CUPTI).
+    pub(crate) sampling: FineSampling,
 }
 
 impl Shared {

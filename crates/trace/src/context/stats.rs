@@ -95,6 +95,12 @@ pub struct TraceStats {
     pub event_bias_failures: u64,
     /// Command zones handed to the sink with the measured bias taken off.
     pub bias_corrected_zones: u64,
+    /// Replays of command buffers with CUPTI-timed commands, issued by a queue, that were
+    /// sampled ([`FineSampling`](crate::FineSampling): timed from CUPTI records); 0 under
+    /// [`FineSampling::Every`](crate::FineSampling::Every), which samples nothing out.
+    pub sampled_replays: u64,
+    /// Such replays that were not sampled: traced as COARSE is.
+    pub unsampled_replays: u64,
 }
 
 #[derive(Default)]
@@ -107,6 +113,8 @@ pub(crate) struct Counters {
     pub(crate) activity_zones: AtomicU64,
     pub(crate) event_bias_failures: AtomicU64,
     pub(crate) bias_corrected_zones: AtomicU64,
+    pub(crate) sampled_replays: AtomicU64,
+    pub(crate) unsampled_replays: AtomicU64,
     pub(crate) clock_syncs: AtomicU64,
     pub(crate) clock_sync_failures: AtomicU64,
     /// The clock figures that are not counts.

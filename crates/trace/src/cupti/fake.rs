@@ -59,6 +59,26 @@ struct State {
     fixed_timestamp: Option<u64>,
     dropped: usize,
     flushes: u64,
+    /// Calls of each entry point, by name.
+    calls: HashMap<&'static str, u64>,
+    /// The activity kinds enabled when each launch was made, by correlation id: a record is
+    /// produced for work launched while its kind was enabled, as CUPTI instruments a launch
+    /// when it is made.
+    launched_with: HashMap<u32, HashSet<u32>>,
+}
+
+impl State {
+    fn count(&mut self, name: &'static str) {
+        *self.calls.entry(name).or_insert(0) += 1;
+    }
+
+    /// Whether the work of call `correlation_id` produces a record of `kind`: the kind was
+    /// enabled when it was launched (through [`FakeCupti::launch`]), else is enabled now.
+    fn traces(&self, correlation_id: u32, kind: u32) -> bool {
+        self.launched_with
+            .get(&correlation_id)
+            .map_or_else(|| self.kinds.contains(&kind), |k| k.contains(&kind))
+    }
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -75,6 +95,7 @@ unsafe extern "C" fn subscribe(
     _userdata: *mut c_void,
 ) -> CUptiResult {
     with(|s| {
+        s.count("cuptiSubscribe");
         if s.taken_by_other || s.subscribed {
             return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
         }
@@ -88,6 +109,7 @@ unsafe extern "C" fn subscribe(
 
 unsafe extern "C" fn unsubscribe(_handle: CUpti_SubscriberHandle) -> CUptiResult {
     with(|s| {
+        s.count("cuptiUnsubscribe");
         s.subscribed = false;
         s.callback = None;
         s.callbacks.clear();
@@ -102,6 +124,7 @@ unsafe extern "C" fn enable_callback(
     cbid: CUpti_CallbackId,
 ) -> CUptiResult {
     with(|s| {
+        s.count("cuptiEnableCallback");
         if enable != 0 {
             s.callbacks.insert((domain, cbid));
         } else {
@@ -116,6 +139,7 @@ unsafe extern "C" fn register_callbacks(
     complete: BufferCompleteFunc,
 ) -> CUptiResult {
     with(|s| {
+        s.count("cuptiActivityRegisterCallbacks");
         s.request = Some(request);
         s.complete = Some(complete);
         CUPTI_SUCCESS
@@ -124,6 +148,7 @@ unsafe extern "C" fn register_callbacks(
 
 unsafe extern "C" fn activity_enable(kind: CUpti_ActivityKind) -> CUptiResult {
     with(|s| {
+        s.count("cuptiActivityEnable");
         s.kinds.insert(kind);
         CUPTI_SUCCESS
     })
@@ -131,6 +156,7 @@ unsafe extern "C" fn activity_enable(kind: CUpti_ActivityKind) -> CUptiResult {
 
 unsafe extern "C" fn activity_disable(kind: CUpti_ActivityKind) -> CUptiResult {
     with(|s| {
+        s.count("cuptiActivityDisable");
         s.kinds.remove(&kind);
         CUPTI_SUCCESS
     })
@@ -145,6 +171,7 @@ fn record_bytes(kind: u32) -> usize {
 
 unsafe extern "C" fn flush_all(_flag: u32) -> CUptiResult {
     let (records, request, complete) = with(|s| {
+        s.count("cuptiActivityFlushAll");
         s.flushes += 1;
         (std::mem::take(&mut s.pending), s.request, s.complete)
     });
@@ -205,6 +232,7 @@ unsafe extern "C" fn next_record(
     valid: usize,
     record: *mut *mut CUpti_Activity,
 ) -> CUptiResult {
+    with(|s| s.count("cuptiActivityGetNextRecord"));
     // SAFETY: CUPTI's contract: `record` is a valid in/out pointer into `buffer` or null.
     let current = unsafe { *record };
     let offset = if current.is_null() {
@@ -224,12 +252,18 @@ unsafe extern "C" fn next_record(
 
 unsafe extern "C" fn dropped_records(_c: CUcontext, _s: u32, out: *mut usize) -> CUptiResult {
     // SAFETY: a valid out-pointer.
-    with(|s| unsafe { *out = s.dropped });
+    with(|s| unsafe {
+        s.count("cuptiActivityGetNumDroppedRecords");
+        *out = s.dropped;
+    });
     CUPTI_SUCCESS
 }
 
 unsafe extern "C" fn get_timestamp(out: *mut u64) -> CUptiResult {
-    let (offset, fixed) = with(|s| (s.clock_offset_ns, s.fixed_timestamp));
+    let (offset, fixed) = with(|s| {
+        s.count("cuptiGetTimestamp");
+        (s.clock_offset_ns, s.fixed_timestamp)
+    });
     let t = fixed.map_or(i128::from(clock::now_ns()) + offset, i128::from);
     // SAFETY: a valid out-pointer.
     unsafe { *out = u64::try_from(t.max(0)).unwrap_or(u64::MAX) };
@@ -237,7 +271,10 @@ unsafe extern "C" fn get_timestamp(out: *mut u64) -> CUptiResult {
 }
 
 unsafe extern "C" fn graph_node_id(node: CUgraphNode, out: *mut u64) -> CUptiResult {
-    match with(|s| s.node_ids.get(&(node as usize)).copied()) {
+    match with(|s| {
+        s.count("cuptiGetGraphNodeId");
+        s.node_ids.get(&(node as usize)).copied()
+    }) {
         Some(id) => {
             // SAFETY: a valid out-pointer.
             unsafe { *out = id };
@@ -331,10 +368,24 @@ impl FakeCupti {
         with(|s| s.flushes)
     }
 
+    /// Calls of the entry point named `name` (as [`cupti_name!`](crate::cupti_name!) names
+    /// it) so far. `cuptiGetResultString` is not counted: it describes an error, it asks
+    /// CUPTI nothing.
+    pub fn calls(&self, name: &str) -> u64 {
+        with(|s| s.calls.get(name).copied().unwrap_or(0))
+    }
+
+    /// Calls of every entry point so far (as [`FakeCupti::calls`] counts them).
+    pub fn total_calls(&self) -> u64 {
+        with(|s| s.calls.values().sum())
+    }
+
     fn call_api(&self, cbid: u32, result: i32) -> u32 {
         let (id, callback) = with(|s| {
             let id = s.next_correlation;
             s.next_correlation += 1;
+            let kinds = s.kinds.clone();
+            s.launched_with.insert(id, kinds);
             let cb = s
                 .callbacks
                 .contains(&(ffi::CUPTI_CB_DOMAIN_DRIVER_API, cbid))
@@ -427,10 +478,12 @@ impl FakeCupti {
     }
 
     /// A kernel ran from `start` to `end` (CUPTI clock) for the call `correlation_id`, as graph
-    /// node `graph_node_id` (0 outside graphs). Kept until the next flush if kernels are traced.
+    /// node `graph_node_id` (0 outside graphs). Kept until the next flush if kernels are traced:
+    /// if the kind was enabled when that call was made ([`FakeCupti::launch`]), or, for a call
+    /// the fake did not see, is enabled now.
     pub fn complete_kernel(&self, correlation_id: u32, start: u64, end: u64, graph_node_id: u64) {
         with(|s| {
-            if s.kinds.contains(&CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+            if s.traces(correlation_id, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
                 s.pending.push(FakeRecord::Kernel(KernelRecordPrefix {
                     kind: CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                     start,
@@ -448,7 +501,7 @@ impl FakeCupti {
     /// A copy, as [`FakeCupti::complete_kernel`].
     pub fn complete_memcpy(&self, correlation_id: u32, start: u64, end: u64, graph_node_id: u64) {
         with(|s| {
-            if s.kinds.contains(&CUPTI_ACTIVITY_KIND_MEMCPY) {
+            if s.traces(correlation_id, CUPTI_ACTIVITY_KIND_MEMCPY) {
                 s.pending.push(FakeRecord::Memcpy(MemcpyRecordPrefix {
                     kind: CUPTI_ACTIVITY_KIND_MEMCPY,
                     start,
@@ -464,7 +517,7 @@ impl FakeCupti {
     /// A fill, as [`FakeCupti::complete_kernel`].
     pub fn complete_memset(&self, correlation_id: u32, start: u64, end: u64, graph_node_id: u64) {
         with(|s| {
-            if s.kinds.contains(&CUPTI_ACTIVITY_KIND_MEMSET) {
+            if s.traces(correlation_id, CUPTI_ACTIVITY_KIND_MEMSET) {
                 s.pending.push(FakeRecord::Memset(MemsetRecordPrefix {
                     kind: CUPTI_ACTIVITY_KIND_MEMSET,
                     start,

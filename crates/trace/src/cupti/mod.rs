@@ -29,9 +29,11 @@ pub use ffi::CuptiApi;
 pub use load::{CuptiLibrary, DEFAULT_LIBRARIES, LIBRARY_ENV};
 pub use records::{Activity, ActivityKind};
 pub use session::{
-    BUFFER_BYTES, CaptureGuard, ClockMap, CuptiSession, MAX_BUFFERS, MAX_UNCLAIMED,
+    ActivityWindow, BUFFER_BYTES, CaptureGuard, ClockMap, CuptiSession, MAX_BUFFERS, MAX_UNCLAIMED,
     REBASE_AFTER_NS, UNCLAIMED_AGE_NS,
 };
 
+#[cfg(test)]
+mod sampling_tests;
 #[cfg(test)]
 mod tests;

@@ -292,6 +292,8 @@ pub struct CuptiSession {
     api: CuptiApi,
     library: Option<CuptiLibrary>,
     subscriber: usize,
+    /// When the activity kinds are enabled (see [`CuptiSession::acquire_sampled_with`]).
+    gate: Mutex<Gate>,
     clock: Mutex<ClockMap>,
     arrived: Mutex<Arrived>,
     records: AtomicU64,
@@ -306,6 +308,41 @@ impl std::fmt::Debug for CuptiSession {
     }
 }
 
+/// When a session's activity kinds are enabled: for its whole life once any user asked for
+/// every launch ([`CuptiSession::acquire`]), otherwise only while an [`ActivityWindow`] is open.
+#[derive(Default)]
+struct Gate {
+    /// A user wants every launch traced: the kinds stay enabled until the session ends.
+    always: bool,
+    /// Windows open now.
+    windows: usize,
+    /// Whether the kinds are enabled now.
+    enabled: bool,
+    /// Times the kinds were enabled or disabled after the session started.
+    toggles: u64,
+}
+
+/// The activity kinds stay enabled while this lives (and the session's kinds are gated: see
+/// [`CuptiSession::acquire_sampled_with`]): open one around the issue of work whose records
+/// are wanted. The last window to close disables them again, unless a user of the session
+/// asked for every launch. Not sendable: it belongs to the issue it brackets.
+pub struct ActivityWindow {
+    session: Arc<CuptiSession>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for ActivityWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActivityWindow").finish_non_exhaustive()
+    }
+}
+
+impl Drop for ActivityWindow {
+    fn drop(&mut self) {
+        self.session.close_window();
+    }
+}
+
 /// The activity kinds enabled.
 const KINDS: [ffi::CUpti_ActivityKind; 3] = [
     ffi::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
@@ -316,30 +353,60 @@ const KINDS: [ffi::CUpti_ActivityKind; 3] = [
 impl CuptiSession {
     /// The live session, or a new one on the library at `library` (else the environment
     /// variable, else the loader's path). A live session is shared whatever path was asked for.
+    /// Its activity kinds are enabled for as long as it lives: every launch is traced.
     pub fn acquire(library: Option<&Path>) -> Result<Arc<Self>, CuptiError> {
-        let mut current = lock(&CURRENT);
-        if let Some(live) = current.upgrade() {
-            return Ok(live);
-        }
-        let lib = CuptiLibrary::load(library)?;
-        let api = *lib.api();
-        let session = Arc::new(Self::start(api, Some(lib))?);
-        *current = Arc::downgrade(&session);
-        Ok(session)
+        Self::acquire_as(true, || {
+            let lib = CuptiLibrary::load(library)?;
+            Ok((*lib.api(), Some(lib)))
+        })
     }
 
-    /// The live session, or a new one over `api` (a fake CUPTI in tests).
+    /// The live session, or a new one over `api` (a fake CUPTI in tests), as
+    /// [`CuptiSession::acquire`].
     pub fn acquire_with(api: CuptiApi) -> Result<Arc<Self>, CuptiError> {
+        Self::acquire_as(true, || Ok((api, None)))
+    }
+
+    /// As [`CuptiSession::acquire`], for a user that wants the records of some launches only:
+    /// a session it starts subscribes and registers its buffers but leaves the activity kinds
+    /// disabled, and enables them only while an [`ActivityWindow`] is open
+    /// ([`CuptiSession::open_window`]), so work issued outside every window costs CUPTI no
+    /// record. A live session is shared as it is: if a user of it asked for every launch, its
+    /// kinds stay enabled.
+    pub fn acquire_sampled(library: Option<&Path>) -> Result<Arc<Self>, CuptiError> {
+        Self::acquire_as(false, || {
+            let lib = CuptiLibrary::load(library)?;
+            Ok((*lib.api(), Some(lib)))
+        })
+    }
+
+    /// As [`CuptiSession::acquire_sampled`], over `api` (a fake CUPTI in tests).
+    pub fn acquire_sampled_with(api: CuptiApi) -> Result<Arc<Self>, CuptiError> {
+        Self::acquire_as(false, || Ok((api, None)))
+    }
+
+    fn acquire_as(
+        always: bool,
+        load: impl FnOnce() -> Result<(CuptiApi, Option<CuptiLibrary>), CuptiError>,
+    ) -> Result<Arc<Self>, CuptiError> {
         let mut current = lock(&CURRENT);
         if let Some(live) = current.upgrade() {
+            if always {
+                live.hold_enabled()?;
+            }
             return Ok(live);
         }
-        let session = Arc::new(Self::start(api, None)?);
+        let (api, library) = load()?;
+        let session = Arc::new(Self::start(api, library, always)?);
         *current = Arc::downgrade(&session);
         Ok(session)
     }
 
-    fn start(api: CuptiApi, library: Option<CuptiLibrary>) -> Result<Self, CuptiError> {
+    fn start(
+        api: CuptiApi,
+        library: Option<CuptiLibrary>,
+        always: bool,
+    ) -> Result<Self, CuptiError> {
         let mut subscriber: ffi::CUpti_SubscriberHandle = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the callback is a plain function that lives forever.
         unsafe {
@@ -354,6 +421,7 @@ impl CuptiSession {
             api,
             library,
             subscriber: subscriber as usize,
+            gate: Mutex::new(Gate::default()),
             clock: Mutex::new(ClockMap::from_bracket(0, 0, 0)),
             arrived: Mutex::new(Arrived {
                 activities: Vec::with_capacity(4096),
@@ -363,10 +431,102 @@ impl CuptiSession {
         };
         // From here `session`'s Drop undoes whatever was set up, on any failure.
         session.enable()?;
+        if always {
+            // Failing half-way, the session's Drop disables every kind.
+            for kind in KINDS {
+                // SAFETY: a plain activity kind.
+                unsafe { crate::cupti!(session.api, cuptiActivityEnable(kind)) }?;
+            }
+            let mut gate = lock(&session.gate);
+            gate.always = true;
+            gate.enabled = true;
+        }
         session.recalibrate()?;
         Ok(session)
     }
 
+    /// A user of the live session wants every launch traced: the kinds are enabled (if they
+    /// were not) and stay so until the session ends.
+    fn hold_enabled(&self) -> Result<(), CuptiError> {
+        let mut gate = lock(&self.gate);
+        if !gate.enabled {
+            self.set_kinds(true)?;
+            gate.enabled = true;
+            gate.toggles += 1;
+        }
+        gate.always = true;
+        Ok(())
+    }
+
+    /// Enables the activity kinds until the returned window closes (no CUPTI call when they
+    /// are enabled already). On an error nothing stays enabled by this call.
+    pub fn open_window(self: &Arc<Self>) -> Result<ActivityWindow, CuptiError> {
+        let mut gate = lock(&self.gate);
+        if !gate.enabled {
+            self.set_kinds(true)?;
+            gate.enabled = true;
+            gate.toggles += 1;
+        }
+        gate.windows += 1;
+        Ok(ActivityWindow {
+            session: self.clone(),
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    fn close_window(&self) {
+        let mut gate = lock(&self.gate);
+        gate.windows = gate.windows.saturating_sub(1);
+        if gate.windows == 0 && !gate.always && gate.enabled {
+            // A failure leaves them enabled: later windows find them so, and the session's end
+            // disables them.
+            if self.set_kinds(false).is_ok() {
+                gate.enabled = false;
+                gate.toggles += 1;
+            }
+        }
+    }
+
+    /// Whether the activity kinds are enabled now.
+    pub fn kinds_enabled(&self) -> bool {
+        lock(&self.gate).enabled
+    }
+
+    /// Times the activity kinds were enabled or disabled since the session started (each time
+    /// is one CUPTI call per kind).
+    pub fn kind_toggles(&self) -> u64 {
+        lock(&self.gate).toggles
+    }
+
+    /// Enables (or disables) every kind of [`KINDS`]. Enabling undoes itself on a failure.
+    fn set_kinds(&self, on: bool) -> Result<(), CuptiError> {
+        let api = &self.api;
+        if !on {
+            let mut result = Ok(());
+            for kind in KINDS {
+                // SAFETY: a plain activity kind.
+                let r = unsafe { crate::cupti!(api, cuptiActivityDisable(kind)) };
+                if result.is_ok() {
+                    result = r;
+                }
+            }
+            return result;
+        }
+        for (i, kind) in KINDS.into_iter().enumerate() {
+            // SAFETY: a plain activity kind.
+            if let Err(e) = unsafe { crate::cupti!(api, cuptiActivityEnable(kind)) } {
+                for done in &KINDS[..i] {
+                    // SAFETY: as above; the failure of an undo leaves nothing more to do.
+                    let _ = unsafe { (api.cuptiActivityDisable)(*done) };
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Subscribes to launches and graph-node clones, and registers the activity buffers. The
+    /// activity kinds are enabled apart ([`CuptiSession::start`], windows).
     fn enable(&self) -> Result<(), CuptiError> {
         let api = &self.api;
         let subscriber = self.subscriber as ffi::CUpti_SubscriberHandle;
@@ -404,12 +564,7 @@ impl CuptiSession {
                 api,
                 cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed)
             )
-        }?;
-        for kind in KINDS {
-            // SAFETY: a plain activity kind.
-            unsafe { crate::cupti!(api, cuptiActivityEnable(kind)) }?;
         }
-        Ok(())
     }
 
     /// CUPTI's clock now (`cuptiGetTimestamp`).

@@ -290,6 +290,13 @@ fn submission_args(details: &SubmissionDetails<'_>) -> Vec<u8> {
         }
         out.push(b']');
     }
+    if let Some(sample) = details.fine_sample {
+        let _ = write!(
+            out,
+            r#","sampled":{},"replay":{},"one_in":{}"#,
+            sample.sampled, sample.replay, sample.one_in
+        );
+    }
     out.push(b'}');
     out
 }

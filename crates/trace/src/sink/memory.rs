@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use super::{DropReason, Sink, SubmissionDetails, TrackId};
+use super::{DropReason, FineSample, Sink, SubmissionDetails, TrackId};
 use crate::Error;
 use crate::clock_sync::ClockSnapshot;
 use crate::lock::lock;
@@ -105,6 +105,8 @@ pub struct MemorySubmission {
     pub begin_ns: u64,
     /// When the queue took it.
     pub submitted_ns: u64,
+    /// Whether its command zones were sampled ([`SubmissionDetails::fine_sample`]).
+    pub fine_sample: Option<FineSample>,
 }
 
 /// A sink that keeps everything in memory.
@@ -258,6 +260,7 @@ impl Sink for MemorySink {
             flow: details.flow,
             begin_ns: timestamp_ns,
             submitted_ns: details.host.submitted_ns,
+            fine_sample: details.fine_sample,
         });
         self.gpu_zone_begin(track, name, timestamp_ns);
     }

@@ -114,6 +114,23 @@ pub struct SubmissionDetails<'a> {
     /// An id unique in the process linking the host zone to the GPU zones it produced (a flow
     /// arrow in viewers that draw them).
     pub flow: u64,
+    /// Whether this replay's command zones were sampled, when FINE samples replays
+    /// ([`FineSampling`](crate::FineSampling)) and a command buffer of the submission has
+    /// CUPTI-timed commands; `None` otherwise (every replay is timed, or none can be).
+    pub fine_sample: Option<FineSample>,
+}
+
+/// Whether a submission was one of the replays FINE sampled ([`SubmissionDetails::fine_sample`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FineSample {
+    /// Its commands were timed from CUPTI activity records (otherwise only the submission's and
+    /// the command buffers' zones are shown, as COARSE shows them).
+    pub sampled: bool,
+    /// The replay's index among its executable's replays, from 0 (of the first command buffer
+    /// of the submission with CUPTI-timed commands; sampled when any such buffer was).
+    pub replay: u64,
+    /// The rate it was decided at: one replay in this many.
+    pub one_in: u32,
 }
 
 /// A consumer of collected zones. All timestamps are trace-clock nanoseconds

@@ -229,6 +229,7 @@ mod tests {
                 issue_end_ns: 2_210_000,
             },
             flow: 1,
+            fine_sample: None,
         };
         sink.submission_begin(track, "submission", 2_300_000, &details);
         sink.command_buffer_begin(track, "graph command buffer", 2_300_000, 1, 0);

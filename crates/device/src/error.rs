@@ -31,6 +31,12 @@ pub enum Error {
     },
     /// An argument is outside what the operation accepts.
     InvalidArgument(String),
+    /// Resident queues are not available on this device and driver yet: what is missing (the
+    /// device-side scheduler kernel, at least, is not built yet).
+    ResidentUnavailable {
+        /// Everything missing, each named.
+        missing: Vec<crate::resident_missing::ResidentMissing>,
+    },
     /// NCCL could not be loaded, or one of its calls failed (with NCCL's message).
     Nccl(cuhal_sys::NcclError),
     /// Not every rank of a communicator joined within the caller's timeout; this process's
@@ -201,6 +207,15 @@ impl fmt::Display for Error {
                 write!(f, "no CUDA device {ordinal}: the driver sees {count}")
             }
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::ResidentUnavailable { missing } => {
+                f.write_str(
+                    "resident queues are not available on this device/driver yet; missing:",
+                )?;
+                for (i, what) in missing.iter().enumerate() {
+                    write!(f, "{} {what}", if i == 0 { "" } else { ";" })?;
+                }
+                Ok(())
+            }
             Error::Nccl(e) => write!(f, "{e}"),
             Error::JoinTimeout { timeout } => write!(
                 f,

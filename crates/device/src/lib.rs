@@ -99,6 +99,8 @@ mod lost;
 mod memory;
 mod peer;
 mod queue;
+mod resident;
+mod resident_missing;
 mod submissions;
 mod wait;
 
@@ -106,6 +108,7 @@ pub use collective::{
     Collective, CollectiveCommandBuffers, CollectivePart, Communicator, CommunicatorOptions, Nccl,
     PartField, UniqueId,
 };
+pub use cuhal_resident::ResidentOptions;
 pub use device::{Device, DeviceOptions, Driver, MAX_RESERVED_EVENTS};
 pub use error::{Error, Result, cuda_of_failure};
 pub use event_pool::CudaEvent;
@@ -113,6 +116,8 @@ pub use interop::{ExportedBuffer, ExportedEvent, ForeignEvent, PointerInfo, Rele
 pub use lost::DeviceLost;
 pub use memory::Allocation;
 pub use queue::{BoundCommandBuffer, CommandBufferMode, Queue, SemaphoreValues};
+pub use resident::ResidentQueue;
+pub use resident_missing::{RESIDENT_MIN_DRIVER, ResidentMissing};
 pub use wait::{WaitMode, WaitSemaphores, wait_semaphores, wait_semaphores_async};
 
 pub use cuhal_command::{

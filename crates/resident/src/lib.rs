@@ -21,8 +21,9 @@
 //! - [`ResidentQueue`], whose scheduler is a CPU model (a thread calling a [`Launcher`]), enough
 //!   to test the ring, back-pressure, failure, device loss and shutdown without a GPU.
 //!
-//! **Not built yet:** the device-side scheduler kernel and device graph instantiation; no
-//! `cuhal` device opens a resident queue yet. See `docs/decisions/resident.md`.
+//! **Not built yet:** the device-side scheduler kernel and device graph instantiation. The
+//! device crate refuses to open a resident queue on a real GPU with a typed error naming what
+//! is missing. See `docs/decisions/resident.md`.
 //!
 //! ```
 //! use std::sync::Arc;

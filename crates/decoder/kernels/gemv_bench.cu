@@ -1,13 +1,20 @@
-// The decoder's two GEMVs at batch 1, timed per shape of the `small` and `1b` configurations:
-// `gemv_f16` (split as the decoder launches it) against `gemv_staged_f16`, each over copies of
-// its weights larger than L2 (so every launch reads memory, not cache), in 10 alternating
-// rounds of 200 launches, beside a 1 GiB device-to-device copy (the weights floor's rate).
-// It also checks that both write the same outputs. On a machine with nvcc and a GPU:
-//   nvcc -O3 -std=c++17 -arch=sm_90 -o gemv_bench gemv_bench.cu && ./gemv_bench
+// The decoder's GEMVs at batch 1, timed per shape of the `small` and `1b` configurations:
+// `gemv_f16` (split as the decoder launches it for batches), `gemv_stream_f16` with the
+// decoder's column split and grid (`stream_shape` in src/gpu/step.rs, repeated here as
+// `rule`), and a sweep of `gemv_stream`'s variants (rows a warp R, chunk C, warps a block W,
+// pipelined loads, column split S, grid: the whole matrix, one block per SM times the
+// occupancy, or half that). Every launch is a programmatic dependent launch behind the one
+// before, as in the decoder; each weights copy rotates over more than L2 (so every launch
+// reads memory, not cache); rounds alternate over the variants (median of the rounds, their
+// range in brackets), beside a 1 GiB device-to-device copy (the weights floor's rate). Each
+// variant's outputs are checked against `gemv_f16`'s. On a machine with nvcc and a GPU:
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o gemv_bench gemv_bench.cu && ./gemv_bench [ITERS ROUNDS [SHAPE]]
 #include "kernels.cu"
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+#include <string>
 #include <algorithm>
 #include <cuda_runtime.h>
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA error %s at %d\n", cudaGetErrorString(e), __LINE__); exit(1); } } while (0)
@@ -24,11 +31,19 @@ __global__ void fill_float(float* p, size_t n, uint32_t seed) {
         p[i] = ((h & 0xffff) / 65535.0f - 0.5f) * 2.0f;
     }
 }
-
+typedef void (*StreamFn)(const __half*, const float*, float*, const __half*, float, uint32_t, uint32_t, uint32_t, uint32_t);
+template <int R, int C, int W, bool P>
+__global__ void __launch_bounds__(32 * W) k_stream(const __half* w, const float* x, float* y, const __half* norm, float eps, uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit) {
+    gemv_stream<__half, R, C, W, P>(w, x, y, norm, eps, rows, cols, mode, ksplit);
+}
+struct Cfg { StreamFn fn; int R, C, W; bool P; };
+#define CFG(R, C, W, P) Cfg{k_stream<R, C, W, P>, R, C, W, P}
 struct Shape { const char* name; uint32_t rows, cols; bool norm; uint32_t mode; };
+struct Var { std::string name; int kind; Cfg cfg; uint32_t S; dim3 grid; int block; size_t smem; std::vector<float> t; double maxrel; };
 
 int main(int argc, char** argv) {
-    int iters = 200;
+    int iters = argc > 1 ? atoi(argv[1]) : 100, rounds = argc > 2 ? atoi(argv[2]) : 7;
+    const char* only = argc > 3 ? argv[3] : nullptr;
     Shape shapes[] = {
         {"1b qkv", 3072, 2048, true, GEMV_WRITE}, {"1b o", 2048, 2048, false, GEMV_ACCUMULATE},
         {"1b gate_up", 16384, 2048, true, GEMV_SWIGLU}, {"1b down", 2048, 8192, false, GEMV_ACCUMULATE},
@@ -37,9 +52,14 @@ int main(int argc, char** argv) {
         {"small gate_up", 2816, 512, true, GEMV_SWIGLU}, {"small down", 512, 1408, false, GEMV_ACCUMULATE},
         {"small lm_head", 32000, 512, true, GEMV_WRITE},
     };
+    Cfg cfgs[] = {
+        CFG(2, 8, 4, false), CFG(2, 8, 4, true), CFG(2, 4, 4, true), CFG(2, 8, 8, false), CFG(2, 8, 8, true),
+        CFG(2, 4, 8, true), CFG(4, 4, 4, true), CFG(4, 4, 8, false), CFG(4, 4, 8, true), CFG(4, 8, 4, false),
+        CFG(2, 16, 4, false), CFG(4, 2, 8, true), CFG(2, 2, 8, true), CFG(2, 4, 16, true), CFG(2, 8, 16, false),
+    };
+    int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    // Copy rate: 1 GiB D2D.
     size_t cbytes = 1ull << 30; void *ca, *cb; CK(cudaMalloc(&ca, cbytes)); CK(cudaMalloc(&cb, cbytes));
     float best_copy = 1e9;
     for (int i = 0; i < 5; i++) {
@@ -47,57 +67,95 @@ int main(int argc, char** argv) {
         CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1)); float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
         best_copy = std::min(best_copy, ms);
     }
-    double copy_rate = 2.0 * cbytes / (best_copy * 1e-3);  // read + write bytes per second
-    printf("copy rate (read+write) %.0f GB/s\n", copy_rate / 1e9);
+    double copy_rate = 2.0 * cbytes / (best_copy * 1e-3);
+    printf("SMs %d, copy rate (read+write) %.0f GB/s\n", sms, copy_rate / 1e9);
     CK(cudaFree(ca)); CK(cudaFree(cb));
-    printf("%-14s %9s %9s %9s %8s %8s %8s %10s\n", "shape", "floor_us", "old_us", "new_us", "old_eff", "new_eff", "new/old", "max_rel");
+    cudaLaunchAttribute pdl[1]; pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; pdl[0].val.programmaticStreamSerializationAllowed = 1;
     for (auto& sh : shapes) {
+        if (only && !strstr(sh.name, only)) continue;
         size_t wn = (size_t)sh.rows * sh.cols, wbytes = wn * 2;
         int copies = (int)std::max<size_t>(2, (400ull << 20) / wbytes + 1);
         std::vector<__half*> ws(copies);
         for (auto& w : ws) { CK(cudaMalloc(&w, wbytes)); fill_half<<<1024, 256, 0, st>>>(w, wn, 7); }
-        float *x, *y, *y2; __half* nrm;
+        float *x, *y, *yref; __half* nrm;
         uint32_t outputs = sh.mode == GEMV_SWIGLU ? sh.rows / 2 : sh.rows;
-        CK(cudaMalloc(&x, sh.cols * 4)); CK(cudaMalloc(&y, outputs * 4)); CK(cudaMalloc(&y2, outputs * 4));
+        CK(cudaMalloc(&x, sh.cols * 4)); CK(cudaMalloc(&y, outputs * 4)); CK(cudaMalloc(&yref, outputs * 4));
         CK(cudaMalloc(&nrm, sh.cols * 2));
         fill_float<<<64, 256, 0, st>>>(x, sh.cols, 3); fill_half<<<64, 256, 0, st>>>(nrm, sh.cols, 5);
         const __half* norm = sh.norm ? nrm : nullptr;
         uint32_t split = sh.rows < 4096 ? GEMV_WARPS : 1;
-        dim3 og((sh.rows + GEMV_WARP_ROWS * GEMV_WARPS / split - 1) / (GEMV_WARP_ROWS * GEMV_WARPS / split), 1);
-        uint32_t per_warp = sh.mode == GEMV_SWIGLU ? GEMV_STAGED_ROWS / 2 : GEMV_STAGED_ROWS;
-        dim3 ng((outputs + per_warp * GEMV_WARPS - 1) / (per_warp * GEMV_WARPS));
         size_t smem = sh.cols * 4;
-        CK(cudaFuncSetAttribute(gemv_staged_f16, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
-        // Correctness (write into zeroed outputs; accumulate of zero = write).
-        CK(cudaMemsetAsync(y, 0, outputs * 4, st)); CK(cudaMemsetAsync(y2, 0, outputs * 4, st));
-        gemv_f16<<<og, 32 * GEMV_WARPS, 0, st>>>(ws[0], x, y, norm, 1e-5f, sh.rows, sh.cols, 1, sh.mode, split);
-        gemv_staged_f16<<<ng, 32 * GEMV_WARPS, smem, st>>>(ws[0], x, y2, norm, 1e-5f, sh.rows, sh.cols, sh.mode);
-        CK(cudaStreamSynchronize(st)); CK(cudaGetLastError());
-        std::vector<float> a(outputs), b(outputs);
-        CK(cudaMemcpy(a.data(), y, outputs * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(b.data(), y2, outputs * 4, cudaMemcpyDeviceToHost));
-        double maxrel = 0, scale = 1e-6; for (auto v : a) scale = std::max(scale, (double)fabsf(v));
-        for (uint32_t i = 0; i < outputs; i++) maxrel = std::max(maxrel, (double)fabsf(a[i] - b[i]) / scale);
-        // Timing: alternating rounds of `iters` launches, weights rotated.
-        std::vector<float> to, tn;
-        for (int round = 0; round < 10; round++) {
-            for (int side = 0; side < 2; side++) {
-                CK(cudaEventRecord(e0, st));
-                for (int i = 0; i < iters; i++) {
-                    const __half* w = ws[i % copies];
-                    if (side == 0) gemv_f16<<<og, 32 * GEMV_WARPS, 0, st>>>(w, x, y, norm, 1e-5f, sh.rows, sh.cols, 1, sh.mode, split);
-                    else gemv_staged_f16<<<ng, 32 * GEMV_WARPS, smem, st>>>(w, x, y2, norm, 1e-5f, sh.rows, sh.cols, sh.mode);
+        std::vector<Var> vars;
+        // Baselines: kind 0 split gemv, kind 1 the decoder's gemv_stream_f16 and its rule.
+        vars.push_back({"gemv split", 0, cfgs[0], split, dim3((sh.rows + GEMV_WARP_ROWS * GEMV_WARPS / split - 1) / (GEMV_WARP_ROWS * GEMV_WARPS / split)), 32 * GEMV_WARPS, 0, {}, 0});
+        {
+            uint32_t per_group = sh.mode == GEMV_SWIGLU ? GEMV_STREAM_ROWS / 2 : GEMV_STREAM_ROWS;
+            uint32_t groups = std::max(1u, (outputs + per_group - 1) / per_group);
+            auto blocks = [&](uint32_t s) { return (groups + GEMV_STREAM_WARPS / s - 1) / (GEMV_STREAM_WARPS / s); };
+            uint32_t s = 1;
+            while (s < 4 && sh.cols / 8 / (2 * s) >= 32 && blocks(2 * s) <= (uint32_t)sms) s *= 2;
+            char nm[96]; snprintf(nm, sizeof nm, "rule: gemv_stream S%u grid %u", s, std::min(blocks(s), (uint32_t)sms));
+            vars.push_back({nm, 1, cfgs[0], s, dim3(std::min(blocks(s), (uint32_t)sms)), 32 * GEMV_STREAM_WARPS, smem, {}, 0});
+        }
+        for (auto& c : cfgs) {
+            uint32_t per_group = sh.mode == GEMV_SWIGLU ? c.R / 2 : c.R;
+            uint32_t groups = (outputs + per_group - 1) / per_group;
+            int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, c.fn, 32 * c.W, smem));
+            if (occ == 0) continue;
+            for (uint32_t S = 1; S <= (uint32_t)c.W && S <= 8; S *= 2) {
+                if ((sh.cols / 8 + S - 1) / S < 32) continue;
+                uint32_t per_block = c.W / S;
+                uint32_t full = (groups + per_block - 1) / per_block;
+                uint32_t gridsz[3] = {full, std::min<uint32_t>(full, occ * sms), std::min<uint32_t>(full, std::max(1, occ / 2) * sms)};
+                for (int gi = 0; gi < 3; gi++) {
+                    if (gi > 0 && gridsz[gi] == full) continue;
+                    if (gi == 2 && gridsz[2] == gridsz[1]) continue;
+                    char nm[96]; snprintf(nm, sizeof nm, "R%d C%d W%d %s S%u grid %u%s", c.R, c.C, c.W, c.P ? "pipe" : "    ", S, gridsz[gi], gi == 0 ? "" : gi == 1 ? " (occ)" : " (occ/2)");
+                    vars.push_back({nm, 2, c, S, dim3(gridsz[gi]), 32 * c.W, smem, {}, 0});
                 }
+            }
+        }
+        auto launch = [&](Var& v, const __half* w, float* out) {
+            cudaLaunchConfig_t cfg = {}; cfg.gridDim = v.grid; cfg.blockDim = dim3(v.block); cfg.dynamicSmemBytes = v.smem; cfg.stream = st; cfg.attrs = pdl; cfg.numAttrs = 1;
+            if (v.kind == 0) CK(cudaLaunchKernelEx(&cfg, gemv_f16, w, (const float*)x, out, norm, 1e-5f, sh.rows, sh.cols, 1u, sh.mode, v.S));
+            else if (v.kind == 1) CK(cudaLaunchKernelEx(&cfg, gemv_stream_f16, w, (const float*)x, out, norm, 1e-5f, sh.rows, sh.cols, sh.mode, v.S));
+            else CK(cudaLaunchKernelEx(&cfg, v.cfg.fn, w, (const float*)x, out, norm, 1e-5f, sh.rows, sh.cols, sh.mode, v.S));
+        };
+        // Correctness against the split gemv.
+        std::vector<float> ref(outputs), got(outputs);
+        CK(cudaMemsetAsync(yref, 0, outputs * 4, st)); launch(vars[0], ws[0], yref);
+        CK(cudaStreamSynchronize(st)); CK(cudaMemcpy(ref.data(), yref, outputs * 4, cudaMemcpyDeviceToHost));
+        double scale = 1e-6; for (auto v : ref) scale = std::max(scale, (double)fabsf(v));
+        for (auto& v : vars) {
+            CK(cudaMemsetAsync(y, 0, outputs * 4, st)); launch(v, ws[0], y);
+            CK(cudaStreamSynchronize(st)); CK(cudaGetLastError());
+            CK(cudaMemcpy(got.data(), y, outputs * 4, cudaMemcpyDeviceToHost));
+            for (uint32_t i = 0; i < outputs; i++) v.maxrel = std::max(v.maxrel, (double)fabsf(ref[i] - got[i]) / scale);
+        }
+        for (int round = 0; round < rounds; round++) {
+            for (auto& v : vars) {
+                CK(cudaEventRecord(e0, st));
+                for (int i = 0; i < iters; i++) launch(v, ws[i % copies], y);
                 CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1)); float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
-                (side == 0 ? to : tn).push_back(ms * 1000.0f / iters);
+                v.t.push_back(ms * 1000.0f / iters);
             }
         }
         CK(cudaGetLastError());
-        std::sort(to.begin(), to.end()); std::sort(tn.begin(), tn.end());
-        double o = to[to.size() / 2], n = tn[tn.size() / 2];
         double floor_us = wbytes / copy_rate * 1e6;
-        printf("%-14s %9.2f %9.2f %9.2f %7.0f%% %7.0f%% %8.3f %10.2e  (new spread %.2f-%.2f)\n", sh.name, floor_us, o, n, 100 * floor_us / o, 100 * floor_us / n, n / o, maxrel, tn.front(), tn.back());
+        for (auto& v : vars) std::sort(v.t.begin(), v.t.end());
+        std::vector<int> order(vars.size()); for (size_t i = 0; i < vars.size(); i++) order[i] = i;
+        std::sort(order.begin(), order.end(), [&](int a, int b) { return vars[a].t[rounds / 2] < vars[b].t[rounds / 2]; });
+        printf("== %s (%u x %u) floor %.2f us, %d variants\n", sh.name, sh.rows, sh.cols, floor_us, (int)vars.size());
+        int shown = 0;
+        for (size_t k = 0; k < order.size(); k++) {
+            auto& v = vars[order[k]];
+            if (shown < 12 || v.kind < 2) {
+                printf("  %2zu %-40s %8.2f us (%.2f-%.2f) eff %3.0f%% maxrel %.1e\n", k, v.name.c_str(), v.t[rounds / 2], v.t.front(), v.t.back(), 100 * floor_us / v.t[rounds / 2], v.maxrel);
+                shown++;
+            }
+        }
         for (auto& w : ws) CK(cudaFree(w));
-        CK(cudaFree(x)); CK(cudaFree(y)); CK(cudaFree(y2)); CK(cudaFree(nrm));
+        CK(cudaFree(x)); CK(cudaFree(y)); CK(cudaFree(yref)); CK(cudaFree(nrm));
     }
     return 0;
 }

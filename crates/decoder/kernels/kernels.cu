@@ -98,6 +98,37 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// Asks L2 to fetch `ranges` ranges of `bytes` bytes each, `stride` bytes apart from `base`
+// (16-byte aligned; `bytes` and `stride` multiples of 16), shared out over the grid's blocks.
+// Nothing waits for it: a kernel whose memory system would idle uses it to warm L2 with the
+// weights a later kernel of the step reads first. Bulk prefetches (one instruction per 64 KiB)
+// on sm_90 and later, a line at a time before.
+__device__ void prefetch_ranges_l2(const char* base, unsigned long long bytes,
+                                   unsigned long long stride, uint32_t ranges) {
+    unsigned long long blocks = (unsigned long long)gridDim.x * gridDim.y;
+    unsigned long long id = (unsigned long long)blockIdx.y * gridDim.x + blockIdx.x;
+    unsigned long long share = ((bytes + blocks - 1) / blocks + 127) & ~127ull;
+    unsigned long long from = id * share, to = min(bytes, from + share);
+    for (uint32_t r = 0; r < ranges; r++) {
+        const char* p = base + r * stride;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if (threadIdx.x == 0) {
+            for (unsigned long long off = from; off < to; off += 65536) {
+                uint32_t size = (uint32_t)min(65536ull, to - off) & ~15u;
+                if (size > 0)
+                    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off),
+                                 "r"(size)
+                                 : "memory");
+            }
+        }
+#else
+        for (unsigned long long off = from + threadIdx.x * 128ull; off < to;
+             off += blockDim.x * 128ull)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+#endif
+    }
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
@@ -325,61 +356,62 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
     }
 }
 
-// One sequence (batch 1), its input staged once per block: the block copies x into shared
-// memory (normalized where `norm` is given: one block-wide sum of squares), and each warp then
-// streams GEMV_STAGED_ROWS rows (SWIGLU: half gate rows, half their up rows), every lane
-// holding GEMV_STAGED_CHUNK 128-bit words of each row in flight before it uses them. The
-// block's first chunk is loaded before `step_wait` (weights do not depend on the kernel
-// before), so the wait and the staging hide its latency.
-// Grid (ceil(outputs / (outputs per warp * GEMV_WARPS))), block 32 * GEMV_WARPS, dynamic
-// shared memory cols * 4 bytes (cols a multiple of 8).
-#ifndef GEMV_STAGED_ROWS
-#define GEMV_STAGED_ROWS 2
-#endif
-#ifndef GEMV_STAGED_CHUNK
-#define GEMV_STAGED_CHUNK 8
-#endif
-
-__device__ __forceinline__ void load_chunk(const uint4* const wrow[GEMV_STAGED_ROWS],
-                                           uint32_t base, uint32_t words, uint32_t lane,
-                                           uint4 out[GEMV_STAGED_ROWS][GEMV_STAGED_CHUNK]) {
-#pragma unroll
-    for (int c = 0; c < GEMV_STAGED_CHUNK; c++) {
-        uint32_t i = base + c * 32 + lane;
-#pragma unroll
-        for (int j = 0; j < GEMV_STAGED_ROWS; j++)
-            out[j][c] = i < words ? __ldg(wrow[j] + i) : make_uint4(0, 0, 0, 0);
-    }
-}
-
-template <typename T>
-__device__ void gemv_staged(const T* __restrict__ w, const float* __restrict__ x,
+// One sequence (batch 1), streaming: the block stages x once in shared memory (normalized
+// where `norm` is given), then its warps walk groups of R rows (SWIGLU: R/2 gate rows and
+// their R/2 up rows), the block's groups strided by the grid, so a grid smaller than the
+// matrix (one block per SM) stages its input once and keeps streaming. `ksplit` warps share a
+// group, each a slice of the columns, their sums added in shared memory. Each lane holds C
+// 128-bit words of each of the R rows; with PIPE the next chunk (of this group or the next) is
+// loaded before the current one is used. The first chunk is loaded before `step_wait`
+// (weights do not depend on the kernel before). Grid any size; block 32 * W; dynamic shared
+// memory cols * 4 bytes (cols a multiple of 8); ksplit divides W.
+// `gemv_bench.cu` sweeps R, C, W, PIPE, ksplit and the grid per shape; the decoder's
+// instantiation (GEMV_STREAM_*) is the one that won there (docs/benchmarks.md).
+#define GEMV_STREAM_ROWS 2
+#define GEMV_STREAM_CHUNK 4
+#define GEMV_STREAM_WARPS 16
+template <typename T, int R, int C, int W, bool PIPE>
+__device__ void gemv_stream(const T* __restrict__ w, const float* __restrict__ x,
                             float* __restrict__ y, const T* __restrict__ norm, float eps,
-                            uint32_t rows, uint32_t cols, uint32_t mode) {
-    constexpr int R = GEMV_STAGED_ROWS;
+                            uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit) {
     extern __shared__ float4 staged[];
     __shared__ float scratch[32];
+    __shared__ float partial[W][R];
     uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool swiglu = mode == GEMV_SWIGLU;
     uint32_t outputs = swiglu ? rows / 2 : rows;
-    // The warp's first output and how many it writes.
-    uint32_t per_warp = swiglu ? R / 2 : R;
-    uint32_t first = (blockIdx.x * GEMV_WARPS + warp) * per_warp;
-    uint32_t row[R];
-    bool valid[R];
-#pragma unroll
-    for (int j = 0; j < R; j++) {
-        uint32_t out = first + (swiglu ? j % (R / 2) : j);
-        valid[j] = out < outputs;
-        // An invalid row reads row 0 (in bounds) and is never written.
-        row[j] = valid[j] ? (swiglu && j >= R / 2 ? outputs + out : out) : 0;
-    }
-    const uint4* wrow[R];
-#pragma unroll
-    for (int j = 0; j < R; j++) wrow[j] = reinterpret_cast<const uint4*>(w + (size_t)row[j] * cols);
+    uint32_t per_group = swiglu ? R / 2 : R;
+    uint32_t groups = (outputs + per_group - 1) / per_group;
+    uint32_t per_block = W / ksplit;  // groups a block walks at once
+    uint32_t slice = warp % ksplit, team = warp / ksplit;
     uint32_t words = cols / 8;
-    uint4 wv[R][GEMV_STAGED_CHUNK];
-    if (valid[0]) load_chunk(wrow, 0, words, lane, wv);
+    uint32_t span = (words + ksplit - 1) / ksplit;
+    uint32_t lo = min(words, slice * span), hi = min(words, lo + span);
+    uint32_t chunks = (span + 32 * C - 1) / (32 * C);
+    // Block-uniform trip count: the block's passes over its groups, times the chunks of each.
+    uint32_t stride = gridDim.x * per_block;
+    uint32_t first_group = blockIdx.x * per_block;
+    uint32_t passes = first_group < groups ? (groups - first_group + stride - 1) / stride : 0;
+    uint32_t steps = passes * chunks;
+    // The rows of group g (invalid ones read row 0, in bounds, and are never written).
+    auto load = [&](uint32_t step, uint4 (&buf)[R][C]) {
+        uint32_t g = first_group + (step / chunks) * stride + team;
+        uint32_t base = lo + (step % chunks) * 32 * C;
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            uint32_t out = g * per_group + (swiglu ? j % (R / 2) : j);
+            bool ok = g < groups && out < outputs;
+            uint32_t row = ok ? (swiglu && j >= R / 2 ? outputs + out : out) : 0;
+            const uint4* p = reinterpret_cast<const uint4*>(w + (size_t)row * cols);
+#pragma unroll
+            for (int c = 0; c < C; c++) {
+                uint32_t i = base + c * 32 + lane;
+                buf[j][c] = ok && i < hi ? __ldg(p + i) : make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+    uint4 cur[R][C];
+    if (steps > 0) load(0, cur);
     step_wait();
     // Stage x, normalized where asked (every thread of the block takes part).
     const float4* x4 = reinterpret_cast<const float4*>(x);
@@ -400,41 +432,76 @@ __device__ void gemv_staged(const T* __restrict__ w, const float* __restrict__ x
         }
     }
     __syncthreads();
-    if (!valid[0]) {
-        step_release();
-        return;
-    }
+    if (steps == 0) return;
     float acc[R] = {};
-    for (uint32_t base = 0; base < words; base += 32 * GEMV_STAGED_CHUNK) {
-        if (base > 0) load_chunk(wrow, base, words, lane, wv);
+    for (uint32_t step = 0; step < steps; step++) {
+        uint4 next[R][C];
+        bool more = step + 1 < steps;
+        if (PIPE && more) load(step + 1, next);
+        uint32_t base = lo + (step % chunks) * 32 * C;
 #pragma unroll
-        for (int c = 0; c < GEMV_STAGED_CHUNK; c++) {
+        for (int c = 0; c < C; c++) {
             uint32_t i = base + c * 32 + lane;
-            if (i < words) {
-                float4 lo = staged[2 * i], hi = staged[2 * i + 1];
+            if (i < hi) {
+                float4 a = staged[2 * i], b = staged[2 * i + 1];
 #pragma unroll
                 for (int j = 0; j < R; j++) {
                     float wf[8];
-                    unpack8(wv[j][c], (T*)nullptr, wf);
-                    acc[j] += wf[0] * lo.x + wf[1] * lo.y + wf[2] * lo.z + wf[3] * lo.w +
-                              wf[4] * hi.x + wf[5] * hi.y + wf[6] * hi.z + wf[7] * hi.w;
+                    unpack8(cur[j][c], (T*)nullptr, wf);
+                    acc[j] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w +
+                              wf[4] * b.x + wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
                 }
             }
         }
-    }
-    step_release();
+        if (!more) step_release();
+        if (step % chunks == chunks - 1) {
+            // The group is done: add the lanes' (and the slices') sums and write.
+            uint32_t g = first_group + (step / chunks) * stride + team;
 #pragma unroll
-    for (int j = 0; j < R; j++) acc[j] = warp_sum(acc[j]);
-    if (lane != 0) return;
+            for (int j = 0; j < R; j++) acc[j] = warp_sum(acc[j]);
+            if (ksplit > 1) {
+                if (lane == 0) {
 #pragma unroll
-    for (int j = 0; j < R; j++) {
-        if (swiglu) {
-            if (j < R / 2 && valid[j]) {
-                float g = acc[j];
-                y[first + j] = g / (1.0f + __expf(-g)) * acc[j + R / 2];
+                    for (int j = 0; j < R; j++) partial[warp][j] = acc[j];
+                }
+                __syncthreads();
+                if (slice == 0) {
+#pragma unroll
+                    for (int j = 0; j < R; j++) {
+                        float s = 0.0f;
+                        for (uint32_t k = 0; k < ksplit; k++) s += partial[warp + k][j];
+                        acc[j] = s;
+                    }
+                }
+                __syncthreads();
             }
-        } else if (valid[j]) {
-            y[first + j] = mode == GEMV_ACCUMULATE ? y[first + j] + acc[j] : acc[j];
+            if (lane == 0 && slice == 0 && g < groups) {
+#pragma unroll
+                for (int j = 0; j < R; j++) {
+                    uint32_t out = g * per_group + (swiglu ? j % (R / 2) : j);
+                    if (out >= outputs) continue;
+                    if (swiglu) {
+                        if (j < R / 2) {
+                            float gt = acc[j];
+                            y[out] = gt / (1.0f + __expf(-gt)) * acc[j + R / 2];
+                        }
+                    } else {
+                        y[out] = mode == GEMV_ACCUMULATE ? y[out] + acc[j] : acc[j];
+                    }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < R; j++) acc[j] = 0.0f;
+        }
+        if (more) {
+            if (PIPE) {
+#pragma unroll
+                for (int j = 0; j < R; j++)
+#pragma unroll
+                    for (int c = 0; c < C; c++) cur[j][c] = next[j][c];
+            } else {
+                load(step + 1, cur);
+            }
         }
     }
 }
@@ -450,15 +517,18 @@ extern "C" __global__ void gemv_bf16(const __nv_bfloat16* w, const float* x, flo
                                      uint32_t ksplit) {
     gemv(w, x, y, norm, eps, rows, cols, batch, mode, ksplit);
 }
-extern "C" __global__ void gemv_staged_f16(const __half* w, const float* x, float* y,
-                                           const __half* norm, float eps, uint32_t rows,
-                                           uint32_t cols, uint32_t mode) {
-    gemv_staged(w, x, y, norm, eps, rows, cols, mode);
+extern "C" __global__ void __launch_bounds__(32 * GEMV_STREAM_WARPS)
+    gemv_stream_f16(const __half* w, const float* x, float* y, const __half* norm, float eps,
+                    uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit) {
+    gemv_stream<__half, GEMV_STREAM_ROWS, GEMV_STREAM_CHUNK, GEMV_STREAM_WARPS, true>(
+        w, x, y, norm, eps, rows, cols, mode, ksplit);
 }
-extern "C" __global__ void gemv_staged_bf16(const __nv_bfloat16* w, const float* x, float* y,
-                                            const __nv_bfloat16* norm, float eps, uint32_t rows,
-                                            uint32_t cols, uint32_t mode) {
-    gemv_staged(w, x, y, norm, eps, rows, cols, mode);
+extern "C" __global__ void __launch_bounds__(32 * GEMV_STREAM_WARPS)
+    gemv_stream_bf16(const __nv_bfloat16* w, const float* x, float* y,
+                     const __nv_bfloat16* norm, float eps, uint32_t rows, uint32_t cols,
+                     uint32_t mode, uint32_t ksplit) {
+    gemv_stream<__nv_bfloat16, GEMV_STREAM_ROWS, GEMV_STREAM_CHUNK, GEMV_STREAM_WARPS, true>(
+        w, x, y, norm, eps, rows, cols, mode, ksplit);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -479,12 +549,16 @@ __device__ void attention(const float* __restrict__ qkv, const float* __restrict
                           T* __restrict__ k_cache, T* __restrict__ v_cache,
                           const uint32_t* __restrict__ pos, float* __restrict__ out,
                           uint32_t heads, uint32_t kv_heads, uint32_t head_dim,
-                          uint32_t capacity, float scale) {
+                          uint32_t capacity, float scale, const char* prefetch,
+                          unsigned long long prefetch_bytes, unsigned long long prefetch_stride,
+                          uint32_t prefetch_ranges) {
     extern __shared__ float scores[];
     __shared__ float q[MAX_HEAD_DIM];
     __shared__ float k_new[MAX_HEAD_DIM];
     __shared__ float v_new[MAX_HEAD_DIM];
     __shared__ float scratch[32];
+    // The memory system idles while attention runs: warm L2 with what a later GEMV reads first.
+    if (prefetch != nullptr) prefetch_ranges_l2(prefetch, prefetch_bytes, prefetch_stride, prefetch_ranges);
     step_begin();
     uint32_t h = blockIdx.x, b = blockIdx.y;
     uint32_t p = pos[b];
@@ -594,17 +668,24 @@ __device__ void attention(const float* __restrict__ qkv, const float* __restrict
 extern "C" __global__ void attention_f16(const float* qkv, const float* inv_freq,
                                          __half* k_cache, __half* v_cache, const uint32_t* pos,
                                          float* out, uint32_t heads, uint32_t kv_heads,
-                                         uint32_t head_dim, uint32_t capacity, float scale) {
+                                         uint32_t head_dim, uint32_t capacity, float scale,
+                                         const char* prefetch, unsigned long long prefetch_bytes,
+                                         unsigned long long prefetch_stride,
+                                         uint32_t prefetch_ranges) {
     attention(qkv, inv_freq, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity,
-              scale);
+              scale, prefetch, prefetch_bytes, prefetch_stride, prefetch_ranges);
 }
 extern "C" __global__ void attention_bf16(const float* qkv, const float* inv_freq,
                                           __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
                                           const uint32_t* pos, float* out, uint32_t heads,
                                           uint32_t kv_heads, uint32_t head_dim,
-                                          uint32_t capacity, float scale) {
+                                          uint32_t capacity, float scale,
+                                          const char* prefetch,
+                                          unsigned long long prefetch_bytes,
+                                          unsigned long long prefetch_stride,
+                                          uint32_t prefetch_ranges) {
     attention(qkv, inv_freq, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity,
-              scale);
+              scale, prefetch, prefetch_bytes, prefetch_stride, prefetch_ranges);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ pub struct RunOptions {
     pub dump_logits: Option<PathBuf>,
     pub ptx: bool,
     pub programmatic: bool,
+    /// [`DecoderOptions::l2_prefetch`].
+    pub l2_prefetch: usize,
 }
 
 /// Token ids separated by commas or white space.
@@ -93,6 +95,7 @@ pub fn run(driver: &Driver, files: &ModelFiles, options: &RunOptions) -> anyhow:
             KernelImage::Fatbin
         },
         programmatic: options.programmatic,
+        l2_prefetch: options.l2_prefetch,
     };
     let weights = files.weights()?;
     let started = std::time::Instant::now();

@@ -43,7 +43,7 @@ fn a_decode_step_allocates_nothing_once_warm() {
         batch: 4,
         capacity: 2 * (COUNTED + 2 * BATCH) + 4,
         image: KernelImage::Ptx,
-        programmatic: true,
+        ..DecoderOptions::default()
     };
     let mut decoder = Decoder::new(&device, &config, &weights, &options).unwrap();
     decoder

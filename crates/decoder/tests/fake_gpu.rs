@@ -35,7 +35,7 @@ fn options(batch: usize, capacity: usize) -> DecoderOptions {
         batch,
         capacity,
         image: KernelImage::Ptx,
-        programmatic: true,
+        ..DecoderOptions::default()
     }
 }
 
@@ -88,7 +88,7 @@ fn the_decode_step_is_recorded_once_and_replayed_per_token() {
     // Four GEMVs per layer plus the output projection, per replay.
     assert_eq!(fake.launches("gemv_f16"), 7 * (4 * layers + 1));
     // Two sequences: no GEMV stages its input.
-    assert_eq!(fake.launches("gemv_staged_f16"), 0);
+    assert_eq!(fake.launches("gemv_stream_f16"), 0);
     assert_eq!(fake.launches("argmax_advance"), 7);
     assert_eq!(fake.launches("attention_f16"), 7 * layers);
     assert_eq!(generation.tokens.len(), 2);
@@ -119,7 +119,7 @@ fn the_step_records_into_a_callers_command_buffer() {
         .unwrap();
     decoder.record_step(&mut *cb).unwrap();
     let copy = cb.end().unwrap();
-    assert_eq!(fake.launches("gemv_staged_f16"), 0);
+    assert_eq!(fake.launches("gemv_stream_f16"), 0);
     let semaphore = device.create_semaphore(0);
     device
         .queue(0)
@@ -130,7 +130,7 @@ fn the_step_records_into_a_callers_command_buffer() {
         .unwrap();
     let layers = config.num_hidden_layers as u64;
     // One sequence with a narrow input: every GEMV stages its input.
-    assert_eq!(fake.launches("gemv_staged_f16"), 2 * (4 * layers + 1));
+    assert_eq!(fake.launches("gemv_stream_f16"), 2 * (4 * layers + 1));
     assert_eq!(fake.launches("gemv_f16"), 0);
     assert_eq!(fake.launches("attention_f16"), 2 * layers);
     assert_eq!(fake.launches("argmax_advance"), 2);
@@ -138,13 +138,13 @@ fn the_step_records_into_a_callers_command_buffer() {
     assert_eq!(decoder.position(), 0);
 }
 
-/// One sequence stages the input of a GEMV only up to `GEMV_STAGED_MAX_COLS` columns: a wider
+/// One sequence stages the input of a GEMV only up to `GEMV_STREAM_MAX_COLS` columns: a wider
 /// down projection runs the split GEMV, every other GEMV the staged one.
 #[test]
 fn a_gemv_wider_than_the_staging_limit_runs_split() {
     let dir = ScratchDir::new("fake-wide-down");
     let config = LlamaConfig {
-        intermediate_size: cuhal_decoder::gpu::kernels::GEMV_STAGED_MAX_COLS as usize + 8,
+        intermediate_size: cuhal_decoder::gpu::kernels::GEMV_STREAM_MAX_COLS as usize + 8,
         ..tiny_config()
     };
     write_random_model(dir.path(), &config, 5).unwrap();
@@ -168,7 +168,7 @@ fn a_gemv_wider_than_the_staging_limit_runs_split() {
         .unwrap();
     let layers = config.num_hidden_layers as u64;
     assert_eq!(fake.launches("gemv_f16"), layers);
-    assert_eq!(fake.launches("gemv_staged_f16"), 3 * layers + 1);
+    assert_eq!(fake.launches("gemv_stream_f16"), 3 * layers + 1);
 }
 
 #[test]

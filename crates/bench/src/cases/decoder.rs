@@ -311,7 +311,7 @@ fn decoder_options(batch: usize) -> DecoderOptions {
         batch,
         capacity: CAPACITY,
         image: KernelImage::Fatbin,
-        programmatic: true,
+        ..DecoderOptions::default()
     }
 }
 

@@ -23,14 +23,18 @@ pub const GEMV_WARPS: u32 = 4;
 pub const GEMV_SPLIT_BELOW_ROWS: u32 = 4096;
 /// Sequences a `gemv` block computes at once: `GEMV_BATCH` in kernels.cu.
 pub const GEMV_BATCH: u32 = 8;
-/// Rows one `gemv_staged` warp computes: `GEMV_STAGED_ROWS` in kernels.cu.
-pub const GEMV_STAGED_ROWS: u32 = 2;
-/// The widest input `gemv_staged` takes for one sequence (its shared memory holds the input as
-/// f32). Wider inputs (the 1b shape's down projection, 8,192) go to `gemv` split four ways:
-/// on an H100 the staged kernel took 20.1 us there against 17.2 us, while at 2,048 columns it
-/// took 9.4 us against 14.8 (q/k/v), 7.3 against 8.3 (o), 30.2 against 36.4 (gate and up) and
-/// 174 against 194 (lm_head), each weights copy larger than L2 (docs/benchmarks.md).
-pub const GEMV_STAGED_MAX_COLS: u32 = 4096;
+/// Rows one `gemv_stream` warp computes: `GEMV_STREAM_ROWS` in kernels.cu (SwiGLU: one gate
+/// row and its up row).
+pub const GEMV_STREAM_ROWS: u32 = 2;
+/// Warps of a `gemv_stream` block: `GEMV_STREAM_WARPS` in kernels.cu (one block per SM: 111
+/// registers a thread on sm_90).
+pub const GEMV_STREAM_WARPS: u32 = 16;
+/// The most warps of a `gemv_stream` block that split one row group's columns.
+pub const GEMV_STREAM_MAX_SPLIT: u32 = 4;
+/// The widest input `gemv_stream` takes for one sequence: its shared memory holds the input as
+/// f32, within the 48 KiB a launch gets without raising the function's limit. Wider inputs go
+/// to `gemv`.
+pub const GEMV_STREAM_MAX_COLS: u32 = 12 * 1024;
 /// Threads of an `attention` block: `ATTENTION_THREADS` in kernels.cu.
 pub const ATTENTION_THREADS: u32 = 256;
 /// The widest head `attention` takes: `MAX_HEAD_DIM` in kernels.cu.
@@ -75,12 +79,15 @@ pub struct Kernels {
     pub embed: Function,
     /// `gemv_{dtype}` (with RMSNorm of its input, the residual add or SwiGLU folded in).
     pub gemv: Function,
-    /// `gemv_staged_{dtype}`: the same for one sequence, its input staged in shared memory.
-    pub gemv_staged: Function,
+    /// `gemv_stream_{dtype}`: the same for one sequence, its input staged in shared memory
+    /// once per block, a block per SM streaming the rows.
+    pub gemv_stream: Function,
     /// `attention_{dtype}` (with the rotary embedding and the cache append folded in).
     pub attention: Function,
     /// `argmax_advance` (f32 logits).
     pub argmax: Function,
+    /// The device's multiprocessors: `gemv_stream` launches at most one block on each.
+    pub multiprocessors: u32,
 }
 
 impl Kernels {
@@ -114,9 +121,12 @@ impl Kernels {
         Ok(Kernels {
             embed: typed("embed")?,
             gemv: typed("gemv")?,
-            gemv_staged: typed("gemv_staged")?,
+            gemv_stream: typed("gemv_stream")?,
             attention: typed("attention")?,
             argmax: plain("argmax_advance")?,
+            multiprocessors: u32::try_from(device.info().multiprocessors)
+                .unwrap_or(1)
+                .max(1),
             _module: module,
         })
     }

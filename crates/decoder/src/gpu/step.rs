@@ -18,7 +18,8 @@ use cuhal::{
 use super::decoder::DecoderOptions;
 use super::kernels::{
     ARGMAX_PER_THREAD, ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_SPLIT_BELOW_ROWS,
-    GEMV_STAGED_MAX_COLS, GEMV_STAGED_ROWS, GEMV_WARP_ROWS, GEMV_WARPS, GemvMode, Kernels,
+    GEMV_STREAM_MAX_COLS, GEMV_STREAM_MAX_SPLIT, GEMV_STREAM_ROWS, GEMV_STREAM_WARPS,
+    GEMV_WARP_ROWS, GEMV_WARPS, GemvMode, Kernels,
     ROW_THREADS,
 };
 use super::weights::DeviceWeights;
@@ -216,6 +217,32 @@ fn gemv_split(rows: u32) -> u32 {
     }
 }
 
+/// `gemv_stream`'s column split and grid for a `rows` x `cols` matrix on `multiprocessors`
+/// SMs: a block per SM at most, each walking the row groups strided by the grid (staging its
+/// input once); where the row groups are too few to fill that many blocks, up to
+/// [`GEMV_STREAM_MAX_SPLIT`] warps share a group's columns (each slice at least 32 words of 8
+/// elements), the widest split whose blocks still fit on the SMs at once. On the H100 this
+/// picked the fastest variant or one within 3% of it for each shape of the `1b` and `small`
+/// models (`kernels/gemv_bench.cu`, docs/benchmarks.md).
+pub fn stream_shape(rows: u32, cols: u32, mode: GemvMode, multiprocessors: u32) -> (u32, u32) {
+    let outputs = if mode == GemvMode::SwiGlu { rows / 2 } else { rows };
+    let per_group = if mode == GemvMode::SwiGlu {
+        GEMV_STREAM_ROWS / 2
+    } else {
+        GEMV_STREAM_ROWS
+    };
+    let groups = outputs.div_ceil(per_group).max(1);
+    let blocks = |split: u32| groups.div_ceil(GEMV_STREAM_WARPS / split);
+    let mut split = 1;
+    while split < GEMV_STREAM_MAX_SPLIT
+        && cols / 8 / (2 * split) >= 32
+        && blocks(2 * split) <= multiprocessors
+    {
+        split *= 2;
+    }
+    (split, blocks(split).min(multiprocessors))
+}
+
 /// `n` as a kernel's `uint32_t`.
 fn u32_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -274,11 +301,9 @@ pub fn record_into(
     let scale = 1.0 / (config.head_dim as f32).sqrt();
     let b = buffers;
     // Records the GEMV `name` of `w` (`rows` x `cols`) over `x` into `y`, its input normalized
-    // by `norm` where given. One sequence with an input of at most GEMV_STAGED_MAX_COLS runs
-    // `gemv_staged` (the input staged in shared memory, GEMV_STAGED_ROWS rows a warp); else
-    // `gemv`, GEMV_WARP_ROWS rows a warp (in SwiGLU mode two gate rows and their two up rows:
-    // the same count of weight rows), one warp's rows per block where the warps split the
-    // columns.
+    // by `norm` where given: `gemv_stream` for one sequence (see `stream_shape`), else `gemv`,
+    // GEMV_WARP_ROWS rows a warp (in SwiGLU mode two gate rows and their two up rows: the same
+    // count of weight rows), one warp's rows per block where the warps split the columns.
     let gemv = |rec: &mut Recording<'_>,
                 name: String,
                 w: &BufferRange,
@@ -298,24 +323,17 @@ pub fn record_into(
             None => args.with(0u64),
         };
         let args = args.with(eps).with(rows).with(cols);
-        let threads = 32 * GEMV_WARPS;
-        if batch == 1 && cols <= GEMV_STAGED_MAX_COLS {
-            let swiglu = mode == GemvMode::SwiGlu;
-            let outputs = if swiglu { rows / 2 } else { rows };
-            let per_warp = if swiglu {
-                GEMV_STAGED_ROWS / 2
-            } else {
-                GEMV_STAGED_ROWS
-            };
-            let grid = [outputs.div_ceil(per_warp * GEMV_WARPS), 1, 1];
-            let args = args.with(mode as u32);
-            rec.launch(name, &kernels.gemv_staged, grid, threads, cols * 4, &args)
+        if batch == 1 && cols <= GEMV_STREAM_MAX_COLS {
+            let (ksplit, grid) = stream_shape(rows, cols, mode, kernels.multiprocessors);
+            let args = args.with(mode as u32).with(ksplit);
+            let threads = 32 * GEMV_STREAM_WARPS;
+            rec.launch(name, &kernels.gemv_stream, [grid, 1, 1], threads, cols * 4, &args)
         } else {
             let split = gemv_split(rows);
             let per_block = GEMV_WARP_ROWS * GEMV_WARPS / split;
             let grid = [rows.div_ceil(per_block), batch.div_ceil(GEMV_BATCH), 1];
             let args = args.with(batch).with(mode as u32).with(split);
-            rec.launch(name, &kernels.gemv, grid, threads, 0, &args)
+            rec.launch(name, &kernels.gemv, grid, 32 * GEMV_WARPS, 0, &args)
         }
     };
 
@@ -338,6 +356,10 @@ pub fn record_into(
     )?;
 
     for (index, layer) in weights.layers.iter().enumerate() {
+        // Bytes of the gate projection (and as many of the up projection, `gate_bytes` further
+        // on) that attention prefetches: a multiple of 128, within the projection.
+        let gate_bytes = layer.gate_up.len() / 2;
+        let prefetch = options.l2_prefetch.min(gate_bytes) & !127;
         let (k_cache, v_cache) = b.layer_cache(index)?;
         let name = |what: &str| format!("layer{index}.{what}");
 
@@ -366,6 +388,12 @@ pub fn record_into(
             .with(head_dim)
             .with(capacity)
             .with(scale);
+        // The first rows of this layer's gate and up projections, into L2 while attention runs.
+        let args = match prefetch {
+            0 => args.with(0u64),
+            _ => args.with_range(&layer.gate_up),
+        };
+        let args = args.with(prefetch as u64).with(gate_bytes as u64).with(2u32);
         rec.launch(
             name("attention"),
             &kernels.attention,
@@ -445,4 +473,28 @@ pub fn record_into(
     )?;
 
     Ok(rec.names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shapes the rule gives the `1b` and `small` models' GEMVs on an H100's 132 SMs: the
+    /// variants that won (or came within 3%) in `kernels/gemv_bench.cu` on that GPU.
+    #[test]
+    fn stream_shapes_fill_the_sms_once() {
+        let sms = 132;
+        // 1b: q/k/v, o, gate/up, down, lm_head.
+        assert_eq!(stream_shape(3072, 2048, GemvMode::Write, sms), (1, 96));
+        assert_eq!(stream_shape(2048, 2048, GemvMode::Accumulate, sms), (2, 128));
+        assert_eq!(stream_shape(16384, 2048, GemvMode::SwiGlu, sms), (1, 132));
+        assert_eq!(stream_shape(2048, 8192, GemvMode::Accumulate, sms), (2, 128));
+        assert_eq!(stream_shape(128256, 2048, GemvMode::Write, sms), (1, 132));
+        // small: a slice keeps at least 32 words (512 columns split at most two ways).
+        assert_eq!(stream_shape(1024, 512, GemvMode::Write, sms), (2, 64));
+        assert_eq!(stream_shape(512, 1408, GemvMode::Accumulate, sms), (4, 64));
+        assert_eq!(stream_shape(2816, 512, GemvMode::SwiGlu, sms), (1, 88));
+        // Degenerate: one row, one SM.
+        assert_eq!(stream_shape(1, 8, GemvMode::Write, 1), (1, 1));
+    }
 }

@@ -8,8 +8,7 @@ mod step;
 mod weights;
 
 pub use decoder::{
-    DEFAULT_L2_PREFETCH, Decoder, DecoderOptions, GenerateOptions, Generation, MAX_BATCH,
-    MemoryUse,
+    DEFAULT_L2_PREFETCH, Decoder, DecoderOptions, GenerateOptions, Generation, MAX_BATCH, MemoryUse,
 };
 pub use kernels::{KernelImage, Kernels};
 pub use step::StepBuffers;

@@ -19,8 +19,7 @@ use super::decoder::DecoderOptions;
 use super::kernels::{
     ARGMAX_PER_THREAD, ARGMAX_THREADS, ATTENTION_THREADS, GEMV_BATCH, GEMV_SPLIT_BELOW_ROWS,
     GEMV_STREAM_MAX_COLS, GEMV_STREAM_MAX_SPLIT, GEMV_STREAM_ROWS, GEMV_STREAM_WARPS,
-    GEMV_WARP_ROWS, GEMV_WARPS, GemvMode, Kernels,
-    ROW_THREADS,
+    GEMV_WARP_ROWS, GEMV_WARPS, GemvMode, Kernels, ROW_THREADS,
 };
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
@@ -225,7 +224,11 @@ fn gemv_split(rows: u32) -> u32 {
 /// picked the fastest variant or one within 3% of it for each shape of the `1b` and `small`
 /// models (`kernels/gemv_bench.cu`, docs/benchmarks.md).
 pub fn stream_shape(rows: u32, cols: u32, mode: GemvMode, multiprocessors: u32) -> (u32, u32) {
-    let outputs = if mode == GemvMode::SwiGlu { rows / 2 } else { rows };
+    let outputs = if mode == GemvMode::SwiGlu {
+        rows / 2
+    } else {
+        rows
+    };
     let per_group = if mode == GemvMode::SwiGlu {
         GEMV_STREAM_ROWS / 2
     } else {
@@ -327,7 +330,14 @@ pub fn record_into(
             let (ksplit, grid) = stream_shape(rows, cols, mode, kernels.multiprocessors);
             let args = args.with(mode as u32).with(ksplit);
             let threads = 32 * GEMV_STREAM_WARPS;
-            rec.launch(name, &kernels.gemv_stream, [grid, 1, 1], threads, cols * 4, &args)
+            rec.launch(
+                name,
+                &kernels.gemv_stream,
+                [grid, 1, 1],
+                threads,
+                cols * 4,
+                &args,
+            )
         } else {
             let split = gemv_split(rows);
             let per_block = GEMV_WARP_ROWS * GEMV_WARPS / split;
@@ -393,7 +403,10 @@ pub fn record_into(
             0 => args.with(0u64),
             _ => args.with_range(&layer.gate_up),
         };
-        let args = args.with(prefetch as u64).with(gate_bytes as u64).with(2u32);
+        let args = args
+            .with(prefetch as u64)
+            .with(gate_bytes as u64)
+            .with(2u32);
         rec.launch(
             name("attention"),
             &kernels.attention,
@@ -486,9 +499,15 @@ mod tests {
         let sms = 132;
         // 1b: q/k/v, o, gate/up, down, lm_head.
         assert_eq!(stream_shape(3072, 2048, GemvMode::Write, sms), (1, 96));
-        assert_eq!(stream_shape(2048, 2048, GemvMode::Accumulate, sms), (2, 128));
+        assert_eq!(
+            stream_shape(2048, 2048, GemvMode::Accumulate, sms),
+            (2, 128)
+        );
         assert_eq!(stream_shape(16384, 2048, GemvMode::SwiGlu, sms), (1, 132));
-        assert_eq!(stream_shape(2048, 8192, GemvMode::Accumulate, sms), (2, 128));
+        assert_eq!(
+            stream_shape(2048, 8192, GemvMode::Accumulate, sms),
+            (2, 128)
+        );
         assert_eq!(stream_shape(128256, 2048, GemvMode::Write, sms), (1, 132));
         // small: a slice keeps at least 32 words (512 columns split at most two ways).
         assert_eq!(stream_shape(1024, 512, GemvMode::Write, sms), (2, 64));

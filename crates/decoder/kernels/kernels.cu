@@ -98,37 +98,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-// Asks L2 to fetch `ranges` ranges of `bytes` bytes each, `stride` bytes apart from `base`
-// (16-byte aligned; `bytes` and `stride` multiples of 16), shared out over the grid's blocks.
-// Nothing waits for it: a kernel whose memory system would idle uses it to warm L2 with the
-// weights a later kernel of the step reads first. Bulk prefetches (one instruction per 64 KiB)
-// on sm_90 and later, a line at a time before.
-__device__ void prefetch_ranges_l2(const char* base, unsigned long long bytes,
-                                   unsigned long long stride, uint32_t ranges) {
-    unsigned long long blocks = (unsigned long long)gridDim.x * gridDim.y;
-    unsigned long long id = (unsigned long long)blockIdx.y * gridDim.x + blockIdx.x;
-    unsigned long long share = ((bytes + blocks - 1) / blocks + 127) & ~127ull;
-    unsigned long long from = id * share, to = min(bytes, from + share);
-    for (uint32_t r = 0; r < ranges; r++) {
-        const char* p = base + r * stride;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (threadIdx.x == 0) {
-            for (unsigned long long off = from; off < to; off += 65536) {
-                uint32_t size = (uint32_t)min(65536ull, to - off) & ~15u;
-                if (size > 0)
-                    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off),
-                                 "r"(size)
-                                 : "memory");
-            }
-        }
-#else
-        for (unsigned long long off = from + threadIdx.x * 128ull; off < to;
-             off += blockDim.x * 128ull)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-#endif
-    }
-}
-
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
@@ -549,16 +518,12 @@ __device__ void attention(const float* __restrict__ qkv, const float* __restrict
                           T* __restrict__ k_cache, T* __restrict__ v_cache,
                           const uint32_t* __restrict__ pos, float* __restrict__ out,
                           uint32_t heads, uint32_t kv_heads, uint32_t head_dim,
-                          uint32_t capacity, float scale, const char* prefetch,
-                          unsigned long long prefetch_bytes, unsigned long long prefetch_stride,
-                          uint32_t prefetch_ranges) {
+                          uint32_t capacity, float scale) {
     extern __shared__ float scores[];
     __shared__ float q[MAX_HEAD_DIM];
     __shared__ float k_new[MAX_HEAD_DIM];
     __shared__ float v_new[MAX_HEAD_DIM];
     __shared__ float scratch[32];
-    // The memory system idles while attention runs: warm L2 with what a later GEMV reads first.
-    if (prefetch != nullptr) prefetch_ranges_l2(prefetch, prefetch_bytes, prefetch_stride, prefetch_ranges);
     step_begin();
     uint32_t h = blockIdx.x, b = blockIdx.y;
     uint32_t p = pos[b];
@@ -668,24 +633,17 @@ __device__ void attention(const float* __restrict__ qkv, const float* __restrict
 extern "C" __global__ void attention_f16(const float* qkv, const float* inv_freq,
                                          __half* k_cache, __half* v_cache, const uint32_t* pos,
                                          float* out, uint32_t heads, uint32_t kv_heads,
-                                         uint32_t head_dim, uint32_t capacity, float scale,
-                                         const char* prefetch, unsigned long long prefetch_bytes,
-                                         unsigned long long prefetch_stride,
-                                         uint32_t prefetch_ranges) {
+                                         uint32_t head_dim, uint32_t capacity, float scale) {
     attention(qkv, inv_freq, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity,
-              scale, prefetch, prefetch_bytes, prefetch_stride, prefetch_ranges);
+              scale);
 }
 extern "C" __global__ void attention_bf16(const float* qkv, const float* inv_freq,
                                           __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
                                           const uint32_t* pos, float* out, uint32_t heads,
                                           uint32_t kv_heads, uint32_t head_dim,
-                                          uint32_t capacity, float scale,
-                                          const char* prefetch,
-                                          unsigned long long prefetch_bytes,
-                                          unsigned long long prefetch_stride,
-                                          uint32_t prefetch_ranges) {
+                                          uint32_t capacity, float scale) {
     attention(qkv, inv_freq, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity,
-              scale, prefetch, prefetch_bytes, prefetch_stride, prefetch_ranges);
+              scale);
 }
 
 // ---------------------------------------------------------------------------------------------

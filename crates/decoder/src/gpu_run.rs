@@ -22,8 +22,6 @@ pub struct RunOptions {
     pub dump_logits: Option<PathBuf>,
     pub ptx: bool,
     pub programmatic: bool,
-    /// [`DecoderOptions::l2_prefetch`].
-    pub l2_prefetch: usize,
 }
 
 /// Token ids separated by commas or white space.
@@ -95,7 +93,6 @@ pub fn run(driver: &Driver, files: &ModelFiles, options: &RunOptions) -> anyhow:
             KernelImage::Fatbin
         },
         programmatic: options.programmatic,
-        l2_prefetch: options.l2_prefetch,
     };
     let weights = files.weights()?;
     let started = std::time::Instant::now();

@@ -33,8 +33,6 @@ usage: cuhal-decoder [--random-model DIR [--config small|1b] [--seed N]]
                        (the kernels then launch without programmatic dependencies)
   --no-programmatic    launch each kernel only once the one before has ended (default on
                        compute capability 9.0+: programmatic dependent launches)
-  --l2-prefetch-mib N  MiB of each layer's gate and of its up projection that its attention
-                       kernel asks L2 to fetch ahead (default 8; 0: none)
   --cpu-reference      run the f32 reference on the CPU and print the greedy tokens
   --teacher-force FILE run the comma- or space-separated token ids in FILE one position at a
                        time and write every position's logits to --dump-logits FILE
@@ -62,7 +60,6 @@ struct Args {
     dump_logits: Option<PathBuf>,
     ptx: bool,
     no_programmatic: bool,
-    l2_prefetch_mib: usize,
     help: bool,
 }
 
@@ -73,7 +70,6 @@ fn parse_args(mut raw: impl Iterator<Item = String>) -> anyhow::Result<Args> {
         batch: 1,
         ahead: 8,
         read_every: 32,
-        l2_prefetch_mib: cuhal_decoder::gpu::DEFAULT_L2_PREFETCH >> 20,
         ..Args::default()
     };
     while let Some(flag) = raw.next() {
@@ -108,9 +104,6 @@ fn parse_args(mut raw: impl Iterator<Item = String>) -> anyhow::Result<Args> {
                 other => bail!("--kernel-image {other:?}: expected fatbin or ptx"),
             },
             "--no-programmatic" => args.no_programmatic = true,
-            "--l2-prefetch-mib" => {
-                args.l2_prefetch_mib = value()?.parse().context("--l2-prefetch-mib")?
-            }
             "-h" | "--help" => args.help = true,
             other => bail!("unknown argument {other:?}\n\n{USAGE}"),
         }
@@ -250,7 +243,6 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         dump_logits: args.dump_logits.clone(),
         ptx: args.ptx,
         programmatic: !args.no_programmatic,
-        l2_prefetch: args.l2_prefetch_mib << 20,
     };
     gpu_run::run(&driver, &files, &options)?;
     Ok(ExitCode::SUCCESS)

@@ -28,8 +28,6 @@ use crate::{DType, LlamaConfig};
 
 /// The largest batch a [`Decoder`] takes.
 pub const MAX_BATCH: usize = 64;
-/// [`DecoderOptions::l2_prefetch`]'s default.
-pub const DEFAULT_L2_PREFETCH: usize = 8 << 20;
 /// How long the host waits for any one piece of GPU work before calling it a hang.
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -49,11 +47,6 @@ pub struct DecoderOptions {
     /// compute capability 9.0 and later, and a queue that does not trace (a trace's zone edges
     /// sit between two kernels); [`Decoder::programmatic`] says whether it was.
     pub programmatic: bool,
-    /// Bytes of the gate projection's first rows, and as many of the up projection's, that
-    /// each layer's attention kernel asks L2 to fetch ahead of the gate/up GEMV (attention
-    /// leaves the memory system idle; 0: none). Rounded down to a multiple of 128, at most the
-    /// projection.
-    pub l2_prefetch: usize,
 }
 
 impl Default for DecoderOptions {
@@ -63,7 +56,6 @@ impl Default for DecoderOptions {
             capacity: 512,
             image: KernelImage::Fatbin,
             programmatic: true,
-            l2_prefetch: DEFAULT_L2_PREFETCH,
         }
     }
 }

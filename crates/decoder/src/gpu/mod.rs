@@ -7,9 +7,7 @@ pub mod kernels;
 mod step;
 mod weights;
 
-pub use decoder::{
-    DEFAULT_L2_PREFETCH, Decoder, DecoderOptions, GenerateOptions, Generation, MAX_BATCH, MemoryUse,
-};
+pub use decoder::{Decoder, DecoderOptions, GenerateOptions, Generation, MAX_BATCH, MemoryUse};
 pub use kernels::{KernelImage, Kernels};
 pub use step::StepBuffers;
 pub use weights::{DeviceWeights, LayerRanges};

@@ -366,10 +366,6 @@ pub fn record_into(
     )?;
 
     for (index, layer) in weights.layers.iter().enumerate() {
-        // Bytes of the gate projection (and as many of the up projection, `gate_bytes` further
-        // on) that attention prefetches: a multiple of 128, within the projection.
-        let gate_bytes = layer.gate_up.len() / 2;
-        let prefetch = options.l2_prefetch.min(gate_bytes) & !127;
         let (k_cache, v_cache) = b.layer_cache(index)?;
         let name = |what: &str| format!("layer{index}.{what}");
 
@@ -398,15 +394,6 @@ pub fn record_into(
             .with(head_dim)
             .with(capacity)
             .with(scale);
-        // The first rows of this layer's gate and up projections, into L2 while attention runs.
-        let args = match prefetch {
-            0 => args.with(0u64),
-            _ => args.with_range(&layer.gate_up),
-        };
-        let args = args
-            .with(prefetch as u64)
-            .with(gate_bytes as u64)
-            .with(2u32);
         rec.launch(
             name("attention"),
             &kernels.attention,

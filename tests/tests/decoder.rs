@@ -173,18 +173,18 @@ fn check_generation(model: &Model, prompt: &[u32], ours: &[u32]) {
 }
 
 fn run(dtype: DType, batch: usize, prompt_len: usize, count: usize, seed: u64) {
-    run_with(dtype, batch, prompt_len, count, seed, true);
+    run_with(&config(dtype), batch, prompt_len, count, seed, true);
 }
 
 fn run_with(
-    dtype: DType,
+    config: &LlamaConfig,
     batch: usize,
     prompt_len: usize,
     count: usize,
     seed: u64,
     programmatic: bool,
 ) {
-    let config = config(dtype);
+    let config = config.clone();
     let dir = ModelDir::new(&config, seed);
     let files = ModelFiles::open(&dir.0).unwrap();
     let weights = files.weights().unwrap();
@@ -258,7 +258,27 @@ fn decoder_fp16_batch_past_one_gemv_block_follows_the_cpu_reference() {
 #[test]
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn decoder_fp16_without_programmatic_launches_follows_the_cpu_reference() {
-    run_with(DType::F16, 2, 5, 64, 16, false);
+    run_with(&config(DType::F16), 2, 5, 64, 16, false);
+}
+
+/// Wide enough that every path of `gemv_stream` runs on a GPU of up to 176 SMs: columns
+/// split two ways (q/k/v, o) and four ways (down, a last chunk part full), and blocks that walk
+/// several row groups, in SwiGLU mode too (gate/up: 2,816 groups) and with a last pass part
+/// full (the output projection: 16,000 groups).
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn decoder_fp16_wide_model_follows_the_cpu_reference() {
+    let wide = LlamaConfig {
+        hidden_size: 1024,
+        intermediate_size: 2816,
+        num_hidden_layers: 2,
+        num_attention_heads: 16,
+        num_key_value_heads: 4,
+        head_dim: 64,
+        vocab_size: 32000,
+        ..config(DType::F16)
+    };
+    run_with(&wide, 1, 4, 16, 17, true);
 }
 
 #[test]

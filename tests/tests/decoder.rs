@@ -197,7 +197,6 @@ fn run_with(
         capacity: prompt_len + count + 1,
         image: KernelImage::Fatbin,
         programmatic,
-        ..DecoderOptions::default()
     };
     let mut decoder = Decoder::new(&device, &config, &weights, &options).expect("the decoder");
     let hopper = device.info().compute_capability >= (9, 0);

@@ -22,7 +22,7 @@ use cuhal::{CommandBufferMode, FineSampling, Verbosity};
 
 use super::raw_cupti::RawCupti;
 use super::replay::CHAIN;
-use super::replay::{REPLAYS, cuhal_replay, cuhal_replay_sampled, graph_floor_with};
+use super::replay::{REPLAYS, ZoneCounts, cuhal_replay, cuhal_replay_sampled, graph_floor_with};
 use super::{Env, progress, summarize};
 use crate::report::{Comparison, Goal, Report};
 use crate::stats::Summary;
@@ -45,13 +45,7 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
         ));
         let mut traced = cuhal_replay(env, CommandBufferMode::Graph, verbosity, warm, n)?;
         let zones = traced.zones;
-        if zones.recorded == 0 || zones.collected == 0 {
-            bail!(
-                "case 6: tracing {verbosity:?} recorded {} and collected {} zones: it did not trace",
-                zones.recorded,
-                zones.collected
-            );
-        }
+        ensure_traced(&format!("tracing {verbosity:?}"), &zones)?;
         let summary = summarize("case 6 traced", &mut traced.samples)?;
         report.measured(
             "6",
@@ -126,13 +120,7 @@ fn sampled_rows(
             n,
         )?;
         let zones = traced.zones;
-        if zones.recorded == 0 || zones.collected == 0 {
-            bail!(
-                "case 6: FINE sampled 1 in {one_in} recorded {} and collected {} zones: it did not trace",
-                zones.recorded,
-                zones.collected
-            );
-        }
+        ensure_traced(&format!("FINE sampled 1 in {one_in}"), &zones)?;
         let summary = summarize("case 6 sampled", &mut traced.samples)?;
         report.measured(
             "6",
@@ -241,4 +229,16 @@ fn raw_cupti_floor(
         Goal::Report,
     ));
     Ok(Some(on))
+}
+
+/// Fails the case when a traced run `what` recorded or collected no zones: it did not trace.
+fn ensure_traced(what: &str, zones: &ZoneCounts) -> Result<()> {
+    if zones.recorded == 0 || zones.collected == 0 {
+        bail!(
+            "case 6: {what} recorded {} and collected {} zones: it did not trace",
+            zones.recorded,
+            zones.collected
+        );
+    }
+    Ok(())
 }

@@ -184,11 +184,10 @@ fn run_with(
     seed: u64,
     programmatic: bool,
 ) {
-    let config = config.clone();
-    let dir = ModelDir::new(&config, seed);
+    let dir = ModelDir::new(config, seed);
     let files = ModelFiles::open(&dir.0).unwrap();
     let weights = files.weights().unwrap();
-    let model = Model::from_weights(&config, &weights);
+    let model = Model::from_weights(config, &weights);
     let device = driver()
         .open(ordinal(), DeviceOptions::default())
         .expect("opening the device");
@@ -198,7 +197,7 @@ fn run_with(
         image: KernelImage::Fatbin,
         programmatic,
     };
-    let mut decoder = Decoder::new(&device, &config, &weights, &options).expect("the decoder");
+    let mut decoder = Decoder::new(&device, config, &weights, &options).expect("the decoder");
     let hopper = device.info().compute_capability >= (9, 0);
     assert_eq!(decoder.programmatic(), programmatic && hopper);
     let prompts: Vec<Vec<u32>> = (0..batch)

@@ -138,8 +138,8 @@ fn the_step_records_into_a_callers_command_buffer() {
     assert_eq!(decoder.position(), 0);
 }
 
-/// One sequence stages the input of a GEMV only up to `GEMV_STREAM_MAX_COLS` columns: a wider
-/// down projection runs the split GEMV, every other GEMV the staged one.
+/// One sequence streams a GEMV only up to `GEMV_STREAM_MAX_COLS` columns: a wider down
+/// projection runs the split GEMV, every other GEMV `gemv_stream`.
 #[test]
 fn a_gemv_wider_than_the_staging_limit_runs_split() {
     let dir = ScratchDir::new("fake-wide-down");

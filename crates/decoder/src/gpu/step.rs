@@ -220,9 +220,9 @@ fn gemv_split(rows: u32) -> u32 {
 /// SMs: a block per SM at most, each walking the row groups strided by the grid (staging its
 /// input once); where the row groups are too few to fill that many blocks, up to
 /// [`GEMV_STREAM_MAX_SPLIT`] warps share a group's columns (each slice at least 32 words of 8
-/// elements), the widest split whose blocks still fit on the SMs at once. On the H100 this
-/// picked the fastest variant or one within 3% of it for each shape of the `1b` and `small`
-/// models (`kernels/gemv_bench.cu`, docs/benchmarks.md).
+/// elements), the widest split whose blocks still fit on the SMs at once. On the H200 this came
+/// within 3% of the fastest variant on every `1b` shape; `small`'s output projection (512
+/// columns) trails the fastest by 24% (`kernels/gemv_bench.cu`, docs/benchmarks.md).
 pub fn stream_shape(rows: u32, cols: u32, mode: GemvMode, multiprocessors: u32) -> (u32, u32) {
     let outputs = if mode == GemvMode::SwiGlu {
         rows / 2
@@ -479,8 +479,8 @@ pub fn record_into(
 mod tests {
     use super::*;
 
-    /// The shapes the rule gives the `1b` and `small` models' GEMVs on an H100's 132 SMs: the
-    /// variants that won (or came within 3%) in `kernels/gemv_bench.cu` on that GPU.
+    /// The shapes the rule gives the `1b` and `small` models' GEMVs on an H100's 132 SMs (their
+    /// times beside the fastest variants: `kernels/gemv_bench.cu`, docs/benchmarks.md).
     #[test]
     fn stream_shapes_fill_the_sms_once() {
         let sms = 132;

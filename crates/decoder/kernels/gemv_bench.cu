@@ -3,7 +3,7 @@
 // decoder's column split and grid (`stream_shape` in src/gpu/step.rs, repeated here as
 // `rule`), and a sweep of `gemv_stream`'s variants (rows a warp R, chunk C, warps a block W,
 // pipelined loads, column split S, grid: the whole matrix, one block per SM times the
-// occupancy, or half that). Every launch is a programmatic dependent launch behind the one
+// occupancy, or half that), each releasing the next launch at once as the decoder's does. Every launch is a programmatic dependent launch behind the one
 // before, as in the decoder; each weights copy rotates over more than L2 (so every launch
 // reads memory, not cache); rounds alternate over the variants (median of the rounds, their
 // range in brackets), beside a 1 GiB device-to-device copy (the weights floor's rate). Each
@@ -34,7 +34,7 @@ __global__ void fill_float(float* p, size_t n, uint32_t seed) {
 typedef void (*StreamFn)(const __half*, const float*, float*, const __half*, float, uint32_t, uint32_t, uint32_t, uint32_t);
 template <int R, int C, int W, bool P>
 __global__ void __launch_bounds__(32 * W) k_stream(const __half* w, const float* x, float* y, const __half* norm, float eps, uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit) {
-    gemv_stream<__half, R, C, W, P>(w, x, y, norm, eps, rows, cols, mode, ksplit);
+    gemv_stream<__half, R, C, W, P, true>(w, x, y, norm, eps, rows, cols, mode, ksplit);
 }
 struct Cfg { StreamFn fn; int R, C, W; bool P; };
 #define CFG(R, C, W, P) Cfg{k_stream<R, C, W, P>, R, C, W, P}

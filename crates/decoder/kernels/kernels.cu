@@ -74,10 +74,12 @@ __device__ __forceinline__ float4 unpack4(uint2 word, __nv_bfloat16* /*tag*/) {
 // next kernel of the step launch now: its blocks run up to their own `step_wait`, which waits
 // until this kernel has ended and its writes are visible. Both are no-ops for a launch without
 // a programmatic dependency. Every block waits before any early return, so a kernel ends only
-// after the one before it ended: the order is transitive along the step. A short kernel
-// releases at once; a GEMV after its main loop (a dependent released earlier would hold SM
-// resources while the GEMV still streams its weights), and it prefetches its first weights
-// before it waits.
+// after the one before it ended: the order is transitive along the step. Every kernel of the
+// step releases at once (the batched `gemv` after its main loop) and does before its wait what
+// needs nothing from the kernels before it: a GEMV loads its first weights, attention sends
+// its cache rows to L2. Releasing the streaming GEMV at once rather than after its main loop
+// took the `1b` step from 1,058 to 1,040 us and `small`'s from 140 to 137 us on an H100
+// (`step_bench.cu`).
 __device__ __forceinline__ void step_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -332,14 +334,16 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
 // group, each a slice of the columns, their sums added in shared memory. Each lane holds C
 // 128-bit words of each of the R rows; with PIPE the next chunk (of this group or the next) is
 // loaded before the current one is used. The first chunk is loaded before `step_wait`
-// (weights do not depend on the kernel before). Grid any size; block 32 * W; dynamic shared
-// memory cols * 4 bytes (cols a multiple of 8); ksplit divides W.
-// `gemv_bench.cu` sweeps R, C, W, PIPE, ksplit and the grid per shape; the decoder's
-// instantiation (GEMV_STREAM_*) is the one that won there (docs/benchmarks.md).
+// (weights do not depend on the kernel before). With EARLY the block releases the next kernel
+// before that (the decoder's), else after its main loop. Grid any size; block 32 * W; dynamic
+// shared memory cols * 4 bytes (cols a multiple of 8); ksplit divides W.
+// `gemv_bench.cu` sweeps R, C, W, PIPE, ksplit and the grid per shape, `step_bench.cu` the
+// hand-over along a whole step; the decoder's instantiation (GEMV_STREAM_*, EARLY) is the one
+// that won there (docs/benchmarks.md).
 #define GEMV_STREAM_ROWS 2
 #define GEMV_STREAM_CHUNK 4
 #define GEMV_STREAM_WARPS 16
-template <typename T, int R, int C, int W, bool PIPE>
+template <typename T, int R, int C, int W, bool PIPE, bool EARLY>
 __device__ void gemv_stream(const T* __restrict__ w, const float* __restrict__ x,
                             float* __restrict__ y, const T* __restrict__ norm, float eps,
                             uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit) {
@@ -380,6 +384,7 @@ __device__ void gemv_stream(const T* __restrict__ w, const float* __restrict__ x
         }
     };
     uint4 cur[R][C];
+    if (EARLY) step_release();
     if (steps > 0) load(0, cur);
     step_wait();
     // Stage x, normalized where asked (every thread of the block takes part).
@@ -422,7 +427,7 @@ __device__ void gemv_stream(const T* __restrict__ w, const float* __restrict__ x
                 }
             }
         }
-        if (!more) step_release();
+        if (!EARLY && !more) step_release();
         if (step % chunks == chunks - 1) {
             // The group is done: add the lanes' (and the slices') sums and write.
             uint32_t g = first_group + (step / chunks) * stride + team;
@@ -489,15 +494,15 @@ extern "C" __global__ void gemv_bf16(const __nv_bfloat16* w, const float* x, flo
 extern "C" __global__ void __launch_bounds__(32 * GEMV_STREAM_WARPS)
     gemv_stream_f16(const __half* w, const float* x, float* y, const __half* norm, float eps,
                     uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit) {
-    gemv_stream<__half, GEMV_STREAM_ROWS, GEMV_STREAM_CHUNK, GEMV_STREAM_WARPS, true>(
+    gemv_stream<__half, GEMV_STREAM_ROWS, GEMV_STREAM_CHUNK, GEMV_STREAM_WARPS, true, true>(
         w, x, y, norm, eps, rows, cols, mode, ksplit);
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_STREAM_WARPS)
     gemv_stream_bf16(const __nv_bfloat16* w, const float* x, float* y,
                      const __nv_bfloat16* norm, float eps, uint32_t rows, uint32_t cols,
                      uint32_t mode, uint32_t ksplit) {
-    gemv_stream<__nv_bfloat16, GEMV_STREAM_ROWS, GEMV_STREAM_CHUNK, GEMV_STREAM_WARPS, true>(
-        w, x, y, norm, eps, rows, cols, mode, ksplit);
+    gemv_stream<__nv_bfloat16, GEMV_STREAM_ROWS, GEMV_STREAM_CHUNK, GEMV_STREAM_WARPS, true,
+                true>(w, x, y, norm, eps, rows, cols, mode, ksplit);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -524,20 +529,34 @@ __device__ void attention(const float* __restrict__ qkv, const float* __restrict
     __shared__ float k_new[MAX_HEAD_DIM];
     __shared__ float v_new[MAX_HEAD_DIM];
     __shared__ float scratch[32];
-    step_begin();
+    step_release();
     uint32_t h = blockIdx.x, b = blockIdx.y;
+    // Before the wait, what no kernel of this step writes before this one: pos[b] (the step
+    // before wrote it; replays of the step run one after another), the cache rows before
+    // pos[b] (earlier steps wrote them) and inv_freq. Their rows go to L2 while the q/k/v GEMV
+    // runs, split among the query heads that share them.
     uint32_t p = pos[b];
-    if (p >= capacity) return;  // the whole block leaves: no barrier is skipped by some
     uint32_t group = heads / kv_heads;
     uint32_t kh = h / group;
+    size_t base = ((size_t)b * kv_heads + kh) * capacity * head_dim;
+    T* keys = k_cache + base;
+    T* values = v_cache + base;
+    if (p < capacity) {
+        uint32_t lines = (uint32_t)(((size_t)p * head_dim * sizeof(T) + 127) / 128);
+        const char* k_bytes = reinterpret_cast<const char*>(keys);
+        const char* v_bytes = reinterpret_cast<const char*>(values);
+        for (uint32_t i = threadIdx.x * group + h % group; i < lines; i += blockDim.x * group) {
+            prefetch_l2(k_bytes + (size_t)i * 128);
+            prefetch_l2(v_bytes + (size_t)i * 128);
+        }
+    }
+    step_wait();
+    if (p >= capacity) return;  // the whole block leaves: no barrier is skipped by some
     uint32_t q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
     const float* row = qkv + (size_t)b * (q_dim + 2 * kv_dim);
     const float* q_in = row + h * head_dim;
     const float* k_in = row + q_dim + kh * head_dim;
     const float* v_in = row + q_dim + kv_dim + kh * head_dim;
-    size_t base = ((size_t)b * kv_heads + kh) * capacity * head_dim;
-    T* keys = k_cache + base;
-    T* values = v_cache + base;
     bool writes = h % group == 0;
     uint32_t half_dim = head_dim / 2;
     for (uint32_t j = threadIdx.x; j < half_dim; j += blockDim.x) {

@@ -10,6 +10,7 @@
 // variant's outputs are checked against `gemv_f16`'s. On a machine with nvcc and a GPU:
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o gemv_bench gemv_bench.cu && ./gemv_bench [ITERS ROUNDS [SHAPE]]
 #include "kernels.cu"
+#include "bench_util.cuh"
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
@@ -17,20 +18,7 @@
 #include <string>
 #include <algorithm>
 #include <cuda_runtime.h>
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA error %s at %d\n", cudaGetErrorString(e), __LINE__); exit(1); } } while (0)
 
-__global__ void fill_half(__half* p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed; h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-        p[i] = __float2half(((h & 0xffff) / 65535.0f - 0.5f) * 0.1f);
-    }
-}
-__global__ void fill_float(float* p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2246822519u ^ seed; h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-        p[i] = ((h & 0xffff) / 65535.0f - 0.5f) * 2.0f;
-    }
-}
 typedef void (*StreamFn)(const __half*, const float*, float*, const __half*, float, uint32_t, uint32_t, uint32_t, uint32_t);
 template <int R, int C, int W, bool P>
 __global__ void __launch_bounds__(32 * W) k_stream(const __half* w, const float* x, float* y, const __half* norm, float eps, uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit) {
@@ -60,28 +48,19 @@ int main(int argc, char** argv) {
     int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    size_t cbytes = 1ull << 30; void *ca, *cb; CK(cudaMalloc(&ca, cbytes)); CK(cudaMalloc(&cb, cbytes));
-    float best_copy = 1e9;
-    for (int i = 0; i < 5; i++) {
-        CK(cudaEventRecord(e0, st)); CK(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice, st));
-        CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1)); float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
-        best_copy = std::min(best_copy, ms);
-    }
-    double copy_rate = 2.0 * cbytes / (best_copy * 1e-3);
-    printf("SMs %d, copy rate (read+write) %.0f GB/s\n", sms, copy_rate / 1e9);
-    CK(cudaFree(ca)); CK(cudaFree(cb));
+    double copy_rate = ::copy_rate(st, sms);
     cudaLaunchAttribute pdl[1]; pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; pdl[0].val.programmaticStreamSerializationAllowed = 1;
     for (auto& sh : shapes) {
         if (only && !strstr(sh.name, only)) continue;
         size_t wn = (size_t)sh.rows * sh.cols, wbytes = wn * 2;
         int copies = (int)std::max<size_t>(2, (400ull << 20) / wbytes + 1);
         std::vector<__half*> ws(copies);
-        for (auto& w : ws) { CK(cudaMalloc(&w, wbytes)); fill_half<<<1024, 256, 0, st>>>(w, wn, 7); }
+        for (auto& w : ws) { CK(cudaMalloc(&w, wbytes)); fill_half<<<1024, 256, 0, st>>>(w, wn, 7, 0.1f); }
         float *x, *y, *yref; __half* nrm;
         uint32_t outputs = sh.mode == GEMV_SWIGLU ? sh.rows / 2 : sh.rows;
         CK(cudaMalloc(&x, sh.cols * 4)); CK(cudaMalloc(&y, outputs * 4)); CK(cudaMalloc(&yref, outputs * 4));
         CK(cudaMalloc(&nrm, sh.cols * 2));
-        fill_float<<<64, 256, 0, st>>>(x, sh.cols, 3); fill_half<<<64, 256, 0, st>>>(nrm, sh.cols, 5);
+        fill_float<<<64, 256, 0, st>>>(x, sh.cols, 3); fill_half<<<64, 256, 0, st>>>(nrm, sh.cols, 5, 0.1f);
         const __half* norm = sh.norm ? nrm : nullptr;
         uint32_t split = sh.rows < 4096 ? GEMV_WARPS : 1;
         size_t smem = sh.cols * 4;

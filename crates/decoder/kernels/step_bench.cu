@@ -14,6 +14,7 @@
 // a GPU:
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o step_bench step_bench.cu && ./step_bench [ITERS ROUNDS POSITION]
 #include "kernels.cu"
+#include "bench_util.cuh"
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cmath>
@@ -21,20 +22,7 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
-#define CK(x) do { cudaError_t err_ = (x); if (err_ != cudaSuccess) { printf("CUDA error %s at %d\n", cudaGetErrorString(err_), __LINE__); exit(1); } } while (0)
 
-__global__ void fill_half(__half* p, size_t n, uint32_t seed, float range) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed; h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-        p[i] = __float2half(((h & 0xffff) / 65535.0f - 0.5f) * range);
-    }
-}
-__global__ void fill_float(float* p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2246822519u ^ seed; h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-        p[i] = ((h & 0xffff) / 65535.0f - 0.5f) * 2.0f;
-    }
-}
 typedef void (*StreamFn)(const __half*, const float*, float*, const __half*, float, uint32_t, uint32_t, uint32_t, uint32_t);
 template <int R, int C, int W, bool P, bool E, int MINB>
 __global__ void __launch_bounds__(32 * W, MINB) k_stream(const __half* w, const float* x, float* y, const __half* norm, float eps, uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit) {
@@ -54,16 +42,7 @@ int main(int argc, char** argv) {
     int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    size_t cbytes = 1ull << 30; void *ca, *cb; CK(cudaMalloc(&ca, cbytes)); CK(cudaMalloc(&cb, cbytes));
-    float best_copy = 1e9;
-    for (int i = 0; i < 5; i++) {
-        CK(cudaEventRecord(e0, st)); CK(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice, st));
-        CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1)); float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
-        best_copy = std::min(best_copy, ms);
-    }
-    double copy_rate = 2.0 * cbytes / (best_copy * 1e-3);
-    printf("SMs %d, copy rate (read+write) %.0f GB/s\n", sms, copy_rate / 1e9);
-    CK(cudaFree(ca)); CK(cudaFree(cb));
+    double copy_rate = ::copy_rate(st, sms);
     cudaLaunchAttribute pdl[1]; pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; pdl[0].val.programmaticStreamSerializationAllowed = 1;
     for (auto& m : models) {
         std::vector<Variant> vars = {

@@ -75,11 +75,10 @@ __device__ __forceinline__ float4 unpack4(uint2 word, __nv_bfloat16* /*tag*/) {
 // until this kernel has ended and its writes are visible. Both are no-ops for a launch without
 // a programmatic dependency. Every block waits before any early return, so a kernel ends only
 // after the one before it ended: the order is transitive along the step. Every kernel of the
-// step releases at once (the batched `gemv` after its main loop) and does before its wait what
-// needs nothing from the kernels before it: a GEMV loads its first weights, attention sends
-// its cache rows to L2. Releasing the streaming GEMV at once rather than after its main loop
-// took the `1b` step from 1,058 to 1,040 us and `small`'s from 140 to 137 us on an H100
-// (`step_bench.cu`).
+// step releases at once (the batched `gemv` after its main loop), and a GEMV loads its first
+// weights before it waits (they need nothing from the kernels before it). Releasing the
+// streaming GEMV at once rather than after its main loop took the `1b` step from 1,058 to
+// 1,040 us and `small`'s from 140 to 137 us on an H100 (`step_bench.cu`).
 __device__ __forceinline__ void step_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -529,34 +528,20 @@ __device__ void attention(const float* __restrict__ qkv, const float* __restrict
     __shared__ float k_new[MAX_HEAD_DIM];
     __shared__ float v_new[MAX_HEAD_DIM];
     __shared__ float scratch[32];
-    step_release();
+    step_begin();
     uint32_t h = blockIdx.x, b = blockIdx.y;
-    // Before the wait, what no kernel of this step writes before this one: pos[b] (the step
-    // before wrote it; replays of the step run one after another), the cache rows before
-    // pos[b] (earlier steps wrote them) and inv_freq. Their rows go to L2 while the q/k/v GEMV
-    // runs, split among the query heads that share them.
     uint32_t p = pos[b];
+    if (p >= capacity) return;  // the whole block leaves: no barrier is skipped by some
     uint32_t group = heads / kv_heads;
     uint32_t kh = h / group;
-    size_t base = ((size_t)b * kv_heads + kh) * capacity * head_dim;
-    T* keys = k_cache + base;
-    T* values = v_cache + base;
-    if (p < capacity) {
-        uint32_t lines = (uint32_t)(((size_t)p * head_dim * sizeof(T) + 127) / 128);
-        const char* k_bytes = reinterpret_cast<const char*>(keys);
-        const char* v_bytes = reinterpret_cast<const char*>(values);
-        for (uint32_t i = threadIdx.x * group + h % group; i < lines; i += blockDim.x * group) {
-            prefetch_l2(k_bytes + (size_t)i * 128);
-            prefetch_l2(v_bytes + (size_t)i * 128);
-        }
-    }
-    step_wait();
-    if (p >= capacity) return;  // the whole block leaves: no barrier is skipped by some
     uint32_t q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
     const float* row = qkv + (size_t)b * (q_dim + 2 * kv_dim);
     const float* q_in = row + h * head_dim;
     const float* k_in = row + q_dim + kh * head_dim;
     const float* v_in = row + q_dim + kv_dim + kh * head_dim;
+    size_t base = ((size_t)b * kv_heads + kh) * capacity * head_dim;
+    T* keys = k_cache + base;
+    T* values = v_cache + base;
     bool writes = h % group == 0;
     uint32_t half_dim = head_dim / 2;
     for (uint32_t j = threadIdx.x; j < half_dim; j += blockDim.x) {

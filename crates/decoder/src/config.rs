@@ -82,6 +82,9 @@ struct RawConfig {
     rms_norm_eps: Option<f64>,
     rope_theta: Option<f64>,
     rope_scaling: Option<serde_json::Value>,
+    /// `transformers` 5 writes the rotary base and its rescaling here, in place of
+    /// `rope_theta` and `rope_scaling`.
+    rope_parameters: Option<serde_json::Value>,
     max_position_embeddings: Option<usize>,
     vocab_size: usize,
     tie_word_embeddings: Option<bool>,
@@ -170,6 +173,13 @@ impl LlamaConfig {
                 found: name.to_string(),
             })?,
         };
+        let (rope_theta, rope_scaling) = match raw.rope_parameters.filter(|v| !v.is_null()) {
+            Some(parameters) => parse_rope_parameters(&parameters, raw.rope_theta)?,
+            None => (
+                raw.rope_theta.unwrap_or(10000.0),
+                parse_rope_scaling(raw.rope_scaling.as_ref(), "rope_scaling")?,
+            ),
+        };
         let config = LlamaConfig {
             hidden_size: raw.hidden_size,
             intermediate_size: raw.intermediate_size,
@@ -178,8 +188,8 @@ impl LlamaConfig {
             num_key_value_heads: raw.num_key_value_heads.unwrap_or(heads),
             head_dim: raw.head_dim.unwrap_or(raw.hidden_size / heads.max(1)),
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
-            rope_theta: raw.rope_theta.unwrap_or(10000.0),
-            rope_scaling: parse_rope_scaling(raw.rope_scaling.as_ref())?,
+            rope_theta,
+            rope_scaling,
             max_position_embeddings: raw.max_position_embeddings.unwrap_or(2048),
             vocab_size: raw.vocab_size,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
@@ -399,9 +409,60 @@ fn check_architecture(architectures: Option<&[String]>, model_type: Option<&str>
     })
 }
 
-/// Reads `rope_scaling`: absent, null or `"default"` is none; `"linear"` and `"llama3"` are
-/// computed; any other kind is refused rather than computed wrongly.
-fn parse_rope_scaling(value: Option<&serde_json::Value>) -> Result<Option<RopeScaling>> {
+/// Reads `rope_parameters` (`transformers` 5): the rotary base from its `rope_theta` (else the
+/// top-level `rope_theta`, else 10000) and the rescaling from its `rope_type` and factors, as
+/// [`parse_rope_scaling`] reads them (no `rope_type`: none). It takes precedence over the
+/// top-level fields, as in `transformers`. Parameters per layer type and a partial rotary
+/// factor other than 1 are refused: a Llama model has neither.
+fn parse_rope_parameters(
+    parameters: &serde_json::Value,
+    top_level_theta: Option<f64>,
+) -> Result<(f64, Option<RopeScaling>)> {
+    let Some(fields) = parameters.as_object() else {
+        return Err(Error::InvalidConfig {
+            field: "rope_parameters",
+            reason: format!("expected an object, found {parameters}"),
+        });
+    };
+    if fields.values().any(|v| v.is_object()) {
+        return Err(Error::Unsupported {
+            field: "rope_parameters",
+            found: "parameters per layer type".into(),
+        });
+    }
+    if let Some(factor) = fields.get("partial_rotary_factor")
+        && factor.as_f64() != Some(1.0)
+    {
+        return Err(Error::Unsupported {
+            field: "rope_parameters.partial_rotary_factor",
+            found: factor.to_string(),
+        });
+    }
+    let theta = match fields.get("rope_theta") {
+        None => top_level_theta.unwrap_or(10000.0),
+        Some(v) => v
+            .as_f64()
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .ok_or_else(|| Error::InvalidConfig {
+                field: "rope_parameters",
+                reason: format!("rope_theta {v} is not a positive number"),
+            })?,
+    };
+    let scaling = if fields.contains_key("rope_type") || fields.contains_key("type") {
+        parse_rope_scaling(Some(parameters), "rope_parameters")?
+    } else {
+        None
+    };
+    Ok((theta, scaling))
+}
+
+/// Reads `rope_scaling` (or the rescaling in `rope_parameters`, named by `field` in errors):
+/// absent, null or `"default"` is none; `"linear"` and `"llama3"` are computed; any other kind
+/// is refused rather than computed wrongly.
+fn parse_rope_scaling(
+    value: Option<&serde_json::Value>,
+    field: &'static str,
+) -> Result<Option<RopeScaling>> {
     let Some(value) = value.filter(|v| !v.is_null()) else {
         return Ok(None);
     };
@@ -416,7 +477,7 @@ fn parse_rope_scaling(value: Option<&serde_json::Value>) -> Result<Option<RopeSc
             .and_then(|v| v.as_f64())
             .filter(|v| v.is_finite() && *v > 0.0)
             .ok_or_else(|| Error::InvalidConfig {
-                field: "rope_scaling",
+                field,
                 reason: format!("{key} is missing or not a positive number"),
             })
     };
@@ -440,14 +501,14 @@ fn parse_rope_scaling(value: Option<&serde_json::Value>) -> Result<Option<RopeSc
                 && high_freq_factor <= low_freq_factor
             {
                 return Err(Error::InvalidConfig {
-                    field: "rope_scaling",
+                    field,
                     reason: "high_freq_factor must exceed low_freq_factor".into(),
                 });
             }
             Ok(Some(scaling))
         }
         other => Err(Error::Unsupported {
-            field: "rope_scaling",
+            field,
             found: other.to_string(),
         }),
     }
@@ -617,5 +678,91 @@ mod tests {
             })
         );
         assert_eq!(LlamaConfig::from_json(&c.to_json()).unwrap(), c);
+    }
+
+    /// A configuration as `transformers` 5 writes it: the rotary base and rescaling in
+    /// `rope_parameters`, no top-level `rope_theta` or `rope_scaling`.
+    fn v5_json(parameters: serde_json::Value) -> String {
+        json(&[
+            ("rope_theta", serde_json::Value::Null),
+            ("rope_scaling", serde_json::Value::Null),
+            ("rope_parameters", parameters),
+        ])
+    }
+
+    #[test]
+    fn rope_parameters_of_transformers_5_are_read() {
+        let c = LlamaConfig::from_json(&v5_json(
+            serde_json::json!({"rope_theta": 500000.0, "rope_type": "default"}),
+        ))
+        .unwrap();
+        assert_eq!((c.rope_theta, c.rope_scaling), (500000.0, None));
+
+        let c = LlamaConfig::from_json(&v5_json(serde_json::json!({
+            "rope_theta": 500000, "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192
+        })))
+        .unwrap();
+        assert_eq!(c.rope_theta, 500000.0);
+        assert!(matches!(
+            c.rope_scaling,
+            Some(RopeScaling::Llama3 { factor: 32.0, .. })
+        ));
+
+        // They win over top-level fields, as in transformers; a missing base falls back to the
+        // top-level one.
+        let both = json(&[
+            ("rope_theta", serde_json::json!(10000.0)),
+            (
+                "rope_parameters",
+                serde_json::json!({"rope_theta": 250000.0, "rope_type": "default"}),
+            ),
+        ]);
+        assert_eq!(LlamaConfig::from_json(&both).unwrap().rope_theta, 250000.0);
+        let base_only_above = json(&[
+            ("rope_theta", serde_json::json!(40000.0)),
+            (
+                "rope_parameters",
+                serde_json::json!({"rope_type": "default"}),
+            ),
+        ]);
+        assert_eq!(
+            LlamaConfig::from_json(&base_only_above).unwrap().rope_theta,
+            40000.0
+        );
+    }
+
+    #[test]
+    fn rope_parameters_a_llama_cannot_have_are_refused() {
+        let unsupported = [
+            serde_json::json!({"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0}),
+            serde_json::json!({"full_attention": {"rope_theta": 10000.0, "rope_type": "default"}}),
+            serde_json::json!({"rope_theta": 10000.0, "rope_type": "default",
+                               "partial_rotary_factor": 0.5}),
+        ];
+        for parameters in unsupported {
+            let err = LlamaConfig::from_json(&v5_json(parameters.clone())).unwrap_err();
+            assert!(
+                matches!(&err, Error::Unsupported { field, .. } if field.starts_with("rope_parameters")),
+                "{parameters}: {err:?}"
+            );
+        }
+        for parameters in [
+            serde_json::json!([10000.0]),
+            serde_json::json!({"rope_theta": -1.0, "rope_type": "default"}),
+            serde_json::json!({"rope_theta": 10000.0, "rope_type": "linear"}),
+        ] {
+            let err = LlamaConfig::from_json(&v5_json(parameters.clone())).unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    Error::InvalidConfig {
+                        field: "rope_parameters",
+                        ..
+                    }
+                ),
+                "{parameters}: {err:?}"
+            );
+        }
     }
 }

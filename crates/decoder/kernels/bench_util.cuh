@@ -1,5 +1,6 @@
 // What the decoder's kernel benches (gemv_bench.cu, step_bench.cu) share: error checks,
-// deterministic fills, and the memory rate the weights-read floor is taken at.
+// deterministic fills, the memory rate the weights-read floor is taken at, and the decoder's
+// `gemv_stream` launch rule. Included after kernels.cu.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -38,4 +39,18 @@ inline double copy_rate(cudaStream_t st, int sms) {
     double rate = 2.0 * bytes / (best * 1e-3);
     printf("SMs %d, copy rate (read+write) %.0f GB/s\n", sms, rate / 1e9);
     return rate;
+}
+
+// The decoder's `stream_shape` (src/gpu/step.rs) for blocks of W warps, R rows a warp, at most
+// `most` blocks: the widest column split (up to 4, each slice at least 32 words) whose blocks
+// fit in `most`, and the grid.
+struct StreamShape { uint32_t split, grid; };
+inline StreamShape stream_shape(uint32_t rows, uint32_t cols, uint32_t mode, int R, int W, uint32_t most) {
+    bool swiglu = mode == GEMV_SWIGLU;
+    uint32_t outputs = swiglu ? rows / 2 : rows, per_group = swiglu ? R / 2 : R;
+    uint32_t groups = std::max(1u, (outputs + per_group - 1) / per_group);
+    auto blocks = [&](uint32_t s) { return (groups + W / s - 1) / (W / s); };
+    uint32_t s = 1;
+    while (s < 4 && cols / 8 / (2 * s) >= 32 && blocks(2 * s) <= most) s *= 2;
+    return {s, std::min(blocks(s), most)};
 }

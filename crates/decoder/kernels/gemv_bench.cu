@@ -68,13 +68,9 @@ int main(int argc, char** argv) {
         // Baselines: kind 0 split gemv, kind 1 the decoder's gemv_stream_f16 and its rule.
         vars.push_back({"gemv split", 0, cfgs[0], split, dim3((sh.rows + GEMV_WARP_ROWS * GEMV_WARPS / split - 1) / (GEMV_WARP_ROWS * GEMV_WARPS / split)), 32 * GEMV_WARPS, 0, {}, 0});
         {
-            uint32_t per_group = sh.mode == GEMV_SWIGLU ? GEMV_STREAM_ROWS / 2 : GEMV_STREAM_ROWS;
-            uint32_t groups = std::max(1u, (outputs + per_group - 1) / per_group);
-            auto blocks = [&](uint32_t s) { return (groups + GEMV_STREAM_WARPS / s - 1) / (GEMV_STREAM_WARPS / s); };
-            uint32_t s = 1;
-            while (s < 4 && sh.cols / 8 / (2 * s) >= 32 && blocks(2 * s) <= (uint32_t)sms) s *= 2;
-            char nm[96]; snprintf(nm, sizeof nm, "rule: gemv_stream S%u grid %u", s, std::min(blocks(s), (uint32_t)sms));
-            vars.push_back({nm, 1, cfgs[0], s, dim3(std::min(blocks(s), (uint32_t)sms)), 32 * GEMV_STREAM_WARPS, smem, {}, 0});
+            StreamShape r = stream_shape(sh.rows, sh.cols, sh.mode, GEMV_STREAM_ROWS, GEMV_STREAM_WARPS, sms);
+            char nm[96]; snprintf(nm, sizeof nm, "rule: gemv_stream S%u grid %u", r.split, r.grid);
+            vars.push_back({nm, 1, cfgs[0], r.split, dim3(r.grid), 32 * GEMV_STREAM_WARPS, smem, {}, 0});
         }
         for (auto& c : cfgs) {
             uint32_t per_group = sh.mode == GEMV_SWIGLU ? c.R / 2 : c.R;

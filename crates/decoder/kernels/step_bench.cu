@@ -89,17 +89,11 @@ int main(int argc, char** argv) {
         CK(cudaStreamSynchronize(st));
 
         auto launch = [&](Variant& v, const __half* w, const float* in, float* out, const __half* norm, uint32_t rows, uint32_t cols, uint32_t mode) {
-            // The decoder's rule (`stream_shape`), for this variant's W and blocks an SM.
-            uint32_t per_group = mode == GEMV_SWIGLU ? v.R / 2 : v.R;
-            uint32_t outputs = mode == GEMV_SWIGLU ? rows / 2 : rows;
-            uint32_t groups = std::max(1u, (outputs + per_group - 1) / per_group);
-            uint32_t most = (uint32_t)(sms * v.grid_per_sm);
-            auto blocks = [&](uint32_t s) { return (groups + v.W / s - 1) / (v.W / s); };
-            uint32_t s = 1;
-            while (s < 4 && cols / 8 / (2 * s) >= 32 && blocks(2 * s) <= most) s *= 2;
-            cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(std::min(blocks(s), most)); cfg.blockDim = dim3(32 * v.W);
+            // The decoder's rule, for this variant's W and blocks an SM.
+            StreamShape r = stream_shape(rows, cols, mode, v.R, v.W, (uint32_t)(sms * v.grid_per_sm));
+            cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(r.grid); cfg.blockDim = dim3(32 * v.W);
             cfg.dynamicSmemBytes = cols * 4; cfg.stream = st; cfg.attrs = pdl; cfg.numAttrs = 1;
-            CK(cudaLaunchKernelEx(&cfg, v.fn, w, in, out, norm, 1e-5f, rows, cols, mode, s));
+            CK(cudaLaunchKernelEx(&cfg, v.fn, w, in, out, norm, 1e-5f, rows, cols, mode, r.split));
         };
         auto attention_launch = [&](Layer& l) {
             cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(m.heads, 1); cfg.blockDim = dim3(ATTENTION_THREADS);

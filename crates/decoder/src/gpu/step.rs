@@ -222,17 +222,13 @@ fn gemv_split(rows: u32) -> u32 {
 /// [`GEMV_STREAM_MAX_SPLIT`] warps share a group's columns (each slice at least 32 words of 8
 /// elements), the widest split whose blocks still fit on the SMs at once. On the H200 this came
 /// within 3% of the fastest variant on every `1b` shape; `small`'s output projection (512
-/// columns) trails the fastest by 24% (`kernels/gemv_bench.cu`, docs/benchmarks.md).
+/// columns) trails the fastest by 24% (`kernels/gemv_bench.cu`; `git show bd2a39e:docs/benchmarks.md`).
 pub fn stream_shape(rows: u32, cols: u32, mode: GemvMode, multiprocessors: u32) -> (u32, u32) {
-    let outputs = if mode == GemvMode::SwiGlu {
-        rows / 2
+    // SwiGLU: half the rows are outputs, and a warp's rows are a gate row and its up row.
+    let (outputs, per_group) = if mode == GemvMode::SwiGlu {
+        (rows / 2, GEMV_STREAM_ROWS / 2)
     } else {
-        rows
-    };
-    let per_group = if mode == GemvMode::SwiGlu {
-        GEMV_STREAM_ROWS / 2
-    } else {
-        GEMV_STREAM_ROWS
+        (rows, GEMV_STREAM_ROWS)
     };
     let groups = outputs.div_ceil(per_group).max(1);
     let blocks = |split: u32| groups.div_ceil(GEMV_STREAM_WARPS / split);
@@ -480,7 +476,7 @@ mod tests {
     use super::*;
 
     /// The shapes the rule gives the `1b` and `small` models' GEMVs on an H100's 132 SMs (their
-    /// times beside the fastest variants: `kernels/gemv_bench.cu`, docs/benchmarks.md).
+    /// times beside the fastest variants: `kernels/gemv_bench.cu`; `git show bd2a39e:docs/benchmarks.md`).
     #[test]
     fn stream_shapes_fill_the_sms_once() {
         let sms = 132;

@@ -338,7 +338,7 @@ __device__ void gemv(const T* __restrict__ w, const float* __restrict__ x, float
 // shared memory cols * 4 bytes (cols a multiple of 8); ksplit divides W.
 // `gemv_bench.cu` sweeps R, C, W, PIPE, ksplit and the grid per shape, `step_bench.cu` the
 // hand-over along a whole step; the decoder's instantiation (GEMV_STREAM_*, EARLY) is the one
-// that won there (docs/benchmarks.md).
+// that won there (docs/benchmarks.md; the per-shape tables: `git show bd2a39e:docs/benchmarks.md`).
 #define GEMV_STREAM_ROWS 2
 #define GEMV_STREAM_CHUNK 4
 #define GEMV_STREAM_WARPS 16

@@ -9,7 +9,7 @@
 //! asks for its lines one submission ahead, and the driver calls in between hide the transfers.
 //! On the H200's host this took bench case 1's mean from 1.20x-1.26x of the raw driver to
 //! 1.18x-1.21x on one queue, and from 1.18x-1.28x to 1.17x-1.23x across two
-//! (`docs/benchmarks.md`).
+//! (`git show bd2a39e:docs/benchmarks.md`).
 
 /// Asks the CPU to bring every cache line that `*slot` touches to this core, ready to be written,
 /// and returns at once. A hint only: it never faults and changes nothing, whatever `slot` points

@@ -2,8 +2,8 @@
 // 100-kernel graph (each kernel ~1 us) untraced, while CUPTI's kinds are on, after they are
 // turned off again, for an executable instantiated after that, under the driver-API callback
 // subscription alone, and sampled (kinds on around the launch of 1 replay in N) with what
-// follows the sampled launch varied: nothing, a flush, a forced flush, or a wait for the replay
-// and a flush. Each phase is the median of ROUNDS samples of REPLAYS back-to-back replays.
+// follows the sampled launch varied: nothing, a flush, a forced flush, a wait for the replay
+// and a flush, or the next (unsampled) replay launched and waited for, with or without a flush. Each phase is the median of ROUNDS samples of REPLAYS back-to-back replays.
 // CUPTI is loaded with dlopen (CUHAL_CUPTI_LIBRARY, else the loader's path, else
 // /usr/local/cuda), as the trace crate loads it. On a machine with nvcc and a GPU (CUPTI 13's
 // headers on the include path):
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     auto set_kinds = [&](bool on) { for (auto k : kinds) CP(on ? c.enable(k) : c.disable(k)); };
     // How a sampled replay is issued: the kinds on around its launch, then (by `after`)
     // nothing, a flush at once, a forced flush at once, or a wait for the replay and a flush.
-    enum After { NOTHING, FLUSH, FORCED, WAIT_FLUSH, TOGGLE_ONLY };
+    enum After { NOTHING, FLUSH, FORCED, WAIT_FLUSH, TOGGLE_ONLY, NEXT_IDLE, NEXT_IDLE_FLUSH };
     // Median time per replay (us) of `replays` back-to-back replays; with `every` > 0 the kinds
     // are on for the first replay of each `every` (and flushed after the round).
     auto timed = [&](cudaGraphExec_t e, int every, After after) {
@@ -100,6 +100,12 @@ int main(int argc, char** argv) {
                 if (after == FLUSH) CP(c.flushAll(0));
                 if (after == FORCED) CP(c.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
                 if (after == WAIT_FLUSH) { CK(cudaStreamSynchronize(st)); CP(c.flushAll(0)); }
+                if (after == NEXT_IDLE || after == NEXT_IDLE_FLUSH) {
+                    // The next replay, unsampled, then the GPU idle once.
+                    if (++i < replays) CK(cudaGraphLaunch(e, st));
+                    CK(cudaStreamSynchronize(st));
+                    if (after == NEXT_IDLE_FLUSH) CP(c.flushAll(0));
+                }
             }
             CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1));
             if (every > 0) CP(c.flushAll(0));
@@ -137,6 +143,10 @@ int main(int argc, char** argv) {
         show(what, timed(a, every, FORCED));
         snprintf(what, sizeof what, "1 in %d: ... then wait for it, flush", every);
         show(what, timed(a, every, WAIT_FLUSH));
+        snprintf(what, sizeof what, "1 in %d: ... then the next replay, wait", every);
+        show(what, timed(a, every, NEXT_IDLE));
+        snprintf(what, sizeof what, "1 in %d: ... then the next replay, wait, flush", every);
+        show(what, timed(a, every, NEXT_IDLE_FLUSH));
         snprintf(what, sizeof what, "1 in %d: kinds toggled, no launch inside", every);
         show(what, timed(a, every, TOGGLE_ONLY));
     }

@@ -103,7 +103,14 @@ pub struct BindingLayout {
     copies: Vec<(Operand, Operand, usize)>,
     /// One past the highest slot used.
     needed: usize,
+    /// Stamped dispatches' zones ([`ZoneRecorder::stamp_zone`](crate::ZoneRecorder::stamp_zone)):
+    /// one past the highest stamp index recorded.
+    stamps: u32,
 }
+
+/// The slot stamp bindings are recorded with until recording ends and the stamp slot is known
+/// ([`BindingLayout::stamp_slot`]); never seen by a table.
+pub(crate) const STAMP_SLOT_PENDING: u32 = u32::MAX;
 
 /// The layout of command buffers without slots.
 static NO_BINDINGS: BindingLayout = BindingLayout {
@@ -112,6 +119,7 @@ static NO_BINDINGS: BindingLayout = BindingLayout {
     alignments: Vec::new(),
     copies: Vec::new(),
     needed: 0,
+    stamps: 0,
 };
 
 impl BindingLayout {
@@ -149,6 +157,49 @@ impl BindingLayout {
     /// Whether the command buffer recorded any slot (and so needs a table).
     pub fn has_slots(&self) -> bool {
         self.needed > 0
+    }
+
+    /// How many zone stamps the command buffer's stamped dispatches use (0: none): its stamp
+    /// region holds this many 16-byte slots.
+    pub fn stamp_count(&self) -> u32 {
+        self.stamps
+    }
+
+    /// The hidden slot a command buffer with stamped dispatches binds its stamp region to: one
+    /// past the user's slots ([`Self::slots_used`] once recording ended). `None` without
+    /// stamps. The user's tables never include it: [`Self::check`] is unchanged for them, and
+    /// the queue issues with [`Self::stamped_table`].
+    pub fn stamp_slot(&self) -> Option<u32> {
+        (self.stamps > 0).then_some(self.needed as u32)
+    }
+
+    /// The table a command buffer with stamps is issued with: `table` (the user's, which passed
+    /// [`Self::check`]) cut to the slots used, then `region` (at least
+    /// [`Self::stamp_count`] `* 16` bytes of zeroed device memory) at [`Self::stamp_slot`].
+    /// Without stamps, `table` unchanged.
+    pub fn stamped_table(
+        &self,
+        table: &[BufferRange],
+        region: BufferRange,
+    ) -> SmallVec<[BufferRange; 8]> {
+        let mut out: SmallVec<[BufferRange; 8]> = SmallVec::new();
+        if self.stamps == 0 {
+            out.extend(table.iter().cloned());
+            return out;
+        }
+        out.extend(table.iter().take(self.needed).cloned());
+        out.push(region);
+        out
+    }
+
+    /// The shortest table an issue takes: the user's slots, and the stamp slot if any.
+    pub(crate) fn issue_table_len(&self) -> usize {
+        self.needed + usize::from(self.stamps > 0)
+    }
+
+    /// Notes a stamped dispatch's stamp index.
+    pub(crate) fn use_stamp(&mut self, index: u32) {
+        self.stamps = self.stamps.max(index.saturating_add(1));
     }
 
     /// The largest `offset + length` recorded for `slot`, or `None` if it is unused.

@@ -354,6 +354,14 @@ impl Encoder for DeferredEncoder {
         Ok(())
     }
 
+    fn set_stamp_slot(&mut self, slot: u32) {
+        for binding in &mut self.arg_bindings {
+            if binding.slot == crate::binding::STAMP_SLOT_PENDING {
+                binding.slot = slot;
+            }
+        }
+    }
+
     fn end(&mut self) -> Result<(), Error> {
         let base = self.bytes.base();
         self.arg_pointers = self

@@ -63,6 +63,15 @@ pub(crate) trait Encoder {
     /// Records a coarse zone edge (command buffer or debug group begin/end). Everything before
     /// it happens before it, everything after it happens after it.
     fn zone_event(&mut self, event: CUevent) -> Result<(), Error>;
+    /// Whether this kind binds a dispatch's zone-stamp argument per submission (graph and
+    /// deferred): only then does the recorder ask the tracer for a stamp.
+    const BINDS_STAMPS: bool = true;
+    /// Gives the stamp bindings recorded with [`STAMP_SLOT_PENDING`](crate::binding::STAMP_SLOT_PENDING)
+    /// their slot, now known (called once, right before [`Encoder::end`], when any was
+    /// recorded).
+    fn set_stamp_slot(&mut self, slot: u32) {
+        let _ = slot;
+    }
     fn end(&mut self) -> Result<(), Error>;
     /// The graph node the last command was recorded as (graph command buffers only).
     fn last_command_node(&self) -> Option<CUgraphNode> {

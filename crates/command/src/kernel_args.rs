@@ -54,6 +54,10 @@ pub struct ArgBinding {
     pub length: u64,
 }
 
+/// Bytes of one zone-stamp slot (`CUHAL_ZONE_STAMP_BYTES`): the complement of the earliest
+/// start, then the latest end, both `u64` `%globaltimer` nanoseconds.
+pub const ZONE_STAMP_BYTES: u64 = 16;
+
 /// Where one argument lives inside [`KernelArgs::bytes`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ArgSlot {
@@ -81,6 +85,9 @@ pub struct KernelArgs {
     buffers: SmallVec<[Arc<Buffer>; 4]>,
     /// Arguments that are a binding slot's address plus an offset.
     bindings: SmallVec<[ArgBinding; 4]>,
+    /// The arguments pushed by [`KernelArgs::push_zone_stamp`] (more than one is refused when
+    /// the dispatch is recorded).
+    zone_stamps: SmallVec<[u32; 1]>,
 }
 
 impl KernelArgs {
@@ -151,6 +158,54 @@ impl KernelArgs {
         });
         // The recorded value until a table gives the slot its address: the offset.
         self.push(offset)
+    }
+
+    /// Appends the kernel's `cuhal_zone_stamp*` parameter (`cuhal_zone_stamp.cuh` in
+    /// `cuhal-trace`): the slot where the kernel folds its own start and end, so that its FINE
+    /// zone comes from its own clock instead of timing events around it.
+    ///
+    /// Recorded as null (0), which the kernel takes as "not stamped", unless the command buffer
+    /// traces at [`Verbosity::Fine`](crate::Verbosity::Fine) with a tracer that takes stamps
+    /// ([`ZoneRecorder::stamp_zone`](crate::ZoneRecorder::stamp_zone)) and binds per
+    /// submission (graph and deferred command buffers). A stream command buffer has no
+    /// per-submission table: its stamp argument stays null and the dispatch is timed as any
+    /// other. At most one per kernel: a second is refused when the dispatch is recorded
+    /// ([`Error::BadKernelArgument`]).
+    pub fn push_zone_stamp(&mut self) -> &mut Self {
+        let arg = self.slots.len() as u32;
+        self.zone_stamps.push(arg);
+        self.push(0u64)
+    }
+
+    /// Appends the kernel's zone-stamp parameter, builder style
+    /// ([`KernelArgs::push_zone_stamp`]).
+    pub fn with_zone_stamp(mut self) -> Self {
+        self.push_zone_stamp();
+        self
+    }
+
+    /// The index of the zone-stamp argument, if there is one; more than one is an error.
+    pub fn zone_stamp(&self) -> Result<Option<u32>, Error> {
+        match self.zone_stamps.as_slice() {
+            [] => Ok(None),
+            [arg] => Ok(Some(*arg)),
+            _ => Err(Error::BadKernelArgument {
+                reason: "more than one zone-stamp argument",
+            }),
+        }
+    }
+
+    /// These arguments with the zone-stamp argument `arg` bound to `slot` at `offset` (16
+    /// bytes), for a stamped dispatch.
+    pub(crate) fn with_stamp_binding(&self, arg: u32, slot: u32, offset: u64) -> Self {
+        let mut args = self.clone();
+        args.bindings.push(ArgBinding {
+            arg,
+            slot,
+            offset,
+            length: ZONE_STAMP_BYTES,
+        });
+        args
     }
 
     /// Appends a range's address, builder style.
@@ -246,6 +301,7 @@ impl KernelArgs {
         self.slots.clear();
         self.buffers.clear();
         self.bindings.clear();
+        self.zone_stamps.clear();
     }
 }
 
@@ -358,6 +414,35 @@ mod tests {
             Err(Error::BadKernelArgument { .. })
         ));
         assert_eq!(args.len(), 2, "rejected arguments are not added");
+    }
+
+    #[test]
+    fn zone_stamp_is_a_null_pointer_argument() {
+        let mut args = KernelArgs::new();
+        args.push(3u32).push_zone_stamp().push(1u8);
+        assert_eq!(args.len(), 3);
+        assert_eq!(args.slots()[1], ArgSlot { offset: 8, size: 8 });
+        assert_eq!(&args.bytes()[8..16], &[0; 8], "null until bound");
+        assert_eq!(args.zone_stamp().unwrap(), Some(1));
+        assert!(args.bindings().is_empty());
+        let bound = args.with_stamp_binding(1, 7, 32);
+        assert_eq!(
+            bound.bindings(),
+            &[ArgBinding {
+                arg: 1,
+                slot: 7,
+                offset: 32,
+                length: 16
+            }]
+        );
+        assert_eq!(KernelArgs::new().with(1u32).zone_stamp().unwrap(), None);
+        let twice = KernelArgs::new().with_zone_stamp().with_zone_stamp();
+        assert!(matches!(
+            twice.zone_stamp(),
+            Err(Error::BadKernelArgument { .. })
+        ));
+        args.clear();
+        assert_eq!(args.zone_stamp().unwrap(), None);
     }
 
     #[test]

@@ -157,7 +157,7 @@ pub use graph::{
 };
 pub use image::check_image;
 pub use indirect::{INDIRECT_COUNT_BYTES, INDIRECT_HELPER, INDIRECT_HELPER_DIR_ENV};
-pub use kernel_args::{ArgBinding, ArgSlot, KernelArg, KernelArgs};
+pub use kernel_args::{ArgBinding, ArgSlot, KernelArg, KernelArgs, ZONE_STAMP_BYTES};
 pub use launch::{LaunchAttributes, MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER};
 pub use param_count::{ParameterCounts, cubin_parameter_counts, ptx_parameter_counts};
 pub use range::BufferRange;

@@ -41,9 +41,10 @@ impl Recorded {
         self.indirect.is_some()
     }
 
-    /// Refuses a binding table shorter than the slots the commands use.
+    /// Refuses a binding table shorter than the slots the commands use (and the stamp slot,
+    /// for a command buffer with stamped dispatches: see [`BindingLayout::stamped_table`]).
     pub(crate) fn check_table_length(&self, bindings: &[BufferRange]) -> Result<(), Error> {
-        let needed = self.layout.slots_used();
+        let needed = self.layout.issue_table_len();
         if bindings.len() < needed {
             return Err(crate::BindingError::TableTooShort {
                 given: bindings.len(),

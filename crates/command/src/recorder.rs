@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cuhal_sys::{CUcontext, CUgraphNode, PrimaryContext};
 
 use crate::barrier_groups::Groups;
-use crate::binding::{BindingLayout, Operand};
+use crate::binding::{BindingLayout, Operand, STAMP_SLOT_PENDING};
 use crate::binding_error::BindingError;
 use crate::encoder::Encoder;
 use crate::executable::{validate_arguments, validate_dispatch};
@@ -18,10 +18,10 @@ use crate::launch::{AttributePath, check_attributes};
 use crate::range::check_non_empty;
 use crate::recorded::Recorded;
 use crate::retained::Retained;
-use crate::zone_hooks::ZoneHooks;
+use crate::zone_hooks::{CommandZone, ZoneHooks};
 use crate::{
     BufferRange, CommandBufferState, CommandRecorder, Dispatch, Error, FillPattern, StreamWorkFn,
-    Verbosity, ZoneRecorder,
+    Verbosity, ZONE_STAMP_BYTES, ZoneRecorder,
 };
 use smallvec::SmallVec;
 
@@ -196,6 +196,12 @@ impl<E: Encoder> Recorder<E> {
         {
             self.encode(|e| e.zone_event(event))?;
         }
+        if let Some(slot) = self.layout.stamp_slot() {
+            self.encode(|e| {
+                e.set_stamp_slot(slot);
+                Ok(())
+            })?;
+        }
         self.encode(|e| e.end())?;
         let Some(encoder) = self.encoder.take() else {
             return Err(self.no_encoder());
@@ -297,6 +303,7 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
             dispatch.shared_memory_bytes,
         )?;
         validate_arguments(function.name(), function.parameter_sizes(), dispatch.args)?;
+        let stamp_arg = dispatch.args.zone_stamp()?;
         self.layout.check_args(dispatch.args.bindings())?;
         for buffer in dispatch.args.buffers() {
             self.same_context(buffer.context())?;
@@ -317,21 +324,42 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
                 attributes.programmatic = false;
             }
         }
-        let dispatch = Dispatch {
+        let user_args = dispatch.args;
+        let mut dispatch = Dispatch {
             attributes,
             ..*dispatch
         };
-        let zone = self
-            .zones
-            .command(function.name(), E::ACTIVITY_TIMING, E::EVENT_PLACEMENT);
+        // A stamped dispatch: no zone events, its stamp argument bound to its stamp's 16 bytes
+        // of the stamp slot (known when recording ends).
+        let stamp = match stamp_arg {
+            Some(arg) if E::BINDS_STAMPS => {
+                self.zones.stamp(function.name()).map(|index| (arg, index))
+            }
+            _ => None,
+        };
+        let stamped_args;
+        let zone = match stamp {
+            Some((arg, index)) => {
+                let offset = u64::from(index) * ZONE_STAMP_BYTES;
+                stamped_args = user_args.with_stamp_binding(arg, STAMP_SLOT_PENDING, offset);
+                dispatch.args = &stamped_args;
+                CommandZone::default()
+            }
+            None => self
+                .zones
+                .command(function.name(), E::ACTIVITY_TIMING, E::EVENT_PLACEMENT),
+        };
         self.encode(|e| e.dispatch(&dispatch, zone))?;
         self.zones.command_node(zone, self.last_command_node());
         self.groups.command(true);
         self.retained.function(function);
-        for buffer in dispatch.args.buffers() {
+        for buffer in user_args.buffers() {
             self.retained.buffer(buffer);
         }
-        self.layout.use_args(dispatch.args.bindings());
+        self.layout.use_args(user_args.bindings());
+        if let Some((_, index)) = stamp {
+            self.layout.use_stamp(index);
+        }
         Ok(())
     }
 
@@ -341,6 +369,9 @@ impl<E: Encoder> CommandRecorder for Recorder<E> {
         counts: &BufferRange,
     ) -> Result<(), Error> {
         self.recording("indirect dispatch")?;
+        // An indirect dispatch's arguments cannot be bound: its stamp stays null, but a second
+        // one is refused as anywhere else.
+        dispatch.args.zone_stamp()?;
         // The helper that reads the counts and the node it sets up take raw addresses when
         // they are recorded: neither can be given memory at submission.
         counts.check_not_slot("indirect dispatch counts")?;

@@ -58,6 +58,8 @@ impl StreamEncoder {
 impl Encoder for StreamEncoder {
     const ATTRIBUTE_PATH: AttributePath = AttributePath::Launch;
     const BINDS_STREAM_WORK: bool = false;
+    // Issued as recorded, with no per-submission table: stamp arguments stay null.
+    const BINDS_STAMPS: bool = false;
     // Executed as recorded, never issued by a queue: no launch capture, so events.
     const ACTIVITY_TIMING: bool = false;
 

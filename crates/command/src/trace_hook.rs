@@ -115,6 +115,23 @@ pub unsafe trait ZoneRecorder: Send + Sync {
         }
     }
 
+    /// Opens and closes the FINE zone of a dispatch that stamps itself (its kernel takes a
+    /// `cuhal_zone_stamp*`, [`KernelArgs::push_zone_stamp`](crate::KernelArgs::push_zone_stamp)).
+    /// Returns the zone's stamp index in this command buffer (0, 1, 2, ... in recording order):
+    /// the command buffer records no event and no activity zone for the dispatch and binds its
+    /// stamp argument, per submission, to the 16 bytes at `index * 16` of the command buffer's
+    /// stamp region ([`BindingLayout::stamp_slot`](crate::BindingLayout::stamp_slot)). `None`:
+    /// the tracer takes no stamps, and the dispatch is timed as any other command (its stamp
+    /// argument stays null). The default: `None`.
+    ///
+    /// Called only at [`Verbosity::Fine`], only for dispatches with a zone-stamp argument, and
+    /// only by graph and deferred command buffers: a stream command buffer has no per-submission
+    /// table, so its stamp arguments stay null and its dispatches are timed as before.
+    fn stamp_zone(&self, name: &str) -> Option<u32> {
+        let _ = name;
+        None
+    }
+
     /// The graph node a command whose zone is timed by activity was recorded as (graph command
     /// buffers only; called right after that command's `command_zone`). The default ignores it.
     ///

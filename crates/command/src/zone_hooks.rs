@@ -80,6 +80,15 @@ impl ZoneHooks {
         }
     }
 
+    /// Opens and closes the stamped zone of a dispatch at FINE verbosity: its stamp index, or
+    /// `None` when the tracer takes no stamps (or tracing is not FINE).
+    pub(crate) fn stamp(&self, name: &str) -> Option<u32> {
+        match &self.recorder {
+            Some(r) if self.verbosity >= Verbosity::Fine => r.stamp_zone(name),
+            _ => None,
+        }
+    }
+
     /// Tells the tracer which graph node an activity-timed command became.
     pub(crate) fn command_node(&self, zone: CommandZone, node: Option<CUgraphNode>) {
         if let (true, Some(r), Some(node)) = (zone.by_activity, &self.recorder, node) {

@@ -562,6 +562,12 @@ impl Encoder for GraphEncoder {
         Ok(())
     }
 
+    fn set_stamp_slot(&mut self, slot: u32) {
+        for patch in &mut self.patches {
+            patch.set_stamp_slot(slot);
+        }
+    }
+
     fn end(&mut self) -> Result<(), Error> {
         if self.nodes == 0 {
             // Nothing to run: launching is a no-op and needs no executable graph.

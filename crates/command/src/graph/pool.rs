@@ -69,6 +69,26 @@ pub(crate) struct PatchNode {
 }
 
 impl PatchNode {
+    /// Gives the node's stamp bindings (recorded with `STAMP_SLOT_PENDING`) their slot.
+    pub(crate) fn set_stamp_slot(&mut self, slot: u32) {
+        use crate::binding::STAMP_SLOT_PENDING;
+        let PatchKind::Kernel { bindings, .. } = &mut self.kind else {
+            return;
+        };
+        if !bindings.iter().any(|b| b.slot == STAMP_SLOT_PENDING) {
+            return;
+        }
+        for binding in bindings.iter_mut() {
+            if binding.slot == STAMP_SLOT_PENDING {
+                binding.slot = slot;
+            }
+        }
+        self.slots.retain(|s| *s != STAMP_SLOT_PENDING);
+        if !self.slots.contains(&slot) {
+            self.slots.push(slot);
+        }
+    }
+
     /// Whether the node names a slot `changed` marks.
     fn changed(&self, changed: &[bool]) -> bool {
         self.slots.iter().any(|&s| changed[s as usize])

@@ -253,6 +253,25 @@ impl CudaBackend {
                     }
                     .map_err(Error::from)
                 }
+                IssueStep::StampedCommandBuffer {
+                    index,
+                    address,
+                    bytes,
+                } => {
+                    let command_buffer = &command_buffers[index];
+                    // SAFETY: the trace context allocated the region in this queue's context,
+                    // `bytes` long and zeroed, and keeps it until this submission is collected
+                    // (after it completed) or failed.
+                    let region = unsafe { cuhal_command::BufferRange::from_raw(address, bytes) };
+                    // The user's table (checked by `Queue::execute`) cut to its slots, then the
+                    // region at the hidden stamp slot.
+                    let table = command_buffer
+                        .bindings()
+                        .stamped_table(bindings.table(index), region);
+                    // SAFETY: as in the untraced issue below; the region lives as said above.
+                    unsafe { command_buffer.issue_with_bindings(self.stream.raw(), &table) }
+                        .map_err(Error::from)
+                }
                 IssueStep::Completion => record_completion(),
             };
             // SAFETY: the stream is live and of the trace context's context; the completion

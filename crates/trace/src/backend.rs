@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cuhal_sys::{
-    CU_STREAM_NON_BLOCKING, CUevent, CUgraph, CUgraphNode, CUstream, ContextGuard, PrimaryContext,
-    Stream, cu,
+    CU_STREAM_NON_BLOCKING, CUdeviceptr, CUevent, CUgraph, CUgraphNode, CUstream, ContextGuard,
+    PrimaryContext, Stream, cu,
 };
 
 use cuhal_command::EventPlacement;
@@ -90,6 +90,47 @@ pub unsafe trait EventBackend: Send + Sync {
         deps: &[CUgraphNode],
         event: CUevent,
     ) -> Result<CUgraphNode, Error>;
+    /// Allocates `bytes` of device memory for zone stamps (`cuMemAlloc`), not yet zeroed.
+    /// The default: no device memory, so the context takes no stamps.
+    fn alloc_device(&self, bytes: usize) -> Result<CUdeviceptr, Error> {
+        let _ = bytes;
+        Err(Error::Stamps {
+            reason: "the backend has no device memory for zone stamps",
+        })
+    }
+
+    /// Frees memory from [`EventBackend::alloc_device`]. Never fails loudly.
+    ///
+    /// # Safety
+    /// `address` came from this backend's `alloc_device`, is freed once, and no work that may
+    /// still write it is in flight.
+    unsafe fn free_device(&self, address: CUdeviceptr) {
+        let _ = address;
+    }
+
+    /// Copies `out.len()` bytes of device memory at `address` to `out` and waits for them
+    /// (`cuMemcpyDtoHAsync` on a private stream, then a synchronize).
+    ///
+    /// # Safety
+    /// `address..address + out.len()` lies in memory from this backend's `alloc_device`.
+    unsafe fn read_device(&self, address: CUdeviceptr, out: &mut [u8]) -> Result<(), Error> {
+        let _ = (address, out);
+        Err(Error::Stamps {
+            reason: "the backend has no device memory for zone stamps",
+        })
+    }
+
+    /// Zeroes `bytes` of device memory at `address` and waits for it (`cuMemsetD8Async` on a
+    /// private stream, then a synchronize).
+    ///
+    /// # Safety
+    /// As [`EventBackend::read_device`].
+    unsafe fn zero_device(&self, address: CUdeviceptr, bytes: usize) -> Result<(), Error> {
+        let _ = (address, bytes);
+        Err(Error::Stamps {
+            reason: "the backend has no device memory for zone stamps",
+        })
+    }
     /// Makes the device current on the calling thread, if the device needs that, until the
     /// returned guard drops (then whatever was current before is current again).
     fn enter(&self) -> Result<Option<ContextGuard>, Error> {
@@ -268,6 +309,51 @@ unsafe impl EventBackend for CudaEvents {
 
     fn enter(&self) -> Result<Option<ContextGuard>, Error> {
         Ok(Some(self.context.enter()?))
+    }
+
+    fn alloc_device(&self, bytes: usize) -> Result<CUdeviceptr, Error> {
+        let _bound = self.context.enter()?;
+        let mut address: CUdeviceptr = 0;
+        // SAFETY: `address` is a valid out-pointer; the context is current.
+        unsafe { cu!(self.context.api(), cuMemAlloc(&mut address, bytes.max(1))) }?;
+        Ok(address)
+    }
+
+    unsafe fn free_device(&self, address: CUdeviceptr) {
+        if let Ok(_bound) = self.context.enter() {
+            // SAFETY: the caller passes memory of this backend, freed once, no longer written.
+            let _ = unsafe { cu!(self.context.api(), cuMemFree(address)) };
+        }
+    }
+
+    unsafe fn read_device(&self, address: CUdeviceptr, out: &mut [u8]) -> Result<(), Error> {
+        let _bound = self.context.enter()?;
+        let api = self.context.api();
+        let stream = self.calibration_stream.raw();
+        // SAFETY: `out` is writable for its length and outlives the copy (synchronized below);
+        // the caller vouches for the device range; the stream is this context's.
+        unsafe {
+            cu!(
+                api,
+                cuMemcpyDtoHAsync(out.as_mut_ptr().cast(), address, out.len(), stream)
+            )
+        }?;
+        self.calibration_stream.synchronize()?;
+        Ok(())
+    }
+
+    unsafe fn zero_device(&self, address: CUdeviceptr, bytes: usize) -> Result<(), Error> {
+        let _bound = self.context.enter()?;
+        let stream = self.calibration_stream.raw();
+        // SAFETY: the caller vouches for the device range; the stream is this context's.
+        unsafe {
+            cu!(
+                self.context.api(),
+                cuMemsetD8Async(address, 0, bytes, stream)
+            )
+        }?;
+        self.calibration_stream.synchronize()?;
+        Ok(())
     }
 
     fn time_stamped_kernels(

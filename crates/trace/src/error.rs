@@ -24,6 +24,12 @@ pub enum Error {
         /// What went wrong.
         reason: &'static str,
     },
+    /// Zone stamps could not be had: a backend without device memory for them, or no room
+    /// left for a command buffer's stamps.
+    Stamps {
+        /// What went wrong.
+        reason: &'static str,
+    },
     /// Writing a trace file failed.
     Io {
         /// What was being written.
@@ -63,6 +69,7 @@ impl fmt::Display for Error {
             Error::Io { what, source } => write!(f, "tracing: writing {what}: {source}"),
             Error::Cupti(e) => write!(f, "tracing: {e}"),
             Error::ClockSync { reason } => write!(f, "tracing: clock exchange: {reason}"),
+            Error::Stamps { reason } => write!(f, "tracing: zone stamps: {reason}"),
         }
     }
 }
@@ -73,7 +80,7 @@ impl std::error::Error for Error {
             Error::Driver(e) => Some(e),
             Error::Io { source, .. } => Some(source),
             Error::Cupti(e) => Some(e),
-            Error::Sink { .. } | Error::ClockSync { .. } => None,
+            Error::Sink { .. } | Error::ClockSync { .. } | Error::Stamps { .. } => None,
         }
     }
 }

@@ -62,6 +62,14 @@ pub struct FakeGpu {
     stamp_half_width_ns: AtomicU64,
     /// Clock exchanges run so far.
     exchanges: AtomicU64,
+    /// Device memory ([`EventBackend::alloc_device`]): base address to bytes.
+    memory: Mutex<std::collections::BTreeMap<u64, Vec<u8>>>,
+    /// The next address handed out.
+    next_address: AtomicU64,
+    /// Device allocations made so far.
+    device_allocations: AtomicU64,
+    /// Whether device memory operations fail.
+    memory_fails: AtomicBool,
 }
 
 fn handle(id: usize) -> CUevent {
@@ -111,6 +119,10 @@ impl FakeGpu {
             stamps_fail: AtomicBool::new(false),
             stamp_half_width_ns: AtomicU64::new(0),
             exchanges: AtomicU64::new(0),
+            memory: Mutex::new(std::collections::BTreeMap::new()),
+            next_address: AtomicU64::new(0x7f00_0000_0000),
+            device_allocations: AtomicU64::new(0),
+            memory_fails: AtomicBool::new(false),
         })
     }
 
@@ -240,6 +252,67 @@ impl FakeGpu {
         self.elapsed_not_ready.load(Ordering::SeqCst)
     }
 
+    /// Writes `bytes` into device memory at `address` (as a kernel would), if it lies in an
+    /// allocation; returns whether it did.
+    pub fn write_device(&self, address: u64, bytes: &[u8]) -> bool {
+        let mut memory = lock(&self.memory);
+        let Some((&base, data)) = memory.range_mut(..=address).next_back() else {
+            return false;
+        };
+        let at = (address - base) as usize;
+        match data.get_mut(at..at + bytes.len()) {
+            Some(span) => {
+                span.copy_from_slice(bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Reads `len` bytes of device memory at `address`, if it lies in an allocation.
+    pub fn device_bytes(&self, address: u64, len: usize) -> Option<Vec<u8>> {
+        let memory = lock(&self.memory);
+        let (&base, data) = memory.range(..=address).next_back()?;
+        let at = (address - base) as usize;
+        data.get(at..at + len).map(<[u8]>::to_vec)
+    }
+
+    /// Device allocations made so far ([`EventBackend::alloc_device`]).
+    pub fn device_allocations(&self) -> u64 {
+        self.device_allocations.load(Ordering::Relaxed)
+    }
+
+    /// Device allocations live now.
+    pub fn live_device_allocations(&self) -> usize {
+        lock(&self.memory).len()
+    }
+
+    /// Makes device memory operations (allocate, read, zero) fail, or succeed again.
+    pub fn fail_device_memory(&self, fail: bool) {
+        self.memory_fails.store(fail, Ordering::Relaxed);
+    }
+
+    /// The span `address..address + len` of an allocation, or an error.
+    fn span<T>(
+        &self,
+        address: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> T,
+    ) -> Result<T, Error> {
+        if self.memory_fails.load(Ordering::Relaxed) {
+            return Err(invalid_handle("device memory"));
+        }
+        let mut memory = lock(&self.memory);
+        let Some((&base, data)) = memory.range_mut(..=address).next_back() else {
+            return Err(invalid_handle("device memory"));
+        };
+        let at = (address - base) as usize;
+        let span = data
+            .get_mut(at..at.saturating_add(len))
+            .ok_or_else(|| invalid_handle("device memory"))?;
+        Ok(f(span))
+    }
+
     fn call(&self) {
         self.calls.fetch_add(1, Ordering::Relaxed);
     }
@@ -349,6 +422,32 @@ unsafe impl EventBackend for FakeGpu {
         self.call();
         self.stamp(event)?;
         Ok(std::ptr::without_provenance_mut(id(event) * 16))
+    }
+
+    fn alloc_device(&self, bytes: usize) -> Result<u64, Error> {
+        if self.memory_fails.load(Ordering::Relaxed) {
+            return Err(invalid_handle("cuMemAlloc"));
+        }
+        let len = bytes.max(1) as u64;
+        let address = self
+            .next_address
+            .fetch_add(len.next_multiple_of(256) + 256, Ordering::Relaxed);
+        // Not zeroed, as cuMemAlloc: a pattern the tracer must clear before use.
+        lock(&self.memory).insert(address, vec![0xa5; bytes]);
+        self.device_allocations.fetch_add(1, Ordering::Relaxed);
+        Ok(address)
+    }
+
+    unsafe fn free_device(&self, address: u64) {
+        lock(&self.memory).remove(&address);
+    }
+
+    unsafe fn read_device(&self, address: u64, out: &mut [u8]) -> Result<(), Error> {
+        self.span(address, out.len(), |span| out.copy_from_slice(span))
+    }
+
+    unsafe fn zero_device(&self, address: u64, bytes: usize) -> Result<(), Error> {
+        self.span(address, bytes, |span| span.fill(0))
     }
 
     fn now_ns(&self) -> u64 {

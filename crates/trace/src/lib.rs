@@ -72,6 +72,7 @@ mod pool;
 pub mod query_ids;
 pub mod sink;
 mod stamped;
+mod stamps;
 mod submission;
 mod thread;
 pub mod timebase;
@@ -95,6 +96,7 @@ pub use sink::{
     MemoryZone, NullSink, Sink, SubmissionDetails, TrackId,
 };
 pub use stamped::StampedKernel;
+pub use stamps::DEFAULT_STAMP_SLOTS;
 pub use submission::{
     INLINE_SEMAPHORES, IssueStep, StreamBefore, SubmissionInfo, SubmissionTicket,
 };

@@ -38,6 +38,9 @@ pub(crate) enum Record {
     /// One command timed by its activity record (CUPTI): no events. `node_id` is CUPTI's id
     /// of the command's graph node (0 outside graphs).
     Command { name: Arc<str>, node_id: u64 },
+    /// One dispatch timed by its own stamp (`cuhal_zone_stamp.cuh`): no events; its times are
+    /// read from its command buffer's stamp region at `index`.
+    Stamp { name: Arc<str>, index: u32 },
 }
 
 impl Record {
@@ -46,7 +49,7 @@ impl Record {
         match self {
             Record::Begin { begin, .. } => Some(*begin),
             Record::End { end } => Some(*end),
-            Record::Command { .. } => None,
+            Record::Command { .. } | Record::Stamp { .. } => None,
         }
     }
 }
@@ -65,6 +68,8 @@ pub(crate) struct ListState {
     pub(crate) timed_zones: u64,
     /// Activity-timed commands in `records`.
     pub(crate) commands: u32,
+    /// Stamped dispatches in `records` (their indices are 0 to this).
+    pub(crate) stamps: u32,
     /// Correlation ids of the launches of the latest issue, in order (reused).
     pub(crate) ids: Vec<u32>,
     /// Collections that found the latest issue's events complete but not its records.
@@ -185,6 +190,7 @@ impl ZoneList {
                     issuing: false,
                     timed_zones: 0,
                     commands: 0,
+                    stamps: 0,
                     ids: Vec::new(),
                     activity_waits: 0,
                     queued: 0,
@@ -294,6 +300,28 @@ impl ZoneList {
             end: self.end_zone(),
             by_activity: false,
         }
+    }
+
+    /// Opens and closes the FINE zone of a dispatch that stamps itself
+    /// ([`ZoneRecorder::stamp_zone`](crate::ZoneRecorder::stamp_zone)): its stamp index in this
+    /// list (0, 1, 2, ... in recording order), or `None` when the context takes no stamps (not
+    /// FINE, or a stamp ring of 0 slots; then the dispatch is timed as any other command).
+    pub fn stamp_zone(&self, name: &str) -> Option<u32> {
+        let shared = &self.inner.shared;
+        if !shared.takes_stamps {
+            return None;
+        }
+        let name = shared.intern(name);
+        let mut state = lock(&self.inner.state);
+        let index = state.stamps;
+        state.records.push(Record::Stamp { name, index });
+        state.stamps += 1;
+        state.timed_zones += 1;
+        shared
+            .counters
+            .zones_recorded
+            .fetch_add(1, Ordering::Relaxed);
+        Some(index)
     }
 
     /// The graph node the last activity-timed command became: its CUPTI id is how its record
@@ -496,6 +524,10 @@ unsafe impl crate::hook::ZoneRecorder for ZoneList {
 
     fn command_events(&self, name: &str, placement: EventPlacement) -> CommandTiming {
         ZoneList::command_events(self, name, placement)
+    }
+
+    fn stamp_zone(&self, name: &str) -> Option<u32> {
+        ZoneList::stamp_zone(self, name)
     }
 
     unsafe fn command_node(&self, node: CUgraphNode) {

@@ -35,6 +35,7 @@ use crate::list::{ListInner, ZoneList};
 use crate::lock::lock;
 use crate::pool::Ev;
 use crate::sink::{DropReason, FineSample, HostSpan, SubmissionDetails};
+use crate::stamps::StampRegion;
 
 /// How many waits and signals a [`SubmissionInfo`] holds inline.
 pub const INLINE_SEMAPHORES: usize = 4;
@@ -77,6 +78,20 @@ impl SubmissionInfo {
 pub enum IssueStep {
     /// Issue the command buffer at this index on the stream.
     CommandBuffer(usize),
+    /// Issue the command buffer at `index`, which has stamped dispatches
+    /// ([`BindingLayout::stamp_count`](cuhal_command::BindingLayout::stamp_count)), with its
+    /// stamp region: `bytes` of zeroed device memory at `address`, bound at the command
+    /// buffer's stamp slot ([`BindingLayout::stamped_table`](cuhal_command::BindingLayout::stamped_table)
+    /// with `BufferRange::from_raw(address, bytes)`). The context keeps the region until the
+    /// submission is collected, or gives it back if the issue fails.
+    StampedCommandBuffer {
+        /// The command buffer.
+        index: usize,
+        /// The region's first byte.
+        address: cuhal_sys::CUdeviceptr,
+        /// Its length.
+        bytes: usize,
+    },
     /// Record the submission's completion event on the stream, after all of its work.
     Completion,
 }
@@ -129,6 +144,8 @@ struct SlotBuffer {
     /// Whether this replay was sampled, when FINE samples ([`crate::FineSampling`]); `None`
     /// when every replay is timed (or the list times nothing by CUPTI).
     sample: Option<Sample>,
+    /// The region its stamped dispatches write, until collection reads it back.
+    stamps: Option<StampRegion>,
 }
 
 /// The room a slot's list takes when it first grows: it doubles from there and is kept.
@@ -194,7 +211,20 @@ impl Slot {
         buffer.ids.clear();
         buffer.activity_waits.set(0);
         buffer.sample = sample;
+        buffer.stamps = None;
         self.count += 1;
+    }
+
+    /// Zeroes the stamp regions the slot still holds and gives them back to the ring (a
+    /// region that cannot be zeroed is kept out of it: a later submission would read its old
+    /// stamps).
+    fn release_stamps(&mut self, shared: &Shared) {
+        let count = self.count;
+        for buffer in &mut self.buffers.as_mut_slice()[..count] {
+            if let Some(region) = buffer.stamps.take() {
+                shared.release_stamp_region(region);
+            }
+        }
     }
 
     fn release_events(&mut self, shared: &Shared) {
@@ -350,6 +380,7 @@ impl TraceContext {
         if let Err(error) = result {
             // The submission fails; the queue reports it. Nothing of it is shown.
             slot.release_events(shared);
+            slot.release_stamps(shared);
             slot.clear();
             drop(slot);
             shared.slots.release(index);
@@ -389,8 +420,23 @@ impl TraceContext {
         let last = command_buffers.len().saturating_sub(1);
         for (i, cb) in command_buffers.iter().enumerate() {
             let list = list_of(shared, cb).map(|l| l.inner());
+            let stamps = match cb.bindings().stamp_count() {
+                0 => None,
+                count => Some(
+                    lock(&shared.stamps)
+                        .acquire(&*shared.backend, count)
+                        .map_err(E::from)?,
+                ),
+            };
             let (generation, sample) = list.map_or((0, None), |l| l.begin_issue(index));
-            let issued = issue(IssueStep::CommandBuffer(i));
+            let issued = issue(match stamps {
+                Some(region) => IssueStep::StampedCommandBuffer {
+                    index: i,
+                    address: region.address,
+                    bytes: region.bytes(),
+                },
+                None => IssueStep::CommandBuffer(i),
+            });
             if let Some(list) = list {
                 if issued.is_err() {
                     // Ends the capture, and closes a sampled replay's activity window.
@@ -399,8 +445,16 @@ impl TraceContext {
                     list.end_issue(generation, index);
                 }
             }
-            issued?;
+            if let Err(error) = issued {
+                if let Some(region) = stamps {
+                    shared.release_stamp_region(region);
+                }
+                return Err(error);
+            }
             slot.push_buffer(list.cloned(), generation, sample);
+            if let Some(buffer) = slot.buffers.as_mut_slice().get_mut(slot.count - 1) {
+                buffer.stamps = stamps;
+            }
             slot.labels.push(label(cb.kind()));
             if i < last {
                 let boundary = shared.pool.acquire_one();
@@ -466,6 +520,7 @@ impl Shared {
         }
         self.count_dropped(reason, dropped);
         slot.release_events(self);
+        slot.release_stamps(self);
         slot.clear();
         drop(slot);
         self.slots.release(index);
@@ -628,6 +683,7 @@ impl Shared {
         }
         self.sink.gpu_zone_end(self.track, slot.end_ns);
         *zones += 1;
+        slot.release_stamps(self);
         slot.clear();
         self.slots.release(index);
         Outcome::Done
@@ -722,6 +778,8 @@ impl Shared {
         zones: &mut u64,
     ) {
         let generation = buffer.generation;
+        // Read (and zeroed, and given back) first, whatever becomes of the list's zones.
+        self.read_stamps(cs, buffer.stamps.take(), outer);
         let mut state = lock(&list.state);
         let state = &mut *state;
         if state.queued == generation {

@@ -25,7 +25,7 @@ fn enclosing_end(records: &[Record], times: &[u64], at: usize) -> Option<u64> {
             Record::Begin { .. } => depth += 1,
             Record::End { .. } if depth == 0 => return Some(ns),
             Record::End { .. } => depth -= 1,
-            Record::Command { .. } => {}
+            Record::Command { .. } | Record::Stamp { .. } => {}
         }
     }
     None
@@ -64,6 +64,11 @@ pub(crate) struct CollectState {
     pub(crate) matched: Vec<usize>,
     /// Indices of the records to remove, highest first; reused.
     pub(crate) taken: Vec<usize>,
+    /// The times of one command buffer's stamps (trace clock), by stamp index, or why a
+    /// stamp shows no zone; empty when its stamps got no region. Reused.
+    pub(crate) stamp_times: Vec<Result<(u64, u64), DropReason>>,
+    /// One stamp region's bytes, as read back; reused.
+    pub(crate) stamp_bytes: Vec<u8>,
     /// Whether this collection flushed CUPTI already.
     pub(crate) flushed: bool,
     /// CUPTI's clock mapped onto the backend's host clock.
@@ -195,6 +200,8 @@ impl Shared {
                 if self.activity_pending(cs, &mut state) {
                     return Outcome::NotReady;
                 }
+                // A list submitted on its own has no stamp region: its stamps show nothing.
+                cs.stamp_times.clear();
                 self.emit_list(cs, &mut state, (0, u64::MAX), zones, true);
                 Outcome::Done
             }
@@ -222,6 +229,7 @@ impl Shared {
         let mut command = 0usize;
         let mut activity_zones = 0u64;
         let mut corrected = 0u64;
+        let mut stamp_zones = 0u64;
         for (i, (record, &ns)) in state.records.iter().zip(&cs.times).enumerate() {
             match record {
                 Record::Begin {
@@ -239,6 +247,30 @@ impl Shared {
                     self.sink.gpu_zone_end(self.track, ns);
                     open.pop();
                     *zones += 1;
+                }
+                Record::Stamp { name, index } => {
+                    let times = cs
+                        .stamp_times
+                        .get(*index as usize)
+                        .copied()
+                        .unwrap_or(Err(DropReason::StampsExhausted));
+                    let (begin, end) = match times {
+                        Ok(times) => times,
+                        Err(reason) => {
+                            self.count_dropped(reason, 1);
+                            continue;
+                        }
+                    };
+                    // Stamps and events come from two clocks' mappings: keep the zone inside
+                    // its enclosing zone so viewers nest it.
+                    let floor = open.last().copied().unwrap_or(outer.0);
+                    let ceiling = enclosing_end(&state.records, &cs.times, i).unwrap_or(outer.1);
+                    let begin = begin.clamp(floor, ceiling.max(floor));
+                    let end = end.clamp(begin, ceiling.max(begin));
+                    latest = latest.max(end);
+                    self.sink.gpu_zone_stamped(self.track, name, begin, end);
+                    *zones += 1;
+                    stamp_zones += 1;
                 }
                 Record::Command { name, .. } => {
                     let Some(&times) = cs.command_times.get(command) else {
@@ -275,6 +307,9 @@ impl Shared {
         self.counters
             .bias_corrected_zones
             .fetch_add(corrected, Ordering::Relaxed);
+        self.counters
+            .stamp_zones
+            .fetch_add(stamp_zones, Ordering::Relaxed);
     }
 
     pub(crate) fn report_drops(&self, cs: &mut CollectState) {

@@ -26,6 +26,11 @@ pub struct TraceConfig {
     /// Which replays of each executable FINE times from CUPTI (default: every one); the others
     /// are traced as COARSE is.
     pub fine_sampling: FineSampling,
+    /// The zone-stamp ring's size, in 16-byte stamps (default
+    /// [`DEFAULT_STAMP_SLOTS`](crate::DEFAULT_STAMP_SLOTS), 1 MiB of device memory, allocated
+    /// at the first submission with stamps). 0: FINE takes no stamps, and stamped dispatches
+    /// are timed as any other command.
+    pub stamp_slots: u32,
 }
 
 /// Whether FINE zones of commands come from CUPTI's activity records or from timing events.
@@ -66,6 +71,7 @@ impl Default for TraceConfig {
             rebase_after: Duration::from_nanos(DEFAULT_REBASE_AFTER_NS),
             cupti: CuptiChoice::default(),
             fine_sampling: FineSampling::Every,
+            stamp_slots: crate::stamps::DEFAULT_STAMP_SLOTS,
         }
     }
 }

@@ -157,6 +157,8 @@ impl TraceContext {
                 times: Vec::new(),
                 command_times: Vec::new(),
                 launch_ids: Vec::new(),
+                stamp_times: Vec::new(),
+                stamp_bytes: Vec::new(),
                 candidates: Vec::new(),
                 used: Vec::new(),
                 matched: Vec::new(),
@@ -171,6 +173,8 @@ impl TraceContext {
                 complete_through: 0,
             }),
             closed: AtomicBool::new(false),
+            stamps: Mutex::new(crate::stamps::StampRing::new(config.stamp_slots)),
+            takes_stamps: config.stamp_slots > 0 && config.verbosity >= Verbosity::Fine,
             rebase_after_ns: u64::try_from(config.rebase_after.as_nanos()).unwrap_or(u64::MAX),
             counters: Counters::default(),
             cupti,
@@ -318,6 +322,8 @@ impl TraceContext {
             bias_corrected_zones: c.bias_corrected_zones.load(Ordering::Relaxed),
             sampled_replays: c.sampled_replays.load(Ordering::Relaxed),
             unsampled_replays: c.unsampled_replays.load(Ordering::Relaxed),
+            stamp_zones: c.stamp_zones.load(Ordering::Relaxed),
+            stamp_regions_in_use: lock(&s.stamps).in_use(),
         }
     }
 

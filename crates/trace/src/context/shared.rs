@@ -39,6 +39,10 @@ pub(crate) struct Shared {
     pub(crate) pending: Mutex<VecDeque<Pending>>,
     pub(crate) collect: Mutex<CollectState>,
     pub(crate) closed: AtomicBool,
+    /// The zone-stamp ring ([`crate::stamps`]).
+    pub(crate) stamps: Mutex<crate::stamps::StampRing>,
+    /// FINE with a stamp ring: stamped dispatches are timed by their own stamps.
+    pub(crate) takes_stamps: bool,
     pub(crate) rebase_after_ns: u64,
     pub(crate) counters: Counters,
     /// The CUPTI session FINE command zones are timed from, if any.
@@ -86,5 +90,10 @@ impl Drop for Shared {
                 unsafe { self.backend.destroy_event(base.0) };
             }
         }
+        let stamps = self
+            .stamps
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        stamps.free(&*self.backend);
     }
 }

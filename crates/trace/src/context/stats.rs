@@ -101,6 +101,10 @@ pub struct TraceStats {
     pub sampled_replays: u64,
     /// Such replays that were not sampled: traced as COARSE is.
     pub unsampled_replays: u64,
+    /// Zones handed to the sink from kernels' own stamps (`cuhal_zone_stamp.cuh`).
+    pub stamp_zones: u64,
+    /// Stamp regions of the context's ring held by submissions not collected yet.
+    pub stamp_regions_in_use: usize,
 }
 
 #[derive(Default)]
@@ -115,6 +119,7 @@ pub(crate) struct Counters {
     pub(crate) bias_corrected_zones: AtomicU64,
     pub(crate) sampled_replays: AtomicU64,
     pub(crate) unsampled_replays: AtomicU64,
+    pub(crate) stamp_zones: AtomicU64,
     pub(crate) clock_syncs: AtomicU64,
     pub(crate) clock_sync_failures: AtomicU64,
     /// The clock figures that are not counts.

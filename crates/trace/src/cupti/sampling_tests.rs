@@ -84,7 +84,8 @@ fn replay(
             completion,
             |step| {
                 match step {
-                    IssueStep::CommandBuffer(i) => {
+                    IssueStep::CommandBuffer(i)
+                    | IssueStep::StampedCommandBuffer { index: i, .. } => {
                         ids[i] = (0..commands[i])
                             .map(|_| fake.launch(cbid::LAUNCH_KERNEL))
                             .collect();

@@ -34,6 +34,17 @@ pub enum MemoryRecord {
         /// Trace-clock nanoseconds.
         ns: u64,
     },
+    /// [`Sink::gpu_zone_stamped`]: a whole zone timed by the kernel's own stamps.
+    Stamped {
+        /// The track.
+        track: TrackId,
+        /// The zone's name.
+        name: String,
+        /// Trace-clock nanoseconds.
+        begin_ns: u64,
+        /// Trace-clock nanoseconds.
+        end_ns: u64,
+    },
     /// [`Sink::zones_dropped`].
     Dropped {
         /// The track.
@@ -69,6 +80,8 @@ pub struct MemoryZone {
     pub end_ns: u64,
     /// How many zones of the same track were open around it.
     pub depth: usize,
+    /// Timed by the kernel's own stamps ([`Sink::gpu_zone_stamped`]), not by events or CUPTI.
+    pub stamped: bool,
 }
 
 impl MemoryZone {
@@ -180,7 +193,28 @@ impl MemorySink {
                         begin_ns,
                         end_ns: *ns,
                         depth,
+                        stamped: false,
                     });
+                }
+                MemoryRecord::Stamped {
+                    track,
+                    name,
+                    begin_ns,
+                    end_ns,
+                } => {
+                    let depth = open
+                        .iter()
+                        .find(|(t, _)| t == track)
+                        .map_or(0, |(_, s)| s.len());
+                    built.push((*track, name.clone(), *begin_ns, depth));
+                    zones.push(Some(MemoryZone {
+                        track: *track,
+                        name: name.clone(),
+                        begin_ns: *begin_ns,
+                        end_ns: *end_ns,
+                        depth,
+                        stamped: true,
+                    }));
                 }
                 _ => {}
             }
@@ -269,6 +303,15 @@ impl Sink for MemorySink {
         lock(&self.records).push(MemoryRecord::End {
             track,
             ns: timestamp_ns,
+        });
+    }
+
+    fn gpu_zone_stamped(&self, track: TrackId, name: &str, begin_ns: u64, end_ns: u64) {
+        lock(&self.records).push(MemoryRecord::Stamped {
+            track,
+            name: name.to_owned(),
+            begin_ns,
+            end_ns,
         });
     }
 

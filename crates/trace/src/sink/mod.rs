@@ -46,11 +46,17 @@ pub enum DropReason {
     /// A command timed by the driver's activity records (CUPTI) got none that could be matched
     /// to it (records lost, or a submission whose launches did not match its commands).
     ActivityMissing,
+    /// A stamped dispatch's zone had no room in the context's stamp ring (full of submissions
+    /// not collected yet, or a command buffer with more stamps than the ring holds).
+    StampsExhausted,
+    /// A stamped dispatch's stamp was empty (the kernel did not run, or never reached its
+    /// `CUHAL_ZONE_END`) or inverted (its begin after its end), or could not be read back.
+    StampEmpty,
 }
 
 impl DropReason {
     /// Every reason, in declaration order.
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::PoolExhausted,
         DropReason::QueryIdsExhausted,
         DropReason::NeverSubmitted,
@@ -58,6 +64,8 @@ impl DropReason {
         DropReason::EventError,
         DropReason::Abandoned,
         DropReason::ActivityMissing,
+        DropReason::StampsExhausted,
+        DropReason::StampEmpty,
     ];
 
     /// A short human name.
@@ -70,6 +78,8 @@ impl DropReason {
             DropReason::EventError => "event error",
             DropReason::Abandoned => "abandoned",
             DropReason::ActivityMissing => "activity missing",
+            DropReason::StampsExhausted => "stamps exhausted",
+            DropReason::StampEmpty => "stamp empty",
         }
     }
 }
@@ -145,6 +155,13 @@ pub trait Sink: Send + Sync {
     fn gpu_zone_end(&self, track: TrackId, timestamp_ns: u64);
     /// `count` zones of `track` were not shown, for `reason`.
     fn zones_dropped(&self, track: TrackId, reason: DropReason, count: u64);
+    /// A whole GPU zone timed by the kernel's own stamps (`cuhal_zone_stamp.cuh`): its
+    /// `%globaltimer` start and end, on the trace clock. Nested like any zone. The default
+    /// shows it as a begin and an end; a sink may mark where its times came from.
+    fn gpu_zone_stamped(&self, track: TrackId, name: &str, begin_ns: u64, end_ns: u64) {
+        self.gpu_zone_begin(track, name, begin_ns);
+        self.gpu_zone_end(track, end_ns);
+    }
     /// A CPU zone on the calling thread. Sinks without CPU tracks ignore it.
     fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
         let _ = (name, begin_ns, end_ns);
@@ -194,6 +211,9 @@ impl<S: Sink + ?Sized> Sink for Arc<S> {
     }
     fn zones_dropped(&self, track: TrackId, reason: DropReason, count: u64) {
         (**self).zones_dropped(track, reason, count)
+    }
+    fn gpu_zone_stamped(&self, track: TrackId, name: &str, begin_ns: u64, end_ns: u64) {
+        (**self).gpu_zone_stamped(track, name, begin_ns, end_ns)
     }
     fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
         (**self).cpu_zone(name, begin_ns, end_ns)
@@ -281,6 +301,9 @@ impl Sink for Fanout {
     }
     fn zones_dropped(&self, track: TrackId, reason: DropReason, count: u64) {
         self.each(track, |s, t| s.zones_dropped(t, reason, count));
+    }
+    fn gpu_zone_stamped(&self, track: TrackId, name: &str, begin_ns: u64, end_ns: u64) {
+        self.each(track, |s, t| s.gpu_zone_stamped(t, name, begin_ns, end_ns));
     }
     fn cpu_zone(&self, name: &str, begin_ns: u64, end_ns: u64) {
         for s in &self.sinks {

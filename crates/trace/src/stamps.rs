@@ -1,0 +1,324 @@
+//! The zone-stamp ring of a context: device memory where stamped kernels fold their own start
+//! and end (`cuhal_zone_stamp.cuh`), 16 bytes a stamp.
+//!
+//! Allocated and zeroed at the first submission with stamps, [`TraceConfig::stamp_slots`]
+//! slots (`crate::TraceConfig`), never grown. Each submitted command buffer with stamps takes a
+//! contiguous region of its stamp count; collection reads the region after the submission
+//! completed, zeroes it and gives it back. The regions in use are kept in a list sorted by
+//! start, taken first-fit from after the last one taken (so the ring turns), whose room is
+//! reserved for every slot: once warm, taking and giving back allocate nothing.
+//!
+//! When no region fits (the ring full of submissions not collected yet, or a command buffer
+//! with more stamps than the ring has slots), the command buffer is bound to a discard region
+//! instead: device memory its kernels may write and nobody reads. Its stamps are dropped and
+//! counted ([`DropReason::StampsExhausted`](crate::DropReason::StampsExhausted)); the work
+//! runs as ever.
+
+use cuhal_sys::CUdeviceptr;
+
+use crate::Error;
+use crate::backend::EventBackend;
+use crate::context::{CollectState, Shared};
+use crate::lock::lock;
+use crate::sink::DropReason;
+
+/// Bytes of one stamp (`CUHAL_ZONE_STAMP_BYTES`).
+pub(crate) const STAMP_BYTES: usize = cuhal_command::ZONE_STAMP_BYTES as usize;
+
+/// The default ring size, in stamps: 64 Ki (1 MiB of device memory).
+pub const DEFAULT_STAMP_SLOTS: u32 = 64 * 1024;
+
+/// Where a submitted command buffer's stamps are.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StampRegion {
+    /// Its first byte.
+    pub(crate) address: CUdeviceptr,
+    /// Its stamps.
+    pub(crate) count: u32,
+    /// Its first slot in the ring; `None` for the discard region (nothing to read back).
+    pub(crate) start: Option<u32>,
+}
+
+impl StampRegion {
+    pub(crate) fn bytes(&self) -> usize {
+        self.count as usize * STAMP_BYTES
+    }
+}
+
+/// The ring and the discard region.
+pub(crate) struct StampRing {
+    capacity: u32,
+    /// The ring's memory, once allocated and zeroed.
+    base: Option<CUdeviceptr>,
+    /// Allocating or zeroing the ring failed: no more tries (every stamp goes to discard).
+    failed: bool,
+    /// Regions in use, as (first slot, count), sorted by first slot.
+    used: Vec<(u32, u32)>,
+    /// Where the next region is looked for first.
+    cursor: u32,
+    /// Discard memory, the largest last (earlier ones may still be written by work in flight,
+    /// so they are kept until the context goes).
+    discard: Vec<(CUdeviceptr, usize)>,
+}
+
+impl StampRing {
+    pub(crate) fn new(capacity: u32) -> Self {
+        Self {
+            capacity,
+            base: None,
+            failed: false,
+            used: Vec::new(),
+            cursor: 0,
+            discard: Vec::new(),
+        }
+    }
+
+    /// Regions in use now.
+    pub(crate) fn in_use(&self) -> usize {
+        self.used.len()
+    }
+
+    /// A region of `count` stamps, zeroed: of the ring (`start` set), or the discard region
+    /// when none fits (`start` `None`). An error only when no device memory could be had at
+    /// all (the submission then fails: its kernels would write through a bad pointer).
+    pub(crate) fn acquire(
+        &mut self,
+        backend: &dyn EventBackend,
+        count: u32,
+    ) -> Result<StampRegion, Error> {
+        if count == 0 {
+            return Err(Error::Stamps {
+                reason: "a region of no stamps",
+            });
+        }
+        if let Some(base) = self.ring(backend)
+            && let Some(start) = self.find(count)
+        {
+            let at = self.used.partition_point(|&(s, _)| s < start);
+            self.used.insert(at, (start, count));
+            self.cursor = start + count;
+            return Ok(StampRegion {
+                address: base + start as u64 * STAMP_BYTES as u64,
+                count,
+                start: Some(start),
+            });
+        }
+        let bytes = count as usize * STAMP_BYTES;
+        let address = match self.discard.last() {
+            Some(&(address, len)) if len >= bytes => address,
+            _ => {
+                let len = bytes.max(self.discard.last().map_or(0, |d| d.1 * 2));
+                let address = backend.alloc_device(len)?;
+                self.discard.push((address, len));
+                address
+            }
+        };
+        Ok(StampRegion {
+            address,
+            count,
+            start: None,
+        })
+    }
+
+    /// Gives a ring region back (a discard region needs nothing).
+    pub(crate) fn release(&mut self, region: StampRegion) {
+        let Some(start) = region.start else {
+            return;
+        };
+        if let Ok(at) = self.used.binary_search_by_key(&start, |&(s, _)| s) {
+            self.used.remove(at);
+        }
+    }
+
+    /// The ring's memory, allocated and zeroed on first use (its list's room reserved for
+    /// every slot, so taking regions never allocates). `None` once that failed.
+    fn ring(&mut self, backend: &dyn EventBackend) -> Option<CUdeviceptr> {
+        if self.base.is_some() || self.failed || self.capacity == 0 {
+            return self.base;
+        }
+        let bytes = self.capacity as usize * STAMP_BYTES;
+        let Ok(address) = backend.alloc_device(bytes) else {
+            self.failed = true;
+            return None;
+        };
+        // SAFETY: the memory was just allocated by this backend, `bytes` long; nothing uses it.
+        if unsafe { backend.zero_device(address, bytes) }.is_err()
+            || self.used.try_reserve(self.capacity as usize).is_err()
+        {
+            // SAFETY: allocated just above, freed once, never used.
+            unsafe { backend.free_device(address) };
+            self.failed = true;
+            return None;
+        }
+        self.base = Some(address);
+        self.base
+    }
+
+    /// The first slot of a free run of `count` slots: from the cursor on, then from 0.
+    fn find(&self, count: u32) -> Option<u32> {
+        if count > self.capacity {
+            return None;
+        }
+        self.fit_from(self.cursor, count)
+            .or_else(|| self.fit_from(0, count))
+    }
+
+    /// The first free run of `count` slots starting at or after `from`.
+    fn fit_from(&self, from: u32, count: u32) -> Option<u32> {
+        let mut start = from;
+        let first = self.used.partition_point(|&(s, n)| s + n <= from);
+        for &(s, n) in &self.used[first..] {
+            if s >= start && s - start >= count {
+                return Some(start);
+            }
+            start = start.max(s + n);
+        }
+        (self.capacity.checked_sub(start)? >= count).then_some(start)
+    }
+
+    /// Frees the ring's and the discard region's memory (the context is going: nothing that
+    /// may write them is in flight any more, or nothing will be read back).
+    pub(crate) fn free(&mut self, backend: &dyn EventBackend) {
+        if let Some(base) = self.base.take() {
+            // SAFETY: allocated by this backend, freed once.
+            unsafe { backend.free_device(base) };
+        }
+        for (address, _) in self.discard.drain(..) {
+            // SAFETY: as above.
+            unsafe { backend.free_device(address) };
+        }
+    }
+}
+
+impl Shared {
+    /// Zeroes a ring region and gives it back; one that cannot be zeroed is kept out of the
+    /// ring (a later submission would read its old stamps). A discard region needs nothing.
+    pub(crate) fn release_stamp_region(&self, region: StampRegion) {
+        if region.start.is_none() {
+            return;
+        }
+        // SAFETY: the region lies in the ring this backend allocated; its submission completed
+        // or failed, so nothing collected later reads what it held.
+        if unsafe { self.backend.zero_device(region.address, region.bytes()) }.is_ok() {
+            lock(&self.stamps).release(region);
+        }
+    }
+
+    /// Reads a completed submission's stamp region into `cs.stamp_times` (trace clock, by
+    /// stamp index), then zeroes it and gives it back. No region, or the discard region: the
+    /// times stay empty, and each stamp is dropped as [`DropReason::StampsExhausted`].
+    ///
+    /// A slot whose end is 0 (the kernel did not run) or whose begin is after its end is
+    /// dropped as [`DropReason::StampEmpty`]. Readings are `%globaltimer` nanoseconds, mapped
+    /// with the context's latest clock exchange ([`crate::ClockSync::to_trace_ns`]). Without
+    /// one (calibrated from host brackets only, so `%globaltimer` was never related to the
+    /// trace clock), they are placed as event times are, from the events' base: the command
+    /// buffer's begin (`outer.0`, from the submission's events) stands for the earliest stamp,
+    /// and the others keep their distance from it.
+    pub(crate) fn read_stamps(
+        &self,
+        cs: &mut CollectState,
+        region: Option<StampRegion>,
+        outer: (u64, u64),
+    ) {
+        cs.stamp_times.clear();
+        let Some(region) = region else {
+            return;
+        };
+        if region.start.is_none() {
+            return;
+        }
+        cs.stamp_bytes.clear();
+        cs.stamp_bytes.resize(region.bytes(), 0);
+        // SAFETY: the region lies in the ring this backend allocated, `bytes()` long.
+        let read = unsafe {
+            self.backend
+                .read_device(region.address, &mut cs.stamp_bytes)
+        };
+        self.release_stamp_region(region);
+        if read.is_err() {
+            cs.stamp_times
+                .resize(region.count as usize, Err(DropReason::StampEmpty));
+            return;
+        }
+        let word = |bytes: &[u8]| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(bytes);
+            // The device is little-endian, as every CUDA device.
+            u64::from_le_bytes(w)
+        };
+        let mut first = u64::MAX;
+        for stamp in cs.stamp_bytes.chunks_exact(STAMP_BYTES) {
+            let begin = !word(&stamp[..8]);
+            let end = word(&stamp[8..]);
+            if end == 0 || begin > end {
+                cs.stamp_times.push(Err(DropReason::StampEmpty));
+            } else {
+                first = first.min(begin);
+                cs.stamp_times.push(Ok((begin, end)));
+            }
+        }
+        let sync = cs.last_sync;
+        let map = |gpu_ns: u64| match &sync {
+            Some(sync) => sync.to_trace_ns(gpu_ns),
+            None => outer.0.saturating_add(gpu_ns.saturating_sub(first)),
+        };
+        for times in &mut cs.stamp_times {
+            if let Ok((begin, end)) = times {
+                *times = Ok((map(*begin), map(*end)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeGpu;
+
+    #[test]
+    fn regions_are_contiguous_reused_and_turn_around_the_ring() {
+        let gpu = FakeGpu::new();
+        let mut ring = StampRing::new(8);
+        let a = ring.acquire(&*gpu, 3).unwrap();
+        let b = ring.acquire(&*gpu, 3).unwrap();
+        assert_eq!((a.start, b.start), (Some(0), Some(3)));
+        assert_eq!(b.address - a.address, 48);
+        assert_eq!(gpu.device_bytes(a.address, 128).unwrap(), vec![0; 128]);
+        // 2 slots left at the end: a region of 3 goes to discard.
+        let c = ring.acquire(&*gpu, 3).unwrap();
+        assert_eq!(c.start, None);
+        ring.release(a);
+        // The cursor is at 6: 6..8 is too short, so it turns to 0.
+        let d = ring.acquire(&*gpu, 3).unwrap();
+        assert_eq!(d.start, Some(0));
+        ring.release(b);
+        ring.release(c);
+        ring.release(d);
+        assert_eq!(ring.in_use(), 0);
+        let allocations = gpu.device_allocations();
+        for _ in 0..100 {
+            let r = ring.acquire(&*gpu, 5).unwrap();
+            assert!(r.start.is_some());
+            ring.release(r);
+        }
+        assert_eq!(gpu.device_allocations(), allocations, "warm: no allocation");
+        // More stamps than the ring has: discard, grown to fit.
+        let big = ring.acquire(&*gpu, 20).unwrap();
+        assert_eq!(big.start, None);
+        assert!(gpu.device_bytes(big.address, 320).is_some());
+        ring.free(&*gpu);
+        assert_eq!(gpu.live_device_allocations(), 0);
+    }
+
+    #[test]
+    fn a_ring_that_cannot_be_had_sends_everything_to_discard_or_fails() {
+        let gpu = FakeGpu::new();
+        gpu.fail_device_memory(true);
+        let mut ring = StampRing::new(8);
+        assert!(ring.acquire(&*gpu, 1).is_err());
+        gpu.fail_device_memory(false);
+        let r = ring.acquire(&*gpu, 1).unwrap();
+        assert_eq!(r.start, None, "the ring is not tried again");
+    }
+}

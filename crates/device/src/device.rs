@@ -99,6 +99,10 @@ pub struct DeviceOptions {
     /// the host per changed node, or on the device by a helper node when many kernel nodes
     /// change ([`PatchMethod::Auto`], the default).
     pub patch_method: PatchMethod,
+    /// Each traced queue's zone-stamp ring, in 16-byte stamps ([`TraceConfig::stamp_slots`]:
+    /// FINE zones of dispatches whose kernels stamp themselves). Default
+    /// [`cuhal_trace::DEFAULT_STAMP_SLOTS`]; 0 times such dispatches as any other.
+    pub trace_stamp_slots: u32,
 }
 
 impl DeviceOptions {
@@ -144,6 +148,7 @@ impl Default for DeviceOptions {
             reserved_events: Self::DEFAULT_RESERVED_EVENTS,
             max_in_flight: QueueOptions::DEFAULT_MAX_IN_FLIGHT,
             patch_method: PatchMethod::default(),
+            trace_stamp_slots: cuhal_trace::DEFAULT_STAMP_SLOTS,
         }
     }
 }
@@ -161,6 +166,7 @@ impl std::fmt::Debug for DeviceOptions {
             .field("completion", &self.completion)
             .field("max_in_flight", &self.max_in_flight)
             .field("patch_method", &self.patch_method)
+            .field("trace_stamp_slots", &self.trace_stamp_slots)
             .finish_non_exhaustive()
     }
 }
@@ -271,6 +277,7 @@ impl Device {
                         TraceConfig {
                             cupti: options.cupti.clone(),
                             fine_sampling: options.fine_sampling,
+                            stamp_slots: options.trace_stamp_slots,
                             ..TraceConfig::new(verbosity, format!("GPU {ordinal} queue {index}"))
                         },
                         sink.clone(),

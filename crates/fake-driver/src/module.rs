@@ -48,6 +48,12 @@ pub const ADD_KERNEL: &str = "cuhal_fake_add_u32";
 /// copies `n` bytes, whatever the grid (the command crate's kernel of that name).
 pub const SLOT_COPY_KERNEL: &str = "cuhal_slot_copy";
 
+/// A kernel that stamps itself (`cuhal_zone_stamp.cuh`): `cuhal_fake_stamp(cuhal_zone_stamp*
+/// zone, u64 begin, u64 end)` folds, when `zone` is not null, `~begin` into its first word and
+/// `end` into its second with a max, as the header's reductions do (so a slot not zeroed before
+/// reuse shows), `begin` and `end` standing for its blocks' `%globaltimer` readings.
+pub const STAMP_KERNEL: &str = "cuhal_fake_stamp";
+
 /// The arguments of one launch of a kernel the fake runs ([`ADD_KERNEL`] or
 /// [`SLOT_COPY_KERNEL`]), read when it is enqueued (or its node made or updated), as the driver
 /// copies argument values then.
@@ -64,6 +70,11 @@ pub(crate) enum KernelCall {
         source: u64,
         len: u64,
     },
+    Stamp {
+        zone: u64,
+        begin: u64,
+        end: u64,
+    },
 }
 
 impl KernelCall {
@@ -75,7 +86,7 @@ impl KernelCall {
     pub(crate) unsafe fn read(name: &str, params: *mut *mut c_void) -> Result<Option<Self>, c_int> {
         let count = match name {
             ADD_KERNEL => 4,
-            SLOT_COPY_KERNEL => 3,
+            SLOT_COPY_KERNEL | STAMP_KERNEL => 3,
             _ => return Ok(None),
         };
         ensure(!params.is_null(), status::INVALID_VALUE)?;
@@ -84,6 +95,13 @@ impl KernelCall {
             let p = std::slice::from_raw_parts(params, count);
             ensure(p.iter().all(|p| !p.is_null()), status::INVALID_VALUE)?;
             let u64_at = |i: usize| p[i].cast::<u64>().read_unaligned();
+            if name == STAMP_KERNEL {
+                return Ok(Some(Self::Stamp {
+                    zone: u64_at(0),
+                    begin: u64_at(1),
+                    end: u64_at(2),
+                }));
+            }
             Ok(Some(if name == ADD_KERNEL {
                 Self::Add {
                     output: u64_at(0),
@@ -119,13 +137,18 @@ impl KernelCall {
                 bytes[20..24].copy_from_slice(&n.to_ne_bytes());
             }
             Self::Copy {
-                target,
-                source,
-                len,
+                target: a,
+                source: b,
+                len: c,
+            }
+            | Self::Stamp {
+                zone: a,
+                begin: b,
+                end: c,
             } => {
-                bytes[0..8].copy_from_slice(&target.to_ne_bytes());
-                bytes[8..16].copy_from_slice(&source.to_ne_bytes());
-                bytes[16..24].copy_from_slice(&len.to_ne_bytes());
+                bytes[0..8].copy_from_slice(&a.to_ne_bytes());
+                bytes[8..16].copy_from_slice(&b.to_ne_bytes());
+                bytes[16..24].copy_from_slice(&c.to_ne_bytes());
             }
         }
         bytes
@@ -153,6 +176,11 @@ impl KernelCall {
                 target: u64_at(0),
                 source: u64_at(8),
                 len: u64_at(16),
+            },
+            Self::Stamp { .. } => Self::Stamp {
+                zone: u64_at(0),
+                begin: u64_at(8),
+                end: u64_at(16),
             },
         };
         Ok(())
@@ -212,6 +240,22 @@ impl World {
                 // SAFETY: both spans hold `len` bytes of live allocations (the world's lock
                 // keeps them alive); `copy` tolerates overlap.
                 unsafe { std::ptr::copy(source, target, len) };
+            }
+            KernelCall::Stamp { zone, begin, end } => {
+                if zone == 0 {
+                    return Ok(());
+                }
+                let slot = self
+                    .device_span(zone, 16)
+                    .map_err(|_| status::ILLEGAL_ADDRESS)?;
+                for (word, value) in [(0, !begin), (1, end)] {
+                    // SAFETY: the span holds 16 bytes of a live allocation (the world's lock
+                    // keeps it alive); unaligned accesses tolerate any address.
+                    unsafe {
+                        let at = slot.add(word * 8).cast::<u64>();
+                        at.write_unaligned(at.read_unaligned().max(value));
+                    }
+                }
             }
         }
         Ok(())

@@ -212,16 +212,11 @@ impl Shared {
     /// dropped as [`DropReason::StampEmpty`]. Readings are `%globaltimer` nanoseconds, mapped
     /// with the context's latest clock exchange ([`crate::ClockSync::to_trace_ns`]). Without
     /// one (calibrated from host brackets only, so `%globaltimer` was never related to the
-    /// trace clock), they are placed as event times are, from the events' base: the command
-    /// buffer's begin (`outer.0`, from the submission's events) stands for the earliest stamp,
-    /// and the others keep their distance from it.
-    pub(crate) fn read_stamps(
-        &self,
-        cs: &mut CollectState,
-        region: Option<StampRegion>,
-        outer: (u64, u64),
-    ) {
+    /// trace clock), they are left as read and `cs.stamp_first` is set to the earliest: the
+    /// zones are then placed from the events' base as `emit_list` says.
+    pub(crate) fn read_stamps(&self, cs: &mut CollectState, region: Option<StampRegion>) {
         cs.stamp_times.clear();
+        cs.stamp_first = None;
         let Some(region) = region else {
             return;
         };
@@ -258,14 +253,13 @@ impl Shared {
                 cs.stamp_times.push(Ok((begin, end)));
             }
         }
-        let sync = cs.last_sync;
-        let map = |gpu_ns: u64| match &sync {
-            Some(sync) => sync.to_trace_ns(gpu_ns),
-            None => outer.0.saturating_add(gpu_ns.saturating_sub(first)),
+        let Some(sync) = cs.last_sync else {
+            cs.stamp_first = (first != u64::MAX).then_some(first);
+            return;
         };
         for times in &mut cs.stamp_times {
             if let Ok((begin, end)) = times {
-                *times = Ok((map(*begin), map(*end)));
+                *times = Ok((sync.to_trace_ns(*begin), sync.to_trace_ns(*end)));
             }
         }
     }

@@ -779,7 +779,7 @@ impl Shared {
     ) {
         let generation = buffer.generation;
         // Read (and zeroed, and given back) first, whatever becomes of the list's zones.
-        self.read_stamps(cs, buffer.stamps.take(), outer);
+        self.read_stamps(cs, buffer.stamps.take());
         let mut state = lock(&list.state);
         let state = &mut *state;
         if state.queued == generation {

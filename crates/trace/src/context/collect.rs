@@ -67,6 +67,9 @@ pub(crate) struct CollectState {
     /// The times of one command buffer's stamps (trace clock), by stamp index, or why a
     /// stamp shows no zone; empty when its stamps got no region. Reused.
     pub(crate) stamp_times: Vec<Result<(u64, u64), DropReason>>,
+    /// Set when `stamp_times` hold raw `%globaltimer` readings (no clock exchange to map them
+    /// with): the earliest begin among them.
+    pub(crate) stamp_first: Option<u64>,
     /// One stamp region's bytes, as read back; reused.
     pub(crate) stamp_bytes: Vec<u8>,
     /// Whether this collection flushed CUPTI already.
@@ -202,6 +205,7 @@ impl Shared {
                 }
                 // A list submitted on its own has no stamp region: its stamps show nothing.
                 cs.stamp_times.clear();
+                cs.stamp_first = None;
                 self.emit_list(cs, &mut state, (0, u64::MAX), zones, true);
                 Outcome::Done
             }
@@ -230,6 +234,7 @@ impl Shared {
         let mut activity_zones = 0u64;
         let mut corrected = 0u64;
         let mut stamp_zones = 0u64;
+        let mut stamp_offset: Option<i128> = None;
         for (i, (record, &ns)) in state.records.iter().zip(&cs.times).enumerate() {
             match record {
                 Record::Begin {
@@ -261,12 +266,29 @@ impl Shared {
                             continue;
                         }
                     };
-                    // Stamps and events come from two clocks' mappings: keep the zone inside
-                    // its enclosing zone so viewers nest it.
                     let floor = open.last().copied().unwrap_or(outer.0);
                     let ceiling = enclosing_end(&state.records, &cs.times, i).unwrap_or(outer.1);
+                    let (begin, end) = match cs.stamp_first {
+                        // Raw `%globaltimer` readings, with no clock exchange to map them: the
+                        // earliest stamp is placed where the first stamped zone's enclosing
+                        // zone begins (an event time, from the events' base), and the others
+                        // keep their distance from it.
+                        Some(first) => {
+                            let offset =
+                                *stamp_offset.get_or_insert(i128::from(floor) - i128::from(first));
+                            let map = |gpu: u64| {
+                                u64::try_from((i128::from(gpu) + offset).max(0)).unwrap_or(u64::MAX)
+                            };
+                            (map(begin), map(end))
+                        }
+                        None => (begin, end),
+                    };
+                    // Stamps and events come from two clocks' mappings: a zone that starts
+                    // outside its enclosing zone is moved inside it, its own duration kept
+                    // (the kernel's reading is the better one).
+                    let duration = end - begin;
                     let begin = begin.clamp(floor, ceiling.max(floor));
-                    let end = end.clamp(begin, ceiling.max(begin));
+                    let end = begin.saturating_add(duration);
                     latest = latest.max(end);
                     self.sink.gpu_zone_stamped(self.track, name, begin, end);
                     *zones += 1;

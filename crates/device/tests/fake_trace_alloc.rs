@@ -1,6 +1,8 @@
 //! No heap allocation per traced submission in steady state: a counting global allocator sees
 //! zero allocations over hundreds of submissions after warm-up, untraced (the control), at
-//! COARSE, and at FINE on timing events and on the fake CUPTI, each submission executed and its
+//! COARSE, and at FINE on timing events, on the fake CUPTI and with a zone-stamped dispatch
+//! (its stamp region taken from the ring, read back, zeroed and given back), each submission
+//! executed and its
 //! zones collected on the completion side. The sink is a `NullSink` (sinks may allocate when they
 //! write). Its own test binary without a harness, so nothing else allocates while it counts; the
 //! fake driver is a separate library with its own allocator, so only cuhal's allocations count.
@@ -9,7 +11,10 @@ mod fake_support;
 
 use std::sync::Arc;
 
-use cuhal::{CommandBuffer, CuptiChoice, DeviceOptions, FillPattern, Verbosity};
+use cuhal::{
+    CommandBuffer, CuptiChoice, DeviceOptions, Dispatch, FillPattern, KernelArgs, Verbosity,
+};
+use cuhal_fake_driver::module::STAMP_KERNEL;
 use cuhal_trace::NullSink;
 use cuhal_trace::cupti::fake::FakeCupti;
 
@@ -21,7 +26,7 @@ const COUNTED: u64 = 500;
 
 /// Allocations made while `COUNTED` submissions of a graph command buffer (a debug group and a
 /// fill) ran on a queue traced at `verbosity`, after `WARM` submissions.
-fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice) -> (usize, u64) {
+fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice, stamped: bool) -> (usize, u64) {
     let tag = tag.to_owned();
     let (_fake, _driver, device) = fake_support::open(
         &tag,
@@ -37,6 +42,17 @@ fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice) -> (usize, u
     let mut cb = queue.create_command_buffer().unwrap();
     cb.begin_debug_group("work").unwrap();
     cb.fill(&buffer.whole(), FillPattern::U32(3)).unwrap();
+    let stamp = stamped.then(|| {
+        let ptx = format!(
+            ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {STAMP_KERNEL}(.param .u64 zone, .param .u64 begin, .param .u64 end) {{ ret; }}\n"
+        );
+        device.load_ptx(&ptx).unwrap().function(STAMP_KERNEL).unwrap()
+    });
+    if let Some(f) = &stamp {
+        let args = KernelArgs::new().with_zone_stamp().with(10u64).with(20u64);
+        cb.dispatch(&Dispatch::new(f, [1, 1, 1], [32, 1, 1], &args))
+            .unwrap();
+    }
     cb.end_debug_group().unwrap();
     let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
@@ -77,6 +93,7 @@ fn main() {
         ("untraced", Verbosity::Off, CuptiChoice::Off),
         ("coarse", Verbosity::Coarse, CuptiChoice::Off),
         ("fine-events", Verbosity::Fine, CuptiChoice::Off),
+        ("fine-stamps", Verbosity::Fine, CuptiChoice::Off),
         (
             "fine-cupti",
             Verbosity::Fine,
@@ -88,7 +105,9 @@ fn main() {
     ];
     let mut failed = 0;
     for (tag, verbosity, choice) in cases {
-        let (counted, collected) = allocations(&format!("trace-alloc-{tag}"), verbosity, choice);
+        let stamped = tag == "fine-stamps";
+        let (counted, collected) =
+            allocations(&format!("trace-alloc-{tag}"), verbosity, choice, stamped);
         let traced = verbosity != Verbosity::Off;
         // Tracing must actually have collected zones while counting, or zero means nothing.
         let collecting = !traced || collected >= (WARM + COUNTED) * 2;
@@ -103,5 +122,5 @@ fn main() {
         eprintln!("{failed} case(s) allocated per submission or collected nothing");
         std::process::exit(1);
     }
-    println!("test result: ok. 4 passed");
+    println!("test result: ok. 5 passed");
 }

@@ -34,6 +34,12 @@
 //!    ([`mod@cupti`], [`CuptiChoice`]): no events around them, so no extra graph nodes; the
 //!    launches of each issue are captured and matched to the records at collection. Without
 //!    CUPTI, FINE falls back to events and says so ([`TraceStats::cupti_unavailable`]).
+//!    A dispatch whose kernel stamps itself (`include/cuhal_zone_stamp.cuh`,
+//!    `KernelArgs::push_zone_stamp`) is timed by its own `%globaltimer` readings instead
+//!    ([`ZoneList::stamp_zone`]): no events, no activity record. Each submitted command buffer
+//!    with stamps gets a region of the context's stamp ring ([`TraceConfig::stamp_slots`]),
+//!    bound at its hidden stamp slot; collection reads it back, zeroes it and gives it back.
+//!    A full ring binds discard memory and counts the stamps as dropped.
 //! 6. Sinks: [`MemorySink`] for tests, [`JsonSink`] for Chrome/Perfetto trace-event JSON, and
 //!    with the `tracy` feature `TracySink`, which uses Tracy's manual GPU API with its `u16` query
 //!    ids recycled safely ([`query_ids`]) whatever the pool's size.

@@ -155,3 +155,117 @@ fn coarse_zones_come_from_completion_events_and_show_device_waits() {
     }
     assert_eq!(sink.dropped(DropReason::EventError), 0);
 }
+
+/// The suite's stamped kernel (`tests/kernels/zone_stamp_spin.cu`, the zone-stamp ABI around a
+/// spin, with the kernel's own readings beside it).
+const ZONE_STAMP_SPIN: &str = include_str!("../kernels/zone_stamp_spin.ptx");
+
+/// How far a stamped zone's length may be from the span of the kernel's own readings: the
+/// header reads `%globaltimer` a few instructions after the kernel's first reading and after a
+/// `__syncthreads` following its last, and the timer steps by 32 ns on Hopper.
+const STAMP_SLACK_NS: u64 = 128;
+
+/// A FINE queue's stamped dispatches show the kernels' own spans: each submission binds the
+/// kernels' own readings (slot 0) and their stamps (the tracer's slot) to new memory, and every
+/// zone is as long as what the kernel read of itself, to the header's few instructions.
+fn stamped_kernels_time_themselves(mode: CommandBufferMode) {
+    const KERNELS: usize = 6;
+    const BLOCKS: u32 = 4;
+    const SUBMISSIONS: usize = 8;
+    const SPIN_NS: u64 = 20_000;
+    let own_bytes = KERNELS * BLOCKS as usize * 16;
+    let sink = Arc::new(MemorySink::new());
+    let device = open_with(DeviceOptions {
+        command_buffer_mode: mode,
+        tracing: Verbosity::Fine,
+        trace_sink: Some(sink.clone()),
+        ..DeviceOptions::default()
+    });
+    let module = device.load_ptx(ZONE_STAMP_SPIN).unwrap();
+    let spin = module.function("zone_stamp_spin").unwrap();
+    let queue = device.queue(0);
+    let mut cb = queue.create_command_buffer_with_bindings(1).unwrap();
+    for k in 0..KERNELS {
+        let own =
+            cuhal::BufferRange::slot(0, k * BLOCKS as usize * 16, BLOCKS as usize * 16).unwrap();
+        let args = cuhal::KernelArgs::new()
+            .with(SPIN_NS)
+            .with_range(&own)
+            .with_zone_stamp();
+        cb.dispatch(&cuhal::Dispatch::new(
+            &spin,
+            [BLOCKS, 1, 1],
+            [64, 1, 1],
+            &args,
+        ))
+        .unwrap();
+        cb.barrier().unwrap();
+    }
+    let cb: Arc<dyn cuhal::CommandBuffer> = cb.end().unwrap();
+    assert_eq!(cb.bindings().stamp_count(), KERNELS as u32);
+    let own: Vec<_> = (0..SUBMISSIONS)
+        .map(|_| device.create_buffer(own_bytes).unwrap())
+        .collect();
+    let done = device.create_semaphore(0);
+    for (n, own) in own.iter().enumerate() {
+        let n = n as u64 + 1;
+        queue
+            .execute_with_bindings(&[], &[(&done, n)], &[(&cb, &[own.whole()][..])])
+            .unwrap();
+        wait(&done, n);
+    }
+    let stats = queue.trace().expect("tracing is on").stats();
+    drop(cb);
+    drop(device);
+
+    let zones: Vec<_> = sink.zones().into_iter().filter(|z| z.stamped).collect();
+    assert_eq!(
+        zones.len(),
+        KERNELS * SUBMISSIONS,
+        "one stamped zone per kernel and submission ({stats:?})"
+    );
+    let mut errors = Vec::new();
+    for (s, own) in own.iter().enumerate() {
+        let mut bytes = vec![0u8; own_bytes];
+        own.read(0, &mut bytes).unwrap();
+        let word = |i: usize| u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
+        for k in 0..KERNELS {
+            let blocks = (0..BLOCKS as usize).map(|b| (k * BLOCKS as usize + b) * 2);
+            let start = blocks.clone().map(word).min().unwrap();
+            let end = blocks.map(|i| word(i + 1)).max().unwrap();
+            let zone = &zones[s * KERNELS + k];
+            assert_eq!(zone.name, "zone_stamp_spin");
+            assert!(
+                end - start >= SPIN_NS,
+                "the kernel's own span: {start}..{end}"
+            );
+            let error = zone.duration_ns().abs_diff(end - start);
+            assert!(
+                error <= STAMP_SLACK_NS,
+                "submission {s}, kernel {k}: zone {zone:?} lasts {} ns, the kernel read {} ns of itself",
+                zone.duration_ns(),
+                end - start
+            );
+            errors.push(error);
+        }
+    }
+    errors.sort_unstable();
+    println!(
+        "{mode:?}: {} stamped zones against the kernels' own spans: median {} ns, max {} ns off",
+        errors.len(),
+        errors[errors.len() / 2],
+        errors[errors.len() - 1]
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn stamped_kernels_time_themselves_in_graphs() {
+    stamped_kernels_time_themselves(CommandBufferMode::Graph);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn stamped_kernels_time_themselves_in_deferred_replays() {
+    stamped_kernels_time_themselves(CommandBufferMode::Deferred);
+}

@@ -40,7 +40,10 @@ pub struct Hal {
     pub device: Device,
     step: Function,
     spin: Function,
+    /// `step` timed by the kernel's own zone stamps.
+    step_stamped: Function,
     _executable: Executable,
+    _stamped: Executable,
     _driver: Driver,
 }
 
@@ -61,11 +64,17 @@ impl Hal {
             .context("cuhal: loading the benchmark kernels")?;
         let step = executable.function("step")?;
         let spin = executable.function("spin")?;
+        let stamped = device
+            .load_ptx(ptx::STAMPED_MODULE)
+            .context("cuhal: loading the stamped step kernel")?;
+        let step_stamped = stamped.function("step_stamped")?;
         Ok(Self {
             device,
             step,
             spin,
+            step_stamped,
             _executable: executable,
+            _stamped: stamped,
             _driver: driver,
         })
     }
@@ -101,6 +110,17 @@ impl Hal {
         queue: usize,
         dispatches: &[Args],
     ) -> Result<Arc<dyn CommandBuffer>> {
+        self.command_buffer_of(queue, dispatches, false)
+    }
+
+    /// [`Hal::command_buffer`], with each `step` dispatched as `step_stamped` (timed by its own
+    /// zone stamps when the queue traces at FINE) where `stamped`.
+    pub fn command_buffer_of(
+        &self,
+        queue: usize,
+        dispatches: &[Args],
+        stamped: bool,
+    ) -> Result<Arc<dyn CommandBuffer>> {
         let mut cb = self
             .device
             .queue(queue)
@@ -110,7 +130,11 @@ impl Hal {
             if i > 0 {
                 cb.barrier()?;
             }
-            let (function, kernel_args) = self.kernel(args)?;
+            let (mut function, mut kernel_args) = self.kernel(args)?;
+            if stamped && matches!(args, Args::Step { .. }) {
+                function = &self.step_stamped;
+                kernel_args.push_zone_stamp();
+            }
             cb.dispatch(&Dispatch::new(function, [1, 1, 1], [1, 1, 1], &kernel_args))?;
         }
         cb.end().context("cuhal: ending a command buffer")

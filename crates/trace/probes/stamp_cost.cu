@@ -2,17 +2,17 @@
 // kernels (1 block, and a block on every SM) with each kernel folding its blocks' first start
 // and last end into a slot of its own, against the same graph unstamped. Variants (MODE):
 //   0 unstamped
-//   1 both reductions at the block's end (`red.max` of ~start and of end, device memory)
-//   2 the ABI of `../include/cuhal_zone_stamp.cuh`: ~start folded in as the block starts, end
-//     as it ends (device memory)
-//   3 as 2, the ends spread over 4 words by block (the host would take their max)
+//   1 ~start folded in as the block starts, the end as it ends (`red.max`, device memory)
+//   2 the ABI of `../include/cuhal_zone_stamp.cuh`: both reductions as the block ends
+//   3 as 2, but a one-block kernel stores both words with one 16-byte plain store
 // Before the timing, each variant's slots are checked after one replay against stamps the
 // blocks store beside them (the earliest start exactly; the end against a reading taken just
 // before the variant's own).
 // Measured on an H100 (2026-12-07), with variants since taken out: `red` on a slot in
 // host-mapped memory 2.16x (1 block) and 248x (132 blocks); the last block publishing the slot
 // to mapped memory through a counter 2.04x / 2.05x; plain stores to mapped memory (block 0's
-// start, every block's end, the last store wins) 1.07x / 1.18x and up to 32 ns off.
+// start, every block's end, the last store wins) 1.07x / 1.18x and up to 32 ns off; the ends
+// spread over 4 words by block +93 / +155 ns a kernel (the header's +55 / +154 ns).
 // Each phase is the median of ROUNDS samples of REPLAYS back-to-back replays, variants in turns.
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I../include -o stamp_cost stamp_cost.cu
 //   ./stamp_cost [REPLAYS ROUNDS]
@@ -24,9 +24,7 @@
 #include "cuhal_zone_stamp.cuh"
 #define CK(x) do { cudaError_t err_ = (x); if (err_ != cudaSuccess) { printf("CUDA error %s at %d\n", cudaGetErrorString(err_), __LINE__); exit(1); } } while (0)
 
-constexpr int KERNELS = 100, THREADS = 128, SPREAD = 4;
-// A slot: the header's 2 words, then SPREAD - 1 more end words for mode 3.
-constexpr int SLOT_WORDS = 2 + SPREAD - 1;
+constexpr int KERNELS = 100, THREADS = 128, SLOT_WORDS = 2;
 
 __device__ __forceinline__ void red_max(unsigned long long* at, unsigned long long v) {
     asm volatile("red.global.max.u64 [%0], %1;" ::"l"(at), "l"(v) : "memory");
@@ -38,30 +36,29 @@ template <int MODE>
 __global__ void work(float* data, unsigned long long* slot, unsigned long long* check) {
     auto* zone = reinterpret_cast<cuhal_zone_stamp*>(slot);
     unsigned long long start = 0;
-    if (MODE == 1 && threadIdx.x == 0) start = cuhal_globaltimer();
-    if (MODE >= 2) {
-        CUHAL_ZONE_BEGIN(zone);
-        // The start the header just folded in is ~slot[0] at the check: read it back there.
-    }
+    if (MODE != 0 && threadIdx.x == 0) start = cuhal_globaltimer();
+    if (MODE == 1 && threadIdx.x == 0) red_max(&slot[0], ~start);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     data[i] = data[i] * 0.5f + 1.0f;
     if (MODE == 0) return;
     if (check && threadIdx.x == 0) {
-        if (MODE == 1) check[2 * blockIdx.x] = start;
+        check[2 * blockIdx.x] = start;
         check[2 * blockIdx.x + 1] = cuhal_globaltimer();
     }
+    if (MODE == 2) {
+        cuhal_zone_end(zone, start);
+        return;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
     if (MODE == 1) {
-        __syncthreads();
-        if (threadIdx.x != 0) return;
+        red_max(&slot[1], cuhal_globaltimer());
+    } else if (gridDim.x == 1) {
+        unsigned long long end = cuhal_globaltimer();
+        asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(slot), "l"(~start), "l"(end) : "memory");
+    } else {
         red_max(&slot[0], ~start);
         red_max(&slot[1], cuhal_globaltimer());
-    } else if (MODE == 2) {
-        CUHAL_ZONE_END(zone);
-    } else {
-        __syncthreads();
-        if (threadIdx.x != 0) return;
-        int w = blockIdx.x % SPREAD;
-        red_max(w == 0 ? &slot[1] : &slot[1 + w], cuhal_globaltimer());
     }
 }
 
@@ -91,8 +88,8 @@ int main(int argc, char** argv) {
         CK(cudaGraphUpload(e, st)); CK(cudaStreamSynchronize(st));
         return e;
     };
-    const char* names[] = {"unstamped", "both reductions at the end", "the header (start folded in first)",
-                           "the header, ends over 4 words"};
+    const char* names[] = {"unstamped", "start folded in as a block starts", "the header (both at the end)",
+                           "the header, one block: one plain store"};
     constexpr int MODES = 4;
     for (int grid : {1, sms}) {
         printf("grid %d x %d threads, %d kernels a replay:\n", grid, THREADS, KERNELS);
@@ -113,9 +110,7 @@ int main(int argc, char** argv) {
                     en = std::max(en, c[2 * sms * k + 2 * x + 1]);
                 }
                 unsigned long long gb = ~slot[0], ge = slot[1];
-                if (mode == 3) for (int w = 1; w < SPREAD; w++) ge = std::max(ge, slot[1 + w]);
-                // Modes 2 and 3 fold the start in themselves: the check has none of its own.
-                if (mode == 1) worst_b = std::max(worst_b, std::llabs((long long)(gb - b)));
+                worst_b = std::max(worst_b, std::llabs((long long)(gb - b)));
                 if (gb > ge || ge == 0) worst_b = -1;  // an empty or inverted slot
                 lag_e = std::max(lag_e, (long long)(ge - en));
                 worst_e = std::min(worst_e, (long long)(ge - en));

@@ -122,6 +122,8 @@ pub struct ZoneCounts {
     pub sampled_replays: u64,
     /// See `sampled_replays`.
     pub unsampled_replays: u64,
+    /// Zones timed by the kernels' own stamps.
+    pub stamp_zones: u64,
 }
 
 /// cuhal's side: a 100-dispatch command buffer (a barrier between dispatches) of `mode`,
@@ -134,15 +136,17 @@ pub fn cuhal_replay(
     warm: usize,
     n: usize,
 ) -> Result<Replay> {
-    cuhal_replay_sampled(env, mode, verbosity, FineSampling::Every, warm, n)
+    cuhal_replay_sampled(env, mode, verbosity, FineSampling::Every, false, warm, n)
 }
 
-/// [`cuhal_replay`] with FINE sampling replays as `sampling` says.
+/// [`cuhal_replay`] with FINE sampling replays as `sampling` says, and the chain's kernels
+/// timed by their own zone stamps where `stamped` (`step_stamped`).
 pub fn cuhal_replay_sampled(
     env: &Env<'_>,
     mode: CommandBufferMode,
     verbosity: Verbosity,
     sampling: FineSampling,
+    stamped: bool,
     warm: usize,
     n: usize,
 ) -> Result<Replay> {
@@ -156,7 +160,7 @@ pub fn cuhal_replay_sampled(
     })?;
     let mut counter = StepCounter::new(env.gpu)?;
     let dispatches: Vec<Args> = (0..CHAIN).map(|i| counter.args(i, CHAIN)).collect();
-    let cb = hal.command_buffer(0, &dispatches)?;
+    let cb = hal.command_buffer_of(0, &dispatches, stamped)?;
     let samples = hal.time_round_trips(0, &cb, env.clock, warm, n)?;
     counter.expect_more(((warm + n) * CHAIN as usize) as u64);
     counter.check(&format!("case 4 cuhal ({mode:?}, tracing {verbosity:?})"))?;
@@ -175,6 +179,7 @@ pub fn cuhal_replay_sampled(
                 fine_source: stats.fine_source,
                 cupti_unavailable: stats.cupti_unavailable,
                 activity_zones: stats.activity_zones,
+                stamp_zones: stats.stamp_zones,
                 sampled_replays: stats.sampled_replays,
                 unsampled_replays: stats.unsampled_replays,
             }

@@ -185,10 +185,18 @@ fn run_form(env: &Env<'_>, report: &mut Report, form: Form, warm: usize, n: usiz
     ));
     let mut sides = vec![
         Side::Floor(FloorSide::new(env, form, false)?),
-        Side::Cuhal(CuhalSide::new(env, form, DeviceOptions::default())?),
+        Side::Cuhal(Box::new(CuhalSide::new(
+            env,
+            form,
+            DeviceOptions::default(),
+        )?)),
     ];
     for (_, options) in &variants {
-        sides.push(Side::Cuhal(CuhalSide::new(env, form, options.clone())?));
+        sides.push(Side::Cuhal(Box::new(CuhalSide::new(
+            env,
+            form,
+            options.clone(),
+        )?)));
     }
     let tallies = race(&mut sides, warm, n)?;
     let mut figures = Vec::with_capacity(sides.len());
@@ -467,7 +475,8 @@ impl Contender for Side {
 /// A contestant of the race.
 enum Side {
     Floor(FloorSide),
-    Cuhal(CuhalSide),
+    // Boxed: a cuhal side holds a whole device (clippy: large size difference).
+    Cuhal(Box<CuhalSide>),
 }
 
 impl Side {

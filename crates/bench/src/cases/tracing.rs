@@ -16,6 +16,12 @@
 //! issue only, the others are traced as COARSE is. What the rows measure is the amortized cost
 //! against the untraced replay; goal: at most 1.05x at 1 in 64 (1 in 16 is reported). The
 //! notes give the replays sampled and not, to show the rate held.
+//!
+//! Stamped FINE: the same chain with every `step` dispatched as `step_stamped`, which times
+//! itself through the zone-stamp ABI (`cuhal_zone_stamp.cuh`), untraced (a null slot: what the
+//! stamps cost a kernel that is not traced) and at FINE (every replay, every kernel a zone from
+//! its own `%globaltimer` readings), both against the unstamped replay untraced; goal: FINE at
+//! most 1.05x.
 
 use anyhow::{Result, bail};
 use cuhal::{CommandBufferMode, FineSampling, Verbosity};
@@ -95,7 +101,70 @@ pub fn run(env: &Env<'_>, report: &mut Report) -> Result<()> {
             );
         }
     }
-    sampled_rows(env, report, off, warm, n)
+    sampled_rows(env, report, off, warm, n)?;
+    stamped_rows(env, report, off, warm, n)
+}
+
+/// The stamped rows (see the module documentation).
+fn stamped_rows(
+    env: &Env<'_>,
+    report: &mut Report,
+    off: Summary,
+    warm: usize,
+    n: usize,
+) -> Result<()> {
+    for (verbosity, goal) in [
+        (Verbosity::Off, Goal::Report),
+        (Verbosity::Fine, Goal::RatioAtMost(1.05)),
+    ] {
+        progress(&format!(
+            "case 6 (tracing): stamped kernels, tracing {verbosity:?}, {n} replays"
+        ));
+        let mut traced = cuhal_replay_sampled(
+            env,
+            CommandBufferMode::Graph,
+            verbosity,
+            FineSampling::Every,
+            true,
+            warm,
+            n,
+        )?;
+        let zones = traced.zones;
+        let kernels = (warm + n) as u64 * u64::from(CHAIN);
+        if verbosity == Verbosity::Fine && zones.stamp_zones != kernels {
+            bail!(
+                "stamped FINE: {} zones from stamps for {kernels} kernels ({} dropped)",
+                zones.stamp_zones,
+                zones.dropped
+            );
+        }
+        let summary = summarize("case 6 stamped", &mut traced.samples)?;
+        report.measured(
+            "6",
+            format!("cuhal graph replay, stamped kernels, tracing {verbosity:?}"),
+            summary,
+        );
+        report.comparisons.push(
+            Comparison::new(
+                "6",
+                format!(
+                    "tracing {verbosity:?}, kernels stamped: case 4 graph replay (floor column: unstamped, untraced)"
+                ),
+                Some(summary),
+                Some(off),
+                goal,
+            )
+            .note(format!(
+                "stamped, tracing {verbosity:?}: {} zones from the kernels' stamps, {} collected, \
+                 {} dropped over {} replays",
+                zones.stamp_zones,
+                zones.collected,
+                zones.dropped,
+                warm + n,
+            )),
+        );
+    }
+    Ok(())
 }
 
 /// The sampled FINE rows (see the module documentation): 1 in 16 reported, 1 in 64 against
@@ -116,6 +185,7 @@ fn sampled_rows(
             CommandBufferMode::Graph,
             Verbosity::Fine,
             FineSampling::OneIn(one_in),
+            false,
             warm,
             n,
         )?;

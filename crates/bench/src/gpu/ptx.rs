@@ -30,6 +30,10 @@
 /// The module text (`kernels.ptx`).
 pub const MODULE: &str = include_str!("kernels.ptx");
 
+/// `step_stamped(counter, errors, index, period, zone)`: `step` timed by the zone-stamp ABI
+/// (`step_stamped.cu`, built by nvcc into `step_stamped.ptx`; a null `zone` stamps nothing).
+pub const STAMPED_MODULE: &str = include_str!("step_stamped.ptx");
+
 /// The entry points [`MODULE`] defines.
 #[cfg(test)]
 pub const ENTRY_POINTS: [&str; 4] = ["empty", "step", "spin", "timer_probe"];

@@ -16,7 +16,9 @@ use cuhal_sys::cu;
 use std::sync::Arc;
 
 use anyhow::Result;
-use cuhal::{CommandBufferMode, DeviceOptions, FineSampling, MemorySink, Sink, Verbosity};
+use cuhal::{
+    CommandBufferMode, CuptiChoice, DeviceOptions, FineSampling, MemorySink, Sink, Verbosity,
+};
 
 use super::{Env, progress, summarize};
 use crate::gpu::StepCounter;
@@ -156,6 +158,13 @@ pub fn cuhal_replay_sampled(
         tracing: verbosity,
         trace_sink: traced.then(|| Arc::new(MemorySink::new()) as Arc<dyn Sink>),
         fine_sampling: sampling,
+        // Stamped kernels time themselves: CUPTI's activity kinds, held on at FINE, would
+        // cost every launch its price (case 6's FINE row) for nothing.
+        cupti: if stamped {
+            CuptiChoice::Off
+        } else {
+            CuptiChoice::Auto
+        },
         ..DeviceOptions::default()
     })?;
     let mut counter = StepCounter::new(env.gpu)?;

@@ -20,8 +20,8 @@
 //! Stamped FINE: the same chain with every `step` dispatched as `step_stamped`, which times
 //! itself through the zone-stamp ABI (`cuhal_zone_stamp.cuh`), untraced (a null slot: what the
 //! stamps cost a kernel that is not traced) and at FINE (every replay, every kernel a zone from
-//! its own `%globaltimer` readings), both against the unstamped replay untraced; goal: FINE at
-//! most 1.05x.
+//! its own `%globaltimer` readings; CUPTI off, which stamped kernels do not need), both against
+//! the unstamped replay untraced; goal: FINE at most 1.05x.
 
 use anyhow::{Result, bail};
 use cuhal::{CommandBufferMode, FineSampling, Verbosity};

@@ -92,8 +92,8 @@ int main(int argc, char** argv) {
         }
         auto launch = [&](Var& v, const __half* w, float* out) {
             cudaLaunchConfig_t cfg = {}; cfg.gridDim = v.grid; cfg.blockDim = dim3(v.block); cfg.dynamicSmemBytes = v.smem; cfg.stream = st; cfg.attrs = pdl; cfg.numAttrs = 1;
-            if (v.kind == 0) CK(cudaLaunchKernelEx(&cfg, gemv_f16, w, (const float*)x, out, norm, 1e-5f, sh.rows, sh.cols, 1u, sh.mode, v.S));
-            else if (v.kind == 1) CK(cudaLaunchKernelEx(&cfg, gemv_stream_f16, w, (const float*)x, out, norm, 1e-5f, sh.rows, sh.cols, sh.mode, v.S));
+            if (v.kind == 0) CK(cudaLaunchKernelEx(&cfg, gemv_f16, w, (const float*)x, out, norm, 1e-5f, sh.rows, sh.cols, 1u, sh.mode, v.S, nullptr));
+            else if (v.kind == 1) CK(cudaLaunchKernelEx(&cfg, gemv_stream_f16, w, (const float*)x, out, norm, 1e-5f, sh.rows, sh.cols, sh.mode, v.S, nullptr));
             else CK(cudaLaunchKernelEx(&cfg, v.cfg.fn, w, (const float*)x, out, norm, 1e-5f, sh.rows, sh.cols, sh.mode, v.S));
         };
         // Correctness against the split gemv.

@@ -8,10 +8,18 @@
 // - the batch is a kernel dimension: `batch` sequences, each with its position in `pos[b]`
 //   (device memory) and its tokens in `history[position * batch + b]` (device memory), so a
 //   replayed step reads what the previous one wrote, with no host round trip;
-// - rows are row-major, projections `[out, in]` as Hugging Face stores them.
+// - rows are row-major, projections `[out, in]` as Hugging Face stores them;
+// - every kernel times itself through cuhal's zone-stamp ABI (cuhal_zone_stamp.cuh): its last
+//   parameter is a `cuhal_zone_stamp*` (null unless the queue traces at FINE), the kernel opens
+//   with CUHAL_ZONE_BEGIN and closes with CUHAL_ZONE_END, which every thread reaches (the
+//   bodies' early returns leave the device function, not the kernel). The begin stamp is read
+//   before the kernel's `step_wait`: with programmatic dependent launch a zone runs from its
+//   first block's start, which may be before its predecessor ended.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "../../trace/include/cuhal_zone_stamp.cuh"
 
 // Sequences one GEMV block computes at once: each warp keeps this many sums, and reads each
 // weight once for all of them.
@@ -156,13 +164,19 @@ __device__ void embed(const T* __restrict__ table, const uint32_t* __restrict__ 
 
 extern "C" __global__ void embed_f16(const __half* table, const uint32_t* history,
                                      const uint32_t* pos, float* x, uint32_t hidden,
-                                     uint32_t vocab, uint32_t batch, uint32_t capacity) {
+                                     uint32_t vocab, uint32_t batch, uint32_t capacity,
+                                     cuhal_zone_stamp* zone) {
+    CUHAL_ZONE_BEGIN(zone);
     embed(table, history, pos, x, hidden, vocab, batch, capacity);
+    CUHAL_ZONE_END(zone);
 }
 extern "C" __global__ void embed_bf16(const __nv_bfloat16* table, const uint32_t* history,
                                       const uint32_t* pos, float* x, uint32_t hidden,
-                                      uint32_t vocab, uint32_t batch, uint32_t capacity) {
+                                      uint32_t vocab, uint32_t batch, uint32_t capacity,
+                                      cuhal_zone_stamp* zone) {
+    CUHAL_ZONE_BEGIN(zone);
     embed(table, history, pos, x, hidden, vocab, batch, capacity);
+    CUHAL_ZONE_END(zone);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -481,27 +495,36 @@ __device__ void gemv_stream(const T* __restrict__ w, const float* __restrict__ x
 
 extern "C" __global__ void gemv_f16(const __half* w, const float* x, float* y, const __half* norm,
                                     float eps, uint32_t rows, uint32_t cols, uint32_t batch,
-                                    uint32_t mode, uint32_t ksplit) {
+                                    uint32_t mode, uint32_t ksplit, cuhal_zone_stamp* zone) {
+    CUHAL_ZONE_BEGIN(zone);
     gemv(w, x, y, norm, eps, rows, cols, batch, mode, ksplit);
+    CUHAL_ZONE_END(zone);
 }
 extern "C" __global__ void gemv_bf16(const __nv_bfloat16* w, const float* x, float* y,
                                      const __nv_bfloat16* norm, float eps, uint32_t rows,
                                      uint32_t cols, uint32_t batch, uint32_t mode,
-                                     uint32_t ksplit) {
+                                     uint32_t ksplit, cuhal_zone_stamp* zone) {
+    CUHAL_ZONE_BEGIN(zone);
     gemv(w, x, y, norm, eps, rows, cols, batch, mode, ksplit);
+    CUHAL_ZONE_END(zone);
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_STREAM_WARPS)
     gemv_stream_f16(const __half* w, const float* x, float* y, const __half* norm, float eps,
-                    uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit) {
+                    uint32_t rows, uint32_t cols, uint32_t mode, uint32_t ksplit,
+                    cuhal_zone_stamp* zone) {
+    CUHAL_ZONE_BEGIN(zone);
     gemv_stream<__half, GEMV_STREAM_ROWS, GEMV_STREAM_CHUNK, GEMV_STREAM_WARPS, true, true>(
         w, x, y, norm, eps, rows, cols, mode, ksplit);
+    CUHAL_ZONE_END(zone);
 }
 extern "C" __global__ void __launch_bounds__(32 * GEMV_STREAM_WARPS)
     gemv_stream_bf16(const __nv_bfloat16* w, const float* x, float* y,
                      const __nv_bfloat16* norm, float eps, uint32_t rows, uint32_t cols,
-                     uint32_t mode, uint32_t ksplit) {
+                     uint32_t mode, uint32_t ksplit, cuhal_zone_stamp* zone) {
+    CUHAL_ZONE_BEGIN(zone);
     gemv_stream<__nv_bfloat16, GEMV_STREAM_ROWS, GEMV_STREAM_CHUNK, GEMV_STREAM_WARPS, true,
                 true>(w, x, y, norm, eps, rows, cols, mode, ksplit);
+    CUHAL_ZONE_END(zone);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -637,17 +660,23 @@ __device__ void attention(const float* __restrict__ qkv, const float* __restrict
 extern "C" __global__ void attention_f16(const float* qkv, const float* inv_freq,
                                          __half* k_cache, __half* v_cache, const uint32_t* pos,
                                          float* out, uint32_t heads, uint32_t kv_heads,
-                                         uint32_t head_dim, uint32_t capacity, float scale) {
+                                         uint32_t head_dim, uint32_t capacity, float scale,
+                                         cuhal_zone_stamp* zone) {
+    CUHAL_ZONE_BEGIN(zone);
     attention(qkv, inv_freq, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity,
               scale);
+    CUHAL_ZONE_END(zone);
 }
 extern "C" __global__ void attention_bf16(const float* qkv, const float* inv_freq,
                                           __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
                                           const uint32_t* pos, float* out, uint32_t heads,
                                           uint32_t kv_heads, uint32_t head_dim,
-                                          uint32_t capacity, float scale) {
+                                          uint32_t capacity, float scale,
+                                          cuhal_zone_stamp* zone) {
+    CUHAL_ZONE_BEGIN(zone);
     attention(qkv, inv_freq, k_cache, v_cache, pos, out, heads, kv_heads, head_dim, capacity,
               scale);
+    CUHAL_ZONE_END(zone);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -673,7 +702,9 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, uint32_t i) {
 extern "C" __global__ void argmax_advance(const float* __restrict__ logits, uint32_t* history,
                                           uint32_t* pos, const uint32_t* __restrict__ prompt_len,
                                           unsigned long long* best, uint32_t* arrived,
-                                          uint32_t vocab, uint32_t batch, uint32_t capacity) {
+                                          uint32_t vocab, uint32_t batch, uint32_t capacity,
+                                          cuhal_zone_stamp* zone) {
+    CUHAL_ZONE_BEGIN(zone);
     __shared__ unsigned long long keys[32];
     step_begin();
     uint32_t b = blockIdx.y;
@@ -708,4 +739,5 @@ extern "C" __global__ void argmax_advance(const float* __restrict__ logits, uint
             pos[b] = next;
         }
     }
+    CUHAL_ZONE_END(zone);
 }

@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
         auto attention_launch = [&](Layer& l) {
             cudaLaunchConfig_t cfg = {}; cfg.gridDim = dim3(m.heads, 1); cfg.blockDim = dim3(ATTENTION_THREADS);
             cfg.dynamicSmemBytes = capacity * 4; cfg.stream = st; cfg.attrs = pdl; cfg.numAttrs = 1;
-            CK(cudaLaunchKernelEx(&cfg, attention_f16, (const float*)qkv, (const float*)inv_freq, l.k, l.v, (const uint32_t*)pos, attn, m.heads, m.kv_heads, m.head_dim, capacity, 1.0f / sqrtf((float)m.head_dim)));
+            CK(cudaLaunchKernelEx(&cfg, attention_f16, (const float*)qkv, (const float*)inv_freq, l.k, l.v, (const uint32_t*)pos, attn, m.heads, m.kv_heads, m.head_dim, capacity, 1.0f / sqrtf((float)m.head_dim), nullptr));
         };
         std::vector<cudaGraphExec_t> execs;
         for (auto& v : vars) {

@@ -67,8 +67,10 @@ pub fn run(driver: &Driver, files: &ModelFiles, options: &RunOptions) -> anyhow:
     let device = driver.open(
         0,
         DeviceOptions {
+            // FINE: each kernel's zone comes from its own `%globaltimer` stamps
+            // (`cuhal_zone_stamp.cuh`), inside its debug group's zone.
             tracing: if sink.is_some() {
-                Verbosity::Coarse
+                Verbosity::Fine
             } else {
                 Verbosity::Off
             },

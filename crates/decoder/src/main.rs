@@ -30,7 +30,8 @@ usage: cuhal-decoder [--random-model DIR [--config small|1b] [--seed N]]
   --kernel-image NAME  fatbin (default: cubins for sm_80/sm_90, PTX for later GPUs) or ptx
                        (the compute_80 PTX, compiled by the driver)
   --trace FILE         write a Perfetto trace of the GPU's work to FILE, a zone per kernel
-                       (the kernels then launch without programmatic dependencies)
+                       timed by the kernel's own %globaltimer stamps (the kernels then
+                       launch without programmatic dependencies)
   --no-programmatic    launch each kernel only once the one before has ended (default on
                        compute capability 9.0+: programmatic dependent launches)
   --cpu-reference      run the f32 reference on the CPU and print the greedy tokens

@@ -4,13 +4,15 @@
 
 mod common;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::{ScratchDir, tiny_config};
 use cuhal::{Device, DeviceOptions, Driver};
 use cuhal_decoder::gpu::{Decoder, DecoderOptions, GenerateOptions, KernelImage};
 use cuhal_decoder::{Error, LlamaConfig, ModelFiles, write_random_model};
 use cuhal_fake_driver::harness::FakeDriver;
+use cuhal_trace::DropReason;
 
 /// A private fake driver and device 0 of it.
 fn open(tag: &str) -> (FakeDriver, Driver, Device) {
@@ -358,27 +360,68 @@ fn the_memory_it_holds_is_the_weights_the_cache_and_a_stated_workspace() {
     assert_eq!(memory.total(), memory.weights + cache + workspace);
 }
 
-/// On a queue that traces, the kernels launch without programmatic dependencies (a zone per
-/// kernel puts its edges between two kernels), and recording still succeeds.
+/// On a queue that traces at FINE, the kernels launch without programmatic dependencies (a zone
+/// per kernel puts its edges between two kernels), and every kernel of the step is stamped: its
+/// zone-stamp argument is bound to a slot of the tracer's ring, so it gets no timing events and
+/// its zone is the one it stamps. The fake runs no decoder kernel, so every slot is read back
+/// empty (`StampEmpty`) and no kernel zone is timed any other way.
 #[test]
-fn a_traced_decoder_launches_without_programmatic_dependencies() {
+fn a_traced_decoder_stamps_its_kernels_and_launches_without_programmatic_dependencies() {
     let dir = ScratchDir::new("fake-traced");
     let config = tiny_config();
     write_random_model(dir.path(), &config, 4).unwrap();
     let files = ModelFiles::open(dir.path()).unwrap();
     let weights = files.weights().unwrap();
-    let sink = std::sync::Arc::new(cuhal::MemorySink::new());
+    let sink = Arc::new(cuhal::MemorySink::new());
     let traced = DeviceOptions {
-        tracing: cuhal::Verbosity::Coarse,
-        trace_sink: Some(sink as std::sync::Arc<dyn cuhal::Sink>),
+        tracing: cuhal::Verbosity::Fine,
+        trace_sink: Some(sink.clone() as Arc<dyn cuhal::Sink>),
         ..DeviceOptions::default()
     };
     let (fake, _driver, device) = open_with("decoder-traced", traced);
     let mut decoder = Decoder::new(&device, &config, &weights, &options(1, 8)).unwrap();
     assert!(!decoder.programmatic());
     assert_eq!(fake.counts().programmatic_edges, 0);
+    let kernels = kernels_per_step(&config);
+    let layout = decoder.step_command_buffer().bindings();
+    assert_eq!(layout.stamp_count() as usize, kernels, "a stamp per kernel");
+    assert_eq!(layout.stamp_slot(), Some(layout.slots_used() as u32));
     let generation = decoder
         .generate(&[&[1, 2]], 3, &GenerateOptions::default())
         .unwrap();
     assert_eq!(generation.tokens[0].len(), 3);
+    // Every submission collected.
+    let queue = device.queue(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while queue.stats().retired() != queue.stats().submitted {
+        assert!(Instant::now() < deadline, "{:?}", queue.stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let zones = sink.zones();
+    // A debug-group zone per kernel of every step run (prefill and decode steps alike).
+    let steps = zones.iter().filter(|z| z.name == "embed").count();
+    assert!(steps >= 3, "{steps} steps");
+    for name in decoder.kernel_names() {
+        let groups = zones.iter().filter(|z| &z.name == name).count();
+        assert_eq!(groups, steps, "{name}");
+    }
+    // No kernel is timed by events: each zone would be a stamped one.
+    let functions = [
+        "embed_f16",
+        "gemv_f16",
+        "gemv_stream_f16",
+        "attention_f16",
+        "argmax_advance",
+    ];
+    for zone in &zones {
+        if functions.contains(&zone.name.as_str()) {
+            assert!(zone.stamped, "{zone:?}");
+        }
+    }
+    assert_eq!(
+        sink.dropped(DropReason::StampEmpty),
+        (steps * kernels) as u64,
+        "every kernel of every step had a stamp slot"
+    );
+    assert_eq!(sink.dropped(DropReason::StampsExhausted), 0);
 }

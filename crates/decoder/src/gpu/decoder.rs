@@ -250,7 +250,8 @@ impl<'d> Decoder<'d> {
     }
 
     /// The names of the step's kernels, in launch order: each is a debug group, so a trace
-    /// shows one zone per kernel.
+    /// shows one zone per kernel; traced at FINE, each holds the kernel's stamped zone (timed
+    /// by its own `%globaltimer` stamps, `cuhal_zone_stamp.cuh`).
     pub fn kernel_names(&self) -> &[String] {
         &self.kernel_names
     }

@@ -2,7 +2,10 @@
 //! ([`StepBuffers`]) and the recording ([`record`]).
 //!
 //! Every kernel is its own debug group (a trace zone named after it) followed by a barrier: each
-//! reads what the one before wrote. A layer is five kernels: the element-wise work rides on the
+//! reads what the one before wrote. Every kernel's last parameter is its zone stamp
+//! (`KernelArgs::push_zone_stamp`, `cuhal_zone_stamp.cuh`): on a queue tracing at FINE the
+//! kernel times itself with `%globaltimer`, a stamped zone (named after the kernel) inside its
+//! debug group's, and untraced the stamp is null. A layer is five kernels: the element-wise work rides on the
 //! GEMVs (RMSNorm on the input of the `qkv`, `gate_up` and `lm_head` projections, SwiGLU on
 //! `gate_up`'s output, the residual add on `o_proj`'s and `down_proj`'s) and the rotary
 //! embedding and the cache append on `attention`: fewer launches per token (launch-bound on
@@ -172,7 +175,8 @@ struct Recording<'r> {
 }
 
 impl Recording<'_> {
-    /// Records one kernel as its own debug group, then a barrier.
+    /// Records one kernel as its own debug group, then a barrier; `args` end with the kernel's
+    /// zone stamp.
     fn launch(
         &mut self,
         name: String,
@@ -324,7 +328,7 @@ pub fn record_into(
         let args = args.with(eps).with(rows).with(cols);
         if batch == 1 && cols <= GEMV_STREAM_MAX_COLS {
             let (ksplit, grid) = stream_shape(rows, cols, mode, kernels.multiprocessors);
-            let args = args.with(mode as u32).with(ksplit);
+            let args = args.with(mode as u32).with(ksplit).with_zone_stamp();
             let threads = 32 * GEMV_STREAM_WARPS;
             rec.launch(
                 name,
@@ -338,7 +342,11 @@ pub fn record_into(
             let split = gemv_split(rows);
             let per_block = GEMV_WARP_ROWS * GEMV_WARPS / split;
             let grid = [rows.div_ceil(per_block), batch.div_ceil(GEMV_BATCH), 1];
-            let args = args.with(batch).with(mode as u32).with(split);
+            let args = args
+                .with(batch)
+                .with(mode as u32)
+                .with(split)
+                .with_zone_stamp();
             rec.launch(name, &kernels.gemv, grid, 32 * GEMV_WARPS, 0, &args)
         }
     };
@@ -351,7 +359,8 @@ pub fn record_into(
         .with(h)
         .with(vocab)
         .with(batch)
-        .with(capacity);
+        .with(capacity)
+        .with_zone_stamp();
     rec.launch(
         "embed".into(),
         &kernels.embed,
@@ -389,7 +398,8 @@ pub fn record_into(
             .with(kv_heads)
             .with(head_dim)
             .with(capacity)
-            .with(scale);
+            .with(scale)
+            .with_zone_stamp();
         rec.launch(
             name("attention"),
             &kernels.attention,
@@ -458,7 +468,8 @@ pub fn record_into(
         .with_range(&arrived)
         .with(vocab)
         .with(batch)
-        .with(capacity);
+        .with(capacity)
+        .with_zone_stamp();
     rec.launch(
         "argmax".into(),
         &kernels.argmax,

@@ -290,3 +290,89 @@ fn decoder_fp16_long_prefill_follows_the_cpu_reference() {
 fn decoder_bf16_follows_the_cpu_reference() {
     run(DType::BF16, 2, 5, 64, 14);
 }
+
+/// Traced at FINE, every kernel of every step times itself (the zone-stamp ABI): one stamped
+/// zone per kernel, after the debug group's zone named after it, never empty and not longer
+/// than its group, and the tokens are those the untraced decoder generates.
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn decoder_traced_at_fine_stamps_every_kernel() {
+    use std::sync::Arc;
+
+    use cuhal::{CuptiChoice, MemorySink, Sink, Verbosity};
+    use cuhal_trace::DropReason;
+
+    const PROMPT: [u32; 3] = [5, 17, 29];
+    const TOKENS: usize = 12;
+    let config = config(DType::F16);
+    let dir = ModelDir::new(&config, 21);
+    let files = ModelFiles::open(&dir.0).unwrap();
+    let weights = files.weights().unwrap();
+    let options = DecoderOptions {
+        batch: 1,
+        capacity: PROMPT.len() + TOKENS + 1,
+        image: KernelImage::Fatbin,
+        programmatic: true,
+    };
+    let generate = |device_options: DeviceOptions| {
+        let device = driver()
+            .open(ordinal(), device_options)
+            .expect("opening the device");
+        let mut decoder = Decoder::new(&device, &config, &weights, &options).unwrap();
+        let kernels = decoder.step_command_buffer().bindings().stamp_count();
+        let names = decoder.kernel_names().to_vec();
+        let tokens = decoder
+            .generate(&[&PROMPT], TOKENS, &GenerateOptions::default())
+            .unwrap()
+            .tokens;
+        drop(decoder);
+        // Dropping the device joins its completion threads: everything is collected by then.
+        drop(device);
+        (tokens, kernels, names)
+    };
+    let (untraced, _, _) = generate(DeviceOptions::default());
+    let sink = Arc::new(MemorySink::new());
+    let (traced, kernels, names) = generate(DeviceOptions {
+        tracing: Verbosity::Fine,
+        trace_sink: Some(sink.clone() as Arc<dyn Sink>),
+        cupti: CuptiChoice::Off,
+        ..DeviceOptions::default()
+    });
+    assert_eq!(traced, untraced, "tracing changed the tokens");
+    assert_eq!(
+        kernels as usize,
+        names.len(),
+        "a stamp per kernel of the step"
+    );
+    let zones = sink.zones();
+    let steps = zones.iter().filter(|z| z.name == "embed").count();
+    assert!(steps > TOKENS, "{steps} steps traced");
+    let stamped: Vec<_> = zones.iter().filter(|z| z.stamped).collect();
+    assert_eq!(
+        stamped.len(),
+        steps * names.len(),
+        "a stamped zone per kernel of every step ({} empty, {} past the ring)",
+        sink.dropped(DropReason::StampEmpty),
+        sink.dropped(DropReason::StampsExhausted)
+    );
+    // Each kernel's stamped zone follows its debug group's zone (the sink receives a group's
+    // inner zones after the group opens) and fits in it.
+    let mut checked = 0;
+    for (i, group) in zones.iter().enumerate() {
+        if !names.contains(&group.name) {
+            continue;
+        }
+        let stamp = zones[i + 1..]
+            .iter()
+            .find(|z| z.stamped)
+            .unwrap_or_else(|| panic!("no stamped zone after {group:?}"));
+        assert!(stamp.duration_ns() > 0, "{stamp:?}");
+        // The group's edges are events, whose times step by up to half a microsecond.
+        assert!(
+            stamp.duration_ns() <= group.duration_ns() + 1_000,
+            "the kernel's own span {stamp:?} is longer than its group's {group:?}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, steps * names.len());
+}

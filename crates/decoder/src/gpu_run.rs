@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cuhal::{DeviceOptions, Driver, JsonSink, Sink, Verbosity};
+use cuhal::{CuptiChoice, DeviceOptions, Driver, JsonSink, Sink, Verbosity};
 use cuhal_decoder::ModelFiles;
 use cuhal_decoder::gpu::{Decoder, DecoderOptions, GenerateOptions, KernelImage};
 
@@ -75,6 +75,8 @@ pub fn run(driver: &Driver, files: &ModelFiles, options: &RunOptions) -> anyhow:
                 Verbosity::Off
             },
             trace_sink: sink.clone().map(|s| s as Arc<dyn Sink>),
+            // Every kernel stamps itself: CUPTI's activity kinds would only tax each launch.
+            cupti: CuptiChoice::Off,
             ..DeviceOptions::default()
         },
     )?;

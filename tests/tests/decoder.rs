@@ -292,8 +292,8 @@ fn decoder_bf16_follows_the_cpu_reference() {
 }
 
 /// Traced at FINE, every kernel of every step times itself (the zone-stamp ABI): one stamped
-/// zone per kernel, after the debug group's zone named after it, never empty and not longer
-/// than its group, and the tokens are those the untraced decoder generates.
+/// zone per kernel of every step, never empty and not longer than its debug group's zone where
+/// that was kept, and the tokens are those the untraced decoder generates.
 #[test]
 #[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
 fn decoder_traced_at_fine_stamps_every_kernel() {
@@ -345,9 +345,16 @@ fn decoder_traced_at_fine_stamps_every_kernel() {
         "a stamp per kernel of the step"
     );
     let zones = sink.zones();
-    let steps = zones.iter().filter(|z| z.name == "embed").count();
-    assert!(steps > TOKENS, "{steps} steps traced");
     let stamped: Vec<_> = zones.iter().filter(|z| z.stamped).collect();
+    // A step is an `embed_f16` and the rest of its kernels.
+    let steps = stamped.iter().filter(|z| z.name == "embed_f16").count();
+    // Steps run 8 ahead: a step's debug-group zones are lost when the step command buffer is
+    // issued again before that step is collected (its events recorded again), its stamps never.
+    assert!(
+        steps > TOKENS,
+        "{steps} steps stamped ({} superseded zones)",
+        sink.dropped(DropReason::Superseded)
+    );
     assert_eq!(
         stamped.len(),
         steps * names.len(),
@@ -355,9 +362,9 @@ fn decoder_traced_at_fine_stamps_every_kernel() {
         sink.dropped(DropReason::StampEmpty),
         sink.dropped(DropReason::StampsExhausted)
     );
-    // Each kernel's stamped zone follows its debug group's zone (the sink receives a group's
-    // inner zones after the group opens) and fits in it.
-    let mut checked = 0;
+    assert!(stamped.iter().all(|z| z.duration_ns() > 0));
+    // Where a step kept its debug groups, each kernel's stamped zone follows its group's zone
+    // (the sink receives a group's inner zones after the group opens) and fits in it.
     for (i, group) in zones.iter().enumerate() {
         if !names.contains(&group.name) {
             continue;
@@ -366,13 +373,10 @@ fn decoder_traced_at_fine_stamps_every_kernel() {
             .iter()
             .find(|z| z.stamped)
             .unwrap_or_else(|| panic!("no stamped zone after {group:?}"));
-        assert!(stamp.duration_ns() > 0, "{stamp:?}");
         // The group's edges are events, whose times step by up to half a microsecond.
         assert!(
             stamp.duration_ns() <= group.duration_ns() + 1_000,
             "the kernel's own span {stamp:?} is longer than its group's {group:?}"
         );
-        checked += 1;
     }
-    assert_eq!(checked, steps * names.len());
 }

@@ -160,14 +160,15 @@ fn coarse_zones_come_from_completion_events_and_show_device_waits() {
 /// spin, with the kernel's own readings beside it).
 const ZONE_STAMP_SPIN: &str = include_str!("../kernels/zone_stamp_spin.ptx");
 
-/// How far a stamped zone's length may be from the span of the kernel's own readings: the
-/// header reads `%globaltimer` a few instructions after the kernel's first reading and after a
-/// `__syncthreads` following its last, and the timer steps by 32 ns on Hopper.
-const STAMP_SLACK_NS: u64 = 128;
+/// How much later than the kernel's last own reading a stamped zone may end: the header reads
+/// `%globaltimer` after a `__syncthreads` following it, which a block whose next instructions
+/// are not yet in its SM's instruction cache takes a few hundred nanoseconds to reach.
+const STAMP_END_SLACK_NS: u64 = 1_000;
 
 /// A FINE queue's stamped dispatches show the kernels' own spans: each submission binds the
-/// kernels' own readings (slot 0) and their stamps (the tracer's slot) to new memory, and every
-/// zone is as long as what the kernel read of itself, to the header's few instructions.
+/// kernels' own readings (slot 0) and their stamps (the tracer's slot) to new memory; every
+/// zone begins with the kernel's earliest start exactly (the start is the header's own
+/// reading) and ends at or just after its last reading before the header's end.
 fn stamped_kernels_time_themselves(mode: CommandBufferMode) {
     const KERNELS: usize = 6;
     const BLOCKS: u32 = 4;
@@ -239,19 +240,20 @@ fn stamped_kernels_time_themselves(mode: CommandBufferMode) {
                 end - start >= SPIN_NS,
                 "the kernel's own span: {start}..{end}"
             );
-            let error = zone.duration_ns().abs_diff(end - start);
+            // The begin is exact, so the length gives the end's lag.
+            let lag = zone.duration_ns().checked_sub(end - start);
             assert!(
-                error <= STAMP_SLACK_NS,
+                lag.is_some_and(|lag| lag <= STAMP_END_SLACK_NS),
                 "submission {s}, kernel {k}: zone {zone:?} lasts {} ns, the kernel read {} ns of itself",
                 zone.duration_ns(),
                 end - start
             );
-            errors.push(error);
+            errors.push(lag.unwrap_or(0));
         }
     }
     errors.sort_unstable();
     println!(
-        "{mode:?}: {} stamped zones against the kernels' own spans: median {} ns, max {} ns off",
+        "{mode:?}: {} stamped zones against the kernels' own readings: begin exact, end later by a median {} ns, at most {} ns",
         errors.len(),
         errors[errors.len() / 2],
         errors[errors.len() - 1]

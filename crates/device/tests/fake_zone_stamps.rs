@@ -8,6 +8,7 @@
 mod fake_support;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use cuhal::{
     BufferRange, CommandBuffer, CommandBufferMode, CommandRecorder, CuptiChoice, Device,
@@ -294,4 +295,47 @@ fn a_second_stamp_is_refused() {
     );
     // The recording goes on.
     stamped(&mut *cb, &f, 1, 2);
+}
+
+/// A command buffer submitted again while its last submission is in flight: a submission whose
+/// events were recorded again before its collection loses its event-timed zones (counted as
+/// superseded), never its stamps, which are its own: each submission shows its stamped zone.
+/// (Whether the fake's collection comes late enough to supersede is its scheduling's; the GPU
+/// suite's traced decoder, 8 steps ahead, is superseded for certain.)
+#[test]
+fn stamps_outlive_a_resubmission_before_collection() {
+    const SUBMISSIONS: u64 = 4;
+    let sink = Arc::new(MemorySink::new());
+    let (fake, _driver, device) = open(
+        "zone-stamps-resubmitted",
+        options(CommandBufferMode::Graph, Verbosity::Fine, &sink),
+    );
+    let queue = device.queue(0);
+    let stamp = stamp_kernel(&device);
+    let mut cb = queue.create_command_buffer().unwrap();
+    cb.begin_debug_group("work").unwrap();
+    stamped(&mut *cb, &stamp, 1_000, 1_300);
+    cb.end_debug_group().unwrap();
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+    // Every launch stays in flight until `finish_work`: each submission is issued before the
+    // one before it can be collected.
+    fake.set_timing(Duration::from_secs(3600), Duration::ZERO);
+    let done = device.create_semaphore(0);
+    for n in 1..=SUBMISSIONS {
+        queue.execute(&[], &[(&done, n)], &[&cb]).unwrap();
+    }
+    fake.finish_work();
+    wait(&done, SUBMISSIONS);
+    settle(queue);
+    drop(cb);
+    drop(device);
+    let zones = stamped_zones(&sink);
+    assert_eq!(zones.len() as u64, SUBMISSIONS, "{zones:?}");
+    assert!(zones.iter().all(|z| z.duration_ns() == 300), "{zones:?}");
+    let groups = sink.zones().iter().filter(|z| z.name == "work").count() as u64;
+    assert_eq!(
+        sink.dropped(DropReason::Superseded),
+        SUBMISSIONS - groups,
+        "the superseded submissions' groups, and only those, are dropped"
+    );
 }

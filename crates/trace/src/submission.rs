@@ -806,7 +806,10 @@ impl Shared {
             buffer.ids.swap_storage(&mut state.ids);
             true
         } else {
-            self.count_dropped(DropReason::Superseded, state.timed_zones);
+            // The stamps are this submission's own: shown, not dropped.
+            let stamps = u64::from(state.stamps);
+            self.count_dropped(DropReason::Superseded, state.timed_zones - stamps);
+            self.emit_stamps_alone(cs, state, outer, zones);
             return;
         };
         if buffer.sample.is_some_and(|s| !s.sampled) {

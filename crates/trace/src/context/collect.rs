@@ -254,45 +254,15 @@ impl Shared {
                     *zones += 1;
                 }
                 Record::Stamp { name, index } => {
-                    let times = cs
-                        .stamp_times
-                        .get(*index as usize)
-                        .copied()
-                        .unwrap_or(Err(DropReason::StampsExhausted));
-                    let (begin, end) = match times {
-                        Ok(times) => times,
-                        Err(reason) => {
-                            self.count_dropped(reason, 1);
-                            continue;
-                        }
-                    };
                     let floor = open.last().copied().unwrap_or(outer.0);
                     let ceiling = enclosing_end(&state.records, &cs.times, i).unwrap_or(outer.1);
-                    let (begin, end) = match cs.stamp_first {
-                        // Raw `%globaltimer` readings, with no clock exchange to map them: the
-                        // earliest stamp is placed where the first stamped zone's enclosing
-                        // zone begins (an event time, from the events' base), and the others
-                        // keep their distance from it.
-                        Some(first) => {
-                            let offset =
-                                *stamp_offset.get_or_insert(i128::from(floor) - i128::from(first));
-                            let map = |gpu: u64| {
-                                u64::try_from((i128::from(gpu) + offset).max(0)).unwrap_or(u64::MAX)
-                            };
-                            (map(begin), map(end))
-                        }
-                        None => (begin, end),
-                    };
-                    // Stamps and events come from two clocks' mappings: a zone that starts
-                    // outside its enclosing zone is moved inside it, its own duration kept
-                    // (the kernel's reading is the better one).
-                    let duration = end - begin;
-                    let begin = begin.clamp(floor, ceiling.max(floor));
-                    let end = begin.saturating_add(duration);
-                    latest = latest.max(end);
-                    self.sink.gpu_zone_stamped(self.track, name, begin, end);
-                    *zones += 1;
-                    stamp_zones += 1;
+                    if let Some(end) =
+                        self.emit_stamp(cs, name, *index, (floor, ceiling), &mut stamp_offset)
+                    {
+                        latest = latest.max(end);
+                        *zones += 1;
+                        stamp_zones += 1;
+                    }
                 }
                 Record::Command { name, .. } => {
                     let Some(&times) = cs.command_times.get(command) else {
@@ -332,6 +302,80 @@ impl Shared {
         self.counters
             .stamp_zones
             .fetch_add(stamp_zones, Ordering::Relaxed);
+    }
+
+    /// Hands one stamped zone to the sink (`index` into `cs.stamp_times`, which `read_stamps`
+    /// filled), inside `within` (its enclosing zone), and returns its end; a stamp that shows
+    /// no zone is counted as dropped. `offset` carries, from one stamp of a list to the next,
+    /// the offset that places raw `%globaltimer` readings when no clock exchange maps them.
+    pub(crate) fn emit_stamp(
+        &self,
+        cs: &CollectState,
+        name: &str,
+        index: u32,
+        within: (u64, u64),
+        offset: &mut Option<i128>,
+    ) -> Option<u64> {
+        let times = cs
+            .stamp_times
+            .get(index as usize)
+            .copied()
+            .unwrap_or(Err(DropReason::StampsExhausted));
+        let (begin, end) = match times {
+            Ok(times) => times,
+            Err(reason) => {
+                self.count_dropped(reason, 1);
+                return None;
+            }
+        };
+        let (floor, ceiling) = within;
+        let (begin, end) = match cs.stamp_first {
+            // Raw `%globaltimer` readings, with no clock exchange to map them: the earliest
+            // stamp is placed where the first stamped zone's enclosing zone begins (an event
+            // time, from the events' base), and the others keep their distance from it.
+            Some(first) => {
+                let offset = *offset.get_or_insert(i128::from(floor) - i128::from(first));
+                let map =
+                    |gpu: u64| u64::try_from((i128::from(gpu) + offset).max(0)).unwrap_or(u64::MAX);
+                (map(begin), map(end))
+            }
+            None => (begin, end),
+        };
+        // Stamps and events come from two clocks' mappings: a zone that starts outside its
+        // enclosing zone is moved inside it, its own duration kept (the kernel's reading is
+        // the better one).
+        let duration = end - begin;
+        let begin = begin.clamp(floor, ceiling.max(floor));
+        let end = begin.saturating_add(duration);
+        self.sink.gpu_zone_stamped(self.track, name, begin, end);
+        Some(end)
+    }
+
+    /// The stamped zones of a list whose event times are gone (it was submitted again before
+    /// this submission was collected): its stamps are this submission's own, so they are shown,
+    /// inside `outer`, without the zones that events timed.
+    pub(crate) fn emit_stamps_alone(
+        &self,
+        cs: &CollectState,
+        state: &ListState,
+        outer: (u64, u64),
+        zones: &mut u64,
+    ) {
+        let mut offset = None;
+        let mut shown = 0u64;
+        for record in &state.records {
+            if let Record::Stamp { name, index } = record
+                && self
+                    .emit_stamp(cs, name, *index, outer, &mut offset)
+                    .is_some()
+            {
+                shown += 1;
+            }
+        }
+        *zones += shown;
+        self.counters
+            .stamp_zones
+            .fetch_add(shown, Ordering::Relaxed);
     }
 
     pub(crate) fn report_drops(&self, cs: &mut CollectState) {

@@ -426,7 +426,7 @@ unsafe impl EventBackend for FakeGpu {
 
     fn alloc_device(&self, bytes: usize) -> Result<u64, Error> {
         if self.memory_fails.load(Ordering::Relaxed) {
-            return Err(invalid_handle("cuMemAlloc"));
+            return Err(invalid_handle(cuhal_sys::cu_name!(cuMemAlloc)));
         }
         let len = bytes.max(1) as u64;
         let address = self

@@ -18,9 +18,6 @@ use cuhal_sys::CUdeviceptr;
 
 use crate::Error;
 use crate::backend::EventBackend;
-use crate::context::{CollectState, Shared};
-use crate::lock::lock;
-use crate::sink::DropReason;
 
 /// Bytes of one stamp (`CUHAL_ZONE_STAMP_BYTES`).
 pub(crate) const STAMP_BYTES: usize = cuhal_command::ZONE_STAMP_BYTES as usize;
@@ -186,81 +183,6 @@ impl StampRing {
         for (address, _) in self.discard.drain(..) {
             // SAFETY: as above.
             unsafe { backend.free_device(address) };
-        }
-    }
-}
-
-impl Shared {
-    /// Zeroes a ring region and gives it back; one that cannot be zeroed is kept out of the
-    /// ring (a later submission would read its old stamps). A discard region needs nothing.
-    pub(crate) fn release_stamp_region(&self, region: StampRegion) {
-        if region.start.is_none() {
-            return;
-        }
-        // SAFETY: the region lies in the ring this backend allocated; its submission completed
-        // or failed, so nothing collected later reads what it held.
-        if unsafe { self.backend.zero_device(region.address, region.bytes()) }.is_ok() {
-            lock(&self.stamps).release(region);
-        }
-    }
-
-    /// Reads a completed submission's stamp region into `cs.stamp_times` (trace clock, by
-    /// stamp index), then zeroes it and gives it back. No region, or the discard region: the
-    /// times stay empty, and each stamp is dropped as [`DropReason::StampsExhausted`].
-    ///
-    /// A slot whose end is 0 (the kernel did not run) or whose begin is after its end is
-    /// dropped as [`DropReason::StampEmpty`]. Readings are `%globaltimer` nanoseconds, mapped
-    /// with the context's latest clock exchange ([`crate::ClockSync::to_trace_ns`]). Without
-    /// one (calibrated from host brackets only, so `%globaltimer` was never related to the
-    /// trace clock), they are left as read and `cs.stamp_first` is set to the earliest: the
-    /// zones are then placed from the events' base as `emit_list` says.
-    pub(crate) fn read_stamps(&self, cs: &mut CollectState, region: Option<StampRegion>) {
-        cs.stamp_times.clear();
-        cs.stamp_first = None;
-        let Some(region) = region else {
-            return;
-        };
-        if region.start.is_none() {
-            return;
-        }
-        cs.stamp_bytes.clear();
-        cs.stamp_bytes.resize(region.bytes(), 0);
-        // SAFETY: the region lies in the ring this backend allocated, `bytes()` long.
-        let read = unsafe {
-            self.backend
-                .read_device(region.address, &mut cs.stamp_bytes)
-        };
-        self.release_stamp_region(region);
-        if read.is_err() {
-            cs.stamp_times
-                .resize(region.count as usize, Err(DropReason::StampEmpty));
-            return;
-        }
-        let word = |bytes: &[u8]| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(bytes);
-            // The device is little-endian, as every CUDA device.
-            u64::from_le_bytes(w)
-        };
-        let mut first = u64::MAX;
-        for stamp in cs.stamp_bytes.chunks_exact(STAMP_BYTES) {
-            let begin = !word(&stamp[..8]);
-            let end = word(&stamp[8..]);
-            if end == 0 || begin > end {
-                cs.stamp_times.push(Err(DropReason::StampEmpty));
-            } else {
-                first = first.min(begin);
-                cs.stamp_times.push(Ok((begin, end)));
-            }
-        }
-        let Some(sync) = cs.last_sync else {
-            cs.stamp_first = (first != u64::MAX).then_some(first);
-            return;
-        };
-        for times in &mut cs.stamp_times {
-            if let Ok((begin, end)) = times {
-                *times = Ok((sync.to_trace_ns(*begin), sync.to_trace_ns(*end)));
-            }
         }
     }
 }

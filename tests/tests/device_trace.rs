@@ -166,9 +166,9 @@ const ZONE_STAMP_SPIN: &str = include_str!("../kernels/zone_stamp_spin.ptx");
 const STAMP_END_SLACK_NS: u64 = 1_000;
 
 /// A FINE queue's stamped dispatches show the kernels' own spans: each submission binds the
-/// kernels' own readings (slot 0) and their stamps (the tracer's slot) to new memory; every
-/// zone begins with the kernel's earliest start exactly (the start is the header's own
-/// reading) and ends at or just after its last reading before the header's end.
+/// kernels' own readings (slot 0) and their stamps (the tracer's slot) to new memory. The
+/// kernel stores the start the header read, so a zone's length is the kernel's span from its
+/// earliest start to its last reading before the header's end, plus the header's lag there.
 fn stamped_kernels_time_themselves(mode: CommandBufferMode) {
     const KERNELS: usize = 6;
     const BLOCKS: u32 = 4;
@@ -253,7 +253,7 @@ fn stamped_kernels_time_themselves(mode: CommandBufferMode) {
     }
     errors.sort_unstable();
     println!(
-        "{mode:?}: {} stamped zones against the kernels' own readings: begin exact, end later by a median {} ns, at most {} ns",
+        "{mode:?}: {} stamped zones against the kernels' own readings: from the header's start, the end later by a median {} ns, at most {} ns",
         errors.len(),
         errors[errors.len() / 2],
         errors[errors.len() - 1]

@@ -360,6 +360,15 @@ impl Queue {
                 .bindings()
                 .check(table, self.context.raw())
                 .map_err(Error::Command)?;
+            if command_buffer.bindings().stamp_count() > 0 && self.trace.is_none() {
+                // Its stamp slot is bound only from a tracer's ring: issued with the user's
+                // table alone it would be missing, or be a user's buffer.
+                return Err(Error::InvalidArgument(
+                    "a command buffer with zone stamps (recorded for a queue that traces at \
+                     FINE) runs only on a traced queue"
+                        .to_owned(),
+                ));
+            }
             // The recorder checked every buffer's device (another device's only gets in through
             // a peer copy, `copy_peer`). What can change since is whether the memory is still
             // there, and only memory with a keeper can go while the buffer lives: a

@@ -339,3 +339,80 @@ fn stamps_outlive_a_resubmission_before_collection() {
         "the superseded submissions' groups, and only those, are dropped"
     );
 }
+
+/// A command buffer with zone stamps, recorded on a queue that traces at FINE, is refused by an
+/// untraced queue before anything is issued (its stamp slot would be unbound, or a user's
+/// buffer); the queue then runs other work, and the traced queue runs the command buffer.
+#[test]
+fn an_untraced_queue_refuses_stamped_command_buffers() {
+    let sink = Arc::new(MemorySink::new());
+    let (_fake, _driver, device) = open(
+        "zone-stamps-untraced-queue",
+        DeviceOptions {
+            queues: 2,
+            queue_tracing: vec![Verbosity::Fine, Verbosity::Off],
+            ..options(CommandBufferMode::Graph, Verbosity::Fine, &sink)
+        },
+    );
+    let (traced, untraced) = (device.queue(0), device.queue(1));
+    let stamp = stamp_kernel(&device);
+    let mut cb = traced.create_command_buffer().unwrap();
+    stamped(&mut *cb, &stamp, 100, 150);
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+    assert_eq!(cb.bindings().stamp_count(), 1);
+    let done = device.create_semaphore(0);
+    let refused = untraced.execute(&[], &[(&done, 1)], &[&cb]);
+    assert!(
+        matches!(&refused, Err(cuhal::Error::InvalidArgument(why)) if why.contains("zone stamps")),
+        "{refused:?}"
+    );
+    let mut plain = untraced.create_command_buffer().unwrap();
+    stamped(&mut *plain, &stamp, 1, 2);
+    let plain: Arc<dyn CommandBuffer> = plain.end().unwrap();
+    assert_eq!(
+        plain.bindings().stamp_count(),
+        0,
+        "untraced: the stamp stays null"
+    );
+    untraced.execute(&[], &[(&done, 1)], &[&plain]).unwrap();
+    wait(&done, 1);
+    run(&device, traced, &cb, &[], 1);
+    drop((cb, plain));
+    drop(device);
+    let zones = stamped_zones(&sink);
+    assert_eq!(zones.len(), 1, "{zones:?}");
+    assert_eq!(zones[0].duration_ns(), 50);
+}
+
+/// A stamped zone is kept inside its enclosing zone, whatever the two clocks' mappings say:
+/// here a stamp a second long inside a debug group the fake's events time in far less. Viewers
+/// need the nesting; the zone keeps its own length where the group has room for it.
+#[test]
+fn a_stamp_longer_than_its_group_is_kept_inside_it() {
+    let sink = Arc::new(MemorySink::new());
+    let (_fake, _driver, device) = open(
+        "zone-stamps-nested",
+        options(CommandBufferMode::Graph, Verbosity::Fine, &sink),
+    );
+    let queue = device.queue(0);
+    let stamp = stamp_kernel(&device);
+    let mut cb = queue.create_command_buffer().unwrap();
+    cb.begin_debug_group("work").unwrap();
+    stamped(&mut *cb, &stamp, 1_000, 1_000_001_000);
+    cb.end_debug_group().unwrap();
+    let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
+    run(&device, queue, &cb, &[], 2);
+    drop(cb);
+    drop(device);
+    let zones = sink.zones();
+    let groups: Vec<_> = zones.iter().filter(|z| z.name == "work").collect();
+    let stamps = stamped_zones(&sink);
+    assert_eq!((groups.len(), stamps.len()), (2, 2));
+    for (group, stamp) in groups.iter().zip(&stamps) {
+        assert!(group.duration_ns() < 1_000_000_000, "{group:?}");
+        assert!(
+            stamp.begin_ns >= group.begin_ns && stamp.end_ns <= group.end_ns,
+            "{stamp:?} outside {group:?}"
+        );
+    }
+}

@@ -20,7 +20,7 @@
 // - CUHAL_ZONE_BEGIN opens the kernel (it declares a local); CUHAL_ZONE_END closes it and must
 //   be reached by every thread of every block: it holds a __syncthreads(), so that the block's
 //   end is read after all of its threads' work.
-// - The slot starts zeroed (the tracer zeroes it before each use). As a block ends, its first
+// - The slot starts zeroed (the tracer hands out zeroed slots: it zeroes each after reading it). As a block ends, its first
 //   thread does two fire-and-forget reductions, no fence, no value read back: into
 //   `begin_complement` the complement of the block's start (`red.max` of `~t`: the slot keeps
 //   the complement of the earliest start, and a zeroed slot is empty), into `end` its end.

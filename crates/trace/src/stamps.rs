@@ -56,6 +56,9 @@ pub(crate) struct StampRing {
     /// Discard memory, the largest last (earlier ones may still be written by work in flight,
     /// so they are kept until the context goes).
     discard: Vec<(CUdeviceptr, usize)>,
+    /// A region was given up while work that may write it could still be in flight
+    /// ([`StampRing::quarantine`]): the memory is leaked rather than freed when the context goes.
+    written_late: bool,
 }
 
 impl StampRing {
@@ -67,6 +70,7 @@ impl StampRing {
             used: Vec::new(),
             cursor: 0,
             discard: Vec::new(),
+            written_late: false,
         }
     }
 
@@ -127,6 +131,15 @@ impl StampRing {
         }
     }
 
+    /// Keeps a region out of the ring for good: its submission failed or was given up, so work
+    /// that may still write it can be in flight, and neither zeroing nor reusing it is safe. The
+    /// ring loses its slots (failures are rare), and its memory, with the discard memory, is
+    /// leaked rather than freed when the context goes.
+    pub(crate) fn quarantine(&mut self, region: StampRegion) {
+        let _ = region;
+        self.written_late = true;
+    }
+
     /// The ring's memory, allocated and zeroed on first use (its list's room reserved for
     /// every slot, so taking regions never allocates). `None` once that failed.
     fn ring(&mut self, backend: &dyn EventBackend) -> Option<CUdeviceptr> {
@@ -173,11 +186,19 @@ impl StampRing {
         (self.capacity.checked_sub(start)? >= count).then_some(start)
     }
 
-    /// Frees the ring's and the discard region's memory (the context is going: nothing that
-    /// may write them is in flight any more, or nothing will be read back).
+    /// Frees the ring's and the discard region's memory as the context goes: every submission
+    /// that bound them was collected (its work completed), unless one was given up
+    /// ([`StampRing::quarantine`]), and then the memory is leaked, never freed under work that
+    /// may still write it.
     pub(crate) fn free(&mut self, backend: &dyn EventBackend) {
+        if self.written_late {
+            self.base = None;
+            self.discard.clear();
+            return;
+        }
         if let Some(base) = self.base.take() {
-            // SAFETY: allocated by this backend, freed once.
+            // SAFETY: allocated by this backend, freed once; no work that may write it is in
+            // flight (every submission that bound it was collected: `written_late` is unset).
             unsafe { backend.free_device(base) };
         }
         for (address, _) in self.discard.drain(..) {
@@ -225,6 +246,32 @@ mod tests {
         assert!(gpu.device_bytes(big.address, 320).is_some());
         ring.free(&*gpu);
         assert_eq!(gpu.live_device_allocations(), 0);
+    }
+
+    #[test]
+    fn a_region_given_up_is_never_reused_and_the_memory_is_leaked_not_freed() {
+        let gpu = FakeGpu::new();
+        let mut ring = StampRing::new(4);
+        let lost = ring.acquire(&*gpu, 2).unwrap();
+        ring.quarantine(lost);
+        assert_eq!(ring.in_use(), 1, "its slots stay taken");
+        for _ in 0..10 {
+            let r = ring.acquire(&*gpu, 2).unwrap();
+            assert_eq!(
+                r.start,
+                Some(2),
+                "only the other half of the ring is handed out"
+            );
+            ring.release(r);
+        }
+        let live = gpu.live_device_allocations();
+        assert!(live > 0);
+        ring.free(&*gpu);
+        assert_eq!(
+            gpu.live_device_allocations(),
+            live,
+            "work may still write it: leaked, not freed"
+        );
     }
 
     #[test]

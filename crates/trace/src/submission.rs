@@ -217,12 +217,23 @@ impl Slot {
 
     /// Zeroes the stamp regions the slot still holds and gives them back to the ring (a
     /// region that cannot be zeroed is kept out of it: a later submission would read its old
-    /// stamps).
+    /// stamps). Only for a collected submission: its work completed.
     fn release_stamps(&mut self, shared: &Shared) {
         let count = self.count;
         for buffer in &mut self.buffers.as_mut_slice()[..count] {
             if let Some(region) = buffer.stamps.take() {
                 shared.release_stamp_region(region);
+            }
+        }
+    }
+
+    /// Gives up the stamp regions of a submission that failed or will not be collected: its
+    /// work may still write them ([`Shared::quarantine_stamp_region`]).
+    fn quarantine_stamps(&mut self, shared: &Shared) {
+        let count = self.count;
+        for buffer in &mut self.buffers.as_mut_slice()[..count] {
+            if let Some(region) = buffer.stamps.take() {
+                shared.quarantine_stamp_region(region);
             }
         }
     }
@@ -378,9 +389,10 @@ impl TraceContext {
             &mut issue,
         );
         if let Err(error) = result {
-            // The submission fails; the queue reports it. Nothing of it is shown.
+            // The submission fails; the queue reports it. Nothing of it is shown. Its command
+            // buffers issued before the failure may still run: their stamp regions are given up.
             slot.release_events(shared);
-            slot.release_stamps(shared);
+            slot.quarantine_stamps(shared);
             slot.clear();
             drop(slot);
             shared.slots.release(index);
@@ -446,8 +458,9 @@ impl TraceContext {
                 }
             }
             if let Err(error) = issued {
+                // Part of the command buffer may have been issued before the failure.
                 if let Some(region) = stamps {
-                    shared.release_stamp_region(region);
+                    shared.quarantine_stamp_region(region);
                 }
                 return Err(error);
             }
@@ -520,7 +533,8 @@ impl Shared {
         }
         self.count_dropped(reason, dropped);
         slot.release_events(self);
-        slot.release_stamps(self);
+        // Given up, not collected: its work may still be in flight.
+        slot.quarantine_stamps(self);
         slot.clear();
         drop(slot);
         self.slots.release(index);

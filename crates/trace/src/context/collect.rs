@@ -205,8 +205,7 @@ impl Shared {
                     return Outcome::NotReady;
                 }
                 // A list submitted on its own has no stamp region: its stamps show nothing.
-                cs.stamp_times.clear();
-                cs.stamp_first = None;
+                self.read_stamps(cs, None);
                 self.emit_list(cs, &mut state, (0, u64::MAX), zones, true);
                 Outcome::Done
             }
@@ -342,12 +341,16 @@ impl Shared {
             }
             None => (begin, end),
         };
-        // Stamps and events come from two clocks' mappings: a zone that starts outside its
-        // enclosing zone is moved inside it, its own duration kept (the kernel's reading is
-        // the better one).
+        // Stamps and events come from two clocks' mappings: a zone that starts or ends outside
+        // its enclosing zone is moved inside it, its own duration kept (the kernel's reading is
+        // the better one) unless the enclosing zone is shorter, so viewers nest it.
         let duration = end - begin;
-        let begin = begin.clamp(floor, ceiling.max(floor));
-        let end = begin.saturating_add(duration);
+        let ceiling = ceiling.max(floor);
+        let begin = begin
+            .clamp(floor, ceiling)
+            .min(ceiling.saturating_sub(duration))
+            .max(floor);
+        let end = begin.saturating_add(duration).min(ceiling);
         self.sink.gpu_zone_stamped(self.track, name, begin, end);
         Some(end)
     }
@@ -392,17 +395,26 @@ impl Shared {
 }
 
 impl Shared {
-    /// Zeroes a ring region and gives it back; one that cannot be zeroed is kept out of the
-    /// ring (a later submission would read its old stamps). A discard region needs nothing.
+    /// Zeroes a collected submission's ring region and gives it back (a discard region needs
+    /// nothing); one that cannot be zeroed stays out of the ring (a later submission would read
+    /// its old stamps).
     pub(crate) fn release_stamp_region(&self, region: StampRegion) {
         if region.start.is_none() {
             return;
         }
         // SAFETY: the region lies in the ring this backend allocated; its submission completed
-        // or failed, so nothing collected later reads what it held.
+        // (it was collected), so no kernel writes it any more.
         if unsafe { self.backend.zero_device(region.address, region.bytes()) }.is_ok() {
             lock(&self.stamps).release(region);
         }
+    }
+
+    /// Gives up a region whose submission failed or will not be collected: work that may write
+    /// it can still be in flight, so it is neither zeroed nor reused ([`StampRing::quarantine`]).
+    ///
+    /// [`StampRing::quarantine`]: crate::stamps::StampRing::quarantine
+    pub(crate) fn quarantine_stamp_region(&self, region: StampRegion) {
+        lock(&self.stamps).quarantine(region);
     }
 
     /// Reads a completed submission's stamp region into `cs.stamp_times` (trace clock, by

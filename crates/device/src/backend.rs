@@ -260,8 +260,8 @@ impl CudaBackend {
                 } => {
                     let command_buffer = &command_buffers[index];
                     // SAFETY: the trace context allocated the region in this queue's context,
-                    // `bytes` long and zeroed, and keeps it until this submission is collected
-                    // (after it completed) or failed.
+                    // `bytes` long and zeroed; it keeps it until this submission is collected
+                    // (after it completed) and never hands it out again if the submission fails.
                     let region = unsafe { cuhal_command::BufferRange::from_raw(address, bytes) };
                     // The user's table (checked by `Queue::execute`) cut to its slots, then the
                     // region at the hidden stamp slot.

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use cuhal::{
     CommandBuffer, CuptiChoice, DeviceOptions, Dispatch, FillPattern, KernelArgs, Verbosity,
 };
-use cuhal_fake_driver::module::STAMP_KERNEL;
 use cuhal_trace::NullSink;
 use cuhal_trace::cupti::fake::FakeCupti;
 
@@ -42,12 +41,7 @@ fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice, stamped: boo
     let mut cb = queue.create_command_buffer().unwrap();
     cb.begin_debug_group("work").unwrap();
     cb.fill(&buffer.whole(), FillPattern::U32(3)).unwrap();
-    let stamp = stamped.then(|| {
-        let ptx = format!(
-            ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {STAMP_KERNEL}(.param .u64 zone, .param .u64 begin, .param .u64 end) {{ ret; }}\n"
-        );
-        device.load_ptx(&ptx).unwrap().function(STAMP_KERNEL).unwrap()
-    });
+    let stamp = stamped.then(|| fake_support::stamp::stamp_kernel(&device));
     if let Some(f) = &stamp {
         let args = KernelArgs::new().with_zone_stamp().with(10u64).with(20u64);
         cb.dispatch(&Dispatch::new(f, [1, 1, 1], [32, 1, 1], &args))

@@ -18,6 +18,7 @@ use cuhal_fake_driver::module::{ADD_KERNEL, STAMP_KERNEL};
 use cuhal_sys::cu_name;
 use cuhal_trace::{DropReason, MemoryZone};
 use fake_support::add::add_kernel;
+use fake_support::stamp::stamp_kernel;
 use fake_support::*;
 
 const N: usize = 16;
@@ -31,18 +32,6 @@ fn options(mode: CommandBufferMode, verbosity: Verbosity, sink: &Arc<MemorySink>
         patch_method: PatchMethod::Host,
         ..DeviceOptions::default()
     }
-}
-
-/// The fake's stamping kernel: `(cuhal_zone_stamp* zone, u64 begin, u64 end)`.
-fn stamp_kernel(device: &Device) -> Function {
-    let ptx = format!(
-        ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {STAMP_KERNEL}(.param .u64 zone, .param .u64 begin, .param .u64 end) {{ ret; }}\n"
-    );
-    device
-        .load_ptx(&ptx)
-        .unwrap()
-        .function(STAMP_KERNEL)
-        .unwrap()
 }
 
 /// Records a stamped dispatch that reads `begin` and `end` on the GPU's clock.
@@ -275,14 +264,8 @@ fn a_second_stamp_is_refused() {
         options(CommandBufferMode::Graph, Verbosity::Fine, &sink),
     );
     let queue = device.queue(0);
-    let ptx = format!(
-        ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {STAMP_KERNEL}(.param .u64 zone, .param .u64 again, .param .u64 end) {{ ret; }}\n"
-    );
-    let f = device
-        .load_ptx(&ptx)
-        .unwrap()
-        .function(STAMP_KERNEL)
-        .unwrap();
+    // A second zone stamp where `begin` would be (the same three 8-byte parameters).
+    let f = stamp_kernel(&device);
     let args = KernelArgs::new()
         .with_zone_stamp()
         .with_zone_stamp()

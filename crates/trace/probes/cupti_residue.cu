@@ -133,22 +133,22 @@ int main(int argc, char** argv) {
     show("kinds off again, same executable", timed(a, 0, NOTHING));
     cudaGraphExec_t b = instantiate();
     show("kinds off, executable instantiated after", timed(b, 0, NOTHING));
+    // What follows each sampled launch, in the order the variants are timed.
+    const struct { After after; const char* what; } variants[] = {
+        {NOTHING, "kinds on around the launch"},
+        {FLUSH, "... then flush at once"},
+        {FORCED, "... then forced flush at once"},
+        {WAIT_FLUSH, "... then wait for it, flush"},
+        {NEXT_IDLE, "... then the next replay, wait"},
+        {NEXT_IDLE_FLUSH, "... then the next replay, wait, flush"},
+        {TOGGLE_ONLY, "kinds toggled, no launch inside"},
+    };
     for (int every : {16, 64}) {
-        char what[96];
-        snprintf(what, sizeof what, "1 in %d: kinds on around the launch", every);
-        show(what, timed(a, every, NOTHING));
-        snprintf(what, sizeof what, "1 in %d: ... then flush at once", every);
-        show(what, timed(a, every, FLUSH));
-        snprintf(what, sizeof what, "1 in %d: ... then forced flush at once", every);
-        show(what, timed(a, every, FORCED));
-        snprintf(what, sizeof what, "1 in %d: ... then wait for it, flush", every);
-        show(what, timed(a, every, WAIT_FLUSH));
-        snprintf(what, sizeof what, "1 in %d: ... then the next replay, wait", every);
-        show(what, timed(a, every, NEXT_IDLE));
-        snprintf(what, sizeof what, "1 in %d: ... then the next replay, wait, flush", every);
-        show(what, timed(a, every, NEXT_IDLE_FLUSH));
-        snprintf(what, sizeof what, "1 in %d: kinds toggled, no launch inside", every);
-        show(what, timed(a, every, TOGGLE_ONLY));
+        for (auto v : variants) {
+            char what[96];
+            snprintf(what, sizeof what, "1 in %d: %s", every, v.what);
+            show(what, timed(a, every, v.after));
+        }
     }
     show("after the sampling, same executable", timed(a, 0, NOTHING));
     for (auto id : launches) CP(c.enableCallback(0, sub, CUPTI_CB_DOMAIN_DRIVER_API, id));

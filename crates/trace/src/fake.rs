@@ -72,6 +72,18 @@ pub struct FakeGpu {
     memory_fails: AtomicBool,
 }
 
+/// The bytes `address..address + len` of the allocation in `memory` (base address to bytes)
+/// that holds them all, if one does.
+fn locate(
+    memory: &mut std::collections::BTreeMap<u64, Vec<u8>>,
+    address: u64,
+    len: usize,
+) -> Option<&mut [u8]> {
+    let (&base, data) = memory.range_mut(..=address).next_back()?;
+    let at = usize::try_from(address - base).ok()?;
+    data.get_mut(at..at.checked_add(len)?)
+}
+
 fn handle(id: usize) -> CUevent {
     // Fake handles are never dereferenced; aligned non-null values keep them looking like pointers.
     std::ptr::without_provenance_mut(id * 16)
@@ -255,26 +267,14 @@ impl FakeGpu {
     /// Writes `bytes` into device memory at `address` (as a kernel would), if it lies in an
     /// allocation; returns whether it did.
     pub fn write_device(&self, address: u64, bytes: &[u8]) -> bool {
-        let mut memory = lock(&self.memory);
-        let Some((&base, data)) = memory.range_mut(..=address).next_back() else {
-            return false;
-        };
-        let at = (address - base) as usize;
-        match data.get_mut(at..at + bytes.len()) {
-            Some(span) => {
-                span.copy_from_slice(bytes);
-                true
-            }
-            None => false,
-        }
+        locate(&mut lock(&self.memory), address, bytes.len())
+            .map(|span| span.copy_from_slice(bytes))
+            .is_some()
     }
 
     /// Reads `len` bytes of device memory at `address`, if it lies in an allocation.
     pub fn device_bytes(&self, address: u64, len: usize) -> Option<Vec<u8>> {
-        let memory = lock(&self.memory);
-        let (&base, data) = memory.range(..=address).next_back()?;
-        let at = (address - base) as usize;
-        data.get(at..at + len).map(<[u8]>::to_vec)
+        locate(&mut lock(&self.memory), address, len).map(|span| span.to_vec())
     }
 
     /// Device allocations made so far ([`EventBackend::alloc_device`]).
@@ -303,13 +303,8 @@ impl FakeGpu {
             return Err(invalid_handle("device memory"));
         }
         let mut memory = lock(&self.memory);
-        let Some((&base, data)) = memory.range_mut(..=address).next_back() else {
-            return Err(invalid_handle("device memory"));
-        };
-        let at = (address - base) as usize;
-        let span = data
-            .get_mut(at..at.saturating_add(len))
-            .ok_or_else(|| invalid_handle("device memory"))?;
+        let span =
+            locate(&mut memory, address, len).ok_or_else(|| invalid_handle("device memory"))?;
         Ok(f(span))
     }
 

@@ -83,7 +83,7 @@ pub enum IssueStep {
     /// stamp region: `bytes` of zeroed device memory at `address`, bound at the command
     /// buffer's stamp slot ([`BindingLayout::stamped_table`](cuhal_command::BindingLayout::stamped_table)
     /// with `BufferRange::from_raw(address, bytes)`). The context keeps the region until the
-    /// submission is collected, or gives it back if the issue fails.
+    /// submission is collected; if the issue fails, the region is never used again.
     StampedCommandBuffer {
         /// The command buffer.
         index: usize,
@@ -199,6 +199,7 @@ impl Slot {
         list: Option<Arc<ListInner>>,
         generation: u64,
         sample: Option<Sample>,
+        stamps: Option<StampRegion>,
     ) {
         if self.count == self.buffers.len() {
             self.buffers.push(SlotBuffer::default());
@@ -211,29 +212,21 @@ impl Slot {
         buffer.ids.clear();
         buffer.activity_waits.set(0);
         buffer.sample = sample;
-        buffer.stamps = None;
+        buffer.stamps = stamps;
         self.count += 1;
     }
 
-    /// Zeroes the stamp regions the slot still holds and gives them back to the ring (a
-    /// region that cannot be zeroed is kept out of it: a later submission would read its old
-    /// stamps). Only for a collected submission: its work completed.
-    fn release_stamps(&mut self, shared: &Shared) {
+    /// Hands back the stamp regions the slot still holds. A collected submission's work
+    /// completed: each region is zeroed and returned to the ring
+    /// ([`Shared::release_stamp_region`]). One that failed or will not be collected may still
+    /// be running: its regions are given up ([`Shared::quarantine_stamp_region`]).
+    fn end_stamps(&mut self, shared: &Shared, collected: bool) {
         let count = self.count;
         for buffer in &mut self.buffers.as_mut_slice()[..count] {
-            if let Some(region) = buffer.stamps.take() {
-                shared.release_stamp_region(region);
-            }
-        }
-    }
-
-    /// Gives up the stamp regions of a submission that failed or will not be collected: its
-    /// work may still write them ([`Shared::quarantine_stamp_region`]).
-    fn quarantine_stamps(&mut self, shared: &Shared) {
-        let count = self.count;
-        for buffer in &mut self.buffers.as_mut_slice()[..count] {
-            if let Some(region) = buffer.stamps.take() {
-                shared.quarantine_stamp_region(region);
+            match buffer.stamps.take() {
+                Some(region) if collected => shared.release_stamp_region(region),
+                Some(region) => shared.quarantine_stamp_region(region),
+                None => {}
             }
         }
     }
@@ -392,7 +385,7 @@ impl TraceContext {
             // The submission fails; the queue reports it. Nothing of it is shown. Its command
             // buffers issued before the failure may still run: their stamp regions are given up.
             slot.release_events(shared);
-            slot.quarantine_stamps(shared);
+            slot.end_stamps(shared, false);
             slot.clear();
             drop(slot);
             shared.slots.release(index);
@@ -464,10 +457,7 @@ impl TraceContext {
                 }
                 return Err(error);
             }
-            slot.push_buffer(list.cloned(), generation, sample);
-            if let Some(buffer) = slot.buffers.as_mut_slice().get_mut(slot.count - 1) {
-                buffer.stamps = stamps;
-            }
+            slot.push_buffer(list.cloned(), generation, sample, stamps);
             slot.labels.push(label(cb.kind()));
             if i < last {
                 let boundary = shared.pool.acquire_one();
@@ -534,7 +524,7 @@ impl Shared {
         self.count_dropped(reason, dropped);
         slot.release_events(self);
         // Given up, not collected: its work may still be in flight.
-        slot.quarantine_stamps(self);
+        slot.end_stamps(self, false);
         slot.clear();
         drop(slot);
         self.slots.release(index);
@@ -697,7 +687,7 @@ impl Shared {
         }
         self.sink.gpu_zone_end(self.track, slot.end_ns);
         *zones += 1;
-        slot.release_stamps(self);
+        slot.end_stamps(self, true);
         slot.clear();
         self.slots.release(index);
         Outcome::Done

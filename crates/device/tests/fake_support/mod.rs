@@ -10,6 +10,7 @@
 pub mod add;
 pub mod counting;
 pub mod helpers;
+pub mod stamp;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

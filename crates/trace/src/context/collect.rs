@@ -392,9 +392,7 @@ impl Shared {
             }
         }
     }
-}
 
-impl Shared {
     /// Zeroes a collected submission's ring region and gives it back (a discard region needs
     /// nothing); one that cannot be zeroed stays out of the ring (a later submission would read
     /// its old stamps).

@@ -552,10 +552,13 @@ impl ListInner {
         let shared = &self.shared;
         let uncollected = {
             let state = lock(&self.state);
-            // A list that times nothing (a COARSE command buffer without debug groups) has no
-            // times to keep: nothing to read, and no lock of the collector's to take on the issue
-            // path.
-            (state.timed_zones > 0
+            // Only zones timed by the list's own events or records have times the issue is about
+            // to overwrite: a list that times nothing (a COARSE command buffer without debug
+            // groups), or only by stamps (each submission has a stamp region of its own), has
+            // none to keep, so nothing to read and no lock of the collector's to take on the
+            // issue path, where a round trip would wait for the previous submission's stamp
+            // read-back.
+            (state.timed_zones > u64::from(state.stamps)
                 && state.queued != 0
                 && state.queued == state.submissions
                 && state.queued_slot != slot)

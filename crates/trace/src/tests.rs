@@ -790,3 +790,82 @@ fn coarse_zones_are_never_corrected_and_measure_nothing() {
     );
     assert_eq!(trace.stats().bias_corrected_zones, 0);
 }
+
+/// Issuing a command buffer again before its previous submission was collected reads the
+/// previous submission's event times first, under the collector's lock, so the new issue does
+/// not overwrite them; a list timed only by stamps has no such times (each submission's stamps
+/// have a region of their own), so its issue must not wait for a collection in progress (which
+/// may be reading a stamp region back from the device).
+#[test]
+fn reissuing_a_list_timed_only_by_stamps_never_waits_for_the_collector() {
+    use crate::{EventBackend, IssueStep, StreamBefore, SubmissionInfo};
+    use cuhal_command::{CommandBuffer, DeferredCommandBuffer};
+
+    let (gpu, _sink, trace) = traced(PoolLimits::default());
+    let recorder = trace.recorder().unwrap();
+    assert_eq!(recorder.stamp_zone("kernel"), Some(0));
+    let cb: Arc<dyn CommandBuffer> = Arc::new(
+        DeferredCommandBuffer::new(Some(recorder))
+            .unwrap()
+            .end()
+            .unwrap(),
+    );
+    let info = SubmissionInfo::new([], []);
+    let completions = [gpu.create_event().unwrap(), gpu.create_event().unwrap()];
+    // Handles cross to the issuing thread as addresses.
+    let handles = completions.map(|event| event as usize);
+    let submit = |completion: usize| {
+        let completion = completion as CUevent;
+        let stream = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+        // SAFETY: the fake backend made the completion event, which lives past the
+        // collections; the stream is never used by the fake.
+        unsafe {
+            trace.submit::<crate::Error>(
+                stream,
+                &info,
+                std::slice::from_ref(&cb),
+                StreamBefore::Traced,
+                completion,
+                |step| {
+                    if step == IssueStep::Completion {
+                        gpu.pend(completion);
+                    }
+                    Ok(())
+                },
+            )
+        }
+        .unwrap()
+        .expect("a traced context gives a ticket")
+    };
+    let first = submit(handles[0]);
+    gpu.complete_at(completions[0], 5 * MS);
+    // The first submission completed and is not collected yet; a collection holds the lock.
+    let shared = trace.shared().unwrap().clone();
+    let collecting = crate::lock::lock(&shared.collect);
+    let (done, issued) = std::sync::mpsc::channel();
+    let second = std::thread::scope(|scope| {
+        let issuer = scope.spawn(|| {
+            let ticket = submit(handles[1]);
+            let _ = done.send(());
+            ticket
+        });
+        let waited = issued.recv_timeout(Duration::from_secs(5));
+        drop(collecting);
+        let ticket = issuer.join().unwrap();
+        assert!(
+            waited.is_ok(),
+            "the second issue waited for the collector's lock"
+        );
+        ticket
+    });
+    gpu.complete_at(completions[1], 7 * MS);
+    trace.completed(first);
+    trace.completed(second);
+    trace.collect_completed();
+    assert_eq!(trace.stats().stamp_regions_in_use, 0);
+    drop(trace);
+    for event in completions {
+        // SAFETY: made by this backend, destroyed once, after the context that used them.
+        unsafe { gpu.destroy_event(event) };
+    }
+}

@@ -138,21 +138,24 @@ pub fn cuhal_replay(
     warm: usize,
     n: usize,
 ) -> Result<Replay> {
-    cuhal_replay_sampled(env, mode, verbosity, FineSampling::Every, false, warm, n)
+    cuhal_replay_sampled(env, mode, verbosity, FineSampling::Every, None, warm, n)
 }
 
 /// [`cuhal_replay`] with FINE sampling replays as `sampling` says, and the chain's kernels
-/// timed by their own zone stamps where `stamped` (`step_stamped`).
+/// timed by their own zone stamps (`step_stamped`) where `stamp_slots` gives the size of the
+/// trace's stamp ring.
 pub fn cuhal_replay_sampled(
     env: &Env<'_>,
     mode: CommandBufferMode,
     verbosity: Verbosity,
     sampling: FineSampling,
-    stamped: bool,
+    stamp_slots: Option<u32>,
     warm: usize,
     n: usize,
 ) -> Result<Replay> {
     let traced = verbosity != Verbosity::Off;
+    let stamped = stamp_slots.is_some();
+    let defaults = DeviceOptions::default();
     let hal = Hal::open(DeviceOptions {
         command_buffer_mode: mode,
         tracing: verbosity,
@@ -165,7 +168,8 @@ pub fn cuhal_replay_sampled(
         } else {
             CuptiChoice::Auto
         },
-        ..DeviceOptions::default()
+        trace_stamp_slots: stamp_slots.unwrap_or(defaults.trace_stamp_slots),
+        ..defaults
     })?;
     let mut counter = StepCounter::new(env.gpu)?;
     let dispatches: Vec<Args> = (0..CHAIN).map(|i| counter.args(i, CHAIN)).collect();

@@ -173,23 +173,24 @@ impl BindingLayout {
         (self.stamps > 0).then_some(self.needed as u32)
     }
 
-    /// The table a command buffer with stamps is issued with: `table` (the user's, which passed
-    /// [`Self::check`]) cut to the slots used, then `region` (at least
-    /// [`Self::stamp_count`] `* 16` bytes of zeroed device memory) at [`Self::stamp_slot`].
-    /// Without stamps, `table` unchanged.
-    pub fn stamped_table(
+    /// Writes the table a command buffer with stamps is issued with into `out` (emptied
+    /// first; its room is kept, so a caller that reuses it allocates nothing once warm):
+    /// `table` (the user's, which passed [`Self::check`]) cut to the slots used, then `region`
+    /// (at least [`Self::stamp_count`] `* 16` bytes of zeroed device memory) at
+    /// [`Self::stamp_slot`]. Without stamps, `table` unchanged.
+    pub fn stamped_table_into(
         &self,
         table: &[BufferRange],
         region: BufferRange,
-    ) -> SmallVec<[BufferRange; 8]> {
-        let mut out: SmallVec<[BufferRange; 8]> = SmallVec::new();
+        out: &mut Vec<BufferRange>,
+    ) {
+        out.clear();
         if self.stamps == 0 {
             out.extend(table.iter().cloned());
-            return out;
+            return;
         }
         out.extend(table.iter().take(self.needed).cloned());
         out.push(region);
-        out
     }
 
     /// The shortest table an issue takes: the user's slots, and the stamp slot if any.

@@ -126,6 +126,10 @@ pub(crate) struct CudaBackend {
     /// actions are released: traced submissions allocate nothing once warm. (Boxes, not
     /// values: a payload holds the box, so the recycled allocation is the box itself.)
     infos: std::sync::Mutex<InfoBoxes>,
+    /// Where a stamped command buffer's table is put together at issue (the user's slots, then
+    /// its stamp region), emptied after each issue and its room kept: however many slots a
+    /// command buffer names, a stamped issue allocates nothing once warm.
+    stamped_table: std::sync::Mutex<Vec<BufferRange>>,
 }
 
 /// The fewest info boxes a queue's list of spare ones makes room for: it doubles from there.
@@ -166,6 +170,7 @@ impl CudaBackend {
             trace,
             untraced: std::sync::atomic::AtomicBool::new(false),
             infos: std::sync::Mutex::new(InfoBoxes::new()),
+            stamped_table: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -265,12 +270,21 @@ impl CudaBackend {
                     let region = unsafe { cuhal_command::BufferRange::from_raw(address, bytes) };
                     // The user's table (checked by `Queue::execute`) cut to its slots, then the
                     // region at the hidden stamp slot.
-                    let table = command_buffer
-                        .bindings()
-                        .stamped_table(bindings.table(index), region);
+                    let mut table = self
+                        .stamped_table
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    command_buffer.bindings().stamped_table_into(
+                        bindings.table(index),
+                        region,
+                        &mut table,
+                    );
                     // SAFETY: as in the untraced issue below; the region lives as said above.
-                    unsafe { command_buffer.issue_with_bindings(self.stream.raw(), &table) }
-                        .map_err(Error::from)
+                    let issued =
+                        unsafe { command_buffer.issue_with_bindings(self.stream.raw(), &table) };
+                    // The payload holds the buffers until completion; the scratch keeps none.
+                    table.clear();
+                    issued.map_err(Error::from)
                 }
                 IssueStep::Completion => record_completion(),
             };

@@ -1,9 +1,9 @@
 //! No heap allocation per traced submission in steady state: a counting global allocator sees
 //! zero allocations over hundreds of submissions after warm-up, untraced (the control), at
 //! COARSE, and at FINE on timing events, on the fake CUPTI and with a zone-stamped dispatch
-//! (its stamp region taken from the ring, read back, zeroed and given back), each submission
-//! executed and its
-//! zones collected on the completion side. The sink is a `NullSink` (sinks may allocate when they
+//! (its stamp region taken from the ring, read back, zeroed and given back), also in a command
+//! buffer that names more binding slots than a table's inline room, each submission executed
+//! and its zones collected on the completion side. The sink is a `NullSink` (sinks may allocate when they
 //! write). Its own test binary without a harness, so nothing else allocates while it counts; the
 //! fake driver is a separate library with its own allocator, so only cuhal's allocations count.
 
@@ -12,7 +12,8 @@ mod fake_support;
 use std::sync::Arc;
 
 use cuhal::{
-    CommandBuffer, CuptiChoice, DeviceOptions, Dispatch, FillPattern, KernelArgs, Verbosity,
+    BufferRange, CommandBuffer, CuptiChoice, DeviceOptions, Dispatch, FillPattern, KernelArgs,
+    Verbosity,
 };
 use cuhal_trace::NullSink;
 use cuhal_trace::cupti::fake::FakeCupti;
@@ -24,8 +25,15 @@ const WARM: u64 = 200;
 const COUNTED: u64 = 500;
 
 /// Allocations made while `COUNTED` submissions of a graph command buffer (a debug group and a
-/// fill) ran on a queue traced at `verbosity`, after `WARM` submissions.
-fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice, stamped: bool) -> (usize, u64) {
+/// fill, then a fill of each of `slots` binding slots, submitted with a table) ran on a queue
+/// traced at `verbosity`, after `WARM` submissions.
+fn allocations(
+    tag: &str,
+    verbosity: Verbosity,
+    cupti: CuptiChoice,
+    stamped: bool,
+    slots: u32,
+) -> (usize, u64) {
     let tag = tag.to_owned();
     let (_fake, _driver, device) = fake_support::open(
         &tag,
@@ -38,9 +46,16 @@ fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice, stamped: boo
     );
     let queue = device.queue(0);
     let buffer = device.create_buffer(256).unwrap();
-    let mut cb = queue.create_command_buffer().unwrap();
+    let mut cb = queue.create_command_buffer_with_bindings(slots).unwrap();
     cb.begin_debug_group("work").unwrap();
     cb.fill(&buffer.whole(), FillPattern::U32(3)).unwrap();
+    for slot in 0..slots {
+        cb.fill(
+            &BufferRange::slot(slot, 0, 64).unwrap(),
+            FillPattern::U32(slot),
+        )
+        .unwrap();
+    }
     let stamp = stamped.then(|| fake_support::stamp::stamp_kernel(&device));
     if let Some(f) = &stamp {
         let args = KernelArgs::new().with_zone_stamp().with(10u64).with(20u64);
@@ -50,13 +65,23 @@ fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice, stamped: boo
     cb.end_debug_group().unwrap();
     let cb: Arc<dyn CommandBuffer> = cb.end().unwrap();
     let done = device.create_semaphore(0);
-    let cbs = [&cb];
-    let signal = |n: u64| [(&done, n)];
+    let table: Vec<BufferRange> = (0..slots)
+        .map(|slot| buffer.range(64 * (slot as usize % 4), 64).unwrap())
+        .collect();
+    let submit = |n: u64| {
+        if slots == 0 {
+            queue.execute(&[], &[(&done, n)], &[&cb]).unwrap();
+        } else {
+            queue
+                .execute_with_bindings(&[], &[(&done, n)], &[(&cb, &table[..])])
+                .unwrap();
+        }
+    };
     // Each submission retired before the next: how far the completion side lags behind the
     // host (it naps when nobody waits on it) would otherwise decide how much storage the queue
     // and the tracer grow, which warm-up cannot bound on a loaded machine.
     for n in 1..=WARM {
-        queue.execute(&[], &signal(n), &cbs).unwrap();
+        submit(n);
         fake_support::wait(&done, n);
         fake_support::settle(queue);
     }
@@ -64,7 +89,7 @@ fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice, stamped: boo
     let slots_before = queue.trace().map_or(0, |t| t.stats().submission_slots);
     GLOBAL.start();
     for n in WARM + 1..=WARM + COUNTED {
-        queue.execute(&[], &signal(n), &cbs).unwrap();
+        submit(n);
         fake_support::wait(&done, n);
         fake_support::settle(queue);
     }
@@ -76,6 +101,7 @@ fn allocations(tag: &str, verbosity: Verbosity, cupti: CuptiChoice, stamped: boo
         slots_before, slots_after,
         "{tag}: submission slots are recycled"
     );
+    drop(table);
     drop(cb);
     drop(device);
     (counted, collected)
@@ -88,6 +114,7 @@ fn main() {
         ("coarse", Verbosity::Coarse, CuptiChoice::Off),
         ("fine-events", Verbosity::Fine, CuptiChoice::Off),
         ("fine-stamps", Verbosity::Fine, CuptiChoice::Off),
+        ("fine-stamps-12-slots", Verbosity::Fine, CuptiChoice::Off),
         (
             "fine-cupti",
             Verbosity::Fine,
@@ -98,10 +125,17 @@ fn main() {
         ),
     ];
     let mut failed = 0;
+    let count = cases.len();
     for (tag, verbosity, choice) in cases {
-        let stamped = tag == "fine-stamps";
-        let (counted, collected) =
-            allocations(&format!("trace-alloc-{tag}"), verbosity, choice, stamped);
+        let stamped = tag.starts_with("fine-stamps");
+        let slots = if tag == "fine-stamps-12-slots" { 12 } else { 0 };
+        let (counted, collected) = allocations(
+            &format!("trace-alloc-{tag}"),
+            verbosity,
+            choice,
+            stamped,
+            slots,
+        );
         let traced = verbosity != Verbosity::Off;
         // Tracing must actually have collected zones while counting, or zero means nothing.
         let collecting = !traced || collected >= (WARM + COUNTED) * 2;
@@ -116,5 +150,5 @@ fn main() {
         eprintln!("{failed} case(s) allocated per submission or collected nothing");
         std::process::exit(1);
     }
-    println!("test result: ok. 5 passed");
+    println!("test result: ok. {count} passed");
 }

@@ -168,7 +168,7 @@ impl BindingLayout {
     /// The hidden slot a command buffer with stamped dispatches binds its stamp region to: one
     /// past the user's slots ([`Self::slots_used`] once recording ended). `None` without
     /// stamps. The user's tables never include it: [`Self::check`] is unchanged for them, and
-    /// the queue issues with [`Self::stamped_table`].
+    /// the queue issues with [`Self::stamped_table_into`].
     pub fn stamp_slot(&self) -> Option<u32> {
         (self.stamps > 0).then_some(self.needed as u32)
     }

@@ -42,7 +42,7 @@ impl Recorded {
     }
 
     /// Refuses a binding table shorter than the slots the commands use (and the stamp slot,
-    /// for a command buffer with stamped dispatches: see [`BindingLayout::stamped_table`]).
+    /// for a command buffer with stamped dispatches: see [`BindingLayout::stamped_table_into`]).
     pub(crate) fn check_table_length(&self, bindings: &[BufferRange]) -> Result<(), Error> {
         let needed = self.layout.issue_table_len();
         if bindings.len() < needed {

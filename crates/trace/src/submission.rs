@@ -81,7 +81,7 @@ pub enum IssueStep {
     /// Issue the command buffer at `index`, which has stamped dispatches
     /// ([`BindingLayout::stamp_count`](cuhal_command::BindingLayout::stamp_count)), with its
     /// stamp region: `bytes` of zeroed device memory at `address`, bound at the command
-    /// buffer's stamp slot ([`BindingLayout::stamped_table`](cuhal_command::BindingLayout::stamped_table)
+    /// buffer's stamp slot ([`BindingLayout::stamped_table_into`](cuhal_command::BindingLayout::stamped_table_into)
     /// with `BufferRange::from_raw(address, bytes)`). The context keeps the region until the
     /// submission is collected; if the issue fails, the region is never used again.
     StampedCommandBuffer {

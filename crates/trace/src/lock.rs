@@ -19,6 +19,18 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Locks `mutex` if nobody holds it (ignoring poisoning, as [`lock`] does); `None` if it is held.
+#[inline]
+pub(crate) fn try_lock<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    #[cfg(test)]
+    LOCKS_TAKEN.with(|n| n.set(n.get() + 1));
+    match mutex.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// Locks taken by this thread so far (tests only).
 #[cfg(test)]
 pub(crate) fn locks_taken_on_this_thread() -> u64 {

@@ -32,7 +32,7 @@ use smallvec::SmallVec;
 use crate::Error;
 use crate::context::{CollectState, Outcome, Pending, Sample, Shared, Times, TraceContext};
 use crate::list::{ListInner, ZoneList};
-use crate::lock::lock;
+use crate::lock::{lock, try_lock};
 use crate::pool::Ev;
 use crate::sink::{DropReason, FineSample, HostSpan, SubmissionDetails};
 use crate::stamps::StampRegion;
@@ -484,7 +484,14 @@ impl Shared {
             return;
         };
         let mut cs = lock(&self.collect);
-        let mut slot = lock(&cell);
+        // Not waited for: this thread holds the slot it issues into and now the collector's
+        // lock, so waiting here for a slot another thread is issuing into (and which that
+        // thread holds while it may come here for the collector's lock) would deadlock. Every
+        // other taker of a slot holds the collector's lock, so a slot held now is being issued
+        // into: its submission has not completed, and there is nothing to read.
+        let Some(mut slot) = try_lock(&cell) else {
+            return;
+        };
         let state = lock(&list.state);
         if state.queued != generation || state.submissions != generation {
             return; // collected meanwhile

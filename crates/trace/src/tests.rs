@@ -869,3 +869,148 @@ fn reissuing_a_list_timed_only_by_stamps_never_waits_for_the_collector() {
         unsafe { gpu.destroy_event(event) };
     }
 }
+
+/// A context dropped while collectors it handed out run on another thread still gives up
+/// everything that was running: none of it is put back after the drain by a collection that
+/// took the queue first, so each running submission is counted abandoned exactly once (and its
+/// stamp regions, if any, are kept from being freed under its work). A stress test: the
+/// collectors run in a loop across the drop, many times.
+#[test]
+fn a_context_dropped_under_running_collectors_abandons_what_runs_exactly_once() {
+    for round in 0..1_000 {
+        let (gpu, sink, trace) = traced(PoolLimits::default());
+        let list = trace.zone_list().unwrap();
+        list.begin_zone("running").unwrap();
+        let end = list.end_zone().unwrap();
+        gpu.pend(end);
+        let first = list.on_submit().unwrap();
+        let collectors: Vec<_> = (0..64).map(|_| trace.collector().unwrap()).collect();
+        let start = std::sync::Barrier::new(2);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                start.wait();
+                for collect in collectors {
+                    collect();
+                }
+            });
+            start.wait();
+            drop(trace);
+        });
+        first();
+        assert_eq!(
+            sink.dropped(DropReason::Abandoned),
+            1,
+            "round {round}: the running zone is abandoned once"
+        );
+        drop(list);
+        assert_eq!(gpu.live_events(), 0, "round {round}");
+    }
+}
+
+/// Two threads issuing on one context at once, each re-issuing command buffers the other's
+/// submission holds uncollected, never deadlock: a re-issue reads the earlier submission's
+/// times under the collector's lock, and a slot that another thread is still issuing into is
+/// not waited for there (that thread may be waiting for the collector's lock itself).
+#[test]
+fn concurrent_issues_that_reissue_each_others_command_buffers_never_deadlock() {
+    use crate::{EventBackend, IssueStep, StreamBefore, SubmissionInfo};
+    use cuhal_command::{CommandBuffer, DeferredCommandBuffer};
+    use std::sync::mpsc;
+
+    let (gpu, _sink, trace) = traced(PoolLimits::default());
+    let trace = Arc::new(trace);
+    // Three command buffers, each with a zone timed by events.
+    let cbs: Vec<Arc<dyn CommandBuffer>> = ["l", "m", "n"]
+        .iter()
+        .map(|name| {
+            let recorder = trace.recorder().unwrap();
+            recorder.begin_zone(name).unwrap();
+            recorder.end_zone().unwrap();
+            Arc::new(
+                DeferredCommandBuffer::new(Some(recorder))
+                    .unwrap()
+                    .end()
+                    .unwrap(),
+            ) as Arc<dyn CommandBuffer>
+        })
+        .collect();
+    let completions: Vec<usize> = (0..3)
+        .map(|_| gpu.create_event().unwrap() as usize)
+        .collect();
+    // Submits `cbs` with completion event `completion`; `on_issue` runs as each is issued.
+    let submit = {
+        let (trace, gpu) = (trace.clone(), gpu.clone());
+        move |cbs: &[Arc<dyn CommandBuffer>], completion: usize, on_issue: &dyn Fn(usize)| {
+            let completion = completion as CUevent;
+            let stream = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+            // SAFETY: the fake backend made the completion event, which outlives the
+            // context; the stream is never used by the fake.
+            unsafe {
+                trace.submit::<crate::Error>(
+                    stream,
+                    &SubmissionInfo::new([], []),
+                    cbs,
+                    StreamBefore::Traced,
+                    completion,
+                    |step| {
+                        match step {
+                            IssueStep::Completion => gpu.pend(completion),
+                            IssueStep::CommandBuffer(i) => on_issue(i),
+                            IssueStep::StampedCommandBuffer { .. } => {}
+                        }
+                        Ok(())
+                    },
+                )
+            }
+            .unwrap()
+            .unwrap();
+        }
+    };
+    let submit = Arc::new(submit);
+    // All three submitted once, never completed: each is uncollected when issued again.
+    submit(&cbs, completions[0], &|_| {});
+    let (done, finished) = mpsc::channel();
+    let (in_m, b_in_m) = mpsc::channel();
+    // B issues all three again; while it issues the second (holding its slot, with the first
+    // queued in that slot), A re-issues the first, then B goes on to the third (whose earlier
+    // submission it reads under the collector's lock).
+    let b = {
+        let (submit, cbs, done) = (submit.clone(), cbs.clone(), done.clone());
+        let completion = completions[1];
+        std::thread::spawn(move || {
+            submit(&cbs, completion, &|i| {
+                if i == 1 {
+                    in_m.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+            let _ = done.send("b");
+        })
+    };
+    b_in_m.recv_timeout(Duration::from_secs(5)).unwrap();
+    let a = {
+        let (submit, first, done) = (submit.clone(), cbs[0].clone(), done.clone());
+        let completion = completions[2];
+        std::thread::spawn(move || {
+            submit(std::slice::from_ref(&first), completion, &|_| {});
+            let _ = done.send("a");
+        })
+    };
+    for _ in 0..2 {
+        finished
+            .recv_timeout(Duration::from_secs(5))
+            .expect("both issues finish (a deadlock holds them)");
+    }
+    a.join().unwrap();
+    b.join().unwrap();
+    drop(submit);
+    drop(cbs);
+    match Arc::try_unwrap(trace) {
+        Ok(trace) => drop(trace),
+        Err(_) => panic!("the context is still shared"),
+    }
+    for event in completions {
+        // SAFETY: made by this backend, destroyed once, after the context that used them.
+        unsafe { gpu.destroy_event(event as CUevent) };
+    }
+}

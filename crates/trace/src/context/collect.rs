@@ -92,6 +92,11 @@ impl Shared {
     /// order, and reports new drops. Returns the number of zones handed to the sink.
     pub(crate) fn collect(&self, scope: Scope) -> u64 {
         let mut cs = lock(&self.collect);
+        self.collect_locked(&mut cs, scope)
+    }
+
+    /// [`Shared::collect`] with the collector's lock already held (`cs` is its state).
+    pub(crate) fn collect_locked(&self, cs: &mut CollectState, scope: Scope) -> u64 {
         // Read under the collector's lock: a later collection never sees an older value.
         let through = self.complete_through.load(Ordering::Acquire);
         cs.complete_through = through;
@@ -101,7 +106,7 @@ impl Shared {
                 // Nothing this collection may look at (the batch's earlier cleanup took it, or
                 // what is queued is still running): no driver call, not even the context check.
                 drop(pending);
-                self.report_drops(&mut cs);
+                self.report_drops(cs);
                 return 0;
             }
             std::mem::swap(&mut *pending, &mut cs.work);
@@ -113,20 +118,20 @@ impl Shared {
                 || cs
                     .calibration
                     .is_stale(self.backend.now_ns(), self.rebase_after_ns);
-            let ready = bound.is_ok() && (!stale || self.calibrate(&mut cs).is_ok());
+            let ready = bound.is_ok() && (!stale || self.calibrate(cs).is_ok());
             // CUPTI is flushed only when a list's events completed and its records are not in yet
             // (at most once per collection), not on every collection: a flush costs far more
             // than a look at the records already delivered.
             cs.flushed = false;
             if !self.sampling.samples() {
-                self.refresh_cupti_clock(&mut cs);
+                self.refresh_cupti_clock(cs);
             }
             while let Some(entry) = cs.work.pop_front() {
                 let outcome = if !entry.in_scope(scope, through) {
                     // Not known complete yet: its own completion collects it.
                     Outcome::NotReady
                 } else if ready {
-                    self.collect_entry(&mut cs, &entry, &mut zones)
+                    self.collect_entry(cs, &entry, &mut zones)
                 } else {
                     self.give_up(&entry, DropReason::EventError)
                 };
@@ -147,7 +152,7 @@ impl Shared {
         self.counters
             .zones_collected
             .fetch_add(zones, Ordering::Relaxed);
-        self.report_drops(&mut cs);
+        self.report_drops(cs);
         zones
     }
 

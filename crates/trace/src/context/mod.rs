@@ -342,13 +342,18 @@ impl Drop for TraceContext {
             return;
         };
         s.closed.store(true, Ordering::Release);
-        s.collect(Scope::All);
+        // All under one hold of the collector's lock: a collector still held elsewhere (a
+        // list's `on_submit`, `collector`) may run at any time, and one that took the queue
+        // between a last collection and the drain would put back what is still running after
+        // the drain, never given up (its stamp regions freed with the ring under work that may
+        // still write them).
+        let mut cs = lock(&s.collect);
+        s.collect_locked(&mut cs, Scope::All);
         let abandoned: Vec<Pending> = lock(&s.pending).drain(..).collect();
         for entry in &abandoned {
             s.give_up(entry, DropReason::Abandoned);
         }
         drop(abandoned);
-        let mut cs = lock(&s.collect);
         s.report_drops(&mut cs);
     }
 }

@@ -174,7 +174,9 @@ pub(crate) enum Finished<B: Backend> {
 
 /// The first device wait whose event reports an error: the failure came from upstream.
 pub(crate) fn upstream_failure<E: DeviceEvent>(device_waits: &[E]) -> Option<Failure> {
-    device_waits.iter().find_map(|event| event.query().err())
+    device_waits
+        .iter()
+        .find_map(|event| crate::guard::query(event).err())
 }
 
 /// An action's body in a heap slot of its own, which the queue recycles: the body is written

@@ -51,6 +51,16 @@ pub enum Error {
         /// The queue's label.
         queue: Arc<str>,
     },
+    /// A submission would signal a semaphore to a value it has already reached: timeline
+    /// values only rise, so the signal could never take effect. Nothing was queued.
+    SignalNotAbove {
+        /// The queue's label.
+        queue: Arc<str>,
+        /// The value the submission would signal.
+        value: u64,
+        /// The semaphore's value when it was submitted.
+        current: u64,
+    },
 }
 
 impl Error {
@@ -85,6 +95,15 @@ impl fmt::Display for Error {
                     "queue `{queue}`: cannot start the {role:?} thread: {error}"
                 )
             }
+            Error::SignalNotAbove {
+                queue,
+                value,
+                current,
+            } => write!(
+                f,
+                "a submission to queue `{queue}` would signal a semaphore to {value}, which it \
+                 has already reached (it is at {current}): timeline values only rise"
+            ),
             Error::Reentrant { queue } => write!(
                 f,
                 "a submission to queue `{queue}` from inside its own issue (stream work or another \
@@ -99,7 +118,7 @@ impl std::error::Error for Error {
         match self {
             Error::Lost { failure, .. } | Error::Bind { failure, .. } => Some(failure),
             Error::Spawn { error, .. } => Some(&**error),
-            Error::ShutDown { .. } | Error::Reentrant { .. } => None,
+            Error::ShutDown { .. } | Error::Reentrant { .. } | Error::SignalNotAbove { .. } => None,
         }
     }
 }

@@ -14,6 +14,7 @@ use cuhal_semaphore::{Burst, Failure, Semaphore, WaitPoint};
 use crate::action::{Boxed, EventList, Finished, SlotCleanups, SlotResources};
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::guard;
 use crate::issue_lock::Issuer;
 use crate::pending::Waiting;
 use crate::readiness::{Collect, Hint, Readiness, examine, examine_borrowed};
@@ -35,6 +36,19 @@ impl<B: Backend> Shared<B> {
         signals: &[(&Semaphore<B::Event>, u64)],
         fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
     ) -> Result<(), Error> {
+        // A signal at or below a value already reached could never take effect: refused here,
+        // as a host signal backwards is (one unlocked load per signal; a value reached just
+        // after the check is not caught).
+        for (semaphore, value) in signals {
+            let current = semaphore.value_hint();
+            if *value <= current {
+                return Err(Error::SignalNotAbove {
+                    queue: self.label.clone(),
+                    value: *value,
+                    current,
+                });
+            }
+        }
         // What the issue makes due (other queues' work its signals release) and the completion
         // wake it holds back: run when it drops, once the lock is let go.
         let mut burst = Burst::new();
@@ -51,7 +65,7 @@ impl<B: Backend> Shared<B> {
                 0,
                 Some(Collect {
                     events: &mut device_waits,
-                    ordered: &|event| self.backend.orders(event),
+                    ordered: &|event| guard::orders(&self.backend, event),
                 }),
                 None,
             ) {
@@ -174,7 +188,7 @@ impl<B: Backend> Shared<B> {
         issuer: Issuer,
     ) -> Option<(Boxed<B>, usize)> {
         let mut device_waits = EventList::new();
-        let ordered = |event: &B::Event| self.backend.orders(event);
+        let ordered = |event: &B::Event| guard::orders(&self.backend, event);
         let skip = known.map(|(index, point)| {
             // Stream order may already give the known device signal, as a look would find.
             if let WaitPoint::Device { event, .. } = point
@@ -223,12 +237,14 @@ impl<B: Backend> Shared<B> {
             unreachable!("a filled body slot holds a payload")
         };
         let local = &mut state.local;
-        let issued = catch_unwind(AssertUnwindSafe(|| {
-            self.backend.issue(local, &device_waits, payload)
-        }))
-        .unwrap_or_else(|_| Err(Failure::msg("the backend panicked while issuing an action")));
-        let checked = self.backend.checks_completion(payload);
-        let event = match issued {
+        let issued = guard::checks_completion(&self.backend, payload).and_then(|checked| {
+            catch_unwind(AssertUnwindSafe(|| {
+                self.backend.issue(local, &device_waits, payload)
+            }))
+            .unwrap_or_else(|_| Err(Failure::msg("the backend panicked while issuing an action")))
+            .map(|event| (event, checked))
+        });
+        let (event, checked) = match issued {
             Ok(event) => event,
             Err(failure) => {
                 self.mark_lost(&failure);
@@ -237,8 +253,11 @@ impl<B: Backend> Shared<B> {
                 return;
             }
         };
-        if !action.resources.is_empty() {
-            self.backend.issued(&action.resources);
+        if !action.resources.is_empty()
+            && let Err(failure) = guard::issued(&self.backend, &action.resources)
+        {
+            // The action was issued and completes as ever; later ones find the queue lost.
+            self.mark_lost(&failure);
         }
         if !checked {
             for (semaphore, value) in &action.signals {

@@ -69,6 +69,7 @@ mod action;
 mod backend;
 mod completion;
 mod error;
+mod guard;
 mod handover;
 pub mod host;
 mod hurry;

@@ -40,6 +40,7 @@ use cuhal_semaphore::{DeviceEvent, Failure};
 
 use crate::action::{Body, Finished};
 use crate::backend::Backend;
+use crate::guard;
 pub use crate::options::CompletionOptions;
 use crate::shared::Shared;
 use crate::spin::spin_until;
@@ -225,13 +226,13 @@ fn nap_phase<B: Backend>(
 #[cfg(not(loom))]
 fn poll<B: Backend>(shared: &Shared<B>, event: &B::Event, until: Instant) -> Result<bool, Failure> {
     let backend = &shared.backend;
-    let mut traffic = cuhal_semaphore::Traffic::new(backend.traffic(), BUSY_QUERY_PACE);
+    let mut traffic = cuhal_semaphore::Traffic::new(guard::traffic(backend), BUSY_QUERY_PACE);
     loop {
         let now = Instant::now();
         if now >= until {
             return Ok(false);
         }
-        let pause = if traffic.busy(backend.traffic(), now) {
+        let pause = if traffic.busy(guard::traffic(backend), now) {
             traffic.pace().max(POLL_INTERVAL)
         } else {
             POLL_INTERVAL

@@ -340,10 +340,18 @@ impl<B: Backend> Drop for Queue<B> {
         self.shared.notifier.wake();
         let this = thread::current().id();
         // Dropped from one of its own threads (a cleanup owning the queue): they finish on their own.
-        if let Some(worker) = self.worker.take()
-            && worker.thread().id() != this
-        {
-            let _ = worker.join();
+        let worker_gone = match self.worker.take() {
+            Some(worker) if worker.thread().id() == this => false,
+            Some(worker) => {
+                let _ = worker.join();
+                true
+            }
+            None => true,
+        };
+        if worker_gone {
+            // It can push nothing more. Said here too because a worker that panicked (while
+            // binding, say) never said it, and the completion thread waits for it.
+            self.shared.worker_done.store(true, Ordering::Release);
         }
         self.shared.hurry.wake();
         if let Some(completion) = self.completion.take()

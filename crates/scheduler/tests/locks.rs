@@ -308,7 +308,10 @@ fn a_chain_released_by_a_host_signal_issues_each_step_on_the_event_its_notice_ha
 
 /// Two threads, each chaining actions that wait on both semaphores and signal both, listed in
 /// opposite orders: no thread holds one semaphore's lock while it waits for another's, so
-/// neither waits for the other forever.
+/// neither waits for the other forever. The values signalled rise across both threads (each
+/// takes the next under a lock and submits under it, so every signal is above the values
+/// reached when it is submitted); the two queues' completion threads advance both semaphores in
+/// opposite orders while the other thread's submission looks at both.
 #[test]
 fn actions_locking_two_semaphores_in_opposite_orders_do_not_deadlock() {
     let queues: Vec<_> = (0..2)
@@ -319,16 +322,20 @@ fn actions_locking_two_semaphores_in_opposite_orders_do_not_deadlock() {
         Arc::new(HostSemaphore::new(0)),
     );
     const STEPS: u64 = 2_000;
+    let next = std::sync::Mutex::new(0u64);
     thread::scope(|scope| {
         for (q, queue) in queues.iter().enumerate() {
             let (first, second) = if q == 0 { (&a, &b) } else { (&b, &a) };
+            let next = &next;
             scope.spawn(move || {
                 for _ in 0..STEPS {
+                    let mut value = next.lock().unwrap();
+                    *value += 1;
                     // Values reached long ago: always ready, so every step looks at both.
                     submit_nop(
                         queue,
                         &[(first, 0), (second, 0)],
-                        &[(second, 0), (first, 0)],
+                        &[(second, *value), (first, *value)],
                         Cleanups::new(),
                     )
                     .unwrap();

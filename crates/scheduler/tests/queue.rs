@@ -652,3 +652,195 @@ fn a_panicking_fill_leaves_the_queue_usable() {
     done.wait(3, WAIT).unwrap();
     eventually("all retired", || queue.stats().completed == 3);
 }
+
+/// A signal at or below the semaphore's value could never take effect (timeline values only
+/// rise): the submission is refused with a typed error naming both values, nothing is issued,
+/// and the queue goes on working; a signal above the value is taken as ever.
+#[test]
+fn a_signal_at_or_below_the_value_is_refused_and_nothing_is_queued() {
+    let queue = scripted("backwards", true);
+    let done = Semaphore::<FlagEvent>::new(5);
+    for value in [5, 3, 0] {
+        let (r, c) = none();
+        let refused = queue
+            .submit(&[], &[(&done, value)], Script::id(value), r, c)
+            .unwrap_err();
+        match &refused {
+            Error::SignalNotAbove {
+                queue: label,
+                value: v,
+                current,
+            } => {
+                assert_eq!((&**label, *v, *current), ("backwards", value, 5));
+            }
+            other => panic!("signal to {value}: {other:?}"),
+        }
+        assert!(refused.to_string().contains("already reached"), "{refused}");
+        assert!(queue.backend().find(value).is_none(), "nothing issued");
+    }
+    // One bad signal among good ones refuses the whole submission.
+    let other = Semaphore::<FlagEvent>::new(0);
+    let (r, c) = none();
+    assert!(matches!(
+        queue.submit(&[], &[(&other, 1), (&done, 4)], Script::id(9), r, c),
+        Err(Error::SignalNotAbove { value: 4, .. })
+    ));
+    assert!(queue.backend().find(9).is_none());
+    let (r, c) = none();
+    queue
+        .submit(&[], &[(&done, 6)], Script::id(6), r, c)
+        .unwrap();
+    done.wait(6, WAIT).unwrap();
+    assert_eq!(
+        other.query().unwrap(),
+        0,
+        "the refused submission signalled nothing"
+    );
+}
+
+/// A backend whose optional calls panic for the action with `PANICKY_ID` (or, for `traffic`,
+/// always): each panic is kept inside the scheduler with a meaning, never unwinding through its
+/// threads, so nothing hangs and every signal ends reached or failed.
+struct Panicky {
+    which: &'static str,
+}
+
+const PANICKY_ID: u64 = 7;
+
+impl support::Hooks for Panicky {
+    fn checks_completion(&self, payload: &Script) -> bool {
+        if self.which == "checks_completion" && payload.id == PANICKY_ID {
+            panic!("checks_completion (a test's panic)");
+        }
+        false
+    }
+
+    fn orders_own_events(&self) -> bool {
+        if self.which == "orders" {
+            panic!("orders (a test's panic)");
+        }
+        true
+    }
+
+    fn traffic(&self) -> u64 {
+        if self.which == "traffic" {
+            panic!("traffic (a test's panic)");
+        }
+        0
+    }
+
+    fn issued(&self, _resources: &[cuhal_scheduler::Resource]) {
+        if self.which == "issued" {
+            panic!("issued (a test's panic)");
+        }
+    }
+}
+
+#[test]
+fn a_backend_panicking_in_checks_completion_fails_that_action_and_loses_the_queue() {
+    let queue = Queue::new(
+        Scripted::with_hooks(
+            true,
+            Panicky {
+                which: "checks_completion",
+            },
+        ),
+        QueueOptions::new("panics-checking"),
+    )
+    .unwrap();
+    let done = Semaphore::<FlagEvent>::new(0);
+    let (r, c) = none();
+    queue
+        .submit(&[], &[(&done, 1)], Script::id(PANICKY_ID), r, c)
+        .unwrap();
+    let failure = done.wait(1, WAIT).unwrap_err();
+    assert!(failure.to_string().contains("panicked"), "{failure}");
+    assert!(queue.backend().find(PANICKY_ID).is_none(), "never issued");
+    let (r, c) = none();
+    assert!(matches!(
+        queue.submit(&[], &[], Script::id(8), r, c),
+        Err(Error::Lost { .. })
+    ));
+}
+
+#[test]
+fn a_backend_panicking_in_issued_loses_the_queue_after_the_action_completes() {
+    let queue = Queue::new(
+        Scripted::with_hooks(true, Panicky { which: "issued" }),
+        QueueOptions::new("panics-noting"),
+    )
+    .unwrap();
+    let done = Semaphore::<FlagEvent>::new(0);
+    let resources: Resources = smallvec![Arc::new(0u8) as cuhal_scheduler::Resource];
+    queue
+        .submit(
+            &[],
+            &[(&done, 1)],
+            Script::id(1),
+            resources,
+            Cleanups::new(),
+        )
+        .unwrap();
+    done.wait(1, WAIT).unwrap();
+    let (r, c) = none();
+    assert!(matches!(
+        queue.submit(&[], &[], Script::id(2), r, c),
+        Err(Error::Lost { .. })
+    ));
+}
+
+#[test]
+fn a_backend_panicking_in_traffic_still_completes_work_a_waiter_needs() {
+    let queue = Queue::new(
+        Scripted::with_hooks(false, Panicky { which: "traffic" }),
+        QueueOptions::new("panics-traffic"),
+    )
+    .unwrap();
+    let done = Semaphore::<FlagEvent>::new(0);
+    thread::scope(|scope| {
+        // A host thread parked on the signal before the work is submitted: the completion side
+        // polls the work's event for it, asking the backend's traffic as it goes.
+        let waiter = scope.spawn(|| done.wait(1, WAIT));
+        eventually("the waiter parked", || done.has_waiters());
+        let (r, c) = none();
+        queue
+            .submit(&[], &[(&done, 1)], Script::id(1), r, c)
+            .unwrap();
+        thread::sleep(Duration::from_millis(20));
+        queue.backend().complete_all();
+        waiter.join().unwrap().unwrap();
+    });
+    eventually("the completion side retired the work", || {
+        queue.stats().completed == 1
+    });
+    assert!(queue.lost().is_none());
+}
+
+#[test]
+fn a_backend_panicking_in_orders_still_completes_every_action() {
+    for which in ["orders"] {
+        let queue = Queue::new(
+            Scripted::with_hooks(true, Panicky { which }),
+            QueueOptions::new(format!("panics-{which}")),
+        )
+        .unwrap();
+        let chain = Semaphore::<FlagEvent>::new(0);
+        for step in 1..=20u64 {
+            // Each waits for the one before: a device wait, which asks `orders`.
+            let (r, c) = none();
+            queue
+                .submit(
+                    &[(&chain, step - 1)],
+                    &[(&chain, step)],
+                    Script::id(step),
+                    r,
+                    c,
+                )
+                .unwrap();
+        }
+        chain
+            .wait(20, WAIT)
+            .unwrap_or_else(|f| panic!("{which}: {f}"));
+        assert!(queue.lost().is_none(), "{which}");
+    }
+}

@@ -234,3 +234,34 @@ fn a_loss_trigger_fails_pending_actions_and_later_submits() {
     drop(queue);
     trigger.trigger(&failure);
 }
+
+/// A backend whose worker thread panics while binding to the device.
+struct WorkerBindPanics;
+
+impl support::Hooks for WorkerBindPanics {
+    fn bind(&self, role: cuhal_scheduler::ThreadRole) -> Result<(), Failure> {
+        if matches!(role, cuhal_scheduler::ThreadRole::Worker) {
+            panic!("the worker could not bind (a test's panic)");
+        }
+        Ok(())
+    }
+}
+
+/// A queue thread that panics while binding fails the queue's creation with `Error::Bind`, and
+/// the half-made queue's threads are all joined: the completion thread, which waits for the
+/// worker to say it is done, is told so once the worker is gone.
+#[test]
+fn a_worker_that_panics_while_binding_fails_creation_without_hanging() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let made = Queue::new(
+            Scripted::with_hooks(true, WorkerBindPanics),
+            QueueOptions::new("bind-panics"),
+        );
+        let _ = tx.send(made.map(|_| ()));
+    });
+    let made = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("Queue::new returned (dropping the half-made queue joined its threads)");
+    assert!(matches!(made, Err(Error::Bind { .. })), "{made:?}");
+}

@@ -274,6 +274,14 @@ impl<E: DeviceEvent> Semaphore<E> {
         self.shared.value.load(Ordering::Acquire) >= value || self.has_failed()
     }
 
+    /// The value as last published, read without the lock: it may lag an advance under way,
+    /// but never runs ahead of the value, so a value at or below it has been reached. For
+    /// cheap checks (a queue refusing a signal that could not raise the semaphore); `query`
+    /// gives the value itself, or the failure.
+    pub fn value_hint(&self) -> u64 {
+        self.shared.value.load(Ordering::Acquire)
+    }
+
     /// Whether a host thread is parked waiting on this semaphore now, or a pending future
     /// ([`wait_async`](Self::wait_async)) is registered on it (read without the lock). A
     /// completion side polls fast for such a waiter, whose wake-up its advance is; a waiter that

@@ -7,7 +7,9 @@ use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
 use cuhal_scheduler::host::{HostPayload, HostQueue, HostSemaphore};
-use cuhal_scheduler::{Backend, Cleanup, Cleanups, Error, Failure, Resource, Resources};
+use cuhal_scheduler::{
+    Backend, Cleanup, Cleanups, Error, Failure, Resource, Resources, ThreadRole,
+};
 use cuhal_semaphore::DeviceEvent;
 use cuhal_semaphore::testing::{FlagEvent, LiveCounter};
 use smallvec::smallvec;
@@ -46,6 +48,11 @@ pub trait Hooks: Send + Sync + 'static {
     /// The backend's `Backend::STICKY_ERRORS`.
     const STICKY_ERRORS: bool = false;
 
+    /// The backend's `Backend::bind_thread`.
+    fn bind(&self, _role: ThreadRole) -> Result<(), Failure> {
+        Ok(())
+    }
+
     /// Called at the start of every issue, before the scripted issue.
     fn issue(&self, _payload: &Script) {}
 
@@ -62,6 +69,14 @@ pub trait Hooks: Send + Sync + 'static {
 
     /// Called by the backend's `Backend::completed`.
     fn completed(&self, _payload: &Script) {}
+
+    /// The backend's `Backend::traffic`.
+    fn traffic(&self) -> u64 {
+        0
+    }
+
+    /// Called by the backend's `Backend::issued`.
+    fn issued(&self, _resources: &[Resource]) {}
 
     /// The backend's `Backend::checks_completion`.
     fn checks_completion(&self, _payload: &Script) -> bool {
@@ -149,6 +164,10 @@ impl<H: Hooks> Backend for Scripted<H> {
     type IssueLocal = ();
     const STICKY_ERRORS: bool = H::STICKY_ERRORS;
 
+    fn bind_thread(&self, role: ThreadRole) -> Result<(), Failure> {
+        self.hooks.bind(role)
+    }
+
     fn issue(
         &self,
         _local: &mut (),
@@ -211,6 +230,14 @@ impl<H: Hooks> Backend for Scripted<H> {
 
     fn completed(&self, payload: &Script) {
         self.hooks.completed(payload);
+    }
+
+    fn traffic(&self) -> u64 {
+        self.hooks.traffic()
+    }
+
+    fn issued(&self, resources: &[Resource]) {
+        self.hooks.issued(resources);
     }
 
     fn release(&self, payload: Script) {

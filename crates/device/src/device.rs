@@ -57,10 +57,15 @@ impl Driver {
 /// demand).
 pub const MAX_RESERVED_EVENTS: usize = 1 << 16;
 
+/// The most queues [`DeviceOptions::queues`] may ask for: each is a stream with two threads of
+/// its own, so more is a mistake, refused with a typed error rather than run out of threads.
+pub const MAX_QUEUES: usize = 256;
+
 /// How a device is opened.
 #[derive(Clone)]
 pub struct DeviceOptions {
-    /// Number of queues (each a stream with its own worker and completion threads). At least 1.
+    /// Number of queues (each a stream with its own worker and completion threads). At least 1,
+    /// at most [`MAX_QUEUES`].
     pub queues: usize,
     /// How [`Queue::create_command_buffer`](crate::Queue::create_command_buffer) builds command
     /// buffers; [`Queue::create_command_buffer_as`](crate::Queue::create_command_buffer_as)
@@ -217,6 +222,12 @@ impl Device {
             return Err(Error::InvalidArgument(
                 "a device needs at least one queue".into(),
             ));
+        }
+        if options.queues > MAX_QUEUES {
+            return Err(Error::InvalidArgument(format!(
+                "{} queues: at most {MAX_QUEUES} (each is a stream with two threads)",
+                options.queues
+            )));
         }
         if options.reserved_events > MAX_RESERVED_EVENTS {
             return Err(Error::InvalidArgument(format!(

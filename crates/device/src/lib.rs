@@ -109,7 +109,7 @@ pub use collective::{
     PartField, UniqueId,
 };
 pub use cuhal_resident::ResidentOptions;
-pub use device::{Device, DeviceOptions, Driver, MAX_RESERVED_EVENTS};
+pub use device::{Device, DeviceOptions, Driver, MAX_QUEUES, MAX_RESERVED_EVENTS};
 pub use error::{Error, Result, cuda_of_failure};
 pub use event_pool::CudaEvent;
 pub use interop::{ExportedBuffer, ExportedEvent, ForeignEvent, PointerInfo, Release};

@@ -53,6 +53,13 @@ fn the_driver_lists_the_fake_devices_and_opens_them() {
         driver.open(0, queues(0)),
         Err(Error::InvalidArgument(_))
     ));
+    // Too many queues is a typed error too, before anything is made (not a capacity panic).
+    for too_many in [cuhal::MAX_QUEUES + 1, usize::MAX] {
+        match driver.open(0, queues(too_many)) {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("at most"), "{why}"),
+            other => panic!("{too_many} queues: {:?}", other.map(|_| ())),
+        }
+    }
     drop(device);
     assert_eq!(live(&fake), Counts::default());
 }

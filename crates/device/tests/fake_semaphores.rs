@@ -241,3 +241,36 @@ fn a_wait_for_earlier_work_returns_before_later_work_completes() {
         "step 2 seen done after {first:?}, step 3 after {second:?} ({STEP:?} each)"
     );
 }
+
+/// Timeline values only rise: a submission that would signal a semaphore to a value it has
+/// already reached is refused with a typed error naming the queue and both values, whatever the
+/// operation (a command's signal, a host call's), and nothing is queued.
+#[test]
+fn a_signal_to_a_value_already_reached_is_refused_by_every_operation() {
+    let (_fake, _driver, device) = open("signal-not-above", queues(1));
+    let q = device.queue(0);
+    let a = device.create_buffer(64).unwrap();
+    let s = device.create_semaphore(0);
+    s.signal(2).unwrap();
+    let refused = |result: cuhal::Result<()>, what: &str| match result {
+        Err(cuhal::Error::Queue(cuhal_scheduler::Error::SignalNotAbove {
+            value, current, ..
+        })) => assert_eq!(current, 2, "{what}: signal to {value}"),
+        other => panic!("{what}: {other:?}"),
+    };
+    for value in [0, 2] {
+        refused(
+            q.fill(&[], &[(&s, value)], &a.whole(), FillPattern::U32(1)),
+            "fill",
+        );
+        refused(q.host_call(&[], &[(&s, value)], || Ok(())), "host call");
+    }
+    let error = q
+        .fill(&[], &[(&s, 1)], &a.whole(), FillPattern::U32(1))
+        .unwrap_err();
+    assert!(error.to_string().contains("already reached"), "{error}");
+    // A value above is taken as ever.
+    q.host_call(&[], &[(&s, 3)], || Ok(())).unwrap();
+    wait(&s, 3);
+    assert!(q.lost().is_none());
+}

@@ -261,10 +261,10 @@ fn an_execute_holds_every_one_of_many_allocations_it_uses() {
     let (q0, q1) = (device.queue(0), device.queue(1));
     for round in 1..=3u64 {
         let ready = device.create_semaphore(0);
-        let buffers: Vec<_> = (0..6)
-            .map(|_| q0.alloca(&[], &[(&ready, 1)], 256).unwrap())
+        let buffers: Vec<_> = (1..=6)
+            .map(|n| q0.alloca(&[], &[(&ready, n)], 256).unwrap())
             .collect();
-        wait(&ready, 1);
+        wait(&ready, 6);
         let allocated = live(&fake).device_allocations;
         let mut cb = q1.create_command_buffer().unwrap();
         for buffer in &buffers {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use libloading::Library;
 
 use crate::CUresult;
-use crate::error::{Error, LoadAttempt};
+use crate::error::Error;
 use crate::types::*;
 
 /// The CUDA version the table's signatures are written for (12.0).
@@ -113,7 +113,7 @@ macro_rules! driver_api {
         /// Fields are the driver's entry points, named as in `cuda.h` without version suffixes.
         /// Calling one is `unsafe`: the caller upholds that function's contract from the CUDA
         /// driver API reference. Optional entries (newer than CUDA 12.0) are `None` on drivers
-        /// that lack them. The table keeps the library loaded for as long as it lives.
+        /// that lack them. The library stays loaded for the rest of the process.
         #[allow(non_snake_case)]
         pub struct DriverApi {
             $( $(#[$rdoc])* pub $rname: unsafe extern "C" fn($($rty),*) -> CUresult, )*
@@ -121,15 +121,15 @@ macro_rules! driver_api {
             driver_version: i32,
             path: String,
             resolver: Resolver,
-            // Dropped last: every pointer above points into it.
-            _library: Library,
+            // Never unloaded: every pointer above points into it.
+            _library: &'static Library,
         }
 
         impl DriverApi {
             /// Resolves every entry of the table through `resolver`.
             fn resolve_table(
                 resolver: Resolver,
-                library: Library,
+                library: &'static Library,
                 path: String,
                 driver_version: i32,
             ) -> Result<Self, Error> {
@@ -474,22 +474,17 @@ impl DriverApi {
     }
 
     fn load_first(candidates: impl Iterator<Item = PathBuf>) -> Result<Self, Error> {
-        let mut tried = Vec::new();
-        for path in candidates {
-            // SAFETY: opening the library runs its initializers; the CUDA driver's (and the
-            // test driver's) have no preconditions on the calling program.
-            match unsafe { Library::new(&path) } {
-                Ok(library) => return Self::from_library(library, path.display().to_string()),
-                Err(e) => tried.push(LoadAttempt {
-                    path: path.display().to_string(),
-                    reason: e.to_string(),
-                }),
-            }
+        // Never unloaded (as CUPTI and cuBLAS are not): `cuInit` starts driver threads and
+        // registers exit-time work that point into the library.
+        // SAFETY: opening the library runs its initializers; the CUDA driver's (and the test
+        // driver's) have no preconditions on the calling program.
+        match unsafe { crate::library::open_first(candidates) } {
+            Ok((library, path)) => Self::from_library(library, path),
+            Err(tried) => Err(Error::LibraryNotFound { tried }),
         }
-        Err(Error::LibraryNotFound { tried })
     }
 
-    fn from_library(library: Library, path: String) -> Result<Self, Error> {
+    fn from_library(library: &'static Library, path: String) -> Result<Self, Error> {
         // SAFETY: the symbol types match the declarations of cuGetProcAddress_v2 and
         // cuGetProcAddress in cuda.h; the pointers are copied out while `library` lives and
         // `library` is moved into the table that uses them.

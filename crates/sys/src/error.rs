@@ -4,14 +4,7 @@ use std::fmt;
 
 use crate::CUresult;
 
-/// One place the loader looked for the driver library, and why it was not usable.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoadAttempt {
-    /// The path or library name passed to the dynamic loader.
-    pub path: String,
-    /// The loader's reason (`dlerror`).
-    pub reason: String,
-}
+pub use crate::library::LoadAttempt;
 
 /// Errors from loading the driver or from a driver call.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,12 +1,20 @@
-//! Finding a run-time library: the candidates to try, and the first of them that opens. Shared
-//! by the loaders of the optional NVIDIA libraries (CUPTI in cuhal-trace, cuBLAS in cuhal-blas).
+//! Finding a run-time library: the candidates to try, and the first of them that opens, never
+//! unloaded. Shared by the driver's loader and those of the optional NVIDIA libraries (CUPTI in
+//! cuhal-trace, cuBLAS in cuhal-blas).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
-use crate::error::LoadAttempt;
+/// One place a loader looked for a library, and why it was not usable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadAttempt {
+    /// The path or library name passed to the dynamic loader.
+    pub path: String,
+    /// The loader's reason (`dlerror`).
+    pub reason: String,
+}
 
 /// The candidates to try, in order: `explicit`, else the environment variable's value `env`,
 /// else `defaults`. An explicit path or variable is the only candidate: a user who names a

@@ -29,10 +29,19 @@ pub(crate) fn check_fill_alignment(
     element: usize,
 ) -> Result<(), Error> {
     if element > 1 {
-        if !offset.is_multiple_of(element) || !address.is_multiple_of(element as u64) {
+        if !offset.is_multiple_of(element) {
             return Err(Error::Misaligned {
                 what: "fill offset",
                 value: offset as u64,
+                alignment: element,
+            });
+        }
+        // The offset is aligned: the buffer's own address is not (memory imported or made from
+        // a raw pointer can start anywhere).
+        if !address.is_multiple_of(element as u64) {
+            return Err(Error::Misaligned {
+                what: "fill address",
+                value: address,
                 alignment: element,
             });
         }
@@ -362,11 +371,15 @@ mod tests {
                 alignment: 4
             })
         );
-        // An external allocation whose base is misaligned is caught by the address.
-        assert!(matches!(
+        // An external allocation whose base is misaligned is caught by the address, and said so.
+        assert_eq!(
             check_fill_alignment(0x1002, 0, 4, 4),
-            Err(Error::Misaligned { .. })
-        ));
+            Err(Error::Misaligned {
+                what: "fill address",
+                value: 0x1002,
+                alignment: 4
+            })
+        );
     }
 
     #[test]

@@ -358,7 +358,10 @@ impl Function {
     /// This kernel with the stated layout `sizes`, checked against what the driver or the image
     /// declares; `verified`: refused where neither declares anything.
     fn stated(&self, sizes: &[usize], verified: bool) -> Result<Function, Error> {
-        if sizes.iter().sum::<usize>() > MAX_PARAMETER_BYTES {
+        let total = sizes
+            .iter()
+            .try_fold(0usize, |total, &size| total.checked_add(size));
+        if total.is_none_or(|total| total > MAX_PARAMETER_BYTES) {
             return Err(Error::BadKernelArgument {
                 reason: "more than 32,764 bytes of kernel parameters",
             });

@@ -195,11 +195,12 @@ pub fn cubin_parameter_counts(image: &[u8]) -> Option<ParameterCounts> {
 /// The parameters of every kernel of a cubin whose `.nv.info.<kernel>` section says what they
 /// are (see [`cubin_parameter_counts`]).
 pub(crate) fn cubin_parameter_layouts(image: &[u8]) -> Option<ParameterLayouts> {
-    let u16_at = |at: usize| Some(u16::from_le_bytes(image.get(at..at + 2)?.try_into().ok()?));
-    let u32_at = |at: usize| Some(u32::from_le_bytes(image.get(at..at + 4)?.try_into().ok()?));
-    let u64_at = |at: usize| {
-        usize::try_from(u64::from_le_bytes(image.get(at..at + 8)?.try_into().ok()?)).ok()
-    };
+    // Every offset is checked: a header may name any of them.
+    let field = |at: usize, len: usize| image.get(at..at.checked_add(len)?);
+    let u16_at = |at: usize| Some(u16::from_le_bytes(field(at, 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(field(at, 4)?.try_into().ok()?));
+    let u64_at =
+        |at: usize| usize::try_from(u64::from_le_bytes(field(at, 8)?.try_into().ok()?)).ok();
     if !image.starts_with(b"\x7fELF") || image.get(4) != Some(&2) || image.get(5) != Some(&1) {
         return None;
     }
@@ -216,7 +217,11 @@ pub(crate) fn cubin_parameter_layouts(image: &[u8]) -> Option<ParameterLayouts> 
     // that have no bytes in the file.
     let section = |index: usize| -> Option<(u32, usize, usize)> {
         let at = shoff.checked_add(index.checked_mul(shentsize)?)?;
-        Some((u32_at(at)?, u64_at(at + 0x18)?, u64_at(at + 0x20)?))
+        Some((
+            u32_at(at)?,
+            u64_at(at.checked_add(0x18)?)?,
+            u64_at(at.checked_add(0x20)?)?,
+        ))
     };
     let bytes = |offset: usize, size: usize| image.get(offset..offset.checked_add(size)?);
     let (_, strtab, strtab_size) = section(shstrndx)?;
@@ -433,6 +438,14 @@ mod tests {
         assert_eq!(cubin_parameter_counts(&minimal_elf(&cut)), None);
         // Not an ELF.
         assert_eq!(cubin_parameter_counts(b"\x7fELF\x01\x01"), None);
+        // A section table declared at the very end of the address space: no counts, and no
+        // overflow on the way (an ELF entry of a fatbin is read whatever its header says).
+        let mut far = minimal_elf(&info);
+        let header = |at: usize| u64::from(u16::from_le_bytes([far[at], far[at + 1]]));
+        // The name table's header then starts 2 bytes before the end: its fields run past it.
+        let table = header(0x3e) * header(0x3a);
+        far[0x28..0x30].copy_from_slice(&(u64::MAX - 1 - table).to_le_bytes());
+        assert_eq!(cubin_parameter_counts(&far), None);
     }
 
     #[test]

@@ -244,6 +244,15 @@ impl LlamaConfig {
                 ),
             });
         }
+        if u32::try_from(self.max_position_embeddings).is_err() {
+            return Err(Error::InvalidConfig {
+                field: "max_position_embeddings",
+                reason: format!(
+                    "{} does not fit the kernels' 32-bit positions",
+                    self.max_position_embeddings
+                ),
+            });
+        }
         if u32::try_from(self.vocab_size - 1).is_err() {
             return Err(Error::InvalidConfig {
                 field: "vocab_size",
@@ -597,7 +606,7 @@ mod tests {
 
     #[test]
     fn inconsistent_sizes_are_refused() {
-        let cases: [(&[(&str, serde_json::Value)], &str); 6] = [
+        let cases: [(&[(&str, serde_json::Value)], &str); 7] = [
             (
                 &[
                     ("num_attention_heads", serde_json::json!(7)),
@@ -613,6 +622,10 @@ mod tests {
             (&[("vocab_size", serde_json::json!(0))], "vocab_size"),
             (&[("head_dim", serde_json::json!(63))], "head_dim"),
             (&[("rms_norm_eps", serde_json::json!(-1.0))], "rms_norm_eps"),
+            (
+                &[("max_position_embeddings", serde_json::json!(u64::MAX))],
+                "max_position_embeddings",
+            ),
         ];
         for (overrides, field) in cases {
             match LlamaConfig::from_json(&json(overrides)) {

@@ -461,6 +461,11 @@ fn a_stated_layout_must_agree_with_the_kernels_ptx() {
     let device = driver.open(0, queues(1)).unwrap();
     let scale = device.load_ptx(PTX).unwrap().function("scale").unwrap();
     assert_eq!(scale.parameter_sizes(), None);
+    // Sizes whose sum overflows are refused, not wrapped.
+    assert!(matches!(
+        scale.with_parameter_sizes(&[usize::MAX, 2, 4]),
+        Err(CommandError::BadKernelArgument { .. })
+    ));
     match scale.with_parameter_sizes(&[4]) {
         Err(CommandError::ArgumentMismatch {
             function,

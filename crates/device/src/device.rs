@@ -388,6 +388,7 @@ impl Device {
         self.shared
             .buffers
             .allocate(len)
+            .map_err(Error::allocating("buffer", len))
             .map_err(|e| self.shared.lost.filter(e))
     }
 

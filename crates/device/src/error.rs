@@ -72,6 +72,16 @@ pub enum Error {
         /// What it was (e.g. "fill target", "command buffer").
         what: &'static str,
     },
+    /// The device had no memory for an allocation (`CUDA_ERROR_OUT_OF_MEMORY`), after what the
+    /// pool held back was returned to it.
+    OutOfDeviceMemory {
+        /// What needed the memory (`"buffer"`, `"alloca"`).
+        what: &'static str,
+        /// Bytes asked for.
+        bytes: usize,
+        /// The driver's error.
+        cuda: cuhal_sys::Error,
+    },
     /// A buffer was used after [`crate::Queue::dealloca`] released it.
     Deallocated {
         /// What it was used as (e.g. "fill target").
@@ -134,7 +144,7 @@ impl Error {
     /// errors and device losses).
     pub fn cuda(&self) -> Option<&cuhal_sys::Error> {
         match self {
-            Error::Driver(e) => Some(e),
+            Error::Driver(e) | Error::OutOfDeviceMemory { cuda: e, .. } => Some(e),
             Error::Command(e) => e.cuda(),
             Error::Trace(e) => match &**e {
                 cuhal_trace::Error::Driver(e) => Some(e),
@@ -238,6 +248,12 @@ impl fmt::Display for Error {
                  {other_rank} has {other_value}; nothing was issued",
                 value.name()
             ),
+            Error::OutOfDeviceMemory { what, bytes, cuda } => {
+                write!(
+                    f,
+                    "the device has no memory for the {what} ({bytes} bytes): {cuda}"
+                )
+            }
             Error::WrongDevice { what } => write!(
                 f,
                 "the {what} belongs to another device than the queue it was given to"
@@ -295,7 +311,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Driver(e) => Some(e),
+            Error::Driver(e) | Error::OutOfDeviceMemory { cuda: e, .. } => Some(e),
             Error::Command(e) => Some(e),
             Error::Semaphore(e) => Some(e),
             Error::Queue(e) => Some(e),
@@ -303,6 +319,21 @@ impl std::error::Error for Error {
             Error::Lost(f) => Some(f),
             Error::Nccl(e) => Some(e),
             _ => None,
+        }
+    }
+}
+
+impl Error {
+    /// `error` as [`Error::OutOfDeviceMemory`] for `bytes` of `what` when the driver ran out of
+    /// memory, else as it is.
+    pub(crate) fn allocating(what: &'static str, bytes: usize) -> impl Fn(Error) -> Error {
+        move |error| match error {
+            Error::Driver(cuda)
+                if cuda.result() == Some(cuhal_sys::CUresult::ERROR_OUT_OF_MEMORY) =>
+            {
+                Error::OutOfDeviceMemory { what, bytes, cuda }
+            }
+            other => other,
         }
     }
 }

@@ -620,6 +620,7 @@ impl Queue {
         let allocation = self
             .memory
             .allocate(len, self.stream())
+            .map_err(Error::allocating("alloca", len))
             .map_err(|e| self.lost.filter(e))?;
         let keeper: Arc<dyn std::any::Any + Send + Sync> = allocation.clone();
         let access: Arc<dyn cuhal_command::HostAccess> = Arc::new(HostCopies(allocation.clone()));

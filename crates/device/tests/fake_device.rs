@@ -364,3 +364,39 @@ fn an_unbounded_window_opens_and_runs() {
         cuhal_scheduler::QueueOptions::MAX_CAPACITY
     );
 }
+
+/// A device out of memory says so, with what was asked for and how much: a buffer (after the
+/// pool gave back what it held) and an alloca; the device is not lost, and allocations work
+/// again once memory is back.
+#[test]
+fn out_of_device_memory_names_what_and_how_much() {
+    let (fake, _driver, device) = open("oom", queues(1));
+    const OUT_OF_MEMORY: i32 = 2;
+    fake.fail(cu_name!(cuMemAllocFromPoolAsync), OUT_OF_MEMORY);
+    let q = device.queue(0);
+    for (what, result) in [
+        ("buffer", device.create_buffer(1 << 20).map(drop)),
+        ("alloca", q.alloca(&[], &[], 1 << 20).map(drop)),
+    ] {
+        let error = result.unwrap_err();
+        let text = error.to_string();
+        match error {
+            Error::OutOfDeviceMemory {
+                what: w,
+                bytes,
+                cuda,
+            } => {
+                assert_eq!((w, bytes), (what, 1 << 20));
+                assert_eq!(
+                    cuda.result(),
+                    Some(cuhal_sys::CUresult::ERROR_OUT_OF_MEMORY)
+                );
+                assert!(text.contains("1048576 bytes"), "{text}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    fake.clear_faults();
+    assert!(device.lost().is_none());
+    device.create_buffer(64).unwrap();
+}

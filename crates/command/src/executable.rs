@@ -135,7 +135,12 @@ impl Executable {
         let max_dynamic_shared = get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?;
         let capabilities = crate::capabilities::read_capabilities(api, context, raw)?;
         let image = self.image_parameters(name);
-        let parameters = parameter_sizes(api, raw, image.map(|image| image.count));
+        let layout = parameter_layout(api, raw, image.map(|image| image.count));
+        let parameters: Option<Box<[usize]>> = layout
+            .as_ref()
+            .map(|l| l.iter().map(|&(_, size)| size).collect());
+        let offsets: Option<Box<[usize]>> =
+            layout.map(|l| l.iter().map(|&(offset, _)| offset).collect());
         // The driver's report where it has one, else the image's.
         let declared = match &parameters {
             Some(sizes) => Some(ImageParameters {
@@ -153,6 +158,7 @@ impl Executable {
                 max_dynamic_shared: AtomicU32::new(max_dynamic_shared),
                 raise: Mutex::new(()),
                 parameters,
+                offsets,
                 declared,
                 capabilities,
             }),
@@ -201,29 +207,33 @@ struct FunctionInner {
     /// Each parameter's size in bytes, when the driver can say (CUDA 12.4 and later) or the
     /// caller stated them: what dispatches are checked against.
     parameters: Option<Box<[usize]>>,
+    /// Each parameter's offset in the kernel's parameter buffer, as the driver reports it (CUDA
+    /// 12.4 and later): where a patch applied on the device writes an argument. `None` where
+    /// the driver cannot say.
+    offsets: Option<Box<[usize]>>,
     /// What the driver reports of the parameters or, where it cannot, what the module image
     /// declares: what a stated layout is checked against. `None`: neither says.
     declared: Option<ImageParameters>,
 }
 
-/// The sizes of `function`'s parameters through `cuFuncGetParamInfo`, or `None` if the driver
-/// lacks it or cannot answer for this function.
+/// The offset and size of each of `function`'s parameters through `cuFuncGetParamInfo`, or
+/// `None` if the driver lacks it or cannot answer for this function.
 ///
 /// The count comes from `cuFuncGetParamCount` where the driver has it, else from the loaded
 /// image (`image_count`, see `param_count.rs`); either way no call fails. Only when neither
 /// knows (a fatbin on a driver without `cuFuncGetParamCount`) is the driver probed index by
 /// index until `CUDA_ERROR_INVALID_VALUE` marks the end: that one failing call per kernel is
 /// expected, but compute-sanitizer reports it as an API error.
-fn parameter_sizes(
+fn parameter_layout(
     api: &cuhal_sys::DriverApi,
     function: CUfunction,
     image_count: Option<usize>,
-) -> Option<Box<[usize]>> {
+) -> Option<Box<[(usize, usize)]>> {
     let size_of = |index: usize| {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: `function` is a function of a loaded module; both out-pointers are valid.
         unsafe { cu!(optional: api, cuFuncGetParamInfo(function, index, &mut offset, &mut size)) }
-            .map(|()| size)
+            .map(|()| (offset, size))
     };
     if api.cuFuncGetParamCount.is_some() {
         let mut count = 0usize;
@@ -240,14 +250,14 @@ fn parameter_sizes(
         api.cuFuncGetParamInfo?;
         return (0..count).map(|index| size_of(index).ok()).collect();
     }
-    let mut sizes = Vec::new();
+    let mut layout = Vec::new();
     // A kernel has at most 32,764 bytes of parameters, so at most that many parameters.
     for index in 0..MAX_PARAMETER_BYTES {
         match size_of(index) {
-            Ok(size) => sizes.push(size),
+            Ok(parameter) => layout.push(parameter),
             // Past the last parameter.
             Err(e) if e.result() == Some(cuhal_sys::CUresult::ERROR_INVALID_VALUE) => {
-                return Some(sizes.into());
+                return Some(layout.into());
             }
             // The driver lacks the entry (before CUDA 12.4) or cannot say for this function.
             Err(_) => return None,
@@ -318,6 +328,14 @@ impl Function {
     /// only for their total argument size.
     pub fn parameter_sizes(&self) -> Option<&[usize]> {
         self.inner.parameters.as_deref()
+    }
+
+    /// Each parameter's byte offset in the kernel's parameter buffer, as the driver reports it
+    /// (`cuFuncGetParamInfo`, CUDA 12.4 and later), or `None` where it cannot say. It may differ
+    /// from where [`KernelArgs`](crate::KernelArgs) packed an argument whose type is less aligned
+    /// than the parameter (a `float4` pushed as `[f32; 4]`).
+    pub fn parameter_offsets(&self) -> Option<&[usize]> {
+        self.inner.offsets.as_deref()
     }
 
     /// This kernel with its parameters stated by the caller: each parameter's size in bytes, in
@@ -404,6 +422,7 @@ impl Function {
                 raise: Mutex::new(()),
                 capabilities: inner.capabilities,
                 parameters: Some(sizes.into()),
+                offsets: inner.offsets.clone(),
                 declared: inner.declared.clone(),
             }),
         })

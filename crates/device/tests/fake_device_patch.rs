@@ -623,3 +623,71 @@ fn at_a_set_limit_a_running_executable_is_shared_and_counted() {
     assert_eq!(shared.len(), 1, "{shared:?}");
     fake.set_timing(std::time::Duration::ZERO, std::time::Duration::ZERO);
 }
+
+/// A kernel whose second parameter is 16-byte aligned, before a pointer: the driver lays the
+/// pointer at byte 32, where `KernelArgs` packing the 16 bytes with 4-byte alignment puts it at
+/// 24.
+const ALIGNED_PTX: &str = "
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry cuhal_fake_aligned(
+    .param .u32 cuhal_fake_aligned_param_0,
+    .param .align 16 .b8 cuhal_fake_aligned_param_1[16],
+    .param .u64 cuhal_fake_aligned_param_2
+)
+{
+    ret;
+}
+";
+
+/// A patch applied on the device writes each address where the driver lays the parameter out
+/// (`cuFuncGetParamInfo`), not where `KernelArgs` packed it: here an argument less aligned
+/// than its parameter moves the bound pointer after it from byte 24 to 32. (The fake's helper
+/// fails the launch, as overwritten arguments would on a GPU, when a patch lands anywhere but
+/// on an 8-byte parameter.)
+#[test]
+fn device_patches_land_where_the_driver_lays_the_parameter() {
+    let (fake, _driver, device, _add) = open_fake("device-patch-aligned", 1);
+    let function = device
+        .load_ptx(ALIGNED_PTX)
+        .unwrap()
+        .function("cuhal_fake_aligned")
+        .unwrap();
+    assert_eq!(function.parameter_offsets(), Some(&[0, 16, 32][..]));
+    let mut cb = GraphCommandBuffer::with_bindings(device.context(), None, 1).unwrap();
+    cb.set_patch_method(PatchMethod::Device).unwrap();
+    for i in 0..DEVICE_PATCH_MIN_NODES as u32 {
+        let mut args = cuhal::KernelArgs::new();
+        args.push(i)
+            .push_bytes(&[0u8; 16], 4)
+            .unwrap()
+            .push_binding(0, 0);
+        assert_eq!(
+            args.slots()[2].offset,
+            24,
+            "packed after 20 bytes, 8-aligned"
+        );
+        cuhal::CommandRecorder::dispatch(
+            &mut cb,
+            &cuhal::Dispatch::new(&function, [1, 1, 1], [32, 1, 1], &args),
+        )
+        .unwrap();
+    }
+    let graph = Arc::new(cb.end().unwrap());
+    assert!(graph.patches_on_device());
+    let cb: Arc<dyn CommandBuffer> = graph.clone();
+    let queue = device.queue(0);
+    let done = device.create_semaphore(0);
+    let buffers: Vec<_> = (0..3).map(|_| device.create_buffer(64).unwrap()).collect();
+    for (n, buffer) in (1..).zip(&buffers) {
+        queue
+            .execute_with_bindings(&[], &[(&done, n)], &[(&cb, &[buffer.whole()][..])])
+            .unwrap();
+        wait(&done, n);
+    }
+    assert!(queue.lost().is_none());
+    assert_eq!(fake.launches(BINDINGS_HELPER), 3);
+    assert_eq!(graph.device_patched_launches(), 3);
+}

@@ -442,13 +442,13 @@ impl World {
                 failed = true;
                 break;
             };
-            let bytes: usize = lookup(&self.functions, *function)?
-                .parameters
+            // The helper writes an 8-byte address: it must land on an 8-byte parameter, at the
+            // offset the driver gives it (anything else overwrites other arguments' bytes).
+            let parameters = &lookup(&self.functions, *function)?.parameters;
+            if !parameters
                 .iter()
-                .map(|&(at, size)| at + size)
-                .max()
-                .unwrap_or(0);
-            if offset.checked_add(8).is_none_or(|end| end > bytes) {
+                .any(|&(at, size)| at == offset && size == 8)
+            {
                 failed = true;
                 break;
             }

@@ -492,7 +492,9 @@ impl ListWriter<'_> {
         changed: &[bool],
     ) {
         let PatchKind::Kernel {
-            slots, bindings, ..
+            bindings,
+            param_offsets,
+            ..
         } = &patch.kind
         else {
             return;
@@ -502,7 +504,9 @@ impl ListWriter<'_> {
             if !changed[b.slot as usize] || self.count >= self.capacity {
                 continue;
             }
-            let offset = u64::from(slots[b.arg as usize].offset);
+            // Where the kernel's own parameter buffer holds the argument, which is not where
+            // `KernelArgs` packed it when its type is less aligned than the parameter.
+            let offset = u64::from(param_offsets[b.arg as usize]);
             let value = table[b.slot as usize].device_ptr() + b.offset;
             let mut bytes = [0u8; PATCH_BYTES];
             bytes[0..8].copy_from_slice(&node.to_ne_bytes());

@@ -477,11 +477,24 @@ impl Encoder for GraphEncoder {
                 dispatch.shared_memory_bytes,
                 std::ptr::null_mut(),
             );
+            let driver = dispatch.function.parameter_offsets();
+            let param_offsets = args
+                .slots()
+                .iter()
+                .enumerate()
+                .map(|(i, slot)| {
+                    driver
+                        .and_then(|offsets| offsets.get(i))
+                        .and_then(|&offset| u32::try_from(offset).ok())
+                        .unwrap_or(slot.offset)
+                })
+                .collect();
             let kind = PatchKind::Kernel {
                 params,
                 bytes: args.bytes().into(),
                 slots: args.slots().into(),
                 bindings: args.bindings().into(),
+                param_offsets,
             };
             self.note_patch(slots, kind);
         }

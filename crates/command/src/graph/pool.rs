@@ -54,6 +54,10 @@ pub(crate) enum PatchKind {
         bytes: Box<[u8]>,
         slots: Box<[ArgSlot]>,
         bindings: Box<[ArgBinding]>,
+        /// Each argument's offset in the kernel's own parameter buffer, where a patch applied
+        /// on the device writes it: the driver's offset where it reports one, else the packed
+        /// offset (`slots`), which a less aligned argument type can make differ.
+        param_offsets: Box<[u32]>,
     },
     /// Stream work captured into a child graph node: captured again with the table's
     /// addresses.
@@ -129,6 +133,7 @@ impl PatchNode {
                 bytes,
                 slots,
                 bindings,
+                ..
             } => {
                 with_bound_args(scratch, bytes, slots, bindings, table, |pointers| {
                     let params = CUDA_KERNEL_NODE_PARAMS {

@@ -135,7 +135,14 @@ struct Entry<E: DeviceEvent> {
     /// Whether the last look saw the value reached.
     reached: bool,
     token: Option<ListenToken>,
+    /// The value `token` listens for: the entry's own, or [`FAILURE_ONLY`] once it is reached
+    /// and only a failure of its semaphore can change what the wait returns.
+    listening_for: u64,
 }
+
+/// What a reached entry of a wait-all listens for: `u64::MAX`, reached only by a signal to the
+/// last value (a harmless early wake), and woken by the semaphore's failure like every listener.
+const FAILURE_ONLY: u64 = u64::MAX;
 
 /// What the three futures share: the entries, the mode, and the listener that holds the
 /// waker (made at the first poll that finds the wait pending).
@@ -164,6 +171,7 @@ impl<E: DeviceEvent> Waiting<E> {
                     value: *value,
                     reached: false,
                     token: None,
+                    listening_for: 0,
                 })
                 .collect(),
             mode,
@@ -215,9 +223,12 @@ impl<E: DeviceEvent> Waiting<E> {
         }
     }
 
-    /// Registers a listener on every entry the last look saw pending that has none; returns
-    /// whether one found its value reached or its semaphore failed since (and registered
-    /// nothing). An entry seen reached needs none: a value reached stays reached.
+    /// Registers a listener on every entry that needs one and has none; returns whether one
+    /// found its value reached or its semaphore failed since (and registered nothing). An entry
+    /// the last look saw pending listens for its value. One seen reached stays reached, but in
+    /// a wait-all its semaphore's failure still ends the wait: it listens for failure only
+    /// (its value's listener, if it had one, has fired). In a wait-any a reached entry ends the
+    /// wait, so none is registered for it.
     fn register(&mut self) -> bool {
         let Some(slot) = &self.slot else {
             return false;
@@ -225,14 +236,30 @@ impl<E: DeviceEvent> Waiting<E> {
         let listener: Arc<dyn Listener<E>> = slot.clone();
         let mut changed = false;
         for (index, entry) in self.entries.iter_mut().enumerate() {
-            if entry.token.is_some() || entry.reached {
+            let wanted = match (entry.reached, self.mode) {
+                (false, _) => entry.value,
+                (true, Mode::All) => FAILURE_ONLY,
+                (true, _) => continue,
+            };
+            if entry.token.is_some() && entry.listening_for == wanted {
                 continue;
+            }
+            if wanted == FAILURE_ONLY && entry.semaphore.value_hint() == FAILURE_ONLY {
+                // At the last value already: nothing to listen for (a listener would find it
+                // reached at once, turn after turn).
+                continue;
+            }
+            if let Some(token) = entry.token.take() {
+                entry.semaphore.cancel_reached(token);
             }
             match entry
                 .semaphore
-                .listen_reached(entry.value, &listener, index as u64)
+                .listen_reached(wanted, &listener, index as u64)
             {
-                Some(token) => entry.token = Some(token),
+                Some(token) => {
+                    entry.token = Some(token);
+                    entry.listening_for = wanted;
+                }
                 None => changed = true,
             }
         }

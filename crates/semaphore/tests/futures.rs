@@ -188,12 +188,44 @@ fn wait_all_resolves_only_when_every_entry_is_reached() {
     a.signal(2).unwrap();
     assert_eq!(counter.wakes(), 1);
     assert!(poll_with(&mut all, &waker).is_pending());
-    // `a`'s listener fired; `b`'s is still the one registered, not a second.
-    assert_eq!((a.listener_count(), b.listener_count()), (0, 1));
+    // `a`'s listener fired and `a` now listens for its failure only; `b`'s is still the one
+    // registered, not a second.
+    assert_eq!((a.listener_count(), b.listener_count()), (1, 1));
+    assert!(poll_with(&mut all, &waker).is_pending());
+    assert_eq!(
+        (a.listener_count(), b.listener_count()),
+        (1, 1),
+        "a second poll registers nothing more"
+    );
     b.signal(1).unwrap();
     assert_eq!(counter.wakes(), 2);
     assert!(matches!(poll_with(&mut all, &waker), Poll::Ready(Ok(()))));
     assert_eq!((a.listener_count(), b.listener_count()), (0, 0));
+}
+
+/// A wait-all fails as soon as any of its semaphores fails, an entry already reached too: its
+/// semaphore's failure wakes the task (before, only a pending entry's listener could, so the
+/// wait stayed pending until the others moved).
+#[test]
+fn wait_all_hears_the_failure_of_an_entry_already_reached() {
+    let (a, b) = (Sem::new(1), Sem::new(0));
+    let (counter, waker) = counting();
+    let mut all = wait_all_async(&[(&a, 1), (&b, 1)]);
+    assert!(poll_with(&mut all, &waker).is_pending());
+    let failure = cuhal_semaphore::Failure::msg("a failed after it was reached");
+    a.fail(failure.clone());
+    assert_eq!(counter.wakes(), 1, "the failure woke the task");
+    assert!(matches!(
+        poll_with(&mut all, &waker),
+        Poll::Ready(Err(Error::Failed(seen))) if seen.ptr_eq(&failure)
+    ));
+    assert_eq!((a.listener_count(), b.listener_count()), (0, 0));
+    // A semaphore at the last value has nothing left to listen for, and the wait still ends.
+    let (c, d) = (Sem::new(u64::MAX), Sem::new(0));
+    let mut all = wait_all_async(&[(&c, 1), (&d, 1)]);
+    assert!(poll_with(&mut all, &waker).is_pending());
+    d.signal(1).unwrap();
+    assert!(matches!(poll_with(&mut all, &waker), Poll::Ready(Ok(()))));
 }
 
 #[test]

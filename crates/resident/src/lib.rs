@@ -86,7 +86,7 @@ pub use slots::{Completion, FAILED, SlotState, SlotTable};
 #[cfg(not(loom))]
 pub use model::{Launch, LaunchError, Launcher};
 #[cfg(not(loom))]
-pub use options::{FIRE_AND_FORGET_LIMIT, ResidentOptions};
+pub use options::{FIRE_AND_FORGET_LIMIT, MAX_CAPACITY, MAX_SLOTS, ResidentOptions};
 #[cfg(not(loom))]
 pub use queue::{ResidentQueue, ResidentStats};
 

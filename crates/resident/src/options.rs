@@ -13,9 +13,9 @@ pub struct ResidentOptions {
     /// A name for errors and threads.
     pub label: String,
     /// Descriptors in the ring: submissions in flight before a submitter waits (or gets
-    /// [`Error::Full`](crate::Error::Full)). Default 256.
+    /// [`Error::Full`](crate::Error::Full)). Default 256, at most [`MAX_CAPACITY`].
     pub capacity: usize,
-    /// Semaphore slots (semaphores the queue can see). Default 64.
+    /// Semaphore slots (semaphores the queue can see). Default 64, at most [`MAX_SLOTS`].
     pub slots: usize,
     /// Fire-and-forget launches per scheduler execution before it relaunches itself: at most
     /// [`FIRE_AND_FORGET_LIMIT`]. Default that.
@@ -26,6 +26,12 @@ pub struct ResidentOptions {
     /// How long a submitter that finds the ring full spins before it parks. Default 20 us.
     pub room_spin: Duration,
 }
+
+/// The most submissions a ring holds ([`ResidentOptions::capacity`]): 256 MiB of descriptors.
+pub const MAX_CAPACITY: usize = 1 << 20;
+
+/// The most semaphore slots a queue binds ([`ResidentOptions::slots`]).
+pub const MAX_SLOTS: usize = 1 << 16;
 
 impl ResidentOptions {
     /// The defaults, with `label`.
@@ -46,8 +52,15 @@ impl ResidentOptions {
                 "launches_per_execution must be between 1 and 120 (the fire-and-forget limit)",
             ));
         }
-        if self.slots > u32::MAX as usize {
-            return Err(crate::Error::InvalidOptions("too many slots"));
+        if self.slots > MAX_SLOTS {
+            return Err(crate::Error::InvalidOptions(
+                "too many slots (at most 65,536)",
+            ));
+        }
+        if self.capacity == 0 || self.capacity > MAX_CAPACITY {
+            return Err(crate::Error::InvalidOptions(
+                "the capacity must be between 1 and 1,048,576 submissions",
+            ));
         }
         Ok(())
     }

@@ -154,6 +154,12 @@ impl<E: DeviceEvent> ResidentQueue<E> {
         let mut descriptor = self.describe(waits, signals, &**executable)?;
         descriptor.bindings = bindings;
         for (wait, (semaphore, value)) in descriptor.waits().iter().zip(waits) {
+            if semaphore.has_failed() {
+                // Every wait on a failed semaphore fails, a value reached before the failure
+                // too: the slot says so, and the scheduler fails the submission's signals.
+                SlotTable::fail(self.shared.slot(wait.slot));
+                continue;
+            }
             if SlotTable::state(self.shared.slot(wait.slot), *value)
                 == crate::slots::SlotState::Pending
             {
@@ -351,7 +357,13 @@ impl<E: DeviceEvent> ResidentQueue<E> {
     }
 
     fn join_consumers(&self) {
-        while let Some(handle) = lock(&self.shared.thread).take() {
+        loop {
+            // Taken in a statement of its own: the lock is let go before the join (a consumer
+            // that ends by ringing the doorbell starts the next one under this lock).
+            let taken = lock(&self.shared.thread).take();
+            let Some(handle) = taken else {
+                break;
+            };
             if handle.thread().id() != std::thread::current().id() {
                 let _ = handle.join();
             }

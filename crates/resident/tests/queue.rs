@@ -450,3 +450,67 @@ fn a_recorded_device_signal_does_not_fire_the_slot_listener_forever() {
     input.advance_to(2).unwrap();
     done.wait(1, LONG).unwrap();
 }
+
+/// A wait on a semaphore that has failed fails, even at a value it reached before failing:
+/// nothing is launched and the submission's signals fail with the wait's failure.
+#[test]
+fn a_wait_on_a_failed_semaphore_fails_even_below_its_value() {
+    let launched = Arc::new(AtomicUsize::new(0));
+    let q = {
+        let launched = launched.clone();
+        ResidentQueue::new(ResidentOptions::new("failed-wait"), move |_: Launch| {
+            launched.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), LaunchError>(())
+        })
+        .unwrap()
+    };
+    let live = Arc::new(AtomicUsize::new(0));
+    let (s, done) = (Sem::new(5), Sem::new(0));
+    q.bind(&s).unwrap();
+    q.bind(&done).unwrap();
+    let failure = Failure::msg("upstream work failed");
+    s.fail(failure.clone());
+    let exe = Exe::graph(1, &live);
+    q.submit(&[(&s, 3)], &[(&done, 1)], &exe, 0).unwrap();
+    match done.wait(1, LONG) {
+        Err(SemError::Failed(seen)) => assert!(seen.ptr_eq(&failure), "{seen}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(launched.load(Ordering::SeqCst), 0, "nothing launched");
+    let stats = q.shutdown();
+    assert_eq!(stats.retained, 0);
+}
+
+/// Sizes past the limits are typed refusals, not capacity panics or aborts.
+#[test]
+fn options_past_their_limits_are_refused() {
+    for (what, options) in [
+        (
+            "capacity",
+            ResidentOptions {
+                capacity: usize::MAX,
+                ..ResidentOptions::new("too-big")
+            },
+        ),
+        (
+            "capacity",
+            ResidentOptions {
+                capacity: cuhal_resident::MAX_CAPACITY + 1,
+                ..ResidentOptions::new("too-big")
+            },
+        ),
+        (
+            "slots",
+            ResidentOptions {
+                slots: usize::MAX,
+                ..ResidentOptions::new("too-big")
+            },
+        ),
+    ] {
+        match ResidentQueue::<NoEvent>::new(options, ok) {
+            Err(cuhal_resident::Error::InvalidOptions(why)) => assert!(why.contains(what), "{why}"),
+            Err(other) => panic!("{what}: {other:?}"),
+            Ok(_) => panic!("{what}: accepted"),
+        }
+    }
+}

@@ -108,25 +108,8 @@ impl StepBuffers {
             config.intermediate_size,
             config.vocab_size,
         );
-        // Checked: each factor passed its own bound, their product may still not fit.
-        let cache_len = [
-            batch,
-            kv,
-            capacity,
-            dtype.size(),
-            2,
-            config.num_hidden_layers,
-        ]
-        .into_iter()
-        .try_fold(1usize, usize::checked_mul)
-        .ok_or_else(|| Error::InvalidConfig {
-            field: "capacity",
-            reason: format!(
-                "a key/value cache of {capacity} positions for {batch} sequences is larger \
-                     than the address space"
-            ),
-        })?;
-        let cache_half = cache_len / (2 * config.num_hidden_layers);
+        let cache_half = batch * kv * capacity * dtype.size();
+        let cache_len = 2 * cache_half * config.num_hidden_layers;
         let queue = device.queue(0);
         let ready = device.create_semaphore(0);
         let cache = device

@@ -293,6 +293,15 @@ impl<E: DeviceEvent> ResidentQueue<E> {
         }
         for (entry, signal) in descriptor.signals.iter_mut().zip(signals) {
             *entry = slot_value(signal, "signal")?;
+            let (semaphore, value) = signal;
+            let current = semaphore.value_hint();
+            if *value <= current {
+                return Err(Refusal::SignalNotAbove {
+                    value: *value,
+                    current,
+                }
+                .into());
+            }
         }
         Ok(descriptor)
     }

@@ -102,6 +102,14 @@ pub enum Refusal {
         /// The value.
         value: u64,
     },
+    /// A signal to a value its semaphore has already reached: timeline values only rise, so it
+    /// could never take effect (as a normal queue refuses it).
+    SignalNotAbove {
+        /// The value signalled.
+        value: u64,
+        /// The semaphore's value at submission.
+        current: u64,
+    },
 }
 
 impl std::fmt::Display for Refusal {
@@ -135,6 +143,11 @@ impl std::fmt::Display for Refusal {
             Refusal::ValueOutOfRange { value } => write!(
                 f,
                 "value {value:#x} has the top bit set, which the slot table keeps for failure"
+            ),
+            Refusal::SignalNotAbove { value, current } => write!(
+                f,
+                "a signal to {value}, which the semaphore has already reached (it is at \
+                 {current}): timeline values only rise"
             ),
         }
     }

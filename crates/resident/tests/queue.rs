@@ -127,6 +127,16 @@ fn refusals_are_typed_and_publish_nothing() {
         err,
         Error::Refused(Refusal::TooManyWaits { count: 7, max: 6 })
     ));
+    // A signal to a value already reached could never take effect.
+    let err = q.submit(&[], &[(&bound, 0)], &graph, 0).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Refused(Refusal::SignalNotAbove {
+            value: 0,
+            current: 0
+        })
+    ));
+    assert!(err.to_string().contains("already reached"), "{err}");
     let stats = q.shutdown();
     assert_eq!(stats.submitted, 0);
     assert_eq!(bound.query().unwrap(), 0);

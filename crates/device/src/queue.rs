@@ -737,18 +737,9 @@ impl Queue {
         signals: &SemaphoreValues<'_>,
         call: impl FnOnce() -> std::result::Result<(), Failure> + Send + 'static,
     ) -> Result<()> {
-        // The signals are the cleanup's, not the scheduler's: refused here as the scheduler
-        // refuses its own (a value already reached could never be signalled).
-        for (semaphore, value) in signals {
-            let current = semaphore.value_hint();
-            if *value <= current {
-                return Err(Error::Queue(cuhal_scheduler::Error::SignalNotAbove {
-                    queue: self.label().into(),
-                    value: *value,
-                    current,
-                }));
-            }
-        }
+        // The signals are the cleanup's, not the scheduler's: checked as the scheduler checks
+        // its own.
+        cuhal_scheduler::check_signals(self.label(), signals)?;
         let signals: SmallVec<[(Semaphore, u64); 4]> =
             signals.iter().map(|(s, v)| ((*s).clone(), *v)).collect();
         let mut cleanups = Cleanups::new();

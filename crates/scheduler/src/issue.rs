@@ -9,7 +9,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::PoisonError;
 
-use cuhal_semaphore::{Burst, Failure, Semaphore, WaitPoint};
+use cuhal_semaphore::{Burst, DeviceEvent, Failure, Semaphore, WaitPoint};
 
 use crate::action::{Boxed, EventList, Finished, SlotCleanups, SlotResources};
 use crate::backend::Backend;
@@ -21,6 +21,28 @@ use crate::readiness::{Collect, Hint, Readiness, examine, examine_borrowed};
 use crate::shared::{Shared, bump};
 use crate::state::State;
 use crate::sync::Ordering;
+
+/// Refuses a submission to `queue` that would signal a semaphore to a value it has already
+/// reached: timeline values only rise, so the signal could never take effect (as a host signal
+/// backwards is refused). One unlocked load per signal; a value reached just after the check is
+/// not caught. [`Queue::submit`](crate::Queue::submit) checks its signals with this, and so
+/// must an operation that signals on its own (a device's host call, from its cleanup).
+pub fn check_signals<E: DeviceEvent>(
+    queue: &str,
+    signals: &[(&Semaphore<E>, u64)],
+) -> Result<(), Error> {
+    for (semaphore, value) in signals {
+        let current = semaphore.value_hint();
+        if *value <= current {
+            return Err(Error::SignalNotAbove {
+                queue: queue.into(),
+                value: *value,
+                current,
+            });
+        }
+    }
+    Ok(())
+}
 
 impl<B: Backend> Shared<B> {
     /// Accepts a submission ([`Queue::submit_with`](crate::Queue::submit_with)): takes the issue
@@ -36,19 +58,7 @@ impl<B: Backend> Shared<B> {
         signals: &[(&Semaphore<B::Event>, u64)],
         fill: impl FnOnce(&mut SlotResources, &mut SlotCleanups) -> B::Payload,
     ) -> Result<(), Error> {
-        // A signal at or below a value already reached could never take effect: refused here,
-        // as a host signal backwards is (one unlocked load per signal; a value reached just
-        // after the check is not caught).
-        for (semaphore, value) in signals {
-            let current = semaphore.value_hint();
-            if *value <= current {
-                return Err(Error::SignalNotAbove {
-                    queue: self.label.clone(),
-                    value: *value,
-                    current,
-                });
-            }
-        }
+        check_signals(&self.label, signals)?;
         // What the issue makes due (other queues' work its signals release) and the completion
         // wake it holds back: run when it drops, once the lock is let go.
         let mut burst = Burst::new();

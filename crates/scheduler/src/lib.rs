@@ -101,6 +101,7 @@ pub use error::Error;
 /// The completion thread's hurry and nap, public for the loom models only.
 #[cfg(loom)]
 pub use hurry::Hurry;
+pub use issue::check_signals;
 pub use options::QueueOptions;
 pub use policy::CompletionOptions;
 pub use queue::{CompletionNudge, LossTrigger, Queue, QueueStats};

@@ -37,6 +37,7 @@ use crate::listeners::ListenToken;
 use crate::multi_wait::Mode;
 use crate::semaphore::Semaphore;
 use crate::sync::Mutex;
+use crate::waiter::FAILURE_ONLY;
 
 /// A future that resolves when a semaphore reaches a value ([`Semaphore::wait_async`]):
 /// `Ok(())`, or `Err(Failed)` with the semaphore's failure, as [`Semaphore::wait`] returns.
@@ -135,14 +136,11 @@ struct Entry<E: DeviceEvent> {
     /// Whether the last look saw the value reached.
     reached: bool,
     token: Option<ListenToken>,
-    /// The value `token` listens for: the entry's own, or [`FAILURE_ONLY`] once it is reached
-    /// and only a failure of its semaphore can change what the wait returns.
+    /// The value `token` listens for: the entry's own, or `FAILURE_ONLY` once it is reached
+    /// and only a failure of its semaphore can change what the wait returns (reached only by a
+    /// signal to the last value, a harmless early wake; a failure wakes every listener).
     listening_for: u64,
 }
-
-/// What a reached entry of a wait-all listens for: `u64::MAX`, reached only by a signal to the
-/// last value (a harmless early wake), and woken by the semaphore's failure like every listener.
-const FAILURE_ONLY: u64 = u64::MAX;
 
 /// What the three futures share: the entries, the mode, and the listener that holds the
 /// waker (made at the first poll that finds the wait pending).

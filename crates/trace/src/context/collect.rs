@@ -18,18 +18,24 @@ use crate::sink::DropReason;
 use crate::stamps::{STAMP_BYTES, StampRegion};
 use crate::timebase::Calibration;
 
-/// The time of the `End` that closes the zone enclosing record `at`, if it has one.
-fn enclosing_end(records: &[Record], times: &[u64], at: usize) -> Option<u64> {
-    let mut depth = 0i32;
-    for (record, &ns) in records.iter().zip(times).skip(at + 1) {
+/// For every record, the time of the `End` that closes the zone enclosing it, if it has one,
+/// into `out`: one pass from the back, the `End`s whose `Begin` is not reached yet on a stack
+/// (the innermost on top), so a list's commands and stamps cost one look each, not a scan to
+/// their zone's end.
+fn enclosing_ends(records: &[Record], times: &[u64], out: &mut Vec<Option<u64>>) {
+    out.clear();
+    out.resize(records.len(), None);
+    let mut ends: SmallVec<[u64; 8]> = SmallVec::new();
+    for (i, (record, &ns)) in records.iter().zip(times).enumerate().rev() {
+        out[i] = ends.last().copied();
         match record {
-            Record::Begin { .. } => depth += 1,
-            Record::End { .. } if depth == 0 => return Some(ns),
-            Record::End { .. } => depth -= 1,
+            Record::End { .. } => ends.push(ns),
+            Record::Begin { .. } => {
+                ends.pop();
+            }
             Record::Command { .. } | Record::Stamp { .. } => {}
         }
     }
-    None
 }
 
 /// State of the (one at a time) collector.
@@ -73,6 +79,9 @@ pub(crate) struct CollectState {
     pub(crate) stamp_first: Option<u64>,
     /// One stamp region's bytes, as read back; reused.
     pub(crate) stamp_bytes: Vec<u8>,
+    /// The end of the zone enclosing each record of the list being emitted
+    /// (`enclosing_ends`); reused.
+    pub(crate) ceilings: Vec<Option<u64>>,
     /// Whether this collection flushed CUPTI already.
     pub(crate) flushed: bool,
     /// CUPTI's clock mapped onto the backend's host clock.
@@ -240,6 +249,10 @@ impl Shared {
         let mut corrected = 0u64;
         let mut stamp_zones = 0u64;
         let mut stamp_offset: Option<i128> = None;
+        let mut ceilings = std::mem::take(&mut cs.ceilings);
+        if state.stamps > 0 || state.commands > 0 {
+            enclosing_ends(&state.records, &cs.times, &mut ceilings);
+        }
         for (i, (record, &ns)) in state.records.iter().zip(&cs.times).enumerate() {
             match record {
                 Record::Begin {
@@ -260,7 +273,7 @@ impl Shared {
                 }
                 Record::Stamp { name, index } => {
                     let floor = open.last().copied().unwrap_or(outer.0);
-                    let ceiling = enclosing_end(&state.records, &cs.times, i).unwrap_or(outer.1);
+                    let ceiling = ceilings[i].unwrap_or(outer.1);
                     if let Some(end) =
                         self.emit_stamp(cs, name, *index, (floor, ceiling), &mut stamp_offset)
                     {
@@ -281,7 +294,7 @@ impl Shared {
                     // Event and activity times come from two calibrations: keep the command
                     // inside its enclosing zone so viewers nest it.
                     let floor = open.last().copied().unwrap_or(outer.0);
-                    let ceiling = enclosing_end(&state.records, &cs.times, i).unwrap_or(outer.1);
+                    let ceiling = ceilings[i].unwrap_or(outer.1);
                     let begin = begin.clamp(floor, ceiling.max(floor));
                     let end = end.clamp(begin, ceiling.max(begin));
                     latest = latest.max(end);
@@ -292,6 +305,7 @@ impl Shared {
                 }
             }
         }
+        cs.ceilings = ceilings;
         // Zones never ended when submitted are closed at the list's last time, so the sink's
         // nesting stays balanced.
         for _ in 0..open.len() {
@@ -477,6 +491,69 @@ impl Shared {
             if let Ok((begin, end)) = times {
                 *times = Ok((sync.to_trace_ns(*begin), sync.to_trace_ns(*end)));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::Ev;
+
+    /// The time of the `End` closing the zone enclosing record `at`, by scanning forward: what
+    /// `enclosing_ends` must give for every record.
+    fn scanned(records: &[Record], times: &[u64], at: usize) -> Option<u64> {
+        let mut depth = 0i32;
+        for (record, &ns) in records.iter().zip(times).skip(at + 1) {
+            match record {
+                Record::Begin { .. } => depth += 1,
+                Record::End { .. } if depth == 0 => return Some(ns),
+                Record::End { .. } => depth -= 1,
+                Record::Command { .. } | Record::Stamp { .. } => {}
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn enclosing_ends_match_a_forward_scan_for_every_record() {
+        let event = Ev(std::ptr::null_mut());
+        let name: std::sync::Arc<str> = "z".into();
+        let begin = || Record::Begin {
+            name: name.clone(),
+            begin: event,
+            placement: None,
+        };
+        let end = || Record::End { end: event };
+        let stamp = || Record::Stamp {
+            name: name.clone(),
+            index: 0,
+        };
+        // Nested, sibling and never-ended zones, stamps at every depth.
+        let records = vec![
+            stamp(),
+            begin(),
+            stamp(),
+            begin(),
+            stamp(),
+            end(),
+            stamp(),
+            begin(),
+            end(),
+            end(),
+            stamp(),
+            begin(),
+            stamp(),
+            begin(),
+            stamp(),
+            end(),
+            stamp(),
+        ];
+        let times: Vec<u64> = (0..records.len() as u64).map(|i| 100 + i).collect();
+        let mut out = Vec::new();
+        enclosing_ends(&records, &times, &mut out);
+        for (at, ceiling) in out.iter().enumerate() {
+            assert_eq!(*ceiling, scanned(&records, &times, at), "record {at}");
         }
     }
 }

@@ -159,6 +159,7 @@ impl TraceContext {
                 launch_ids: Vec::new(),
                 stamp_times: Vec::new(),
                 stamp_bytes: Vec::new(),
+                ceilings: Vec::new(),
                 stamp_first: None,
                 candidates: Vec::new(),
                 used: Vec::new(),

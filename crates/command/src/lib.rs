@@ -260,6 +260,13 @@ pub trait CommandBuffer: Send + Sync {
         self.recorded().retained.buffers()
     }
 
+    /// The graph a graph command buffer was recorded into (its template: a queue instantiates it
+    /// into the executables it launches; a resident queue, for device launch). `None` for a
+    /// deferred command buffer. The graph lives as long as the command buffer.
+    fn template_graph(&self) -> Option<cuhal_sys::CUgraph> {
+        None
+    }
+
     /// The context the command buffer records for; `None` for a deferred buffer that recorded
     /// nothing that names one (it can only be issued if it recorded nothing at all, not even
     /// tracing zones).

@@ -31,12 +31,14 @@ pub enum Error {
     },
     /// An argument is outside what the operation accepts.
     InvalidArgument(String),
-    /// Resident queues are not available on this device and driver yet: what is missing (the
-    /// device-side scheduler kernel, at least, is not built yet).
+    /// Resident queues are not available on this device and driver: what is missing.
     ResidentUnavailable {
         /// Everything missing, each named.
-        missing: Vec<crate::resident_missing::ResidentMissing>,
+        missing: Vec<crate::resident::ResidentMissing>,
     },
+    /// A resident queue refused a submission or a command buffer (with its typed
+    /// [`Refusal`](cuhal_resident::Refusal)), or was lost, shut down or full.
+    Resident(cuhal_resident::Error),
     /// NCCL could not be loaded, or one of its calls failed (with NCCL's message).
     Nccl(cuhal_sys::NcclError),
     /// Not every rank of a communicator joined within the caller's timeout; this process's
@@ -218,14 +220,13 @@ impl fmt::Display for Error {
             }
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::ResidentUnavailable { missing } => {
-                f.write_str(
-                    "resident queues are not available on this device/driver yet; missing:",
-                )?;
+                f.write_str("resident queues are not available on this device/driver; missing:")?;
                 for (i, what) in missing.iter().enumerate() {
                     write!(f, "{} {what}", if i == 0 { "" } else { ";" })?;
                 }
                 Ok(())
             }
+            Error::Resident(e) => write!(f, "resident queue: {e}"),
             Error::Nccl(e) => write!(f, "{e}"),
             Error::JoinTimeout { timeout } => write!(
                 f,
@@ -318,6 +319,7 @@ impl std::error::Error for Error {
             Error::Trace(e) => Some(&**e),
             Error::Lost(f) => Some(f),
             Error::Nccl(e) => Some(e),
+            Error::Resident(e) => Some(e),
             _ => None,
         }
     }

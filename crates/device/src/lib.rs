@@ -100,7 +100,6 @@ mod memory;
 mod peer;
 mod queue;
 mod resident;
-mod resident_missing;
 mod submissions;
 mod wait;
 
@@ -116,8 +115,7 @@ pub use interop::{ExportedBuffer, ExportedEvent, ForeignEvent, PointerInfo, Rele
 pub use lost::DeviceLost;
 pub use memory::Allocation;
 pub use queue::{BoundCommandBuffer, CommandBufferMode, Queue, SemaphoreValues};
-pub use resident::ResidentQueue;
-pub use resident_missing::{RESIDENT_MIN_DRIVER, ResidentMissing};
+pub use resident::{RESIDENT_MIN_DRIVER, ResidentGraph, ResidentMissing, ResidentQueue};
 pub use wait::{WaitMode, WaitSemaphores, wait_semaphores, wait_semaphores_async};
 
 pub use cuhal_command::{

@@ -1,5 +1,6 @@
-//! Resident queues are opt-in and, until the device-side scheduler is built, refused on every
-//! device with a typed error naming what is missing; the device's queues work as before.
+//! Resident queues are opt-in, and refused with a typed error naming what is missing where the
+//! driver or device lacks what they need (the fake driver has no `cuGraphNodeGetType` and no
+//! device graph launch); the device's queues work as before.
 
 mod fake_support;
 
@@ -15,15 +16,18 @@ fn opening_a_resident_queue_is_a_typed_refusal_naming_what_is_missing() {
     let err = device
         .open_resident_queue(&ResidentOptions::new("resident"))
         .err()
-        .expect("no device can open a resident queue yet");
+        .expect("the fake driver cannot run a resident queue");
     let Error::ResidentUnavailable { missing } = &err else {
         panic!("expected ResidentUnavailable, got {err}")
     };
-    assert!(missing.contains(&ResidentMissing::SchedulerKernel));
-    assert!(missing.contains(&ResidentMissing::DeviceLaunchInstantiation));
+    // The fake loads no real cubin: the scheduler kernel cannot be found in it.
+    assert!(
+        matches!(missing.as_slice(), [ResidentMissing::SchedulerLoad(_)]),
+        "{missing:?}"
+    );
     let text = err.to_string();
     assert!(
-        text.contains("not available on this device/driver yet"),
+        text.contains("not available on this device/driver"),
         "{text}"
     );
     assert!(text.contains("scheduler kernel"), "{text}");
@@ -36,4 +40,33 @@ fn opening_a_resident_queue_is_a_typed_refusal_naming_what_is_missing() {
         .fill(&[], &[(&done, 1)], &buffer.whole(), FillPattern::U8(1))
         .unwrap();
     done.wait(1, Duration::from_secs(10)).unwrap();
+}
+
+#[test]
+fn a_driver_without_what_a_resident_queue_calls_is_named() {
+    let (_fake, driver) = load_with("resident-old", |fake| fake.hide("cuGraphNodeGetType"));
+    let device = driver.open(0, queues(1)).unwrap();
+    let err = device
+        .open_resident_queue(&ResidentOptions::new("resident"))
+        .err()
+        .expect("a driver without cuGraphNodeGetType cannot run a resident queue");
+    let Error::ResidentUnavailable { missing } = &err else {
+        panic!("expected ResidentUnavailable, got {err}")
+    };
+    assert_eq!(
+        missing,
+        &[ResidentMissing::DriverFunction("cuGraphNodeGetType")]
+    );
+    assert!(err.to_string().contains("cuGraphNodeGetType"), "{err}");
+}
+
+#[test]
+fn bad_options_are_refused_before_anything_is_made() {
+    let (_fake, driver) = load("resident-options");
+    let device = driver.open(0, queues(1)).unwrap();
+    let mut options = ResidentOptions::new("resident");
+    options.launches_per_execution = 0;
+    // The fake cannot load the scheduler either; the options are checked first.
+    let err = device.open_resident_queue(&options).err().unwrap();
+    assert!(matches!(err, Error::Resident(_)), "{err}");
 }

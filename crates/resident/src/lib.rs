@@ -13,17 +13,18 @@
 //! What this crate holds, with no CUDA dependency (like the scheduler crate):
 //!
 //! - the ring ([`split`], [`Producer`], [`Consumer`]) over a [`SharedMemory`] (the CPU version
-//!   is [`HostMemory`]; the host-mapped version is not built yet), with its documented
+//!   is [`HostMemory`]; the host-mapped one is `cuhal`'s), with its documented
 //!   [`Descriptor`] layout;
 //! - the slot table and completion words ([`SlotTable`], [`Completion`]);
 //! - typed refusals at submission ([`Refusal`]): stream and deferred command buffers, graphs
 //!   with nodes device launch refuses, semaphores without a slot;
 //! - [`ResidentQueue`], whose scheduler is a CPU model (a thread calling a [`Launcher`]), enough
-//!   to test the ring, back-pressure, failure, device loss and shutdown without a GPU.
+//!   to test the ring, back-pressure, failure, device loss and shutdown without a GPU, or a
+//!   [`DeviceScheduler`] ([`ResidentQueue::with_device`]): a scheduler on a device that the host
+//!   wakes, stops and watches, while a poller thread here reads its completion words. `cuhal`'s
+//!   `Device::open_resident_queue` is that, with the scheduler kernel on the GPU.
 //!
-//! **Not built yet:** the device-side scheduler kernel and device graph instantiation. The
-//! device crate refuses to open a resident queue on a real GPU with a typed error naming what
-//! is missing. See `docs/decisions/resident.md`.
+//! See `docs/decisions/resident.md`.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -51,6 +52,7 @@
 //! # Ok::<(), cuhal_resident::Error>(())
 //! ```
 
+mod chain;
 mod descriptor;
 mod doorbell;
 mod error;
@@ -61,6 +63,10 @@ mod ring;
 mod slots;
 mod sync;
 
+#[cfg(not(loom))]
+mod engine;
+#[cfg(all(test, not(loom)))]
+mod engine_tests;
 #[cfg(not(loom))]
 mod mirror;
 #[cfg(not(loom))]
@@ -74,6 +80,7 @@ mod room;
 #[cfg(not(loom))]
 mod shared;
 
+pub use chain::{ChainStarter, chain_try_exit};
 pub use descriptor::{Descriptor, MAX_SIGNALS, MAX_WAITS, SlotValue};
 pub use doorbell::Doorbell;
 pub use error::Error;
@@ -83,6 +90,8 @@ pub use refusal::{ExecutableKind, Launchable, NodeKind, Refusal};
 pub use ring::{Consumer, Full, Producer, split};
 pub use slots::{Completion, FAILED, SlotState, SlotTable};
 
+#[cfg(not(loom))]
+pub use engine::DeviceScheduler;
 #[cfg(not(loom))]
 pub use model::{Launch, LaunchError, Launcher};
 #[cfg(not(loom))]

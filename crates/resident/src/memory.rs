@@ -1,7 +1,7 @@
 //! [`SharedMemory`]: where the ring, its completion words and the semaphore slots live, and
 //! [`HostMemory`], its CPU version (ordinary memory). The device version (host-mapped pinned
 //! memory from `cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)`, read by the scheduler kernel through
-//! its device pointer) implements the same trait; it is not built yet.
+//! its device pointer) is the `cuhal` crate's.
 
 use crate::descriptor::Descriptor;
 use crate::error::Error;
@@ -18,7 +18,8 @@ impl Line {
     }
 }
 
-/// The ring's two sequence numbers: `produced` (written by the host after each descriptor,
+/// The ring's two sequence numbers, each a `u64` at the start of its own 128-byte line:
+/// `produced` (written by the host after each descriptor,
 /// with release ordering) and `consumed` (written by the consumer once it has copied a
 /// descriptor out). Each on its own line: 256 bytes.
 #[repr(C)]
@@ -30,7 +31,10 @@ pub struct RingHeader {
 }
 
 #[cfg(not(loom))]
-const _: () = assert!(std::mem::size_of::<RingHeader>() == 256);
+const _: () = {
+    assert!(std::mem::size_of::<RingHeader>() == 256);
+    assert!(std::mem::size_of::<DescriptorCell>() == 256);
+};
 
 impl RingHeader {
     /// Both numbers at 0.
@@ -49,7 +53,9 @@ impl Default for RingHeader {
 }
 
 /// One descriptor's storage: written by the producer, read by the consumer, never both at once
-/// (the ring's sequence numbers order them).
+/// (the ring's sequence numbers order them). In memory it is a [`Descriptor`]
+/// (`repr(transparent)`): a device scheduler reads the cells where the host wrote them.
+#[cfg_attr(not(loom), repr(transparent))]
 pub struct DescriptorCell(pub(crate) RaceCell<Descriptor>);
 
 // SAFETY: the cell is only accessed through `Producer::try_push` and `Consumer::peek`, whose
@@ -90,6 +96,22 @@ pub unsafe trait SharedMemory: Send + Sync + 'static {
     fn completions(&self) -> &[AtomicU64];
     /// The semaphore slots (see [`SlotTable`](crate::SlotTable)).
     fn slots(&self) -> &[AtomicU64];
+}
+
+// SAFETY: forwards to the boxed memory, which upholds the trait's contract.
+unsafe impl SharedMemory for Box<dyn SharedMemory> {
+    fn header(&self) -> &RingHeader {
+        (**self).header()
+    }
+    fn descriptors(&self) -> &[DescriptorCell] {
+        (**self).descriptors()
+    }
+    fn completions(&self) -> &[AtomicU64] {
+        (**self).completions()
+    }
+    fn slots(&self) -> &[AtomicU64] {
+        (**self).slots()
+    }
 }
 
 /// [`SharedMemory`] in ordinary host memory: what the CPU model runs on.

@@ -15,6 +15,7 @@ use std::sync::{Arc, Weak};
 
 use cuhal_semaphore::{DeviceEvent, Failure, Listener, Semaphore, SemaphoreId};
 
+use crate::engine::Engine;
 use crate::error::Error;
 use crate::memory::SharedMemory;
 use crate::shared::{Retained, Shared, lock};
@@ -23,13 +24,23 @@ use crate::slots::{Completion, SlotTable};
 impl<E: DeviceEvent> Shared<E> {
     /// Retires every submission whose completion word is written, in order.
     pub(crate) fn retire(&self) {
+        self.retire_with(None);
+    }
+
+    /// Retires every submission, those without a completion word as `completion`: what a
+    /// device that was lost will never finish.
+    pub(crate) fn retire_as(&self, completion: Completion) {
+        self.retire_with(Some(completion));
+    }
+
+    fn retire_with(&self, fallback: Option<Completion>) {
         let capacity = self.options.capacity as u64;
         let completions = self.memory.completions();
         self.retained.retire(
             |front| {
                 let word =
                     completions[(front.sequence % capacity) as usize].load(Ordering::Acquire);
-                Completion::decode(word, front.sequence)
+                Completion::decode(word, front.sequence).or(fallback)
             },
             |batch| {
                 let Some(last) = batch.last().map(|(entry, _)| entry.sequence) else {
@@ -57,11 +68,14 @@ impl<E: DeviceEvent> Shared<E> {
                 }
                 return;
             }
-            Completion::LaunchFailed => {
-                let mut failures = lock(&self.launch_failures);
-                let found = failures.iter().position(|(s, _)| *s == entry.sequence);
-                found.map(|index| failures.swap_remove(index).1)
-            }
+            Completion::LaunchFailed => match &self.engine {
+                Engine::Model(_) => {
+                    let mut failures = lock(&self.launch_failures);
+                    let found = failures.iter().position(|(s, _)| *s == entry.sequence);
+                    found.map(|index| failures.swap_remove(index).1)
+                }
+                Engine::Device(scheduler) => scheduler.launch_failure(entry.sequence),
+            },
             Completion::WaitFailed => entry.waits.iter().find_map(Semaphore::failure),
             Completion::Shutdown => {
                 self.counters
@@ -125,10 +139,9 @@ impl<E: DeviceEvent> Shared<E> {
             return;
         };
         self.gates[slot as usize].notice(self.slot(slot), &semaphore, listener, u64::from(slot));
-        if self.doorbell.ring() {
-            // A failed start leaves the doorbell free: the next submission or notice retries.
-            let _ = self.start_consumer();
-        }
+        // A failed model start leaves the doorbell free: the next submission or notice retries.
+        // A failed device ring loses the queue, which fails every waiter.
+        let _ = self.wake();
     }
 }
 

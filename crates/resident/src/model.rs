@@ -18,10 +18,10 @@ use std::time::Instant;
 use cuhal_semaphore::{DeviceEvent, Failure};
 
 use crate::descriptor::Descriptor;
+use crate::engine::Engine;
 use crate::error::Error;
-use crate::memory::HostMemory;
 use crate::ring::Consumer;
-use crate::shared::{Shared, lock};
+use crate::shared::{Memory, Shared, lock};
 use crate::slots::{Completion, SlotState, SlotTable};
 
 /// One launch the scheduler makes.
@@ -130,12 +130,7 @@ impl<E: DeviceEvent> Shared<E> {
     }
 
     /// Looks at the ring's head once.
-    fn step(
-        &self,
-        consumer: &mut Consumer<HostMemory>,
-        budget: &mut u32,
-        execution: &mut u64,
-    ) -> Step {
+    fn step(&self, consumer: &mut Consumer<Memory>, budget: &mut u32, execution: &mut u64) -> Step {
         let descriptor = match consumer.peek() {
             Ok(Some(descriptor)) => descriptor,
             Ok(None) => return Step::Idle,
@@ -201,7 +196,11 @@ impl<E: DeviceEvent> Shared<E> {
             bindings: descriptor.bindings,
             execution: *execution,
         };
-        let result = catch_unwind(AssertUnwindSafe(|| self.launcher.launch(launch)))
+        let Engine::Model(launcher) = &self.engine else {
+            // Only a model queue runs a model consumer.
+            return Completion::LaunchFailed;
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| launcher.launch(launch)))
             .unwrap_or_else(|_| Err(LaunchError::Failed(Failure::msg("the launcher panicked"))));
         match result {
             Ok(()) => Completion::Done,

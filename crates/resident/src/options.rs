@@ -46,7 +46,9 @@ impl ResidentOptions {
         }
     }
 
-    pub(crate) fn check(&self) -> Result<(), crate::Error> {
+    /// Checks the options: [`Error::InvalidOptions`](crate::Error::InvalidOptions) names what is
+    /// out of range.
+    pub fn check(&self) -> Result<(), crate::Error> {
         if self.launches_per_execution == 0 || self.launches_per_execution > FIRE_AND_FORGET_LIMIT {
             return Err(crate::Error::InvalidOptions(
                 "launches_per_execution must be between 1 and 120 (the fire-and-forget limit)",

@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 
 use crate::descriptor::{Descriptor, MAX_SIGNALS, MAX_WAITS, SlotValue};
 use crate::doorbell::Doorbell;
+use crate::engine::{DeviceScheduler, Engine};
 use crate::error::Error;
 use crate::handoff::{RetireQueue, SlotGate};
 use crate::memory::{HostMemory, SharedMemory};
@@ -17,7 +18,7 @@ use crate::model::Launcher;
 use crate::options::ResidentOptions;
 use crate::refusal::{ExecutableKind, Launchable, Refusal};
 use crate::ring::split;
-use crate::shared::{Bound, Counters, Retained, Shared, lock};
+use crate::shared::{Bound, Counters, Memory, Retained, Shared, lock};
 use crate::slots::{FAILED, SlotTable};
 
 /// What a resident queue has done (for tests and diagnostics).
@@ -63,6 +64,37 @@ impl<E: DeviceEvent> ResidentQueue<E> {
     pub fn new(options: ResidentOptions, launcher: impl Launcher) -> Result<Self, Error> {
         options.check()?;
         let memory = HostMemory::new(options.capacity, options.slots)?;
+        Self::build(options, Box::new(memory), Engine::Model(Arc::new(launcher)))
+    }
+
+    /// A queue whose ring `scheduler` consumes on a device, in `memory` (which the device
+    /// reads and writes: `options.capacity` descriptors and completion words, `options.slots`
+    /// slots). A poller thread reads the completion words and mirrors them into the
+    /// semaphores.
+    pub fn with_device(
+        options: ResidentOptions,
+        memory: Box<dyn SharedMemory>,
+        scheduler: Arc<dyn DeviceScheduler>,
+    ) -> Result<Self, Error> {
+        options.check()?;
+        if memory.descriptors().len() != options.capacity || memory.slots().len() != options.slots {
+            return Err(Error::InvalidOptions(
+                "the shared memory's capacity and slots must be the options'",
+            ));
+        }
+        let queue = Self::build(options, memory, Engine::Device(scheduler.clone()))?;
+        let shared = queue.shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{}-poller", queue.shared.options.label))
+            .spawn(move || shared.run_poller(scheduler));
+        match spawned {
+            Ok(handle) => *lock(&queue.shared.thread) = Some(handle),
+            Err(error) => return Err(Error::Spawn(error.to_string())),
+        }
+        Ok(queue)
+    }
+
+    fn build(options: ResidentOptions, memory: Memory, engine: Engine) -> Result<Self, Error> {
         let (producer, consumer) = split(memory)?;
         let memory = producer.shared_memory();
         let slots = options.slots;
@@ -85,8 +117,9 @@ impl<E: DeviceEvent> ResidentQueue<E> {
             room_waiters: AtomicUsize::new(0),
             lost: OnceLock::new(),
             shutdown: AtomicBool::new(false),
-            launcher: Arc::new(launcher),
+            engine,
             thread: Mutex::new(None),
+            poller_parked: AtomicBool::new(false),
             counters: Counters::default(),
         });
         let listener: Arc<dyn Listener<E>> = Arc::new_cyclic(|this| SlotListener {
@@ -192,10 +225,8 @@ impl<E: DeviceEvent> ResidentQueue<E> {
             let mut retained = entry();
             retained.sequence = produced;
             self.shared.retained.lock().push_back(retained);
-            self.shared
-                .counters
-                .retained
-                .fetch_add(1, Ordering::Relaxed);
+            // SeqCst: a device queue's poller, about to park, reads it after saying so.
+            self.shared.counters.retained.fetch_add(1, Ordering::SeqCst);
             match producer.try_push(descriptor) {
                 Ok(sequence) => break sequence,
                 Err(full) => {
@@ -216,9 +247,8 @@ impl<E: DeviceEvent> ResidentQueue<E> {
             .counters
             .submitted
             .fetch_add(1, Ordering::Relaxed);
-        if self.shared.doorbell.ring() {
-            self.shared.start_consumer()?;
-        }
+        self.shared.unpark_poller();
+        self.shared.wake()?;
         Ok(sequence)
     }
 
@@ -311,8 +341,17 @@ impl<E: DeviceEvent> ResidentQueue<E> {
     /// [`Error::Lost`].
     pub fn lose(&self, failure: Failure) {
         self.shared.lose(failure);
-        if self.shared.doorbell.ring() {
-            let _ = self.shared.start_consumer();
+        match &self.shared.engine {
+            // The model's consumer finishes what is in the ring as lost.
+            Engine::Model(_) => {
+                let _ = self.shared.wake();
+            }
+            // The device's scheduler finishes pending heads as lost; the poller retires what it
+            // never will.
+            Engine::Device(scheduler) => {
+                scheduler.stop(true);
+                self.shared.unpark_poller();
+            }
         }
     }
 
@@ -355,13 +394,37 @@ impl<E: DeviceEvent> ResidentQueue<E> {
             self.shared.shutdown.store(true, Ordering::SeqCst);
         }
         self.shared.notify_room();
-        self.join_consumers();
-        // Drain on this thread: the scheduler may have exited idle with pending submissions.
-        if self.shared.doorbell.ring() {
-            self.shared.clone().run_consumer();
+        match &self.shared.engine {
+            Engine::Model(_) => {
+                self.join_consumers();
+                // Drain on this thread: the scheduler may have exited idle with pending
+                // submissions.
+                if self.shared.doorbell.ring() {
+                    self.shared.clone().run_consumer();
+                }
+                self.join_consumers();
+                self.shared.retire();
+            }
+            Engine::Device(scheduler) => {
+                // The scheduler finishes pending heads as shut down and exits; then the poller
+                // has every completion word to read, and ends.
+                scheduler.stop(self.shared.lost.get().is_some());
+                if let Err(failure) = scheduler.health() {
+                    self.shared.lose(failure);
+                }
+                // No scheduler runs now: a submission without a completion word never gets one.
+                let fallback = if self.shared.lost.get().is_some() {
+                    crate::slots::Completion::Lost
+                } else {
+                    crate::slots::Completion::Shutdown
+                };
+                self.shared.retire_as(fallback);
+                if let Some(handle) = lock(&self.shared.thread).as_ref() {
+                    handle.thread().unpark();
+                }
+                self.join_consumers();
+            }
         }
-        self.join_consumers();
-        self.shared.retire();
         self.stats()
     }
 

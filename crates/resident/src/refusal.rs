@@ -102,6 +102,18 @@ pub enum Refusal {
         /// The value.
         value: u64,
     },
+    /// A command buffer that records binding slots: its addresses are patched per submission
+    /// by the host, which a resident submission does not pass through.
+    BindingSlots {
+        /// The slots it uses.
+        slots: usize,
+    },
+    /// A command buffer whose completion the host must check (an indirect dispatch records
+    /// out-of-range counts for the host to read), which a resident queue does not do.
+    ChecksCompletion,
+    /// A command buffer recorded with tracing zones (their event nodes do not launch from the
+    /// device).
+    Traced,
     /// A signal to a value its semaphore has already reached: timeline values only rise, so it
     /// could never take effect (as a normal queue refuses it).
     SignalNotAbove {
@@ -143,6 +155,19 @@ impl std::fmt::Display for Refusal {
             Refusal::ValueOutOfRange { value } => write!(
                 f,
                 "value {value:#x} has the top bit set, which the slot table keeps for failure"
+            ),
+            Refusal::BindingSlots { slots } => write!(
+                f,
+                "the command buffer records {slots} binding slots; a resident queue launches \
+                 executables as recorded, with no binding table"
+            ),
+            Refusal::ChecksCompletion => f.write_str(
+                "the command buffer records an indirect dispatch, whose completion the host \
+                 must check; a resident queue does not",
+            ),
+            Refusal::Traced => f.write_str(
+                "the command buffer records tracing zones, whose event nodes device graph \
+                 launch refuses",
             ),
             Refusal::SignalNotAbove { value, current } => write!(
                 f,

@@ -9,12 +9,15 @@ use cuhal_semaphore::{DeviceEvent, Failure, Semaphore, SemaphoreId};
 use smallvec::SmallVec;
 
 use crate::doorbell::Doorbell;
+use crate::engine::Engine;
 use crate::handoff::{RetireQueue, SlotGate};
-use crate::memory::{HostMemory, SharedMemory};
-use crate::model::Launcher;
+use crate::memory::SharedMemory;
 use crate::options::ResidentOptions;
 use crate::refusal::Launchable;
 use crate::ring::{Consumer, Producer};
+
+/// The ring's memory: ordinary memory for the CPU model, host-mapped memory for a device.
+pub(crate) type Memory = Box<dyn SharedMemory>;
 
 /// What the host keeps of a published submission until its completion word is read: the
 /// executable (so it outlives the launch) and the semaphores to advance or fail.
@@ -46,9 +49,10 @@ pub(crate) struct Counters {
 
 pub(crate) struct Shared<E: DeviceEvent> {
     pub(crate) options: ResidentOptions,
-    pub(crate) memory: Arc<HostMemory>,
-    pub(crate) producer: Mutex<Producer<HostMemory>>,
-    pub(crate) consumer: Mutex<Consumer<HostMemory>>,
+    pub(crate) memory: Arc<Memory>,
+    pub(crate) producer: Mutex<Producer<Memory>>,
+    /// The CPU model's end of the ring (a device queue's is on the device; this one stays idle).
+    pub(crate) consumer: Mutex<Consumer<Memory>>,
     pub(crate) doorbell: Doorbell,
     pub(crate) bound: Mutex<Bound<E>>,
     /// Per slot: the listener hand-off for waits the host pushes.
@@ -65,8 +69,11 @@ pub(crate) struct Shared<E: DeviceEvent> {
     pub(crate) room_waiters: AtomicUsize,
     pub(crate) lost: OnceLock<Failure>,
     pub(crate) shutdown: AtomicBool,
-    pub(crate) launcher: Arc<dyn Launcher>,
+    pub(crate) engine: Engine,
+    /// The CPU model's consumer thread, or a device queue's poller.
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+    /// A device queue's poller parked with nothing outstanding (a submission unparks it).
+    pub(crate) poller_parked: AtomicBool,
     pub(crate) counters: Counters,
 }
 

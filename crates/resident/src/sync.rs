@@ -5,13 +5,15 @@
 #[cfg(not(loom))]
 use std::cell::UnsafeCell;
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 
 /// A cell the producer writes and the consumer reads, ordered by the ring's sequence numbers.
-/// Under loom it is loom's checked cell, which reports a read racing a write.
+/// Under loom it is loom's checked cell, which reports a read racing a write. Otherwise it is a
+/// `T` in memory (`repr(transparent)`), so a device can read it where the host wrote it.
+#[cfg_attr(not(loom), repr(transparent))]
 pub(crate) struct RaceCell<T> {
     #[cfg(not(loom))]
     cell: UnsafeCell<T>,

@@ -18,7 +18,10 @@
 //!   each submission finished once and in order, `retired` never going back, nothing written
 //!   left unretired;
 //! - the slot listener hand-off: waits for different values sharing a slot's listener, racing a
-//!   host signal: every reached wait's value is pushed, and no wait is left without a listener.
+//!   host signal: every reached wait's value is pushed, and no wait is left without a listener;
+//! - a device scheduler's chains: two submitters ringing (`ChainStarter`) while a chain exits
+//!   idle (`chain_try_exit`, the kernel's steps), chains run one after another as a stream runs
+//!   them: no work stranded, and every chain started is one that ends.
 //!
 //! Built and run only with `RUSTFLAGS="--cfg loom"` (`cargo xtask ci` does it).
 #![cfg(loom)]
@@ -28,8 +31,8 @@ mod common;
 
 use common::model;
 use cuhal_resident::{
-    Completion, Consumer, Descriptor, Doorbell, FAILED, Full, HostMemory, MAX_WAITS, RetireQueue,
-    SharedMemory, SlotGate, SlotState, SlotTable, SlotValue, split,
+    ChainStarter, Completion, Consumer, Descriptor, Doorbell, FAILED, Full, HostMemory, MAX_WAITS,
+    RetireQueue, SharedMemory, SlotGate, SlotState, SlotTable, SlotValue, chain_try_exit, split,
 };
 use cuhal_semaphore::{Listener, NoEvent, Semaphore, SemaphoreId, SemaphoreOptions};
 use loom::cell::UnsafeCell;
@@ -612,5 +615,77 @@ fn every_pushed_wait_reaches_its_slot() {
         );
         assert_eq!(gate.semaphore.listener_count(), 0);
         *gate.this.lock().unwrap() = None;
+    });
+}
+
+/// Two submitters each publish one item and ring while the device's stream runs the chains
+/// they start, one after another; a chain takes items until it finds none, then tries to exit.
+#[test]
+fn device_chains_never_strand_work() {
+    model("device chains never strand work", || {
+        let rings = Arc::new(AtomicU64::new(0));
+        let exits = Arc::new(AtomicU64::new(0));
+        let produced = Arc::new(AtomicU64::new(0));
+        let consumed = Arc::new(AtomicU64::new(0));
+        let requested = Arc::new(AtomicU64::new(0));
+        let hosts_done = Arc::new(AtomicUsize::new(0));
+        let starter = Arc::new(ChainStarter::new());
+        let hosts: Vec<JoinHandle<()>> = (0..2)
+            .map(|_| {
+                let (rings, exits, produced) = (rings.clone(), exits.clone(), produced.clone());
+                let (requested, hosts_done, starter) =
+                    (requested.clone(), hosts_done.clone(), starter.clone());
+                thread::spawn(move || {
+                    produced.fetch_add(1, Ordering::SeqCst);
+                    starter
+                        .ring(&rings, &exits, || {
+                            requested.fetch_add(1, Ordering::SeqCst);
+                            Ok::<(), ()>(())
+                        })
+                        .unwrap();
+                    hosts_done.fetch_add(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        let stream = {
+            let (rings, exits, produced, consumed) = (
+                rings.clone(),
+                exits.clone(),
+                produced.clone(),
+                consumed.clone(),
+            );
+            let (requested, hosts_done) = (requested.clone(), hosts_done.clone());
+            thread::spawn(move || {
+                let mut ran = 0;
+                loop {
+                    if ran < requested.load(Ordering::SeqCst) {
+                        ran += 1;
+                        loop {
+                            let seen = rings.load(Ordering::SeqCst);
+                            let taken = consumed.load(Ordering::SeqCst);
+                            if taken < produced.load(Ordering::SeqCst) {
+                                consumed.store(taken + 1, Ordering::SeqCst);
+                                continue;
+                            }
+                            if chain_try_exit(&rings, &exits, seen) {
+                                break;
+                            }
+                        }
+                    } else if hosts_done.load(Ordering::SeqCst) == 2
+                        && ran == requested.load(Ordering::SeqCst)
+                    {
+                        break;
+                    } else {
+                        thread::yield_now();
+                    }
+                }
+            })
+        };
+        for host in hosts {
+            host.join().unwrap();
+        }
+        stream.join().unwrap();
+        assert_eq!(consumed.load(Ordering::SeqCst), 2, "work was stranded");
+        assert_eq!(exits.load(Ordering::SeqCst), starter.starts());
     });
 }

@@ -455,6 +455,8 @@ driver_api! {
         /// `cuGraphNodeSetEnabled(exec, node, enabled)` (CUDA 11.6): later launches of `exec` skip
         /// a disabled kernel, memset or memcpy node.
         fn cuGraphNodeSetEnabled(exec: CUgraphExec, node: CUgraphNode, enabled: c_uint) since 11060;
+        /// `cuGraphNodeGetType(node, &type)` (CUDA 10.0): the node's `CU_GRAPH_NODE_TYPE_*`.
+        fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut c_uint) since 10000;
     }
 }
 

@@ -562,6 +562,29 @@ pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x1;
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
 /// `cuGraphInstantiateWithFlags` flag: upload the graph as part of instantiation.
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`: the executable may also be launched from the
+/// device (upload it first); not with `AUTO_FREE_ON_LAUNCH`.
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: u64 = 4;
+/// `CU_GRAPH_NODE_TYPE_KERNEL` (`cuGraphNodeGetType`).
+pub const CU_GRAPH_NODE_TYPE_KERNEL: c_uint = 0;
+/// `CU_GRAPH_NODE_TYPE_MEMCPY`.
+pub const CU_GRAPH_NODE_TYPE_MEMCPY: c_uint = 1;
+/// `CU_GRAPH_NODE_TYPE_MEMSET`.
+pub const CU_GRAPH_NODE_TYPE_MEMSET: c_uint = 2;
+/// `CU_GRAPH_NODE_TYPE_HOST`.
+pub const CU_GRAPH_NODE_TYPE_HOST: c_uint = 3;
+/// `CU_GRAPH_NODE_TYPE_GRAPH` (a child graph).
+pub const CU_GRAPH_NODE_TYPE_GRAPH: c_uint = 4;
+/// `CU_GRAPH_NODE_TYPE_EMPTY`.
+pub const CU_GRAPH_NODE_TYPE_EMPTY: c_uint = 5;
+/// `CU_GRAPH_NODE_TYPE_WAIT_EVENT`.
+pub const CU_GRAPH_NODE_TYPE_WAIT_EVENT: c_uint = 6;
+/// `CU_GRAPH_NODE_TYPE_EVENT_RECORD`.
+pub const CU_GRAPH_NODE_TYPE_EVENT_RECORD: c_uint = 7;
+/// `CU_GRAPH_NODE_TYPE_MEM_ALLOC`.
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_uint = 10;
+/// `CU_GRAPH_NODE_TYPE_MEM_FREE`.
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_uint = 11;
 /// `cuGraphInstantiateWithFlags` flag: run kernel nodes at their own priority attribute rather
 /// than the priority of the stream the graph is launched into.
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY: u64 = 8;

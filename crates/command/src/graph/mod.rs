@@ -994,6 +994,10 @@ impl CommandBuffer for GraphExec {
     fn kind(&self) -> CommandBufferKind {
         CommandBufferKind::Graph
     }
+    fn template_graph(&self) -> Option<cuhal_sys::CUgraph> {
+        Some(self.raw_graph())
+    }
+
     fn recorded(&self) -> &Recorded {
         &self.recorded
     }

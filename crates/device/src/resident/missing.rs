@@ -17,13 +17,16 @@ pub enum ResidentMissing {
         /// [`RESIDENT_MIN_DRIVER`].
         needed: i32,
     },
-    /// Instantiating graph command buffers for device launch
-    /// (`cuGraphInstantiateWithParams` with `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`) is not
-    /// built.
-    DeviceLaunchInstantiation,
-    /// The scheduler kernel that reads the ring on the device is not built, nor validated on a
-    /// GPU.
-    SchedulerKernel,
+    /// cuhal has no scheduler kernel for this architecture (its cubins cover sm_80 and later).
+    SchedulerKernel {
+        /// The device's architecture, `sm_XY`.
+        architecture: String,
+    },
+    /// The driver lacks a function the resident queue calls.
+    DriverFunction(&'static str),
+    /// The scheduler kernel could not be loaded or its graph not instantiated for device launch
+    /// (the driver's error).
+    SchedulerLoad(String),
 }
 
 impl fmt::Display for ResidentMissing {
@@ -33,11 +36,16 @@ impl fmt::Display for ResidentMissing {
                 f,
                 "driver version {found} (device graph launch needs {needed} or later)"
             ),
-            ResidentMissing::DeviceLaunchInstantiation => {
-                f.write_str("device-launch instantiation of graph command buffers (not built yet)")
-            }
-            ResidentMissing::SchedulerKernel => {
-                f.write_str("the device-side scheduler kernel (not built yet)")
+            ResidentMissing::SchedulerKernel { architecture } => write!(
+                f,
+                "a scheduler kernel for {architecture} (cuhal's cubins cover sm_80 and later)"
+            ),
+            ResidentMissing::DriverFunction(name) => write!(f, "the driver function {name}"),
+            ResidentMissing::SchedulerLoad(error) => {
+                write!(
+                    f,
+                    "a scheduler kernel the driver loads for device launch ({error})"
+                )
             }
         }
     }

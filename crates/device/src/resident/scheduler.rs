@@ -1,0 +1,305 @@
+//! [`Scheduler`]: the device half of a resident queue, as `cuhal-resident` drives it. It owns
+//! the scheduler graph (one kernel node, `cuhal_resident_schedule` from
+//! `kernels/resident/scheduler.cu`, instantiated for device launch), the stream its chains run
+//! on, and the kernel's device-memory state; it starts a chain when none runs, stops it at
+//! shutdown, and reports the device's health.
+//!
+//! Starting and exiting follow `cuhal_resident::ChainStarter` (the host) and
+//! `cuhal_resident::chain_try_exit` (the kernel's steps, in Rust), modelled together in loom: a
+//! chain is started with `cuGraphLaunch` on the queue's stream, behind any chain still running,
+//! so two never run at once.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use cuhal_resident::ChainStarter;
+use cuhal_semaphore::Failure;
+use cuhal_sys::{
+    CU_STREAM_NON_BLOCKING, CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH, CUDA_KERNEL_NODE_PARAMS,
+    CUdeviceptr, CUgraph, CUgraphExec, CUgraphNode, PrimaryContext, Stream, cu,
+};
+
+use super::memory::{
+    Block, CONSUMED, CONTROL, EXITS, LAUNCH_ERROR, LOST, PRODUCED, RINGS, SHUTTING_DOWN,
+};
+use crate::error::{Error, Result};
+
+/// The scheduler kernel's name in its cubins.
+const KERNEL: &str = "cuhal_resident_schedule";
+/// The cubins' module name in a context's resident modules.
+const MODULE: &str = "cuhal-resident-scheduler";
+
+/// The scheduler cubins built into cuhal (`kernels/resident/build.sh`, CUDA 13.0):
+/// (architecture as major * 10 + minor, image).
+const BUILT_IN: &[(u32, &[u8])] = &[
+    (
+        80,
+        include_bytes!("../../kernels/resident/scheduler_sm_80.cubin"),
+    ),
+    (
+        86,
+        include_bytes!("../../kernels/resident/scheduler_sm_86.cubin"),
+    ),
+    (
+        89,
+        include_bytes!("../../kernels/resident/scheduler_sm_89.cubin"),
+    ),
+    (
+        90,
+        include_bytes!("../../kernels/resident/scheduler_sm_90.cubin"),
+    ),
+    (
+        100,
+        include_bytes!("../../kernels/resident/scheduler_sm_100.cubin"),
+    ),
+    (
+        120,
+        include_bytes!("../../kernels/resident/scheduler_sm_120.cubin"),
+    ),
+];
+
+/// The built-in cubin for compute capability `cc`: an exact match, else the newest of the same
+/// major version and a lower minor (cubins run on later minors of their major).
+pub(crate) fn built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
+    (cc.0 * 10..=cc.0 * 10 + cc.1).rev().find_map(|a| {
+        BUILT_IN
+            .iter()
+            .find(|(b, _)| i64::from(*b) == i64::from(a))
+            .map(|(_, image)| *image)
+    })
+}
+
+/// The kernel's one parameter, `SchedulerParams` in `scheduler.cu`, field for field.
+#[repr(C)]
+struct Params {
+    produced: CUdeviceptr,
+    consumed: CUdeviceptr,
+    rings: CUdeviceptr,
+    exits: CUdeviceptr,
+    control: CUdeviceptr,
+    launch_error: CUdeviceptr,
+    descriptors: CUdeviceptr,
+    completions: CUdeviceptr,
+    host_slots: CUdeviceptr,
+    device_slots: CUdeviceptr,
+    state: CUdeviceptr,
+    capacity: u64,
+    idle_ns: u64,
+    slots: u32,
+    max_launches: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Params>() == 112);
+
+/// Device memory the kernel keeps between executions: the launched batch's end, executions,
+/// chains running and a flag set if two ever ran at once (8 words).
+const STATE_BYTES: usize = 64;
+
+/// A resident queue's device scheduler.
+pub(crate) struct Scheduler {
+    context: Arc<PrimaryContext>,
+    block: Arc<Block>,
+    stream: Stream,
+    graph: CUgraph,
+    exec: CUgraphExec,
+    state: CUdeviceptr,
+    /// Chains started (`exits` reaching their count means none runs).
+    starter: ChainStarter,
+}
+
+// SAFETY: the graph, executable and state are owned handles, used under the driver's own thread
+// safety (launches and queries of one executable are serialized by `starts`' lock or are
+// read-only); they are destroyed once, in Drop.
+unsafe impl Send for Scheduler {}
+// SAFETY: as above.
+unsafe impl Sync for Scheduler {}
+
+impl Scheduler {
+    /// Builds the scheduler graph for `block` on `context` (current on this thread).
+    pub(crate) fn new(
+        context: &Arc<PrimaryContext>,
+        block: Arc<Block>,
+        image: &[u8],
+        idle_exit: Duration,
+        max_launches: u32,
+    ) -> Result<Self> {
+        let api = context.api();
+        let _bound = context.enter()?;
+        let module =
+            context.resident_module(MODULE, |c| cuhal_sys::Module::load_cubin(c, image))?;
+        let function = module.function(KERNEL)?;
+        let stream = Stream::new(context, CU_STREAM_NON_BLOCKING)?;
+        let mut state: CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; the context is current.
+        unsafe { cu!(api, cuMemAlloc(&mut state, STATE_BYTES)) }?;
+        let mut this = Scheduler {
+            context: context.clone(),
+            block,
+            stream,
+            graph: std::ptr::null_mut(),
+            exec: std::ptr::null_mut(),
+            state,
+            starter: ChainStarter::new(),
+        };
+        // SAFETY: `state` is a live allocation of STATE_BYTES; the stream is live.
+        unsafe {
+            cu!(
+                api,
+                cuMemsetD8Async(state, 0, STATE_BYTES, this.stream.raw())
+            )
+        }?;
+        let layout = this.block.layout;
+        let line = |l: usize| this.block.device(l * 128);
+        let mut params = Params {
+            produced: line(PRODUCED),
+            consumed: line(CONSUMED),
+            rings: line(RINGS),
+            exits: line(EXITS),
+            control: line(CONTROL),
+            launch_error: line(LAUNCH_ERROR),
+            descriptors: this.block.device(layout.descriptors()),
+            completions: this.block.device(layout.completions()),
+            host_slots: this.block.device(layout.host_slots()),
+            device_slots: this.block.device(layout.device_slots()),
+            state,
+            capacity: layout.capacity as u64,
+            idle_ns: u64::try_from(idle_exit.as_nanos()).unwrap_or(u64::MAX),
+            slots: layout.slots as u32,
+            max_launches,
+        };
+        let mut args: [*mut c_void; 1] = [(&raw mut params).cast()];
+        let node_params = CUDA_KERNEL_NODE_PARAMS::one_thread(function, args.as_mut_ptr());
+        // SAFETY: valid out-pointer; the context is current. From here Drop destroys the graph.
+        unsafe { cu!(api, cuGraphCreate(&mut this.graph, 0)) }?;
+        let mut node: CUgraphNode = std::ptr::null_mut();
+        // SAFETY: a live graph; `node_params` points at `args`, which points at `params`, all
+        // alive for the call (the driver copies the parameter values).
+        unsafe {
+            cu!(
+                api,
+                cuGraphAddKernelNode(&mut node, this.graph, std::ptr::null(), 0, &node_params)
+            )
+        }?;
+        // SAFETY: a live graph holding one kernel node; valid out-pointer.
+        unsafe {
+            cu!(
+                api,
+                cuGraphInstantiateWithFlags(
+                    &mut this.exec,
+                    this.graph,
+                    CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH
+                )
+            )
+        }?;
+        // SAFETY: a live executable and stream; device launch needs the upload first.
+        unsafe { cu!(api, cuGraphUpload(this.exec, this.stream.raw())) }?;
+        this.stream.synchronize()?;
+        Ok(this)
+    }
+
+    /// Starts a chain on the queue's stream (the ring found none running).
+    #[cold]
+    fn launch_chain(&self) -> Result<()> {
+        let _bound = self.context.enter()?;
+        // SAFETY: a live device-launchable executable, uploaded, and the queue's live stream.
+        unsafe {
+            cu!(
+                self.context.api(),
+                cuGraphLaunch(self.exec, self.stream.raw())
+            )
+        }?;
+        Ok(())
+    }
+
+    /// Chains the host started.
+    pub(crate) fn starts(&self) -> u64 {
+        self.starter.starts()
+    }
+
+    /// The kernel's state words (for stats and tests): batch end, executions, chains running,
+    /// and 1 if two chains ever ran at once. Synchronizes with the scheduler's stream.
+    pub(crate) fn state(&self) -> Result<[u64; 4]> {
+        let _bound = self.context.enter()?;
+        let mut words = [0u64; 4];
+        // SAFETY: `state` is a live allocation of at least 32 bytes; `words` is 32 bytes.
+        unsafe {
+            cu!(
+                self.context.api(),
+                cuMemcpyDtoH(words.as_mut_ptr().cast(), self.state, 32)
+            )
+        }?;
+        Ok(words)
+    }
+
+    /// The chains the device says have ended.
+    pub(crate) fn exits(&self) -> u64 {
+        self.block.line(EXITS).load(Ordering::SeqCst)
+    }
+}
+
+impl cuhal_resident::DeviceScheduler for Scheduler {
+    fn ring(&self) -> std::result::Result<(), Failure> {
+        self.starter
+            .ring(self.block.line(RINGS), self.block.line(EXITS), || {
+                self.launch_chain()
+            })
+            .map(drop)
+            .map_err(Failure::new)
+    }
+
+    fn stop(&self, lost: bool) {
+        let control = if lost { LOST } else { SHUTTING_DOWN };
+        self.block.line(CONTROL).store(control, Ordering::SeqCst);
+        // With descriptors left, a chain must see it: start one if none runs (it finishes them,
+        // then exits). A running chain sees the word and exits once the ring is empty.
+        let left = self.block.line(PRODUCED).load(Ordering::SeqCst)
+            != self.block.line(CONSUMED).load(Ordering::SeqCst);
+        if left {
+            let _ = cuhal_resident::DeviceScheduler::ring(self);
+        } else {
+            self.block.line(RINGS).fetch_add(1, Ordering::SeqCst);
+        }
+        let _ = self.stream.synchronize();
+    }
+
+    fn health(&self) -> std::result::Result<(), Failure> {
+        match self.stream.query() {
+            Ok(_) => Ok(()),
+            Err(error) => Err(Failure::new(Error::Driver(error))),
+        }
+    }
+
+    fn launch_failure(&self, sequence: u64) -> Option<Failure> {
+        let word = self.block.line(LAUNCH_ERROR).load(Ordering::Acquire);
+        (word >> 32 == sequence & 0xffff_ffff).then(|| {
+            Failure::msg(format!(
+                "the device could not launch resident submission {sequence}: cudaGraphLaunch \
+                 returned cudaError {}",
+                word & 0xffff_ffff
+            ))
+        })
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let api = self.context.api();
+        let Ok(_bound) = self.context.enter() else {
+            return;
+        };
+        let _ = self.stream.synchronize();
+        // SAFETY: each handle is live (or null, never made) and destroyed once; no chain runs
+        // (the stream is synchronized, and the queue stopped it before).
+        unsafe {
+            if !self.exec.is_null() {
+                let _ = (api.cuGraphExecDestroy)(self.exec);
+            }
+            if !self.graph.is_null() {
+                let _ = (api.cuGraphDestroy)(self.graph);
+            }
+            let _ = (api.cuMemFree)(self.state);
+        }
+    }
+}

@@ -354,8 +354,11 @@ impl<B: Backend> Drop for Queue<B> {
             self.shared.worker_done.store(true, Ordering::Release);
         }
         self.shared.hurry.wake();
+        // The completion thread ends once the worker is done: dropped on the worker thread, the
+        // worker is not done until this returns, so joining here would wait for ever.
         if let Some(completion) = self.completion.take()
             && completion.thread().id() != this
+            && worker_gone
         {
             let _ = completion.join();
         }

@@ -262,6 +262,12 @@ fn what_cannot_run_on_the_device_is_refused_with_a_reason() {
         refusal(queue.submit(&[], &[(&done, 5)], &graph).unwrap_err()),
         Refusal::SignalNotAbove { .. }
     ));
+    let other = resident(&device, ResidentOptions::new("other"));
+    other.bind(&done).unwrap();
+    assert!(matches!(
+        refusal(other.submit(&[], &[(&done, 6)], &graph).unwrap_err()),
+        Refusal::OtherQueue
+    ));
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -1,6 +1,6 @@
 //! Resident queues are opt-in, and refused with a typed error naming what is missing where the
-//! driver or device lacks what they need (the fake driver has no `cuGraphNodeGetType` and no
-//! device graph launch); the device's queues work as before.
+//! driver or device lacks what they need (the fake driver loads no real scheduler cubin, and a
+//! test hides `cuGraphNodeGetType`); the device's queues work as before.
 
 mod fake_support;
 

@@ -21,7 +21,8 @@ pub trait DeviceScheduler: Send + Sync + 'static {
     /// state it must make no driver call. An error loses the queue.
     fn ring(&self) -> Result<(), Failure>;
     /// The queue shuts down (`lost`: it was lost): the scheduler finishes every pending head
-    /// as shut down (or lost) and exits. Returns once no scheduler runs, or the device failed.
+    /// as shut down (or lost) and exits. Returns once no scheduler runs, or the device failed;
+    /// like a normal queue's drop, it waits for work already launched.
     fn stop(&self, lost: bool);
     /// `Ok` while the device is healthy; the failure once it is lost (a sticky error on the
     /// scheduler's stream). The poller asks while submissions are outstanding.
@@ -84,6 +85,9 @@ impl<E: DeviceEvent> Shared<E> {
                 since_progress = now;
             }
             if self.lost.get().is_some() {
+                // The scheduler finishes what it can as lost and ends first: the executables
+                // the unretired submissions hold must outlive every launch of them.
+                scheduler.stop(true);
                 self.retire_as(Completion::Lost);
                 break;
             }
@@ -103,6 +107,14 @@ impl<E: DeviceEvent> Shared<E> {
             if now.duration_since(last_health) >= HEALTH_EVERY {
                 last_health = now;
                 if let Err(failure) = scheduler.health() {
+                    self.lose(failure);
+                    continue;
+                }
+                // Work outstanding and nothing moving: ring, so that a chain runs (one that
+                // ended on a failed relaunch publishes its batch when the next one starts).
+                if now.duration_since(since_progress) >= HEALTH_EVERY
+                    && let Err(failure) = scheduler.ring()
+                {
                     self.lose(failure);
                     continue;
                 }

@@ -48,6 +48,13 @@ struct Device {
     launched: AtomicU64,
     quit: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Runs only once rung after `asleep` was set (a chain that ended unseen).
+    asleep: AtomicBool,
+    /// Rings to ignore (lost wake-ups).
+    deaf: AtomicU64,
+    rings: AtomicU64,
+    /// Called when the queue stops the device (the test's check of what is still alive).
+    on_stop: Mutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 impl Device {
@@ -61,11 +68,16 @@ impl Device {
             launched: AtomicU64::new(0),
             quit: AtomicBool::new(false),
             thread: Mutex::new(None),
+            asleep: AtomicBool::new(false),
+            deaf: AtomicU64::new(0),
+            rings: AtomicU64::new(0),
+            on_stop: Mutex::new(None),
         });
         let d = device.clone();
         *device.thread.lock().unwrap() = Some(std::thread::spawn(move || {
             while !d.quit.load(Ordering::SeqCst) {
-                if d.stuck.load(Ordering::SeqCst) || !d.step() {
+                let idle = d.stuck.load(Ordering::SeqCst) || d.asleep.load(Ordering::SeqCst);
+                if idle || !d.step() {
                     std::thread::sleep(Duration::from_micros(20));
                 }
             }
@@ -122,9 +134,19 @@ impl Device {
 
 impl DeviceScheduler for Device {
     fn ring(&self) -> Result<(), Failure> {
+        self.rings.fetch_add(1, Ordering::SeqCst);
+        let deaf = self.deaf.load(Ordering::SeqCst);
+        if deaf > 0 {
+            self.deaf.store(deaf - 1, Ordering::SeqCst);
+        } else {
+            self.asleep.store(false, Ordering::SeqCst);
+        }
         Ok(())
     }
     fn stop(&self, lost: bool) {
+        if let Some(check) = self.on_stop.lock().unwrap().as_ref() {
+            check();
+        }
         self.control
             .store(if lost { 2 } else { 1 }, Ordering::SeqCst);
         let m = &self.memory;
@@ -285,6 +307,87 @@ fn a_failed_device_launch_fails_its_signals_with_the_device_failure() {
     let error = second.wait(1, LONG).unwrap_err();
     assert!(error.to_string().contains("could not launch 1"), "{error}");
     third.wait(1, LONG).unwrap();
+    drop(queue);
+    stop(&device);
+}
+
+#[test]
+fn a_lost_wake_up_is_rung_again_by_the_poller() {
+    let (queue, device) = queue(16, None);
+    // The chain has ended unseen, and the submission's own ring is lost.
+    device.asleep.store(true, Ordering::SeqCst);
+    device.deaf.store(1, Ordering::SeqCst);
+    let exe: Arc<dyn Launchable> = Arc::new(Exe);
+    let done = Sem::new(0);
+    queue.bind(&done).unwrap();
+    queue.submit(&[], &[(&done, 1)], &exe, 0).unwrap();
+    done.wait(1, LONG).unwrap();
+    assert!(
+        device.rings.load(Ordering::SeqCst) >= 2,
+        "the poller never rang"
+    );
+    drop(queue);
+    stop(&device);
+}
+
+/// An executable that counts how many of it are alive.
+struct Counted(Arc<AtomicU64>);
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+impl Launchable for Counted {
+    fn kind(&self) -> ExecutableKind {
+        ExecutableKind::Graph
+    }
+    fn nodes(&self) -> &[NodeKind] {
+        &[NodeKind::Kernel]
+    }
+    fn handle(&self) -> u64 {
+        2
+    }
+}
+
+#[test]
+fn a_loss_stops_the_device_before_it_releases_what_the_device_may_launch() {
+    let (queue, device) = queue(16, None);
+    device.stuck.store(true, Ordering::SeqCst);
+    let live = Arc::new(AtomicU64::new(0));
+    let alive_at_stop = Arc::new(AtomicU64::new(u64::MAX));
+    {
+        let (live, alive_at_stop) = (live.clone(), alive_at_stop.clone());
+        *device.on_stop.lock().unwrap() = Some(Box::new(move || {
+            let _ = alive_at_stop.compare_exchange(
+                u64::MAX,
+                live.load(Ordering::SeqCst),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }));
+    }
+    let done = Sem::new(0);
+    queue.bind(&done).unwrap();
+    for value in 1..=3 {
+        live.fetch_add(1, Ordering::SeqCst);
+        let exe: Arc<dyn Launchable> = Arc::new(Counted(live.clone()));
+        queue.submit(&[], &[(&done, value)], &exe, 0).unwrap();
+    }
+    *device.sick.lock().unwrap() = Some(Failure::msg("lost"));
+    assert!(done.wait(3, LONG).is_err());
+    let deadline = Instant::now() + LONG;
+    while live.load(Ordering::SeqCst) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the executables were never released"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        alive_at_stop.load(Ordering::SeqCst),
+        3,
+        "the device was stopped after the executables it may launch were released"
+    );
     drop(queue);
     stop(&device);
 }

@@ -230,16 +230,23 @@ impl<E: DeviceEvent> ResidentQueue<E> {
             match producer.try_push(descriptor) {
                 Ok(sequence) => break sequence,
                 Err(full) => {
-                    // `retired <= consumed`, so the room test above makes this unreachable;
-                    // undo and report it rather than trust that.
-                    self.shared.retained.lock().pop_back();
-                    self.shared
-                        .counters
-                        .retained
-                        .fetch_sub(1, Ordering::Relaxed);
-                    return Err(Error::Full {
-                        capacity: full.capacity,
-                    });
+                    // The consumer writes a completion word only after `consumed` passed it, so
+                    // `retired <= consumed` and the room test above makes this rare; undo (our
+                    // entry, unless a loss retired it meanwhile) and wait or report it.
+                    let mut retained = self.shared.retained.lock();
+                    if retained.back().is_some_and(|e| e.sequence == produced) {
+                        retained.pop_back();
+                        self.shared.counters.retained.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    drop(retained);
+                    drop(producer);
+                    if !wait_for_room {
+                        return Err(Error::Full {
+                            capacity: full.capacity,
+                        });
+                    }
+                    std::thread::yield_now();
+                    continue;
                 }
             }
         };

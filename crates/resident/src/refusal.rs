@@ -114,6 +114,8 @@ pub enum Refusal {
     /// A command buffer recorded with tracing zones (their event nodes do not launch from the
     /// device).
     Traced,
+    /// An executable prepared for another resident queue.
+    OtherQueue,
     /// A signal to a value its semaphore has already reached: timeline values only rise, so it
     /// could never take effect (as a normal queue refuses it).
     SignalNotAbove {
@@ -164,6 +166,9 @@ impl std::fmt::Display for Refusal {
             Refusal::ChecksCompletion => f.write_str(
                 "the command buffer records an indirect dispatch, whose completion the host \
                  must check; a resident queue does not",
+            ),
+            Refusal::OtherQueue => f.write_str(
+                "the graph was prepared for another resident queue; prepare it for this one",
             ),
             Refusal::Traced => f.write_str(
                 "the command buffer records tracing zones, whose event nodes device graph \

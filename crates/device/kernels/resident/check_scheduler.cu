@@ -88,12 +88,14 @@ static_assert(sizeof(Descriptor) == 256, "layout");
 
 struct SchedulerParams {
     const u64* produced; u64* consumed; const u64* rings; u64* exits; const u64* control;
-    u64* launch_error; const Descriptor* descriptors; u64* completions; const u64* host_slots;
-    u64* device_slots; u64* state; u64 capacity; u64 idle_ns; unsigned slots; unsigned max_launches;
+    u64* tail_error; const Descriptor* descriptors; u64* completions; u64* launch_errors;
+    const u64* host_slots; u64* device_slots; u64* state; u64 capacity; u64 idle_ns; u64 next;
+    unsigned slots; unsigned max_launches;
 };
+static_assert(sizeof(SchedulerParams) == 128, "layout");
 
 // Header lines (128 bytes each) of the mapped block.
-enum { PRODUCED, CONSUMED, RINGS, EXITS, CONTROL, LAUNCH_ERROR, HEADER_LINES = 8 };
+enum { PRODUCED, CONSUMED, RINGS, EXITS, CONTROL, TAIL_ERROR, HEADER_LINES = 8 };
 
 static CUfunction g_schedule, g_work, g_spin;
 static CUstream g_side;
@@ -133,7 +135,8 @@ struct Queue {
     char* host = nullptr;
     CUdeviceptr dev = 0, state = 0;
     CUstream stream;
-    CUgraphExec exec;
+    CUgraphExec exec;  // the host's graph; it tail-launches `twin`, which only the device launches
+    CUgraphExec twin;
     u64 starts = 0;
     u64 produced_local = 0;
 
@@ -142,11 +145,11 @@ struct Queue {
     std::atomic<u64>* completions() {
         return reinterpret_cast<std::atomic<u64>*>(host + 128 * HEADER_LINES + 256 * capacity);
     }
-    std::atomic<u64>* host_slots() { return completions() + capacity; }
+    std::atomic<u64>* host_slots() { return completions() + 2 * capacity; }
     std::atomic<u64>* device_slots() { return host_slots() + slots; }
 
     Queue(u64 cap, u64 nslots, u64 idle_ns) : capacity(cap), slots(nslots) {
-        size_t bytes = 128 * HEADER_LINES + 256 * cap + 8 * cap + 16 * nslots;
+        size_t bytes = 128 * HEADER_LINES + 256 * cap + 16 * cap + 16 * nslots;
         CK(cuMemHostAlloc((void**)&host, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
         memset(host, 0, bytes);
         CK(cuMemHostGetDevicePointer(&dev, host, 0));
@@ -156,13 +159,17 @@ struct Queue {
         auto at = [&](size_t off) { return (u64*)(dev + off); };
         SchedulerParams p;
         p.produced = at(128 * PRODUCED); p.consumed = at(128 * CONSUMED); p.rings = at(128 * RINGS);
-        p.exits = at(128 * EXITS); p.control = at(128 * CONTROL); p.launch_error = at(128 * LAUNCH_ERROR);
+        p.exits = at(128 * EXITS); p.control = at(128 * CONTROL); p.tail_error = at(128 * TAIL_ERROR);
         p.descriptors = (const Descriptor*)at(128 * HEADER_LINES);
         p.completions = at(128 * HEADER_LINES + 256 * cap);
-        p.host_slots = p.completions + cap; p.device_slots = (u64*)p.host_slots + nslots;
+        p.launch_errors = p.completions + cap;
+        p.host_slots = p.launch_errors + cap; p.device_slots = (u64*)p.host_slots + nslots;
         p.state = (u64*)state; p.capacity = cap; p.idle_ns = idle_ns; p.slots = (unsigned)nslots;
         p.max_launches = 120;
+        p.next = 0;
         void* params[] = {&p};
+        twin = device_exec(kernel_graph(g_schedule, params));
+        p.next = (u64)twin;
         exec = device_exec(kernel_graph(g_schedule, params));
     }
     u64 state_word(int i) {

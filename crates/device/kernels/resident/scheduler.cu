@@ -3,8 +3,8 @@
 // One thread of one block, running as the only kernel node of a graph instantiated for device
 // launch. Each execution:
 //   1. publishes the batch the previous execution launched (this execution is that one's tail
-//      launch, so the batch's work has completed): signals into `device_slots`, then each
-//      completion word, then `consumed`;
+//      launch, so the batch's work has completed): per descriptor, `consumed` past it, its
+//      signals into `device_slots`, then its completion word;
 //   2. polls the ring in host-mapped memory; for each published descriptor in order whose waits
 //      are reached (a slot's value is the larger of its host word and its device word), launches
 //      its executable fire-and-forget, until the ring is empty, a wait is pending, an executable
@@ -13,6 +13,10 @@
 //      `idle_ns`, exits (see "exits" below).
 // A head whose wait failed, whose launch failed, or that is pending at shutdown or after loss
 // finishes at once, with its signals failed.
+//
+// Two graphs hold this kernel: the one the host launches to start a chain, and its twin, which
+// only the device launches (every tail launch names the twin in `next`): CUDA leaves launching
+// one graph from both the host and the device undefined.
 //
 // Exits: `exits` counts chains that ended; the host counts starts. The host, after publishing
 // and bumping `rings`, reads `exits` and starts a chain (cuGraphLaunch on the queue's stream)
@@ -61,15 +65,19 @@ struct SchedulerParams {
     const u64* rings;       // host: doorbell rings (publishes, pushed waits, shutdown)
     u64* exits;             // device: chains ended
     const u64* control;     // host: RUNNING, SHUTTING_DOWN or IS_LOST
-    u64* launch_error;      // device: (sequence << 32 | cudaError_t) of the last failed launch
+    u64* tail_error;        // device: the cudaError_t of a failed tail launch (the chain ended)
     const Descriptor* descriptors;
     u64* completions;
+    u64* launch_errors;     // device: per cell, (sequence << 16 | cudaError_t) of a failed launch
     const u64* host_slots;  // host: values pushed, failures
     u64* device_slots;      // device: values signalled, failures
     u64* state;             // [0] end of the launched batch, [1] executions, [2] chains running,
                             // [3] 1 once two ran at once
     u64 capacity;
     u64 idle_ns;
+    u64 next;               // the graph to tail-launch, 0 for this one: the host's graph names its
+                            // twin, the twin itself (the host never launches a graph the device
+                            // does)
     unsigned int slots;
     unsigned int max_launches;
 };
@@ -128,7 +136,9 @@ __device__ int waits_state(const SchedulerParams& p, const Descriptor& d) {
 }
 
 // Publishes `d`'s signals (or fails them) and its completion word. Only this chain writes the
-// device slots, so a read, a compare and a store raise a slot without an atomic.
+// device slots, so a read, a compare and a store raise a slot without an atomic. `consumed` has
+// passed `sequence` already: the host counts room by completion words read, which must not run
+// ahead of `consumed` (the cell is not rewritten until the host has read this word either).
 __device__ void finish(const SchedulerParams& p, const Descriptor& d, u64 sequence, int completion) {
     const unsigned int n = d.signal_count < MAX_SIGNALS ? d.signal_count : MAX_SIGNALS;
     for (unsigned int i = 0; i < n; ++i) {
@@ -162,16 +172,17 @@ extern "C" __global__ void cuhal_resident_schedule(SchedulerParams p) {
     for (u64 s = head; s < batch_end; ++s) {
         Descriptor d;
         read_descriptor(p, s, d);
+        store_sys(p.consumed, s + 1);
         finish(p, d, s, DONE);
     }
     if (batch_end > head) {
         head = batch_end;
-        store_sys(p.consumed, head);
     }
     // 2. Launch what is ready.
     u64 batch[BATCH_MAX];
     unsigned int launched = 0;
-    const unsigned int limit = p.max_launches < BATCH_MAX ? p.max_launches : BATCH_MAX;
+    const unsigned int limit =
+        p.max_launches == 0 ? 1 : p.max_launches < BATCH_MAX ? p.max_launches : BATCH_MAX;
     u64 idle_since = now_ns();
     for (;;) {
         const u64 rings = load_sys(p.rings);
@@ -183,7 +194,8 @@ extern "C" __global__ void cuhal_resident_schedule(SchedulerParams p) {
         if (next < produced) {
             read_descriptor(p, next, d);
             if (d.sequence != next) {
-                continue;  // not visible yet
+                __nanosleep(100);  // not visible yet (the release store of `produced` orders it)
+                continue;
             }
             state = control == IS_LOST ? 3 : waits_state(p, d);
         }
@@ -199,7 +211,7 @@ extern "C" __global__ void cuhal_resident_schedule(SchedulerParams p) {
                 cudaGraphLaunch((cudaGraphExec_t)d.executable, cudaStreamGraphFireAndForget);
             if (error == cudaSuccess) {
                 batch[launched++] = d.executable;
-                if (launched == limit) {
+                if (launched >= limit) {
                     break;
                 }
                 continue;
@@ -207,9 +219,9 @@ extern "C" __global__ void cuhal_resident_schedule(SchedulerParams p) {
             if (launched > 0) {
                 break;  // finished alone, as the head of the next execution
             }
-            store_sys(p.launch_error, (next << 32) | (u64)error);
-            finish(p, d, next, LAUNCH_FAILED);
+            store_sys(&p.launch_errors[next % p.capacity], (next << 16) | ((u64)error & 0xffff));
             store_sys(p.consumed, ++head);
+            finish(p, d, next, LAUNCH_FAILED);
             idle_since = now_ns();
             continue;
         }
@@ -217,8 +229,8 @@ extern "C" __global__ void cuhal_resident_schedule(SchedulerParams p) {
             break;
         }
         if (state == 2 || state == 3 || (state == 1 && control != RUNNING)) {
-            finish(p, d, next, state == 2 ? WAIT_FAILED : state == 3 ? LOST : SHUTDOWN);
             store_sys(p.consumed, ++head);
+            finish(p, d, next, state == 2 ? WAIT_FAILED : state == 3 ? LOST : SHUTDOWN);
             idle_since = now_ns();
             continue;
         }
@@ -239,10 +251,12 @@ extern "C" __global__ void cuhal_resident_schedule(SchedulerParams p) {
     }
     p.state[0] = head + launched;
     atomicAdd(&p.state[2], ~0ull);
-    const cudaError_t error = cudaGraphLaunch(cudaGetCurrentGraphExec(), cudaStreamGraphTailLaunch);
+    const cudaGraphExec_t next = p.next ? (cudaGraphExec_t)p.next : cudaGetCurrentGraphExec();
+    const cudaError_t error = cudaGraphLaunch(next, cudaStreamGraphTailLaunch);
     if (error != cudaSuccess) {
-        // The chain cannot go on: say so, and end it (the host starts another).
-        store_sys(p.launch_error, (0xffffffffull << 32) | (u64)error);
+        // The chain cannot go on: say so, and end it. The host's poller rings again when its
+        // work stops moving, and the next chain publishes this batch first.
+        store_sys(p.tail_error, (u64)error);
         store_sys(p.exits, *(volatile u64*)p.exits + 1);
     }
 }

@@ -23,11 +23,14 @@ pub struct ResidentGraph {
     context: Arc<PrimaryContext>,
     exec: CUgraphExec,
     nodes: Vec<NodeKind>,
+    /// The queue that prepared it (only that one may submit it).
+    owner: usize,
     _command_buffer: Arc<dyn CommandBuffer>,
 }
 
-// SAFETY: the executable is an owned driver handle, launched only by the device scheduler and
-// destroyed once, in Drop, after every submission holding this graph has retired.
+// SAFETY: the executable is an owned driver handle, launched only by the device scheduler of
+// the queue that prepared it, and destroyed once, in Drop, after every submission holding this
+// graph has retired (on a loss, after the scheduler has stopped).
 unsafe impl Send for ResidentGraph {}
 // SAFETY: as above; `&self` hands out only the handle's value.
 unsafe impl Sync for ResidentGraph {}
@@ -39,6 +42,7 @@ impl ResidentGraph {
         context: &Arc<PrimaryContext>,
         stream: &Stream,
         command_buffer: &Arc<dyn CommandBuffer>,
+        owner: usize,
     ) -> Result<Self> {
         let refuse = |refusal: Refusal| Err(Error::Resident(refusal.into()));
         let graph = match (command_buffer.kind(), command_buffer.template_graph()) {
@@ -93,6 +97,7 @@ impl ResidentGraph {
             context: context.clone(),
             exec,
             nodes,
+            owner,
             _command_buffer: command_buffer.clone(),
         };
         // SAFETY: a live executable and stream; device launch needs the upload first.
@@ -104,6 +109,10 @@ impl ResidentGraph {
     /// The graph's node kinds.
     pub fn nodes(&self) -> &[NodeKind] {
         &self.nodes
+    }
+
+    pub(crate) fn owner(&self) -> usize {
+        self.owner
     }
 }
 

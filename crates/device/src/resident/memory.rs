@@ -9,9 +9,10 @@
 //! | line 2 | `rings`: doorbell rings (publishes, pushed waits, stops) | host |
 //! | line 3 | `exits`: scheduler chains ended | device |
 //! | line 4 | `control`: 0 running, 1 shutting down, 2 lost | host |
-//! | line 5 | `launch_error`: `sequence << 32 \| cudaError_t` of the last failed launch | device |
+//! | line 5 | `tail_error`: the `cudaError_t` of a failed tail launch | device |
 //! | 1024 | `capacity` descriptors of 256 bytes | host |
 //! | then | `capacity` completion words | device |
+//! | then | `capacity` launch error words: `sequence << 16 \| cudaError_t` | device |
 //! | then | `slots` host slot words (values pushed, failures) | host |
 //! | then | `slots` device slot words (values signalled, failures) | device |
 
@@ -30,7 +31,7 @@ pub(crate) const CONSUMED: usize = 1;
 pub(crate) const RINGS: usize = 2;
 pub(crate) const EXITS: usize = 3;
 pub(crate) const CONTROL: usize = 4;
-pub(crate) const LAUNCH_ERROR: usize = 5;
+pub(crate) const TAIL_ERROR: usize = 5;
 const HEADER: usize = 8 * LINE;
 const DESCRIPTOR: usize = 256;
 
@@ -52,8 +53,11 @@ impl Layout {
     pub(crate) fn completions(&self) -> usize {
         HEADER + DESCRIPTOR * self.capacity
     }
-    pub(crate) fn host_slots(&self) -> usize {
+    pub(crate) fn launch_errors(&self) -> usize {
         self.completions() + 8 * self.capacity
+    }
+    pub(crate) fn host_slots(&self) -> usize {
+        self.launch_errors() + 8 * self.capacity
     }
     pub(crate) fn device_slots(&self) -> usize {
         self.host_slots() + 8 * self.slots
@@ -91,6 +95,11 @@ impl Block {
         // SAFETY: in bounds of the block (layout), 8-byte aligned (every offset is a multiple of
         // 8 from a page-aligned base), zeroed (a valid `AtomicU64`), alive as long as `self`.
         unsafe { std::slice::from_raw_parts(self.mapped.host_ptr().add(offset).cast(), count) }
+    }
+
+    /// The launch error words, one per cell.
+    pub(crate) fn launch_errors(&self) -> &[AtomicU64] {
+        self.words(self.layout.launch_errors(), self.layout.capacity)
     }
 
     /// The device slot words (the host reads them for diagnostics).

@@ -77,7 +77,9 @@ impl Device {
             });
         }
         if context.api().cuGraphNodeGetType.is_none() {
-            missing.push(ResidentMissing::DriverFunction("cuGraphNodeGetType"));
+            missing.push(ResidentMissing::DriverFunction(cuhal_sys::cu_name!(
+                cuGraphNodeGetType
+            )));
         }
         let Some(image) = image.filter(|_| missing.is_empty()) else {
             return Err(Error::ResidentUnavailable { missing });
@@ -128,7 +130,22 @@ impl ResidentQueue {
     /// other than a kernel, copy or fill are [`Error::Resident`] refusals. Prepare once, submit
     /// many times.
     pub fn prepare(&self, command_buffer: &Arc<dyn CommandBuffer>) -> Result<Arc<ResidentGraph>> {
-        ResidentGraph::new(&self.context, &self.upload, command_buffer).map(Arc::new)
+        ResidentGraph::new(&self.context, &self.upload, command_buffer, self.id()).map(Arc::new)
+    }
+
+    /// What [`ResidentGraph`]s prepared here carry: the address of the queue's ring memory.
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.block) as usize
+    }
+
+    /// A graph prepared by another queue: two queues could launch one executable at once,
+    /// which the device refuses, and another context's handle means nothing here.
+    fn check_owner(&self, graph: &ResidentGraph) -> Result<()> {
+        if graph.owner() == self.id() {
+            Ok(())
+        } else {
+            Err(Error::Resident(cuhal_resident::Refusal::OtherQueue.into()))
+        }
     }
 
     /// Gives `semaphore` a slot in the queue's table (every semaphore a submission waits on or
@@ -147,6 +164,7 @@ impl ResidentQueue {
         signals: &SemaphoreValues<'_>,
         graph: &Arc<ResidentGraph>,
     ) -> Result<u64> {
+        self.check_owner(graph)?;
         let executable: Arc<dyn Launchable> = graph.clone();
         self.queue
             .submit(waits, signals, &executable, 0)
@@ -160,13 +178,16 @@ impl ResidentQueue {
         signals: &SemaphoreValues<'_>,
         graph: &Arc<ResidentGraph>,
     ) -> Result<u64> {
+        self.check_owner(graph)?;
         let executable: Arc<dyn Launchable> = graph.clone();
         self.queue
             .try_submit(waits, signals, &executable, 0)
             .map_err(Error::Resident)
     }
 
-    /// What the queue has done so far.
+    /// What the queue has done so far. `starts` and `exits` count scheduler chains (host
+    /// starts, device exits); `launched` and `relaunches` are the CPU model's and stay 0 here
+    /// (the device's executions are in [`device_counts`](Self::device_counts)).
     pub fn stats(&self) -> ResidentStats {
         let mut stats = self.queue.stats();
         stats.starts = self.scheduler.starts();
@@ -175,7 +196,8 @@ impl ResidentQueue {
     }
 
     /// The scheduler's own counts, read from the device: executions, and whether two chains
-    /// ever ran at once (never, if the design holds).
+    /// ever ran at once (never, if the design holds). Not ordered with a running chain: exact
+    /// once the queue is shut down.
     pub fn device_counts(&self) -> Result<(u64, bool)> {
         let state = self.scheduler.state()?;
         Ok((state[1], state[3] != 0))

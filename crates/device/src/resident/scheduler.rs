@@ -22,7 +22,7 @@ use cuhal_sys::{
 };
 
 use super::memory::{
-    Block, CONSUMED, CONTROL, EXITS, LAUNCH_ERROR, LOST, PRODUCED, RINGS, SHUTTING_DOWN,
+    Block, CONSUMED, CONTROL, EXITS, LOST, PRODUCED, RINGS, SHUTTING_DOWN, TAIL_ERROR,
 };
 use crate::error::{Error, Result};
 
@@ -72,6 +72,7 @@ pub(crate) fn built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
 }
 
 /// The kernel's one parameter, `SchedulerParams` in `scheduler.cu`, field for field.
+#[derive(Clone, Copy)]
 #[repr(C)]
 struct Params {
     produced: CUdeviceptr,
@@ -79,19 +80,21 @@ struct Params {
     rings: CUdeviceptr,
     exits: CUdeviceptr,
     control: CUdeviceptr,
-    launch_error: CUdeviceptr,
+    tail_error: CUdeviceptr,
     descriptors: CUdeviceptr,
     completions: CUdeviceptr,
+    launch_errors: CUdeviceptr,
     host_slots: CUdeviceptr,
     device_slots: CUdeviceptr,
     state: CUdeviceptr,
     capacity: u64,
     idle_ns: u64,
+    next: u64,
     slots: u32,
     max_launches: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Params>() == 112);
+const _: () = assert!(std::mem::size_of::<Params>() == 128);
 
 /// Device memory the kernel keeps between executions: the launched batch's end, executions,
 /// chains running and a flag set if two ever ran at once (8 words).
@@ -102,8 +105,10 @@ pub(crate) struct Scheduler {
     context: Arc<PrimaryContext>,
     block: Arc<Block>,
     stream: Stream,
-    graph: CUgraph,
-    exec: CUgraphExec,
+    /// The graph the host launches to start a chain; it tail-launches `twin`.
+    start: Owned,
+    /// The graph only the device launches: every later execution of a chain.
+    twin: Owned,
     state: CUdeviceptr,
     /// Chains started (`exits` reaching their count means none runs).
     starter: ChainStarter,
@@ -138,8 +143,8 @@ impl Scheduler {
             context: context.clone(),
             block,
             stream,
-            graph: std::ptr::null_mut(),
-            exec: std::ptr::null_mut(),
+            start: Owned::none(),
+            twin: Owned::none(),
             state,
             starter: ChainStarter::new(),
         };
@@ -152,49 +157,31 @@ impl Scheduler {
         }?;
         let layout = this.block.layout;
         let line = |l: usize| this.block.device(l * 128);
-        let mut params = Params {
+        let params = Params {
             produced: line(PRODUCED),
             consumed: line(CONSUMED),
             rings: line(RINGS),
             exits: line(EXITS),
             control: line(CONTROL),
-            launch_error: line(LAUNCH_ERROR),
+            tail_error: line(TAIL_ERROR),
             descriptors: this.block.device(layout.descriptors()),
             completions: this.block.device(layout.completions()),
+            launch_errors: this.block.device(layout.launch_errors()),
             host_slots: this.block.device(layout.host_slots()),
             device_slots: this.block.device(layout.device_slots()),
             state,
             capacity: layout.capacity as u64,
             idle_ns: u64::try_from(idle_exit.as_nanos()).unwrap_or(u64::MAX),
+            next: 0,
             slots: layout.slots as u32,
             max_launches,
         };
-        let mut args: [*mut c_void; 1] = [(&raw mut params).cast()];
-        let node_params = CUDA_KERNEL_NODE_PARAMS::one_thread(function, args.as_mut_ptr());
-        // SAFETY: valid out-pointer; the context is current. From here Drop destroys the graph.
-        unsafe { cu!(api, cuGraphCreate(&mut this.graph, 0)) }?;
-        let mut node: CUgraphNode = std::ptr::null_mut();
-        // SAFETY: a live graph; `node_params` points at `args`, which points at `params`, all
-        // alive for the call (the driver copies the parameter values).
-        unsafe {
-            cu!(
-                api,
-                cuGraphAddKernelNode(&mut node, this.graph, std::ptr::null(), 0, &node_params)
-            )
-        }?;
-        // SAFETY: a live graph holding one kernel node; valid out-pointer.
-        unsafe {
-            cu!(
-                api,
-                cuGraphInstantiateWithFlags(
-                    &mut this.exec,
-                    this.graph,
-                    CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH
-                )
-            )
-        }?;
-        // SAFETY: a live executable and stream; device launch needs the upload first.
-        unsafe { cu!(api, cuGraphUpload(this.exec, this.stream.raw())) }?;
+        this.twin = Owned::new(context, &this.stream, function, params)?;
+        let start = Params {
+            next: this.twin.exec as u64,
+            ..params
+        };
+        this.start = Owned::new(context, &this.stream, function, start)?;
         this.stream.synchronize()?;
         Ok(this)
     }
@@ -207,7 +194,7 @@ impl Scheduler {
         unsafe {
             cu!(
                 self.context.api(),
-                cuGraphLaunch(self.exec, self.stream.raw())
+                cuGraphLaunch(self.start.exec, self.stream.raw())
             )
         }?;
         Ok(())
@@ -272,12 +259,13 @@ impl cuhal_resident::DeviceScheduler for Scheduler {
     }
 
     fn launch_failure(&self, sequence: u64) -> Option<Failure> {
-        let word = self.block.line(LAUNCH_ERROR).load(Ordering::Acquire);
-        (word >> 32 == sequence & 0xffff_ffff).then(|| {
+        let cell = (sequence % self.block.layout.capacity as u64) as usize;
+        let word = self.block.launch_errors()[cell].load(Ordering::Acquire);
+        (word >> 16 == sequence & (u64::MAX >> 16)).then(|| {
             Failure::msg(format!(
                 "the device could not launch resident submission {sequence}: cudaGraphLaunch \
                  returned cudaError {}",
-                word & 0xffff_ffff
+                word & 0xffff
             ))
         })
     }
@@ -290,8 +278,80 @@ impl Drop for Scheduler {
             return;
         };
         let _ = self.stream.synchronize();
-        // SAFETY: each handle is live (or null, never made) and destroyed once; no chain runs
-        // (the stream is synchronized, and the queue stopped it before).
+        self.start.destroy(&self.context);
+        self.twin.destroy(&self.context);
+        // SAFETY: a live allocation, freed once; no chain runs (the stream is synchronized, and
+        // the queue stopped it before).
+        unsafe {
+            let _ = (api.cuMemFree)(self.state);
+        }
+    }
+}
+
+/// One scheduler graph: a kernel node of the scheduler with its parameters, instantiated for
+/// device launch and uploaded.
+struct Owned {
+    graph: CUgraph,
+    exec: CUgraphExec,
+}
+
+impl Owned {
+    fn none() -> Self {
+        Owned {
+            graph: std::ptr::null_mut(),
+            exec: std::ptr::null_mut(),
+        }
+    }
+
+    /// Builds the graph of `function` with `params` (the context current), uploaded on `stream`.
+    fn new(
+        context: &Arc<PrimaryContext>,
+        stream: &Stream,
+        function: cuhal_sys::CUfunction,
+        mut params: Params,
+    ) -> Result<Self> {
+        let api = context.api();
+        let mut this = Owned::none();
+        let mut args: [*mut c_void; 1] = [(&raw mut params).cast()];
+        let node_params = CUDA_KERNEL_NODE_PARAMS::one_thread(function, args.as_mut_ptr());
+        let made = (|| -> Result<()> {
+            // SAFETY: valid out-pointer; the context is current.
+            unsafe { cu!(api, cuGraphCreate(&mut this.graph, 0)) }?;
+            let mut node: CUgraphNode = std::ptr::null_mut();
+            // SAFETY: a live graph; `node_params` points at `args`, which points at `params`,
+            // all alive for the call (the driver copies the parameter values).
+            unsafe {
+                cu!(
+                    api,
+                    cuGraphAddKernelNode(&mut node, this.graph, std::ptr::null(), 0, &node_params)
+                )
+            }?;
+            // SAFETY: a live graph holding one kernel node; valid out-pointer.
+            unsafe {
+                cu!(
+                    api,
+                    cuGraphInstantiateWithFlags(
+                        &mut this.exec,
+                        this.graph,
+                        CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH
+                    )
+                )
+            }?;
+            // SAFETY: a live executable and stream; device launch needs the upload first.
+            unsafe { cu!(api, cuGraphUpload(this.exec, stream.raw())) }?;
+            Ok(())
+        })();
+        if let Err(error) = made {
+            this.destroy(context);
+            return Err(error);
+        }
+        Ok(this)
+    }
+
+    /// Destroys what was made (the context's stream synchronized: nothing runs it).
+    fn destroy(&mut self, context: &PrimaryContext) {
+        let api = context.api();
+        // SAFETY: each handle is live or null (never made), and destroyed once (nulled here).
         unsafe {
             if !self.exec.is_null() {
                 let _ = (api.cuGraphExecDestroy)(self.exec);
@@ -299,7 +359,7 @@ impl Drop for Scheduler {
             if !self.graph.is_null() {
                 let _ = (api.cuGraphDestroy)(self.graph);
             }
-            let _ = (api.cuMemFree)(self.state);
         }
+        *self = Owned::none();
     }
 }

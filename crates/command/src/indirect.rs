@@ -76,12 +76,7 @@ fn helper_image(cc: (i32, i32)) -> Result<Vec<u8>, Error> {
 
 /// The built-in cubin for compute capability `cc` (same rule as [`helper_image`]).
 fn built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
-    (cc.0 * 10..=cc.0 * 10 + cc.1).rev().find_map(|a| {
-        BUILT_IN
-            .iter()
-            .find(|(b, _)| i64::from(*b) == i64::from(a))
-            .map(|(_, image)| *image)
-    })
+    cuhal_sys::cubin_for(cc, BUILT_IN)
 }
 
 /// The helper kernel `name` (`cuhal_indirect_apply` or `cuhal_bindings_apply`) from the helper

@@ -34,7 +34,7 @@ pub enum Error {
     /// Resident queues are not available on this device and driver: what is missing.
     ResidentUnavailable {
         /// Everything missing, each named.
-        missing: Vec<crate::resident::ResidentMissing>,
+        missing: Vec<crate::resident_missing::ResidentMissing>,
     },
     /// A resident queue refused a submission or a command buffer (with its typed
     /// [`Refusal`](cuhal_resident::Refusal)), or was lost, shut down or full.

@@ -100,6 +100,7 @@ mod memory;
 mod peer;
 mod queue;
 mod resident;
+mod resident_missing;
 mod submissions;
 mod wait;
 
@@ -115,7 +116,8 @@ pub use interop::{ExportedBuffer, ExportedEvent, ForeignEvent, PointerInfo, Rele
 pub use lost::DeviceLost;
 pub use memory::Allocation;
 pub use queue::{BoundCommandBuffer, CommandBufferMode, Queue, SemaphoreValues};
-pub use resident::{RESIDENT_MIN_DRIVER, ResidentGraph, ResidentMissing, ResidentQueue};
+pub use resident::{ResidentGraph, ResidentQueue};
+pub use resident_missing::{RESIDENT_MIN_DRIVER, ResidentMissing};
 pub use wait::{WaitMode, WaitSemaphores, wait_semaphores, wait_semaphores_async};
 
 pub use cuhal_command::{

@@ -252,6 +252,18 @@ impl fmt::Debug for Event {
 /// Bytes reserved for each of the JIT's logs.
 const JIT_LOG_BYTES: usize = 16 * 1024;
 
+/// The cubin of `images` (architecture as `major * 10 + minor`, image) for compute capability
+/// `cc`: an exact match, else the newest of the same major version and a lower minor (a cubin
+/// runs on later minors of its major, never on another major).
+pub fn cubin_for(cc: (i32, i32), images: &[(u32, &'static [u8])]) -> Option<&'static [u8]> {
+    (cc.0 * 10..=cc.0 * 10 + cc.1).rev().find_map(|a| {
+        images
+            .iter()
+            .find(|(b, _)| i64::from(*b) == i64::from(a))
+            .map(|(_, image)| *image)
+    })
+}
+
 /// A loaded module (`cuModuleLoadDataEx`), unloaded on drop, with the JIT's informational log;
 /// or a view of a module the context keeps loaded ([`PrimaryContext::resident_module`]), which
 /// drop leaves loaded.

@@ -17,7 +17,6 @@
 
 mod graph;
 mod memory;
-mod missing;
 mod scheduler;
 
 use std::sync::Arc;
@@ -32,9 +31,9 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::event_pool::CudaEvent;
 use crate::queue::SemaphoreValues;
+use crate::resident_missing::{RESIDENT_MIN_DRIVER, ResidentMissing};
 
 pub use graph::ResidentGraph;
-pub use missing::{RESIDENT_MIN_DRIVER, ResidentMissing};
 
 use memory::{Block, Layout, RingMemory};
 use scheduler::Scheduler;
@@ -157,18 +156,15 @@ impl ResidentQueue {
     /// Submits `graph` after `waits`, signalling `signals` once it is done: one descriptor
     /// written into the ring and one store, waiting for room when the ring is full. Returns the
     /// submission's sequence number. Refusals (an unbound semaphore, a signal already reached,
-    /// too many waits or signals) are [`Error::Resident`], with nothing published.
+    /// too many waits or signals, a graph prepared for another queue) are [`Error::Resident`],
+    /// with nothing published.
     pub fn submit(
         &self,
         waits: &SemaphoreValues<'_>,
         signals: &SemaphoreValues<'_>,
         graph: &Arc<ResidentGraph>,
     ) -> Result<u64> {
-        self.check_owner(graph)?;
-        let executable: Arc<dyn Launchable> = graph.clone();
-        self.queue
-            .submit(waits, signals, &executable, 0)
-            .map_err(Error::Resident)
+        self.submit_with(waits, signals, graph, true)
     }
 
     /// [`submit`](Self::submit), or a `Full` error when the ring has no room.
@@ -178,11 +174,24 @@ impl ResidentQueue {
         signals: &SemaphoreValues<'_>,
         graph: &Arc<ResidentGraph>,
     ) -> Result<u64> {
+        self.submit_with(waits, signals, graph, false)
+    }
+
+    fn submit_with(
+        &self,
+        waits: &SemaphoreValues<'_>,
+        signals: &SemaphoreValues<'_>,
+        graph: &Arc<ResidentGraph>,
+        wait_for_room: bool,
+    ) -> Result<u64> {
         self.check_owner(graph)?;
         let executable: Arc<dyn Launchable> = graph.clone();
-        self.queue
-            .try_submit(waits, signals, &executable, 0)
-            .map_err(Error::Resident)
+        let submitted = if wait_for_room {
+            self.queue.submit(waits, signals, &executable, 0)
+        } else {
+            self.queue.try_submit(waits, signals, &executable, 0)
+        };
+        submitted.map_err(Error::Resident)
     }
 
     /// What the queue has done so far. `starts` and `exits` count scheduler chains (host

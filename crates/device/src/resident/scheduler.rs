@@ -60,15 +60,9 @@ const BUILT_IN: &[(u32, &[u8])] = &[
     ),
 ];
 
-/// The built-in cubin for compute capability `cc`: an exact match, else the newest of the same
-/// major version and a lower minor (cubins run on later minors of their major).
+/// The built-in cubin for compute capability `cc` ([`cuhal_sys::cubin_for`]).
 pub(crate) fn built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
-    (cc.0 * 10..=cc.0 * 10 + cc.1).rev().find_map(|a| {
-        BUILT_IN
-            .iter()
-            .find(|(b, _)| i64::from(*b) == i64::from(a))
-            .map(|(_, image)| *image)
-    })
+    cuhal_sys::cubin_for(cc, BUILT_IN)
 }
 
 /// The kernel's one parameter, `SchedulerParams` in `scheduler.cu`, field for field.

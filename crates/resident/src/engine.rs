@@ -29,6 +29,10 @@ pub trait DeviceScheduler: Send + Sync + 'static {
     fn health(&self) -> Result<(), Failure>;
     /// Why the launch of `sequence` failed on the device, once its completion word says so.
     fn launch_failure(&self, sequence: u64) -> Option<Failure>;
+    /// Outstanding work has not moved for a while: restart a scheduler that ended without
+    /// finishing it (a failed relaunch), and nothing else (an idle chain waiting on a value the
+    /// host has not pushed is no reason to start one). An error loses the queue.
+    fn restart_stalled(&self) -> Result<(), Failure>;
 }
 
 /// The consumer of one queue's ring.
@@ -110,10 +114,10 @@ impl<E: DeviceEvent> Shared<E> {
                     self.lose(failure);
                     continue;
                 }
-                // Work outstanding and nothing moving: ring, so that a chain runs (one that
-                // ended on a failed relaunch publishes its batch when the next one starts).
+                // Work outstanding and nothing moving: a chain that ended on a failed relaunch
+                // left its batch for the next one to publish.
                 if now.duration_since(since_progress) >= HEALTH_EVERY
-                    && let Err(failure) = scheduler.ring()
+                    && let Err(failure) = scheduler.restart_stalled()
                 {
                     self.lose(failure);
                     continue;

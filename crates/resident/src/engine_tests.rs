@@ -125,9 +125,10 @@ impl Device {
                 SlotTable::fail(word);
             }
         }
+        // As the kernel: `consumed` first, then the completion word.
+        m.header().consumed.0.store(consumed + 1, Ordering::Release);
         m.completions()[(consumed % capacity) as usize]
             .store(completion.encode(consumed), Ordering::Release);
-        m.header().consumed.0.store(consumed + 1, Ordering::Release);
         true
     }
 }
@@ -158,6 +159,9 @@ impl DeviceScheduler for Device {
         {
             std::thread::sleep(Duration::from_micros(50));
         }
+    }
+    fn restart_stalled(&self) -> Result<(), Failure> {
+        self.ring()
     }
     fn health(&self) -> Result<(), Failure> {
         self.sick.lock().unwrap().clone().map_or(Ok(()), Err)
@@ -312,7 +316,7 @@ fn a_failed_device_launch_fails_its_signals_with_the_device_failure() {
 }
 
 #[test]
-fn a_lost_wake_up_is_rung_again_by_the_poller() {
+fn a_stalled_device_is_restarted_by_the_poller() {
     let (queue, device) = queue(16, None);
     // The chain has ended unseen, and the submission's own ring is lost.
     device.asleep.store(true, Ordering::SeqCst);
@@ -324,7 +328,7 @@ fn a_lost_wake_up_is_rung_again_by_the_poller() {
     done.wait(1, LONG).unwrap();
     assert!(
         device.rings.load(Ordering::SeqCst) >= 2,
-        "the poller never rang"
+        "the poller never restarted it"
     );
     drop(queue);
     stop(&device);

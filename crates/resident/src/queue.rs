@@ -240,6 +240,8 @@ impl<E: DeviceEvent> ResidentQueue<E> {
                     }
                     drop(retained);
                     drop(producer);
+                    // A loss may have retired the entry: say so rather than `Full`.
+                    self.check_open()?;
                     if !wait_for_room {
                         return Err(Error::Full {
                             capacity: full.capacity,

@@ -88,14 +88,14 @@ static_assert(sizeof(Descriptor) == 256, "layout");
 
 struct SchedulerParams {
     const u64* produced; u64* consumed; const u64* rings; u64* exits; const u64* control;
-    u64* tail_error; const Descriptor* descriptors; u64* completions; u64* launch_errors;
+    u64* tail_failures; const Descriptor* descriptors; u64* completions; u64* launch_errors;
     const u64* host_slots; u64* device_slots; u64* state; u64 capacity; u64 idle_ns; u64 next;
     unsigned slots; unsigned max_launches;
 };
 static_assert(sizeof(SchedulerParams) == 128, "layout");
 
 // Header lines (128 bytes each) of the mapped block.
-enum { PRODUCED, CONSUMED, RINGS, EXITS, CONTROL, TAIL_ERROR, HEADER_LINES = 8 };
+enum { PRODUCED, CONSUMED, RINGS, EXITS, CONTROL, TAIL_FAILURES, TAIL_ERROR, HEADER_LINES = 8 };
 
 static CUfunction g_schedule, g_work, g_spin;
 static CUstream g_side;
@@ -159,7 +159,7 @@ struct Queue {
         auto at = [&](size_t off) { return (u64*)(dev + off); };
         SchedulerParams p;
         p.produced = at(128 * PRODUCED); p.consumed = at(128 * CONSUMED); p.rings = at(128 * RINGS);
-        p.exits = at(128 * EXITS); p.control = at(128 * CONTROL); p.tail_error = at(128 * TAIL_ERROR);
+        p.exits = at(128 * EXITS); p.control = at(128 * CONTROL); p.tail_failures = at(128 * TAIL_FAILURES);
         p.descriptors = (const Descriptor*)at(128 * HEADER_LINES);
         p.completions = at(128 * HEADER_LINES + 256 * cap);
         p.launch_errors = p.completions + cap;

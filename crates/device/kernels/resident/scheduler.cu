@@ -65,7 +65,8 @@ struct SchedulerParams {
     const u64* rings;       // host: doorbell rings (publishes, pushed waits, shutdown)
     u64* exits;             // device: chains ended
     const u64* control;     // host: RUNNING, SHUTTING_DOWN or IS_LOST
-    u64* tail_error;        // device: the cudaError_t of a failed tail launch (the chain ended)
+    u64* tail_failures;     // device: tail launches that failed (each ended its chain), and at
+                            // tail_failures[16] the last one's cudaError_t
     const Descriptor* descriptors;
     u64* completions;
     u64* launch_errors;     // device: per cell, (sequence << 16 | cudaError_t) of a failed launch
@@ -256,7 +257,8 @@ extern "C" __global__ void cuhal_resident_schedule(SchedulerParams p) {
     if (error != cudaSuccess) {
         // The chain cannot go on: say so, and end it. The host's poller rings again when its
         // work stops moving, and the next chain publishes this batch first.
-        store_sys(p.tail_error, (u64)error);
+        store_sys(p.tail_failures + 16, (u64)error);
+        store_sys(p.tail_failures, *(volatile u64*)p.tail_failures + 1);
         store_sys(p.exits, *(volatile u64*)p.exits + 1);
     }
 }

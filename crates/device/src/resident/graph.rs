@@ -16,15 +16,15 @@ use cuhal_sys::{
 
 use crate::error::{Error, Result};
 
-/// A graph command buffer made launchable from the device ([`ResidentQueue::prepare`]
-/// (crate::ResidentQueue::prepare)). Submit it any number of times; the device runs one
-/// execution of it at a time.
+/// A graph command buffer made launchable from the device
+/// ([`ResidentQueue::prepare`](crate::ResidentQueue::prepare)). Submit it any number of times to
+/// the queue that prepared it; the device runs one execution of it at a time.
 pub struct ResidentGraph {
     context: Arc<PrimaryContext>,
     exec: CUgraphExec,
     nodes: Vec<NodeKind>,
     /// The queue that prepared it (only that one may submit it).
-    owner: usize,
+    owner: u64,
     _command_buffer: Arc<dyn CommandBuffer>,
 }
 
@@ -42,7 +42,7 @@ impl ResidentGraph {
         context: &Arc<PrimaryContext>,
         stream: &Stream,
         command_buffer: &Arc<dyn CommandBuffer>,
-        owner: usize,
+        owner: u64,
     ) -> Result<Self> {
         let refuse = |refusal: Refusal| Err(Error::Resident(refusal.into()));
         let graph = match (command_buffer.kind(), command_buffer.template_graph()) {
@@ -111,7 +111,7 @@ impl ResidentGraph {
         &self.nodes
     }
 
-    pub(crate) fn owner(&self) -> usize {
+    pub(crate) fn owner(&self) -> u64 {
         self.owner
     }
 }

@@ -9,7 +9,8 @@
 //! | line 2 | `rings`: doorbell rings (publishes, pushed waits, stops) | host |
 //! | line 3 | `exits`: scheduler chains ended | device |
 //! | line 4 | `control`: 0 running, 1 shutting down, 2 lost | host |
-//! | line 5 | `tail_error`: the `cudaError_t` of a failed tail launch | device |
+//! | line 5 | `tail_failures`: tail launches that failed (each ended its chain) | device |
+//! | line 6 | `tail_error`: the last one's `cudaError_t` | device |
 //! | 1024 | `capacity` descriptors of 256 bytes | host |
 //! | then | `capacity` completion words | device |
 //! | then | `capacity` launch error words: `sequence << 16 \| cudaError_t` | device |
@@ -31,7 +32,7 @@ pub(crate) const CONSUMED: usize = 1;
 pub(crate) const RINGS: usize = 2;
 pub(crate) const EXITS: usize = 3;
 pub(crate) const CONTROL: usize = 4;
-pub(crate) const TAIL_ERROR: usize = 5;
+pub(crate) const TAIL_FAILURES: usize = 5;
 const HEADER: usize = 8 * LINE;
 const DESCRIPTOR: usize = 256;
 

@@ -47,7 +47,12 @@ pub struct ResidentQueue {
     /// Where graphs are uploaded (not the scheduler's stream, where a chain may be polling).
     upload: Stream,
     label: String,
+    /// This queue's number (never reused in the process): graphs prepared here carry it.
+    id: u64,
 }
+
+/// The next resident queue's number.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Device {
     /// Opens a resident queue (opt-in; the device's other queues are unaffected). A driver or
@@ -114,6 +119,7 @@ impl Device {
             context: context.clone(),
             upload: Stream::new(context, CU_STREAM_NON_BLOCKING)?,
             label: options.label.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
 }
@@ -132,9 +138,9 @@ impl ResidentQueue {
         ResidentGraph::new(&self.context, &self.upload, command_buffer, self.id()).map(Arc::new)
     }
 
-    /// What [`ResidentGraph`]s prepared here carry: the address of the queue's ring memory.
-    fn id(&self) -> usize {
-        Arc::as_ptr(&self.block) as usize
+    /// What [`ResidentGraph`]s prepared here carry: the queue's number in this process.
+    fn id(&self) -> u64 {
+        self.id
     }
 
     /// A graph prepared by another queue: two queues could launch one executable at once,

@@ -11,7 +11,7 @@
 
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use cuhal_resident::ChainStarter;
@@ -22,7 +22,7 @@ use cuhal_sys::{
 };
 
 use super::memory::{
-    Block, CONSUMED, CONTROL, EXITS, LOST, PRODUCED, RINGS, SHUTTING_DOWN, TAIL_ERROR,
+    Block, CONSUMED, CONTROL, EXITS, LOST, PRODUCED, RINGS, SHUTTING_DOWN, TAIL_FAILURES,
 };
 use crate::error::{Error, Result};
 
@@ -74,7 +74,7 @@ struct Params {
     rings: CUdeviceptr,
     exits: CUdeviceptr,
     control: CUdeviceptr,
-    tail_error: CUdeviceptr,
+    tail_failures: CUdeviceptr,
     descriptors: CUdeviceptr,
     completions: CUdeviceptr,
     launch_errors: CUdeviceptr,
@@ -89,6 +89,9 @@ struct Params {
 }
 
 const _: () = assert!(std::mem::size_of::<Params>() == 128);
+
+/// How many times `stop` starts a chain to finish what is left in the ring.
+const STOP_TRIES: usize = 3;
 
 /// Device memory the kernel keeps between executions: the launched batch's end, executions,
 /// chains running and a flag set if two ever ran at once (8 words).
@@ -106,6 +109,8 @@ pub(crate) struct Scheduler {
     state: CUdeviceptr,
     /// Chains started (`exits` reaching their count means none runs).
     starter: ChainStarter,
+    /// Failed tail launches already answered with a restart.
+    restarted: AtomicU64,
 }
 
 // SAFETY: the graph, executable and state are owned handles, used under the driver's own thread
@@ -141,6 +146,7 @@ impl Scheduler {
             twin: Owned::none(),
             state,
             starter: ChainStarter::new(),
+            restarted: AtomicU64::new(0),
         };
         // SAFETY: `state` is a live allocation of STATE_BYTES; the stream is live.
         unsafe {
@@ -157,7 +163,7 @@ impl Scheduler {
             rings: line(RINGS),
             exits: line(EXITS),
             control: line(CONTROL),
-            tail_error: line(TAIL_ERROR),
+            tail_failures: line(TAIL_FAILURES),
             descriptors: this.block.device(layout.descriptors()),
             completions: this.block.device(layout.completions()),
             launch_errors: this.block.device(layout.launch_errors()),
@@ -231,18 +237,33 @@ impl cuhal_resident::DeviceScheduler for Scheduler {
     }
 
     fn stop(&self, lost: bool) {
+        // Only upward: a shutdown after a loss must not let a chain launch again.
         let control = if lost { LOST } else { SHUTTING_DOWN };
-        self.block.line(CONTROL).store(control, Ordering::SeqCst);
-        // With descriptors left, a chain must see it: start one if none runs (it finishes them,
-        // then exits). A running chain sees the word and exits once the ring is empty.
-        let left = self.block.line(PRODUCED).load(Ordering::SeqCst)
-            != self.block.line(CONSUMED).load(Ordering::SeqCst);
-        if left {
-            let _ = cuhal_resident::DeviceScheduler::ring(self);
-        } else {
-            self.block.line(RINGS).fetch_add(1, Ordering::SeqCst);
+        self.block
+            .line(CONTROL)
+            .fetch_max(control, Ordering::SeqCst);
+        // A chain must see it and finish what is in the ring: start one if none runs. A chain
+        // that ends on a failed relaunch leaves its batch for the next: look again, a few times.
+        for _ in 0..STOP_TRIES {
+            let left = self.block.line(PRODUCED).load(Ordering::SeqCst)
+                != self.block.line(CONSUMED).load(Ordering::SeqCst);
+            if left {
+                let _ = cuhal_resident::DeviceScheduler::ring(self);
+            } else {
+                self.block.line(RINGS).fetch_add(1, Ordering::SeqCst);
+            }
+            if self.stream.synchronize().is_err() || !left {
+                return;
+            }
         }
-        let _ = self.stream.synchronize();
+    }
+
+    fn restart_stalled(&self) -> std::result::Result<(), Failure> {
+        let failures = self.block.line(TAIL_FAILURES).load(Ordering::SeqCst);
+        if self.restarted.swap(failures, Ordering::SeqCst) == failures {
+            return Ok(());
+        }
+        cuhal_resident::DeviceScheduler::ring(self)
     }
 
     fn health(&self) -> std::result::Result<(), Failure> {

@@ -13,7 +13,6 @@
 //! submission completes ([`crate::CommandBuffer::check_completed`]) and fails the submission with
 //! [`Error::IndirectCountOutOfRange`].
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -57,26 +56,11 @@ pub(crate) const DEVICE_UPDATABLE_SINCE: i32 = 12040;
 /// The helper image for compute capability `cc`: an exact match, else the newest of the same
 /// major version and a lower minor (cubins run on later minors of their major).
 fn helper_image(cc: (i32, i32)) -> Result<Vec<u8>, Error> {
-    let arch = (cc.0 * 10 + cc.1).max(0) as u32;
-    let candidates = || (cc.0 * 10..=cc.0 * 10 + cc.1).rev().map(|a| a as u32);
-    if let Some(dir) = std::env::var_os(INDIRECT_HELPER_DIR_ENV).filter(|d| !d.is_empty()) {
-        for a in candidates() {
-            let path = PathBuf::from(&dir).join(format!("indirect_sm_{a}.cubin"));
-            if let Ok(bytes) = std::fs::read(&path) {
-                return Ok(bytes);
-            }
-        }
-    }
-    built_in(cc)
-        .map(<[u8]>::to_vec)
+    cuhal_sys::cubin_from_dir_or(cc, INDIRECT_HELPER_DIR_ENV, "indirect", BUILT_IN)
+        .map(std::borrow::Cow::into_owned)
         .ok_or_else(|| Error::NoIndirectHelper {
-            architecture: format!("sm_{arch}"),
+            architecture: format!("sm_{}", (cc.0 * 10 + cc.1).max(0)),
         })
-}
-
-/// The built-in cubin for compute capability `cc` (same rule as [`helper_image`]).
-fn built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
-    cuhal_sys::cubin_for(cc, BUILT_IN)
 }
 
 /// The helper kernel `name` (`cuhal_indirect_apply` or `cuhal_bindings_apply`) from the helper
@@ -320,7 +304,7 @@ mod tests {
     }
 
     fn helper_image_built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
-        built_in(cc)
+        cuhal_sys::cubin_for(cc, BUILT_IN)
     }
 
     #[test]

@@ -116,7 +116,7 @@ pub use interop::{ExportedBuffer, ExportedEvent, ForeignEvent, PointerInfo, Rele
 pub use lost::DeviceLost;
 pub use memory::Allocation;
 pub use queue::{BoundCommandBuffer, CommandBufferMode, Queue, SemaphoreValues};
-pub use resident::{ResidentGraph, ResidentQueue};
+pub use resident::{RESIDENT_SCHEDULER_DIR_ENV, ResidentGraph, ResidentQueue};
 pub use resident_missing::{RESIDENT_MIN_DRIVER, ResidentMissing};
 pub use wait::{WaitMode, WaitSemaphores, wait_semaphores, wait_semaphores_async};
 

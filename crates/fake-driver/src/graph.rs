@@ -86,6 +86,8 @@ pub(crate) enum Op {
     },
     IndirectApply(IndirectApply),
     BindingsApply(BindingsApply),
+    /// cuhal's resident scheduler kernel, emulated when its graph is launched.
+    ResidentSchedule(crate::resident::ResidentSchedule),
     /// A child graph node: the child's operations, cloned in dependency order when added.
     Child(Vec<Op>),
     /// A NCCL collective captured into the graph (see `nccl.rs`): it waits for the other
@@ -274,12 +276,14 @@ pub(crate) struct Graph {
 /// dependency, and the device-side updates of its device-updatable nodes.
 #[derive(Debug)]
 pub(crate) struct Exec {
-    order: Vec<(usize, Op)>,
+    pub(crate) order: Vec<(usize, Op)>,
     /// Kernel nodes disabled from the device, and grids set from the device.
     disabled: HashSet<usize>,
     /// Whether `cuGraphUpload` ran (needed before the first launch when the graph updates its
-    /// own nodes from the device).
-    uploaded: bool,
+    /// own nodes from the device, and before any launch from the device).
+    pub(crate) uploaded: bool,
+    /// Instantiated with `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`.
+    pub(crate) device_launch: bool,
     /// The graph it was instantiated from, when that holds device-updatable kernel nodes: such
     /// a graph has at most one executable at a time.
     updatable_source: Option<usize>,
@@ -328,7 +332,7 @@ impl World {
     }
 
     /// Runs one node's operation.
-    fn run(&mut self, op: &Op) -> Status {
+    pub(crate) fn run(&mut self, op: &Op) -> Status {
         match *op {
             Op::Kernel { function, call, .. } => {
                 let name = lookup(&self.functions, function)?.name.clone();
@@ -362,7 +366,7 @@ impl World {
             Op::Empty => {}
             Op::EventRecord { event } => self.record(event, std::time::Instant::now())?,
             Op::EventWait { event } => lookup(&self.events, event).map(drop)?,
-            Op::IndirectApply(_) | Op::BindingsApply(_) | Op::Nccl(_) => {
+            Op::IndirectApply(_) | Op::BindingsApply(_) | Op::ResidentSchedule(_) | Op::Nccl(_) => {
                 return Err(status::INVALID_VALUE);
             }
             Op::Child(ref ops) => {
@@ -480,6 +484,7 @@ impl World {
             Op::Memset { .. } | Op::Memcpy(_) | Op::Empty | Op::Nccl(_) => Ok(()),
             Op::IndirectApply(apply) => lookup(&self.functions, apply.function).map(drop),
             Op::BindingsApply(apply) => lookup(&self.functions, apply.function).map(drop),
+            Op::ResidentSchedule(s) => lookup(&self.functions, s.function).map(drop),
             Op::Child(ref ops) => ops.iter().try_for_each(|op| self.check(op)),
         }
     }
@@ -611,6 +616,13 @@ impl World {
                 // SAFETY: cuhal passes the helper's three arguments, as above.
                 let apply = unsafe { BindingsApply::read(function, params.kernelParams) }?;
                 Op::BindingsApply(apply)
+            }
+            crate::resident::RESIDENT_SCHEDULER => {
+                // SAFETY: cuhal passes the scheduler's one argument, its parameter block.
+                let schedule = unsafe {
+                    crate::resident::ResidentSchedule::read(function, params.kernelParams)
+                }?;
+                Op::ResidentSchedule(schedule)
             }
             // SAFETY: forwarded caller contract.
             _ => unsafe { self.kernel_op(params) }?,
@@ -1234,6 +1246,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
                 order,
                 disabled: HashSet::new(),
                 uploaded: false,
+                device_launch: flags & cuhal_sys::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH != 0,
                 updatable_source: updatable.then_some(source),
                 last_launch: None,
                 patched_in_flight_on: None,
@@ -1305,6 +1318,7 @@ pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> c_int {
                 Op::IndirectApply(apply) => world.apply_indirect(&apply, &mut disabled),
                 // Device-side updates persist in the executable, as on the GPU.
                 Op::BindingsApply(apply) => world.apply_bindings(&apply, &mut order),
+                Op::ResidentSchedule(schedule) => world.run_resident(&schedule),
                 _ => world.run(&op),
             };
         }
@@ -1680,5 +1694,38 @@ pub extern "C" fn cuGraphNodeSetEnabled(
             exec.disabled.remove(&node);
         }
         Ok(())
+    })
+}
+
+/// `CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)`.
+///
+/// # Safety
+/// `out` is null or writable.
+pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, out: *mut c_uint) -> c_int {
+    entry("cuGraphNodeGetType", || {
+        ensure(!out.is_null(), status::INVALID_VALUE)?;
+        let world = world();
+        let node = id(node)?;
+        let graph = *world.nodes.get(&node).ok_or(status::INVALID_VALUE)?;
+        let op = &lookup(&world.graphs, graph)?
+            .nodes
+            .iter()
+            .find(|n| n.id == node)
+            .ok_or(status::INVALID_VALUE)?
+            .op;
+        let kind = match op {
+            Op::Kernel { .. }
+            | Op::IndirectApply(_)
+            | Op::BindingsApply(_)
+            | Op::ResidentSchedule(_) => cuhal_sys::CU_GRAPH_NODE_TYPE_KERNEL,
+            Op::Memset { .. } => cuhal_sys::CU_GRAPH_NODE_TYPE_MEMSET,
+            Op::Memcpy(_) => cuhal_sys::CU_GRAPH_NODE_TYPE_MEMCPY,
+            Op::Empty => cuhal_sys::CU_GRAPH_NODE_TYPE_EMPTY,
+            Op::EventRecord { .. } => cuhal_sys::CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+            Op::EventWait { .. } => cuhal_sys::CU_GRAPH_NODE_TYPE_WAIT_EVENT,
+            Op::Child(_) | Op::Nccl(_) => cuhal_sys::CU_GRAPH_NODE_TYPE_GRAPH,
+        };
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { put(out, kind) }
     })
 }

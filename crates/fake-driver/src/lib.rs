@@ -18,7 +18,9 @@
 //!   complete when recorded and carry the time of their record;
 //! - [`transfer`]: fills and copies that really move bytes, range-checked;
 //! - [`graph`]: graphs whose memset, memcpy and event nodes run in dependency order at launch;
-//! - [`module`]: "PTX" whose `.entry` names become kernels; launches are checked and counted.
+//! - [`module`]: "PTX" whose `.entry` names become kernels; launches are checked and counted;
+//! - [`resident`]: the resident queue's scheduler kernel, emulated by its rules when its graph
+//!   is launched (device graph launch of executables instantiated for it).
 //!
 //! Every other name resolves to a stub that returns `CUDA_ERROR_NOT_SUPPORTED`, so a loader
 //! that needs a full table still loads. Every implemented function goes through one door
@@ -52,6 +54,7 @@ pub mod harness;
 pub mod memory;
 pub mod module;
 pub mod nccl;
+pub mod resident;
 pub mod resolve;
 pub mod stream;
 pub mod transfer;

@@ -130,6 +130,7 @@ fn implemented(name: &str) -> Option<(i32, *mut c_void)> {
         "cuGraphNodeFindInClone" => f!(10000, graph::cuGraphNodeFindInClone),
         "cuGraphGetRootNodes" => f!(10000, graph::cuGraphGetRootNodes),
         "cuGraphNodeSetEnabled" => f!(11060, graph::cuGraphNodeSetEnabled),
+        "cuGraphNodeGetType" => f!(10000, graph::cuGraphNodeGetType),
 
         "cuModuleLoadData" => f!(2000, modl::cuModuleLoadData),
         "cuModuleLoadDataEx" => f!(2010, modl::cuModuleLoadDataEx),

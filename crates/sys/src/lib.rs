@@ -100,7 +100,7 @@ pub use nccl::{
     NcclApi, NcclComm, NcclDataType, NcclError, NcclRedOp, NcclResult, NcclUniqueId,
     format_nccl_version,
 };
-pub use objects::{Event, Module, Stream, cubin_for, elapsed_ms};
+pub use objects::{Event, Module, Stream, cubin_for, cubin_from_dir_or, elapsed_ms};
 pub use result::CUresult;
 pub use types::*;
 

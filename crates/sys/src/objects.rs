@@ -264,6 +264,26 @@ pub fn cubin_for(cc: (i32, i32), images: &[(u32, &'static [u8])]) -> Option<&'st
     })
 }
 
+/// The cubin for compute capability `cc`: a file `{stem}_sm_XY.cubin` in the directory the
+/// environment variable `dir_env` names, when it is set (cubins for other architectures, or
+/// stand-ins for tests), by the rule of [`cubin_for`]; else the built-in one of `images`.
+pub fn cubin_from_dir_or(
+    cc: (i32, i32),
+    dir_env: &str,
+    stem: &str,
+    images: &[(u32, &'static [u8])],
+) -> Option<std::borrow::Cow<'static, [u8]>> {
+    if let Some(dir) = std::env::var_os(dir_env).filter(|d| !d.is_empty()) {
+        for a in (cc.0 * 10..=cc.0 * 10 + cc.1).rev() {
+            let path = std::path::Path::new(&dir).join(format!("{stem}_sm_{a}.cubin"));
+            if let Ok(bytes) = std::fs::read(&path) {
+                return Some(std::borrow::Cow::Owned(bytes));
+            }
+        }
+    }
+    cubin_for(cc, images).map(std::borrow::Cow::Borrowed)
+}
+
 /// A loaded module (`cuModuleLoadDataEx`), unloaded on drop, with the JIT's informational log;
 /// or a view of a module the context keeps loaded ([`PrimaryContext::resident_module`]), which
 /// drop leaves loaded.

@@ -34,6 +34,7 @@ use crate::queue::SemaphoreValues;
 use crate::resident_missing::{RESIDENT_MIN_DRIVER, ResidentMissing};
 
 pub use graph::ResidentGraph;
+pub use scheduler::RESIDENT_SCHEDULER_DIR_ENV;
 
 use memory::{Block, Layout, RingMemory};
 use scheduler::Scheduler;
@@ -74,7 +75,7 @@ impl Device {
                 needed: RESIDENT_MIN_DRIVER,
             });
         }
-        let image = scheduler::built_in(cc);
+        let image = scheduler::image(cc);
         if image.is_none() {
             missing.push(ResidentMissing::SchedulerKernel {
                 architecture: format!("sm_{}{}", cc.0, cc.1),
@@ -98,7 +99,7 @@ impl Device {
         let scheduler = Scheduler::new(
             context,
             block.clone(),
-            image,
+            &image,
             options.idle_exit,
             options.launches_per_execution,
         )

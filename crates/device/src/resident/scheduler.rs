@@ -60,9 +60,13 @@ const BUILT_IN: &[(u32, &[u8])] = &[
     ),
 ];
 
-/// The built-in cubin for compute capability `cc` ([`cuhal_sys::cubin_for`]).
-pub(crate) fn built_in(cc: (i32, i32)) -> Option<&'static [u8]> {
-    cuhal_sys::cubin_for(cc, BUILT_IN)
+/// A directory holding `scheduler_sm_XY.cubin` files, looked at before the built-in cubins (for
+/// other architectures).
+pub const RESIDENT_SCHEDULER_DIR_ENV: &str = "CUHAL_RESIDENT_SCHEDULER_DIR";
+
+/// The scheduler cubin for compute capability `cc` ([`cuhal_sys::cubin_from_dir_or`]).
+pub(crate) fn image(cc: (i32, i32)) -> Option<std::borrow::Cow<'static, [u8]>> {
+    cuhal_sys::cubin_from_dir_or(cc, RESIDENT_SCHEDULER_DIR_ENV, "scheduler", BUILT_IN)
 }
 
 /// The kernel's one parameter, `SchedulerParams` in `scheduler.cu`, field for field.

@@ -1,7 +1,7 @@
 //! Resident queues on the fake driver, whose emulated scheduler follows the kernel's rules
 //! (`cuhal_fake_driver::resident`): the device half's host code end to end, without a GPU:
 //! opening, preparing (node kinds, device-launch instantiation), submission and signals, waits
-//! on host values pushed later, shutdown, refusals, and a graph the device cannot launch.
+//! on host values pushed later, shutdown, refusals, and a launch the device refuses.
 
 mod fake_support;
 
@@ -168,6 +168,8 @@ fn shutdown_fails_what_waits_and_refuses_later_submissions() {
     queue.submit(&[], &[(&ran, 1)], &graph).unwrap();
     queue.submit(&[(&never, 1)], &[(&done, 1)], &graph).unwrap();
     let stats = queue.shutdown();
+    // The scheduler itself finished the waiting submission: its signal slot is failed.
+    assert_eq!(queue.device_slot_values()[1], 1 << 63);
     wait(&ran, 1);
     let error = done.wait(1, TIMEOUT).unwrap_err();
     assert!(error.to_string().contains("shut down"), "{error}");
@@ -250,6 +252,32 @@ fn what_the_device_cannot_launch_is_refused_with_a_reason() {
         refusal(queue.submit(&[], &[(&high, 5)], &graph).unwrap_err()),
         Refusal::SignalNotAbove { .. }
     ));
+}
+
+#[test]
+fn a_launch_the_device_refuses_fails_only_its_own_signals() {
+    let (fake, device) = device("resident-launch-failure");
+    let queue = open(&device, ResidentOptions::new("launch-failure"));
+    let (cb, counter) = counter_graph(&device);
+    let graph = queue.prepare(&cb).unwrap();
+    let signals: Vec<_> = (0..3).map(|_| device.create_semaphore(0)).collect();
+    for s in &signals {
+        queue.bind(s).unwrap();
+    }
+    // The second device launch fails with cudaErrorLaunchFailure (719).
+    fake.fail_calls(cuhal_fake_driver::resident::DEVICE_GRAPH_LAUNCH, 2, 1, 719);
+    for s in &signals {
+        queue.submit(&[], &[(s, 1)], &graph).unwrap();
+    }
+    wait(&signals[0], 1);
+    wait(&signals[2], 1);
+    let error = signals[1].wait(1, TIMEOUT).unwrap_err().to_string();
+    assert!(
+        error.contains("could not launch resident submission 1") && error.contains("719"),
+        "{error}"
+    );
+    assert_eq!(read(&counter), 2);
+    assert_eq!(queue.stats().failed, 1);
 }
 
 #[test]

@@ -475,7 +475,7 @@ impl World {
     }
 
     /// Checks that what `op` refers to still exists.
-    fn check(&self, op: &Op) -> Status {
+    pub(crate) fn check(&self, op: &Op) -> Status {
         match *op {
             Op::Kernel { function, .. } => lookup(&self.functions, function).map(drop),
             Op::EventRecord { event } | Op::EventWait { event } => {

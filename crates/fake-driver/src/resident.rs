@@ -22,6 +22,10 @@ use crate::world::World;
 /// The scheduler kernel's name in its cubins.
 pub const RESIDENT_SCHEDULER: &str = "cuhal_resident_schedule";
 
+/// The name under which a test injects a failure of the emulated kernel's device graph launches
+/// (`FakeDriver::fail`): the injected code is the launch's `cudaError_t`.
+pub const DEVICE_GRAPH_LAUNCH: &str = "cudaGraphLaunch(device)";
+
 /// `cudaErrorInvalidValue`, what a device launch of something not launchable returns.
 const CUDA_ERROR_INVALID_VALUE: u64 = 1;
 
@@ -56,16 +60,21 @@ impl ResidentSchedule {
     /// `params` holds one pointer, to 128 readable bytes.
     pub(crate) unsafe fn read(function: usize, params: *mut *mut c_void) -> Result<Self, c_int> {
         ensure(!params.is_null(), status::INVALID_VALUE)?;
-        // SAFETY: the caller's contract.
-        let words = unsafe { (*params).cast::<[u64; 16]>().read_unaligned() };
+        // SAFETY: the caller's contract: `params` holds one pointer.
+        let block = unsafe { *params };
+        ensure(!block.is_null(), status::INVALID_VALUE)?;
+        // SAFETY: the caller's contract: it points at the 128-byte block.
+        let words = unsafe { block.cast::<[u64; 16]>().read_unaligned() };
         Ok(Self { function, words })
     }
 
     /// The word of mapped memory at `address` (the fake maps host memory at its host address).
+    /// Every address used is checked first ([`World::check_resident`]).
     fn word(address: u64) -> &'static AtomicU64 {
-        // SAFETY: cuhal's scheduler parameters point at live, 8-byte aligned words of its
-        // mapped block (or device allocation), alive while a chain can run; an AtomicU64 is a
-        // u64 in memory.
+        // SAFETY: `check_resident` found every word the chain reads or writes inside a live
+        // allocation of mapped host or device memory, 8-byte aligned; the allocations live
+        // while a chain can run (the queue stops its chains before it frees them); an
+        // AtomicU64 is a u64 in memory.
         unsafe { &*std::ptr::with_exposed_provenance::<AtomicU64>(address as usize) }
     }
 
@@ -79,9 +88,39 @@ impl ResidentSchedule {
 }
 
 impl World {
+    /// Checks that every region the chain reaches is inside live mapped or device memory and
+    /// 8-byte aligned, as the device would fault (`CUDA_ERROR_ILLEGAL_ADDRESS`) otherwise.
+    fn check_resident(&self, s: &ResidentSchedule) -> Result<(), c_int> {
+        let capacity = s.words[at::CAPACITY];
+        let slots = s.words[at::SLOTS_AND_LIMIT] & 0xffff_ffff;
+        ensure(capacity > 0, status::ILLEGAL_ADDRESS)?;
+        let regions = [
+            (at::PRODUCED, 8),
+            (at::CONSUMED, 8),
+            (at::RINGS, 8),
+            (at::EXITS, 8),
+            (at::CONTROL, 8),
+            (at::DESCRIPTORS, 256 * capacity),
+            (at::COMPLETIONS, 8 * capacity),
+            (at::LAUNCH_ERRORS, 8 * capacity),
+            (at::HOST_SLOTS, 8 * slots.max(1)),
+            (at::DEVICE_SLOTS, 8 * slots.max(1)),
+            (at::STATE, 32),
+        ];
+        for (index, len) in regions {
+            let address = s.words[index];
+            ensure(address.is_multiple_of(8), status::ILLEGAL_ADDRESS)?;
+            let len = usize::try_from(len).map_err(|_| status::ILLEGAL_ADDRESS)?;
+            self.mapped_span(address, len)
+                .map_err(|_| status::ILLEGAL_ADDRESS)?;
+        }
+        Ok(())
+    }
+
     /// Runs one scheduler chain (see the module's documentation).
     pub(crate) fn run_resident(&mut self, s: &ResidentSchedule) -> Result<(), c_int> {
-        let capacity = s.words[at::CAPACITY].max(1);
+        self.check_resident(s)?;
+        let capacity = s.words[at::CAPACITY];
         let slots = s.words[at::SLOTS_AND_LIMIT] & 0xffff_ffff;
         // Executions, as the kernel counts them (state[1]).
         s.array(at::STATE, 1).fetch_add(1, Ordering::SeqCst);
@@ -120,13 +159,13 @@ impl World {
                     Some(Completion::Shutdown)
                 } else if pending {
                     None
-                } else if self.launch_device_graph(d.executable) {
-                    Some(Completion::Done)
-                } else {
-                    let error = (head << 16) | CUDA_ERROR_INVALID_VALUE;
+                } else if let Err(code) = self.launch_device_graph(d.executable) {
+                    let error = (head << 16) | (code & 0xffff);
                     s.array(at::LAUNCH_ERRORS, head % capacity)
                         .store(error, Ordering::SeqCst);
                     Some(Completion::LaunchFailed)
+                } else {
+                    Some(Completion::Done)
                 };
                 if let Some(completion) = completion {
                     s.line(at::CONSUMED).store(head + 1, Ordering::SeqCst);
@@ -156,16 +195,28 @@ impl World {
         }
     }
 
-    /// Launches the executable `handle` from the device: false when it is not a live
-    /// executable instantiated for device launch and uploaded.
-    fn launch_device_graph(&mut self, handle: u64) -> bool {
+    /// Launches the executable `handle` from the device, or the `cudaError_t` the device
+    /// returns: `cudaErrorInvalidValue` when it is not a live executable instantiated for
+    /// device launch and uploaded, or whatever a test injected for the pseudo-function
+    /// [`DEVICE_GRAPH_LAUNCH`]. A launch either runs whole or fails before it runs.
+    fn launch_device_graph(&mut self, handle: u64) -> Result<(), u64> {
+        if let Some(code) = crate::faults::on_call(DEVICE_GRAPH_LAUNCH) {
+            return Err(u64::from(code.unsigned_abs()));
+        }
         let Some(exec) = self.execs.get(&(handle as usize)) else {
-            return false;
+            return Err(CUDA_ERROR_INVALID_VALUE);
         };
-        if !exec.device_launch || !exec.uploaded {
-            return false;
+        if !exec.device_launch || !exec.uploaded || exec.order.is_empty() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let ops: Vec<_> = exec.order.iter().map(|(_, op)| op.clone()).collect();
-        ops.iter().all(|op| self.run(op).is_ok())
+        ops.iter()
+            .try_for_each(|op| self.check(op))
+            .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        for op in &ops {
+            // Checked above: a failure here is the fake's own, reported as the device would.
+            self.run(op).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        }
+        Ok(())
     }
 }

@@ -427,7 +427,17 @@ impl<E: DeviceEvent> ResidentQueue<E> {
                 } else {
                     crate::slots::Completion::Shutdown
                 };
-                self.shared.retire_as(fallback);
+                // The poller may hold the retiring role (then this call returns at once): look
+                // until nothing is kept, for a bounded time.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+                loop {
+                    self.shared.retire_as(fallback);
+                    let kept = self.shared.counters.retained.load(Ordering::SeqCst);
+                    if kept == 0 || std::time::Instant::now() >= deadline {
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
                 if let Some(handle) = lock(&self.shared.thread).as_ref() {
                     handle.thread().unpark();
                 }

@@ -115,6 +115,9 @@ pub(crate) struct Scheduler {
     starter: ChainStarter,
     /// Failed tail launches already answered with a restart.
     restarted: AtomicU64,
+    /// Set once `stop` has returned: no ring starts a chain after it (the executables the ring
+    /// named may be gone).
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the graph, executable and state are owned handles, used under the driver's own thread
@@ -151,6 +154,7 @@ impl Scheduler {
             state,
             starter: ChainStarter::new(),
             restarted: AtomicU64::new(0),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         };
         // SAFETY: `state` is a live allocation of STATE_BYTES; the stream is live.
         unsafe {
@@ -230,14 +234,31 @@ impl Scheduler {
     }
 }
 
-impl cuhal_resident::DeviceScheduler for Scheduler {
-    fn ring(&self) -> std::result::Result<(), Failure> {
+impl Scheduler {
+    /// Rings; starts a chain if none runs.
+    fn ring_and_start(&self) -> std::result::Result<(), Failure> {
         self.starter
             .ring(self.block.line(RINGS), self.block.line(EXITS), || {
                 self.launch_chain()
             })
             .map(drop)
             .map_err(Failure::new)
+    }
+
+    /// Whether the ring holds descriptors the device has not finished.
+    fn has_left(&self) -> bool {
+        self.block.line(PRODUCED).load(Ordering::SeqCst)
+            != self.block.line(CONSUMED).load(Ordering::SeqCst)
+    }
+}
+
+impl cuhal_resident::DeviceScheduler for Scheduler {
+    fn ring(&self) -> std::result::Result<(), Failure> {
+        if self.stopped.load(Ordering::SeqCst) {
+            self.block.line(RINGS).fetch_add(1, Ordering::SeqCst);
+            return Ok(());
+        }
+        self.ring_and_start()
     }
 
     fn stop(&self, lost: bool) {
@@ -247,27 +268,36 @@ impl cuhal_resident::DeviceScheduler for Scheduler {
             .line(CONTROL)
             .fetch_max(control, Ordering::SeqCst);
         // A chain must see it and finish what is in the ring: start one if none runs. A chain
-        // that ends on a failed relaunch leaves its batch for the next: look again, a few times.
-        for _ in 0..STOP_TRIES {
-            let left = self.block.line(PRODUCED).load(Ordering::SeqCst)
-                != self.block.line(CONSUMED).load(Ordering::SeqCst);
-            if left {
-                let _ = cuhal_resident::DeviceScheduler::ring(self);
-            } else {
+        // that ends on a failed relaunch leaves its batch for the next: look again, a few
+        // times, then as lost (a lost chain launches nothing, so it never relaunches: it
+        // finishes everything).
+        for attempt in 0..=STOP_TRIES {
+            if !self.has_left() {
                 self.block.line(RINGS).fetch_add(1, Ordering::SeqCst);
+                break;
             }
-            if self.stream.synchronize().is_err() || !left {
-                return;
+            if attempt == STOP_TRIES {
+                self.block.line(CONTROL).fetch_max(LOST, Ordering::SeqCst);
+            }
+            let _ = self.ring_and_start();
+            if self.stream.synchronize().is_err() {
+                break;
             }
         }
+        self.stopped.store(true, Ordering::SeqCst);
+        let _ = self.stream.synchronize();
     }
 
     fn restart_stalled(&self) -> std::result::Result<(), Failure> {
         let failures = self.block.line(TAIL_FAILURES).load(Ordering::SeqCst);
-        if self.restarted.swap(failures, Ordering::SeqCst) == failures {
+        // Answered only by a start made once the failed chain has said it ended: until then
+        // (or while another chain runs, which publishes the batch anyway) a ring starts nothing.
+        if self.restarted.load(Ordering::SeqCst) == failures || self.exits() < self.starts() {
             return Ok(());
         }
-        cuhal_resident::DeviceScheduler::ring(self)
+        cuhal_resident::DeviceScheduler::ring(self)?;
+        self.restarted.store(failures, Ordering::SeqCst);
+        Ok(())
     }
 
     fn health(&self) -> std::result::Result<(), Failure> {

@@ -89,7 +89,10 @@ fn submissions_run_their_graphs_and_signal_in_order() {
     assert_eq!(read(&counter), 50);
     assert_eq!(queue.device_slot_values()[0], 50);
     let stats = queue.shutdown();
-    assert_eq!((stats.submitted, stats.retired, stats.failed), (50, 50, 0));
+    assert_eq!(
+        (stats.submitted, stats.retired, stats.launched, stats.failed),
+        (50, 50, 50, 0)
+    );
     assert!(
         stats.starts >= 1 && stats.exits == stats.starts,
         "{stats:?}"

@@ -221,8 +221,13 @@ fn the_poller_mirrors_completion_words_through_a_full_ring() {
     done.wait(200, LONG).unwrap();
     let stats = queue.shutdown();
     assert_eq!(
-        (stats.submitted, stats.retired, stats.retained),
-        (200, 200, 0)
+        (
+            stats.submitted,
+            stats.retired,
+            stats.launched,
+            stats.retained
+        ),
+        (200, 200, 200, 0)
     );
     assert_eq!(device.launched.load(Ordering::SeqCst), 200);
     stop(&device);

@@ -62,6 +62,10 @@ impl<E: DeviceEvent> Shared<E> {
     fn finish(&self, entry: &Retained<E>, completion: Completion) {
         let failure = match completion {
             Completion::Done => {
+                // The model counts its launches as it makes them; a device's are counted here.
+                if matches!(self.engine, Engine::Device(_)) {
+                    self.counters.launched.fetch_add(1, Ordering::Relaxed);
+                }
                 for (semaphore, value) in &entry.signals {
                     // An error here is the semaphore's own failure (already failed): nothing to do.
                     let _ = semaphore.advance_to(*value);

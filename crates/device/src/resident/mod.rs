@@ -202,8 +202,9 @@ impl ResidentQueue {
     }
 
     /// What the queue has done so far. `starts` and `exits` count scheduler chains (host
-    /// starts, device exits); `launched` and `relaunches` are the CPU model's and stay 0 here
-    /// (the device's executions are in [`device_counts`](Self::device_counts)).
+    /// starts, device exits); `launched` counts submissions the device ran, as their completion
+    /// words are read; `relaunches` is the CPU model's and stays 0 here (the device's
+    /// executions are in [`device_counts`](Self::device_counts)).
     pub fn stats(&self) -> ResidentStats {
         let mut stats = self.queue.stats();
         stats.starts = self.scheduler.starts();

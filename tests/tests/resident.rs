@@ -394,3 +394,100 @@ fn figures_against_the_normal_queue() {
         stats.starts
     );
 }
+
+/// Three threads submit chains to two resident queues and the normal queue, each submission
+/// waiting on its own chain's last value and on a value another thread has already submitted
+/// (so no queue's order can deadlock): every value is reached and every graph ran exactly as
+/// often as it was submitted.
+#[test]
+#[ignore = "needs a CUDA GPU (cargo xtask gpu-test)"]
+fn threads_across_two_resident_queues_and_a_normal_queue_lose_nothing() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let device = open(CommandBufferMode::Graph, 1);
+    let kernels = Kernels::load(&device);
+    let resident_queues = [
+        resident(&device, ResidentOptions::new("stress-a")),
+        resident(&device, ResidentOptions::new("stress-b")),
+    ];
+    const THREADS: usize = 3;
+    const STEPS: u64 = 500;
+    let chains: Vec<_> = (0..THREADS).map(|_| device.create_semaphore(0)).collect();
+    for queue in &resident_queues {
+        for chain in &chains {
+            queue.bind(chain).unwrap();
+        }
+    }
+    let submitted: Vec<AtomicU64> = (0..THREADS).map(|_| AtomicU64::new(0)).collect();
+    let target = device.create_buffer(64).unwrap();
+    let graphs: Vec<Vec<_>> = (0..THREADS)
+        .map(|_| {
+            resident_queues
+                .iter()
+                .map(|queue| incrementer(&device, &kernels, queue))
+                .collect()
+        })
+        .collect();
+    let runs: Vec<Vec<AtomicU64>> = (0..THREADS)
+        .map(|_| (0..2).map(|_| AtomicU64::new(0)).collect())
+        .collect();
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            let (device, queues, chains, submitted, graphs, target, runs) = (
+                &device,
+                &resident_queues,
+                &chains,
+                &submitted,
+                &graphs,
+                &target,
+                &runs,
+            );
+            scope.spawn(move || {
+                let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ (t as u64 + 1);
+                let mut next = move || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed
+                };
+                for step in 1..=STEPS {
+                    let other = (t + 1 + (next() as usize % (THREADS - 1))) % THREADS;
+                    let reached = submitted[other].load(Ordering::SeqCst);
+                    let mut waits = vec![(&chains[t], step - 1)];
+                    if reached > 0 {
+                        waits.push((&chains[other], 1 + next() % reached));
+                    }
+                    let signals = [(&chains[t], step)];
+                    match next() % 3 {
+                        2 => device
+                            .queue(0)
+                            .fill(&waits, &signals, &target.whole(), cuhal::FillPattern::U8(1))
+                            .unwrap(),
+                        q => {
+                            let q = q as usize;
+                            queues[q].submit(&waits, &signals, &graphs[t][q].0).unwrap();
+                            runs[t][q].fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    submitted[t].store(step, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    for chain in &chains {
+        wait(chain, STEPS);
+    }
+    for queue in &resident_queues {
+        check_one_chain(queue);
+        let stats = queue.shutdown();
+        assert_eq!((stats.failed, stats.retained), (0, 0), "{stats:?}");
+    }
+    for (t, row) in graphs.iter().enumerate() {
+        for (q, (_, counter)) in row.iter().enumerate() {
+            assert_eq!(
+                u64::from(read_u32(counter)[0]),
+                runs[t][q].load(Ordering::SeqCst),
+                "thread {t}, resident queue {q}"
+            );
+        }
+    }
+}

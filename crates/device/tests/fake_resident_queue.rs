@@ -318,3 +318,127 @@ fn many_threads_through_a_small_ring_lose_nothing() {
         (1200, 0, 0)
     );
 }
+
+/// Three threads submit chains to two resident queues and the normal queue, each submission
+/// waiting on its own chain's last value and on a value another thread has already submitted
+/// (so no queue's order can deadlock): without faults every value is reached and every graph
+/// ran exactly as often as it was submitted; with device launches failing at random, each chain
+/// reaches its end or fails, failures reach every submission that waits on them, and nothing
+/// hangs.
+#[test]
+fn threads_across_two_resident_queues_and_a_normal_queue_lose_nothing() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    for faults in [false, true] {
+        let (fake, device) = device(if faults {
+            "resident-stress-faults"
+        } else {
+            "resident-stress"
+        });
+        let resident = [
+            open(&device, ResidentOptions::new("stress-a")),
+            open(&device, ResidentOptions::new("stress-b")),
+        ];
+        const THREADS: usize = 3;
+        const STEPS: u64 = 150;
+        let chains: Vec<_> = (0..THREADS).map(|_| device.create_semaphore(0)).collect();
+        for queue in &resident {
+            for chain in &chains {
+                queue.bind(chain).unwrap();
+            }
+        }
+        let submitted: Vec<AtomicU64> = (0..THREADS).map(|_| AtomicU64::new(0)).collect();
+        let target = device.create_buffer(64).unwrap();
+        // One graph and counter per thread and resident queue.
+        let graphs: Vec<Vec<_>> = (0..THREADS)
+            .map(|_| {
+                resident
+                    .iter()
+                    .map(|queue| {
+                        let (cb, counter) = counter_graph(&device);
+                        (queue.prepare(&cb).unwrap(), counter)
+                    })
+                    .collect()
+            })
+            .collect();
+        if faults {
+            // The 7th device launch fails.
+            fake.fail_calls(cuhal_fake_driver::resident::DEVICE_GRAPH_LAUNCH, 7, 1, 719);
+        }
+        let resident_runs: Vec<Vec<AtomicU64>> = (0..THREADS)
+            .map(|_| (0..2).map(|_| AtomicU64::new(0)).collect())
+            .collect();
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let (device, resident, chains, submitted, graphs, target, runs) = (
+                    &device,
+                    &resident,
+                    &chains,
+                    &submitted,
+                    &graphs,
+                    &target,
+                    &resident_runs,
+                );
+                scope.spawn(move || {
+                    let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ (t as u64 + 1);
+                    let mut next = move || {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        seed
+                    };
+                    for step in 1..=STEPS {
+                        let other = (t + 1 + (next() as usize % (THREADS - 1))) % THREADS;
+                        let reached = submitted[other].load(Ordering::SeqCst);
+                        let mut waits = vec![(&chains[t], step - 1)];
+                        if reached > 0 {
+                            waits.push((&chains[other], 1 + next() % reached));
+                        }
+                        let signals = [(&chains[t], step)];
+                        match next() % 3 {
+                            2 => device
+                                .queue(0)
+                                .fill(&waits, &signals, &target.whole(), FillPattern::U8(1))
+                                .unwrap(),
+                            q => {
+                                let q = q as usize;
+                                resident[q]
+                                    .submit(&waits, &signals, &graphs[t][q].0)
+                                    .unwrap();
+                                runs[t][q].fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        submitted[t].store(step, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        let mut failed_chains = 0;
+        for chain in &chains {
+            match chain.wait(STEPS, TIMEOUT) {
+                Ok(()) => {}
+                Err(error) => {
+                    assert!(faults, "a chain failed without faults: {error}");
+                    assert!(error.to_string().contains("719"), "{error}");
+                    failed_chains += 1;
+                }
+            }
+        }
+        for queue in &resident {
+            let stats = queue.shutdown();
+            assert_eq!(stats.retained, 0, "{stats:?}");
+        }
+        if faults {
+            assert!(failed_chains > 0, "no fault reached a chain");
+        } else {
+            for (t, row) in graphs.iter().enumerate() {
+                for (q, (_, counter)) in row.iter().enumerate() {
+                    assert_eq!(
+                        u64::from(read(counter)),
+                        resident_runs[t][q].load(Ordering::SeqCst),
+                        "thread {t}, resident queue {q}"
+                    );
+                }
+            }
+        }
+    }
+}

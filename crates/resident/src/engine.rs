@@ -134,9 +134,15 @@ impl<E: DeviceEvent> Shared<E> {
     /// Unparks a device queue's poller that parked with nothing outstanding (after a
     /// submission's entry is kept): a syscall only when it is parked.
     pub(crate) fn unpark_poller(&self) {
-        if self.poller_parked.load(Ordering::SeqCst)
-            && let Some(handle) = crate::shared::lock(&self.thread).as_ref()
-        {
+        if self.poller_parked.load(Ordering::SeqCst) {
+            self.wake_poller();
+        }
+    }
+
+    /// Unparks the poller (or the model's consumer thread), parked or about to park: for a
+    /// loss or a shutdown, which it must see at once.
+    pub(crate) fn wake_poller(&self) {
+        if let Some(handle) = crate::shared::lock(&self.thread).as_ref() {
             handle.thread().unpark();
         }
     }

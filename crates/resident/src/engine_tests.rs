@@ -46,6 +46,8 @@ struct Device {
     sick: Mutex<Option<Failure>>,
     fail_launch_of: Option<u64>,
     launched: AtomicU64,
+    /// Descriptors whose completion word is written.
+    finished: AtomicU64,
     quit: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Runs only once rung after `asleep` was set (a chain that ended unseen).
@@ -66,6 +68,7 @@ impl Device {
             sick: Mutex::new(None),
             fail_launch_of,
             launched: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
             quit: AtomicBool::new(false),
             thread: Mutex::new(None),
             asleep: AtomicBool::new(false),
@@ -129,6 +132,7 @@ impl Device {
         m.header().consumed.0.store(consumed + 1, Ordering::Release);
         m.completions()[(consumed % capacity) as usize]
             .store(completion.encode(consumed), Ordering::Release);
+        self.finished.store(consumed + 1, Ordering::SeqCst);
         true
     }
 }
@@ -150,11 +154,12 @@ impl DeviceScheduler for Device {
         }
         self.control
             .store(if lost { 2 } else { 1 }, Ordering::SeqCst);
+        // As a stream synchronize: until every descriptor's completion word is written (not
+        // only `consumed`, which the device advances first).
         let m = &self.memory;
         let deadline = Instant::now() + Duration::from_secs(1);
         while !self.stuck.load(Ordering::SeqCst)
-            && m.header().produced.0.load(Ordering::Acquire)
-                != m.header().consumed.0.load(Ordering::Acquire)
+            && m.header().produced.0.load(Ordering::Acquire) != self.finished.load(Ordering::SeqCst)
             && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_micros(50));

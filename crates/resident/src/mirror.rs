@@ -24,23 +24,14 @@ use crate::slots::{Completion, SlotTable};
 impl<E: DeviceEvent> Shared<E> {
     /// Retires every submission whose completion word is written, in order.
     pub(crate) fn retire(&self) {
-        self.retire_with(None);
-    }
-
-    /// Retires every submission, those without a completion word as `completion`: what a
-    /// device that was lost will never finish.
-    pub(crate) fn retire_as(&self, completion: Completion) {
-        self.retire_with(Some(completion));
-    }
-
-    fn retire_with(&self, fallback: Option<Completion>) {
         let capacity = self.options.capacity as u64;
         let completions = self.memory.completions();
         self.retained.retire(
             |front| {
                 let word =
                     completions[(front.sequence % capacity) as usize].load(Ordering::Acquire);
-                Completion::decode(word, front.sequence).or(fallback)
+                // Read on every look: a `retire_as` on another thread leaves it to this one.
+                Completion::decode(word, front.sequence).or(self.unwritten.get().copied())
             },
             |batch| {
                 let Some(last) = batch.last().map(|(entry, _)| entry.sequence) else {
@@ -56,6 +47,14 @@ impl<E: DeviceEvent> Shared<E> {
                 self.notify_room();
             },
         );
+    }
+
+    /// Retires every submission, those without a completion word as `completion`: no
+    /// scheduler will write another word (a device lost or stopped). Whichever thread holds
+    /// the retiring role applies it (the first such `completion` stays).
+    pub(crate) fn retire_as(&self, completion: Completion) {
+        let _ = self.unwritten.set(completion);
+        self.retire();
     }
 
     /// Advances or fails one retired submission's signals.

@@ -116,6 +116,7 @@ impl<E: DeviceEvent> ResidentQueue<E> {
             room_cv: Condvar::new(),
             room_waiters: AtomicUsize::new(0),
             lost: OnceLock::new(),
+            unwritten: OnceLock::new(),
             shutdown: AtomicBool::new(false),
             engine,
             thread: Mutex::new(None),
@@ -355,13 +356,15 @@ impl<E: DeviceEvent> ResidentQueue<E> {
             Engine::Model(_) => {
                 let _ = self.shared.wake();
             }
-            // The device's scheduler finishes pending heads as lost; the poller retires what it
-            // never will.
-            Engine::Device(scheduler) => {
-                scheduler.stop(true);
-                self.shared.unpark_poller();
-            }
+            // The poller stops the device's scheduler (which finishes pending heads as lost),
+            // then retires what it never will.
+            Engine::Device(_) => self.shared.wake_poller(),
         }
+    }
+
+    /// The queue's label ([`ResidentOptions::label`]).
+    pub fn label(&self) -> &str {
+        &self.shared.options.label
     }
 
     /// The failure that lost the queue, if it is lost.
@@ -427,20 +430,8 @@ impl<E: DeviceEvent> ResidentQueue<E> {
                 } else {
                     crate::slots::Completion::Shutdown
                 };
-                // The poller may hold the retiring role (then this call returns at once): look
-                // until nothing is kept, for a bounded time.
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-                loop {
-                    self.shared.retire_as(fallback);
-                    let kept = self.shared.counters.retained.load(Ordering::SeqCst);
-                    if kept == 0 || std::time::Instant::now() >= deadline {
-                        break;
-                    }
-                    std::thread::yield_now();
-                }
-                if let Some(handle) = lock(&self.shared.thread).as_ref() {
-                    handle.thread().unpark();
-                }
+                self.shared.retire_as(fallback);
+                self.shared.wake_poller();
                 self.join_consumers();
             }
         }

@@ -68,6 +68,9 @@ pub(crate) struct Shared<E: DeviceEvent> {
     pub(crate) room_cv: Condvar,
     pub(crate) room_waiters: AtomicUsize,
     pub(crate) lost: OnceLock<Failure>,
+    /// Set once no scheduler will write another completion word: how the submissions left
+    /// without one finish.
+    pub(crate) unwritten: OnceLock<crate::slots::Completion>,
     pub(crate) shutdown: AtomicBool,
     pub(crate) engine: Engine,
     /// The CPU model's consumer thread, or a device queue's poller.

@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 
 use cuhal_command::CommandBuffer;
 use cuhal_resident::{Launchable, ResidentOptions, ResidentStats};
-use cuhal_sys::{CU_STREAM_NON_BLOCKING, PrimaryContext, Stream};
+use cuhal_sys::{CU_STREAM_NON_BLOCKING, Stream};
 
 use crate::Semaphore;
 use crate::device::Device;
@@ -43,11 +43,8 @@ use scheduler::Scheduler;
 pub struct ResidentQueue {
     queue: cuhal_resident::ResidentQueue<CudaEvent>,
     scheduler: Arc<Scheduler>,
-    block: Arc<Block>,
-    context: Arc<PrimaryContext>,
     /// Where graphs are uploaded (not the scheduler's stream, where a chain may be polling).
     upload: Stream,
-    label: String,
     /// This queue's number (never reused in the process): graphs prepared here carry it.
     id: u64,
 }
@@ -109,17 +106,14 @@ impl Device {
         let scheduler = Arc::new(scheduler);
         let queue = cuhal_resident::ResidentQueue::with_device(
             options.clone(),
-            Box::new(RingMemory(block.clone())),
+            Box::new(RingMemory(block)),
             scheduler.clone(),
         )
         .map_err(Error::Resident)?;
         Ok(ResidentQueue {
             queue,
             scheduler,
-            block,
-            context: context.clone(),
             upload: Stream::new(context, CU_STREAM_NON_BLOCKING)?,
-            label: options.label.clone(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
@@ -128,7 +122,7 @@ impl Device {
 impl ResidentQueue {
     /// The queue's label.
     pub fn label(&self) -> &str {
-        &self.label
+        self.queue.label()
     }
 
     /// Instantiates a graph command buffer for device launch, or says why it cannot run here:
@@ -136,7 +130,13 @@ impl ResidentQueue {
     /// other than a kernel, copy or fill are [`Error::Resident`] refusals. Prepare once, submit
     /// many times.
     pub fn prepare(&self, command_buffer: &Arc<dyn CommandBuffer>) -> Result<Arc<ResidentGraph>> {
-        ResidentGraph::new(&self.context, &self.upload, command_buffer, self.id()).map(Arc::new)
+        ResidentGraph::new(
+            self.scheduler.context(),
+            &self.upload,
+            command_buffer,
+            self.id(),
+        )
+        .map(Arc::new)
     }
 
     /// What [`ResidentGraph`]s prepared here carry: the queue's number in this process.
@@ -222,7 +222,8 @@ impl ResidentQueue {
 
     /// The device slot words (values the scheduler signalled, failures), for diagnostics.
     pub fn device_slot_values(&self) -> Vec<u64> {
-        self.block
+        self.scheduler
+            .block()
             .device_slots()
             .iter()
             .map(|w| w.load(Ordering::Acquire))

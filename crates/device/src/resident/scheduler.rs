@@ -208,6 +208,16 @@ impl Scheduler {
         Ok(())
     }
 
+    /// The context the scheduler runs in.
+    pub(crate) fn context(&self) -> &Arc<PrimaryContext> {
+        &self.context
+    }
+
+    /// The queue's mapped block.
+    pub(crate) fn block(&self) -> &Block {
+        &self.block
+    }
+
     /// Chains the host started.
     pub(crate) fn starts(&self) -> u64 {
         self.starter.starts()
